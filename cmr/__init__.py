@@ -1,0 +1,1 @@
+"""invoseq central repository: receives, stores and rebuilds invocation sequences."""

@@ -1,0 +1,75 @@
+"""Opening a repository: the one place that turns a user's ``--db`` into a Store."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Final
+
+from cmr.store._shared import InvalidBatchError
+from cmr.store.base import (
+    AmbiguousSequenceError,
+    InvocationRecord,
+    MethodRecord,
+    ProcessRecord,
+    SequenceData,
+    SequenceSummary,
+    Store,
+    StoreError,
+    StoreStats,
+    ThreadRecord,
+    UnknownSequenceError,
+)
+
+__all__ = [
+    "DB_ENV",
+    "DEFAULT_DB_PATH",
+    "AmbiguousSequenceError",
+    "InvalidBatchError",
+    "InvocationRecord",
+    "MethodRecord",
+    "ProcessRecord",
+    "SequenceData",
+    "SequenceSummary",
+    "Store",
+    "StoreError",
+    "StoreStats",
+    "ThreadRecord",
+    "UnknownSequenceError",
+    "default_db_path",
+    "open_store",
+]
+
+#: Environment variable naming the repository when no ``--db`` is given.
+DB_ENV: Final = "INVOSEQ_DB"
+#: The repository used when neither ``--db`` nor INVOSEQ_DB is given (relative to the cwd).
+DEFAULT_DB_PATH: Final = "./.invoseq/cmr.sqlite"
+
+_URL: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def default_db_path() -> str:
+    """INVOSEQ_DB if set, else ./.invoseq/cmr.sqlite."""
+    return os.environ.get(DB_ENV) or DEFAULT_DB_PATH
+
+
+def open_store(db: str | None = None, *, memory: bool = False, readonly: bool = False) -> Store:
+    """Open the repository ``db`` (a file path; default: ``default_db_path()``).
+
+    ``memory`` gives a fresh in-memory repository and ignores ``db``. ``readonly`` is for commands
+    that only inspect: it never creates anything and fails clearly when there is no repository.
+    Raises StoreError with a one-line message for anything the user can fix."""
+    if memory:
+        from cmr.store.memory import MemoryStore
+
+        return MemoryStore()
+    target = db or default_db_path()
+    url = _URL.match(target)
+    if url:
+        scheme = url.group(1).lower()
+        if scheme in {"postgresql", "postgres"}:
+            raise StoreError("PostgreSQL support is not available yet")
+        raise StoreError(f"unsupported repository '{target}': give a file path")
+    from cmr.store.sqlite import SQLiteStore
+
+    return SQLiteStore(target, readonly=readonly)

@@ -1,0 +1,145 @@
+"""Rules every backend applies the same way, kept in one place so the backends cannot drift.
+
+Turning a batch into rows, parsing a sequence-id prefix, the one-line lookup errors, how a
+sequence's root is chosen and how its status is derived: the contract tests check each backend
+against these, and both backends call them rather than restating them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from cmr.store.base import AmbiguousSequenceError, StoreError, UnknownSequenceError
+from tracer.wire import Batch, End, Start
+
+SEQ_HEX_DIGITS: Final = 32
+_I64_MIN: Final = -(2**63)
+_I64_MAX: Final = 2**63 - 1
+#: How many matches an ambiguous prefix lookup names in its message.
+SHOWN_MATCHES: Final = 5
+
+RUNNING: Final = "running"
+INCOMPLETE: Final = "incomplete"
+COMPLETE: Final = "complete"
+
+#: (puid, iid, seq, parent, hid, tid, method, start_ns) — column order of the ``starts`` table.
+StartRow = tuple[int, int, bytes, int, int, int, int, int]
+#: (puid, iid, end_ns, error) — column order of the ``ends`` table.
+EndRow = tuple[int, int, int, str | None]
+
+
+class InvalidBatchError(StoreError):
+    """A batch that decoded but can never be stored (its times overflow once made wall-clock)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRows:
+    """A batch's events as table rows, plus each sequence's earliest start in the batch."""
+
+    starts: list[StartRow]
+    ends: list[EndRow]
+    first_start: dict[bytes, int]
+
+
+def event_rows(batch: Batch) -> EventRows:
+    """Convert the events of ``batch`` to rows with wall-clock times.
+
+    This is the only per-event Python loop of ingest, so it builds plain tuples and nothing else.
+    Raises InvalidBatchError when a wall-clock time does not fit a signed 64-bit integer."""
+    puid = batch.puid
+    offset = batch.process.clock_offset_ns
+    starts: list[StartRow] = []
+    ends: list[EndRow] = []
+    first_start: dict[bytes, int] = {}
+    for chunk in batch.chunks:
+        tid = chunk.tid
+        for event in chunk.events:
+            wall = event.t_ns + offset
+            if not _I64_MIN <= wall <= _I64_MAX:
+                raise InvalidBatchError(
+                    f"batch {batch.batch_no} of process {puid:x}: time out of range"
+                )
+            if isinstance(event, Start):
+                seq = event.seq
+                starts.append(
+                    (puid, event.iid, seq, event.parent, event.hid, tid, event.method, wall)
+                )
+                earliest = first_start.get(seq)
+                if earliest is None or wall < earliest:
+                    first_start[seq] = wall
+            elif isinstance(event, End):
+                ends.append((puid, event.iid, wall, None))
+            else:
+                ends.append((puid, event.iid, wall, event.error))
+    return EventRows(starts, ends, first_start)
+
+
+@dataclass(frozen=True, slots=True)
+class SeqRange:
+    """The half-open range of 16-byte sequence ids that start with a hex prefix."""
+
+    prefix: str  # normalised: lower case
+    lo: bytes
+    hi: bytes | None  # None when the range runs to the largest id
+
+    def contains(self, seq: bytes) -> bool:
+        return self.lo <= seq and (self.hi is None or seq < self.hi)
+
+
+def seq_range(prefix: str) -> SeqRange:
+    """Parse a user-given id prefix; odd lengths work ('abc' covers abc000… up to abd000…)."""
+    text = prefix.strip().lower()
+    if not 1 <= len(text) <= SEQ_HEX_DIGITS or any(c not in "0123456789abcdef" for c in text):
+        raise UnknownSequenceError(
+            f"'{prefix}' is not a sequence id: give 1 to {SEQ_HEX_DIGITS} hex digits"
+        )
+    shift = 4 * (SEQ_HEX_DIGITS - len(text))
+    value = int(text, 16)
+    lo = (value << shift).to_bytes(16, "big")
+    upper = (value + 1) << shift
+    hi = upper.to_bytes(16, "big") if upper < 2**128 else None
+    return SeqRange(text, lo, hi)
+
+
+def pick_match(wanted: SeqRange, count: int, first: list[bytes]) -> bytes:
+    """The single match of a prefix lookup, or the one-line error the user sees.
+
+    ``count`` is how many sequences matched; ``first`` the smallest few of them, ascending."""
+    if count == 0:
+        raise UnknownSequenceError(f"no sequence matches '{wanted.prefix}'")
+    if count == 1:
+        return first[0]
+    shown = ", ".join(seq.hex()[:12] + "…" for seq in first[:SHOWN_MATCHES])
+    more = ", …" if count > SHOWN_MATCHES else ""
+    raise AmbiguousSequenceError(
+        f"'{wanted.prefix}' matches {count} sequences: {shown}{more}; give more digits"
+    )
+
+
+def root_rank(parent: int, hid: int, start_ns: int, puid: int, iid: int) -> tuple[int, ...]:
+    """Sort key choosing a sequence's root: the earliest invocation with no parent and no hand-off;
+    failing that (its Start has not arrived yet, or the sequence came from a foreign system) the
+    earliest parentless invocation, then the earliest of all. SQL backends order the same way."""
+    return (parent != 0, hid != 0, start_ns, puid, iid)
+
+
+def sequence_status(running: int, incomplete: int) -> str:
+    """A sequence is running while any invocation may still end, incomplete when some never will."""
+    if running:
+        return RUNNING
+    if incomplete:
+        return INCOMPLETE
+    return COMPLETE
+
+
+def qualified_name(module: str | None, qualname: str | None, method: int) -> str:
+    """The display name of a method; a placeholder when its MethodInfo never arrived."""
+    if qualname is None:
+        return f"<unknown method {method}>"
+    return f"{module}.{qualname}" if module else qualname
+
+
+def check_limit(limit: int) -> None:
+    if limit < 0:
+        raise StoreError(f"limit must be 0 or more, not {limit}")

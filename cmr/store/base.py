@@ -1,0 +1,130 @@
+"""The storage interface of the repository, and the plain records it returns.
+
+A store takes decoded batches (``ingest``) and answers the read side (``list_sequences``,
+``resolve_sequence``, ``load_sequence``, ``stats``). Every backend passes the same contract tests
+(``tests/cmr/store/test_contract.py``). Times in records are wall-clock nanoseconds: the store
+converts each process's monotonic event times with that process's clock offset at ingest.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+from tracer.wire import Batch
+
+
+class StoreError(Exception):
+    """A store could not do what was asked (a clear message for the user)."""
+
+
+class UnknownSequenceError(StoreError):
+    pass
+
+
+class AmbiguousSequenceError(StoreError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationRecord:
+    puid: int
+    iid: int
+    parent: int  # iid of the enclosing invocation in the same process, 0 for none
+    hid: int  # hand-off continued by this invocation, 0 for none
+    tid: int
+    method: int
+    start_ns: int
+    end_ns: int | None  # None while running
+    error: str | None  # exception type name when the invocation raised
+
+
+@dataclass(frozen=True, slots=True)
+class MethodRecord:
+    module: str
+    qualname: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRecord:
+    native_id: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    puid: int
+    pid: int
+    host: str
+    platform_id: str
+    argv: tuple[str, ...]
+    ended: bool  # the process shut down cleanly: its open invocations will never end
+    dropped: int  # events the process reported it could not send
+    last_seen_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceData:
+    """Everything needed to rebuild one sequence's tree."""
+
+    seq: bytes
+    invocations: list[InvocationRecord]
+    methods: dict[tuple[int, int], MethodRecord]  # (puid, method id)
+    threads: dict[tuple[int, int], ThreadRecord]  # (puid, tid)
+    processes: dict[int, ProcessRecord]  # puid
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceSummary:
+    seq: bytes
+    root: str  # qualified name of the root invocation
+    start_ns: int
+    end_ns: int | None  # None while the root is still running
+    invocations: int
+    threads: int
+    processes: int
+    status: str  # running | complete | incomplete
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    batches: int
+    duplicate_batches: int
+    events: int
+    rejected: dict[str, int] = field(default_factory=dict)  # reason -> frames
+    processes: list[ProcessRecord] = field(default_factory=list)
+
+
+class Store(abc.ABC):
+    """A repository backend. Implementations must be safe to use from one thread at a time."""
+
+    @abc.abstractmethod
+    def ingest(self, batch: Batch, received_ns: int) -> bool:
+        """Store one batch durably, in one transaction. Returns False (and stores nothing) when
+        (puid, batch_no) was already stored."""
+
+    @abc.abstractmethod
+    def record_rejected(self, reason: str, count: int = 1) -> None:
+        """Count frames the server rejected, by reason (``garbage``, ``version``, ...)."""
+
+    @abc.abstractmethod
+    def list_sequences(self, limit: int) -> list[SequenceSummary]:
+        """The most recent sequences first, by root start time."""
+
+    @abc.abstractmethod
+    def resolve_sequence(self, prefix: str) -> bytes:
+        """The sequence whose hex id starts with ``prefix`` (case-insensitive).
+
+        Raises UnknownSequenceError or AmbiguousSequenceError with a one-line message."""
+
+    @abc.abstractmethod
+    def load_sequence(self, seq: bytes) -> SequenceData:
+        """All records of one sequence. Raises UnknownSequenceError."""
+
+    @abc.abstractmethod
+    def stats(self) -> StoreStats: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...

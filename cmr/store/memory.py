@@ -1,0 +1,212 @@
+"""A repository that lives in dictionaries: for `tracer run`'s embedded repository and for tests.
+
+It keeps the same insert-only shape as the SQLite backend (Start and End rows joined on read) so
+the two agree by construction on every rule the contract tests check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from cmr.store._shared import (
+    SHOWN_MATCHES,
+    EndRow,
+    StartRow,
+    check_limit,
+    event_rows,
+    pick_match,
+    qualified_name,
+    root_rank,
+    seq_range,
+    sequence_status,
+)
+from cmr.store.base import (
+    InvocationRecord,
+    MethodRecord,
+    ProcessRecord,
+    SequenceData,
+    SequenceSummary,
+    Store,
+    StoreError,
+    StoreStats,
+    ThreadRecord,
+    UnknownSequenceError,
+)
+from tracer.wire import Batch
+
+Key = tuple[int, int]
+
+
+class MemoryStore(Store):
+    """A repository in memory, lost when the process exits. Thread-safe under one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._batches: set[Key] = set()
+        self._processes: dict[int, ProcessRecord] = {}
+        self._methods: dict[Key, MethodRecord] = {}
+        self._threads: dict[Key, ThreadRecord] = {}
+        self._starts: dict[Key, StartRow] = {}
+        self._ends: dict[Key, EndRow] = {}
+        self._by_seq: dict[bytes, list[StartRow]] = {}
+        self._seq_start: dict[bytes, int] = {}
+        self._rejected: dict[str, int] = {}
+        self._batch_count = 0
+        self._duplicate_count = 0
+        self._event_count = 0
+
+    # -- write side -----------------------------------------------------------------------
+
+    def ingest(self, batch: Batch, received_ns: int) -> bool:
+        rows = event_rows(batch)  # may raise; nothing below can, so a batch lands whole or not
+        with self._lock:
+            self._check_open()
+            key = (batch.puid, batch.batch_no)
+            if key in self._batches:
+                self._duplicate_count += 1
+                return False
+            self._batches.add(key)
+            self._merge_process(batch, received_ns)
+            puid = batch.puid
+            for m in batch.methods:
+                self._methods[puid, m.method] = MethodRecord(m.module, m.qualname, m.file, m.line)
+            for t in batch.threads:
+                self._threads[puid, t.tid] = ThreadRecord(t.native_id, t.name)
+            for start in rows.starts:
+                if self._starts.setdefault((start[0], start[1]), start) is start:
+                    self._by_seq.setdefault(start[2], []).append(start)
+            for end in rows.ends:
+                self._ends.setdefault((end[0], end[1]), end)
+            for seq, start_ns in rows.first_start.items():
+                known = self._seq_start.get(seq)
+                self._seq_start[seq] = start_ns if known is None else min(known, start_ns)
+            self._batch_count += 1
+            self._event_count += len(rows.starts) + len(rows.ends)
+        return True
+
+    def _merge_process(self, batch: Batch, received_ns: int) -> None:
+        known = self._processes.get(batch.puid)
+        if known is None:
+            info = batch.process
+            self._processes[batch.puid] = ProcessRecord(
+                puid=batch.puid,
+                pid=info.pid,
+                host=info.host,
+                platform_id=info.platform_id,
+                argv=tuple(info.argv),
+                ended=batch.final,
+                dropped=batch.dropped,
+                last_seen_ns=received_ns,
+            )
+        else:
+            self._processes[batch.puid] = dataclasses.replace(
+                known,
+                ended=known.ended or batch.final,
+                dropped=max(known.dropped, batch.dropped),
+                last_seen_ns=max(known.last_seen_ns, received_ns),
+            )
+
+    def record_rejected(self, reason: str, count: int = 1) -> None:
+        with self._lock:
+            self._check_open()
+            self._rejected[reason] = self._rejected.get(reason, 0) + count
+
+    # -- read side ------------------------------------------------------------------------
+
+    def list_sequences(self, limit: int) -> list[SequenceSummary]:
+        check_limit(limit)
+        with self._lock:
+            self._check_open()
+            recent = sorted(self._seq_start.items(), key=lambda item: (item[1], item[0]))
+            recent.reverse()
+            return [self._summary(seq, start_ns) for seq, start_ns in recent[:limit]]
+
+    def _summary(self, seq: bytes, start_ns: int) -> SequenceSummary:
+        starts = self._by_seq[seq]
+        running = incomplete = 0
+        for puid, iid, *_ in starts:
+            if (puid, iid) not in self._ends:
+                if self._processes[puid].ended:
+                    incomplete += 1
+                else:
+                    running += 1
+        root = min(starts, key=lambda s: root_rank(s[3], s[4], s[7], s[0], s[1]))
+        root_end = self._ends.get((root[0], root[1]))
+        method = self._methods.get((root[0], root[6]))
+        return SequenceSummary(
+            seq=seq,
+            root=qualified_name(
+                method.module if method else None, method.qualname if method else None, root[6]
+            ),
+            start_ns=start_ns,
+            end_ns=root_end[2] if root_end else None,
+            invocations=len(starts),
+            threads=len({(s[0], s[5]) for s in starts}),
+            processes=len({s[0] for s in starts}),
+            status=sequence_status(running, incomplete),
+        )
+
+    def resolve_sequence(self, prefix: str) -> bytes:
+        wanted = seq_range(prefix)
+        with self._lock:
+            self._check_open()
+            matches = sorted(seq for seq in self._seq_start if wanted.contains(seq))
+        return pick_match(wanted, len(matches), matches[:SHOWN_MATCHES])
+
+    def load_sequence(self, seq: bytes) -> SequenceData:
+        with self._lock:
+            self._check_open()
+            starts = self._by_seq.get(seq)
+            if not starts:
+                raise UnknownSequenceError(f"no sequence {seq.hex()}")
+            invocations = [self._invocation(start) for start in starts]
+            invocations.sort(key=lambda r: (r.start_ns, r.puid, r.iid))
+            methods = {
+                (s[0], s[6]): self._methods[s[0], s[6]]
+                for s in starts
+                if (s[0], s[6]) in self._methods
+            }
+            threads = {
+                (s[0], s[5]): self._threads[s[0], s[5]]
+                for s in starts
+                if (s[0], s[5]) in self._threads
+            }
+            processes = {s[0]: self._processes[s[0]] for s in starts}
+        return SequenceData(seq, invocations, methods, threads, processes)
+
+    def _invocation(self, start: StartRow) -> InvocationRecord:
+        puid, iid, _seq, parent, hid, tid, method, start_ns = start
+        end = self._ends.get((puid, iid))
+        return InvocationRecord(
+            puid=puid,
+            iid=iid,
+            parent=parent,
+            hid=hid,
+            tid=tid,
+            method=method,
+            start_ns=start_ns,
+            end_ns=end[2] if end else None,
+            error=end[3] if end else None,
+        )
+
+    def stats(self) -> StoreStats:
+        with self._lock:
+            self._check_open()
+            processes = sorted(self._processes.values(), key=lambda p: (-p.last_seen_ns, p.puid))
+            return StoreStats(
+                batches=self._batch_count,
+                duplicate_batches=self._duplicate_count,
+                events=self._event_count,
+                rejected=dict(sorted(self._rejected.items())),
+                processes=processes,
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the in-memory repository is closed")

@@ -1,0 +1,289 @@
+"""Rebuild one sequence's call tree from the flat records a store returns.
+
+The store hands back invocations as rows: ``(puid, iid)`` names a node and ``(puid, parent)`` its
+enclosing call. Real data is messy — events get lost, a process dies, a sender may repeat itself —
+so the builder never trusts the links: duplicates keep their first record, a node whose parent is
+missing (or which points at itself, or sits on a cycle) is attached under the root rather than
+dropped, and a sequence without a root gets a synthetic one. Everything is iterative so a
+10,000-deep chain or a 100,000-node tree builds without touching the recursion limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from cmr.store.base import InvocationRecord, MethodRecord, ProcessRecord, SequenceData
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+STATUS_RUNNING = "running"
+STATUS_INCOMPLETE = "incomplete"
+
+TREE_COMPLETE = "complete"
+
+#: Node kinds: timed by the tracer at the call itself, or made up to hold orphans together.
+KIND_MEASURED = "measured"
+KIND_SYNTHETIC = "synthetic"
+
+UNKNOWN_ROOT = "<unknown root>"
+UNKNOWN_THREAD = "<unknown thread>"
+UNKNOWN_HOST = "<unknown host>"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRef:
+    puid: int
+    pid: int
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRef:
+    tid: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """Seam for thread/process hand-offs: a later issue joins an invocation carrying ``hid`` to the
+    invocation that submitted the work. Until then ``Node.handoff`` is always None and such
+    invocations appear as orphans under the root."""
+
+    hid: int
+    kind: str
+    submitted_ns: int
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """One invocation in the tree. Identity comparison only: two calls are never "equal"."""
+
+    name: str
+    start_ns: int
+    end_ns: int | None
+    duration_ns: int | None
+    self_ns: int | None  # duration minus the children's, floored at 0; None while unknown
+    process: ProcessRef
+    thread: ThreadRef
+    status: str  # ok | error | running | incomplete
+    error: str | None  # exception type name when the call raised
+    iid: int = 0
+    kind: str = KIND_MEASURED
+    handoff: Handoff | None = None
+    children: list[Node] = field(default_factory=list)
+    hidden: int = 0  # descendants a view left out beneath this node
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceTree:
+    seq: bytes
+    status: str  # running | incomplete | complete
+    root: Node
+    invocations: int  # distinct invocations in the data, before any view hides some
+    threads: int
+    processes: int
+    hidden: int = 0  # nodes hidden by views, in total
+
+
+def walk(root: Node) -> Iterator[tuple[Node, int]]:
+    """Every node with its depth (root = 0), parents before children, children in order."""
+    stack: list[tuple[Node, int]] = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        yield node, depth
+        stack.extend((child, depth + 1) for child in reversed(node.children))
+
+
+def method_name(methods: dict[tuple[int, int], MethodRecord], puid: int, method: int) -> str:
+    info = methods.get((puid, method))
+    if info is None:
+        return f"<unknown method {method}>"
+    return f"{info.module}.{info.qualname}" if info.module else info.qualname
+
+
+def build_tree(data: SequenceData) -> SequenceTree:
+    records = _unique(data.invocations)
+    nodes = _make_nodes(records, data)
+    index = {(r.puid, r.iid): i for i, r in enumerate(records)}
+
+    root_index = _find_root(records)
+    root = nodes[root_index] if root_index is not None else _synthetic_root()
+    parent_of: list[Node | None] = [None] * len(nodes)
+    for i, record in enumerate(records):
+        if i == root_index:
+            continue
+        parent_index = index.get((record.puid, record.parent)) if record.parent else None
+        if parent_index is None or parent_index == i:
+            parent_index = root_index  # an orphan: keep it, under the root
+        parent = root if parent_index is None else nodes[parent_index]
+        parent.children.append(nodes[i])
+        parent_of[i] = parent
+
+    _break_cycles(root, nodes, parent_of)
+    order = [node for node, _ in walk(root)]
+    for node in order:
+        if len(node.children) > 1:
+            node.children.sort(key=_start_order)
+    for node in reversed(order):
+        _set_self_time(node)
+
+    if root.kind == KIND_SYNTHETIC:
+        _span_children(root, any(node.status == STATUS_RUNNING for node in nodes))
+    return SequenceTree(
+        seq=data.seq,
+        status=_tree_status(order),
+        root=root,
+        invocations=len(records),
+        threads=len({(r.puid, r.tid) for r in records}),
+        processes=len({r.puid for r in records}),
+    )
+
+
+def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
+    """The first record of every (puid, iid): a repeated record must not appear twice."""
+    seen: dict[tuple[int, int], InvocationRecord] = {}
+    for record in invocations:
+        seen.setdefault((record.puid, record.iid), record)
+    return list(seen.values())
+
+
+def _make_nodes(records: list[InvocationRecord], data: SequenceData) -> list[Node]:
+    processes: dict[int, ProcessRef] = {}
+    threads: dict[tuple[int, int], ThreadRef] = {}
+    names: dict[tuple[int, int], str] = {}
+    nodes: list[Node] = []
+    for r in records:
+        process = processes.get(r.puid)
+        if process is None:
+            process = processes[r.puid] = _process_ref(r.puid, data.processes.get(r.puid))
+        thread = threads.get((r.puid, r.tid))
+        if thread is None:
+            info = data.threads.get((r.puid, r.tid))
+            thread_name = info.name if info is not None else UNKNOWN_THREAD
+            thread = threads[(r.puid, r.tid)] = ThreadRef(r.tid, thread_name)
+        name = names.get((r.puid, r.method))
+        if name is None:
+            name = names[(r.puid, r.method)] = method_name(data.methods, r.puid, r.method)
+        duration = None if r.end_ns is None else max(0, r.end_ns - r.start_ns)
+        nodes.append(
+            Node(
+                name=name,
+                start_ns=r.start_ns,
+                end_ns=r.end_ns,
+                duration_ns=duration,
+                self_ns=None,
+                process=process,
+                thread=thread,
+                status=_status(r, data.processes.get(r.puid)),
+                error=r.error,
+                iid=r.iid,
+            )
+        )
+    return nodes
+
+
+def _process_ref(puid: int, info: ProcessRecord | None) -> ProcessRef:
+    if info is None:
+        return ProcessRef(puid, 0, UNKNOWN_HOST)
+    return ProcessRef(puid, info.pid, info.host)
+
+
+def _status(record: InvocationRecord, process: ProcessRecord | None) -> str:
+    if record.error is not None:
+        return STATUS_ERROR
+    if record.end_ns is not None:
+        return STATUS_OK
+    if process is not None and process.ended:
+        return STATUS_INCOMPLETE
+    return STATUS_RUNNING
+
+
+def _find_root(records: list[InvocationRecord]) -> int | None:
+    """The earliest invocation that neither has a parent nor continues a hand-off."""
+    best: int | None = None
+    for i, r in enumerate(records):
+        candidate = r.parent == 0 and r.hid == 0
+        if candidate and (best is None or _record_order(r) < _record_order(records[best])):
+            best = i
+    return best
+
+
+def _record_order(record: InvocationRecord) -> tuple[int, int, int]:
+    return (record.start_ns, record.iid, record.puid)
+
+
+def _start_order(node: Node) -> tuple[int, int, int]:
+    return (node.start_ns, node.iid, node.process.puid)
+
+
+def _synthetic_root() -> Node:
+    return Node(
+        name=UNKNOWN_ROOT,
+        start_ns=0,
+        end_ns=None,
+        duration_ns=None,
+        self_ns=None,
+        process=ProcessRef(0, 0, UNKNOWN_HOST),
+        thread=ThreadRef(0, UNKNOWN_THREAD),
+        status=STATUS_INCOMPLETE,
+        error=None,
+        kind=KIND_SYNTHETIC,
+    )
+
+
+def _break_cycles(root: Node, nodes: list[Node], parent_of: list[Node | None]) -> None:
+    """Nodes on a parent cycle are unreachable from the root; cut each cycle at its earliest node
+    and hang that node (with everything beneath it) under the root."""
+    reached = {id(node) for node, _ in walk(root)}
+    if len(reached) >= len(nodes) + (root.kind == KIND_SYNTHETIC):
+        return
+    unreached = sorted(
+        (i for i, node in enumerate(nodes) if id(node) not in reached),
+        key=lambda i: _start_order(nodes[i]),
+    )
+    for i in unreached:
+        node = nodes[i]
+        if id(node) in reached:
+            continue
+        parent = parent_of[i]
+        if parent is not None:
+            parent.children.remove(node)
+        root.children.append(node)
+        reached.update(id(n) for n, _ in walk(node))
+
+
+def _set_self_time(node: Node) -> None:
+    """Children still open when their parent ended count until the parent's end."""
+    if node.end_ns is None or node.duration_ns is None:
+        return
+    children_ns = 0
+    for child in node.children:
+        if child.duration_ns is not None:
+            children_ns += child.duration_ns
+        else:
+            children_ns += max(0, node.end_ns - child.start_ns)
+    node.self_ns = max(0, node.duration_ns - children_ns)
+
+
+def _span_children(root: Node, running: bool) -> None:
+    """A synthetic root lasts from its first child's start to its last child's end."""
+    children = root.children
+    root.status = STATUS_RUNNING if running else STATUS_INCOMPLETE
+    if not children:
+        return
+    root.start_ns = min(child.start_ns for child in children)
+    ends = [child.end_ns for child in children]
+    if all(end is not None for end in ends):
+        root.end_ns = max(end for end in ends if end is not None)
+        root.duration_ns = max(0, root.end_ns - root.start_ns)
+        _set_self_time(root)
+
+
+def _tree_status(nodes: list[Node]) -> str:
+    statuses = {node.status for node in nodes}
+    if STATUS_RUNNING in statuses:
+        return STATUS_RUNNING
+    if STATUS_INCOMPLETE in statuses:
+        return STATUS_INCOMPLETE
+    return TREE_COMPLETE

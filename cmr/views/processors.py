@@ -1,0 +1,70 @@
+"""Pure views over a call tree: each takes a tree and returns a new, smaller one.
+
+The input is never modified, so views chain freely (``drop_shorter_than(limit_depth(t, 3), ms)``).
+Whatever a view leaves out is counted on the node it was cut from (``Node.hidden``) and in total
+(``SequenceTree.hidden``), so a renderer can say "… 12 calls hidden" instead of silently lying.
+Self times are carried over unchanged: time spent in hidden calls stays in the parent's self time
+exactly as the builder computed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from cmr.views.calltree import Node, SequenceTree
+
+#: Decides, for a child at ``depth`` (root = 0), whether it stays in the view.
+KeepChild = Callable[[Node, int], bool]
+
+
+def limit_depth(tree: SequenceTree, depth: int) -> SequenceTree:
+    """Show ``depth`` levels below the root (0 shows the root alone)."""
+    if depth < 0:
+        raise ValueError(f"depth must be >= 0, got {depth}")
+    return _prune(tree, lambda _node, node_depth: node_depth <= depth)
+
+
+def drop_shorter_than(tree: SequenceTree, min_duration_ns: int) -> SequenceTree:
+    """Hide calls that took less than ``min_duration_ns``; calls without a duration yet (running
+    or incomplete) always stay, since how long they take is not known."""
+    if min_duration_ns < 0:
+        raise ValueError(f"min_duration_ns must be >= 0, got {min_duration_ns}")
+    if min_duration_ns == 0:
+        return tree
+    return _prune(
+        tree, lambda node, _depth: node.duration_ns is None or node.duration_ns >= min_duration_ns
+    )
+
+
+def subtree_size(node: Node) -> int:
+    """How many calls the node stands for: itself, its descendants and those already hidden."""
+    size = 0
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        size += 1 + current.hidden
+        stack.extend(current.children)
+    return size
+
+
+def _prune(tree: SequenceTree, keep: KeepChild) -> SequenceTree:
+    root = _copy(tree.root)
+    hidden = 0
+    stack: list[tuple[Node, Node, int]] = [(tree.root, root, 0)]
+    while stack:
+        original, copy, depth = stack.pop()
+        for child in original.children:
+            if keep(child, depth + 1):
+                child_copy = _copy(child)
+                copy.children.append(child_copy)
+                stack.append((child, child_copy, depth + 1))
+            else:
+                size = subtree_size(child)
+                copy.hidden += size
+                hidden += size
+    return dataclasses.replace(tree, root=root, hidden=tree.hidden + hidden)
+
+
+def _copy(node: Node) -> Node:
+    return dataclasses.replace(node, children=[])

@@ -1,0 +1,79 @@
+"""Plain-text tables for ``cmr ls`` and ``cmr stats``: aligned columns, nothing to install."""
+
+from __future__ import annotations
+
+import datetime
+
+from cmr.store.base import SequenceSummary, StoreStats
+from cmr.views.render.text import format_duration
+
+#: Hex digits of a sequence id shown in listings; ``cmr show`` accepts any unambiguous prefix.
+SEQ_PREFIX_LEN = 12
+
+
+def format_local_time(ns: int) -> str:
+    """Wall-clock nanoseconds as local time to the millisecond."""
+    moment = datetime.datetime.fromtimestamp(ns / 1e9)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+
+def table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> str:
+    """Columns padded to their widest cell; columns in ``right`` align right (numbers)."""
+    widths = [len(cell) for cell in header]
+    for row in rows:
+        widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def render_sequence_list(summaries: list[SequenceSummary]) -> str:
+    """One line per sequence, most recent first (the order the store returns)."""
+    if not summaries:
+        return "no sequences recorded yet"
+    rows = [
+        [
+            summary.seq.hex()[:SEQ_PREFIX_LEN],
+            format_local_time(summary.start_ns),
+            "-" if summary.end_ns is None else format_duration(summary.end_ns - summary.start_ns),
+            summary.status,
+            str(summary.invocations),
+            str(summary.threads),
+            str(summary.processes),
+            summary.root,
+        ]
+        for summary in summaries
+    ]
+    header = ["SEQ", "START", "DURATION", "STATUS", "CALLS", "THREADS", "PROCS", "ROOT"]
+    return table(header, rows, right=frozenset({2, 4, 5, 6}))
+
+
+def render_stats(stats: StoreStats) -> str:
+    rejected = ", ".join(f"{reason} {count}" for reason, count in sorted(stats.rejected.items()))
+    lines = [
+        f"batches            {stats.batches}",
+        f"duplicate batches  {stats.duplicate_batches}",
+        f"events             {stats.events}",
+        f"rejected frames    {rejected or 'none'}",
+    ]
+    if not stats.processes:
+        lines.append("processes          none")
+        return "\n".join(lines)
+    rows = [
+        [
+            f"{process.host}:{process.pid}",
+            f"{process.puid:016x}",
+            str(process.dropped),
+            format_local_time(process.last_seen_ns),
+            "yes" if process.ended else "no",
+        ]
+        for process in stats.processes
+    ]
+    lines.append("")
+    lines.append(table(["PROCESS", "PUID", "DROPPED", "LAST SEEN", "ENDED"], rows, frozenset({2})))
+    return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""Fixtures for repository tests: wire batches built the way a traced process sends them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import msgspec
+import pytest
+
+from tracer import wire
+
+#: Wall clock minus monotonic clock of the test processes: stored times are event times plus this.
+CLOCK_OFFSET_NS = 1_700_000_000_000_000_000
+
+BatchFactory = Callable[..., wire.Batch]
+
+
+def make_batch(
+    puid: int,
+    batch_no: int,
+    events_by_tid: Mapping[int, Iterable[wire.Event]],
+    *,
+    methods: Mapping[int, str] | None = None,
+    final: bool = False,
+    dropped: int = 0,
+    clock_offset_ns: int = CLOCK_OFFSET_NS,
+    pid: int = 4242,
+    argv: Iterable[str] = ("app.py", "--fast"),
+) -> wire.Batch:
+    """A batch from process ``puid``. ``methods`` maps method ids to ``module.qualname``; by
+    default every method a Start uses is described as ``app.m<id>``. Every tid gets a ThreadInfo."""
+    chunks = [wire.ThreadChunk(tid, list(events)) for tid, events in events_by_tid.items()]
+    if methods is None:
+        used = {e.method for c in chunks for e in c.events if isinstance(e, wire.Start)}
+        methods = {method: f"app.m{method}" for method in sorted(used)}
+    infos = []
+    for method, name in methods.items():
+        module, _, qualname = name.rpartition(".")
+        infos.append(wire.MethodInfo(method, module, qualname, f"/src/{module}.py", 10 + method))
+    return wire.Batch(
+        puid=puid,
+        batch_no=batch_no,
+        process=wire.ProcessInfo(
+            pid=pid,
+            host="testhost",
+            platform_id="platform-1",
+            clock_offset_ns=clock_offset_ns,
+            started_ns=clock_offset_ns,
+            argv=list(argv),
+        ),
+        methods=infos,
+        threads=[wire.ThreadInfo(tid, 1000 + tid, f"thread-{tid}") for tid in events_by_tid],
+        chunks=chunks,
+        dropped=dropped,
+        final=final,
+    )
+
+
+def encode_batch(batch: wire.Batch) -> list[bytes]:
+    """The two frames a traced process sends for ``batch``."""
+    return [wire.BATCH_HEADER, msgspec.msgpack.encode(batch)]
+
+
+@pytest.fixture(name="make_batch")
+def fixture_make_batch() -> BatchFactory:
+    """``make_batch(puid, batch_no, {tid: [events]}, methods=..., final=..., dropped=...)``."""
+    return make_batch
+
+
+@pytest.fixture(name="clock_offset_ns")
+def fixture_clock_offset_ns() -> int:
+    """The clock offset ``make_batch`` gives its process: stored time = event time + this."""
+    return CLOCK_OFFSET_NS
+
+
+@pytest.fixture(name="encode_batch")
+def fixture_encode_batch() -> Callable[[wire.Batch], list[bytes]]:
+    """``encode_batch(batch) -> [header, body]``, the frames a DEALER sends."""
+    return encode_batch

@@ -1,0 +1,466 @@
+"""The contract every repository backend keeps: one suite, run against each backend."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cmr.store import (
+    AmbiguousSequenceError,
+    InvalidBatchError,
+    InvocationRecord,
+    MethodRecord,
+    ProcessRecord,
+    Store,
+    StoreError,
+    ThreadRecord,
+    UnknownSequenceError,
+    default_db_path,
+    open_store,
+)
+from tracer import wire
+
+BatchFactory = Callable[..., wire.Batch]
+
+
+def seq_id(hex_prefix: str) -> bytes:
+    """A sequence id starting with ``hex_prefix`` (zero-padded)."""
+    return bytes.fromhex(hex_prefix.ljust(32, "0"))
+
+
+def start(
+    iid: int, t_ns: int, seq: bytes, *, parent: int = 0, hid: int = 0, method: int = 1
+) -> wire.Start:
+    return wire.Start(iid=iid, parent=parent, hid=hid, method=method, t_ns=t_ns, seq=seq)
+
+
+S = seq_id("5e9")
+
+
+@pytest.fixture(name="store", params=["memory", "sqlite"])
+def fixture_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "memory":
+        store = open_store(memory=True)
+    else:
+        store = open_store(str(tmp_path / "repo" / "cmr.sqlite"))
+    yield store
+    store.close()
+
+
+# -- ingest and load ------------------------------------------------------------------------
+
+
+def test_round_trip_converts_event_times_to_wall_clock(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    other = seq_id("07e")
+    batch = make_batch(
+        7,
+        1,
+        {
+            1: [start(1, 100, S), start(2, 150, S, parent=1, method=2), wire.End(2, 180)],
+            2: [start(3, 160, other, method=3), wire.End(3, 170)],
+        },
+    )
+    assert store.ingest(batch, received_ns=123) is True
+    store.ingest(make_batch(7, 2, {1: [wire.End(1, 300)]}), received_ns=456)
+
+    data = store.load_sequence(S)
+
+    assert data.seq == S
+    assert data.invocations == [
+        InvocationRecord(7, 1, 0, 0, 1, 1, clock_offset_ns + 100, clock_offset_ns + 300, None),
+        InvocationRecord(7, 2, 1, 0, 1, 2, clock_offset_ns + 150, clock_offset_ns + 180, None),
+    ]
+    # Only what this sequence uses: method 3 and thread 2 belong to the other sequence.
+    assert data.methods == {
+        (7, 1): MethodRecord("app", "m1", "/src/app.py", 11),
+        (7, 2): MethodRecord("app", "m2", "/src/app.py", 12),
+    }
+    assert data.threads == {(7, 1): ThreadRecord(1001, "thread-1")}
+    assert data.processes == {
+        7: ProcessRecord(7, 4242, "testhost", "platform-1", ("app.py", "--fast"), False, 0, 456)
+    }
+
+
+def test_load_of_an_unknown_sequence_fails_clearly(store: Store) -> None:
+    with pytest.raises(UnknownSequenceError, match=f"no sequence {S.hex()}"):
+        store.load_sequence(S)
+
+
+def test_duplicate_batch_is_stored_once_and_counted(store: Store, make_batch: BatchFactory) -> None:
+    batch = make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]})
+
+    assert store.ingest(batch, 1) is True
+    assert store.ingest(batch, 2) is False
+
+    assert len(store.load_sequence(S).invocations) == 1
+    stats = store.stats()
+    assert (stats.batches, stats.duplicate_batches, stats.events) == (1, 1, 2)
+    assert stats.processes[0].last_seen_ns == 1  # a duplicate stores nothing, not even a visit
+
+
+def test_same_batch_number_from_another_process_is_not_a_duplicate(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    assert store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 1)
+    assert store.ingest(make_batch(8, 1, {1: [start(1, 100, S)]}), 1)
+
+    assert len(store.load_sequence(S).invocations) == 2
+
+
+def test_end_may_arrive_in_a_batch_before_its_start(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    store.ingest(make_batch(7, 2, {1: [wire.End(1, 250)]}), 1)
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 2)
+
+    (record,) = store.load_sequence(S).invocations
+    assert (record.start_ns, record.end_ns) == (clock_offset_ns + 100, clock_offset_ns + 250)
+    assert store.list_sequences(1)[0].status == "complete"
+
+
+def test_error_end_keeps_the_exception_name(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    events = [start(1, 100, S), start(2, 110, S, parent=1), wire.Error(2, 120, "ValueError")]
+    store.ingest(make_batch(7, 1, {1: [*events, wire.Error(1, 130, "KeyError")]}), 1)
+
+    records = store.load_sequence(S).invocations
+    assert [(r.end_ns, r.error) for r in records] == [
+        (clock_offset_ns + 130, "KeyError"),
+        (clock_offset_ns + 120, "ValueError"),
+    ]
+    assert store.list_sequences(1)[0].status == "complete"
+
+
+def test_a_batch_whose_times_overflow_is_refused_whole(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    events = [start(1, 100, S), wire.End(1, 2**63 - 1)]
+    with pytest.raises(InvalidBatchError):
+        store.ingest(make_batch(7, 1, {1: events}), 1)
+
+    assert store.list_sequences(10) == []
+    assert store.stats().batches == 0
+    # Nothing was kept, so the same batch number can still be stored.
+    assert store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 1) is True
+
+
+# -- statuses -------------------------------------------------------------------------------
+
+
+def test_open_invocation_of_a_live_process_is_running(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S), start(2, 110, S, parent=1)]}), 1)
+
+    (summary,) = store.list_sequences(10)
+    assert (summary.status, summary.end_ns) == ("running", None)
+    assert [r.end_ns for r in store.load_sequence(S).invocations] == [None, None]
+
+
+def test_open_invocation_of_an_ended_process_is_incomplete(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S), start(2, 110, S, parent=1)]}), 1)
+    store.ingest(make_batch(7, 2, {1: [wire.End(2, 120)]}, final=True), 2)
+
+    (summary,) = store.list_sequences(10)
+    assert (summary.status, summary.end_ns) == ("incomplete", None)
+    assert store.load_sequence(S).processes[7].ended is True
+
+
+def test_finished_sequence_is_complete(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]}), 1)
+
+    (summary,) = store.list_sequences(10)
+    assert (summary.status, summary.end_ns) == ("complete", clock_offset_ns + 200)
+
+
+def test_running_wins_over_incomplete_across_processes(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}, final=True), 1)
+    store.ingest(make_batch(8, 1, {1: [start(1, 150, S, hid=3)]}), 2)
+    assert store.list_sequences(1)[0].status == "running"
+
+    store.ingest(make_batch(8, 2, {1: [wire.End(1, 160)]}), 3)
+    assert store.list_sequences(1)[0].status == "incomplete"
+
+
+# -- listing --------------------------------------------------------------------------------
+
+
+def test_list_is_most_recent_first_with_counts_and_limit(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    first, second, third = seq_id("aa"), seq_id("bb"), seq_id("cc")
+    # `first` spans two threads of process 7 and one thread of process 8 (tid 1 again).
+    store.ingest(
+        make_batch(
+            7,
+            1,
+            {
+                1: [start(1, 100, first), wire.End(1, 400), start(4, 500, third)],
+                2: [start(2, 120, first, hid=5, method=2), wire.End(2, 130)],
+            },
+        ),
+        1,
+    )
+    store.ingest(make_batch(8, 1, {1: [start(1, 140, first, hid=6), wire.End(1, 150)]}), 2)
+    store.ingest(make_batch(9, 1, {1: [start(1, 300, second), wire.End(1, 310)]}), 3)
+
+    listed = store.list_sequences(10)
+
+    assert [s.seq for s in listed] == [third, second, first]
+    oldest = listed[2]
+    assert (oldest.root, oldest.start_ns, oldest.end_ns) == (
+        "app.m1",
+        clock_offset_ns + 100,
+        clock_offset_ns + 400,
+    )
+    assert (oldest.invocations, oldest.threads, oldest.processes) == (3, 3, 2)
+    assert [s.seq for s in store.list_sequences(2)] == [third, second]
+    assert store.list_sequences(0) == []
+
+
+def test_list_rejects_a_negative_limit(store: Store) -> None:
+    with pytest.raises(StoreError, match="limit"):
+        store.list_sequences(-1)
+
+
+def test_root_is_the_invocation_without_parent_or_hand_off(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    # The child process's clock runs early, so its hand-off invocation "starts" first.
+    store.ingest(make_batch(8, 1, {1: [start(1, 50, S, hid=9, method=2)]}), 1)
+    assert store.list_sequences(1)[0].root == "app.m2"  # the best known until the root arrives
+
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S, method=1)]}), 2)
+
+    (summary,) = store.list_sequences(1)
+    assert summary.root == "app.m1"
+    assert summary.start_ns == clock_offset_ns + 50  # the sequence's earliest start
+
+
+def test_root_without_method_info_gets_a_placeholder_name(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S, method=3)]}, methods={}), 1)
+
+    assert store.list_sequences(1)[0].root == "<unknown method 3>"
+
+
+# -- prefix resolution ----------------------------------------------------------------------
+
+PREFIXED = [seq_id("ab12"), seq_id("ab34"), seq_id("ffee"), seq_id("0123")]
+
+
+@pytest.fixture(name="prefixed")
+def fixture_prefixed(store: Store, make_batch: BatchFactory) -> Store:
+    events = [start(i + 1, 100 + i, seq) for i, seq in enumerate(PREFIXED)]
+    store.ingest(make_batch(7, 1, {1: events}), 1)
+    return store
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [
+        ("ab12", PREFIXED[0]),
+        (PREFIXED[1].hex(), PREFIXED[1]),
+        ("AB3", PREFIXED[1]),  # upper case and an odd number of digits
+        ("f", PREFIXED[2]),  # the top of the id space
+        ("0", PREFIXED[3]),
+    ],
+)
+def test_prefix_resolves_to_its_only_match(prefixed: Store, prefix: str, expected: bytes) -> None:
+    assert prefixed.resolve_sequence(prefix) == expected
+
+
+def test_unknown_prefix_says_so(prefixed: Store) -> None:
+    with pytest.raises(UnknownSequenceError, match=r"^no sequence matches 'ab5'$"):
+        prefixed.resolve_sequence("ab5")
+
+
+def test_ambiguous_prefix_names_the_matches(prefixed: Store) -> None:
+    with pytest.raises(AmbiguousSequenceError) as caught:
+        prefixed.resolve_sequence("Ab")
+
+    assert str(caught.value) == (
+        "'ab' matches 2 sequences: ab1200000000…, ab3400000000…; give more digits"
+    )
+
+
+def test_ambiguous_prefix_shows_a_few_of_many_matches(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    events = [start(i + 1, 100, seq_id(f"7{i}")) for i in range(7)]
+    store.ingest(make_batch(7, 1, {1: events}), 1)
+
+    with pytest.raises(
+        AmbiguousSequenceError, match=r"^'7' matches 7 sequences: 70.*, 74[0-9]*…, …;"
+    ):
+        store.resolve_sequence("7")
+
+
+@pytest.mark.parametrize("prefix", ["", "xyz", "ab-1", "a" * 33])
+def test_malformed_prefix_is_refused(prefixed: Store, prefix: str) -> None:
+    with pytest.raises(UnknownSequenceError, match="is not a sequence id: give 1 to 32 hex digits"):
+        prefixed.resolve_sequence(prefix)
+
+
+# -- stats ----------------------------------------------------------------------------------
+
+
+def test_stats_count_events_batches_and_rejections(store: Store, make_batch: BatchFactory) -> None:
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]}), 10)
+    store.ingest(make_batch(7, 2, {1: [start(2, 300, S)], 2: [start(3, 300, S)]}), 20)
+    store.record_rejected("garbage")
+    store.record_rejected("garbage", 2)
+    store.record_rejected("decode")
+
+    stats = store.stats()
+
+    assert (stats.batches, stats.duplicate_batches, stats.events) == (2, 0, 4)
+    assert stats.rejected == {"decode": 1, "garbage": 3}
+
+
+def test_stats_keep_the_largest_drop_count_per_process(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    # Drop counts are cumulative; batches may arrive out of order.
+    store.ingest(make_batch(7, 2, {}, dropped=5), 30)
+    store.ingest(make_batch(7, 1, {}, dropped=3), 10)
+    store.ingest(make_batch(8, 1, {}, final=True), 20)
+
+    processes = store.stats().processes
+
+    assert [(p.puid, p.dropped, p.ended, p.last_seen_ns) for p in processes] == [
+        (7, 5, False, 30),
+        (8, 0, True, 20),
+    ]
+
+
+def test_closed_store_refuses_use(store: Store) -> None:
+    store.close()
+
+    with pytest.raises(StoreError, match="closed"):
+        store.stats()
+
+
+# -- SQLite specifics -----------------------------------------------------------------------
+
+
+def test_sqlite_repository_survives_reopening(tmp_path: Path, make_batch: BatchFactory) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    batch = make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]})
+    store = open_store(path)
+    store.ingest(batch, 1)
+    store.record_rejected("garbage")
+    before = store.load_sequence(S)
+    store.close()
+
+    reopened = open_store(path)
+    try:
+        assert reopened.load_sequence(S) == before
+        assert reopened.ingest(batch, 2) is False  # still knows the batch after a restart
+        stats = reopened.stats()
+        assert (stats.batches, stats.duplicate_batches, stats.rejected) == (1, 1, {"garbage": 1})
+    finally:
+        reopened.close()
+
+
+def test_readonly_store_reads_while_a_writer_has_the_file_open(
+    tmp_path: Path, make_batch: BatchFactory
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    writer = open_store(path)
+    reader = open_store(path, readonly=True)
+    try:
+        writer.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 1)
+        assert reader.resolve_sequence("5e") == S
+        writer.ingest(make_batch(7, 2, {1: [wire.End(1, 200)]}), 2)
+        assert reader.list_sequences(1)[0].status == "complete"
+        with pytest.raises(StoreError, match="readonly"):
+            reader.record_rejected("garbage")
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_readonly_open_of_a_missing_repository_fails_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "none" / "cmr.sqlite"
+
+    with pytest.raises(StoreError, match=r"^no repository at .*cmr\.sqlite \(run `cmr serve`"):
+        open_store(str(path), readonly=True)
+    assert not path.parent.exists()
+
+
+def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    open_store(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    conn.close()
+
+    with pytest.raises(StoreError, match=r"schema version 99, newer than .* upgrade invoseq"):
+        open_store(path)
+
+
+def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "other.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    conn.close()
+
+    with pytest.raises(StoreError, match="is not an invoseq repository"):
+        open_store(path)
+
+
+def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello, this is not SQLite\n" * 100)
+
+    with pytest.raises(StoreError, match="is not an invoseq repository"):
+        open_store(str(path))
+
+
+@pytest.mark.parametrize("url", ["postgresql://db/invoseq", "postgres://db/invoseq"])
+def test_postgresql_is_announced_as_not_yet_available(url: str) -> None:
+    with pytest.raises(StoreError, match=r"^PostgreSQL support is not available yet$"):
+        open_store(url)
+
+
+def test_an_unknown_url_scheme_is_refused() -> None:
+    with pytest.raises(StoreError, match="unsupported repository 'mysql://db': give a file path"):
+        open_store("mysql://db")
+
+
+def test_default_repository_is_under_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("INVOSEQ_DB", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_db_path() == "./.invoseq/cmr.sqlite"
+
+    open_store().close()
+
+    assert (tmp_path / ".invoseq" / "cmr.sqlite").is_file()
+
+
+def test_invoseq_db_names_the_default_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "elsewhere.sqlite"
+    monkeypatch.setenv("INVOSEQ_DB", str(path))
+    assert default_db_path() == str(path)
+
+    open_store().close()
+
+    assert path.is_file()

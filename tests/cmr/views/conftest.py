@@ -1,0 +1,117 @@
+"""Build SequenceData by hand, the way a store would return it, and describe trees compactly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from cmr.store.base import (
+    InvocationRecord,
+    MethodRecord,
+    ProcessRecord,
+    SequenceData,
+    ThreadRecord,
+)
+from cmr.views.calltree import SequenceTree, walk
+
+SEQ = bytes.fromhex("0123456789abcdef0123456789abcdef")
+PUID = 0x1111
+
+
+class SequenceBuilder:
+    """Records for one sequence. Every call registers its method, thread and process metadata
+    unless told otherwise, so a test only spells out what it is about."""
+
+    def __init__(self) -> None:
+        self.invocations: list[InvocationRecord] = []
+        self.methods: dict[tuple[int, int], MethodRecord] = {}
+        self.threads: dict[tuple[int, int], ThreadRecord] = {}
+        self.processes: dict[int, ProcessRecord] = {}
+        self._method_ids: dict[tuple[int, str], int] = {}
+
+    def process(
+        self, puid: int = PUID, *, pid: int = 4242, host: str = "box", ended: bool = False
+    ) -> None:
+        self.processes[puid] = ProcessRecord(
+            puid=puid,
+            pid=pid,
+            host=host,
+            platform_id="platform",
+            argv=("app.py",),
+            ended=ended,
+            dropped=0,
+            last_seen_ns=0,
+        )
+
+    def thread(self, tid: int, name: str, *, puid: int = PUID) -> None:
+        self.threads[(puid, tid)] = ThreadRecord(native_id=9000 + tid, name=name)
+
+    def call(
+        self,
+        name: str,
+        iid: int,
+        parent: int = 0,
+        *,
+        start: int,
+        end: int | None = None,
+        error: str | None = None,
+        puid: int = PUID,
+        tid: int = 1,
+        hid: int = 0,
+        known: bool = True,
+    ) -> None:
+        method = self._method_ids.setdefault((puid, name), len(self._method_ids) + 1)
+        if known:
+            module, _, qualname = name.rpartition(".")
+            self.methods[(puid, method)] = MethodRecord(module, qualname, "app.py", 1)
+            self.threads.setdefault((puid, tid), ThreadRecord(9000 + tid, f"T{tid}"))
+            if puid not in self.processes:
+                self.process(puid)
+        self.invocations.append(
+            InvocationRecord(
+                puid=puid,
+                iid=iid,
+                parent=parent,
+                hid=hid,
+                tid=tid,
+                method=method,
+                start_ns=start,
+                end_ns=end,
+                error=error,
+            )
+        )
+
+    def data(self) -> SequenceData:
+        return SequenceData(
+            seq=SEQ,
+            invocations=list(self.invocations),
+            methods=dict(self.methods),
+            threads=dict(self.threads),
+            processes=dict(self.processes),
+        )
+
+
+@pytest.fixture(name="builder")
+def fixture_builder() -> SequenceBuilder:
+    return SequenceBuilder()
+
+
+def outline(tree: SequenceTree) -> list[str]:
+    """One line per node: indentation by depth, name, duration/self (or '-'), status."""
+
+    def ns(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    return [
+        f"{'  ' * depth}{node.name} {ns(node.duration_ns)}/{ns(node.self_ns)} {node.status}"
+        for node, depth in walk(tree.root)
+    ]
+
+
+Outline = Callable[[SequenceTree], list[str]]
+
+
+@pytest.fixture(name="outline")
+def fixture_outline() -> Outline:
+    return outline

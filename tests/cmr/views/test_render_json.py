@@ -1,0 +1,207 @@
+"""The JSON documents are a published contract (docs/protocol.md): exact keys, order and types."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from cmr.store.base import ProcessRecord, SequenceSummary, StoreStats
+from cmr.views.calltree import build_tree
+from cmr.views.processors import limit_depth
+from cmr.views.render.json import stats_to_json, summaries_to_json, tree_to_json
+
+NODE_KEYS = [
+    "name",
+    "start_ns",
+    "end_ns",
+    "duration_ns",
+    "self_ns",
+    "process",
+    "thread",
+    "status",
+    "error",
+    "kind",
+    "handoff",
+    "children",
+]
+
+
+def check_node(node: dict) -> None:
+    assert list(node) == NODE_KEYS
+    assert isinstance(node["name"], str)
+    assert isinstance(node["start_ns"], int)
+    for key in ("end_ns", "duration_ns", "self_ns"):
+        assert node[key] is None or isinstance(node[key], int)
+    assert list(node["process"]) == ["host", "pid", "puid"]
+    assert isinstance(node["process"]["host"], str)
+    assert isinstance(node["process"]["pid"], int)
+    assert isinstance(node["process"]["puid"], int)
+    assert list(node["thread"]) == ["tid", "name"]
+    assert isinstance(node["thread"]["tid"], int)
+    assert isinstance(node["thread"]["name"], str)
+    assert node["status"] in {"ok", "error", "running", "incomplete"}
+    assert node["error"] is None or isinstance(node["error"], str)
+    assert node["kind"] in {"measured", "synthetic"}
+    assert node["handoff"] is None
+    assert isinstance(node["children"], list)
+
+
+def test_show_document_has_exactly_the_contract_keys_and_types(builder):
+    builder.thread(1, "MainThread")
+    builder.call("shop.checkout", 1, start=100, end=1_100)
+    builder.call("shop.pay", 2, 1, start=200, end=700, error="ValueError")
+    builder.call("shop.log", 3, 1, start=800)
+    builder.call("shop.remote", 1, start=900, puid=2**63 - 1, hid=4)
+
+    doc = json.loads(tree_to_json(build_tree(builder.data())))
+
+    assert list(doc) == ["seq", "status", "root"]
+    assert doc["seq"] == "0123456789abcdef0123456789abcdef"
+    assert doc["status"] == "running"
+    root = doc["root"]
+    check_node(root)
+    for child in root["children"]:
+        check_node(child)
+    assert root == {
+        "name": "shop.checkout",
+        "start_ns": 100,
+        "end_ns": 1_100,
+        "duration_ns": 1_000,
+        "self_ns": 0,  # pay 500 + log 300 (open: counted to the end) + remote 200
+        "process": {"host": "box", "pid": 4242, "puid": 0x1111},
+        "thread": {"tid": 1, "name": "MainThread"},
+        "status": "ok",
+        "error": None,
+        "kind": "measured",
+        "handoff": None,
+        "children": root["children"],
+    }
+    pay, log, remote = root["children"]
+    assert (pay["status"], pay["error"], pay["duration_ns"], pay["children"]) == (
+        "error",
+        "ValueError",
+        500,
+        [],
+    )
+    assert (log["status"], log["end_ns"], log["duration_ns"], log["self_ns"]) == (
+        "running",
+        None,
+        None,
+        None,
+    )
+    assert remote["process"]["puid"] == 2**63 - 1  # an integer, never hex
+
+
+def test_views_apply_to_json_too(builder):
+    builder.call("m.root", 1, start=0, end=10)
+    builder.call("m.child", 2, 1, start=1, end=2)
+
+    doc = json.loads(tree_to_json(limit_depth(build_tree(builder.data()), 0)))
+
+    assert doc["root"]["children"] == []
+
+
+def test_a_synthetic_root_is_marked_as_such(builder):
+    builder.call("m.orphan", 2, 1, start=1, end=2)
+
+    root = json.loads(tree_to_json(build_tree(builder.data())))["root"]
+
+    check_node(root)
+    assert (root["name"], root["kind"], root["status"]) == (
+        "<unknown root>",
+        "synthetic",
+        "incomplete",
+    )
+
+
+@pytest.fixture(name="deep_recursion")
+def fixture_deep_recursion():
+    """The reader (json.loads) recurses; the writer must not, which is what the test is about."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(40_000)
+    yield
+    sys.setrecursionlimit(limit)
+
+
+def test_a_ten_thousand_deep_chain_is_written_without_recursion(builder, deep_recursion):
+    depth = 10_000
+    for iid in range(1, depth + 1):
+        builder.call("m.f", iid, iid - 1, start=iid, end=3 * depth - iid)
+    text = tree_to_json(build_tree(builder.data()))
+
+    node = json.loads(text)["root"]
+    seen = 1
+    while node["children"]:
+        (node,) = node["children"]
+        seen += 1
+    assert seen == depth
+    check_node(node)
+
+
+def test_ls_document_is_an_array_of_summaries():
+    summaries = [
+        SequenceSummary(bytes(range(16)), "shop.checkout", 1_000, 4_000, 12, 3, 2, "complete"),
+        SequenceSummary(b"\xff" * 16, "shop.poll", 5_000, None, 1, 1, 1, "running"),
+    ]
+
+    doc = json.loads(summaries_to_json(summaries))
+
+    assert doc == [
+        {
+            "seq": "000102030405060708090a0b0c0d0e0f",
+            "root": "shop.checkout",
+            "start_ns": 1_000,
+            "duration_ns": 3_000,
+            "invocations": 12,
+            "threads": 3,
+            "processes": 2,
+            "status": "complete",
+        },
+        {
+            "seq": "ff" * 16,
+            "root": "shop.poll",
+            "start_ns": 5_000,
+            "duration_ns": None,
+            "invocations": 1,
+            "threads": 1,
+            "processes": 1,
+            "status": "running",
+        },
+    ]
+    assert list(doc[0]) == [
+        "seq",
+        "root",
+        "start_ns",
+        "duration_ns",
+        "invocations",
+        "threads",
+        "processes",
+        "status",
+    ]
+    assert json.loads(summaries_to_json([])) == []
+
+
+def test_stats_document_lists_counters_and_processes():
+    process = ProcessRecord(7, 4242, "box", "pf", ("app.py", "-v"), True, 3, 99)
+    stats = StoreStats(10, 2, 5_000, {"garbage": 1}, [process])
+
+    assert json.loads(stats_to_json(stats)) == {
+        "batches": 10,
+        "duplicate_batches": 2,
+        "events": 5_000,
+        "rejected": {"garbage": 1},
+        "processes": [
+            {
+                "host": "box",
+                "pid": 4242,
+                "puid": 7,
+                "platform_id": "pf",
+                "argv": ["app.py", "-v"],
+                "dropped": 3,
+                "last_seen_ns": 99,
+                "ended": True,
+            }
+        ],
+    }

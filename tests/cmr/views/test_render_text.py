@@ -1,0 +1,125 @@
+"""The terminal rendering: what a reader sees for each kind of call, and that big trees render."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cmr.views.calltree import build_tree
+from cmr.views.processors import drop_shorter_than, limit_depth
+from cmr.views.render.text import GUIDE_BLOCK, format_duration, render_text
+
+MS = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (0, "0 ns"),
+        (7, "7 ns"),
+        (999, "999 ns"),
+        (1_000, "1.00 µs"),
+        (1_234, "1.23 µs"),
+        (12_345, "12.3 µs"),
+        (123_456, "123 µs"),
+        (999_499, "999 µs"),
+        (999_600, "1.00 ms"),  # rounds up into the next unit rather than showing "1000 µs"
+        (99_960_000, "100 ms"),
+        (1_500_000_000, "1.50 s"),
+        (61_000_000_000, "61.0 s"),
+        (12_345_000_000_000, "12345 s"),
+    ],
+)
+def test_durations_read_in_three_significant_digits(ns, text):
+    assert format_duration(ns) == text
+
+
+@pytest.fixture(name="shop")
+def fixture_shop(builder):
+    builder.thread(1, "MainThread")
+    builder.thread(2, "pool-0")
+    builder.process(pid=4242, host="box")
+    builder.process(0x2, pid=77, host="worker", ended=True)
+    builder.call("shop.checkout", 1, start=0, end=1_000 * MS)
+    builder.call("shop.price", 2, 1, start=10, end=10 + 400 * MS)
+    builder.call("shop.tax", 3, 2, start=20, end=20 + 5 * MS, error="ValueError", tid=2)
+    builder.call("shop.pay", 4, 1, start=900 * MS)
+    builder.call("shop.remote", 9, 8, start=950 * MS, puid=0x2)
+    return build_tree(builder.data())
+
+
+def test_the_tree_is_drawn_with_guides_and_one_line_per_call(shop):
+    lines = render_text(shop).splitlines()
+
+    assert lines[0] == (
+        "0123456789abcdef0123456789abcdef  running  1.00 s  5 calls · 3 threads · 2 processes"
+    )
+    assert lines[1:] == [
+        "1.00 s  shop.checkout  self 450 ms  MainThread (1) box:4242",
+        "├─ 400 ms  shop.price  self 395 ms  MainThread (1)",
+        "│  └─ 5.00 ms  shop.tax  self 5.00 ms  pool-0 (2)  ✗ ValueError",
+        "├─ running  shop.pay  MainThread (1)",
+        "└─ incomplete  shop.remote  T1 (1) worker:77",
+    ]
+
+
+def test_hidden_calls_are_announced_where_they_were_cut(shop):
+    text = render_text(limit_depth(drop_shorter_than(shop, 100 * MS), 1))
+
+    assert text.splitlines()[0].endswith("· 1 hidden")
+    assert text.splitlines()[1:] == [
+        "1.00 s  shop.checkout  self 450 ms  MainThread (1) box:4242",
+        "├─ 400 ms  shop.price  self 395 ms  MainThread (1)",
+        "│  └─ … 1 call hidden",
+        "├─ running  shop.pay  MainThread (1)",
+        "└─ incomplete  shop.remote  T1 (1) worker:77",
+    ]
+    assert render_text(limit_depth(shop, 0)).splitlines()[-1] == "└─ … 4 calls hidden"
+
+
+def test_colour_only_when_asked(shop):
+    plain = render_text(shop)
+    coloured = render_text(shop, color=True)
+
+    assert "\033[" not in plain
+    assert "\033[31m✗ ValueError\033[0m" in coloured
+    assert "\033[33mrunning\033[0m" in coloured
+    # Stripping the escapes gives the plain text back: colour never changes the content.
+    assert re.sub(r"\033\[\d+m", "", coloured) == plain
+
+
+def test_a_complete_sequence_says_so_in_the_header(builder):
+    builder.call("m.main", 1, start=0, end=2_000)
+
+    assert render_text(build_tree(builder.data())).splitlines()[0].split("  ")[1:3] == [
+        "complete",
+        "2.00 µs",
+    ]
+
+
+def test_deep_and_wide_trees_render_completely(builder):
+    depth = 10_000
+    for iid in range(1, depth + 1):
+        builder.call("m.deep", iid, iid - 1, start=iid, end=3 * depth - iid)
+    for iid in range(depth + 1, 10 * depth):
+        builder.call("m.wide", iid, depth // 2, start=iid, end=iid + 1)
+
+    lines = render_text(build_tree(builder.data())).splitlines()
+
+    assert len(lines) == 1 + 10 * depth - 1
+    deepest = next(line for line in lines if line.endswith("m.deep  self 10.0 µs  T1 (1)"))
+    # Guides restart every GUIDE_BLOCK levels, marked with the depth they continue from.
+    assert deepest.startswith(f"[+{(depth - 2) // GUIDE_BLOCK * GUIDE_BLOCK}] ")
+    assert max(len(line) for line in lines) < 3 * GUIDE_BLOCK + 80
+
+
+def test_a_sequence_without_root_or_duration_reads_cleanly(builder):
+    builder.process(pid=7, host="box")
+    builder.call("m.lost_parent", 5, 4, start=100)
+
+    assert render_text(build_tree(builder.data())).splitlines() == [
+        "0123456789abcdef0123456789abcdef  running  1 call · 1 thread · 1 process",
+        "running  <unknown root>",
+        "└─ running  m.lost_parent  T1 (1) box:7",
+    ]

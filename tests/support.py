@@ -1,0 +1,105 @@
+"""Helpers for tests that run the real programs: `cmr serve`, traced scripts, `cmr` queries."""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+READY_PREFIX = "cmr: listening on "
+
+
+def read_line(process: subprocess.Popen[str], timeout_s: float) -> str:
+    """One line of the process's stdout, waiting at most ``timeout_s`` (no sleeping)."""
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout_s):
+            raise AssertionError(f"no output from {process.args!r} within {timeout_s} s")
+    return process.stdout.readline()
+
+
+@contextmanager
+def cmr_server(db: Path, bind: str = "tcp://127.0.0.1:*") -> Iterator[str]:
+    """A real `cmr serve` subprocess; yields its endpoint and stops it (SIGTERM) afterwards."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cmr", "serve", "--bind", bind, "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = read_line(process, 30)
+        assert line.startswith(READY_PREFIX), (line, process.stderr and process.stderr.read())
+        yield line[len(READY_PREFIX) :].strip()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()
+        process.stderr.close()
+
+
+def write_script(path: Path, source: str) -> Path:
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def traced_env(endpoint: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["INVOSEQ_ENDPOINT"] = endpoint
+    env.update(extra)
+    return env
+
+
+def cmr(db: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "cmr", *args, "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def cmr_json(db: Path, *args: str) -> Any:
+    return json.loads(cmr(db, *args, "--json").stdout)
+
+
+def shape(node: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a `cmr show --json` node a hand-written expectation states."""
+    out: dict[str, Any] = {"name": node["name"], "status": node["status"]}
+    if node["error"]:
+        out["error"] = node["error"]
+    if node["children"]:
+        out["children"] = [shape(child) for child in node["children"]]
+    return out
+
+
+def wait_for(predicate: Any, timeout_s: float = 30.0, interval_s: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns a truthy value (bounded in time)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(interval_s)

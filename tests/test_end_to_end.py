@@ -1,0 +1,237 @@
+"""@traced → ZeroMQ → `cmr serve` → SQLite → `cmr show`, all real processes and sockets."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support import cmr, cmr_json, cmr_server, read_line, shape, traced_env, write_script
+
+SHOP = """
+import tracer
+
+@tracer.traced
+def handle_request(user):
+    authenticate(user)
+    cart = load_cart(user)
+    try:
+        charge(cart)
+    except PaymentDeclined:
+        pass
+    return render(cart)
+
+@tracer.traced
+def authenticate(user):
+    return user
+
+@tracer.traced
+def load_cart(user):
+    return [fetch_item(i) for i in range(3)]
+
+@tracer.traced
+def fetch_item(i):
+    return i * 10
+
+class PaymentDeclined(Exception):
+    pass
+
+@tracer.traced
+def charge(cart):
+    validate(cart)
+
+@tracer.traced
+def validate(cart):
+    raise PaymentDeclined("card expired")
+
+@tracer.traced(name="render_receipt")
+def render(cart):
+    return sum(cart)
+
+print(handle_request("ada"))
+"""
+
+EXPECTED = {
+    "name": "__main__.handle_request",
+    "status": "ok",
+    "children": [
+        {"name": "__main__.authenticate", "status": "ok"},
+        {
+            "name": "__main__.load_cart",
+            "status": "ok",
+            "children": [{"name": "__main__.fetch_item", "status": "ok"}] * 3,
+        },
+        {
+            "name": "__main__.charge",
+            "status": "error",
+            "error": "PaymentDeclined",
+            "children": [
+                {"name": "__main__.validate", "status": "error", "error": "PaymentDeclined"}
+            ],
+        },
+        {"name": "__main__.render_receipt", "status": "ok"},
+    ],
+}
+
+
+def test_traced_program_tree_through_real_server(tmp_path: Path) -> None:
+    db = tmp_path / "cmr.sqlite"
+    script = write_script(tmp_path / "shop.py", SHOP)
+    with cmr_server(db) as endpoint:
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            env=traced_env(endpoint),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == "30\n"
+    sequences = cmr_json(db, "ls")
+    assert len(sequences) == 1
+    summary = sequences[0]
+    assert summary["root"] == "__main__.handle_request"
+    assert summary["status"] == "complete"
+    assert summary["invocations"] == 9
+    assert (summary["threads"], summary["processes"]) == (1, 1)
+    shown = cmr_json(db, "show", summary["seq"][:8])
+    assert shown["seq"] == summary["seq"]
+    assert shown["status"] == "complete"
+    assert shape(shown["root"]) == EXPECTED
+    root = shown["root"]
+    assert root["kind"] == "measured"
+    assert root["handoff"] is None
+    assert root["thread"]["name"] == "MainThread"
+    assert root["process"]["pid"] > 0
+    assert root["duration_ns"] == root["end_ns"] - root["start_ns"]
+    assert root["self_ns"] == root["duration_ns"] - sum(c["duration_ns"] for c in root["children"])
+    text = cmr(db, "show", summary["seq"][:8]).stdout
+    assert "handle_request" in text
+    assert "PaymentDeclined" in text
+
+
+RUNNING = """
+import sys
+import tracer
+
+@tracer.traced
+def slow_request():
+    step()
+    tracer.flush()
+    print("in-flight", flush=True)
+    sys.stdin.readline()
+    step()
+
+@tracer.traced
+def step():
+    return 1
+
+slow_request()
+"""
+
+
+def test_sequence_is_visible_while_running_then_complete(tmp_path: Path) -> None:
+    db = tmp_path / "cmr.sqlite"
+    script = write_script(tmp_path / "running.py", RUNNING)
+    with cmr_server(db) as endpoint:
+        program = subprocess.Popen(
+            [sys.executable, str(script)],
+            env=traced_env(endpoint),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert read_line(program, 60) == "in-flight\n"
+            (summary,) = cmr_json(db, "ls")
+            assert summary["status"] == "running"
+            assert summary["duration_ns"] is None
+            shown = cmr_json(db, "show", summary["seq"])
+            assert shown["status"] == "running"
+            assert shape(shown["root"]) == {
+                "name": "__main__.slow_request",
+                "status": "running",
+                "children": [{"name": "__main__.step", "status": "ok"}],
+            }
+            assert shown["root"]["end_ns"] is None
+            assert "running" in cmr(db, "show", summary["seq"]).stdout
+            assert program.stdin is not None
+            program.stdin.write("go\n")
+            program.stdin.flush()
+            assert program.wait(60) == 0
+        finally:
+            if program.poll() is None:
+                program.kill()
+            program.wait(10)
+            assert program.stdout is not None
+            assert program.stdin is not None
+            program.stdout.close()
+            program.stdin.close()
+    shown = cmr_json(db, "show", summary["seq"])
+    assert shown["status"] == "complete"
+    assert [c["status"] for c in shown["root"]["children"]] == ["ok", "ok"]
+
+
+def test_unknown_and_ambiguous_prefixes_are_one_line_errors(tmp_path: Path) -> None:
+    db = tmp_path / "cmr.sqlite"
+    script = write_script(
+        tmp_path / "many.py",
+        SHOP.replace('print(handle_request("ada"))', "")
+        + "\nfor user in range(40):\n    handle_request(user)\n",
+    )
+    with cmr_server(db) as endpoint:
+        subprocess.run(
+            [sys.executable, str(script)], env=traced_env(endpoint), timeout=60, check=True
+        )
+    unknown = cmr(db, "show", "zz", check=False)
+    assert unknown.returncode == 1
+    assert len(unknown.stderr.strip().splitlines()) == 1
+    seqs = [s["seq"] for s in cmr_json(db, "ls", "--limit", "100")]
+    assert len(seqs) == 40
+    first_digits = [s[0] for s in seqs]
+    shared = max(set(first_digits), key=first_digits.count)  # 40 ids over 16 digits: some repeat
+    ambiguous = cmr(db, "show", shared, check=False)
+    assert ambiguous.returncode == 1
+    assert len(ambiguous.stderr.strip().splitlines()) == 1
+    assert "matches" in ambiguous.stderr
+
+
+def test_bad_frames_are_counted_and_valid_traffic_continues(tmp_path: Path) -> None:
+    import msgspec
+    import zmq
+
+    from tracer import wire
+
+    db = tmp_path / "cmr.sqlite"
+    script = write_script(tmp_path / "shop.py", SHOP)
+    with cmr_server(db) as endpoint:
+        context = zmq.Context()
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.connect(endpoint)
+        good_body = msgspec.msgpack.encode(
+            (7, 1, (1, "h", "p", 0, 0, []), [], [], [(1, [(1, 5, 0)])], 0, False)
+        )
+        sock.send_multipart([b"\x00garbage\xff", b"rubbish"])  # no magic
+        sock.send_multipart([wire.header(1)[:4] + bytes((99, 1)), good_body])  # future version
+        sock.send_multipart([wire.BATCH_HEADER, good_body[: len(good_body) // 2]])  # truncated
+        sock.send_multipart([wire.BATCH_HEADER, msgspec.msgpack.encode({"a": [1, 2]})])  # shape
+        sock.send_multipart([wire.BATCH_HEADER])  # one frame only
+        sock.send_multipart([wire.BATCH_HEADER, good_body])  # valid: acknowledged
+        assert sock.poll(30_000), "no acknowledgement for the valid batch"
+        head, body = sock.recv_multipart()
+        assert head == wire.ACK_HEADER
+        assert msgspec.msgpack.decode(body) == [7, 1]
+        sock.close()
+        context.term()
+        result = subprocess.run(
+            [sys.executable, str(script)], env=traced_env(endpoint), timeout=60, check=False
+        )
+        assert result.returncode == 0
+    stats = cmr_json(db, "stats")
+    assert stats["rejected"] == {"garbage": 1, "version": 1, "decode": 2, "frames": 1}
+    assert stats["batches"] >= 2
+    (summary,) = cmr_json(db, "ls")
+    assert summary["root"] == "__main__.handle_request"
+    assert summary["status"] == "complete"

@@ -1,0 +1,26 @@
+"""invoseq tracer: the library inside the traced program.
+
+    from tracer import traced
+
+    @traced
+    def checkout(cart): ...
+
+Every call of a traced function becomes an invocation of a sequence; the sequences stream to the
+repository (``cmr serve``, or the one ``tracer run`` embeds). See docs/guide.md.
+"""
+
+from tracer.config import Config, ConfigError
+from tracer.context import current_sequence
+from tracer.decorator import traced
+from tracer.runtime import configure, flush, shutdown, stats
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "configure",
+    "current_sequence",
+    "flush",
+    "shutdown",
+    "stats",
+    "traced",
+]

@@ -1,0 +1,136 @@
+"""Settings: one frozen dataclass. An explicit argument beats an environment variable, which beats
+the default. Every variable is a named constant below, documented in docs/guide.md."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Final, TypeVar
+
+log = logging.getLogger("tracer")
+
+DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:7311"
+
+ENV_ENDPOINT: Final = "INVOSEQ_ENDPOINT"
+ENV_ENABLED: Final = "INVOSEQ_ENABLED"
+ENV_FLUSH_INTERVAL_MS: Final = "INVOSEQ_FLUSH_INTERVAL_MS"
+ENV_FLUSH_TIMEOUT_MS: Final = "INVOSEQ_FLUSH_TIMEOUT_MS"
+ENV_BATCH_EVENTS: Final = "INVOSEQ_BATCH_EVENTS"
+ENV_QUEUE_BATCHES: Final = "INVOSEQ_QUEUE_BATCHES"
+
+_ENDPOINT_SCHEMES: Final = ("tcp://", "ipc://", "inproc://")
+
+
+class ConfigError(ValueError):
+    """A setting has a value the tracer cannot use; the message names the setting."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    #: Where the repository listens (ZeroMQ endpoint).
+    endpoint: str = DEFAULT_ENDPOINT
+    #: False makes every traced function call straight through, recording nothing.
+    enabled: bool = True
+    #: How often the sender collects and sends buffered events.
+    flush_interval_ms: int = 50
+    #: The longest that shutdown (and so interpreter exit) waits for the repository.
+    flush_timeout_ms: int = 2000
+    #: The most events in one batch.
+    batch_events: int = 4096
+    #: Batches queued for the repository before new ones are dropped (and counted).
+    queue_batches: int = 256
+
+
+_ENV_NAMES: Final = {
+    "endpoint": ENV_ENDPOINT,
+    "enabled": ENV_ENABLED,
+    "flush_interval_ms": ENV_FLUSH_INTERVAL_MS,
+    "flush_timeout_ms": ENV_FLUSH_TIMEOUT_MS,
+    "batch_events": ENV_BATCH_EVENTS,
+    "queue_batches": ENV_QUEUE_BATCHES,
+}
+
+_T = TypeVar("_T")
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected one of 1/0/true/false/yes/no/on/off, got {text!r}")
+
+
+def _check_endpoint(value: str) -> str:
+    if not value.startswith(_ENDPOINT_SCHEMES):
+        raise ValueError(f"expected a ZeroMQ endpoint like {DEFAULT_ENDPOINT}, got {value!r}")
+    return value
+
+
+def _positive(value: int) -> int:
+    if value <= 0:
+        raise ValueError(f"expected a positive number, got {value}")
+    return value
+
+
+_CHECKS: Final[dict[str, Callable[[Any], Any]]] = {
+    "endpoint": _check_endpoint,
+    "flush_interval_ms": _positive,
+    "flush_timeout_ms": lambda v: v if v >= 0 else _positive(v),
+    "batch_events": _positive,
+    "queue_batches": _positive,
+}
+
+
+def _convert(name: str, raw: Any, expected: type) -> Any:
+    if expected is bool:
+        value = _parse_bool(raw) if isinstance(raw, str) else raw
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {raw!r}")
+        return value
+    if expected is int:
+        value = int(raw) if isinstance(raw, str) else raw
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"expected an integer, got {raw!r}")
+        return _CHECKS.get(name, lambda v: v)(value)
+    if not isinstance(raw, str):
+        raise TypeError(f"expected a string, got {raw!r}")
+    return _CHECKS.get(name, lambda v: v)(raw)
+
+
+def resolve(
+    overrides: Mapping[str, Any], environ: Mapping[str, str] | None = None, *, strict: bool = True
+) -> Config:
+    """Build the configuration: argument > environment > default.
+
+    A bad explicit argument raises ConfigError. A bad environment value raises too when ``strict``;
+    otherwise (the tracer configuring itself lazily inside the host program) it is logged and the
+    default is used, because the tracer never raises into user code."""
+    env = os.environ if environ is None else environ
+    known = {f.name: f for f in fields(Config)}
+    unknown = set(overrides) - set(known)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for name, spec in known.items():
+        expected = type(getattr(Config(), name))
+        if overrides.get(name) is not None:
+            try:
+                values[name] = _convert(name, overrides[name], expected)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"configure({name}=...): {exc}") from None
+            continue
+        raw = env.get(_ENV_NAMES[name])
+        if raw is None or raw == "":
+            continue
+        try:
+            values[name] = _convert(name, raw, expected)
+        except (ValueError, TypeError) as exc:
+            message = f"environment variable {_ENV_NAMES[name]}: {exc}"
+            if strict:
+                raise ConfigError(message) from None
+            log.warning("invoseq: %s; using the default %r", message, spec.default)
+    return replace(Config(), **values)

@@ -1,0 +1,313 @@
+"""``@traced``: start and end events around every call of a function.
+
+Hot path per call (sync): one ContextVar get/set/reset, one counter step, two clock reads and two
+list appends of a tuple, no lock and no syscall. Everything else is decided at decoration time:
+the method is interned then, and the wrapper's shape (sync, coroutine, generator, async generator)
+is chosen then.
+
+The wrapper never raises into user code: a failure in the tracer's own steps is counted and logged
+once (``recorder.internal_error``), and the user's function still runs. The user's own exceptions
+propagate unchanged, after an ``Error`` event that names their type.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import Any, Final, TypeVar, overload
+
+from tracer import context, ids, recorder
+from tracer.wire import TAG_END, TAG_ERROR, TAG_START
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+TRACED_MARK: Final = "__invoseq_traced__"
+
+# Bound once: the hot path reads module globals, never attributes of other modules.
+_tls = recorder.tls
+_register_thread = recorder.register_thread
+_next_iid = recorder.next_iid
+_internal_error = recorder.internal_error
+_new_seq = ids.new_seq
+_get = context.current.get
+_set = context.current.set
+_reset = context.current.reset
+_clock = time.perf_counter_ns
+
+_disabled = False
+_UNTRACED: tuple[bytes, int] = (b"", 0)
+
+
+def set_enabled(enabled: bool) -> None:
+    """Turn recording on or off for every traced function (the runtime calls this)."""
+    global _disabled
+    _disabled = not enabled
+
+
+def _begin(method: int) -> tuple[int, tuple[bytes, int]]:
+    """Record a Start and return (iid, the context value of the new invocation)."""
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    current = _get()
+    iid = _next_iid()
+    if current is None:
+        seq = _new_seq()
+        parent = 0
+    else:
+        seq, parent = current
+    events.append((TAG_START, iid, parent, 0, method, _clock(), seq))
+    return iid, (seq, iid)
+
+
+def _end(iid: int) -> None:
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    events.append((TAG_END, iid, _clock()))
+
+
+def _fail(iid: int, exc: BaseException) -> None:
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
+
+
+def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    def traced_call(*args: Any, **kwargs: Any) -> Any:
+        if _disabled:
+            return fn(*args, **kwargs)
+        try:
+            # Inlined _begin: this is the path every traced call takes.
+            try:
+                events = _tls.events
+            except AttributeError:
+                events = _register_thread()
+            current = _get()
+            iid = _next_iid()
+            if current is None:
+                seq = _new_seq()
+                parent = 0
+            else:
+                seq, parent = current
+            token = _set((seq, iid))
+            events.append((TAG_START, iid, parent, 0, method, _clock(), seq))
+        except Exception as exc:
+            _internal_error(exc)
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
+                _reset(token)
+            except Exception as inner:
+                _internal_error(inner)
+            raise
+        try:
+            events.append((TAG_END, iid, _clock()))
+            _reset(token)
+        except Exception as inner:
+            _internal_error(inner)
+        return result
+
+    return traced_call
+
+
+def _wrap_coroutine(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    async def traced_coroutine(*args: Any, **kwargs: Any) -> Any:
+        if _disabled:
+            return await fn(*args, **kwargs)
+        try:
+            iid, value = _begin(method)
+            token = _set(value)
+        except Exception as exc:
+            _internal_error(exc)
+            return await fn(*args, **kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                _fail(iid, exc)
+                _reset(token)
+            except Exception as inner:
+                _internal_error(inner)
+            raise
+        try:
+            _end(iid)
+            _reset(token)
+        except Exception as inner:
+            _internal_error(inner)
+        return result
+
+    return traced_coroutine
+
+
+def _wrap_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    """The invocation starts when the generator first runs and ends when it is exhausted, raises
+    or is closed. Each resumption runs inside the invocation's context, and the caller's context is
+    restored before every yield, so calls made between iterations belong to the caller."""
+
+    def traced_generator(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        inner = fn(*args, **kwargs)
+        if _disabled:
+            return (yield from inner)
+        try:
+            iid, value = _begin(method)
+        except Exception as exc:
+            _internal_error(exc)
+            return (yield from inner)
+        to_send: Any = None
+        to_throw: BaseException | None = None
+        while True:
+            token = _set(value)
+            try:
+                item = inner.send(to_send) if to_throw is None else inner.throw(to_throw)
+            except StopIteration as stop:
+                _end(iid)
+                return stop.value
+            except BaseException as exc:
+                _fail(iid, exc)
+                raise
+            finally:
+                _reset(token)
+            try:
+                to_send, to_throw = (yield item), None
+            except GeneratorExit:
+                token = _set(value)
+                try:
+                    inner.close()
+                except BaseException as exc:
+                    _fail(iid, exc)
+                    raise
+                finally:
+                    _reset(token)
+                _end(iid)
+                raise
+            except BaseException as exc:
+                to_send, to_throw = None, exc
+
+    return traced_generator
+
+
+def _wrap_async_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    """As ``_wrap_generator``; an untraced run (disabled, or a tracer failure) takes the same loop
+    so ``asend``/``athrow``/``aclose`` always reach the user's generator."""
+
+    async def traced_async_generator(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+        inner = fn(*args, **kwargs)
+        iid, value = 0, _UNTRACED
+        if not _disabled:
+            try:
+                iid, value = _begin(method)
+            except Exception as exc:
+                _internal_error(exc)
+        to_send: Any = None
+        to_throw: BaseException | None = None
+        while True:
+            token = _set(value) if iid else None
+            try:
+                if to_throw is None:
+                    item = await inner.asend(to_send)
+                else:
+                    item = await inner.athrow(to_throw)
+            except BaseException as exc:
+                if iid:
+                    _end(iid) if isinstance(exc, StopAsyncIteration) else _fail(iid, exc)
+                if isinstance(exc, StopAsyncIteration):
+                    return
+                raise
+            finally:
+                if token is not None:
+                    _reset(token)
+            try:
+                to_send, to_throw = (yield item), None
+            except GeneratorExit:
+                await _close_async(inner, iid, value)
+                raise
+            except BaseException as exc:
+                to_send, to_throw = None, exc
+
+    return traced_async_generator
+
+
+async def _close_async(inner: AsyncGenerator[Any, Any], iid: int, value: Any) -> None:
+    token = _set(value) if iid else None
+    try:
+        await inner.aclose()
+    except BaseException as exc:
+        if iid:
+            _fail(iid, exc)
+        raise
+    finally:
+        if token is not None:
+            _reset(token)
+    if iid:
+        _end(iid)
+
+
+def _source(fn: Callable[..., Any]) -> tuple[str, int]:
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return "", 0
+    return code.co_filename, code.co_firstlineno
+
+
+def _wrap(fn: Callable[..., Any], name: str | None) -> Callable[..., Any]:
+    if getattr(fn, TRACED_MARK, False):
+        return fn
+    file, line = _source(fn)
+    module = str(getattr(fn, "__module__", None) or "<unknown>")
+    qualname = str(name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
+    method = recorder.register_method(module, qualname, file, line)
+    if inspect.isasyncgenfunction(fn):
+        wrapper = _wrap_async_generator(fn, method)
+    elif inspect.iscoroutinefunction(fn):
+        wrapper = _wrap_coroutine(fn, method)
+    elif inspect.isgeneratorfunction(fn):
+        wrapper = _wrap_generator(fn, method)
+    else:
+        wrapper = _wrap_sync(fn, method)
+    functools.update_wrapper(wrapper, fn)
+    setattr(wrapper, TRACED_MARK, True)
+    return wrapper
+
+
+def _wrap_any(target: Any, name: str | None) -> Any:
+    if isinstance(target, staticmethod):
+        return staticmethod(_wrap(target.__func__, name))
+    if isinstance(target, classmethod):
+        return classmethod(_wrap(target.__func__, name))
+    if not callable(target):
+        raise TypeError(
+            f"@traced takes a function or method, not {type(target).__name__} {target!r}; "
+            "to name the invocation, write @traced(name='...')"
+        )
+    if isinstance(target, type):
+        raise TypeError(
+            f"@traced decorates functions and methods, not the class {target.__qualname__}; "
+            "decorate its methods, or use `tracer run --include` to trace a whole module"
+        )
+    return _wrap(target, name)
+
+
+@overload
+def traced(fn: F, /) -> F: ...
+@overload
+def traced(*, name: str | None = None) -> Callable[[F], F]: ...
+def traced(fn: Any = None, /, *, name: str | None = None) -> Any:
+    """Trace every call of a function: ``@traced`` or ``@traced(name="checkout")``.
+
+    Works on functions, methods, classmethods, staticmethods, coroutines, generators and async
+    generators, keeping their name, docstring, signature and kind (``inspect`` sees through it)."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"traced(name=...) takes a string, not {type(name).__name__}")
+    if fn is None:
+        return lambda target: _wrap_any(target, name)
+    return _wrap_any(fn, name)

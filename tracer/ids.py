@@ -1,0 +1,93 @@
+"""Identity of the platform, the process and the sequence (see DESIGN.md, "Identity").
+
+Ids are plain ints and bytes on the hot path; hex appears only at the edges. Random values come
+from a ``random.Random`` seeded from the OS at start and again in a forked child, so drawing a
+sequence id costs no syscall and a child never repeats its parent's draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Final
+
+_MACHINE_ID_FILES: Final = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+_rng = random.Random(os.urandom(32))
+
+
+def _reseed() -> None:
+    _rng.seed(os.urandom(32))
+
+
+def new_seq() -> bytes:
+    """A random 128-bit sequence id (a valid W3C trace-id: never all zero)."""
+    return (_rng.getrandbits(128) | 1).to_bytes(16, "big")
+
+
+def new_id63() -> int:
+    """A random non-zero id that fits a signed 64-bit integer (stored as SQLite INTEGER)."""
+    return _rng.getrandbits(63) or 1
+
+
+def host_name() -> str:
+    return socket.gethostname()
+
+
+def platform_id() -> str:
+    """A stable id of this host: a hash of its machine id, or of its host name when it has none."""
+    for path in _MACHINE_ID_FILES:
+        try:
+            with open(path, "rb") as file:
+                machine = file.read().strip()
+        except OSError:
+            continue
+        if machine:
+            return hashlib.sha256(b"invoseq:" + machine).hexdigest()[:16]
+    return hashlib.sha256(b"invoseq-host:" + host_name().encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """Who is sending: drawn at start, and again in a forked child."""
+
+    puid: int
+    pid: int
+    host: str
+    platform_id: str
+    clock_offset_ns: int  # wall ns - monotonic ns: converts event times to wall time
+    started_ns: int
+    argv: tuple[str, ...]
+
+
+def _draw_identity() -> ProcessIdentity:
+    return ProcessIdentity(
+        puid=new_id63(),
+        pid=os.getpid(),
+        host=host_name(),
+        platform_id=platform_id(),
+        clock_offset_ns=time.time_ns() - time.perf_counter_ns(),
+        started_ns=time.time_ns(),
+        argv=tuple(arg[:4096] for arg in sys.argv[:64]),
+    )
+
+
+_identity = _draw_identity()
+
+
+def identity() -> ProcessIdentity:
+    return _identity
+
+
+def _after_fork_in_child() -> None:
+    global _identity
+    _reseed()
+    _identity = _draw_identity()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,147 @@
+"""Where events wait for the sender: a list per thread, plus the interned method and thread tables.
+
+The hot path appends a tuple to its own thread's list and takes no lock. The sender drains a list
+with ``events[:n]`` then ``del events[:n]``: each is atomic under the GIL, and anything appended in
+between stays for the next round, so nothing is lost and nothing is sent twice.
+
+The first event of a thread takes the slow path (``register_thread``), which assigns the thread's
+serial ``tid``, interns its metadata and makes sure a sender is running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+log = logging.getLogger("tracer")
+
+#: An event as the hot path records it; the layouts are those of tracer.wire's event structs.
+EventTuple = tuple[Any, ...]
+#: A method's interned metadata, laid out as tracer.wire.MethodInfo.
+MethodTuple = tuple[int, str, str, str, int]
+#: A thread's interned metadata, laid out as tracer.wire.ThreadInfo.
+ThreadTuple = tuple[int, int, str]
+
+tls: Final = threading.local()
+next_iid: Final[Callable[[], int]] = itertools.count(1).__next__
+_next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
+
+
+@dataclass(slots=True, eq=False)
+class ThreadBuffer:
+    tid: int
+    thread: weakref.ref[threading.Thread]
+    events: list[EventTuple] = field(default_factory=list)
+
+    def alive(self) -> bool:
+        thread = self.thread()
+        return thread is not None and thread.is_alive()
+
+
+_lock = threading.Lock()
+_buffers: list[ThreadBuffer] = []
+_threads: list[ThreadTuple] = []
+_methods: list[MethodTuple] = []
+
+
+#: Called (outside any lock) after a thread's first event is registered: the runtime starts the
+#: sender from here, so importing and decorating never starts a thread.
+def _no_op() -> None:
+    pass
+
+
+on_new_thread: Callable[[], None] = _no_op
+
+
+def register_thread() -> list[EventTuple]:
+    """The slow path of a thread's first event: returns the list its events go to."""
+    thread = threading.current_thread()
+    with _lock:
+        buffer = ThreadBuffer(_next_tid(), weakref.ref(thread))
+        _buffers.append(buffer)
+        _threads.append((buffer.tid, threading.get_native_id(), thread.name[:1024]))
+    tls.events = buffer.events
+    try:
+        on_new_thread()
+    except Exception as exc:
+        internal_error(exc)
+    return buffer.events
+
+
+def register_method(module: str, qualname: str, file: str, line: int) -> int:
+    """Intern a method's metadata (at decoration time) and return its id."""
+    with _lock:
+        _methods.append((len(_methods) + 1, module[:1024], qualname[:1024], file[:4096], line))
+        return len(_methods)
+
+
+def methods_since(count: int) -> list[MethodTuple]:
+    return _methods[count:]
+
+
+def threads_since(count: int) -> list[ThreadTuple]:
+    return _threads[count:]
+
+
+def drain() -> list[tuple[int, list[EventTuple]]]:
+    """Take every buffered event, per thread in order; forget threads that have ended."""
+    with _lock:
+        buffers = list(_buffers)
+    chunks: list[tuple[int, list[EventTuple]]] = []
+    finished: list[ThreadBuffer] = []
+    for buffer in buffers:
+        ended = not buffer.alive()  # checked before draining: an ended thread appends no more
+        events = buffer.events
+        count = len(events)
+        if count:
+            chunks.append((buffer.tid, events[:count]))
+            del events[:count]
+        if ended:
+            finished.append(buffer)
+    if finished:
+        with _lock:
+            for buffer in finished:
+                _buffers.remove(buffer)
+    return chunks
+
+
+def buffered() -> int:
+    """Events waiting in the per-thread lists (approximate while threads run)."""
+    return sum(len(buffer.events) for buffer in list(_buffers))
+
+
+# -- the tracer's own failures: counted, logged once, never raised into user code -------------
+
+_errors = 0
+
+
+def internal_error(exc: BaseException) -> None:
+    global _errors
+    _errors += 1
+    if _errors == 1:
+        log.error("invoseq: internal tracer error (reported once; tracing goes on)", exc_info=exc)
+
+
+def internal_errors() -> int:
+    return _errors
+
+
+def _after_fork_in_child() -> None:
+    """The child starts with no buffered events: the parent sends its own. Only the forking thread
+    exists in the child, so its thread-local list is the only one to forget."""
+    global _lock
+    _lock = threading.Lock()
+    _buffers.clear()
+    _threads.clear()
+    with contextlib.suppress(AttributeError):
+        del tls.events
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

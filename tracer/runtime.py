@@ -1,0 +1,140 @@
+"""The tracer's lifecycle: configure, lazy start, shutdown at exit, and a fresh sender after fork.
+
+Importing and decorating start nothing. The sender starts when ``configure()`` is called, or at the
+first traced call of the process with the settings from the environment. ``shutdown()`` runs at
+interpreter exit and is bounded by ``flush_timeout_ms`` even when no repository listens.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tracer import decorator, recorder
+from tracer.config import Config, resolve
+from tracer.sender import Sender
+from tracer.transport import Transport, ZmqTransport
+
+_lock = threading.RLock()
+_config: Config | None = None
+_sender: Sender | None = None
+_shut_down = False
+_transport_factory: Callable[[Config], Transport] | None = None  # tracer.testing swaps this in
+_abandoned: list[Sender] = []  # a forked child must not touch (or collect) its parent's sockets
+_last: Sender | None = None  # the most recent sender, so stats() still reports after shutdown
+
+
+def _start(config: Config) -> None:
+    """Start a sender for ``config`` (caller holds the lock)."""
+    global _sender, _last
+    if not config.enabled:
+        return
+    factory = _transport_factory
+
+    def transport() -> Transport:
+        if factory is None:
+            return ZmqTransport(config.endpoint, config.queue_batches)
+        return factory(config)
+
+    sender = Sender(config, transport)
+    sender.start()
+    _sender = _last = sender
+
+
+def configure(**settings: Any) -> Config:
+    """Apply settings (argument > environment > default) and (re)start the sender.
+
+    Events recorded before the call are sent through the new configuration. Raises ConfigError
+    for a setting the tracer cannot use."""
+    global _config, _shut_down
+    config = resolve(settings, strict=True)
+    with _lock:
+        _stop_sender(config.flush_timeout_ms)
+        _config = config
+        _shut_down = False
+        decorator.set_enabled(config.enabled)
+        _start(config)
+    return config
+
+
+def _stop_sender(timeout_ms: int) -> bool:
+    global _sender
+    sender, _sender = _sender, None
+    if sender is None:
+        return True
+    return sender.stop(timeout_ms / 1000)
+
+
+def ensure_started() -> None:
+    """Start the sender with the environment's settings if nothing started it yet (first event)."""
+    global _config
+    if _sender is not None or _shut_down:
+        return
+    with _lock:
+        if _sender is not None or _shut_down:
+            return
+        if _config is None:
+            _config = resolve({}, strict=False)
+            decorator.set_enabled(_config.enabled)
+        _start(_config)
+
+
+def shutdown(timeout_s: float | None = None) -> bool:
+    """Flush and stop: send what is buffered, wait for the repository's acknowledgement (at most
+    ``timeout_s``, default the configured flush timeout), and stop recording. True when everything
+    sent was acknowledged. Runs at interpreter exit; calling it again is harmless."""
+    global _shut_down
+    with _lock:
+        _shut_down = True
+        decorator.set_enabled(False)
+        config = _config or Config()
+        timeout_ms = config.flush_timeout_ms if timeout_s is None else int(timeout_s * 1000)
+        return _stop_sender(timeout_ms)
+
+
+def flush(timeout_s: float | None = None) -> bool:
+    """Send what is buffered now and wait (bounded) for its acknowledgement; keeps tracing."""
+    with _lock:
+        sender = _sender
+        config = _config or Config()
+    if sender is None:
+        return recorder.buffered() == 0
+    return sender.flush(config.flush_timeout_ms / 1000 if timeout_s is None else timeout_s)
+
+
+@dataclass(frozen=True, slots=True)
+class TracerStats:
+    sent_events: int
+    dropped_events: int
+    acked_batches: int
+    buffered_events: int
+    internal_errors: int
+
+
+def stats() -> TracerStats:
+    """Counters of the current (or last) sender: what was sent, dropped and acknowledged."""
+    sender = _sender or _last
+    return TracerStats(
+        sent_events=sender.sent_events if sender else 0,
+        dropped_events=sender.dropped if sender else 0,
+        acked_batches=sender.acked_batches if sender else 0,
+        buffered_events=recorder.buffered(),
+        internal_errors=recorder.internal_errors(),
+    )
+
+
+def _after_fork_in_child() -> None:
+    global _sender, _last, _lock
+    _lock = threading.RLock()
+    if _sender is not None:
+        _abandoned.append(_sender)
+    _sender = _last = None
+
+
+recorder.on_new_thread = ensure_started
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(shutdown)

@@ -1,0 +1,188 @@
+"""The background sender: one daemon thread that drains per-thread buffers into numbered batches.
+
+Modelled on OpenTelemetry's BatchProcessor: one worker woken by an Event, a bounded queue (the
+transport's), a counter of dropped events, and a thread that never runs traced code. The host
+program is never blocked: its threads only append to their own lists; ``flush`` and ``stop`` wait
+for the worker at most as long as they are told to.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from tracer import ids, recorder
+from tracer.config import Config
+from tracer.transport import Transport
+
+log = logging.getLogger("tracer")
+
+#: Batches remembered while waiting for their acknowledgement; older ones are given up on.
+MAX_UNACKED = 4096
+
+
+class Sender:
+    def __init__(self, config: Config, transport_factory: Callable[[], Transport]) -> None:
+        self._config = config
+        self._transport_factory = transport_factory
+        self._identity = ids.identity()
+        self._encoder = msgspec.msgpack.Encoder()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._flush_requests = 0
+        self._flushed = threading.Condition(self._lock)
+        self._flushes_done = 0
+        self._flush_result = False
+        self._stopping = False
+        self._batch_no = 0
+        self._methods_sent = 0
+        self._threads_sent = 0
+        self._unacked: dict[int, int] = {}  # batch_no -> events
+        self.dropped = 0  # events that could not be queued for the repository
+        self.sent_events = 0
+        self.acked_batches = 0
+        self._thread = threading.Thread(target=self._run, name="invoseq-sender", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Send everything buffered so far and wait (bounded) for its acknowledgement."""
+        with self._lock:
+            if self._stopping or not self._thread.is_alive():
+                return False
+            self._flush_requests += 1
+            wanted = self._flush_requests
+        self._wake.set()
+        with self._flushed:
+            done = self._flushed.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
+            return done and self._flush_result
+
+    def stop(self, timeout_s: float) -> bool:
+        """Send everything left, with a final batch, wait for acknowledgements, close the socket.
+        True when every batch this sender sent was acknowledged."""
+        with self._lock:
+            self._stopping = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s + 1.0)
+        return not self._thread.is_alive() and self._flush_result
+
+    # -- the worker thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            transport = self._transport_factory()
+        except Exception as exc:
+            log.exception("invoseq: cannot open the transport to %s", self._config.endpoint)
+            recorder.internal_error(exc)
+            return
+        interval = self._config.flush_interval_ms / 1000
+        try:
+            while True:
+                self._wake.wait(interval)
+                self._wake.clear()
+                with self._lock:
+                    stopping = self._stopping
+                    requested = self._flush_requests
+                self._send_buffered(transport, final=stopping)
+                self._collect_acks(transport, 0)
+                if stopping or requested > self._flushes_done:
+                    result = self._await_acks(transport)
+                    with self._flushed:
+                        self._flush_result = result
+                        self._flushes_done = requested
+                        self._flushed.notify_all()
+                if stopping:
+                    return
+        except Exception as exc:
+            recorder.internal_error(exc)
+        finally:
+            with self._flushed:
+                self._flushes_done = self._flush_requests
+                self._flushed.notify_all()
+            try:
+                transport.close()
+            except Exception as exc:
+                recorder.internal_error(exc)
+
+    def _send_buffered(self, transport: Transport, *, final: bool) -> None:
+        chunks = recorder.drain()
+        limit = self._config.batch_events
+        pending: list[tuple[int, list[recorder.EventTuple]]] = []
+        size = 0
+        for tid, events in chunks:
+            start = 0
+            while start < len(events):
+                part = events[start : start + limit - size]
+                pending.append((tid, part))
+                size += len(part)
+                start += len(part)
+                if size >= limit:
+                    self._send_batch(transport, pending, size, final=False)
+                    pending, size = [], 0
+        if pending or final:
+            self._send_batch(transport, pending, size, final=final)
+
+    def _send_batch(
+        self,
+        transport: Transport,
+        chunks: list[tuple[int, list[recorder.EventTuple]]],
+        size: int,
+        *,
+        final: bool,
+    ) -> None:
+        # Infos are gathered after draining: every event drained was recorded after its method
+        # and thread were interned, so the batch carries whatever its events refer to.
+        methods = recorder.methods_since(self._methods_sent)
+        threads = recorder.threads_since(self._threads_sent)
+        process = self._identity
+        self._batch_no += 1
+        batch = (
+            process.puid,
+            self._batch_no,
+            (
+                process.pid,
+                process.host,
+                process.platform_id,
+                process.clock_offset_ns,
+                process.started_ns,
+                process.argv,
+            ),
+            methods,
+            threads,
+            chunks,
+            self.dropped,
+            final,
+        )
+        body = self._encoder.encode(batch)
+        if transport.send(body):
+            self._methods_sent += len(methods)
+            self._threads_sent += len(threads)
+            self.sent_events += size
+            if len(self._unacked) >= MAX_UNACKED:
+                self._unacked.pop(next(iter(self._unacked)))
+            self._unacked[self._batch_no] = size
+        else:
+            self.dropped += size
+
+    def _collect_acks(self, transport: Transport, timeout_ms: int) -> None:
+        for ack in transport.receive_acks(timeout_ms):
+            if (
+                ack.puid == self._identity.puid
+                and self._unacked.pop(ack.batch_no, None) is not None
+            ):
+                self.acked_batches += 1
+
+    def _await_acks(self, transport: Transport) -> bool:
+        deadline = time.monotonic() + self._config.flush_timeout_ms / 1000
+        while self._unacked:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._collect_acks(transport, max(1, min(50, int(remaining * 1000))))
+        return True

@@ -1,0 +1,103 @@
+"""Helpers for testing code that uses the tracer: capture what it would send, in memory.
+
+    from tracer.testing import capture
+
+    with capture() as trace:
+        checkout(cart)
+    assert [i.name for i in trace.invocations()] == ["shop.checkout", "shop.price"]
+
+The captured batches went through the same encoder as production and were decoded with the
+repository's typed decoder, so a test also checks what goes on the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tracer import runtime, wire
+from tracer.config import Config
+from tracer.transport import MemoryTransport
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedInvocation:
+    iid: int
+    parent: int  # iid of the enclosing invocation, 0 for a root
+    seq: str  # 32 hex digits
+    name: str  # module.qualname
+    tid: int
+    thread_name: str
+    start_ns: int  # this process's monotonic clock
+    end_ns: int | None
+    status: str  # ok | error | running
+    error: str | None
+
+
+class Capture:
+    def __init__(self) -> None:
+        self.transport = MemoryTransport()
+
+    @property
+    def batches(self) -> list[wire.Batch]:
+        return self.transport.batches
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        if not runtime.flush(timeout_s):
+            raise AssertionError("the tracer did not flush within the timeout")
+
+    def invocations(self) -> list[CapturedInvocation]:
+        """Every invocation captured so far, in start order (flushes first)."""
+        self.flush()
+        methods: dict[int, str] = {}
+        threads: dict[int, str] = {}
+        starts: dict[int, tuple[wire.Start, int]] = {}
+        ends: dict[int, wire.End | wire.Error] = {}
+        for batch in self.batches:
+            methods.update({m.method: f"{m.module}.{m.qualname}" for m in batch.methods})
+            threads.update({t.tid: t.name for t in batch.threads})
+            for chunk in batch.chunks:
+                for event in chunk.events:
+                    if isinstance(event, wire.Start):
+                        starts[event.iid] = (event, chunk.tid)
+                    else:
+                        ends[event.iid] = event
+        result = []
+        for iid, (start, tid) in sorted(starts.items(), key=lambda item: item[1][0].t_ns):
+            end = ends.get(iid)
+            status = "running" if end is None else "error" if isinstance(end, wire.Error) else "ok"
+            result.append(
+                CapturedInvocation(
+                    iid=iid,
+                    parent=start.parent,
+                    seq=start.seq.hex(),
+                    name=methods.get(start.method, f"<unknown method {start.method}>"),
+                    tid=tid,
+                    thread_name=threads.get(tid, "?"),
+                    start_ns=start.t_ns,
+                    end_ns=None if end is None else end.t_ns,
+                    status=status,
+                    error=end.error if isinstance(end, wire.Error) else None,
+                )
+            )
+        return result
+
+
+@contextmanager
+def capture(**settings: Any) -> Iterator[Capture]:
+    """Trace into memory for the duration of the block; the tracer is shut down afterwards."""
+    captured = Capture()
+
+    def factory(config: Config) -> MemoryTransport:
+        return captured.transport
+
+    previous = runtime._transport_factory
+    runtime._transport_factory = factory
+    try:
+        runtime.configure(**settings)
+        yield captured
+    finally:
+        runtime.shutdown()
+        runtime._transport_factory = previous

@@ -1,0 +1,94 @@
+"""How batches leave the process: a ZeroMQ DEALER socket, or an in-memory sink for tests.
+
+A transport belongs to the sender's worker thread: ZeroMQ sockets are not thread-safe, so it is
+created, used and closed there only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import msgspec
+import zmq
+
+from tracer import wire
+
+log = logging.getLogger("tracer")
+
+_ack_decoder = msgspec.msgpack.Decoder(wire.Ack)
+
+
+class Transport(Protocol):
+    def send(self, body: bytes) -> bool:
+        """Queue one encoded batch without blocking; False when the queue is full."""
+
+    def receive_acks(self, timeout_ms: int) -> list[wire.Ack]:
+        """Acknowledgements received so far, waiting up to ``timeout_ms`` for the first one."""
+
+    def close(self) -> None: ...
+
+
+class ZmqTransport:
+    """DEALER connected to the repository's ROUTER. SNDHWM bounds the queue in batches; sends never
+    block (a full queue is a counted drop); LINGER is 0 because the sender itself decides how long
+    to wait for acknowledgements, so closing never hangs the host program."""
+
+    def __init__(self, endpoint: str, queue_batches: int) -> None:
+        self._context = zmq.Context(io_threads=1)
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.SNDHWM, queue_batches)
+        self._socket.setsockopt(zmq.RCVHWM, 0)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, 1024)
+        self._socket.connect(endpoint)
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+
+    def send(self, body: bytes) -> bool:
+        try:
+            self._socket.send_multipart((wire.BATCH_HEADER, body), flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        return True
+
+    def receive_acks(self, timeout_ms: int) -> list[wire.Ack]:
+        acks: list[wire.Ack] = []
+        if not self._poller.poll(timeout_ms):
+            return acks
+        while True:
+            try:
+                frames = self._socket.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return acks
+            if len(frames) == 2 and frames[0] == wire.ACK_HEADER:
+                try:
+                    acks.append(_ack_decoder.decode(frames[1]))
+                except msgspec.DecodeError:
+                    log.debug("invoseq: ignoring a malformed acknowledgement")
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+        self._context.term()
+
+
+class MemoryTransport:
+    """Decodes every batch into a list and acknowledges it at once (``tracer.testing``)."""
+
+    def __init__(self) -> None:
+        self.batches: list[wire.Batch] = []
+        self._decoder = msgspec.msgpack.Decoder(wire.Batch)
+        self._pending: list[wire.Ack] = []
+
+    def send(self, body: bytes) -> bool:
+        batch = self._decoder.decode(body)
+        self.batches.append(batch)
+        self._pending.append(wire.Ack(batch.puid, batch.batch_no))
+        return True
+
+    def receive_acks(self, timeout_ms: int) -> list[wire.Ack]:
+        acks, self._pending = self._pending, []
+        return acks
+
+    def close(self) -> None:
+        pass

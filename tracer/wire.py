@@ -1,0 +1,146 @@
+"""The wire protocol between a traced process and the repository.
+
+Every message is a ZeroMQ multipart message of two frames: a fixed 6-byte header (magic, protocol
+version, message kind) and a msgpack body. Bodies are msgspec Structs encoded ``array_like`` so a
+batch is a compact nest of arrays. Events are encoded from plain tuples on the sending side (cheaper
+to build on the hot path) and decoded into tagged Structs on the receiving side, where every field
+has a type and a size limit: the repository treats whatever arrives as untrusted.
+
+``docs/protocol.md`` specifies every message; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+PROTOCOL_VERSION: Final = 1
+MAGIC: Final = b"IVSQ"
+
+KIND_BATCH: Final = 1
+KIND_ACK: Final = 2
+
+#: Event tags: the first element of every event array.
+TAG_START: Final = 0
+TAG_END: Final = 1
+TAG_ERROR: Final = 2
+
+# Size limits, enforced by typed decoding in the repository.
+MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
+MAX_EVENTS_PER_CHUNK: Final = 1_000_000
+MAX_CHUNKS_PER_BATCH: Final = 65_536
+MAX_INFOS_PER_BATCH: Final = 1_000_000
+MAX_NAME: Final = 1024
+MAX_PATH: Final = 4096
+MAX_ARGV: Final = 64
+
+U64 = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]
+#: Ids stored as SQLite INTEGER must fit a signed 64-bit integer.
+Id63 = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME)]
+Path = Annotated[str, msgspec.Meta(max_length=MAX_PATH)]
+SeqId = Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
+
+
+def header(kind: int) -> bytes:
+    """The first frame of every message."""
+    return MAGIC + bytes((PROTOCOL_VERSION, kind))
+
+
+BATCH_HEADER: Final = header(KIND_BATCH)
+ACK_HEADER: Final = header(KIND_ACK)
+
+
+class Start(msgspec.Struct, array_like=True, tag=TAG_START, frozen=True):
+    """An invocation began. ``parent`` is the enclosing invocation's iid in the same process
+    (0 for a root); ``hid`` is the hand-off it continues (0 for none); ``seq`` its sequence."""
+
+    iid: Id63
+    parent: Id63
+    hid: Id63
+    method: Id63
+    t_ns: I64
+    seq: SeqId
+
+
+class End(msgspec.Struct, array_like=True, tag=TAG_END, frozen=True):
+    """An invocation returned (or its generator was exhausted or closed)."""
+
+    iid: Id63
+    t_ns: I64
+
+
+class Error(msgspec.Struct, array_like=True, tag=TAG_ERROR, frozen=True):
+    """An invocation ended by raising ``error`` (the exception's type name)."""
+
+    iid: Id63
+    t_ns: I64
+    error: Name
+
+
+Event = Start | End | Error
+
+
+class MethodInfo(msgspec.Struct, array_like=True, frozen=True):
+    """Interned method metadata, sent once per process before events that use ``method``."""
+
+    method: Id63
+    module: Name
+    qualname: Name
+    file: Path
+    line: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+
+
+class ThreadInfo(msgspec.Struct, array_like=True, frozen=True):
+    """Interned thread metadata: ``tid`` is the per-process serial; the rest is metadata."""
+
+    tid: Id63
+    native_id: I64
+    name: Name
+
+
+class ProcessInfo(msgspec.Struct, array_like=True, frozen=True):
+    """The sending process. ``clock_offset_ns`` converts its monotonic event times to wall time."""
+
+    pid: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+    host: Name
+    platform_id: Name
+    clock_offset_ns: I64
+    started_ns: I64
+    argv: Annotated[list[Path], msgspec.Meta(max_length=MAX_ARGV)]
+
+
+class ThreadChunk(msgspec.Struct, array_like=True, frozen=True):
+    """The events of one thread, in the order the thread produced them."""
+
+    tid: Id63
+    events: Annotated[list[Event], msgspec.Meta(max_length=MAX_EVENTS_PER_CHUNK)]
+
+
+class Batch(msgspec.Struct, array_like=True, frozen=True):
+    """One message from a traced process: numbered per process, idempotent by (puid, batch_no).
+
+    ``dropped`` is the process's cumulative count of events it could not send; ``final`` marks the
+    last batch of a process that shut down cleanly (its open invocations will never end)."""
+
+    puid: Id63
+    batch_no: Id63
+    process: ProcessInfo
+    methods: Annotated[list[MethodInfo], msgspec.Meta(max_length=MAX_INFOS_PER_BATCH)]
+    threads: Annotated[list[ThreadInfo], msgspec.Meta(max_length=MAX_INFOS_PER_BATCH)]
+    chunks: Annotated[list[ThreadChunk], msgspec.Meta(max_length=MAX_CHUNKS_PER_BATCH)]
+    dropped: Id63 = 0
+    final: bool = False
+
+
+class Ack(msgspec.Struct, array_like=True, frozen=True):
+    """The repository stored (or had already stored) batch ``batch_no`` of process ``puid``."""
+
+    puid: Id63
+    batch_no: Id63
+
+
+def event_count(batch: Batch) -> int:
+    return sum(len(chunk.events) for chunk in batch.chunks)
