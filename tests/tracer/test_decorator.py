@@ -301,3 +301,23 @@ def test_disabled_tracer_records_nothing_and_calls_through() -> None:
         assert outer(1) == 5
         assert list(numbers(2)) == [1, 2]
         assert trace.invocations() == []
+
+
+def test_a_failure_inside_the_tracer_is_counted_logged_once_and_never_reaches_user_code(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import tracer
+    from tracer import decorator, recorder
+
+    def broken_counter() -> int:
+        raise RuntimeError("tracer bug")
+
+    monkeypatch.setattr(recorder, "_errors", 0)
+    with capture():
+        monkeypatch.setattr(decorator, "_next_iid", broken_counter)
+        assert outer(1) == 5  # four traced calls, each failing inside the tracer
+        assert list(numbers(2)) == [1, 2]
+        with pytest.raises(ValueError, match="boom"):
+            explode(ValueError)  # the user's own exception still propagates unchanged
+    assert tracer.stats().internal_errors == 8
+    assert caplog.text.count("internal tracer error") == 1
