@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeAlias
 from cmr.defaults import DEFAULT_ENDPOINT
 from cmr.store.base import SequenceSummary, StoreError
 from cmr.views.calltree import SequenceTree, build_tree
-from cmr.views.processors import drop_shorter_than, limit_depth
+from cmr.views.processors import drop_shorter_than, limit_depth, thread_activity
 from cmr.views.render import json as json_render
 from cmr.views.render import tables
 from cmr.views.render.text import render_text
@@ -190,11 +190,14 @@ def _add_show(commands: Commands) -> None:
         description=(
             "Print the call tree of one sequence, across its threads and processes. A sequence "
             "that is still running is shown as far as it got; calls that have not ended are "
-            "marked 'running' ('incomplete' when their process ended without finishing them)."
+            "marked 'running' ('incomplete' when their process ended without finishing them). "
+            "A call handed off to another thread or task is marked with that hop and how long "
+            "the work was queued before it started."
         ),
         examples=[
             "cmr show 3f2a9c",
             "cmr show 3f2a9c --depth 3 --min-duration 0.5",
+            "cmr show 3f2a9c --threads",
             "cmr show 3f2a9c --json > tree.json",
         ],
         handler=_show,
@@ -213,6 +216,11 @@ def _add_show(commands: Commands) -> None:
         metavar="MS",
         dest="min_duration_ns",
         help="hide calls shorter than MS milliseconds (fractions allowed)",
+    )
+    parser.add_argument(
+        "--threads",
+        action="store_true",
+        help="list the threads the sequence ran on instead of the tree: calls and busy time",
     )
     _add_read_options(parser)
 
@@ -263,12 +271,21 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    if args.threads and (args.depth is not None or args.min_duration_ns):
+        raise CliError("--threads counts every call: leave out --depth and --min-duration")
     store = _open_for_reading(args.db)
     try:
         seq = store.resolve_sequence(args.seq)
         tree = view_sequence(store, seq, args.depth, args.min_duration_ns)
     finally:
         store.close()
+    if args.threads:
+        activity = thread_activity(tree)
+        if args.json:
+            _emit(json_render.thread_activity_to_json(activity))
+        else:
+            _emit(tables.render_thread_activity(tree, activity))
+        return 0
     if args.json:
         _emit(json_render.tree_to_json(tree))
     else:

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Iterator
 
 import pytest
 
 import tracer
+from tracer import patching
+
+PATCHABLE = {
+    "Thread.start": lambda: threading.Thread.__dict__["start"],
+    "ThreadPoolExecutor.submit": lambda: concurrent.futures.ThreadPoolExecutor.__dict__["submit"],
+    "asyncio.Task": lambda: asyncio.Task,
+    "asyncio.tasks.Task": lambda: asyncio.tasks.Task,
+    "asyncio.to_thread": lambda: asyncio.to_thread,
+    "asyncio.threads.to_thread": lambda: asyncio.threads.to_thread,
+}
+ORIGINALS = {name: get() for name, get in PATCHABLE.items()}
 
 
 @pytest.fixture(autouse=True)
 def _no_tracer_leaks() -> Iterator[None]:
     yield
-    assert tracer.shutdown(timeout_s=5) or True  # shutting down is what matters, not its acks
+    tracer.shutdown(timeout_s=5)  # shutting down is what matters here, not its acknowledgement
     leaked = [t.name for t in threading.enumerate() if t.name.startswith("invoseq-")]
     assert not leaked, f"tracer threads left running: {leaked}"
+    assert not patching.instrumented(), "a test left the tracer's patches installed"
+    changed = [name for name, get in PATCHABLE.items() if get() is not ORIGINALS[name]]
+    assert not changed, f"patched objects not restored: {changed}"

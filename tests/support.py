@@ -66,6 +66,20 @@ def traced_env(endpoint: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_traced(script: Path, endpoint: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run a script as a traced program sending to ``endpoint``; it must exit 0."""
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        env=traced_env(endpoint, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def cmr(db: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, "-m", "cmr", *args, "--db", str(db)],

@@ -6,7 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import cmr, cmr_json, cmr_server, read_line, shape, traced_env, write_script
+from tests.support import (
+    cmr,
+    cmr_json,
+    cmr_server,
+    read_line,
+    run_traced,
+    shape,
+    traced_env,
+    write_script,
+)
 
 SHOP = """
 import tracer
@@ -78,15 +87,7 @@ def test_traced_program_tree_through_real_server(tmp_path: Path) -> None:
     db = tmp_path / "cmr.sqlite"
     script = write_script(tmp_path / "shop.py", SHOP)
     with cmr_server(db) as endpoint:
-        result = subprocess.run(
-            [sys.executable, str(script)],
-            env=traced_env(endpoint),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert result.returncode == 0, result.stderr
+        result = run_traced(script, endpoint)
         assert result.stdout == "30\n"
     sequences = cmr_json(db, "ls")
     assert len(sequences) == 1
@@ -181,9 +182,7 @@ def test_unknown_and_ambiguous_prefixes_are_one_line_errors(tmp_path: Path) -> N
         + "\nfor user in range(40):\n    handle_request(user)\n",
     )
     with cmr_server(db) as endpoint:
-        subprocess.run(
-            [sys.executable, str(script)], env=traced_env(endpoint), timeout=60, check=True
-        )
+        run_traced(script, endpoint)
     unknown = cmr(db, "show", "zz", check=False)
     assert unknown.returncode == 1
     assert len(unknown.stderr.strip().splitlines()) == 1
@@ -225,13 +224,70 @@ def test_bad_frames_are_counted_and_valid_traffic_continues(tmp_path: Path) -> N
         assert msgspec.msgpack.decode(body) == [7, 1]
         sock.close()
         context.term()
-        result = subprocess.run(
-            [sys.executable, str(script)], env=traced_env(endpoint), timeout=60, check=False
-        )
-        assert result.returncode == 0
+        run_traced(script, endpoint)
     stats = cmr_json(db, "stats")
     assert stats["rejected"] == {"garbage": 1, "version": 1, "decode": 2, "frames": 1}
     assert stats["batches"] >= 2
     (summary,) = cmr_json(db, "ls")
     assert summary["root"] == "__main__.handle_request"
     assert summary["status"] == "complete"
+
+
+FAN_OUT = """
+from concurrent.futures import ThreadPoolExecutor
+import tracer
+
+@tracer.traced
+def request():
+    with ThreadPoolExecutor(2, thread_name_prefix="worker") as pool:
+        futures = [pool.submit(load, 1), pool.submit(untraced, 2)]
+        return [f.result() for f in futures]
+
+@tracer.traced
+def load(i):
+    return i
+
+def untraced(i):
+    return load(i)
+
+print(request())
+"""
+
+
+def test_thread_hand_offs_through_the_real_repository(tmp_path: Path) -> None:
+    db = tmp_path / "cmr.sqlite"
+    script = write_script(tmp_path / "fan_out.py", FAN_OUT)
+    with cmr_server(db) as endpoint:
+        result = run_traced(script, endpoint, INVOSEQ_INSTRUMENT="1")
+        assert result.stdout == "[1, 2]\n"
+    (summary,) = cmr_json(db, "ls")
+    assert summary["invocations"] == 4
+    assert summary["threads"] in (2, 3)  # the pool may reuse its first thread for the second task
+    root = cmr_json(db, "show", summary["seq"])["root"]
+    assert shape(root) == {
+        "name": "__main__.request",
+        "status": "ok",
+        "children": [
+            {"name": "__main__.load", "status": "ok"},
+            {
+                "name": "__main__.untraced",
+                "status": "ok",
+                "children": [{"name": "__main__.load", "status": "ok"}],
+            },
+        ],
+    }
+    hops = root["children"]
+    assert [h["handoff"]["kind"] for h in hops] == ["thread", "thread"]
+    assert all(h["thread"]["name"].startswith("worker") for h in hops)
+    for hop in hops:
+        assert hop["handoff"]["queued_ns"] == hop["start_ns"] - hop["handoff"]["submitted_ns"]
+        assert root["start_ns"] <= hop["handoff"]["submitted_ns"] <= hop["start_ns"]
+    assert hops[1]["children"][0]["handoff"] is None  # within the worker's thread
+    text = cmr(db, "show", summary["seq"]).stdout
+    assert '→ thread "worker' in text
+    assert "queued" in text
+    threads = cmr_json(db, "show", summary["seq"], "--threads")
+    assert (threads[0]["thread"]["name"], threads[0]["invocations"]) == ("MainThread", 1)
+    assert sum(t["invocations"] for t in threads[1:]) == 3
+    assert all(t["thread"]["name"].startswith("worker") for t in threads[1:])
+    assert threads[0]["busy_ns"] == root["duration_ns"]

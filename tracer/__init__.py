@@ -12,6 +12,7 @@ repository (``cmr serve``, or the one ``tracer run`` embeds). See docs/guide.md.
 from tracer.config import Config, ConfigError
 from tracer.context import current_sequence
 from tracer.decorator import traced
+from tracer.patching import instrument, uninstrument
 from tracer.runtime import configure, flush, shutdown, stats
 
 __all__ = [
@@ -20,7 +21,9 @@ __all__ = [
     "configure",
     "current_sequence",
     "flush",
+    "instrument",
     "shutdown",
     "stats",
     "traced",
+    "uninstrument",
 ]

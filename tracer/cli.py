@@ -24,7 +24,7 @@ from typing import NoReturn
 
 import tracer
 from tracer import autowrap, launch
-from tracer.config import ENV_ENDPOINT, ConfigError
+from tracer.config import ENV_ENDPOINT, ENV_INSTRUMENT, ConfigError
 from tracer.embedded import EmbeddedRepository, RepositoryError
 from tracer.launch import Program, ProgramNotFoundError
 from tracer.report import ReportOptions, render_report
@@ -227,13 +227,14 @@ def run(options: RunOptions) -> int:
             return 1
         endpoint = repository.endpoint
     try:
-        tracer.configure(endpoint=endpoint)
+        tracer.configure(endpoint=endpoint, instrument=True)
     except ConfigError as exc:
         if repository is not None:
             repository.stop()
         print(f"tracer run: error: {exc}", file=sys.stderr)
         return 1
     os.environ[ENV_ENDPOINT] = endpoint  # child processes send to the same repository
+    os.environ[ENV_INSTRUMENT] = "1"  # ... and follow their threads too
     try:
         code = _run_program(options)
     finally:

@@ -19,6 +19,7 @@ ENV_FLUSH_INTERVAL_MS: Final = "INVOSEQ_FLUSH_INTERVAL_MS"
 ENV_FLUSH_TIMEOUT_MS: Final = "INVOSEQ_FLUSH_TIMEOUT_MS"
 ENV_BATCH_EVENTS: Final = "INVOSEQ_BATCH_EVENTS"
 ENV_QUEUE_BATCHES: Final = "INVOSEQ_QUEUE_BATCHES"
+ENV_INSTRUMENT: Final = "INVOSEQ_INSTRUMENT"
 
 _ENDPOINT_SCHEMES: Final = ("tcp://", "ipc://", "inproc://")
 
@@ -41,6 +42,8 @@ class Config:
     batch_events: int = 4096
     #: Batches queued for the repository before new ones are dropped (and counted).
     queue_batches: int = 256
+    #: Patch threading, concurrent.futures and asyncio so sequences follow work across threads.
+    instrument: bool = False
 
 
 _ENV_NAMES: Final = {
@@ -50,6 +53,7 @@ _ENV_NAMES: Final = {
     "flush_timeout_ms": ENV_FLUSH_TIMEOUT_MS,
     "batch_events": ENV_BATCH_EVENTS,
     "queue_batches": ENV_QUEUE_BATCHES,
+    "instrument": ENV_INSTRUMENT,
 }
 
 _T = TypeVar("_T")

@@ -1,9 +1,11 @@
 """The invocation context: one ContextVar holding one immutable value.
 
-The value is a tuple ``(seq, iid)``: the sequence id (16 bytes) and the current invocation's id in
-this process. ``None`` means no sequence is active, so the next traced call starts one. A tuple is
-the cheapest immutable value to build on the hot path; attach/detach use ContextVar tokens, so a
-``try/finally`` always restores exactly what was there.
+The value is a tuple ``(seq, parent, hid)``: the sequence id (16 bytes), the current invocation's
+id in this process, and a pending hand-off id (0 for none). The next traced call records a Start
+with that parent and hand-off, then runs with ``(seq, its own iid, 0)``: a hand-off is consumed by
+the first invocation on the other side of a hop. ``None`` means no sequence is active, so the next
+traced call starts one. A tuple is the cheapest immutable value to build on the hot path;
+attach/detach use ContextVar tokens, so a ``try/finally`` always restores exactly what was there.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import contextvars
 from typing import Final
 
-Current = tuple[bytes, int]
+Current = tuple[bytes, int, int]
 
 current: Final[contextvars.ContextVar[Current | None]] = contextvars.ContextVar(
     "invoseq_current", default=None

@@ -37,7 +37,7 @@ _reset = context.current.reset
 _clock = time.perf_counter_ns
 
 _disabled = False
-_UNTRACED: tuple[bytes, int] = (b"", 0)
+_UNTRACED: context.Current = (b"", 0, 0)
 
 
 def set_enabled(enabled: bool) -> None:
@@ -46,7 +46,7 @@ def set_enabled(enabled: bool) -> None:
     _disabled = not enabled
 
 
-def _begin(method: int) -> tuple[int, tuple[bytes, int]]:
+def _begin(method: int) -> tuple[int, context.Current]:
     """Record a Start and return (iid, the context value of the new invocation)."""
     try:
         events = _tls.events
@@ -56,11 +56,11 @@ def _begin(method: int) -> tuple[int, tuple[bytes, int]]:
     iid = _next_iid()
     if current is None:
         seq = _new_seq()
-        parent = 0
+        parent = hid = 0
     else:
-        seq, parent = current
-    events.append((TAG_START, iid, parent, 0, method, _clock(), seq))
-    return iid, (seq, iid)
+        seq, parent, hid = current
+    events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
+    return iid, (seq, iid, 0)
 
 
 def _end(iid: int) -> None:
@@ -93,11 +93,11 @@ def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
             iid = _next_iid()
             if current is None:
                 seq = _new_seq()
-                parent = 0
+                parent = hid = 0
             else:
-                seq, parent = current
-            token = _set((seq, iid))
-            events.append((TAG_START, iid, parent, 0, method, _clock(), seq))
+                seq, parent, hid = current
+            token = _set((seq, iid, 0))
+            events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
         except Exception as exc:
             _internal_error(exc)
             return fn(*args, **kwargs)
@@ -250,6 +250,11 @@ async def _close_async(inner: AsyncGenerator[Any, Any], iid: int, value: Any) ->
             _reset(token)
     if iid:
         _end(iid)
+
+
+def wrap_with_method(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    """A sync call wrapper for an already-interned method (hand-off runners)."""
+    return _wrap_sync(fn, method)
 
 
 def _source(fn: Callable[..., Any]) -> tuple[str, int]:

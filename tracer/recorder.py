@@ -37,6 +37,7 @@ _next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
 @dataclass(slots=True, eq=False)
 class ThreadBuffer:
     tid: int
+    info: ThreadTuple
     thread: weakref.ref[threading.Thread]
     events: list[EventTuple] = field(default_factory=list)
 
@@ -47,7 +48,6 @@ class ThreadBuffer:
 
 _lock = threading.Lock()
 _buffers: list[ThreadBuffer] = []
-_threads: list[ThreadTuple] = []
 _methods: list[MethodTuple] = []
 
 
@@ -64,9 +64,10 @@ def register_thread() -> list[EventTuple]:
     """The slow path of a thread's first event: returns the list its events go to."""
     thread = threading.current_thread()
     with _lock:
-        buffer = ThreadBuffer(_next_tid(), weakref.ref(thread))
+        tid = _next_tid()
+        info = (tid, threading.get_native_id(), thread.name[:1024])
+        buffer = ThreadBuffer(tid, info, weakref.ref(thread))
         _buffers.append(buffer)
-        _threads.append((buffer.tid, threading.get_native_id(), thread.name[:1024]))
     tls.events = buffer.events
     try:
         on_new_thread()
@@ -86,22 +87,24 @@ def methods_since(count: int) -> list[MethodTuple]:
     return _methods[count:]
 
 
-def threads_since(count: int) -> list[ThreadTuple]:
-    return _threads[count:]
+@dataclass(frozen=True, slots=True)
+class Drained:
+    chunks: list[tuple[ThreadBuffer, list[EventTuple]]]  # per thread, in the thread's order
+    finished: list[ThreadBuffer]  # threads that ended: they will record nothing more
 
 
-def drain() -> list[tuple[int, list[EventTuple]]]:
+def drain() -> Drained:
     """Take every buffered event, per thread in order; forget threads that have ended."""
     with _lock:
         buffers = list(_buffers)
-    chunks: list[tuple[int, list[EventTuple]]] = []
+    chunks: list[tuple[ThreadBuffer, list[EventTuple]]] = []
     finished: list[ThreadBuffer] = []
     for buffer in buffers:
         ended = not buffer.alive()  # checked before draining: an ended thread appends no more
         events = buffer.events
         count = len(events)
         if count:
-            chunks.append((buffer.tid, events[:count]))
+            chunks.append((buffer, events[:count]))
             del events[:count]
         if ended:
             finished.append(buffer)
@@ -109,7 +112,7 @@ def drain() -> list[tuple[int, list[EventTuple]]]:
         with _lock:
             for buffer in finished:
                 _buffers.remove(buffer)
-    return chunks
+    return Drained(chunks, finished)
 
 
 def buffered() -> int:
@@ -139,7 +142,6 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.Lock()
     _buffers.clear()
-    _threads.clear()
     with contextlib.suppress(AttributeError):
         del tls.events
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tracer import decorator, recorder
+from tracer import decorator, patching, recorder
 from tracer.config import Config, resolve
 from tracer.sender import Sender
 from tracer.transport import Transport, ZmqTransport
@@ -58,6 +58,8 @@ def configure(**settings: Any) -> Config:
         _shut_down = False
         decorator.set_enabled(config.enabled)
         _start(config)
+    if config.instrument:
+        patching.instrument()
     return config
 
 
@@ -80,6 +82,8 @@ def ensure_started() -> None:
         if _config is None:
             _config = resolve({}, strict=False)
             decorator.set_enabled(_config.enabled)
+            if _config.instrument:
+                patching.instrument()
         _start(_config)
 
 

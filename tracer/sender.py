@@ -40,7 +40,7 @@ class Sender:
         self._stopping = False
         self._batch_no = 0
         self._methods_sent = 0
-        self._threads_sent = 0
+        self._threads_sent: set[int] = set()  # tids whose ThreadInfo went out
         self._unacked: dict[int, int] = {}  # batch_no -> events
         self.dropped = 0  # events that could not be queued for the repository
         self.sent_events = 0
@@ -111,15 +111,15 @@ class Sender:
                 recorder.internal_error(exc)
 
     def _send_buffered(self, transport: Transport, *, final: bool) -> None:
-        chunks = recorder.drain()
+        drained = recorder.drain()
         limit = self._config.batch_events
-        pending: list[tuple[int, list[recorder.EventTuple]]] = []
+        pending: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]] = []
         size = 0
-        for tid, events in chunks:
+        for buffer, events in drained.chunks:
             start = 0
             while start < len(events):
                 part = events[start : start + limit - size]
-                pending.append((tid, part))
+                pending.append((buffer, part))
                 size += len(part)
                 start += len(part)
                 if size >= limit:
@@ -127,19 +127,23 @@ class Sender:
                     pending, size = [], 0
         if pending or final:
             self._send_batch(transport, pending, size, final=final)
+        for buffer in drained.finished:  # they send nothing more: forget them
+            self._threads_sent.discard(buffer.tid)
 
     def _send_batch(
         self,
         transport: Transport,
-        chunks: list[tuple[int, list[recorder.EventTuple]]],
+        chunks: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]],
         size: int,
         *,
         final: bool,
     ) -> None:
-        # Infos are gathered after draining: every event drained was recorded after its method
-        # and thread were interned, so the batch carries whatever its events refer to.
+        # Methods are gathered after draining: every event drained was recorded after its method
+        # was interned. A thread's info goes with the first of its chunks this sender sends.
         methods = recorder.methods_since(self._methods_sent)
-        threads = recorder.threads_since(self._threads_sent)
+        threads = list(
+            {b.tid: b.info for b, _ in chunks if b.tid not in self._threads_sent}.values()
+        )
         process = self._identity
         self._batch_no += 1
         batch = (
@@ -155,14 +159,14 @@ class Sender:
             ),
             methods,
             threads,
-            chunks,
+            [(buffer.tid, events) for buffer, events in chunks],
             self.dropped,
             final,
         )
         body = self._encoder.encode(batch)
         if transport.send(body):
             self._methods_sent += len(methods)
-            self._threads_sent += len(threads)
+            self._threads_sent.update(info[0] for info in threads)
             self.sent_events += size
             if len(self._unacked) >= MAX_UNACKED:
                 self._unacked.pop(next(iter(self._unacked)))

@@ -25,7 +25,7 @@ from tracer.transport import MemoryTransport
 @dataclass(frozen=True, slots=True)
 class CapturedInvocation:
     iid: int
-    parent: int  # iid of the enclosing invocation, 0 for a root
+    parent: int  # iid of the enclosing invocation (across a hand-off too), 0 for a root
     seq: str  # 32 hex digits
     name: str  # module.qualname
     tid: int
@@ -34,6 +34,8 @@ class CapturedInvocation:
     end_ns: int | None
     status: str  # ok | error | running
     error: str | None
+    handoff: str | None = None  # the kind of hand-off this invocation continues (thread, task)
+    queued_ns: int | None = None  # submit → start, for an invocation that continues a hand-off
 
 
 class Capture:
@@ -48,6 +50,10 @@ class Capture:
         if not runtime.flush(timeout_s):
             raise AssertionError("the tracer did not flush within the timeout")
 
+    def trees(self, strip: str = "") -> list[dict[str, Any]]:
+        """Every captured sequence as a nested dict (see ``trees``), flushing first."""
+        return trees(self.invocations(), strip)
+
     def invocations(self) -> list[CapturedInvocation]:
         """Every invocation captured so far, in start order (flushes first)."""
         self.flush()
@@ -55,6 +61,7 @@ class Capture:
         threads: dict[int, str] = {}
         starts: dict[int, tuple[wire.Start, int]] = {}
         ends: dict[int, wire.End | wire.Error] = {}
+        handoffs: dict[int, wire.Handoff] = {}
         for batch in self.batches:
             methods.update({m.method: f"{m.module}.{m.qualname}" for m in batch.methods})
             threads.update({t.tid: t.name for t in batch.threads})
@@ -62,16 +69,19 @@ class Capture:
                 for event in chunk.events:
                     if isinstance(event, wire.Start):
                         starts[event.iid] = (event, chunk.tid)
+                    elif isinstance(event, wire.Handoff):
+                        handoffs[event.hid] = event
                     else:
                         ends[event.iid] = event
         result = []
         for iid, (start, tid) in sorted(starts.items(), key=lambda item: item[1][0].t_ns):
             end = ends.get(iid)
             status = "running" if end is None else "error" if isinstance(end, wire.Error) else "ok"
+            handoff = handoffs.get(start.hid)
             result.append(
                 CapturedInvocation(
                     iid=iid,
-                    parent=start.parent,
+                    parent=handoff.parent if handoff is not None else start.parent,
                     seq=start.seq.hex(),
                     name=methods.get(start.method, f"<unknown method {start.method}>"),
                     tid=tid,
@@ -80,9 +90,37 @@ class Capture:
                     end_ns=None if end is None else end.t_ns,
                     status=status,
                     error=end.error if isinstance(end, wire.Error) else None,
+                    handoff=None if handoff is None else handoff.kind,
+                    queued_ns=None if handoff is None else start.t_ns - handoff.t_ns,
                 )
             )
         return result
+
+
+def _node(invocation: CapturedInvocation, strip: str) -> dict[str, Any]:
+    node: dict[str, Any] = {"name": invocation.name.removeprefix(strip)}
+    if invocation.status != "ok":
+        node["status"] = invocation.status
+    if invocation.error:
+        node["error"] = invocation.error
+    if invocation.handoff:
+        node["handoff"] = invocation.handoff
+    return node
+
+
+def trees(invocations: list[CapturedInvocation], strip: str = "") -> list[dict[str, Any]]:
+    """Nested ``{"name", "children", ...}`` dicts, one per root, children in start order: the
+    shape to write expected trees by hand. ``status``/``error`` appear when not ok, ``handoff``
+    (its kind) on an invocation that continues a hand-off; ``strip`` is removed from names."""
+    nodes = {i.iid: _node(i, strip) for i in invocations}
+    roots: list[dict[str, Any]] = []
+    for invocation in invocations:  # start order, so children are appended in start order
+        parent = nodes.get(invocation.parent)
+        if parent is None:
+            roots.append(nodes[invocation.iid])
+        else:
+            parent.setdefault("children", []).append(nodes[invocation.iid])
+    return roots
 
 
 @contextmanager

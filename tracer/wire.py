@@ -15,7 +15,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 MAGIC: Final = b"IVSQ"
 
 KIND_BATCH: Final = 1
@@ -25,6 +25,10 @@ KIND_ACK: Final = 2
 TAG_START: Final = 0
 TAG_END: Final = 1
 TAG_ERROR: Final = 2
+TAG_HANDOFF: Final = 3
+
+#: Hand-off kinds: where the work went.
+HANDOFF_KINDS: Final = ("thread", "task", "process", "remote")
 
 # Size limits, enforced by typed decoding in the repository.
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
@@ -80,7 +84,21 @@ class Error(msgspec.Struct, array_like=True, tag=TAG_ERROR, frozen=True):
     error: Name
 
 
-Event = Start | End | Error
+class Handoff(msgspec.Struct, array_like=True, tag=TAG_HANDOFF, frozen=True):
+    """Work left the current invocation: submitted to a thread pool, a new thread, an asyncio task
+    (and later a process). Recorded by the submitting thread; the first invocation on the other side
+    carries ``hid`` in its Start. ``method`` names the callable handed off (a node is shown for it
+    even when it runs no traced function); ``parent`` is the submitting invocation (0: none)."""
+
+    hid: Id63
+    parent: Id63
+    kind: Annotated[str, msgspec.Meta(max_length=16)]
+    method: Id63
+    t_ns: I64
+    seq: SeqId
+
+
+Event = Start | End | Error | Handoff
 
 
 class MethodInfo(msgspec.Struct, array_like=True, frozen=True):

@@ -9,6 +9,7 @@ from typing import Final
 from cmr.store._shared import InvalidBatchError
 from cmr.store.base import (
     AmbiguousSequenceError,
+    HandoffRecord,
     InvocationRecord,
     MethodRecord,
     ProcessRecord,
@@ -25,6 +26,7 @@ __all__ = [
     "DB_ENV",
     "DEFAULT_DB_PATH",
     "AmbiguousSequenceError",
+    "HandoffRecord",
     "InvalidBatchError",
     "InvocationRecord",
     "MethodRecord",

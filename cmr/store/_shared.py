@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from cmr.store.base import AmbiguousSequenceError, StoreError, UnknownSequenceError
-from tracer.wire import Batch, End, Start
+from tracer.wire import Batch, End, Error, Start
 
 SEQ_HEX_DIGITS: Final = 32
 _I64_MIN: Final = -(2**63)
@@ -27,6 +27,8 @@ COMPLETE: Final = "complete"
 StartRow = tuple[int, int, bytes, int, int, int, int, int]
 #: (puid, iid, end_ns, error) — column order of the ``ends`` table.
 EndRow = tuple[int, int, int, str | None]
+#: (hid, seq, puid, parent, kind, method, submitted_ns) — column order of the ``handoffs`` table.
+HandoffRow = tuple[int, bytes, int, int, str, int, int]
 
 
 class InvalidBatchError(StoreError):
@@ -39,7 +41,13 @@ class EventRows:
 
     starts: list[StartRow]
     ends: list[EndRow]
+    handoffs: list[HandoffRow]
     first_start: dict[bytes, int]
+
+    @property
+    def count(self) -> int:
+        """How many events the rows hold (what ``stats`` counts)."""
+        return len(self.starts) + len(self.ends) + len(self.handoffs)
 
 
 def event_rows(batch: Batch) -> EventRows:
@@ -51,6 +59,7 @@ def event_rows(batch: Batch) -> EventRows:
     offset = batch.process.clock_offset_ns
     starts: list[StartRow] = []
     ends: list[EndRow] = []
+    handoffs: list[HandoffRow] = []
     first_start: dict[bytes, int] = {}
     for chunk in batch.chunks:
         tid = chunk.tid
@@ -70,9 +79,13 @@ def event_rows(batch: Batch) -> EventRows:
                     first_start[seq] = wall
             elif isinstance(event, End):
                 ends.append((puid, event.iid, wall, None))
-            else:
+            elif isinstance(event, Error):
                 ends.append((puid, event.iid, wall, event.error))
-    return EventRows(starts, ends, first_start)
+            else:
+                handoffs.append(
+                    (event.hid, event.seq, puid, event.parent, event.kind, event.method, wall)
+                )
+    return EventRows(starts, ends, handoffs, first_start)
 
 
 @dataclass(frozen=True, slots=True)

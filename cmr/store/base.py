@@ -66,6 +66,20 @@ class ProcessRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class HandoffRecord:
+    """Work that left an invocation for another thread, task or process, as its submitter recorded
+    it. ``hid`` is unique across processes, so the invocations that continue the work (their
+    ``hid``) find it by ``hid`` alone."""
+
+    hid: int
+    puid: int  # the submitting process
+    parent: int  # iid of the submitting invocation in that process, 0 for none
+    kind: str  # thread | task | process | remote
+    method: int  # the callable handed off (a method id of the submitting process)
+    submitted_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class SequenceData:
     """Everything needed to rebuild one sequence's tree."""
 
@@ -74,6 +88,8 @@ class SequenceData:
     methods: dict[tuple[int, int], MethodRecord]  # (puid, method id)
     threads: dict[tuple[int, int], ThreadRecord]  # (puid, tid)
     processes: dict[int, ProcessRecord]  # puid
+    # The sequence's hand-offs and those its invocations continue, by hid.
+    handoffs: dict[int, HandoffRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ import threading
 from cmr.store._shared import (
     SHOWN_MATCHES,
     EndRow,
+    HandoffRow,
     StartRow,
     check_limit,
     event_rows,
@@ -22,6 +23,7 @@ from cmr.store._shared import (
     sequence_status,
 )
 from cmr.store.base import (
+    HandoffRecord,
     InvocationRecord,
     MethodRecord,
     ProcessRecord,
@@ -51,6 +53,8 @@ class MemoryStore(Store):
         self._starts: dict[Key, StartRow] = {}
         self._ends: dict[Key, EndRow] = {}
         self._by_seq: dict[bytes, list[StartRow]] = {}
+        self._handoffs: dict[int, HandoffRow] = {}
+        self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
         self._seq_start: dict[bytes, int] = {}
         self._rejected: dict[str, int] = {}
         self._batch_count = 0
@@ -79,11 +83,14 @@ class MemoryStore(Store):
                     self._by_seq.setdefault(start[2], []).append(start)
             for end in rows.ends:
                 self._ends.setdefault((end[0], end[1]), end)
+            for handoff in rows.handoffs:
+                if self._handoffs.setdefault(handoff[0], handoff) is handoff:
+                    self._handoffs_by_seq.setdefault(handoff[1], []).append(handoff)
             for seq, start_ns in rows.first_start.items():
                 known = self._seq_start.get(seq)
                 self._seq_start[seq] = start_ns if known is None else min(known, start_ns)
             self._batch_count += 1
-            self._event_count += len(rows.starts) + len(rows.ends)
+            self._event_count += rows.count
         return True
 
     def _merge_process(self, batch: Batch, received_ns: int) -> None:
@@ -163,18 +170,27 @@ class MemoryStore(Store):
                 raise UnknownSequenceError(f"no sequence {seq.hex()}")
             invocations = [self._invocation(start) for start in starts]
             invocations.sort(key=lambda r: (r.start_ns, r.puid, r.iid))
-            methods = {
-                (s[0], s[6]): self._methods[s[0], s[6]]
-                for s in starts
-                if (s[0], s[6]) in self._methods
-            }
+            handoffs = self._sequence_handoffs(seq, starts)
+            used = [(s[0], s[6]) for s in starts] + [(h.puid, h.method) for h in handoffs.values()]
+            methods = {key: self._methods[key] for key in used if key in self._methods}
             threads = {
                 (s[0], s[5]): self._threads[s[0], s[5]]
                 for s in starts
                 if (s[0], s[5]) in self._threads
             }
             processes = {s[0]: self._processes[s[0]] for s in starts}
-        return SequenceData(seq, invocations, methods, threads, processes)
+            for handoff in handoffs.values():
+                processes.setdefault(handoff.puid, self._processes[handoff.puid])
+        return SequenceData(seq, invocations, methods, threads, processes, handoffs)
+
+    def _sequence_handoffs(self, seq: bytes, starts: list[StartRow]) -> dict[int, HandoffRecord]:
+        """Those recorded in the sequence, and those its invocations continue (by hid alone)."""
+        rows = list(self._handoffs_by_seq.get(seq, ()))
+        rows += [self._handoffs[s[4]] for s in starts if s[4] and s[4] in self._handoffs]
+        return {
+            hid: HandoffRecord(hid, puid, parent, kind, method, submitted_ns)
+            for hid, _seq, puid, parent, kind, method, submitted_ns in rows
+        }
 
     def _invocation(self, start: StartRow) -> InvocationRecord:
         puid, iid, _seq, parent, hid, tid, method, start_ns = start

@@ -1,9 +1,10 @@
 """The default backend: one SQLite file, written by `cmr serve`, read by the CLI at the same time.
 
 Events are stored insert-only: a Start row and an End row per invocation, in two tables joined on
-read, so an End that arrives in an earlier or later batch than its Start needs no update. The
-``sequences`` table keeps each sequence's earliest start so that listing and prefix lookup never
-scan the events.
+read, so an End that arrives in an earlier or later batch than its Start needs no update. Hand-offs
+get a table of their own, keyed by ``hid`` and joined to the invocations that continue them only
+when a tree is built, so they too may arrive before or after those invocations. The ``sequences``
+table keeps each sequence's earliest start so that listing and prefix lookup never scan the events.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from cmr.store._shared import (
     sequence_status,
 )
 from cmr.store.base import (
+    HandoffRecord,
     InvocationRecord,
     MethodRecord,
     ProcessRecord,
@@ -39,90 +41,22 @@ from cmr.store.base import (
     ThreadRecord,
     UnknownSequenceError,
 )
+from cmr.store.sqlite_schema import (
+    COUNTS,
+    INVOCATIONS,
+    PROCESS_COLUMNS,
+    ROOT,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UPGRADES,
+    UPSERT_PROCESS,
+    UPSERT_SEQUENCE,
+    WITH_HANDOFFS,
+)
 from tracer.wire import Batch
 
-SCHEMA_VERSION: Final = 1
 #: How long a reader or writer waits for a lock held by another connection before failing.
 BUSY_TIMEOUT_MS: Final = 10_000
-
-_SCHEMA: Final = (
-    """CREATE TABLE processes (
-        puid INTEGER PRIMARY KEY,
-        pid INTEGER NOT NULL,
-        host TEXT NOT NULL,
-        platform_id TEXT NOT NULL,
-        argv TEXT NOT NULL,  -- JSON array
-        clock_offset_ns INTEGER NOT NULL,
-        started_ns INTEGER NOT NULL,
-        ended INTEGER NOT NULL,  -- a final batch arrived
-        dropped INTEGER NOT NULL,  -- cumulative: the largest count reported
-        last_seen_ns INTEGER NOT NULL
-    )""",
-    """CREATE TABLE methods (
-        puid INTEGER NOT NULL, method INTEGER NOT NULL,
-        module TEXT NOT NULL, qualname TEXT NOT NULL, file TEXT NOT NULL, line INTEGER NOT NULL,
-        PRIMARY KEY (puid, method)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE threads (
-        puid INTEGER NOT NULL, tid INTEGER NOT NULL, native_id INTEGER NOT NULL, name TEXT NOT NULL,
-        PRIMARY KEY (puid, tid)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE starts (
-        puid INTEGER NOT NULL, iid INTEGER NOT NULL, seq BLOB NOT NULL,
-        parent INTEGER NOT NULL, hid INTEGER NOT NULL, tid INTEGER NOT NULL,
-        method INTEGER NOT NULL, start_ns INTEGER NOT NULL,
-        PRIMARY KEY (puid, iid)
-    ) WITHOUT ROWID""",
-    "CREATE INDEX starts_by_seq ON starts (seq)",
-    """CREATE TABLE ends (
-        puid INTEGER NOT NULL, iid INTEGER NOT NULL, end_ns INTEGER NOT NULL, error TEXT,
-        PRIMARY KEY (puid, iid)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE sequences (
-        seq BLOB PRIMARY KEY, start_ns INTEGER NOT NULL
-    ) WITHOUT ROWID""",
-    "CREATE INDEX sequences_by_start ON sequences (start_ns, seq)",
-    """CREATE TABLE batches (
-        puid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
-        received_ns INTEGER NOT NULL, events INTEGER NOT NULL,
-        PRIMARY KEY (puid, batch_no)
-    ) WITHOUT ROWID""",
-    "CREATE TABLE rejected (reason TEXT PRIMARY KEY, frames INTEGER NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
-    "INSERT INTO counters VALUES ('batches', 0), ('duplicate_batches', 0), ('events', 0)",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
-)
-
-_UPSERT_PROCESS: Final = """
-    INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (puid) DO UPDATE SET
-        ended = max(ended, excluded.ended),
-        dropped = max(dropped, excluded.dropped),
-        last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)"""
-_UPSERT_SEQUENCE: Final = """
-    INSERT INTO sequences VALUES (?, ?)
-    ON CONFLICT (seq) DO UPDATE SET start_ns = min(start_ns, excluded.start_ns)"""
-_INVOCATIONS: Final = """
-    SELECT s.puid, s.iid, s.parent, s.hid, s.tid, s.method, s.start_ns, e.end_ns, e.error
-    FROM starts s LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    WHERE s.seq = ? ORDER BY s.start_ns, s.puid, s.iid"""
-_COUNTS: Final = """
-    SELECT count(*), count(DISTINCT s.puid),
-           coalesce(sum(e.iid IS NULL AND NOT p.ended), 0),
-           coalesce(sum(e.iid IS NULL AND p.ended), 0)
-    FROM starts s
-    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    JOIN processes p ON p.puid = s.puid
-    WHERE s.seq = ?"""
-# The ORDER BY restates _shared.root_rank.
-_ROOT: Final = """
-    SELECT s.method, e.end_ns, m.module, m.qualname
-    FROM starts s
-    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    LEFT JOIN methods m ON m.puid = s.puid AND m.method = s.method
-    WHERE s.seq = ?
-    ORDER BY s.parent != 0, s.hid != 0, s.start_ns, s.puid, s.iid LIMIT 1"""
-_PROCESS_COLUMNS: Final = "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns"
 
 
 class SQLiteStore(Store):
@@ -158,22 +92,32 @@ class SQLiteStore(Store):
                     raise StoreError(f"{self.path} is not an invoseq repository")
                 if readonly:
                     raise StoreError(_missing(self.path))
-                for statement in _SCHEMA:
+                for statement in SCHEMA:
                     conn.execute(statement)
             elif version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has repository schema version {version}, newer than this "
                     f"invoseq understands ({SCHEMA_VERSION}): upgrade invoseq"
                 )
-            elif version < SCHEMA_VERSION:  # pragma: no cover - no older version exists yet
-                raise StoreError(f"{self.path} has an unknown schema version {version}")
+            elif version < SCHEMA_VERSION:
+                upgrade = UPGRADES.get(version)
+                if upgrade is None:
+                    raise StoreError(f"{self.path} has an unknown schema version {version}")
+                if readonly:
+                    raise StoreError(
+                        f"{self.path} has repository schema version {version}, older than this "
+                        f"invoseq uses ({SCHEMA_VERSION}): run `cmr serve` or `tracer run` on it "
+                        "once to upgrade it"
+                    )
+                for statement in upgrade:
+                    conn.execute(statement)
 
     # -- write side -----------------------------------------------------------------------
 
     def ingest(self, batch: Batch, received_ns: int) -> bool:
         rows = event_rows(batch)
         process = batch.process
-        events = len(rows.starts) + len(rows.ends)
+        events = rows.count
         with self._transaction("BEGIN IMMEDIATE") as conn:
             cursor = conn.execute(
                 "INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?)",
@@ -185,7 +129,7 @@ class SQLiteStore(Store):
                 )
                 return False
             conn.execute(
-                _UPSERT_PROCESS,
+                UPSERT_PROCESS,
                 (
                     batch.puid,
                     process.pid,
@@ -217,7 +161,11 @@ class SQLiteStore(Store):
                 "INSERT OR IGNORE INTO starts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows.starts
             )
             conn.executemany("INSERT OR IGNORE INTO ends VALUES (?, ?, ?, ?)", rows.ends)
-            conn.executemany(_UPSERT_SEQUENCE, rows.first_start.items())
+            if rows.handoffs:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", rows.handoffs
+                )
+            conn.executemany(UPSERT_SEQUENCE, rows.first_start.items())
             conn.executemany(
                 "UPDATE counters SET value = value + ? WHERE name = ?",
                 ((1, "batches"), (events, "events")),
@@ -257,14 +205,19 @@ class SQLiteStore(Store):
 
     def load_sequence(self, seq: bytes) -> SequenceData:
         with self._transaction("BEGIN") as conn:
-            invocations = [InvocationRecord(*row) for row in conn.execute(_INVOCATIONS, (seq,))]
+            invocations = [InvocationRecord(*row) for row in conn.execute(INVOCATIONS, (seq,))]
             if not invocations:
                 raise UnknownSequenceError(f"no sequence {seq.hex()}")
+            handoffs = {
+                row[0]: HandoffRecord(*row)
+                for row in conn.execute(f"{WITH_HANDOFFS} SELECT * FROM seq_handoffs", (seq,))
+            }
             methods = {
                 (puid, method): MethodRecord(module, qualname, file, line)
                 for puid, method, module, qualname, file, line in conn.execute(
-                    "SELECT puid, method, module, qualname, file, line FROM methods WHERE "
-                    "(puid, method) IN (SELECT DISTINCT puid, method FROM starts WHERE seq = ?)",
+                    f"{WITH_HANDOFFS} SELECT puid, method, module, qualname, file, line "
+                    "FROM methods WHERE (puid, method) IN (SELECT puid, method FROM starts "
+                    "WHERE seq = ?1 UNION SELECT puid, method FROM seq_handoffs)",
                     (seq,),
                 )
             }
@@ -281,13 +234,14 @@ class SQLiteStore(Store):
                 for record in map(
                     _process_record,
                     conn.execute(
-                        f"SELECT {_PROCESS_COLUMNS} FROM processes "
-                        "WHERE puid IN (SELECT DISTINCT puid FROM starts WHERE seq = ?)",
+                        f"{WITH_HANDOFFS} SELECT {PROCESS_COLUMNS} FROM processes WHERE puid IN "
+                        "(SELECT puid FROM starts WHERE seq = ?1 "
+                        "UNION SELECT puid FROM seq_handoffs)",
                         (seq,),
                     ),
                 )
             }
-        return SequenceData(seq, invocations, methods, threads, processes)
+        return SequenceData(seq, invocations, methods, threads, processes, handoffs)
 
     def stats(self) -> StoreStats:
         with self._transaction("BEGIN") as conn:
@@ -296,7 +250,7 @@ class SQLiteStore(Store):
             processes = [
                 _process_record(row)
                 for row in conn.execute(
-                    f"SELECT {_PROCESS_COLUMNS} FROM processes ORDER BY last_seen_ns DESC, puid"
+                    f"SELECT {PROCESS_COLUMNS} FROM processes ORDER BY last_seen_ns DESC, puid"
                 )
             ]
         return StoreStats(
@@ -384,11 +338,11 @@ def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
 
 
 def _summary(conn: sqlite3.Connection, seq: bytes, start_ns: int) -> SequenceSummary:
-    invocations, processes, running, incomplete = conn.execute(_COUNTS, (seq,)).fetchone()
+    invocations, processes, running, incomplete = conn.execute(COUNTS, (seq,)).fetchone()
     (threads,) = conn.execute(
         "SELECT count(*) FROM (SELECT DISTINCT puid, tid FROM starts WHERE seq = ?)", (seq,)
     ).fetchone()
-    method, end_ns, module, qualname = conn.execute(_ROOT, (seq,)).fetchone()
+    method, end_ns, module, qualname = conn.execute(ROOT, (seq,)).fetchone()
     return SequenceSummary(
         seq=seq,
         root=qualified_name(module, qualname, method),

@@ -1,11 +1,13 @@
 """Rebuild one sequence's call tree from the flat records a store returns.
 
 The store hands back invocations as rows: ``(puid, iid)`` names a node and ``(puid, parent)`` its
-enclosing call. Real data is messy — events get lost, a process dies, a sender may repeat itself —
-so the builder never trusts the links: duplicates keep their first record, a node whose parent is
-missing (or which points at itself, or sits on a cycle) is attached under the root rather than
-dropped, and a sequence without a root gets a synthetic one. Everything is iterative so a
-10,000-deep chain or a 100,000-node tree builds without touching the recursion limit.
+enclosing call; an invocation that continues a hand-off (``hid``) hangs under the invocation that
+submitted the work, whichever thread, task or process ran it. Real data is messy — events get
+lost, a process dies, a sender may repeat itself — so the builder never trusts the links:
+duplicates keep their first record, a node whose parent is missing (or which points at itself, or
+sits on a cycle) is attached under the root rather than dropped, and a sequence without a root
+gets a synthetic one. Everything is iterative so a 10,000-deep chain or a 100,000-node tree
+builds without touching the recursion limit.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from cmr.store.base import InvocationRecord, MethodRecord, ProcessRecord, SequenceData
+from cmr.store.base import (
+    HandoffRecord,
+    InvocationRecord,
+    MethodRecord,
+    ProcessRecord,
+    SequenceData,
+)
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -46,13 +54,13 @@ class ThreadRef:
 
 @dataclass(frozen=True, slots=True)
 class Handoff:
-    """Seam for thread/process hand-offs: a later issue joins an invocation carrying ``hid`` to the
-    invocation that submitted the work. Until then ``Node.handoff`` is always None and such
-    invocations appear as orphans under the root."""
+    """How a node was reached from its caller's thread: ``kind`` of hop, when the work was
+    submitted, and how long it waited before this invocation started (0 when clocks disagree)."""
 
     hid: int
-    kind: str
+    kind: str  # thread | task | process | remote
     submitted_ns: int
+    queued_ns: int
 
 
 @dataclass(slots=True, eq=False)
@@ -113,8 +121,9 @@ def build_tree(data: SequenceData) -> SequenceTree:
     for i, record in enumerate(records):
         if i == root_index:
             continue
-        parent_index = index.get((record.puid, record.parent)) if record.parent else None
-        if parent_index is None or parent_index == i:
+        handoff = data.handoffs.get(record.hid) if record.hid else None
+        parent_index = _parent_index(record, handoff, index, i)
+        if parent_index is None:
             parent_index = root_index  # an orphan: keep it, under the root
         parent = root if parent_index is None else nodes[parent_index]
         parent.children.append(nodes[i])
@@ -138,6 +147,26 @@ def build_tree(data: SequenceData) -> SequenceTree:
         threads=len({(r.puid, r.tid) for r in records}),
         processes=len({r.puid for r in records}),
     )
+
+
+def _parent_index(
+    record: InvocationRecord,
+    handoff: HandoffRecord | None,
+    index: dict[tuple[int, int], int],
+    own: int,
+) -> int | None:
+    """The submitter of a known hand-off wins over the Start's own parent (which names only the
+    same process); a link to a missing node, or to the node itself, is no link."""
+    candidates: list[tuple[int, int]] = []
+    if handoff is not None and handoff.parent:
+        candidates.append((handoff.puid, handoff.parent))
+    if record.parent:
+        candidates.append((record.puid, record.parent))
+    for key in candidates:
+        found = index.get(key)
+        if found is not None and found != own:
+            return found
+    return None
 
 
 def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
@@ -166,6 +195,7 @@ def _make_nodes(records: list[InvocationRecord], data: SequenceData) -> list[Nod
         if name is None:
             name = names[(r.puid, r.method)] = method_name(data.methods, r.puid, r.method)
         duration = None if r.end_ns is None else max(0, r.end_ns - r.start_ns)
+        handoff = data.handoffs.get(r.hid) if r.hid else None
         nodes.append(
             Node(
                 name=name,
@@ -178,9 +208,15 @@ def _make_nodes(records: list[InvocationRecord], data: SequenceData) -> list[Nod
                 status=_status(r, data.processes.get(r.puid)),
                 error=r.error,
                 iid=r.iid,
+                handoff=None if handoff is None else _handoff(handoff, r.start_ns),
             )
         )
     return nodes
+
+
+def _handoff(record: HandoffRecord, start_ns: int) -> Handoff:
+    queued = max(0, start_ns - record.submitted_ns)
+    return Handoff(record.hid, record.kind, record.submitted_ns, queued)
 
 
 def _process_ref(puid: int, info: ProcessRecord | None) -> ProcessRef:
@@ -254,16 +290,27 @@ def _break_cycles(root: Node, nodes: list[Node], parent_of: list[Node | None]) -
 
 
 def _set_self_time(node: Node) -> None:
-    """Children still open when their parent ended count until the parent's end."""
-    if node.end_ns is None or node.duration_ns is None:
+    """Self time is the part of the node's window that no child covers.
+
+    Children handed off to other threads run in parallel, so their windows are merged (a union),
+    never added up; windows are clipped to the node's own, and a child still open when its parent
+    ended counts until then."""
+    end = node.end_ns
+    if end is None or node.duration_ns is None:
         return
-    children_ns = 0
-    for child in node.children:
-        if child.duration_ns is not None:
-            children_ns += child.duration_ns
-        else:
-            children_ns += max(0, node.end_ns - child.start_ns)
-    node.self_ns = max(0, node.duration_ns - children_ns)
+    covered = 0
+    span_start = span_end = node.start_ns
+    for child in sorted(node.children, key=lambda c: c.start_ns):
+        start = max(child.start_ns, node.start_ns)
+        stop = end if child.end_ns is None else min(child.end_ns, end)
+        if stop <= start:
+            continue
+        if start > span_end:
+            covered += span_end - span_start
+            span_start = start
+        span_end = max(span_end, stop)
+    covered += span_end - span_start
+    node.self_ns = max(0, node.duration_ns - covered)
 
 
 def _span_children(root: Node, running: bool) -> None:

@@ -4,15 +4,17 @@ The input is never modified, so views chain freely (``drop_shorter_than(limit_de
 Whatever a view leaves out is counted on the node it was cut from (``Node.hidden``) and in total
 (``SequenceTree.hidden``), so a renderer can say "… 12 calls hidden" instead of silently lying.
 Self times are carried over unchanged: time spent in hidden calls stays in the parent's self time
-exactly as the builder computed it.
+exactly as the builder computed it. ``thread_activity`` summarises a whole tree instead of cutting
+it: where the sequence ran, and for how long.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from cmr.views.calltree import Node, SequenceTree
+from cmr.views.calltree import KIND_SYNTHETIC, Node, ProcessRef, SequenceTree, ThreadRef, walk
 
 #: Decides, for a child at ``depth`` (root = 0), whether it stays in the view.
 KeepChild = Callable[[Node, int], bool]
@@ -68,3 +70,51 @@ def _prune(tree: SequenceTree, keep: KeepChild) -> SequenceTree:
 
 def _copy(node: Node) -> Node:
     return dataclasses.replace(node, children=[])
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadActivity:
+    """One thread's share of a sequence."""
+
+    process: ProcessRef
+    thread: ThreadRef
+    invocations: int
+    busy_ns: int  # the union of its invocations' [start, end]: nested calls count once
+    first_start_ns: int
+
+
+def thread_activity(tree: SequenceTree) -> list[ThreadActivity]:
+    """The threads a sequence touched, in order of first activity. Give it the whole tree: calls a
+    view hid are not in it. Calls without an end yet (running, or incomplete) count as busy up to
+    the latest time the sequence shows, the best bound there is."""
+    nodes = [node for node, _ in walk(tree.root) if node.kind != KIND_SYNTHETIC]
+    if not nodes:
+        return []
+    latest = max(node.start_ns if node.end_ns is None else node.end_ns for node in nodes)
+    spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    where: dict[tuple[int, int], tuple[ProcessRef, ThreadRef]] = {}
+    for node in nodes:
+        key = (node.process.puid, node.thread.tid)
+        end = latest if node.end_ns is None else node.end_ns
+        spans.setdefault(key, []).append((node.start_ns, max(node.start_ns, end)))
+        where.setdefault(key, (node.process, node.thread))
+    activity = [
+        ThreadActivity(*where[key], len(intervals), _covered(intervals), min(intervals)[0])
+        for key, intervals in spans.items()
+    ]
+    activity.sort(key=lambda a: (a.first_start_ns, a.process.puid, a.thread.tid))
+    return activity
+
+
+def _covered(intervals: list[tuple[int, int]]) -> int:
+    """The length of the union of (non-empty list of) intervals."""
+    ordered = sorted(intervals)
+    total = 0
+    start, end = ordered[0]
+    for next_start, next_end in ordered[1:]:
+        if next_start > end:
+            total += end - start
+            start, end = next_start, next_end
+        else:
+            end = max(end, next_end)
+    return total + end - start

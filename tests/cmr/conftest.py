@@ -28,10 +28,13 @@ def make_batch(
     argv: Iterable[str] = ("app.py", "--fast"),
 ) -> wire.Batch:
     """A batch from process ``puid``. ``methods`` maps method ids to ``module.qualname``; by
-    default every method a Start uses is described as ``app.m<id>``. Every tid gets a ThreadInfo."""
+    default every method a Start or Handoff uses is described as ``app.m<id>``. Every tid gets a
+    ThreadInfo."""
     chunks = [wire.ThreadChunk(tid, list(events)) for tid, events in events_by_tid.items()]
     if methods is None:
-        used = {e.method for c in chunks for e in c.events if isinstance(e, wire.Start)}
+        used = {
+            e.method for c in chunks for e in c.events if isinstance(e, wire.Start | wire.Handoff)
+        }
         methods = {method: f"app.m{method}" for method in sorted(used)}
     infos = []
     for method, name in methods.items():

@@ -409,3 +409,118 @@ def test_serve_receives_batches_that_ls_then_lists(tmp_path, capsys, shop_batch,
             if stream is not None:
                 stream.close()
     assert os.path.exists(path)
+
+
+SEQ_D = bytes.fromhex("d0d0" + "00" * 14)  # work handed to a pool thread and to asyncio tasks
+HID_POOL = 0x7001
+HID_TASK = 0x7002
+
+
+@pytest.fixture(name="handoff_repo")
+def fixture_handoff_repo(tmp_path, make_batch, clock_offset_ns) -> str:
+    """checkout (MainThread) hands fetch to a pool thread (queued 3.20 ms) and an untraced
+    coroutine making two traced calls to an asyncio task (queued 120 µs, then 1.12 ms). The pool
+    thread's events come in an earlier batch than the Handoff that explains them."""
+    names = {1: "shop.checkout", 2: "shop.fetch", 3: "shop.notify", 4: "shop.audit", 9: "shop.job"}
+    pool = [
+        wire.Start(2, 1, HID_POOL, 2, 4_200_000, SEQ_D),
+        wire.End(2, 9 * MS),
+    ]
+    main_thread = [
+        wire.Start(1, 0, 0, 1, 0, SEQ_D),
+        wire.Handoff(HID_POOL, 1, "thread", 9, 1 * MS, SEQ_D),
+        wire.Handoff(HID_TASK, 1, "task", 9, 10 * MS, SEQ_D),
+        wire.Start(3, 1, HID_TASK, 3, 10 * MS + 120_000, SEQ_D),
+        wire.End(3, 11 * MS),
+        wire.Start(4, 1, HID_TASK, 4, 11 * MS + 120_000, SEQ_D),
+        wire.End(4, 12 * MS),
+        wire.End(1, 20 * MS),
+    ]
+    path = str(tmp_path / "handoffs.sqlite")
+    store = open_store(path)
+    try:
+        store.ingest(make_batch(SHOP, 1, {1: [main_thread[0]], 2: pool}, methods=names), 0)
+        store.ingest(make_batch(SHOP, 2, {1: main_thread[1:]}, methods=names), 0)
+    finally:
+        store.close()
+    return path
+
+
+def test_show_marks_each_hop_to_another_thread_or_task(handoff_repo, capsys):
+    code, out, _ = run(capsys, "--db", handoff_repo, "show", "d0d0")
+
+    assert code == 0
+    assert out.splitlines() == [
+        f"{SEQ_D.hex()}  complete  20.0 ms  4 calls · 2 threads · 1 process",
+        "20.0 ms  shop.checkout  self 13.4 ms  thread-1 (1) testhost:4242",
+        '├─ 4.80 ms  shop.fetch  self 4.80 ms  thread-2 (2)  → thread "thread-2", queued 3.20 ms',
+        "├─ 880 µs  shop.notify  self 880 µs  thread-1 (1)  → task, queued 120 µs",
+        "└─ 880 µs  shop.audit  self 880 µs  thread-1 (1)  → task, queued 1.12 ms",
+    ]
+
+
+def test_show_json_carries_the_hand_off(handoff_repo, capsys, clock_offset_ns):
+    doc = json.loads(run(capsys, "--db", handoff_repo, "show", "d0d0", "--json")[1])
+
+    fetch, notify, audit = doc["root"]["children"]
+    assert doc["root"]["handoff"] is None
+    assert fetch["handoff"] == {
+        "kind": "thread",
+        "queued_ns": 3_200_000,
+        "submitted_ns": clock_offset_ns + 1 * MS,
+    }
+    assert (notify["handoff"]["kind"], notify["handoff"]["queued_ns"]) == ("task", 120_000)
+    assert audit["handoff"]["submitted_ns"] == notify["handoff"]["submitted_ns"]
+
+
+def test_show_threads_lists_each_thread_with_calls_and_busy_time(handoff_repo, capsys):
+    code, out, _ = run(capsys, "--db", handoff_repo, "show", "d0d0", "--threads")
+
+    assert code == 0
+    assert out.splitlines() == [
+        f"{SEQ_D.hex()}  complete  20.0 ms  4 calls · 2 threads · 1 process",
+        "PROCESS        TID  THREAD    CALLS     BUSY     FIRST",
+        "testhost:4242    1  thread-1      3  20.0 ms     +0 ns",
+        "testhost:4242    2  thread-2      1  4.80 ms  +4.20 ms",
+    ]
+
+
+def test_show_threads_json(handoff_repo, capsys, clock_offset_ns):
+    code, out, _ = run(capsys, "--db", handoff_repo, "show", "d0d0", "--threads", "--json")
+
+    assert code == 0
+    process = {"host": "testhost", "pid": 4242, "puid": SHOP}
+    assert json.loads(out) == [
+        {
+            "process": process,
+            "thread": {"tid": 1, "name": "thread-1"},
+            "invocations": 3,
+            "busy_ns": 20 * MS,
+            "first_start_ns": clock_offset_ns,
+        },
+        {
+            "process": process,
+            "thread": {"tid": 2, "name": "thread-2"},
+            "invocations": 1,
+            "busy_ns": 4_800_000,
+            "first_start_ns": clock_offset_ns + 4_200_000,
+        },
+    ]
+
+
+@pytest.mark.parametrize("view", [["--depth", "0"], ["--min-duration", "1"]])
+def test_threads_refuses_views_that_would_hide_calls(handoff_repo, capsys, view):
+    code, out, err = run(capsys, "--db", handoff_repo, "show", "d0d0", "--threads", *view)
+
+    assert (code, out) == (1, "")
+    assert one_line_error(err) == (
+        "cmr: --threads counts every call: leave out --depth and --min-duration"
+    )
+
+
+def test_show_help_offers_the_threads_view(capsys):
+    code, out, _ = run(capsys, "show", "--help")
+
+    assert code == 0
+    assert "--threads" in out
+    assert "cmr show 3f2a9c --threads" in out

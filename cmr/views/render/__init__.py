@@ -1,7 +1,12 @@
 """Renderers: one module per output format, each a pure function of a (viewed) tree."""
 
-from cmr.views.render.json import stats_to_json, summaries_to_json, tree_to_json
-from cmr.views.render.tables import render_sequence_list, render_stats
+from cmr.views.render.json import (
+    stats_to_json,
+    summaries_to_json,
+    thread_activity_to_json,
+    tree_to_json,
+)
+from cmr.views.render.tables import render_sequence_list, render_stats, render_thread_activity
 from cmr.views.render.text import format_duration, render_text
 
 __all__ = [
@@ -9,7 +14,9 @@ __all__ = [
     "render_sequence_list",
     "render_stats",
     "render_text",
+    "render_thread_activity",
     "stats_to_json",
     "summaries_to_json",
+    "thread_activity_to_json",
     "tree_to_json",
 ]

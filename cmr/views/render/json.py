@@ -1,4 +1,5 @@
-"""The JSON documents of ``cmr show --json``, ``cmr ls --json`` and ``cmr stats --json``.
+"""The JSON documents of ``cmr show --json`` (and ``--threads --json``), ``cmr ls --json`` and
+``cmr stats --json``.
 
 The shape is a public contract (``docs/protocol.md``): keys, their order and their types stay put.
 Ids are integers except ``seq``, which is 32 hex digits. Trees are written iteratively — each node's
@@ -15,6 +16,7 @@ import msgspec
 
 from cmr.store.base import ProcessRecord, SequenceSummary, StoreStats
 from cmr.views.calltree import Handoff, Node, SequenceTree
+from cmr.views.processors import ThreadActivity
 
 _encode = msgspec.json.Encoder().encode
 
@@ -39,7 +41,11 @@ def node_fields(node: Node) -> dict[str, Any]:
 def _handoff(handoff: Handoff | None) -> dict[str, Any] | None:
     if handoff is None:
         return None
-    return {"hid": handoff.hid, "kind": handoff.kind, "submitted_ns": handoff.submitted_ns}
+    return {
+        "kind": handoff.kind,
+        "queued_ns": handoff.queued_ns,
+        "submitted_ns": handoff.submitted_ns,
+    }
 
 
 def tree_to_json(tree: SequenceTree) -> str:
@@ -66,6 +72,27 @@ def tree_to_json(tree: SequenceTree) -> str:
                 stack.append(b",")
     parts.append(b"}")
     return b"".join(parts).decode()
+
+
+def thread_activity_to_json(activity: list[ThreadActivity]) -> str:
+    """An array, in order of first activity, of
+    ``{"process", "thread", "invocations", "busy_ns", "first_start_ns"}``."""
+    return _encode(
+        [
+            {
+                "process": {
+                    "host": entry.process.host,
+                    "pid": entry.process.pid,
+                    "puid": entry.process.puid,
+                },
+                "thread": {"tid": entry.thread.tid, "name": entry.thread.name},
+                "invocations": entry.invocations,
+                "busy_ns": entry.busy_ns,
+                "first_start_ns": entry.first_start_ns,
+            }
+            for entry in activity
+        ]
+    ).decode()
 
 
 def summary_fields(summary: SequenceSummary) -> dict[str, Any]:

@@ -1,11 +1,14 @@
-"""Plain-text tables for ``cmr ls`` and ``cmr stats``: aligned columns, nothing to install."""
+"""Plain-text tables for ``cmr ls``, ``cmr show --threads`` and ``cmr stats``: aligned columns,
+nothing to install."""
 
 from __future__ import annotations
 
 import datetime
 
 from cmr.store.base import SequenceSummary, StoreStats
-from cmr.views.render.text import format_duration
+from cmr.views.calltree import SequenceTree
+from cmr.views.processors import ThreadActivity
+from cmr.views.render.text import format_duration, render_header
 
 #: Hex digits of a sequence id shown in listings; ``cmr show`` accepts any unambiguous prefix.
 SEQ_PREFIX_LEN = 12
@@ -51,6 +54,27 @@ def render_sequence_list(summaries: list[SequenceSummary]) -> str:
     ]
     header = ["SEQ", "START", "DURATION", "STATUS", "CALLS", "THREADS", "PROCS", "ROOT"]
     return table(header, rows, right=frozenset({2, 4, 5, 6}))
+
+
+def render_thread_activity(tree: SequenceTree, activity: list[ThreadActivity]) -> str:
+    """The sequence's header line, then one line per thread in order of first activity; FIRST is
+    when the thread joined, counted from the sequence's first call."""
+    if not activity:
+        return render_header(tree) + "\nno threads: no invocation of this sequence was received"
+    origin = activity[0].first_start_ns
+    rows = [
+        [
+            f"{entry.process.host}:{entry.process.pid}",
+            str(entry.thread.tid),
+            entry.thread.name,
+            str(entry.invocations),
+            format_duration(entry.busy_ns),
+            "+" + format_duration(entry.first_start_ns - origin),
+        ]
+        for entry in activity
+    ]
+    header = ["PROCESS", "TID", "THREAD", "CALLS", "BUSY", "FIRST"]
+    return render_header(tree) + "\n" + table(header, rows, right=frozenset({1, 3, 4, 5}))
 
 
 def render_stats(stats: StoreStats) -> str:

@@ -1,9 +1,10 @@
 """The call tree as text for a terminal, drawn with box guides the way pyinstrument draws its own.
 
 One line per call: duration (or "running"/"incomplete" when there is none yet), the method name,
-its self time, the thread, the process when it differs from the caller's, and a mark when the call
-raised. Lines are built iteratively and joined once, so a 100,000-call tree or a 10,000-deep chain
-renders quickly and without recursion.
+its self time, the thread, the process when it differs from the caller's, a hop mark when the call
+was handed off to it (``→ thread "pool-0_1", queued 3.20 ms``) and a mark when the call raised.
+Lines are built iteratively and joined once, so a 100,000-call tree or a 10,000-deep chain renders
+quickly and without recursion.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from cmr.views.calltree import (
     STATUS_ERROR,
     STATUS_INCOMPLETE,
     STATUS_RUNNING,
+    Handoff,
     Node,
     ProcessRef,
     SequenceTree,
@@ -40,6 +42,7 @@ class Palette:
     yellow: str = ""
     green: str = ""
     magenta: str = ""
+    cyan: str = ""
     dim: str = ""
     bold: str = ""
     reset: str = ""
@@ -51,6 +54,7 @@ ANSI = Palette(
     yellow="\033[33m",
     green="\033[32m",
     magenta="\033[35m",
+    cyan="\033[36m",
     dim="\033[2m",
     bold="\033[1m",
     reset="\033[0m",
@@ -150,9 +154,22 @@ def _describe(node: Node, caller: ProcessRef | None, total: int, palette: Palett
         if caller is None or caller != node.process:
             thread += f" {node.process.host}:{node.process.pid}"
         parts.append(f"{palette.dim}{thread}{palette.reset}")
+    if node.handoff is not None:
+        parts.append(f"{palette.cyan}{hop_mark(node, node.handoff)}{palette.reset}")
     if node.status == STATUS_ERROR:
         parts.append(f"{palette.red}✗ {node.error or 'error'}{palette.reset}")
     return "  ".join(parts)
+
+
+def hop_mark(node: Node, handoff: Handoff) -> str:
+    """Where the work went and how long it waited to start there."""
+    if handoff.kind == "thread":
+        where = f'thread "{node.thread.name}"'
+    elif handoff.kind in {"process", "remote"}:
+        where = f"{handoff.kind} {node.process.host}:{node.process.pid}"
+    else:  # "task", and kinds a newer tracer may send
+        where = handoff.kind
+    return f"→ {where}, queued {format_duration(handoff.queued_ns)}"
 
 
 def _share_colour(duration_ns: int, total_ns: int, palette: Palette) -> str:

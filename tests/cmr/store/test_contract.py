@@ -21,6 +21,8 @@ from cmr.store import (
     default_db_path,
     open_store,
 )
+from cmr.store.base import HandoffRecord
+from cmr.views.calltree import Handoff, build_tree
 from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
@@ -37,7 +39,14 @@ def start(
     return wire.Start(iid=iid, parent=parent, hid=hid, method=method, t_ns=t_ns, seq=seq)
 
 
+def handoff(
+    hid: int, parent: int, t_ns: int, seq: bytes, *, kind: str = "thread", method: int = 9
+) -> wire.Handoff:
+    return wire.Handoff(hid=hid, parent=parent, kind=kind, method=method, t_ns=t_ns, seq=seq)
+
+
 S = seq_id("5e9")
+H = 0x5EED_0000_0000_0001
 
 
 @pytest.fixture(name="store", params=["memory", "sqlite"])
@@ -148,6 +157,95 @@ def test_a_batch_whose_times_overflow_is_refused_whole(
     assert store.stats().batches == 0
     # Nothing was kept, so the same batch number can still be stored.
     assert store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 1) is True
+
+
+# -- hand-offs ------------------------------------------------------------------------------
+
+
+def test_hand_off_round_trip_keeps_submitter_kind_callable_and_wall_time(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    names = {1: "app.main", 2: "app.work", 9: "app.submitted"}
+    batch = make_batch(
+        7,
+        1,
+        {
+            1: [start(1, 100, S), handoff(H, 1, 110, S, method=9), wire.End(1, 300)],
+            2: [start(2, 130, S, parent=1, hid=H, method=2), wire.End(2, 200)],
+        },
+        methods=names,
+    )
+    store.ingest(batch, 1)
+
+    data = store.load_sequence(S)
+
+    assert data.handoffs == {H: HandoffRecord(H, 7, 1, "thread", 9, clock_offset_ns + 110)}
+    assert [(r.iid, r.parent, r.hid) for r in data.invocations] == [(1, 0, 0), (2, 1, H)]
+    # The handed-off callable is named even though no invocation of it was recorded.
+    assert data.methods[7, 9] == MethodRecord("app", "submitted", "/src/app.py", 19)
+    assert store.stats().events == 5  # a hand-off is an event like any other
+
+
+def test_a_hand_off_arriving_after_the_work_it_started_still_links(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    # Process 7 submits from iid 2 to process 8; process 8's batch is stored first, and process
+    # 7's Handoff only comes with its next batch.
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S), start(2, 110, S, parent=1, method=2)]}), 1)
+    store.ingest(
+        make_batch(8, 1, {1: [start(1, 150, S, hid=H, method=3), wire.End(1, 170)]}, pid=88), 2
+    )
+    orphan = build_tree(store.load_sequence(S)).root.children[-1]
+    assert (orphan.name, orphan.handoff) == ("app.m3", None)  # under the root until it is known
+
+    store.ingest(make_batch(7, 2, {1: [handoff(H, 2, 120, S, kind="process")]}), 3)
+
+    tree = build_tree(store.load_sequence(S))
+    (submitter,) = tree.root.children
+    (worker,) = submitter.children
+    assert (submitter.name, worker.name, worker.process.pid) == ("app.m2", "app.m3", 88)
+    assert worker.handoff == Handoff(H, "process", clock_offset_ns + 120, 30)
+
+
+def test_a_hand_off_is_kept_before_any_invocation_of_its_sequence_arrives(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    store.ingest(make_batch(7, 2, {1: [handoff(H, 1, 120, S)]}), 1)
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 2)
+
+    assert list(store.load_sequence(S).handoffs) == [H]
+
+
+def test_a_hand_off_is_found_by_its_hid_alone(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    other = seq_id("07e")
+    # Recorded by process 7 under another sequence id; continued in S by process 8.
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, other), handoff(H, 1, 110, other)]}), 1)
+    store.ingest(make_batch(8, 1, {1: [start(1, 150, S, hid=H)]}), 2)
+
+    data = store.load_sequence(S)
+
+    assert data.handoffs == {H: HandoffRecord(H, 7, 1, "thread", 9, clock_offset_ns + 110)}
+    assert set(data.processes) == {7, 8}  # the submitter's process comes with it
+    assert (7, 9) in data.methods
+
+
+def test_the_first_hand_off_with_a_hid_wins(store: Store, make_batch: BatchFactory) -> None:
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S), handoff(H, 1, 110, S)]}), 1)
+    store.ingest(make_batch(8, 1, {1: [handoff(H, 5, 500, S, kind="task")]}), 2)
+
+    assert store.load_sequence(S).handoffs[H].puid == 7
+
+
+def test_a_hand_off_whose_time_overflows_refuses_its_batch(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    events = [start(1, 100, S), handoff(H, 1, 2**63 - 1, S)]
+    with pytest.raises(InvalidBatchError):
+        store.ingest(make_batch(7, 1, {1: events}), 1)
+
+    assert store.stats().batches == 0
 
 
 # -- statuses -------------------------------------------------------------------------------
@@ -411,6 +509,42 @@ def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(StoreError, match=r"schema version 99, newer than .* upgrade invoseq"):
         open_store(path)
+
+
+def schema_version_1(path: str) -> None:
+    """Turn a fresh repository into what the first release wrote: no hand-offs table."""
+    open_store(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE handoffs")
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+
+def test_a_version_1_repository_is_upgraded_when_opened_for_writing(
+    tmp_path: Path, make_batch: BatchFactory
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    schema_version_1(path)
+
+    store = open_store(path)
+    try:
+        store.ingest(make_batch(7, 1, {1: [start(1, 100, S), handoff(H, 1, 110, S)]}), 1)
+        assert list(store.load_sequence(S).handoffs) == [H]
+    finally:
+        store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
+
+
+def test_a_version_1_repository_is_not_read_before_it_is_upgraded(tmp_path: Path) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    schema_version_1(path)
+
+    with pytest.raises(
+        StoreError, match=r"schema version 1, older than .* \(2\): run `cmr serve` or `tracer run`"
+    ):
+        open_store(path, readonly=True)
 
 
 def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from cmr.store.base import (
+    HandoffRecord,
     InvocationRecord,
     MethodRecord,
     ProcessRecord,
@@ -28,6 +29,7 @@ class SequenceBuilder:
         self.methods: dict[tuple[int, int], MethodRecord] = {}
         self.threads: dict[tuple[int, int], ThreadRecord] = {}
         self.processes: dict[int, ProcessRecord] = {}
+        self.handoffs: dict[int, HandoffRecord] = {}
         self._method_ids: dict[tuple[int, str], int] = {}
 
     def process(
@@ -82,6 +84,20 @@ class SequenceBuilder:
             )
         )
 
+    def handoff(
+        self,
+        hid: int,
+        parent: int,
+        *,
+        submitted: int,
+        kind: str = "thread",
+        puid: int = PUID,
+        callable_name: str = "app.work",
+    ) -> None:
+        """Invocation ``parent`` of process ``puid`` handed ``callable_name`` off as ``hid``."""
+        method = self._method_ids.setdefault((puid, callable_name), len(self._method_ids) + 1)
+        self.handoffs[hid] = HandoffRecord(hid, puid, parent, kind, method, submitted)
+
     def data(self) -> SequenceData:
         return SequenceData(
             seq=SEQ,
@@ -89,6 +105,7 @@ class SequenceBuilder:
             methods=dict(self.methods),
             threads=dict(self.threads),
             processes=dict(self.processes),
+            handoffs=dict(self.handoffs),
         )
 
 

@@ -227,7 +227,7 @@ def test_overlapping_children_never_make_self_time_negative(builder, outline):
     builder.call("m.x", 2, 1, start=0, end=90, tid=2)
     builder.call("m.y", 3, 1, start=5, end=95, tid=3)
 
-    assert outline(build_tree(builder.data()))[0] == "m.root 100/0 ok"
+    assert outline(build_tree(builder.data()))[0] == "m.root 100/5 ok"  # 100 - (0..95)
 
 
 def test_an_end_before_the_start_counts_as_zero(builder, outline):

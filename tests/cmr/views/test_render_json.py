@@ -9,8 +9,13 @@ import pytest
 
 from cmr.store.base import ProcessRecord, SequenceSummary, StoreStats
 from cmr.views.calltree import build_tree
-from cmr.views.processors import limit_depth
-from cmr.views.render.json import stats_to_json, summaries_to_json, tree_to_json
+from cmr.views.processors import limit_depth, thread_activity
+from cmr.views.render.json import (
+    stats_to_json,
+    summaries_to_json,
+    thread_activity_to_json,
+    tree_to_json,
+)
 
 NODE_KEYS = [
     "name",
@@ -44,7 +49,12 @@ def check_node(node: dict) -> None:
     assert node["status"] in {"ok", "error", "running", "incomplete"}
     assert node["error"] is None or isinstance(node["error"], str)
     assert node["kind"] in {"measured", "synthetic"}
-    assert node["handoff"] is None
+    handoff = node["handoff"]
+    if handoff is not None:
+        assert list(handoff) == ["kind", "queued_ns", "submitted_ns"]
+        assert isinstance(handoff["kind"], str)
+        assert isinstance(handoff["queued_ns"], int)
+        assert isinstance(handoff["submitted_ns"], int)
     assert isinstance(node["children"], list)
 
 
@@ -69,7 +79,7 @@ def test_show_document_has_exactly_the_contract_keys_and_types(builder):
         "start_ns": 100,
         "end_ns": 1_100,
         "duration_ns": 1_000,
-        "self_ns": 0,  # pay 500 + log 300 (open: counted to the end) + remote 200
+        "self_ns": 200,  # children cover 200..700 and 800..1100 (open ones count to the end)
         "process": {"host": "box", "pid": 4242, "puid": 0x1111},
         "thread": {"tid": 1, "name": "MainThread"},
         "status": "ok",
@@ -92,6 +102,56 @@ def test_show_document_has_exactly_the_contract_keys_and_types(builder):
         None,
     )
     assert remote["process"]["puid"] == 2**63 - 1  # an integer, never hex
+
+
+def test_a_hand_off_is_kind_queue_time_and_submit_time_and_null_within_a_thread(builder):
+    builder.call("shop.checkout", 1, start=100, end=10_000)
+    builder.handoff(2**63 - 1, 1, submitted=1_000, kind="thread")
+    builder.call("shop.fetch", 2, 1, start=4_200, end=5_000, tid=2, hid=2**63 - 1)
+    builder.call("shop.parse", 3, 2, start=4_300, end=4_400, tid=2)
+
+    root = json.loads(tree_to_json(build_tree(builder.data())))["root"]
+
+    (fetch,) = root["children"]
+    (parse,) = fetch["children"]
+    for node in (root, fetch, parse):
+        check_node(node)
+    assert fetch["handoff"] == {"kind": "thread", "queued_ns": 3_200, "submitted_ns": 1_000}
+    assert fetch["thread"] == {"tid": 2, "name": "T2"}
+    assert root["handoff"] is None
+    assert parse["handoff"] is None
+
+
+def test_threads_document_lists_each_thread_once_in_order_of_first_activity(builder):
+    builder.thread(1, "MainThread")
+    builder.thread(2, "pool-0")
+    builder.process(pid=4242, host="box")
+    builder.call("shop.checkout", 1, start=100, end=1_100)
+    builder.handoff(5, 1, submitted=150)
+    builder.call("shop.fetch", 2, 1, start=200, end=500, tid=2, hid=5)
+    builder.call("shop.parse", 3, 2, start=300, end=400, tid=2)
+
+    doc = json.loads(thread_activity_to_json(thread_activity(build_tree(builder.data()))))
+
+    assert doc == [
+        {
+            "process": {"host": "box", "pid": 4242, "puid": 0x1111},
+            "thread": {"tid": 1, "name": "MainThread"},
+            "invocations": 1,
+            "busy_ns": 1_000,
+            "first_start_ns": 100,
+        },
+        {
+            "process": {"host": "box", "pid": 4242, "puid": 0x1111},
+            "thread": {"tid": 2, "name": "pool-0"},
+            "invocations": 2,
+            "busy_ns": 300,
+            "first_start_ns": 200,
+        },
+    ]
+    assert [list(entry) for entry in doc] == [
+        ["process", "thread", "invocations", "busy_ns", "first_start_ns"]
+    ] * 2
 
 
 def test_views_apply_to_json_too(builder):

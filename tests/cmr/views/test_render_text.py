@@ -56,7 +56,7 @@ def test_the_tree_is_drawn_with_guides_and_one_line_per_call(shop):
         "0123456789abcdef0123456789abcdef  running  1.00 s  5 calls · 3 threads · 2 processes"
     )
     assert lines[1:] == [
-        "1.00 s  shop.checkout  self 450 ms  MainThread (1) box:4242",
+        "1.00 s  shop.checkout  self 500 ms  MainThread (1) box:4242",
         "├─ 400 ms  shop.price  self 395 ms  MainThread (1)",
         "│  └─ 5.00 ms  shop.tax  self 5.00 ms  pool-0 (2)  ✗ ValueError",
         "├─ running  shop.pay  MainThread (1)",
@@ -69,7 +69,7 @@ def test_hidden_calls_are_announced_where_they_were_cut(shop):
 
     assert text.splitlines()[0].endswith("· 1 hidden")
     assert text.splitlines()[1:] == [
-        "1.00 s  shop.checkout  self 450 ms  MainThread (1) box:4242",
+        "1.00 s  shop.checkout  self 500 ms  MainThread (1) box:4242",
         "├─ 400 ms  shop.price  self 395 ms  MainThread (1)",
         "│  └─ … 1 call hidden",
         "├─ running  shop.pay  MainThread (1)",
@@ -123,3 +123,40 @@ def test_a_sequence_without_root_or_duration_reads_cleanly(builder):
         "running  <unknown root>",
         "└─ running  m.lost_parent  T1 (1) box:7",
     ]
+
+
+def test_each_hand_off_shows_its_hop_and_queue_time(builder):
+    builder.thread(1, "MainThread")
+    builder.thread(2, "ThreadPoolExecutor-0_1")
+    builder.process(pid=4242, host="box")
+    builder.process(0x2, pid=77, host="worker")
+    builder.call("shop.checkout", 1, start=0, end=100 * MS)
+    builder.handoff(1, 1, submitted=1 * MS, kind="thread")
+    builder.call("shop.fetch", 2, 1, start=4_200_000, end=10 * MS, tid=2, hid=1)
+    builder.call("shop.parse", 3, 2, start=5 * MS, end=6 * MS, tid=2)
+    builder.handoff(2, 1, submitted=20 * MS, kind="task")
+    builder.call("shop.notify", 4, 1, start=20 * MS + 120_000, end=30 * MS, hid=2)
+    builder.handoff(3, 1, submitted=40 * MS, kind="process")
+    builder.call("worker.run", 1, start=41 * MS, end=50 * MS, puid=0x2, hid=3)
+
+    lines = render_text(build_tree(builder.data())).splitlines()
+
+    assert lines[1:] == [
+        "100 ms  shop.checkout  self 75.3 ms  MainThread (1) box:4242",
+        "├─ 5.80 ms  shop.fetch  self 4.80 ms  ThreadPoolExecutor-0_1 (2)"
+        '  → thread "ThreadPoolExecutor-0_1", queued 3.20 ms',
+        "│  └─ 1.00 ms  shop.parse  self 1.00 ms  ThreadPoolExecutor-0_1 (2)",
+        "├─ 9.88 ms  shop.notify  self 9.88 ms  MainThread (1)  → task, queued 120 µs",
+        "└─ 9.00 ms  worker.run  self 9.00 ms  T1 (1) worker:77"
+        "  → process worker:77, queued 1.00 ms",
+    ]
+
+
+def test_a_hop_mark_comes_before_the_error_mark_and_is_coloured(builder):
+    builder.call("app.main", 1, start=0, end=1_000)
+    builder.handoff(1, 1, submitted=0, kind="task")
+    builder.call("app.fail", 2, 1, start=500, end=600, hid=1, error="KeyError")
+    tree = build_tree(builder.data())
+
+    assert render_text(tree).splitlines()[-1].endswith("→ task, queued 500 ns  ✗ KeyError")
+    assert "\033[36m→ task, queued 500 ns\033[0m" in render_text(tree, color=True)

@@ -1,0 +1,113 @@
+"""The SQLite repository's schema and statements, kept apart from the code that runs them.
+
+Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for writing
+is upgraded in place (``UPGRADES``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION: Final = 2
+
+#: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
+#: writing is upgraded in place; the statements are shared with a fresh schema.
+HANDOFFS_SCHEMA: Final = (
+    """CREATE TABLE handoffs (
+        hid INTEGER PRIMARY KEY,
+        seq BLOB NOT NULL, puid INTEGER NOT NULL, parent INTEGER NOT NULL,
+        kind TEXT NOT NULL, method INTEGER NOT NULL, submitted_ns INTEGER NOT NULL
+    )""",
+    "CREATE INDEX handoffs_by_seq ON handoffs (seq)",
+)
+
+SCHEMA: Final = (
+    """CREATE TABLE processes (
+        puid INTEGER PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        platform_id TEXT NOT NULL,
+        argv TEXT NOT NULL,  -- JSON array
+        clock_offset_ns INTEGER NOT NULL,
+        started_ns INTEGER NOT NULL,
+        ended INTEGER NOT NULL,  -- a final batch arrived
+        dropped INTEGER NOT NULL,  -- cumulative: the largest count reported
+        last_seen_ns INTEGER NOT NULL
+    )""",
+    """CREATE TABLE methods (
+        puid INTEGER NOT NULL, method INTEGER NOT NULL,
+        module TEXT NOT NULL, qualname TEXT NOT NULL, file TEXT NOT NULL, line INTEGER NOT NULL,
+        PRIMARY KEY (puid, method)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE threads (
+        puid INTEGER NOT NULL, tid INTEGER NOT NULL, native_id INTEGER NOT NULL, name TEXT NOT NULL,
+        PRIMARY KEY (puid, tid)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE starts (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, seq BLOB NOT NULL,
+        parent INTEGER NOT NULL, hid INTEGER NOT NULL, tid INTEGER NOT NULL,
+        method INTEGER NOT NULL, start_ns INTEGER NOT NULL,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX starts_by_seq ON starts (seq)",
+    """CREATE TABLE ends (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, end_ns INTEGER NOT NULL, error TEXT,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE sequences (
+        seq BLOB PRIMARY KEY, start_ns INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX sequences_by_start ON sequences (start_ns, seq)",
+    """CREATE TABLE batches (
+        puid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        received_ns INTEGER NOT NULL, events INTEGER NOT NULL,
+        PRIMARY KEY (puid, batch_no)
+    ) WITHOUT ROWID""",
+    "CREATE TABLE rejected (reason TEXT PRIMARY KEY, frames INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
+    "INSERT INTO counters VALUES ('batches', 0), ('duplicate_batches', 0), ('events', 0)",
+    *HANDOFFS_SCHEMA,
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+UPGRADES: Final = {1: (*HANDOFFS_SCHEMA, f"PRAGMA user_version = {SCHEMA_VERSION}")}
+
+UPSERT_PROCESS: Final = """
+    INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (puid) DO UPDATE SET
+        ended = max(ended, excluded.ended),
+        dropped = max(dropped, excluded.dropped),
+        last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)"""
+UPSERT_SEQUENCE: Final = """
+    INSERT INTO sequences VALUES (?, ?)
+    ON CONFLICT (seq) DO UPDATE SET start_ns = min(start_ns, excluded.start_ns)"""
+INVOCATIONS: Final = """
+    SELECT s.puid, s.iid, s.parent, s.hid, s.tid, s.method, s.start_ns, e.end_ns, e.error
+    FROM starts s LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
+    WHERE s.seq = ? ORDER BY s.start_ns, s.puid, s.iid"""
+COUNTS: Final = """
+    SELECT count(*), count(DISTINCT s.puid),
+           coalesce(sum(e.iid IS NULL AND NOT p.ended), 0),
+           coalesce(sum(e.iid IS NULL AND p.ended), 0)
+    FROM starts s
+    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
+    JOIN processes p ON p.puid = s.puid
+    WHERE s.seq = ?"""
+# The ORDER BY restates _shared.root_rank.
+ROOT: Final = """
+    SELECT s.method, e.end_ns, m.module, m.qualname
+    FROM starts s
+    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
+    LEFT JOIN methods m ON m.puid = s.puid AND m.method = s.method
+    WHERE s.seq = ?
+    ORDER BY s.parent != 0, s.hid != 0, s.start_ns, s.puid, s.iid LIMIT 1"""
+PROCESS_COLUMNS: Final = "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns"
+#: The hand-offs a sequence's tree needs: those recorded in it, and those its invocations continue
+#: (found by hid alone, wherever they were recorded). Binds ?1 to the sequence id.
+WITH_HANDOFFS: Final = """
+    WITH seq_handoffs AS (
+        SELECT hid, puid, parent, kind, method, submitted_ns FROM handoffs WHERE seq = ?1
+        UNION
+        SELECT h.hid, h.puid, h.parent, h.kind, h.method, h.submitted_ns
+        FROM starts s JOIN handoffs h ON h.hid = s.hid
+        WHERE s.seq = ?1 AND s.hid != 0
+    )"""
