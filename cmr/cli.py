@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 from cmr.defaults import DEFAULT_ENDPOINT
+from cmr.store import LOST_GRACE_MS, MISSED_HEARTBEATS
 from cmr.store.base import SequenceSummary, StoreError
 from cmr.views.calltree import SequenceTree, build_tree
 from cmr.views.processors import drop_shorter_than, limit_depth, thread_activity
@@ -190,9 +191,11 @@ def _add_show(commands: Commands) -> None:
         description=(
             "Print the call tree of one sequence, across its threads and processes. A sequence "
             "that is still running is shown as far as it got; calls that have not ended are "
-            "marked 'running' ('incomplete' when their process ended without finishing them). "
-            "A call handed off to another thread or task is marked with that hop and how long "
-            "the work was queued before it started."
+            "marked 'running', or 'incomplete' when their process ended or was lost (went "
+            "silent past its heartbeat) without finishing them. A call handed off to another "
+            "thread, task or process is marked with that hop and how long the work was queued "
+            "before it started. A sequence started by a foreign system hangs under "
+            "'<remote parent>'."
         ),
         examples=[
             "cmr show 3f2a9c",
@@ -233,7 +236,9 @@ def _add_stats(commands: Commands) -> None:
         description=(
             "Show what the repository received: batches, duplicates (resent after a lost "
             "acknowledgement), events, frames rejected by reason, and per process the events it "
-            "reported dropped, when it was last heard from and whether it shut down cleanly."
+            "reported dropped, its heartbeat interval, when it was last heard from and its "
+            "state: alive, ended (shut down cleanly) or lost (silent for longer than "
+            f"{MISSED_HEARTBEATS} heartbeats plus {LOST_GRACE_MS} ms)."
         ),
         examples=["cmr stats", "cmr stats --json"],
         handler=_stats,

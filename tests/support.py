@@ -66,18 +66,63 @@ def traced_env(endpoint: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_traced(script: Path, endpoint: str, **env: str) -> subprocess.CompletedProcess[str]:
+def run_traced(
+    script: Path, endpoint: str, args: list[str] | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Run a script as a traced program sending to ``endpoint``; it must exit 0."""
     result = subprocess.run(
-        [sys.executable, str(script)],
+        [sys.executable, str(script), *(args or [])],
         env=traced_env(endpoint, **env),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,
         check=False,
     )
     assert result.returncode == 0, result.stderr
     return result
+
+
+def run_python(tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """``python *command`` in ``tmp_path``, with no tracer settings from this environment and the
+    repository file (for `tracer run`) under ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_")}
+    env.update(INVOSEQ_DB=str(tmp_path / "cmr.sqlite"), NO_COLOR="1")
+    return subprocess.run(
+        [sys.executable, *command],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@contextmanager
+def interactive(script: Path, endpoint: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """A traced program whose stdin and stdout the test drives; killed if the test fails."""
+    program = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        env=traced_env(endpoint),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield program
+    finally:
+        if program.poll() is None:
+            program.kill()
+        program.wait(10)
+        for stream in (program.stdin, program.stdout):
+            assert stream is not None
+            stream.close()
+
+
+def say(program: subprocess.Popen[str], line: str) -> None:
+    assert program.stdin is not None
+    program.stdin.write(line + "\n")
+    program.stdin.flush()
 
 
 def cmr(db: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.support import (
     cmr,
     cmr_json,
     cmr_server,
+    interactive,
     read_line,
     run_traced,
+    say,
     shape,
-    traced_env,
     write_script,
 )
 
@@ -135,40 +134,22 @@ slow_request()
 def test_sequence_is_visible_while_running_then_complete(tmp_path: Path) -> None:
     db = tmp_path / "cmr.sqlite"
     script = write_script(tmp_path / "running.py", RUNNING)
-    with cmr_server(db) as endpoint:
-        program = subprocess.Popen(
-            [sys.executable, str(script)],
-            env=traced_env(endpoint),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert read_line(program, 60) == "in-flight\n"
-            (summary,) = cmr_json(db, "ls")
-            assert summary["status"] == "running"
-            assert summary["duration_ns"] is None
-            shown = cmr_json(db, "show", summary["seq"])
-            assert shown["status"] == "running"
-            assert shape(shown["root"]) == {
-                "name": "__main__.slow_request",
-                "status": "running",
-                "children": [{"name": "__main__.step", "status": "ok"}],
-            }
-            assert shown["root"]["end_ns"] is None
-            assert "running" in cmr(db, "show", summary["seq"]).stdout
-            assert program.stdin is not None
-            program.stdin.write("go\n")
-            program.stdin.flush()
-            assert program.wait(60) == 0
-        finally:
-            if program.poll() is None:
-                program.kill()
-            program.wait(10)
-            assert program.stdout is not None
-            assert program.stdin is not None
-            program.stdout.close()
-            program.stdin.close()
+    with cmr_server(db) as endpoint, interactive(script, endpoint) as program:
+        assert read_line(program, 60) == "in-flight\n"
+        (summary,) = cmr_json(db, "ls")
+        assert summary["status"] == "running"
+        assert summary["duration_ns"] is None
+        shown = cmr_json(db, "show", summary["seq"])
+        assert shown["status"] == "running"
+        assert shape(shown["root"]) == {
+            "name": "__main__.slow_request",
+            "status": "running",
+            "children": [{"name": "__main__.step", "status": "ok"}],
+        }
+        assert shown["root"]["end_ns"] is None
+        assert "running" in cmr(db, "show", summary["seq"]).stdout
+        say(program, "go")
+        assert program.wait(60) == 0
     shown = cmr_json(db, "show", summary["seq"])
     assert shown["status"] == "complete"
     assert [c["status"] for c in shown["root"]["children"]] == ["ok", "ok"]
@@ -291,3 +272,42 @@ def test_thread_hand_offs_through_the_real_repository(tmp_path: Path) -> None:
     assert sum(t["invocations"] for t in threads[1:]) == 3
     assert all(t["thread"]["name"].startswith("worker") for t in threads[1:])
     assert threads[0]["busy_ns"] == root["duration_ns"]
+
+
+RECONFIGURED = """
+import sys
+import tracer
+
+@tracer.traced
+def before():
+    return 1
+
+@tracer.traced
+def after():
+    return 2
+
+before()
+tracer.flush(30)
+tracer.configure(endpoint=sys.argv[1])  # a new sender, same process: nothing may be discarded
+tracer.configure(endpoint=sys.argv[1], flush_interval_ms=20)
+after()
+tracer.flush(30)
+print("flushed", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_reconfiguring_loses_nothing_and_does_not_end_the_process(tmp_path: Path) -> None:
+    db = tmp_path / "cmr.sqlite"
+    script = write_script(tmp_path / "reconfigured.py", RECONFIGURED)
+    with cmr_server(db) as endpoint, interactive(script, endpoint, endpoint) as program:
+        assert read_line(program, 60) == "flushed\n"
+        stats = cmr_json(db, "stats")
+        assert stats["duplicate_batches"] == 0
+        [process] = stats["processes"]
+        assert process["state"] == "alive"  # replacing the sender is not the end
+        say(program, "")
+        assert program.wait(60) == 0
+    assert sorted(s["root"] for s in cmr_json(db, "ls")) == ["__main__.after", "__main__.before"]
+    [process] = cmr_json(db, "stats")["processes"]
+    assert process["state"] == "ended"

@@ -13,14 +13,18 @@ from tracer.config import Config, ConfigError
 from tracer.context import current_sequence
 from tracer.decorator import traced
 from tracer.patching import instrument, uninstrument
+from tracer.propagation import continue_from, extract, inject
 from tracer.runtime import configure, flush, shutdown, stats
 
 __all__ = [
     "Config",
     "ConfigError",
     "configure",
+    "continue_from",
     "current_sequence",
+    "extract",
     "flush",
+    "inject",
     "instrument",
     "shutdown",
     "stats",

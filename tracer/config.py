@@ -20,6 +20,7 @@ ENV_FLUSH_TIMEOUT_MS: Final = "INVOSEQ_FLUSH_TIMEOUT_MS"
 ENV_BATCH_EVENTS: Final = "INVOSEQ_BATCH_EVENTS"
 ENV_QUEUE_BATCHES: Final = "INVOSEQ_QUEUE_BATCHES"
 ENV_INSTRUMENT: Final = "INVOSEQ_INSTRUMENT"
+ENV_HEARTBEAT_MS: Final = "INVOSEQ_HEARTBEAT_MS"
 
 _ENDPOINT_SCHEMES: Final = ("tcp://", "ipc://", "inproc://")
 
@@ -44,6 +45,8 @@ class Config:
     queue_batches: int = 256
     #: Patch threading, concurrent.futures and asyncio so sequences follow work across threads.
     instrument: bool = False
+    #: The sender sends at least this often, so the repository can tell a process that died.
+    heartbeat_ms: int = 1000
 
 
 _ENV_NAMES: Final = {
@@ -54,6 +57,7 @@ _ENV_NAMES: Final = {
     "batch_events": ENV_BATCH_EVENTS,
     "queue_batches": ENV_QUEUE_BATCHES,
     "instrument": ENV_INSTRUMENT,
+    "heartbeat_ms": ENV_HEARTBEAT_MS,
 }
 
 _T = TypeVar("_T")
@@ -86,6 +90,7 @@ _CHECKS: Final[dict[str, Callable[[Any], Any]]] = {
     "flush_timeout_ms": lambda v: v if v >= 0 else _positive(v),
     "batch_events": _positive,
     "queue_batches": _positive,
+    "heartbeat_ms": _positive,
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +36,14 @@ _lock = threading.Lock()
 _methods: dict[tuple[str, str, str, int], int] = {}
 
 
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _unwrap(fn: Any) -> Any:
     """The function a callable stands for: through partials, Context.run and bound methods."""
     for _ in range(16):  # bounded: a partial of a partial of ...
@@ -50,7 +59,10 @@ def _unwrap(fn: Any) -> Any:
 
 
 def describe(fn: Any) -> tuple[str, str, str, int]:
-    """(module, qualname, file, line) naming a callable, a coroutine object or a thread's run."""
+    """(module, qualname, file, line) naming a callable, a coroutine object or a thread's run;
+    a string is taken as the name itself (a remote call has no callable here)."""
+    if isinstance(fn, str):
+        return "", fn, "", 0
     target = _unwrap(fn)
     code = getattr(target, "cr_code", None) or getattr(target, "__code__", None)
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__

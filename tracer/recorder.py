@@ -32,6 +32,9 @@ ThreadTuple = tuple[int, int, str]
 tls: Final = threading.local()
 next_iid: Final[Callable[[], int]] = itertools.count(1).__next__
 _next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
+#: Batches are numbered per process, not per sender: the repository discards a (puid, batch_no)
+#: it has seen, so a sender replaced by configure() must never start the numbers again.
+next_batch_no: Final[Callable[[], int]] = itertools.count(1).__next__
 
 
 @dataclass(slots=True, eq=False)
@@ -78,6 +81,8 @@ def register_thread() -> list[EventTuple]:
 
 def register_method(module: str, qualname: str, file: str, line: int) -> int:
     """Intern a method's metadata (at decoration time) and return its id."""
+    if module == "__mp_main__":  # a spawned child imports the main script under this name
+        module = "__main__"
     with _lock:
         _methods.append((len(_methods) + 1, module[:1024], qualname[:1024], file[:4096], line))
         return len(_methods)

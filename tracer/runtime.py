@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracer import decorator, patching, recorder
-from tracer.config import Config, resolve
+from tracer.config import ENV_ENDPOINT, ENV_HEARTBEAT_MS, ENV_INSTRUMENT, Config, resolve
 from tracer.sender import Sender
 from tracer.transport import Transport, ZmqTransport
 
@@ -53,7 +53,7 @@ def configure(**settings: Any) -> Config:
     global _config, _shut_down
     config = resolve(settings, strict=True)
     with _lock:
-        _stop_sender(config.flush_timeout_ms)
+        _stop_sender(config.flush_timeout_ms, final=False)  # the process goes on
         _config = config
         _shut_down = False
         decorator.set_enabled(config.enabled)
@@ -63,12 +63,12 @@ def configure(**settings: Any) -> Config:
     return config
 
 
-def _stop_sender(timeout_ms: int) -> bool:
+def _stop_sender(timeout_ms: int, *, final: bool = True) -> bool:
     global _sender
     sender, _sender = _sender, None
     if sender is None:
         return True
-    return sender.stop(timeout_ms / 1000)
+    return sender.stop(timeout_ms / 1000, final=final)
 
 
 def ensure_started() -> None:
@@ -110,6 +110,16 @@ def flush(timeout_s: float | None = None) -> bool:
     return sender.flush(config.flush_timeout_ms / 1000 if timeout_s is None else timeout_s)
 
 
+def child_settings() -> dict[str, str]:
+    """Environment variables that make a child process trace like this one (same repository,
+    same instrumentation)."""
+    config = _config or Config()
+    settings = {ENV_ENDPOINT: config.endpoint, ENV_HEARTBEAT_MS: str(config.heartbeat_ms)}
+    if patching.instrumented():
+        settings[ENV_INSTRUMENT] = "1"
+    return settings
+
+
 @dataclass(frozen=True, slots=True)
 class TracerStats:
     sent_events: int
@@ -131,6 +141,23 @@ def stats() -> TracerStats:
     )
 
 
+def adopt_environment(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """A child process started inside a sequence carries it in ``TRACEPARENT`` (the subprocess
+    patch puts it there): the main thread continues that sequence. The variables are consumed,
+    so this process's own children get fresh hand-offs rather than inheriting the same one."""
+    from tracer import context, propagation
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    value = propagation.extract_env(environ)
+    for header in (propagation.TRACEPARENT, propagation.TRACESTATE):
+        environ.pop(header.upper(), None)
+    if value is None:
+        return False
+    context.current.set(value)
+    return True
+
+
 def _after_fork_in_child() -> None:
     global _sender, _last, _lock
     _lock = threading.RLock()
@@ -142,3 +169,4 @@ def _after_fork_in_child() -> None:
 recorder.on_new_thread = ensure_started
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(shutdown)
+adopt_environment()

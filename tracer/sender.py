@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from tracer import ids, recorder
+from tracer import context, ids, recorder
 from tracer.config import Config
 from tracer.transport import Transport
 
@@ -38,17 +38,28 @@ class Sender:
         self._flushes_done = 0
         self._flush_result = False
         self._stopping = False
-        self._batch_no = 0
+        self._final = True
+        self._batch_no = 0  # the last number this sender used (numbers are per process)
         self._methods_sent = 0
         self._threads_sent: set[int] = set()  # tids whose ThreadInfo went out
         self._unacked: dict[int, int] = {}  # batch_no -> events
+        self._last_send = time.monotonic()
+        #: The repository let a whole flush timeout pass without acknowledging: later flushes do
+        #: not wait for it again until it answers (a pool task must not pay the timeout each time).
+        self._silent = False
         self.dropped = 0  # events that could not be queued for the repository
         self.sent_events = 0
         self.acked_batches = 0
         self._thread = threading.Thread(target=self._run, name="invoseq-sender", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        # Started with no context: the sender is never part of the sequence whose first traced
+        # call happened to start it (the thread patch would hand that sequence off to it).
+        token = context.current.set(None)
+        try:
+            self._thread.start()
+        finally:
+            context.current.reset(token)
 
     def flush(self, timeout_s: float) -> bool:
         """Send everything buffered so far and wait (bounded) for its acknowledgement."""
@@ -62,11 +73,13 @@ class Sender:
             done = self._flushed.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
             return done and self._flush_result
 
-    def stop(self, timeout_s: float) -> bool:
-        """Send everything left, with a final batch, wait for acknowledgements, close the socket.
+    def stop(self, timeout_s: float, *, final: bool = True) -> bool:
+        """Send everything left, wait for acknowledgements, close the socket. ``final`` marks the
+        last batch as the process's last (shutdown); a sender replaced by ``configure()`` is not.
         True when every batch this sender sent was acknowledged."""
         with self._lock:
             self._stopping = True
+            self._final = final
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s + 1.0)
@@ -82,14 +95,17 @@ class Sender:
             recorder.internal_error(exc)
             return
         interval = self._config.flush_interval_ms / 1000
+        heartbeat = self._config.heartbeat_ms / 1000
         try:
             while True:
-                self._wake.wait(interval)
+                self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
                 self._wake.clear()
                 with self._lock:
                     stopping = self._stopping
+                    final = stopping and self._final
                     requested = self._flush_requests
-                self._send_buffered(transport, final=stopping)
+                alive = heartbeat > 0 and time.monotonic() - self._last_send >= heartbeat
+                self._send_buffered(transport, final=final, heartbeat=alive)
                 self._collect_acks(transport, 0)
                 if stopping or requested > self._flushes_done:
                     result = self._await_acks(transport)
@@ -110,7 +126,9 @@ class Sender:
             except Exception as exc:
                 recorder.internal_error(exc)
 
-    def _send_buffered(self, transport: Transport, *, final: bool) -> None:
+    def _send_buffered(self, transport: Transport, *, final: bool, heartbeat: bool = False) -> None:
+        """Send what the threads recorded; with nothing to send, an empty batch still goes out
+        when it is the final one or a heartbeat is due (the repository learns the process lives)."""
         drained = recorder.drain()
         limit = self._config.batch_events
         pending: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]] = []
@@ -125,7 +143,7 @@ class Sender:
                 if size >= limit:
                     self._send_batch(transport, pending, size, final=False)
                     pending, size = [], 0
-        if pending or final:
+        if pending or final or (heartbeat and not drained.chunks):
             self._send_batch(transport, pending, size, final=final)
         for buffer in drained.finished:  # they send nothing more: forget them
             self._threads_sent.discard(buffer.tid)
@@ -145,7 +163,7 @@ class Sender:
             {b.tid: b.info for b, _ in chunks if b.tid not in self._threads_sent}.values()
         )
         process = self._identity
-        self._batch_no += 1
+        self._batch_no = recorder.next_batch_no()
         batch = (
             process.puid,
             self._batch_no,
@@ -156,6 +174,7 @@ class Sender:
                 process.clock_offset_ns,
                 process.started_ns,
                 process.argv,
+                self._config.heartbeat_ms,
             ),
             methods,
             threads,
@@ -165,6 +184,7 @@ class Sender:
         )
         body = self._encoder.encode(batch)
         if transport.send(body):
+            self._last_send = time.monotonic()
             self._methods_sent += len(methods)
             self._threads_sent.update(info[0] for info in threads)
             self.sent_events += size
@@ -176,6 +196,7 @@ class Sender:
 
     def _collect_acks(self, transport: Transport, timeout_ms: int) -> None:
         for ack in transport.receive_acks(timeout_ms):
+            self._silent = False
             if (
                 ack.puid == self._identity.puid
                 and self._unacked.pop(ack.batch_no, None) is not None
@@ -183,10 +204,13 @@ class Sender:
                 self.acked_batches += 1
 
     def _await_acks(self, transport: Transport) -> bool:
-        deadline = time.monotonic() + self._config.flush_timeout_ms / 1000
+        timeout = 0 if self._silent else self._config.flush_timeout_ms / 1000
+        deadline = time.monotonic() + timeout
         while self._unacked:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return False
+                self._collect_acks(transport, 0)
+                self._silent = bool(self._unacked)
+                return not self._unacked
             self._collect_acks(transport, max(1, min(50, int(remaining * 1000))))
         return True

@@ -120,7 +120,9 @@ class ThreadInfo(msgspec.Struct, array_like=True, frozen=True):
 
 
 class ProcessInfo(msgspec.Struct, array_like=True, frozen=True):
-    """The sending process. ``clock_offset_ns`` converts its monotonic event times to wall time."""
+    """The sending process. ``clock_offset_ns`` converts its monotonic event times to wall time.
+    ``heartbeat_ms``: the process sends a batch at least this often while alive (0: it does not
+    promise to), so a repository that hears nothing for several intervals knows it is gone."""
 
     pid: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
     host: Name
@@ -128,6 +130,7 @@ class ProcessInfo(msgspec.Struct, array_like=True, frozen=True):
     clock_offset_ns: I64
     started_ns: I64
     argv: Annotated[list[Path], msgspec.Meta(max_length=MAX_ARGV)]
+    heartbeat_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 0
 
 
 class ThreadChunk(msgspec.Struct, array_like=True, frozen=True):

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable
 from typing import Final
 
-from cmr.store._shared import InvalidBatchError
+from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS, InvalidBatchError
 from cmr.store.base import (
+    PROCESS_ALIVE,
+    PROCESS_ENDED,
+    PROCESS_LOST,
+    REMOTE_PARENT,
     AmbiguousSequenceError,
     HandoffRecord,
     InvocationRecord,
@@ -25,6 +31,12 @@ from cmr.store.base import (
 __all__ = [
     "DB_ENV",
     "DEFAULT_DB_PATH",
+    "LOST_GRACE_MS",
+    "MISSED_HEARTBEATS",
+    "PROCESS_ALIVE",
+    "PROCESS_ENDED",
+    "PROCESS_LOST",
+    "REMOTE_PARENT",
     "AmbiguousSequenceError",
     "HandoffRecord",
     "InvalidBatchError",
@@ -55,16 +67,23 @@ def default_db_path() -> str:
     return os.environ.get(DB_ENV) or DEFAULT_DB_PATH
 
 
-def open_store(db: str | None = None, *, memory: bool = False, readonly: bool = False) -> Store:
+def open_store(
+    db: str | None = None,
+    *,
+    memory: bool = False,
+    readonly: bool = False,
+    clock: Callable[[], int] = time.time_ns,
+) -> Store:
     """Open the repository ``db`` (a file path; default: ``default_db_path()``).
 
     ``memory`` gives a fresh in-memory repository and ignores ``db``. ``readonly`` is for commands
     that only inspect: it never creates anything and fails clearly when there is no repository.
+    ``clock`` (wall-clock nanoseconds) is what reads measure a process's silence against.
     Raises StoreError with a one-line message for anything the user can fix."""
     if memory:
         from cmr.store.memory import MemoryStore
 
-        return MemoryStore()
+        return MemoryStore(clock=clock)
     target = db or default_db_path()
     url = _URL.match(target)
     if url:
@@ -74,4 +93,4 @@ def open_store(db: str | None = None, *, memory: bool = False, readonly: bool = 
         raise StoreError(f"unsupported repository '{target}': give a file path")
     from cmr.store.sqlite import SQLiteStore
 
-    return SQLiteStore(target, readonly=readonly)
+    return SQLiteStore(target, readonly=readonly, clock=clock)

@@ -1,8 +1,9 @@
 """Rules every backend applies the same way, kept in one place so the backends cannot drift.
 
 Turning a batch into rows, parsing a sequence-id prefix, the one-line lookup errors, how a
-sequence's root is chosen and how its status is derived: the contract tests check each backend
-against these, and both backends call them rather than restating them.
+sequence's root is chosen, when a process counts as lost and how a sequence's status is derived:
+the contract tests check each backend against these, and both backends call them rather than
+restating them (SQL backends restate them in SQL, next to which the rule is named).
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from cmr.store.base import AmbiguousSequenceError, StoreError, UnknownSequenceError
+from cmr.store.base import (
+    REMOTE_PARENT,
+    AmbiguousSequenceError,
+    StoreError,
+    UnknownSequenceError,
+)
 from tracer.wire import Batch, End, Error, Start
 
 SEQ_HEX_DIGITS: Final = 32
@@ -18,6 +24,13 @@ _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
 #: How many matches an ambiguous prefix lookup names in its message.
 SHOWN_MATCHES: Final = 5
+
+#: A process that promised a heartbeat (``ProcessInfo.heartbeat_ms`` > 0) is lost once the
+#: repository has heard nothing from it for longer than MISSED_HEARTBEATS intervals plus
+#: LOST_GRACE_MS: one late batch is not a death, and the grace covers a slow network, a busy
+#: repository and a sender retrying after a lost acknowledgement.
+MISSED_HEARTBEATS: Final = 3
+LOST_GRACE_MS: Final = 1_000
 
 RUNNING: Final = "running"
 INCOMPLETE: Final = "incomplete"
@@ -130,6 +143,18 @@ def pick_match(wanted: SeqRange, count: int, first: list[bytes]) -> bytes:
     )
 
 
+def lost_after_ns(heartbeat_ms: int) -> int:
+    """How long a process that promised ``heartbeat_ms`` may stay silent before it is lost."""
+    return (MISSED_HEARTBEATS * heartbeat_ms + LOST_GRACE_MS) * 1_000_000
+
+
+def is_lost(*, ended: bool, heartbeat_ms: int, last_seen_ns: int, now_ns: int) -> bool:
+    """Lost: it promised heartbeats and has been silent past the bound at ``now_ns``. Computed at
+    every read, so a batch from a process thought lost makes it alive again. A process that
+    ended, or never promised a heartbeat (``heartbeat_ms`` 0), is never lost."""
+    return not ended and heartbeat_ms > 0 and now_ns - last_seen_ns > lost_after_ns(heartbeat_ms)
+
+
 def root_rank(parent: int, hid: int, start_ns: int, puid: int, iid: int) -> tuple[int, ...]:
     """Sort key choosing a sequence's root: the earliest invocation with no parent and no hand-off;
     failing that (its Start has not arrived yet, or the sequence came from a foreign system) the
@@ -137,8 +162,44 @@ def root_rank(parent: int, hid: int, start_ns: int, puid: int, iid: int) -> tupl
     return (parent != 0, hid != 0, start_ns, puid, iid)
 
 
+@dataclass(frozen=True, slots=True)
+class RootCandidate:
+    """The first invocation by ``root_rank``: its links, display name and end."""
+
+    parent: int
+    hid: int
+    name: str
+    end_ns: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteEntries:
+    """The invocations that continue a hand-off nobody here recorded (``hid`` ≠ 0, no Handoff
+    with that hid in the repository, ``parent`` 0): how many, how many are still open, and the
+    latest end among them."""
+
+    count: int
+    open: int
+    latest_end_ns: int | None
+
+
+def summary_root(best: RootCandidate, remote: RemoteEntries) -> tuple[str, int | None]:
+    """The root name and end a listing shows, agreeing with the tree ``cmr show`` builds.
+
+    Precedence: a true root (no parent, no hand-off) is the root; without one, a sequence with
+    remote entries was started by a foreign system and is rooted at REMOTE_PARENT, which ends when
+    all of them have; otherwise (events were lost) the best candidate is named, as the best
+    guess there is."""
+    if best.parent == 0 and best.hid == 0:
+        return best.name, best.end_ns
+    if remote.count:
+        return REMOTE_PARENT, None if remote.open else remote.latest_end_ns
+    return best.name, best.end_ns
+
+
 def sequence_status(running: int, incomplete: int) -> str:
-    """A sequence is running while any invocation may still end, incomplete when some never will."""
+    """A sequence is running while any invocation may still end, incomplete when some never will
+    (its process ended or is lost)."""
     if running:
         return RUNNING
     if incomplete:

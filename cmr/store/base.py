@@ -4,12 +4,16 @@ A store takes decoded batches (``ingest``) and answers the read side (``list_seq
 ``resolve_sequence``, ``load_sequence``, ``stats``). Every backend passes the same contract tests
 (``tests/cmr/store/test_contract.py``). Times in records are wall-clock nanoseconds: the store
 converts each process's monotonic event times with that process's clock offset at ingest.
+
+Whether a process is *lost* is not stored: it depends on how long it has been silent, so every
+read computes it against the store's clock (``ProcessRecord.lost``).
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from typing import Final
 
 from tracer.wire import Batch
 
@@ -53,6 +57,16 @@ class ThreadRecord:
     name: str
 
 
+#: Process states (``ProcessRecord.state``): still sending, shut down cleanly, or gone silent.
+PROCESS_ALIVE: Final = "alive"
+PROCESS_ENDED: Final = "ended"
+PROCESS_LOST: Final = "lost"
+
+#: The name of the made-up root of a sequence that a foreign system started: its first
+#: invocations here continue hand-offs that no process of this repository recorded.
+REMOTE_PARENT: Final = "<remote parent>"
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessRecord:
     puid: int
@@ -62,7 +76,23 @@ class ProcessRecord:
     argv: tuple[str, ...]
     ended: bool  # the process shut down cleanly: its open invocations will never end
     dropped: int  # events the process reported it could not send
-    last_seen_ns: int
+    last_seen_ns: int  # when the repository received its latest batch (the store's clock)
+    heartbeat_ms: int = 0  # it promised a batch at least this often (0: no promise)
+    # Silent past the heartbeat bound when read (never for an ended process): its open
+    # invocations will never end either.
+    lost: bool = False
+
+    @property
+    def state(self) -> str:
+        """``ended`` wins over ``lost``: a process that said goodbye did not die."""
+        if self.ended:
+            return PROCESS_ENDED
+        return PROCESS_LOST if self.lost else PROCESS_ALIVE
+
+    @property
+    def finished(self) -> bool:
+        """Its open invocations will never end: it ended, or it is lost."""
+        return self.ended or self.lost
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +125,9 @@ class SequenceData:
 @dataclass(frozen=True, slots=True)
 class SequenceSummary:
     seq: bytes
-    root: str  # qualified name of the root invocation
+    root: str  # qualified name of the root invocation, or REMOTE_PARENT
     start_ns: int
-    end_ns: int | None  # None while the root is still running
+    end_ns: int | None  # None while the root is still running (or never ended)
     invocations: int
     threads: int
     processes: int

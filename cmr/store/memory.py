@@ -8,19 +8,25 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
+from collections.abc import Callable
 
 from cmr.store._shared import (
     SHOWN_MATCHES,
     EndRow,
     HandoffRow,
+    RemoteEntries,
+    RootCandidate,
     StartRow,
     check_limit,
     event_rows,
+    is_lost,
     pick_match,
     qualified_name,
     root_rank,
     seq_range,
     sequence_status,
+    summary_root,
 )
 from cmr.store.base import (
     HandoffRecord,
@@ -41,9 +47,12 @@ Key = tuple[int, int]
 
 
 class MemoryStore(Store):
-    """A repository in memory, lost when the process exits. Thread-safe under one lock."""
+    """A repository in memory, lost when the process exits. Thread-safe under one lock.
 
-    def __init__(self) -> None:
+    ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
+
+    def __init__(self, *, clock: Callable[[], int] = time.time_ns) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
         self._batches: set[Key] = set()
@@ -106,13 +115,17 @@ class MemoryStore(Store):
                 ended=batch.final,
                 dropped=batch.dropped,
                 last_seen_ns=received_ns,
+                heartbeat_ms=info.heartbeat_ms,
             )
         else:
+            # As in SQLite: the heartbeat interval of the latest batch received counts.
+            latest = received_ns >= known.last_seen_ns
             self._processes[batch.puid] = dataclasses.replace(
                 known,
                 ended=known.ended or batch.final,
                 dropped=max(known.dropped, batch.dropped),
                 last_seen_ns=max(known.last_seen_ns, received_ns),
+                heartbeat_ms=batch.process.heartbeat_ms if latest else known.heartbeat_ms,
             )
 
     def record_rejected(self, reason: str, count: int = 1) -> None:
@@ -124,36 +137,71 @@ class MemoryStore(Store):
 
     def list_sequences(self, limit: int) -> list[SequenceSummary]:
         check_limit(limit)
+        now = self._clock()
         with self._lock:
             self._check_open()
             recent = sorted(self._seq_start.items(), key=lambda item: (item[1], item[0]))
             recent.reverse()
-            return [self._summary(seq, start_ns) for seq, start_ns in recent[:limit]]
+            return [self._summary(seq, start_ns, now) for seq, start_ns in recent[:limit]]
 
-    def _summary(self, seq: bytes, start_ns: int) -> SequenceSummary:
+    def _summary(self, seq: bytes, start_ns: int, now: int) -> SequenceSummary:
         starts = self._by_seq[seq]
         running = incomplete = 0
         for puid, iid, *_ in starts:
             if (puid, iid) not in self._ends:
-                if self._processes[puid].ended:
+                if self._process(puid, now).finished:
                     incomplete += 1
                 else:
                     running += 1
-        root = min(starts, key=lambda s: root_rank(s[3], s[4], s[7], s[0], s[1]))
-        root_end = self._ends.get((root[0], root[1]))
-        method = self._methods.get((root[0], root[6]))
+        first = min(starts, key=lambda s: root_rank(s[3], s[4], s[7], s[0], s[1]))
+        first_end = self._ends.get((first[0], first[1]))
+        method = self._methods.get((first[0], first[6]))
+        best = RootCandidate(
+            parent=first[3],
+            hid=first[4],
+            name=qualified_name(
+                method.module if method else None, method.qualname if method else None, first[6]
+            ),
+            end_ns=first_end[2] if first_end else None,
+        )
+        remote = RemoteEntries(0, 0, None)
+        if best.parent or best.hid:  # no true root: look for remote entries
+            remote = self._remote_entries(starts)
+        root, root_end_ns = summary_root(best, remote)
         return SequenceSummary(
             seq=seq,
-            root=qualified_name(
-                method.module if method else None, method.qualname if method else None, root[6]
-            ),
+            root=root,
             start_ns=start_ns,
-            end_ns=root_end[2] if root_end else None,
+            end_ns=root_end_ns,
             invocations=len(starts),
             threads=len({(s[0], s[5]) for s in starts}),
             processes=len({s[0] for s in starts}),
             status=sequence_status(running, incomplete),
         )
+
+    def _remote_entries(self, starts: list[StartRow]) -> RemoteEntries:
+        count = still_open = 0
+        latest: int | None = None
+        for puid, iid, _seq, parent, hid, *_ in starts:
+            if parent == 0 and hid != 0 and hid not in self._handoffs:
+                count += 1
+                end = self._ends.get((puid, iid))
+                if end is None:
+                    still_open += 1
+                elif latest is None or end[2] > latest:
+                    latest = end[2]
+        return RemoteEntries(count, still_open, latest)
+
+    def _process(self, puid: int, now: int) -> ProcessRecord:
+        """The stored record with ``lost`` as of ``now``."""
+        record = self._processes[puid]
+        lost = is_lost(
+            ended=record.ended,
+            heartbeat_ms=record.heartbeat_ms,
+            last_seen_ns=record.last_seen_ns,
+            now_ns=now,
+        )
+        return dataclasses.replace(record, lost=True) if lost else record
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)
@@ -163,6 +211,7 @@ class MemoryStore(Store):
         return pick_match(wanted, len(matches), matches[:SHOWN_MATCHES])
 
     def load_sequence(self, seq: bytes) -> SequenceData:
+        now = self._clock()
         with self._lock:
             self._check_open()
             starts = self._by_seq.get(seq)
@@ -178,9 +227,10 @@ class MemoryStore(Store):
                 for s in starts
                 if (s[0], s[5]) in self._threads
             }
-            processes = {s[0]: self._processes[s[0]] for s in starts}
+            processes = {s[0]: self._process(s[0], now) for s in starts}
             for handoff in handoffs.values():
-                processes.setdefault(handoff.puid, self._processes[handoff.puid])
+                if handoff.puid not in processes:
+                    processes[handoff.puid] = self._process(handoff.puid, now)
         return SequenceData(seq, invocations, methods, threads, processes, handoffs)
 
     def _sequence_handoffs(self, seq: bytes, starts: list[StartRow]) -> dict[int, HandoffRecord]:
@@ -208,9 +258,13 @@ class MemoryStore(Store):
         )
 
     def stats(self) -> StoreStats:
+        now = self._clock()
         with self._lock:
             self._check_open()
-            processes = sorted(self._processes.values(), key=lambda p: (-p.last_seen_ns, p.puid))
+            processes = sorted(
+                (self._process(puid, now) for puid in self._processes),
+                key=lambda p: (-p.last_seen_ns, p.puid),
+            )
             return StoreStats(
                 batches=self._batch_count,
                 duplicate_batches=self._duplicate_count,

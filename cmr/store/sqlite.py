@@ -14,19 +14,24 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Final
 from urllib.parse import quote
 
 from cmr.store._shared import (
     SHOWN_MATCHES,
+    RemoteEntries,
+    RootCandidate,
     SeqRange,
     check_limit,
     event_rows,
+    is_lost,
     pick_match,
     qualified_name,
     seq_range,
     sequence_status,
+    summary_root,
 )
 from cmr.store.base import (
     HandoffRecord,
@@ -45,6 +50,7 @@ from cmr.store.sqlite_schema import (
     COUNTS,
     INVOCATIONS,
     PROCESS_COLUMNS,
+    REMOTE_ENTRIES,
     ROOT,
     SCHEMA,
     SCHEMA_VERSION,
@@ -60,12 +66,20 @@ BUSY_TIMEOUT_MS: Final = 10_000
 
 
 class SQLiteStore(Store):
-    """A repository in one SQLite file. Thread-safe: one connection, used under a lock."""
+    """A repository in one SQLite file. Thread-safe: one connection, used under a lock.
+
+    ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
 
     def __init__(
-        self, path: str, *, readonly: bool = False, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+        self,
+        path: str,
+        *,
+        readonly: bool = False,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.path = path
+        self._clock = clock
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = _connect(path, readonly, busy_timeout_ms)
         try:
@@ -141,6 +155,7 @@ class SQLiteStore(Store):
                     int(batch.final),
                     batch.dropped,
                     received_ns,
+                    process.heartbeat_ms,
                 ),
             )
             if batch.methods:
@@ -184,12 +199,13 @@ class SQLiteStore(Store):
 
     def list_sequences(self, limit: int) -> list[SequenceSummary]:
         check_limit(limit)
+        now = self._clock()
         with self._transaction("BEGIN") as conn:
             recent = conn.execute(
                 "SELECT seq, start_ns FROM sequences ORDER BY start_ns DESC, seq DESC LIMIT ?",
                 (limit,),
             ).fetchall()
-            return [_summary(conn, seq, start_ns) for seq, start_ns in recent]
+            return [_summary(conn, seq, start_ns, now) for seq, start_ns in recent]
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)
@@ -204,6 +220,7 @@ class SQLiteStore(Store):
         return pick_match(wanted, matches, [seq for (seq,) in first])
 
     def load_sequence(self, seq: bytes) -> SequenceData:
+        now = self._clock()
         with self._transaction("BEGIN") as conn:
             invocations = [InvocationRecord(*row) for row in conn.execute(INVOCATIONS, (seq,))]
             if not invocations:
@@ -230,25 +247,23 @@ class SQLiteStore(Store):
                 )
             }
             processes = {
-                record.puid: record
-                for record in map(
-                    _process_record,
-                    conn.execute(
-                        f"{WITH_HANDOFFS} SELECT {PROCESS_COLUMNS} FROM processes WHERE puid IN "
-                        "(SELECT puid FROM starts WHERE seq = ?1 "
-                        "UNION SELECT puid FROM seq_handoffs)",
-                        (seq,),
-                    ),
+                row[0]: _process_record(row, now)
+                for row in conn.execute(
+                    f"{WITH_HANDOFFS} SELECT {PROCESS_COLUMNS} FROM processes WHERE puid IN "
+                    "(SELECT puid FROM starts WHERE seq = ?1 "
+                    "UNION SELECT puid FROM seq_handoffs)",
+                    (seq,),
                 )
             }
         return SequenceData(seq, invocations, methods, threads, processes, handoffs)
 
     def stats(self) -> StoreStats:
+        now = self._clock()
         with self._transaction("BEGIN") as conn:
             counters = dict(conn.execute("SELECT name, value FROM counters"))
             rejected = dict(conn.execute("SELECT reason, frames FROM rejected ORDER BY reason"))
             processes = [
-                _process_record(row)
+                _process_record(row, now)
                 for row in conn.execute(
                     f"SELECT {PROCESS_COLUMNS} FROM processes ORDER BY last_seen_ns DESC, puid"
                 )
@@ -337,17 +352,24 @@ def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
     return "seq >= ? AND seq < ?", (wanted.lo, wanted.hi)
 
 
-def _summary(conn: sqlite3.Connection, seq: bytes, start_ns: int) -> SequenceSummary:
-    invocations, processes, running, incomplete = conn.execute(COUNTS, (seq,)).fetchone()
+def _summary(conn: sqlite3.Connection, seq: bytes, start_ns: int, now: int) -> SequenceSummary:
+    counts = conn.execute(COUNTS, {"seq": seq, "now": now}).fetchone()
+    invocations, processes, running, incomplete = counts
     (threads,) = conn.execute(
         "SELECT count(*) FROM (SELECT DISTINCT puid, tid FROM starts WHERE seq = ?)", (seq,)
     ).fetchone()
-    method, end_ns, module, qualname = conn.execute(ROOT, (seq,)).fetchone()
+    parent, hid, method, end_ns, module, qualname = conn.execute(ROOT, {"seq": seq}).fetchone()
+    best = RootCandidate(parent, hid, qualified_name(module, qualname, method), end_ns)
+    # Only a sequence without a true root needs to look for remote entries.
+    remote = RemoteEntries(0, 0, None)
+    if parent or hid:
+        remote = RemoteEntries(*conn.execute(REMOTE_ENTRIES, {"seq": seq}).fetchone())
+    root, root_end_ns = summary_root(best, remote)
     return SequenceSummary(
         seq=seq,
-        root=qualified_name(module, qualname, method),
+        root=root,
         start_ns=start_ns,
-        end_ns=end_ns,
+        end_ns=root_end_ns,
         invocations=invocations,
         threads=threads,
         processes=processes,
@@ -355,8 +377,10 @@ def _summary(conn: sqlite3.Connection, seq: bytes, start_ns: int) -> SequenceSum
     )
 
 
-def _process_record(row: tuple[int, int, str, str, str, int, int, int]) -> ProcessRecord:
-    puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns = row
+def _process_record(
+    row: tuple[int, int, str, str, str, int, int, int, int], now: int
+) -> ProcessRecord:
+    puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms = row
     return ProcessRecord(
         puid=puid,
         pid=pid,
@@ -366,4 +390,8 @@ def _process_record(row: tuple[int, int, str, str, str, int, int, int]) -> Proce
         ended=bool(ended),
         dropped=dropped,
         last_seen_ns=last_seen_ns,
+        heartbeat_ms=heartbeat_ms,
+        lost=is_lost(
+            ended=bool(ended), heartbeat_ms=heartbeat_ms, last_seen_ns=last_seen_ns, now_ns=now
+        ),
     )

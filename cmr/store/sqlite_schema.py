@@ -1,14 +1,16 @@
 """The SQLite repository's schema and statements, kept apart from the code that runs them.
 
-Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for writing
-is upgraded in place (``UPGRADES``).
+Version 2 added hand-offs, version 3 each process's heartbeat interval. Both changes are purely
+additive, so an older file opened for writing is upgraded in place (``UPGRADES``).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 2
+from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
+
+SCHEMA_VERSION: Final = 3
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -19,6 +21,11 @@ HANDOFFS_SCHEMA: Final = (
         kind TEXT NOT NULL, method INTEGER NOT NULL, submitted_ns INTEGER NOT NULL
     )""",
     "CREATE INDEX handoffs_by_seq ON handoffs (seq)",
+)
+#: Version 3 added the heartbeat interval a process promised (0 for processes stored before).
+#: A fresh schema runs the same statement, so old and new files have the same column order.
+HEARTBEAT_SCHEMA: Final = (
+    "ALTER TABLE processes ADD COLUMN heartbeat_ms INTEGER NOT NULL DEFAULT 0",
 )
 
 SCHEMA: Final = (
@@ -67,16 +74,28 @@ SCHEMA: Final = (
     "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
     "INSERT INTO counters VALUES ('batches', 0), ('duplicate_batches', 0), ('events', 0)",
     *HANDOFFS_SCHEMA,
+    *HEARTBEAT_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
-UPGRADES: Final = {1: (*HANDOFFS_SCHEMA, f"PRAGMA user_version = {SCHEMA_VERSION}")}
+#: From each older version straight to SCHEMA_VERSION.
+UPGRADES: Final = {
+    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, f"PRAGMA user_version = {SCHEMA_VERSION}"),
+    2: (*HEARTBEAT_SCHEMA, f"PRAGMA user_version = {SCHEMA_VERSION}"),
+}
 
+#: The heartbeat interval comes from the latest batch received (the process may change it);
+#: everything else a process says about itself is kept from its first batch.
 UPSERT_PROCESS: Final = """
-    INSERT INTO processes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    INSERT INTO processes (
+        puid, pid, host, platform_id, argv, clock_offset_ns, started_ns,
+        ended, dropped, last_seen_ns, heartbeat_ms
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (puid) DO UPDATE SET
         ended = max(ended, excluded.ended),
         dropped = max(dropped, excluded.dropped),
-        last_seen_ns = max(last_seen_ns, excluded.last_seen_ns)"""
+        last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
+        heartbeat_ms = CASE WHEN excluded.last_seen_ns >= last_seen_ns
+                            THEN excluded.heartbeat_ms ELSE heartbeat_ms END"""
 UPSERT_SEQUENCE: Final = """
     INSERT INTO sequences VALUES (?, ?)
     ON CONFLICT (seq) DO UPDATE SET start_ns = min(start_ns, excluded.start_ns)"""
@@ -84,23 +103,38 @@ INVOCATIONS: Final = """
     SELECT s.puid, s.iid, s.parent, s.hid, s.tid, s.method, s.start_ns, e.end_ns, e.error
     FROM starts s LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
     WHERE s.seq = ? ORDER BY s.start_ns, s.puid, s.iid"""
-COUNTS: Final = """
+#: _shared.is_lost in SQL, for the process ``p`` at the time bound to ``:now``.
+FINISHED: Final = f"""(p.ended OR (
+    p.heartbeat_ms > 0
+    AND :now - p.last_seen_ns > ({MISSED_HEARTBEATS} * p.heartbeat_ms + {LOST_GRACE_MS}) * 1000000
+))"""
+#: Invocations, processes, open invocations that may still end, open ones that never will.
+COUNTS: Final = f"""
     SELECT count(*), count(DISTINCT s.puid),
-           coalesce(sum(e.iid IS NULL AND NOT p.ended), 0),
-           coalesce(sum(e.iid IS NULL AND p.ended), 0)
+           coalesce(sum(e.iid IS NULL AND NOT {FINISHED}), 0),
+           coalesce(sum(e.iid IS NULL AND {FINISHED}), 0)
     FROM starts s
     LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
     JOIN processes p ON p.puid = s.puid
-    WHERE s.seq = ?"""
+    WHERE s.seq = :seq"""
 # The ORDER BY restates _shared.root_rank.
 ROOT: Final = """
-    SELECT s.method, e.end_ns, m.module, m.qualname
+    SELECT s.parent, s.hid, s.method, e.end_ns, m.module, m.qualname
     FROM starts s
     LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
     LEFT JOIN methods m ON m.puid = s.puid AND m.method = s.method
-    WHERE s.seq = ?
+    WHERE s.seq = :seq
     ORDER BY s.parent != 0, s.hid != 0, s.start_ns, s.puid, s.iid LIMIT 1"""
-PROCESS_COLUMNS: Final = "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns"
+#: _shared.RemoteEntries of a sequence: only asked when it has no true root.
+REMOTE_ENTRIES: Final = """
+    SELECT count(*), coalesce(sum(e.iid IS NULL), 0), max(e.end_ns)
+    FROM starts s
+    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
+    WHERE s.seq = :seq AND s.parent = 0 AND s.hid != 0
+      AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = s.hid)"""
+PROCESS_COLUMNS: Final = (
+    "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
+)
 #: The hand-offs a sequence's tree needs: those recorded in it, and those its invocations continue
 #: (found by hid alone, wherever they were recorded). Binds ?1 to the sequence id.
 WITH_HANDOFFS: Final = """

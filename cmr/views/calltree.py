@@ -8,6 +8,12 @@ duplicates keep their first record, a node whose parent is missing (or which poi
 sits on a cycle) is attached under the root rather than dropped, and a sequence without a root
 gets a synthetic one. Everything is iterative so a 10,000-deep chain or a 100,000-node tree
 builds without touching the recursion limit.
+
+The root, in order of precedence: the earliest invocation with neither a parent nor a hand-off
+(the true root); else, when some invocation continues a hand-off that no process here recorded
+and has no parent (a foreign system called in), a synthetic ``<remote parent>`` whose children
+are those invocations; else a synthetic ``<unknown root>`` (events were lost). Either synthetic
+root also collects the orphans.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cmr.store.base import (
+    PROCESS_ALIVE,
+    REMOTE_PARENT,
     HandoffRecord,
     InvocationRecord,
     MethodRecord,
@@ -38,12 +46,20 @@ UNKNOWN_ROOT = "<unknown root>"
 UNKNOWN_THREAD = "<unknown thread>"
 UNKNOWN_HOST = "<unknown host>"
 
+#: The hand-off kind of an invocation that continues one no process here recorded.
+HANDOFF_REMOTE = "remote"
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessRef:
+    """Where a node ran, and whether that process was still alive when the tree was built
+    (``state``: alive, ended or lost; ``last_seen_ns``: its latest batch, 0 when unknown)."""
+
     puid: int
     pid: int
     host: str
+    state: str = PROCESS_ALIVE
+    last_seen_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +71,13 @@ class ThreadRef:
 @dataclass(frozen=True, slots=True)
 class Handoff:
     """How a node was reached from its caller's thread: ``kind`` of hop, when the work was
-    submitted, and how long it waited before this invocation started (0 when clocks disagree)."""
+    submitted, and how long it waited before this invocation started (0 when clocks disagree).
+    Both times are None for a remote parent that was never recorded here."""
 
     hid: int
     kind: str  # thread | task | process | remote
-    submitted_ns: int
-    queued_ns: int
+    submitted_ns: int | None
+    queued_ns: int | None
 
 
 @dataclass(slots=True, eq=False)
@@ -116,7 +133,12 @@ def build_tree(data: SequenceData) -> SequenceTree:
     index = {(r.puid, r.iid): i for i, r in enumerate(records)}
 
     root_index = _find_root(records)
-    root = nodes[root_index] if root_index is not None else _synthetic_root()
+    if root_index is not None:
+        root = nodes[root_index]
+    elif _mark_remote_entries(records, nodes, data.handoffs):
+        root = _synthetic_root(REMOTE_PARENT)
+    else:
+        root = _synthetic_root(UNKNOWN_ROOT)
     parent_of: list[Node | None] = [None] * len(nodes)
     for i, record in enumerate(records):
         if i == root_index:
@@ -138,7 +160,7 @@ def build_tree(data: SequenceData) -> SequenceTree:
         _set_self_time(node)
 
     if root.kind == KIND_SYNTHETIC:
-        _span_children(root, any(node.status == STATUS_RUNNING for node in nodes))
+        _span_children(root, nodes)
     return SequenceTree(
         seq=data.seq,
         status=_tree_status(order),
@@ -167,6 +189,19 @@ def _parent_index(
         if found is not None and found != own:
             return found
     return None
+
+
+def _mark_remote_entries(
+    records: list[InvocationRecord], nodes: list[Node], handoffs: dict[int, HandoffRecord]
+) -> bool:
+    """Give each invocation that continues an unrecorded hand-off without a parent (a foreign
+    system's call) its remote hop, whose submit and queue times are unknown. True if any did."""
+    found = False
+    for record, node in zip(records, nodes, strict=True):
+        if record.parent == 0 and record.hid != 0 and record.hid not in handoffs:
+            node.handoff = Handoff(record.hid, HANDOFF_REMOTE, None, None)
+            found = True
+    return found
 
 
 def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
@@ -222,15 +257,16 @@ def _handoff(record: HandoffRecord, start_ns: int) -> Handoff:
 def _process_ref(puid: int, info: ProcessRecord | None) -> ProcessRef:
     if info is None:
         return ProcessRef(puid, 0, UNKNOWN_HOST)
-    return ProcessRef(puid, info.pid, info.host)
+    return ProcessRef(puid, info.pid, info.host, info.state, info.last_seen_ns)
 
 
 def _status(record: InvocationRecord, process: ProcessRecord | None) -> str:
+    """An open invocation is incomplete once its process ended or is lost: it will never end."""
     if record.error is not None:
         return STATUS_ERROR
     if record.end_ns is not None:
         return STATUS_OK
-    if process is not None and process.ended:
+    if process is not None and process.finished:
         return STATUS_INCOMPLETE
     return STATUS_RUNNING
 
@@ -253,9 +289,9 @@ def _start_order(node: Node) -> tuple[int, int, int]:
     return (node.start_ns, node.iid, node.process.puid)
 
 
-def _synthetic_root() -> Node:
+def _synthetic_root(name: str) -> Node:
     return Node(
-        name=UNKNOWN_ROOT,
+        name=name,
         start_ns=0,
         end_ns=None,
         duration_ns=None,
@@ -313,10 +349,18 @@ def _set_self_time(node: Node) -> None:
     node.self_ns = max(0, node.duration_ns - covered)
 
 
-def _span_children(root: Node, running: bool) -> None:
-    """A synthetic root lasts from its first child's start to its last child's end."""
+def _span_children(root: Node, nodes: list[Node]) -> None:
+    """A synthetic root lasts from its first child's start to its last child's end. It is running
+    while any call is. A remote parent is merely outside this repository, so it is ``ok`` once
+    every call here finished; an unknown root stands for lost events, so it stays incomplete."""
     children = root.children
-    root.status = STATUS_RUNNING if running else STATUS_INCOMPLETE
+    statuses = {node.status for node in nodes}
+    if STATUS_RUNNING in statuses:
+        root.status = STATUS_RUNNING
+    elif root.name == REMOTE_PARENT and STATUS_INCOMPLETE not in statuses:
+        root.status = STATUS_OK
+    else:
+        root.status = STATUS_INCOMPLETE
     if not children:
         return
     root.start_ns = min(child.start_ns for child in children)

@@ -25,7 +25,9 @@ def make_batch(
     dropped: int = 0,
     clock_offset_ns: int = CLOCK_OFFSET_NS,
     pid: int = 4242,
+    host: str = "testhost",
     argv: Iterable[str] = ("app.py", "--fast"),
+    heartbeat_ms: int = 0,
 ) -> wire.Batch:
     """A batch from process ``puid``. ``methods`` maps method ids to ``module.qualname``; by
     default every method a Start or Handoff uses is described as ``app.m<id>``. Every tid gets a
@@ -45,11 +47,12 @@ def make_batch(
         batch_no=batch_no,
         process=wire.ProcessInfo(
             pid=pid,
-            host="testhost",
+            host=host,
             platform_id="platform-1",
             clock_offset_ns=clock_offset_ns,
             started_ns=clock_offset_ns,
             argv=list(argv),
+            heartbeat_ms=heartbeat_ms,
         ),
         methods=infos,
         threads=[wire.ThreadInfo(tid, 1000 + tid, f"thread-{tid}") for tid in events_by_tid],
@@ -59,6 +62,16 @@ def make_batch(
     )
 
 
+class FakeClock:
+    """A wall clock that moves only when a test says so: ``clock.now_ns += ...``."""
+
+    def __init__(self, now_ns: int = CLOCK_OFFSET_NS) -> None:
+        self.now_ns = now_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
 def encode_batch(batch: wire.Batch) -> list[bytes]:
     """The two frames a traced process sends for ``batch``."""
     return [wire.BATCH_HEADER, msgspec.msgpack.encode(batch)]
@@ -66,8 +79,16 @@ def encode_batch(batch: wire.Batch) -> list[bytes]:
 
 @pytest.fixture(name="make_batch")
 def fixture_make_batch() -> BatchFactory:
-    """``make_batch(puid, batch_no, {tid: [events]}, methods=..., final=..., dropped=...)``."""
+    """``make_batch(puid, batch_no, {tid: [events]}, methods=..., final=..., dropped=...,
+    pid=..., host=..., heartbeat_ms=...)``."""
     return make_batch
+
+
+@pytest.fixture(name="clock")
+def fixture_clock() -> FakeClock:
+    """The clock a store reads with (``open_store(..., clock=clock)``), starting at the clock
+    offset ``make_batch`` uses."""
+    return FakeClock()
 
 
 @pytest.fixture(name="clock_offset_ns")

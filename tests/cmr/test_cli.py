@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import zmq
 
 from cmr.cli import main, render_sequence, render_sequence_list
 from cmr.store import open_store
+from cmr.views.render.text import format_time_of_day
 from tracer import wire
 
 MS = 1_000_000
@@ -139,7 +141,7 @@ def test_show_marks_running_and_incomplete_calls(repo, capsys):
     assert "running  shop.poll" in run(capsys, "--db", repo, "show", "ab34")[1]
     lines = run(capsys, "--db", repo, "show", "c0f")[1].splitlines()
     assert lines[0].split("  ")[1] == "incomplete"
-    assert lines[-1] == "└─ incomplete  worker.step  thread-1 (1)"
+    assert lines[-1] == "└─ incomplete (process ended)  worker.step  thread-1 (1)"
 
 
 def test_show_json_follows_the_contract(repo, capsys, clock_offset_ns):
@@ -246,6 +248,7 @@ def test_stats_json_counts_batches_events_rejects_and_processes(repo, capsys):
     processes = {p["puid"]: p for p in doc["processes"]}
     assert set(processes) == {SHOP, WORKER}
     assert (processes[SHOP]["ended"], processes[WORKER]["ended"]) == (False, True)
+    assert (processes[SHOP]["state"], processes[WORKER]["state"]) == ("alive", "ended")
     assert (processes[WORKER]["host"], processes[WORKER]["pid"]) == ("testhost", 5151)
     assert processes[WORKER]["dropped"] == 0
 
@@ -256,8 +259,14 @@ def test_stats_text(repo, capsys):
     assert code == 0
     assert "duplicate batches  1" in out
     assert "rejected frames    garbage 2" in out
-    assert any(line.startswith("testhost:5151") and "yes" in line for line in out.splitlines())
-    assert f"{SHOP:016x}" in out
+    rows = {
+        cells[0]: cells
+        for cells in (re.split(r"\s{2,}", line) for line in out.splitlines())
+        if cells[0].startswith("testhost:")
+    }
+    # PROCESS, PUID, DROPPED, HEARTBEAT ("-": none promised), LAST SEEN, STATE
+    assert [rows["testhost:4242"][i] for i in (1, 2, 3, 5)] == [f"{SHOP:016x}", "0", "-", "alive"]
+    assert [rows["testhost:5151"][i] for i in (3, 5)] == ["-", "ended"]
 
 
 @pytest.mark.parametrize("command", [[], ["serve"], ["ls"], ["show"], ["stats"]])
@@ -524,3 +533,94 @@ def test_show_help_offers_the_threads_view(capsys):
     assert code == 0
     assert "--threads" in out
     assert "cmr show 3f2a9c --threads" in out
+
+
+SEQ_E = bytes.fromhex("e0e0" + "00" * 14)  # entered from a foreign system, then lost
+API = 0x3333
+JOBS = 0x4444
+FOREIGN = 0xF0F0  # the parent-id of the foreign caller's traceparent
+HID_JOB = 0x7003
+
+
+@pytest.fixture(name="remote_repo")
+def fixture_remote_repo(tmp_path, make_batch) -> str:
+    """A foreign system called api.handle (process API on host "api", heartbeat 100 ms), which
+    handed a job to process JOBS on host "jobs" (queued 3.20 ms) and then went silent in 1970, so
+    it is lost by any clock's reckoning. JOBS finished its part."""
+    api = [
+        wire.Start(1, 0, FOREIGN, 1, 0, SEQ_E),
+        wire.Handoff(HID_JOB, 1, "process", 9, 1 * MS, SEQ_E),
+        wire.Start(2, 1, 0, 2, 2 * MS, SEQ_E),
+    ]
+    jobs = [wire.Start(1, 0, HID_JOB, 3, 4_200_000, SEQ_E), wire.End(1, 9 * MS)]
+    names = {1: "api.handle", 2: "api.render", 3: "jobs.run", 9: "jobs.run"}
+    path = str(tmp_path / "remote.sqlite")
+    store = open_store(path)
+    try:
+        batch = make_batch(API, 1, {1: api}, methods=names, pid=80, host="api", heartbeat_ms=100)
+        store.ingest(batch, 0)
+        store.ingest(make_batch(JOBS, 1, {1: jobs}, methods=names, pid=90, host="jobs"), 0)
+    finally:
+        store.close()
+    return path
+
+
+def test_show_labels_every_call_of_a_multi_process_sequence_and_says_why_calls_never_end(
+    remote_repo, capsys
+):
+    code, out, _ = run(capsys, "--db", remote_repo, "show", "e0e0")
+
+    assert code == 0
+    lost = f"incomplete (process lost, last seen {format_time_of_day(0)})"
+    assert out.splitlines() == [
+        f"{SEQ_E.hex()}  incomplete  3 calls · 2 threads · 2 processes",
+        "incomplete  <remote parent>",
+        f"└─ {lost}  api.handle  thread-1 (1) api:80  → remote",
+        f"   ├─ {lost}  api.render  thread-1 (1) api:80",
+        "   └─ 4.80 ms  jobs.run  self 4.80 ms  thread-1 (1) jobs:90"
+        "  → process jobs:90, queued 3.20 ms",
+    ]
+
+
+def test_show_json_of_a_remote_parent_and_a_lost_process(remote_repo, capsys):
+    doc = json.loads(run(capsys, "--db", remote_repo, "show", "e0e0", "--json")[1])
+
+    root = doc["root"]
+    (handle,) = root["children"]
+    render, job = handle["children"]
+    assert (doc["status"], root["name"], root["kind"]) == (
+        "incomplete",
+        "<remote parent>",
+        "synthetic",
+    )
+    assert handle["handoff"] == {"kind": "remote", "queued_ns": None, "submitted_ns": None}
+    assert [(n["status"], n["end_ns"]) for n in (handle, render)] == [("incomplete", None)] * 2
+    assert (job["handoff"]["kind"], job["handoff"]["queued_ns"]) == ("process", 3_200_000)
+
+
+def test_ls_names_the_remote_parent_as_show_does(remote_repo, capsys):
+    (summary,) = json.loads(run(capsys, "--db", remote_repo, "ls", "--json")[1])
+    assert (summary["root"], summary["status"], summary["duration_ns"]) == (
+        "<remote parent>",
+        "incomplete",  # its only open calls belong to a lost process
+        None,
+    )
+
+    code, out, _ = run(capsys, "--db", remote_repo, "ls")
+    assert code == 0
+    columns = re.split(r"\s{2,}", out.splitlines()[1])
+    assert columns[2:] == ["-", "incomplete", "3", "2", "2", "<remote parent>"]
+
+
+def test_stats_show_each_process_state_and_heartbeat(remote_repo, capsys):
+    code, out, _ = run(capsys, "--db", remote_repo, "stats")
+
+    assert code == 0
+    header, api, jobs = (re.split(r"\s{2,}", line) for line in out.splitlines()[-3:])
+    assert header == ["PROCESS", "PUID", "DROPPED", "HEARTBEAT", "LAST SEEN", "STATE"]
+    assert (api[0], api[3], api[5]) == ("api:80", "100 ms", "lost")
+    assert (jobs[0], jobs[3], jobs[5]) == ("jobs:90", "-", "alive")  # it promised no heartbeat
+
+    doc = json.loads(run(capsys, "--db", remote_repo, "stats", "--json")[1])
+    states = {p["puid"]: (p["heartbeat_ms"], p["ended"], p["state"]) for p in doc["processes"]}
+    assert states == {API: (100, False, "lost"), JOBS: (0, False, "alive")}

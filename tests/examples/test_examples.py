@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.support import cmr_json
+from tests.support import cmr_json, run_python
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def run(tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_")}
-    env.update(INVOSEQ_DB=str(tmp_path / "cmr.sqlite"), NO_COLOR="1")
-    return subprocess.run(
-        [sys.executable, *command],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def run_plain_and_traced(tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
     """Run an example as plain Python, then under ``tracer run``: both succeed with the same
     stdout. Returns the traced run."""
     example = str(EXAMPLES / name)
-    plain = run(tmp_path, example)
-    traced = run(tmp_path, "-m", "tracer", "run", example)
+    plain = run_python(tmp_path, example)
+    traced = run_python(tmp_path, "-m", "tracer", "run", example)
     assert plain.returncode == 0, plain.stderr
     assert traced.returncode == 0, traced.stderr
     assert traced.stdout == plain.stdout
@@ -70,3 +54,17 @@ def test_async_example_puts_each_task_under_the_handler(tmp_path: Path) -> None:
     root = cmr_json(tmp_path / "cmr.sqlite", "show", summary["seq"])["root"]
     kinds = [(c["name"], (c["handoff"] or {}).get("kind")) for c in root["children"]]
     assert kinds == [("__main__.fetch", "task")] * 3 + [("__main__.parse", "thread")]
+
+
+def test_services_example_is_one_tree_through_both_processes(tmp_path: Path) -> None:
+    traced = run_plain_and_traced(tmp_path, "services.py")
+    assert traced.stdout == "available: apple, mug\n"
+    [summary] = cmr_json(tmp_path / "cmr.sqlite", "ls")
+    assert summary["processes"] == 2
+    root = cmr_json(tmp_path / "cmr.sqlite", "show", summary["seq"])["root"]
+    assert root["name"] == "__main__.checkout"
+    calls = root["children"]
+    assert [c["name"] for c in calls] == ["__main__.check_stock"] * 3
+    lookups = [c["children"][0] for c in calls]
+    assert {(n["name"], n["handoff"]["kind"]) for n in lookups} == {("__main__.lookup", "remote")}
+    assert {n["process"]["pid"] for n in lookups} != {root["process"]["pid"]}

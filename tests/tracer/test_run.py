@@ -263,7 +263,13 @@ def test_child_processes_send_to_the_same_embedded_repository(tmp_path: Path) ->
     result = run(tmp_path, "parent.py")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "True\n"
-    assert sorted(s["root"] for s in sequences(tmp_path)) == ["__main__.in_child", "__main__.spawn"]
+    # The child continues the parent's sequence (TRACEPARENT), sending to the same repository.
+    [summary] = sequences(tmp_path)
+    root = tree(tmp_path, summary["seq"])["root"]
+    assert root["name"] == "__main__.spawn"
+    [child] = root["children"]
+    assert (child["name"], child["handoff"]["kind"]) == ("__main__.in_child", "process")
+    assert child["process"]["pid"] != root["process"]["pid"]
 
 
 def test_report_lists_only_this_runs_sequences_slowest_first(tmp_path: Path) -> None:

@@ -92,13 +92,15 @@ def test_batches_are_numbered_bounded_and_carry_process_metadata() -> None:
             work(i)
         trace.flush()
         batches = list(trace.batches)
-    assert [b.batch_no for b in batches] == list(range(1, len(batches) + 1))
+    numbers = [b.batch_no for b in batches]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))  # per process, in order
     assert all(wire.event_count(b) <= 64 for b in batches)
     assert sum(wire.event_count(b) for b in batches) == 400
     assert len({b.puid for b in batches}) == 1
     assert batches[0].process.pid > 0
     methods = [m for b in batches for m in b.methods]
-    assert [m.qualname for m in methods].count("work") == 1  # interned once
+    interned = [(m.module, m.qualname) for m in methods]
+    assert interned.count((__name__, "work")) == 1  # interned once
     threads = [t for b in batches for t in b.threads]
     assert [t.name for t in threads] == ["MainThread"]
 
@@ -160,3 +162,17 @@ def test_acknowledged_by_a_real_router(tmp_path: Path) -> None:
     assert sum(wire.event_count(b) for b in received) == 20
     assert received[-1].final is True
     assert tracer.stats().acked_batches == len(received)
+
+
+def test_an_idle_tracer_sends_heartbeats_that_name_their_interval() -> None:
+    with capture(heartbeat_ms=20, flush_interval_ms=10) as trace:
+        work(1)
+        trace.flush()
+        sent = len(trace.batches)
+        deadline = time.monotonic() + 30
+        while len(trace.batches) < sent + 3 and time.monotonic() < deadline:
+            threading.Event().wait(0.01)  # bounded poll: heartbeats arrive on their own
+        heartbeats = trace.batches[sent:]
+    assert len(heartbeats) >= 3
+    assert all(wire.event_count(b) == 0 for b in heartbeats[:3])
+    assert {b.process.heartbeat_ms for b in trace.batches} == {20}

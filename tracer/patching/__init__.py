@@ -1,4 +1,5 @@
-"""Symmetric patches that carry the invocation context across threads and asyncio tasks.
+"""Symmetric patches that carry the invocation context across threads, asyncio tasks and
+processes.
 
 ``instrument()`` installs every patch (uninstalling first, so calling it twice is harmless) and
 ``uninstrument()`` puts back exactly the objects that were there. Each patch keeps its original.
@@ -6,11 +7,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from tracer.patching import tasks, threads
+from tracer.patching import processes, tasks, threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,15 +35,16 @@ def _raw(owner: Any, name: str) -> Any:
 
 
 def instrument() -> None:
-    """Patch threading, concurrent.futures and asyncio so sequences follow work across threads
-    and tasks (see docs/guide.md, "Threads and asyncio")."""
+    """Patch threading, concurrent.futures, asyncio, multiprocessing and subprocess so sequences
+    follow work across threads, tasks and processes (docs/guide.md)."""
     with _lock:
         _uninstall()
-        for owner, name, make in (*threads.PATCHES, *tasks.PATCHES):
+        for owner, name, make in (*threads.PATCHES, *tasks.PATCHES, *processes.PATCHES):
             original = _raw(owner, name)
             replacement = make(original)
             setattr(owner, name, replacement)
             _installed.append(Patch(owner, name, original, replacement))
+        processes.set_fork_hooks(True)
 
 
 def uninstrument() -> None:
@@ -55,6 +58,16 @@ def instrumented() -> bool:
 
 
 def _uninstall() -> None:
+    processes.set_fork_hooks(False)
     while _installed:
         patch = _installed.pop()
         setattr(patch.owner, patch.name, patch.original)
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+processes.install_fork_hooks()
+os.register_at_fork(after_in_child=_after_fork_in_child)

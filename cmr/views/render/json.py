@@ -123,6 +123,8 @@ def process_fields(process: ProcessRecord) -> dict[str, Any]:
         "dropped": process.dropped,
         "last_seen_ns": process.last_seen_ns,
         "ended": process.ended,
+        "heartbeat_ms": process.heartbeat_ms,
+        "state": process.state,
     }
 
 

@@ -78,6 +78,9 @@ def render_thread_activity(tree: SequenceTree, activity: list[ThreadActivity]) -
 
 
 def render_stats(stats: StoreStats) -> str:
+    """Counters, then one line per process: its heartbeat interval ("-": it promised none), when
+    it was last heard from, and whether it is alive, ended (shut down cleanly) or lost (silent
+    past its heartbeat bound)."""
     rejected = ", ".join(f"{reason} {count}" for reason, count in sorted(stats.rejected.items()))
     lines = [
         f"batches            {stats.batches}",
@@ -93,11 +96,13 @@ def render_stats(stats: StoreStats) -> str:
             f"{process.host}:{process.pid}",
             f"{process.puid:016x}",
             str(process.dropped),
+            format_duration(process.heartbeat_ms * 1_000_000) if process.heartbeat_ms else "-",
             format_local_time(process.last_seen_ns),
-            "yes" if process.ended else "no",
+            process.state,
         ]
         for process in stats.processes
     ]
+    header = ["PROCESS", "PUID", "DROPPED", "HEARTBEAT", "LAST SEEN", "STATE"]
     lines.append("")
-    lines.append(table(["PROCESS", "PUID", "DROPPED", "LAST SEEN", "ENDED"], rows, frozenset({2})))
+    lines.append(table(header, rows, frozenset({2, 3})))
     return "\n".join(lines)

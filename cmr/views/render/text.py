@@ -1,16 +1,20 @@
 """The call tree as text for a terminal, drawn with box guides the way pyinstrument draws its own.
 
-One line per call: duration (or "running"/"incomplete" when there is none yet), the method name,
-its self time, the thread, the process when it differs from the caller's, a hop mark when the call
-was handed off to it (``→ thread "pool-0_1", queued 3.20 ms``) and a mark when the call raised.
-Lines are built iteratively and joined once, so a 100,000-call tree or a 10,000-deep chain renders
-quickly and without recursion.
+One line per call: duration (or "running"/"incomplete" when there is none yet, an incomplete call
+saying why: its process ended, or was lost and when it was last heard from), the method name, its
+self time, the thread, the process (``host:pid``: on every line when the sequence spans several
+processes, else on the root's only), a hop mark when the call was handed off to it
+(``→ thread "pool-0_1", queued 3.20 ms``) and a mark when the call raised. Lines are built
+iteratively and joined once, so a 100,000-call tree or a 10,000-deep chain renders quickly and
+without recursion.
 """
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
+from cmr.store.base import PROCESS_ENDED, PROCESS_LOST
 from cmr.views.calltree import (
     KIND_SYNTHETIC,
     STATUS_ERROR,
@@ -72,6 +76,14 @@ def format_duration(ns: int) -> str:
     return f"{_three_digits(ns / 1e9)} s"
 
 
+def format_time_of_day(ns: int) -> str:
+    """Wall-clock nanoseconds as local time of day to the millisecond (12:00:01.234)."""
+    seconds, rest = divmod(ns, 1_000_000_000)  # integers: a float would round .2349999 up
+    return (
+        datetime.datetime.fromtimestamp(seconds).strftime("%H:%M:%S.") + f"{rest // 1_000_000:03d}"
+    )
+
+
 def _three_digits(value: float) -> str:
     text = f"{value:.2f}"
     if float(text) >= 10:
@@ -105,7 +117,8 @@ def render_text(tree: SequenceTree, *, color: bool = False) -> str:
     """The header line, then the tree; no trailing newline."""
     palette = ANSI if color else PLAIN
     total = tree.root.duration_ns or 0
-    lines = [render_header(tree, palette), _describe(tree.root, None, total, palette)]
+    every_process = tree.processes > 1
+    lines = [render_header(tree, palette), _describe(tree.root, None, total, palette, True)]
     stack: list[_Entry] = []
     _push_children(stack, tree.root, 0, "")
     while stack:
@@ -117,7 +130,8 @@ def render_text(tree: SequenceTree, *, color: bool = False) -> str:
             noun = "call" if item == 1 else "calls"
             lines.append(f"{guide}{palette.dim}… {item} {noun} hidden{palette.reset}")
             continue
-        lines.append(guide + _describe(item, caller.process, total, palette))
+        labelled = every_process or caller.process != item.process
+        lines.append(guide + _describe(item, caller.process, total, palette, labelled))
         # A new block of levels starts flush left again, so a line never outgrows the screen.
         child_prefix = "" if depth % GUIDE_BLOCK == 0 else prefix + (_SPACE if last else _PIPE)
         _push_children(stack, item, depth, child_prefix)
@@ -139,10 +153,17 @@ def _push_children(stack: list[_Entry], node: Node, depth: int, prefix: str) -> 
         stack.append((children[position], depth + 1, prefix, is_last, node))
 
 
-def _describe(node: Node, caller: ProcessRef | None, total: int, palette: Palette) -> str:
+def _describe(
+    node: Node, caller: ProcessRef | None, total: int, palette: Palette, labelled: bool
+) -> str:
+    """One call's line; ``labelled``: name its process (``host:pid``)."""
     parts: list[str] = []
     if node.duration_ns is None:
-        parts.append(_status_colour(node.status, palette) + node.status + palette.reset)
+        status = _status_colour(node.status, palette) + node.status + palette.reset
+        reason = incomplete_reason(node)
+        if reason:
+            status += f" {palette.dim}({reason}){palette.reset}"
+        parts.append(status)
     else:
         colour = _share_colour(node.duration_ns, total, palette)
         parts.append(colour + format_duration(node.duration_ns) + (palette.reset if colour else ""))
@@ -151,7 +172,7 @@ def _describe(node: Node, caller: ProcessRef | None, total: int, palette: Palett
         parts.append(f"{palette.dim}self {format_duration(node.self_ns)}{palette.reset}")
     if node.kind != KIND_SYNTHETIC:  # a made-up root ran on no thread
         thread = f"{node.thread.name} ({node.thread.tid})"
-        if caller is None or caller != node.process:
+        if labelled:
             thread += f" {node.process.host}:{node.process.pid}"
         parts.append(f"{palette.dim}{thread}{palette.reset}")
     if node.handoff is not None:
@@ -161,14 +182,29 @@ def _describe(node: Node, caller: ProcessRef | None, total: int, palette: Palett
     return "  ".join(parts)
 
 
+def incomplete_reason(node: Node) -> str:
+    """Why an incomplete call will never end, or "" for any other call."""
+    if node.status != STATUS_INCOMPLETE or node.kind == KIND_SYNTHETIC:
+        return ""
+    process = node.process
+    if process.state == PROCESS_ENDED:
+        return "process ended"
+    if process.state == PROCESS_LOST:
+        return f"process lost, last seen {format_time_of_day(process.last_seen_ns)}"
+    return ""
+
+
 def hop_mark(node: Node, handoff: Handoff) -> str:
-    """Where the work went and how long it waited to start there."""
+    """Where the work went and how long it waited to start there (when that is known: not for
+    a remote caller this repository never heard from)."""
     if handoff.kind == "thread":
         where = f'thread "{node.thread.name}"'
-    elif handoff.kind in {"process", "remote"}:
-        where = f"{handoff.kind} {node.process.host}:{node.process.pid}"
-    else:  # "task", and kinds a newer tracer may send
+    elif handoff.kind == "process":
+        where = f"process {node.process.host}:{node.process.pid}"
+    else:  # "task", "remote", and kinds a newer tracer may send
         where = handoff.kind
+    if handoff.queued_ns is None:
+        return f"→ {where}"
     return f"→ {where}, queued {format_duration(handoff.queued_ns)}"
 
 

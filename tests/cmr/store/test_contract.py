@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from cmr.store import (
+    LOST_GRACE_MS,
+    MISSED_HEARTBEATS,
+    REMOTE_PARENT,
     AmbiguousSequenceError,
     InvalidBatchError,
     InvocationRecord,
@@ -22,7 +25,16 @@ from cmr.store import (
     open_store,
 )
 from cmr.store.base import HandoffRecord
-from cmr.views.calltree import Handoff, build_tree
+from cmr.store.sqlite_schema import (
+    COUNTS,
+    HANDOFFS_SCHEMA,
+    HEARTBEAT_SCHEMA,
+    REMOTE_ENTRIES,
+    ROOT,
+    SCHEMA,
+)
+from cmr.views.calltree import Handoff, build_tree, walk
+from tests.cmr.conftest import FakeClock
 from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
@@ -50,11 +62,14 @@ H = 0x5EED_0000_0000_0001
 
 
 @pytest.fixture(name="store", params=["memory", "sqlite"])
-def fixture_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+def fixture_store(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> Iterator[Store]:
+    """Each backend, reading with the test's clock."""
     if request.param == "memory":
-        store = open_store(memory=True)
+        store = open_store(memory=True, clock=clock)
     else:
-        store = open_store(str(tmp_path / "repo" / "cmr.sqlite"))
+        store = open_store(str(tmp_path / "repo" / "cmr.sqlite"), clock=clock)
     yield store
     store.close()
 
@@ -292,6 +307,99 @@ def test_running_wins_over_incomplete_across_processes(
     assert store.list_sequences(1)[0].status == "incomplete"
 
 
+# -- processes that stop sending -----------------------------------------------------------
+
+HEARTBEAT_MS = 200
+#: How long a process with a 200 ms heartbeat may stay silent: 3 * 200 ms + 1 s.
+SILENCE_NS = (MISSED_HEARTBEATS * HEARTBEAT_MS + LOST_GRACE_MS) * 1_000_000
+
+
+def test_the_lost_bound_is_three_heartbeats_and_a_second() -> None:
+    assert (MISSED_HEARTBEATS, LOST_GRACE_MS) == (3, 1_000)
+    assert SILENCE_NS == 1_600_000_000
+
+
+def test_a_process_silent_past_its_heartbeat_bound_is_lost_until_it_speaks_again(
+    store: Store, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    seen = clock.now_ns
+    batch = make_batch(7, 1, {1: [start(1, 100, S)]}, heartbeat_ms=HEARTBEAT_MS)
+    store.ingest(batch, seen)
+
+    clock.now_ns = seen + SILENCE_NS  # silent for exactly the bound: not yet lost
+    (process,) = store.stats().processes
+    assert (process.heartbeat_ms, process.lost, process.state) == (HEARTBEAT_MS, False, "alive")
+    assert store.list_sequences(1)[0].status == "running"
+
+    clock.now_ns += 1
+    (process,) = store.stats().processes
+    assert (process.lost, process.state, process.last_seen_ns) == (True, "lost", seen)
+    assert store.load_sequence(S).processes[7].lost is True
+    assert store.list_sequences(1)[0].status == "incomplete"
+    assert build_tree(store.load_sequence(S)).root.status == "incomplete"
+
+    # A batch (an empty heartbeat will do) proves it was alive after all.
+    store.ingest(make_batch(7, 2, {}, heartbeat_ms=HEARTBEAT_MS), clock.now_ns)
+    assert store.stats().processes[0].state == "alive"
+    assert store.list_sequences(1)[0].status == "running"
+
+
+def test_a_process_without_a_heartbeat_is_never_lost(
+    store: Store, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), clock.now_ns)
+    clock.now_ns += 10**18  # thirty years of silence
+
+    assert store.stats().processes[0].state == "alive"
+    assert store.list_sequences(1)[0].status == "running"
+
+
+def test_an_ended_process_is_ended_not_lost(
+    store: Store, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    batch = make_batch(7, 1, {1: [start(1, 100, S)]}, final=True, heartbeat_ms=HEARTBEAT_MS)
+    store.ingest(batch, clock.now_ns)
+    clock.now_ns += 2 * SILENCE_NS
+
+    (process,) = store.stats().processes
+    assert (process.ended, process.lost, process.state) == (True, False, "ended")
+    assert store.list_sequences(1)[0].status == "incomplete"
+
+
+def test_the_heartbeat_of_the_latest_batch_received_counts(
+    store: Store, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    seen = clock.now_ns
+    store.ingest(make_batch(7, 2, {}, heartbeat_ms=5_000), seen + 10)
+    store.ingest(make_batch(7, 1, {}, heartbeat_ms=HEARTBEAT_MS), seen)  # received earlier on
+    clock.now_ns = seen + 10 + SILENCE_NS + 1  # lost by 200 ms, alive by 5 s
+
+    (process,) = store.stats().processes
+    assert (process.heartbeat_ms, process.state) == (5_000, "alive")
+
+    store.ingest(make_batch(7, 3, {}, heartbeat_ms=HEARTBEAT_MS), seen + 20)
+    assert store.stats().processes[0].heartbeat_ms == HEARTBEAT_MS
+
+
+def test_a_live_process_keeps_a_sequence_running_while_another_is_lost(
+    store: Store, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    seen = clock.now_ns
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}, heartbeat_ms=HEARTBEAT_MS), seen)
+    store.ingest(make_batch(8, 1, {1: [start(1, 150, S, hid=3)]}), seen)
+    clock.now_ns = seen + SILENCE_NS + 1
+
+    assert store.list_sequences(1)[0].status == "running"
+    tree = build_tree(store.load_sequence(S))
+    assert [(node.process.puid, node.status) for node, _ in walk(tree.root)] == [
+        (7, "incomplete"),
+        (8, "running"),
+    ]
+
+    store.ingest(make_batch(8, 2, {1: [wire.End(1, 160)]}), clock.now_ns)
+    assert store.list_sequences(1)[0].status == "incomplete"
+
+
 # -- listing --------------------------------------------------------------------------------
 
 
@@ -336,15 +444,84 @@ def test_list_rejects_a_negative_limit(store: Store) -> None:
 def test_root_is_the_invocation_without_parent_or_hand_off(
     store: Store, make_batch: BatchFactory, clock_offset_ns: int
 ) -> None:
-    # The child process's clock runs early, so its hand-off invocation "starts" first.
+    # The child process's clock runs early, so its hand-off invocation "starts" first; its
+    # Handoff is in flight, so until more arrives it looks like a call from a foreign system.
     store.ingest(make_batch(8, 1, {1: [start(1, 50, S, hid=9, method=2)]}), 1)
-    assert store.list_sequences(1)[0].root == "app.m2"  # the best known until the root arrives
+    assert store.list_sequences(1)[0].root == REMOTE_PARENT
 
     store.ingest(make_batch(7, 1, {1: [start(1, 100, S, method=1)]}), 2)
 
     (summary,) = store.list_sequences(1)
     assert summary.root == "app.m1"
     assert summary.start_ns == clock_offset_ns + 50  # the sequence's earliest start
+
+
+def test_without_a_root_but_with_a_lost_parent_the_best_candidate_is_named(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    # iid 4's Start was lost: nothing suggests a foreign caller, so the earliest call is named.
+    store.ingest(make_batch(7, 1, {1: [start(5, 100, S, parent=4, method=2)]}), 1)
+    assert store.list_sequences(1)[0].root == "app.m2"
+    # A continued hand-off whose Start names a parent is not a foreign call either.
+    store.ingest(make_batch(8, 1, {1: [start(1, 90, S, parent=3, hid=H, method=3)]}), 2)
+    assert store.list_sequences(1)[0].root == "app.m2"
+
+
+# -- sequences started by a foreign system --------------------------------------------------
+
+
+def test_a_sequence_entered_from_a_foreign_system_is_rooted_at_its_remote_parent(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    # Two calls came in from the foreign system, each with its own traceparent parent-id.
+    events = [start(1, 100, S, hid=H, method=2), start(2, 110, S, parent=1, method=3)]
+    store.ingest(make_batch(7, 1, {1: events, 2: [start(3, 150, S, hid=H + 1, method=4)]}), 1)
+
+    (summary,) = store.list_sequences(1)
+    assert (summary.root, summary.end_ns, summary.status) == (REMOTE_PARENT, None, "running")
+
+    store.ingest(make_batch(7, 2, {1: [wire.End(2, 120), wire.End(1, 300)]}), 2)
+    assert store.list_sequences(1)[0].end_ns is None  # call 3 still runs: so does the parent
+    store.ingest(make_batch(7, 3, {2: [wire.End(3, 250)]}), 3)
+
+    (summary,) = store.list_sequences(1)
+    assert (summary.root, summary.end_ns, summary.status) == (
+        REMOTE_PARENT,
+        clock_offset_ns + 300,  # the latest end of the calls it made here
+        "complete",
+    )
+    tree = build_tree(store.load_sequence(S))
+    assert (tree.root.name, tree.root.end_ns) == (summary.root, summary.end_ns)
+    assert [child.name for child in tree.root.children] == ["app.m2", "app.m4"]
+
+
+def test_a_recorded_remote_hand_off_links_normally_instead(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    # Our own process 7 called process 8 over HTTP: it recorded the hand-off it injected.
+    store.ingest(make_batch(8, 1, {1: [start(1, 150, S, hid=H, method=2)]}, pid=88), 1)
+    assert store.list_sequences(1)[0].root == REMOTE_PARENT  # until the caller's batch arrives
+
+    caller = [start(1, 100, S), handoff(H, 1, 120, S, kind="remote"), wire.End(1, 300)]
+    store.ingest(make_batch(7, 1, {1: caller}), 2)
+    store.ingest(make_batch(8, 2, {1: [wire.End(1, 200)]}, pid=88), 3)
+
+    assert store.list_sequences(1)[0].root == "app.m1"
+    tree = build_tree(store.load_sequence(S))
+    (callee,) = tree.root.children
+    assert callee.handoff == Handoff(H, "remote", clock_offset_ns + 120, 30)
+
+
+def test_a_recorded_hand_off_without_a_caller_here_is_not_a_remote_parent(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    # The Handoff is known (recorded under another sequence id), so the call is no foreign
+    # entry; without a root it is named as the best candidate, as a lost root would be.
+    other = seq_id("07e")
+    store.ingest(make_batch(7, 1, {1: [handoff(H, 1, 110, other)]}), 1)
+    store.ingest(make_batch(8, 1, {1: [start(1, 150, S, hid=H, method=2)]}), 2)
+
+    assert store.list_sequences(1)[0].root == "app.m2"
 
 
 def test_root_without_method_info_gets_a_placeholder_name(
@@ -439,9 +616,9 @@ def test_stats_keep_the_largest_drop_count_per_process(
 
     processes = store.stats().processes
 
-    assert [(p.puid, p.dropped, p.ended, p.last_seen_ns) for p in processes] == [
-        (7, 5, False, 30),
-        (8, 0, True, 20),
+    assert [(p.puid, p.dropped, p.ended, p.last_seen_ns, p.state) for p in processes] == [
+        (7, 5, False, 30, "alive"),
+        (8, 0, True, 20, "ended"),
     ]
 
 
@@ -511,40 +688,82 @@ def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
         open_store(path)
 
 
-def schema_version_1(path: str) -> None:
-    """Turn a fresh repository into what the first release wrote: no hand-offs table."""
-    open_store(path).close()
+def older_schema(path: str, version: int) -> None:
+    """Write a repository as release ``version`` did: version 2 had no heartbeat column, version
+    1 no hand-offs table either. It holds one process (seen at 123) and one running call."""
+    left_out = {2: HEARTBEAT_SCHEMA, 1: HEARTBEAT_SCHEMA + HANDOFFS_SCHEMA}[version]
     with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE handoffs")
-        conn.execute("PRAGMA user_version = 1")
+        for statement in SCHEMA:
+            if statement not in left_out and not statement.startswith("PRAGMA user_version"):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {version}")
+        conn.execute(
+            "INSERT INTO processes VALUES (7, 4242, 'old', 'pf', '[\"old.py\"]', 0, 0, 0, 0, 123)"
+        )
+        conn.execute("INSERT INTO starts VALUES (7, 1, ?, 0, 0, 1, 1, 100)", (S,))
+        conn.execute("INSERT INTO sequences VALUES (?, 100)", (S,))
     conn.close()
 
 
-def test_a_version_1_repository_is_upgraded_when_opened_for_writing(
-    tmp_path: Path, make_batch: BatchFactory
+def user_version(path: str) -> int:
+    with sqlite3.connect(path) as conn:
+        version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    conn.close()
+    return version
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, version: int
 ) -> None:
     path = str(tmp_path / "cmr.sqlite")
-    schema_version_1(path)
+    older_schema(path, version)
 
-    store = open_store(path)
+    store = open_store(path, clock=clock)
     try:
-        store.ingest(make_batch(7, 1, {1: [start(1, 100, S), handoff(H, 1, 110, S)]}), 1)
-        assert list(store.load_sequence(S).handoffs) == [H]
+        # What was stored before survives, and its processes promised no heartbeat.
+        (old,) = store.load_sequence(S).processes.values()
+        assert (old.host, old.last_seen_ns, old.heartbeat_ms, old.state) == ("old", 123, 0, "alive")
+        assert store.list_sequences(1)[0].status == "running"
+
+        other = seq_id("07e")
+        events = [start(1, 100, other), handoff(H, 1, 110, other)]
+        store.ingest(make_batch(8, 1, {1: events}, heartbeat_ms=250), 1)
+        assert list(store.load_sequence(other).handoffs) == [H]
+        assert store.load_sequence(other).processes[8].heartbeat_ms == 250
     finally:
         store.close()
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
-    conn.close()
+    assert user_version(path) == 3
 
 
-def test_a_version_1_repository_is_not_read_before_it_is_upgraded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_repository_is_not_read_before_it_is_upgraded(
+    tmp_path: Path, version: int
+) -> None:
     path = str(tmp_path / "cmr.sqlite")
-    schema_version_1(path)
+    older_schema(path, version)
 
     with pytest.raises(
-        StoreError, match=r"schema version 1, older than .* \(2\): run `cmr serve` or `tracer run`"
+        StoreError,
+        match=rf"schema version {version}, older than .* \(3\): run `cmr serve` or `tracer run`",
     ):
         open_store(path, readonly=True)
+    assert user_version(path) == version
+
+
+@pytest.mark.parametrize("query", [COUNTS, ROOT, REMOTE_ENTRIES])
+def test_listing_looks_up_each_sequence_by_index_and_never_scans_a_table(
+    tmp_path: Path, query: str
+) -> None:
+    # `cmr ls` runs these per listed sequence: their cost must not grow with the repository.
+    path = str(tmp_path / "cmr.sqlite")
+    open_store(path).close()
+    with sqlite3.connect(path) as conn:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", {"seq": S, "now": 0})]
+    conn.close()
+
+    assert plan
+    assert not [step for step in plan if step.startswith("SCAN")], plan
 
 
 def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:

@@ -33,8 +33,16 @@ class SequenceBuilder:
         self._method_ids: dict[tuple[int, str], int] = {}
 
     def process(
-        self, puid: int = PUID, *, pid: int = 4242, host: str = "box", ended: bool = False
+        self,
+        puid: int = PUID,
+        *,
+        pid: int = 4242,
+        host: str = "box",
+        ended: bool = False,
+        lost: bool = False,
+        last_seen_ns: int = 0,
     ) -> None:
+        """``lost`` is what a store computed at read time (heartbeat 1 s, silent too long)."""
         self.processes[puid] = ProcessRecord(
             puid=puid,
             pid=pid,
@@ -43,7 +51,9 @@ class SequenceBuilder:
             argv=("app.py",),
             ended=ended,
             dropped=0,
-            last_seen_ns=0,
+            last_seen_ns=last_seen_ns,
+            heartbeat_ms=1_000 if lost else 0,
+            lost=lost,
         )
 
     def thread(self, tid: int, name: str, *, puid: int = PUID) -> None:

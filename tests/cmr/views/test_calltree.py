@@ -94,6 +94,19 @@ def test_open_calls_of_an_ended_process_are_incomplete(builder, outline):
     assert tree.status == "incomplete"
 
 
+def test_open_calls_of_a_lost_process_are_incomplete(builder, outline):
+    builder.process(lost=True, last_seen_ns=5_000)
+    builder.call("shop.checkout", 1, start=0)
+    builder.call("shop.pay", 2, 1, start=40, end=90)
+
+    tree = build_tree(builder.data())
+
+    assert outline(tree) == ["shop.checkout -/- incomplete", "  shop.pay 50/50 ok"]
+    assert tree.status == "incomplete"
+    # The node knows why, for the renderers to say so.
+    assert (tree.root.process.state, tree.root.process.last_seen_ns) == ("lost", 5_000)
+
+
 def test_running_wins_over_incomplete_for_the_sequence_status(builder):
     builder.process(0x2, ended=True)
     builder.call("a.root", 1, start=0)

@@ -53,8 +53,11 @@ def check_node(node: dict) -> None:
     if handoff is not None:
         assert list(handoff) == ["kind", "queued_ns", "submitted_ns"]
         assert isinstance(handoff["kind"], str)
-        assert isinstance(handoff["queued_ns"], int)
-        assert isinstance(handoff["submitted_ns"], int)
+        if handoff["kind"] == "remote" and handoff["submitted_ns"] is None:
+            assert handoff["queued_ns"] is None  # a remote parent never recorded here
+        else:
+            assert isinstance(handoff["queued_ns"], int)
+            assert isinstance(handoff["submitted_ns"], int)
     assert isinstance(node["children"], list)
 
 
@@ -176,6 +179,37 @@ def test_a_synthetic_root_is_marked_as_such(builder):
     )
 
 
+def test_a_remote_parent_is_synthetic_and_its_calls_carry_a_remote_hop_without_times(builder):
+    builder.call("api.handle", 1, start=100, end=500, hid=0xF0F0)
+
+    root = json.loads(tree_to_json(build_tree(builder.data())))["root"]
+
+    check_node(root)
+    (handle,) = root["children"]
+    check_node(handle)
+    assert (root["name"], root["kind"], root["status"], root["handoff"]) == (
+        "<remote parent>",
+        "synthetic",
+        "ok",
+        None,
+    )
+    assert handle["handoff"] == {"kind": "remote", "queued_ns": None, "submitted_ns": None}
+
+
+def test_a_call_of_a_lost_process_keeps_the_incomplete_node_contract(builder):
+    builder.process(lost=True, last_seen_ns=5_000)
+    builder.call("shop.checkout", 1, start=100)
+
+    doc = json.loads(tree_to_json(build_tree(builder.data())))
+
+    check_node(doc["root"])
+    assert (doc["status"], doc["root"]["status"], doc["root"]["end_ns"]) == (
+        "incomplete",
+        "incomplete",
+        None,
+    )
+
+
 @pytest.fixture(name="deep_recursion")
 def fixture_deep_recursion():
     """The reader (json.loads) recurses; the writer must not, which is what the test is about."""
@@ -244,8 +278,10 @@ def test_ls_document_is_an_array_of_summaries():
 
 
 def test_stats_document_lists_counters_and_processes():
-    process = ProcessRecord(7, 4242, "box", "pf", ("app.py", "-v"), True, 3, 99)
-    stats = StoreStats(10, 2, 5_000, {"garbage": 1}, [process])
+    ended = ProcessRecord(7, 4242, "box", "pf", ("app.py", "-v"), True, 3, 99)
+    lost = ProcessRecord(8, 1, "web", "pf", (), False, 0, 50, heartbeat_ms=500, lost=True)
+    alive = ProcessRecord(9, 2, "web", "pf", (), False, 0, 40, heartbeat_ms=500)
+    stats = StoreStats(10, 2, 5_000, {"garbage": 1}, [ended, lost, alive])
 
     assert json.loads(stats_to_json(stats)) == {
         "batches": 10,
@@ -262,6 +298,32 @@ def test_stats_document_lists_counters_and_processes():
                 "dropped": 3,
                 "last_seen_ns": 99,
                 "ended": True,
-            }
+                "heartbeat_ms": 0,
+                "state": "ended",
+            },
+            {
+                "host": "web",
+                "pid": 1,
+                "puid": 8,
+                "platform_id": "pf",
+                "argv": [],
+                "dropped": 0,
+                "last_seen_ns": 50,
+                "ended": False,
+                "heartbeat_ms": 500,
+                "state": "lost",
+            },
+            {
+                "host": "web",
+                "pid": 2,
+                "puid": 9,
+                "platform_id": "pf",
+                "argv": [],
+                "dropped": 0,
+                "last_seen_ns": 40,
+                "ended": False,
+                "heartbeat_ms": 500,
+                "state": "alive",
+            },
         ],
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 
 import pytest
@@ -55,13 +56,42 @@ def test_the_tree_is_drawn_with_guides_and_one_line_per_call(shop):
     assert lines[0] == (
         "0123456789abcdef0123456789abcdef  running  1.00 s  5 calls · 3 threads · 2 processes"
     )
+    # Two processes: every line says which one it ran in.
     assert lines[1:] == [
         "1.00 s  shop.checkout  self 500 ms  MainThread (1) box:4242",
-        "├─ 400 ms  shop.price  self 395 ms  MainThread (1)",
-        "│  └─ 5.00 ms  shop.tax  self 5.00 ms  pool-0 (2)  ✗ ValueError",
-        "├─ running  shop.pay  MainThread (1)",
-        "└─ incomplete  shop.remote  T1 (1) worker:77",
+        "├─ 400 ms  shop.price  self 395 ms  MainThread (1) box:4242",
+        "│  └─ 5.00 ms  shop.tax  self 5.00 ms  pool-0 (2) box:4242  ✗ ValueError",
+        "├─ running  shop.pay  MainThread (1) box:4242",
+        "└─ incomplete (process ended)  shop.remote  T1 (1) worker:77",
     ]
+
+
+def test_a_single_process_sequence_names_its_process_on_the_root_only(builder):
+    builder.process(pid=4242, host="box")
+    builder.call("shop.checkout", 1, start=0, end=1_000)
+    builder.call("shop.price", 2, 1, start=10, end=500)
+
+    assert render_text(build_tree(builder.data())).splitlines()[1:] == [
+        "1.00 µs  shop.checkout  self 510 ns  T1 (1) box:4242",
+        "└─ 490 ns  shop.price  self 490 ns  T1 (1)",
+    ]
+
+
+def test_an_incomplete_call_says_its_process_was_lost_and_when_it_was_last_seen(builder):
+    noon = int(datetime.datetime(2025, 1, 2, 12, 0, 1).timestamp()) * 1_000_000_000
+    last_seen = noon + 234_999_999  # shown to the millisecond, never rounded up
+    builder.process(pid=4242, host="box", lost=True, last_seen_ns=last_seen)
+    builder.call("shop.checkout", 1, start=0)
+    builder.call("shop.price", 2, 1, start=10, end=500)
+    tree = build_tree(builder.data())
+
+    assert render_text(tree).splitlines() == [
+        "0123456789abcdef0123456789abcdef  incomplete  2 calls · 1 thread · 1 process",
+        "incomplete (process lost, last seen 12:00:01.234)  shop.checkout  T1 (1) box:4242",
+        "└─ 490 ns  shop.price  self 490 ns  T1 (1)",
+    ]
+    coloured = render_text(tree, color=True).splitlines()[1]
+    assert coloured.startswith("\033[35mincomplete\033[0m \033[2m(process lost, last seen")
 
 
 def test_hidden_calls_are_announced_where_they_were_cut(shop):
@@ -70,10 +100,10 @@ def test_hidden_calls_are_announced_where_they_were_cut(shop):
     assert text.splitlines()[0].endswith("· 1 hidden")
     assert text.splitlines()[1:] == [
         "1.00 s  shop.checkout  self 500 ms  MainThread (1) box:4242",
-        "├─ 400 ms  shop.price  self 395 ms  MainThread (1)",
+        "├─ 400 ms  shop.price  self 395 ms  MainThread (1) box:4242",
         "│  └─ … 1 call hidden",
-        "├─ running  shop.pay  MainThread (1)",
-        "└─ incomplete  shop.remote  T1 (1) worker:77",
+        "├─ running  shop.pay  MainThread (1) box:4242",
+        "└─ incomplete (process ended)  shop.remote  T1 (1) worker:77",
     ]
     assert render_text(limit_depth(shop, 0)).splitlines()[-1] == "└─ … 4 calls hidden"
 
@@ -130,6 +160,7 @@ def test_each_hand_off_shows_its_hop_and_queue_time(builder):
     builder.thread(2, "ThreadPoolExecutor-0_1")
     builder.process(pid=4242, host="box")
     builder.process(0x2, pid=77, host="worker")
+    builder.process(0x3, pid=88, host="api")
     builder.call("shop.checkout", 1, start=0, end=100 * MS)
     builder.handoff(1, 1, submitted=1 * MS, kind="thread")
     builder.call("shop.fetch", 2, 1, start=4_200_000, end=10 * MS, tid=2, hid=1)
@@ -138,17 +169,34 @@ def test_each_hand_off_shows_its_hop_and_queue_time(builder):
     builder.call("shop.notify", 4, 1, start=20 * MS + 120_000, end=30 * MS, hid=2)
     builder.handoff(3, 1, submitted=40 * MS, kind="process")
     builder.call("worker.run", 1, start=41 * MS, end=50 * MS, puid=0x2, hid=3)
+    builder.handoff(4, 1, submitted=60 * MS, kind="remote")
+    builder.call("api.handle", 1, start=62 * MS, end=70 * MS, puid=0x3, hid=4)
 
     lines = render_text(build_tree(builder.data())).splitlines()
 
     assert lines[1:] == [
-        "100 ms  shop.checkout  self 75.3 ms  MainThread (1) box:4242",
-        "├─ 5.80 ms  shop.fetch  self 4.80 ms  ThreadPoolExecutor-0_1 (2)"
+        "100 ms  shop.checkout  self 67.3 ms  MainThread (1) box:4242",
+        "├─ 5.80 ms  shop.fetch  self 4.80 ms  ThreadPoolExecutor-0_1 (2) box:4242"
         '  → thread "ThreadPoolExecutor-0_1", queued 3.20 ms',
-        "│  └─ 1.00 ms  shop.parse  self 1.00 ms  ThreadPoolExecutor-0_1 (2)",
-        "├─ 9.88 ms  shop.notify  self 9.88 ms  MainThread (1)  → task, queued 120 µs",
-        "└─ 9.00 ms  worker.run  self 9.00 ms  T1 (1) worker:77"
+        "│  └─ 1.00 ms  shop.parse  self 1.00 ms  ThreadPoolExecutor-0_1 (2) box:4242",
+        "├─ 9.88 ms  shop.notify  self 9.88 ms  MainThread (1) box:4242  → task, queued 120 µs",
+        "├─ 9.00 ms  worker.run  self 9.00 ms  T1 (1) worker:77"
         "  → process worker:77, queued 1.00 ms",
+        # Where a remote call landed is on the line already; the hop says only how it got there.
+        "└─ 8.00 ms  api.handle  self 8.00 ms  T1 (1) api:88  → remote, queued 2.00 ms",
+    ]
+
+
+def test_a_sequence_from_a_foreign_system_reads_as_a_remote_call_in(builder):
+    builder.process(pid=4242, host="api")
+    builder.call("api.handle", 1, start=0, end=10 * MS, hid=0xF0F0)
+    builder.call("api.load", 2, 1, start=1 * MS, end=4 * MS)
+
+    assert render_text(build_tree(builder.data())).splitlines() == [
+        "0123456789abcdef0123456789abcdef  complete  10.0 ms  2 calls · 1 thread · 1 process",
+        "10.0 ms  <remote parent>  self 0 ns",
+        "└─ 10.0 ms  api.handle  self 7.00 ms  T1 (1) api:4242  → remote",  # no queue time known
+        "   └─ 3.00 ms  api.load  self 3.00 ms  T1 (1)",
     ]
 
 
