@@ -21,6 +21,11 @@ ENV_BATCH_EVENTS: Final = "INVOSEQ_BATCH_EVENTS"
 ENV_QUEUE_BATCHES: Final = "INVOSEQ_QUEUE_BATCHES"
 ENV_INSTRUMENT: Final = "INVOSEQ_INSTRUMENT"
 ENV_HEARTBEAT_MS: Final = "INVOSEQ_HEARTBEAT_MS"
+ENV_SAMPLE_INTERVAL_MS: Final = "INVOSEQ_SAMPLE_INTERVAL_MS"
+ENV_SAMPLE_MODE: Final = "INVOSEQ_SAMPLE_MODE"
+ENV_SAMPLE_ONLY_ACTIVE: Final = "INVOSEQ_SAMPLE_ONLY_ACTIVE"
+ENV_MAX_THREADS_PER_TICK: Final = "INVOSEQ_MAX_THREADS_PER_TICK"
+SAMPLE_MODES: Final = ("wall", "cpu")
 
 _ENDPOINT_SCHEMES: Final = ("tcp://", "ipc://", "inproc://")
 
@@ -47,6 +52,14 @@ class Config:
     instrument: bool = False
     #: The sender sends at least this often, so the repository can tell a process that died.
     heartbeat_ms: int = 1000
+    #: How often the stack sampler samples (0: no sampler).
+    sample_interval_ms: int = 10
+    #: "wall": every chosen thread; "cpu": only threads that are running.
+    sample_mode: str = "wall"
+    #: Sample only threads inside a traced call (the ones whose samples can be placed in a tree).
+    sample_only_active: bool = True
+    #: The most threads sampled in one tick, chosen at random.
+    max_threads_per_tick: int = 8
 
 
 _ENV_NAMES: Final = {
@@ -58,6 +71,10 @@ _ENV_NAMES: Final = {
     "queue_batches": ENV_QUEUE_BATCHES,
     "instrument": ENV_INSTRUMENT,
     "heartbeat_ms": ENV_HEARTBEAT_MS,
+    "sample_interval_ms": ENV_SAMPLE_INTERVAL_MS,
+    "sample_mode": ENV_SAMPLE_MODE,
+    "sample_only_active": ENV_SAMPLE_ONLY_ACTIVE,
+    "max_threads_per_tick": ENV_MAX_THREADS_PER_TICK,
 }
 
 _T = TypeVar("_T")
@@ -78,6 +95,12 @@ def _check_endpoint(value: str) -> str:
     return value
 
 
+def _one_of(value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"expected one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
 def _positive(value: int) -> int:
     if value <= 0:
         raise ValueError(f"expected a positive number, got {value}")
@@ -91,6 +114,9 @@ _CHECKS: Final[dict[str, Callable[[Any], Any]]] = {
     "batch_events": _positive,
     "queue_batches": _positive,
     "heartbeat_ms": _positive,
+    "sample_interval_ms": lambda v: v if v >= 0 else _positive(v),
+    "sample_mode": lambda v: _one_of(v, SAMPLE_MODES),
+    "max_threads_per_tick": _positive,
 }
 
 

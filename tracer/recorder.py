@@ -18,6 +18,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any, Final
 
 log = logging.getLogger("tracer")
@@ -28,6 +29,8 @@ EventTuple = tuple[Any, ...]
 MethodTuple = tuple[int, str, str, str, int]
 #: A thread's interned metadata, laid out as tracer.wire.ThreadInfo.
 ThreadTuple = tuple[int, int, str]
+#: A sampled code location, laid out as tracer.wire.FrameInfo.
+FrameTuple = tuple[int, str, str, int]
 
 tls: Final = threading.local()
 next_iid: Final[Callable[[], int]] = itertools.count(1).__next__
@@ -40,6 +43,7 @@ next_batch_no: Final[Callable[[], int]] = itertools.count(1).__next__
 @dataclass(slots=True, eq=False)
 class ThreadBuffer:
     tid: int
+    ident: int
     info: ThreadTuple
     thread: weakref.ref[threading.Thread]
     events: list[EventTuple] = field(default_factory=list)
@@ -51,6 +55,9 @@ class ThreadBuffer:
 
 _lock = threading.Lock()
 _buffers: list[ThreadBuffer] = []
+_sampled: dict[int, tuple[int, int]] = {}  # thread ident -> (tid, native id), for the sampler
+_frames: list[FrameTuple] = []
+_frame_ids: dict[CodeType, int] = {}
 _methods: list[MethodTuple] = []
 
 
@@ -68,9 +75,11 @@ def register_thread() -> list[EventTuple]:
     thread = threading.current_thread()
     with _lock:
         tid = _next_tid()
-        info = (tid, threading.get_native_id(), thread.name[:1024])
-        buffer = ThreadBuffer(tid, info, weakref.ref(thread))
+        native_id = threading.get_native_id()
+        info = (tid, native_id, thread.name[:1024])
+        buffer = ThreadBuffer(tid, threading.get_ident(), info, weakref.ref(thread))
         _buffers.append(buffer)
+        _sampled[buffer.ident] = (tid, native_id)
     tls.events = buffer.events
     try:
         on_new_thread()
@@ -90,6 +99,35 @@ def register_method(module: str, qualname: str, file: str, line: int) -> int:
 
 def methods_since(count: int) -> list[MethodTuple]:
     return _methods[count:]
+
+
+def frame_id(code: CodeType) -> int:
+    """The interned id of a sampled code object (interned once per process)."""
+    found = _frame_ids.get(code)
+    if found is not None:
+        return found
+    with _lock:
+        found = _frame_ids.get(code)
+        if found is None:
+            _frames.append(
+                (
+                    len(_frames) + 1,
+                    code.co_filename[:4096],
+                    code.co_qualname[:1024],
+                    code.co_firstlineno,
+                )
+            )
+            found = _frame_ids[code] = len(_frames)
+        return found
+
+
+def frames_since(count: int) -> list[FrameTuple]:
+    return _frames[count:]
+
+
+def sampled_threads() -> dict[int, tuple[int, int]]:
+    """The threads that have recorded events: ident -> (tid, native id). A snapshot."""
+    return dict(_sampled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +155,8 @@ def drain() -> Drained:
         with _lock:
             for buffer in finished:
                 _buffers.remove(buffer)
+                if _sampled.get(buffer.ident, (0,))[0] == buffer.tid:
+                    del _sampled[buffer.ident]
     return Drained(chunks, finished)
 
 
@@ -147,6 +187,7 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.Lock()
     _buffers.clear()
+    _sampled.clear()
     with contextlib.suppress(AttributeError):
         del tls.events
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from tracer import decorator, patching, recorder
 from tracer.config import ENV_ENDPOINT, ENV_HEARTBEAT_MS, ENV_INSTRUMENT, Config, resolve
+from tracer.sampler import Sampler
 from tracer.sender import Sender
 from tracer.transport import Transport, ZmqTransport
 
@@ -40,7 +41,21 @@ def _start(config: Config) -> None:
             return ZmqTransport(config.endpoint, config.queue_batches)
         return factory(config)
 
-    sender = Sender(config, transport)
+    def own_threads() -> set[int]:
+        """The tracer's own threads, which the sampler never samples."""
+        idents = (sender.ident, sampler.ident if sampler is not None else None)
+        return {ident for ident in idents if ident is not None}
+
+    sampler: Sampler | None = None
+    if config.sample_interval_ms > 0:
+        sampler = Sampler(
+            interval_ms=config.sample_interval_ms,
+            mode=config.sample_mode,
+            only_active=config.sample_only_active,
+            max_threads_per_tick=config.max_threads_per_tick,
+            exclude=own_threads,
+        )
+    sender = Sender(config, transport, sampler)
     sender.start()
     _sender = _last = sender
 

@@ -12,11 +12,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
 from tracer import context, ids, recorder
 from tracer.config import Config
+from tracer.sampler import Sampler
 from tracer.transport import Transport
 
 log = logging.getLogger("tracer")
@@ -26,8 +28,15 @@ MAX_UNACKED = 4096
 
 
 class Sender:
-    def __init__(self, config: Config, transport_factory: Callable[[], Transport]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        transport_factory: Callable[[], Transport],
+        sampler: Sampler | None = None,
+    ) -> None:
         self._config = config
+        self._sampler = sampler
+        self._frames_sent = 0
         self._transport_factory = transport_factory
         self._identity = ids.identity()
         self._encoder = msgspec.msgpack.Encoder()
@@ -48,6 +57,8 @@ class Sender:
         #: not wait for it again until it answers (a pool task must not pay the timeout each time).
         self._silent = False
         self.dropped = 0  # events that could not be queued for the repository
+        self.sent_samples = 0
+        self._samples: list[Any] = []
         self.sent_events = 0
         self.acked_batches = 0
         self._thread = threading.Thread(target=self._run, name="invoseq-sender", daemon=True)
@@ -60,6 +71,12 @@ class Sender:
             self._thread.start()
         finally:
             context.current.reset(token)
+        if self._sampler is not None:
+            self._sampler.start()
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
 
     def flush(self, timeout_s: float) -> bool:
         """Send everything buffered so far and wait (bounded) for its acknowledgement."""
@@ -77,6 +94,8 @@ class Sender:
         """Send everything left, wait for acknowledgements, close the socket. ``final`` marks the
         last batch as the process's last (shutdown); a sender replaced by ``configure()`` is not.
         True when every batch this sender sent was acknowledged."""
+        if self._sampler is not None:
+            self._sampler.stop(timeout_s)  # its last samples go out with the last batch
         with self._lock:
             self._stopping = True
             self._final = final
@@ -130,6 +149,7 @@ class Sender:
         """Send what the threads recorded; with nothing to send, an empty batch still goes out
         when it is the final one or a heartbeat is due (the repository learns the process lives)."""
         drained = recorder.drain()
+        self._samples = self._sampler.drain() if self._sampler is not None else []
         limit = self._config.batch_events
         pending: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]] = []
         size = 0
@@ -143,7 +163,7 @@ class Sender:
                 if size >= limit:
                     self._send_batch(transport, pending, size, final=False)
                     pending, size = [], 0
-        if pending or final or (heartbeat and not drained.chunks):
+        if pending or final or self._samples or (heartbeat and not drained.chunks):
             self._send_batch(transport, pending, size, final=final)
         for buffer in drained.finished:  # they send nothing more: forget them
             self._threads_sent.discard(buffer.tid)
@@ -159,6 +179,9 @@ class Sender:
         # Methods are gathered after draining: every event drained was recorded after its method
         # was interned. A thread's info goes with the first of its chunks this sender sends.
         methods = recorder.methods_since(self._methods_sent)
+        samples, self._samples = self._samples, []  # they ride with the cycle's first batch
+        frames = recorder.frames_since(self._frames_sent) if samples else []
+        sampler = self._sampler.report() if self._sampler is not None else None
         threads = list(
             {b.tid: b.info for b, _ in chunks if b.tid not in self._threads_sent}.values()
         )
@@ -181,11 +204,16 @@ class Sender:
             [(buffer.tid, events) for buffer, events in chunks],
             self.dropped,
             final,
+            frames,
+            samples,
+            sampler,
         )
         body = self._encoder.encode(batch)
         if transport.send(body):
             self._last_send = time.monotonic()
             self._methods_sent += len(methods)
+            self._frames_sent += len(frames)
+            self.sent_samples += len(samples)
             self._threads_sent.update(info[0] for info in threads)
             self.sent_events += size
             if len(self._unacked) >= MAX_UNACKED:

@@ -15,7 +15,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 MAGIC: Final = b"IVSQ"
 
 KIND_BATCH: Final = 1
@@ -38,6 +38,8 @@ MAX_INFOS_PER_BATCH: Final = 1_000_000
 MAX_NAME: Final = 1024
 MAX_PATH: Final = 4096
 MAX_ARGV: Final = 64
+MAX_STACK_DEPTH: Final = 512
+MAX_SAMPLES_PER_BATCH: Final = 1_000_000
 
 U64 = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]
 #: Ids stored as SQLite INTEGER must fit a signed 64-bit integer.
@@ -133,6 +135,46 @@ class ProcessInfo(msgspec.Struct, array_like=True, frozen=True):
     heartbeat_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 0
 
 
+class FrameInfo(msgspec.Struct, array_like=True, frozen=True):
+    """An interned code location, sent once per process before samples that use ``frame``: a
+    function (its qualified name) in a file, starting at ``line``."""
+
+    frame: Id63
+    file: Path
+    function: Name
+    line: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
+
+
+class Sample(msgspec.Struct, array_like=True, frozen=True):
+    """A stack of one thread, sampled at ``t_ns`` (the same monotonic clock as events).
+
+    ``frames`` are frame ids from the outermost call to the innermost, ``lines`` the line each
+    was executing. ``weight`` consecutive identical samples of an idle thread are collapsed into
+    one: it stands for ``duration_ns`` from ``t_ns`` on. ``cpu_ns`` is the CPU time the thread used
+    over that span (0: it was off-CPU: sleeping, waiting)."""
+
+    tid: Id63
+    t_ns: I64
+    weight: Annotated[int, msgspec.Meta(ge=1, le=2**31)]
+    duration_ns: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+    cpu_ns: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+    frames: Annotated[list[Id63], msgspec.Meta(max_length=MAX_STACK_DEPTH)]
+    lines: Annotated[
+        list[Annotated[int, msgspec.Meta(ge=0, le=2**31)]], msgspec.Meta(max_length=MAX_STACK_DEPTH)
+    ]
+
+
+class SamplerReport(msgspec.Struct, array_like=True, frozen=True):
+    """The sampler's own accounting, cumulative for the process: ticks taken, ticks that started
+    later than one interval after the previous one, and the time the sampler itself spent."""
+
+    mode: Annotated[str, msgspec.Meta(max_length=8)]
+    interval_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)]
+    ticks: Id63
+    late_ticks: Id63
+    cost_ns: Id63
+
+
 class ThreadChunk(msgspec.Struct, array_like=True, frozen=True):
     """The events of one thread, in the order the thread produced them."""
 
@@ -144,7 +186,8 @@ class Batch(msgspec.Struct, array_like=True, frozen=True):
     """One message from a traced process: numbered per process, idempotent by (puid, batch_no).
 
     ``dropped`` is the process's cumulative count of events it could not send; ``final`` marks the
-    last batch of a process that shut down cleanly (its open invocations will never end)."""
+    last batch of a process that shut down cleanly (its open invocations will never end).
+    ``frames``, ``samples`` and ``sampler`` carry the stack sampler's output (protocol 3)."""
 
     puid: Id63
     batch_no: Id63
@@ -154,6 +197,9 @@ class Batch(msgspec.Struct, array_like=True, frozen=True):
     chunks: Annotated[list[ThreadChunk], msgspec.Meta(max_length=MAX_CHUNKS_PER_BATCH)]
     dropped: Id63 = 0
     final: bool = False
+    frames: Annotated[list[FrameInfo], msgspec.Meta(max_length=MAX_INFOS_PER_BATCH)] = []
+    samples: Annotated[list[Sample], msgspec.Meta(max_length=MAX_SAMPLES_PER_BATCH)] = []
+    sampler: SamplerReport | None = None
 
 
 class Ack(msgspec.Struct, array_like=True, frozen=True):

@@ -110,6 +110,29 @@ class HandoffRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class FrameRecord:
+    """An interned code location of a sampled stack."""
+
+    file: str
+    function: str  # the code's qualified name
+    line: int  # its first line
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRecord:
+    """One stack sample (or ``weight`` collapsed identical ones) of one thread; wall-clock times."""
+
+    puid: int
+    tid: int
+    t_ns: int
+    weight: int
+    duration_ns: int
+    cpu_ns: int
+    frames: tuple[int, ...]  # frame ids, outermost first
+    lines: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SequenceData:
     """Everything needed to rebuild one sequence's tree."""
 
@@ -120,6 +143,9 @@ class SequenceData:
     processes: dict[int, ProcessRecord]  # puid
     # The sequence's hand-offs and those its invocations continue, by hid.
     handoffs: dict[int, HandoffRecord] = field(default_factory=dict)
+    # Samples of the sequence's threads taken inside its invocations' windows, and their frames.
+    samples: list[SampleRecord] = field(default_factory=list)
+    frames: dict[tuple[int, int], FrameRecord] = field(default_factory=dict)  # (puid, frame id)
 
 
 @dataclass(frozen=True, slots=True)

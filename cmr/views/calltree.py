@@ -98,6 +98,11 @@ class Node:
     handoff: Handoff | None = None
     children: list[Node] = field(default_factory=list)
     hidden: int = 0  # descendants a view left out beneath this node
+    # Sampling (estimated nodes always have them; measured ones once samples are merged in):
+    samples: int = 0  # sample weight in this node's subtree, its own included
+    self_samples: int = 0  # sample weight whose innermost frame is this node
+    cpu_ns: int | None = None  # CPU time estimated from the samples; None without samples
+    frame: tuple[str, str, int] | None = None  # an estimated node's (file, function, line)
 
 
 @dataclass(frozen=True, slots=True)

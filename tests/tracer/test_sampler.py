@@ -1,0 +1,186 @@
+"""The stack sampler: what it samples, how it compresses idle threads, and what it reports."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import tracer
+from tracer import sampler as sampler_module
+from tracer import wire
+from tracer.testing import Capture, capture
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@tracer.traced
+def blocked(release: threading.Event, entered: threading.Event) -> None:
+    entered.set()
+    release.wait(60)
+
+
+@tracer.traced
+def busy(seconds: float) -> None:
+    spin(seconds)
+
+
+def samples_of(trace: Capture) -> tuple[list[wire.Sample], dict[int, str]]:
+    trace.flush()
+    frames = {f.frame: f.function for b in trace.batches for f in b.frames}
+    return [s for b in trace.batches for s in b.samples], frames
+
+
+@pytest.fixture(name="sampled")
+def _sampled() -> Iterator[Capture]:
+    with capture(sample_interval_ms=1) as trace:
+        yield trace
+
+
+def wait_ticks(trace: Capture, ticks: int) -> None:
+    """Let the sampler take at least ``ticks`` more ticks (bounded)."""
+    deadline = time.monotonic() + 60
+    start = _ticks(trace)
+    while _ticks(trace) < start + ticks:
+        assert time.monotonic() < deadline, "the sampler stopped ticking"
+        trace.flush()
+
+
+def _ticks(trace: Capture) -> int:
+    reports = [b.sampler for b in trace.batches if b.sampler is not None]
+    return reports[-1].ticks if reports else 0
+
+
+def test_a_blocked_thread_costs_a_constant_number_of_records(sampled: Capture) -> None:
+    release, entered = threading.Event(), threading.Event()
+    thread = threading.Thread(target=blocked, args=(release, entered), name="blocked")
+    thread.start()
+    assert entered.wait(60)
+    wait_ticks(sampled, 300)  # 300+ samples' worth of blocking
+    release.set()
+    thread.join(60)
+    wait_ticks(sampled, 5)
+    samples, frames = samples_of(sampled)
+    tid = next(t.tid for b in sampled.batches for t in b.threads if t.name == "blocked")
+    mine = [s for s in samples if s.tid == tid]
+    waiting = [s for s in mine if "wait" in frames[s.frames[-1]]]
+    assert sum(s.weight for s in mine) >= 300
+    assert len(mine) <= 4  # O(1): the wait collapses into one record, whatever its length
+    assert max(s.weight for s in waiting) >= 290
+    assert all(s.cpu_ns < s.duration_ns for s in waiting)
+
+
+def test_cpu_mode_samples_only_running_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    release, entered = threading.Event(), threading.Event()
+    with capture(sample_interval_ms=1, sample_mode="cpu") as trace:
+        sleeper = threading.Thread(target=blocked, args=(release, entered), name="sleeper")
+        sleeper.start()
+        assert entered.wait(60)
+        busy(0.3)
+        release.set()
+        sleeper.join(60)
+        samples, frames = samples_of(trace)
+        names = {t.tid: t.name for b in trace.batches for t in b.threads}
+    assert {names[s.tid] for s in samples} == {"MainThread"}
+    assert any(frames[s.frames[-1]] == "spin" for s in samples)
+    assert trace.batches[-1].sampler is not None
+    assert trace.batches[-1].sampler.mode == "cpu"
+
+
+def test_at_most_max_threads_are_sampled_per_tick() -> None:
+    release = threading.Event()
+    entered = [threading.Event() for _ in range(20)]
+    threads = [
+        threading.Thread(target=blocked, args=(release, e), name=f"w{i}")
+        for i, e in enumerate(entered)
+    ]
+    with capture(sample_interval_ms=10_000, max_threads_per_tick=8) as trace:  # ticks by hand
+        for thread in threads:
+            thread.start()
+        for event in entered:
+            assert event.wait(60)
+        runtime_sampler = _active_sampler()
+        for n in range(5):
+            runtime_sampler._tick(time.perf_counter_ns())
+            assert len(runtime_sampler._pending) <= 8 * (n + 1)
+        first_tick = set(runtime_sampler._pending)
+        release.set()
+        for thread in threads:
+            thread.join(60)
+    assert 1 <= len(first_tick) <= 20
+    assert trace.batches  # the tracer kept working
+
+
+def _active_sampler() -> sampler_module.Sampler:
+    from tracer import runtime
+
+    assert runtime._sender is not None
+    found = runtime._sender._sampler
+    assert found is not None
+    return found
+
+
+def test_only_active_threads_are_sampled_by_default(sampled: Capture) -> None:
+    release, entered = threading.Event(), threading.Event()
+
+    def idle_outside_any_traced_call() -> None:
+        busy(0)  # records an event, so the thread is known
+        entered.set()
+        release.wait(60)
+
+    thread = threading.Thread(target=idle_outside_any_traced_call, name="outside")
+    thread.start()
+    assert entered.wait(60)
+    wait_ticks(sampled, 50)
+    release.set()
+    thread.join(60)
+    samples, _ = samples_of(sampled)
+    names = {t.tid: t.name for b in sampled.batches for t in b.threads}
+    assert "outside" not in {names.get(s.tid) for s in samples if s.t_ns}
+    assert not {names.get(s.tid, "") for s in samples} & {"invoseq-sender", "invoseq-sampler"}
+
+
+def test_without_proc_cpu_mode_says_so_once_and_samples_wall_time(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sampler_module, "_running", lambda native_id: None)
+    with capture(sample_interval_ms=5, sample_mode="cpu") as trace:
+        busy(0.05)
+        trace.flush()
+    assert caplog.text.count("/proc is not readable") == 1
+    reports = [b.sampler for b in trace.batches if b.sampler is not None]
+    assert reports[-1].mode == "wall"
+
+
+def test_the_sampler_reports_its_ticks_and_cost_and_frames_are_interned(
+    sampled: Capture,
+) -> None:
+    busy(0.1)
+    wait_ticks(sampled, 20)
+    report = sampled.batches[-1].sampler
+    assert report is not None
+    assert (report.mode, report.interval_ms) == ("wall", 1)
+    assert report.ticks >= 20
+    assert report.cost_ns > 0
+    assert report.late_ticks <= report.ticks
+    frames = [f for b in sampled.batches for f in b.frames]
+    assert len({f.frame for f in frames}) == len(frames)  # each sent once
+    samples, names = samples_of(sampled)
+    package = os.path.dirname(os.path.abspath(tracer.__file__)) + os.sep
+    assert not [f for f in frames if f.file.startswith(package)]  # the tracer's own: left out
+    assert any(names[s.frames[-1]] == "spin" for s in samples)
+
+
+def test_sampling_can_be_turned_off() -> None:
+    with capture(sample_interval_ms=0) as trace:
+        busy(0.05)
+        trace.flush()
+    assert all(b.sampler is None and not b.samples for b in trace.batches)
+    assert not [t for t in threading.enumerate() if t.name == "invoseq-sampler"]
