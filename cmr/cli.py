@@ -11,38 +11,39 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
-import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn, TypeAlias
+from typing import TYPE_CHECKING
 
+from cmr.cli_support import (
+    DB_HELP,
+    CliError,
+    Commands,
+    Handler,
+    Parser,
+    add_read_options,
+    colour_wanted,
+    command,
+    discard_stdout,
+    emit,
+    examples_epilog,
+    milliseconds,
+    non_negative_int,
+    open_for_reading,
+)
 from cmr.defaults import DEFAULT_ENDPOINT
+from cmr.exports import FORMATS
 from cmr.store import LOST_GRACE_MS, MISSED_HEARTBEATS
 from cmr.store.base import SequenceSummary, StoreError
 from cmr.views.calltree import SequenceTree, build_tree
+from cmr.views.merge import merge_samples
 from cmr.views.processors import drop_shorter_than, limit_depth, thread_activity
 from cmr.views.render import json as json_render
 from cmr.views.render import tables
+from cmr.views.render.folded import WEIGHTS
 from cmr.views.render.text import render_text
 
 if TYPE_CHECKING:
     from cmr.store.base import Store
-
-Handler = Callable[[argparse.Namespace], int]
-Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"
-
-_DB_HELP = "repository file (default: $INVOSEQ_DB, else ./.invoseq/cmr.sqlite)"
-
-
-class CliError(Exception):
-    """A user mistake the CLI reports in one line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """One line instead of the usage block: the fix is in ``--help``."""
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def render_sequence(
@@ -52,9 +53,12 @@ def render_sequence(
     depth: int | None = None,
     min_duration_ns: int = 0,
     color: bool = False,
+    samples: bool = False,
 ) -> str:
-    """One sequence's tree as ``cmr show`` prints it (without a trailing newline)."""
-    return render_text(view_sequence(store, seq, depth, min_duration_ns), color=color)
+    """One sequence's tree as ``cmr show`` prints it (without a trailing newline); ``samples``
+    merges the stack samples in, as ``cmr show --samples`` does."""
+    tree = view_sequence(store, seq, depth, min_duration_ns, samples=samples)
+    return render_text(tree, color=color)
 
 
 def render_sequence_list(summaries: list[SequenceSummary]) -> str:
@@ -63,9 +67,14 @@ def render_sequence_list(summaries: list[SequenceSummary]) -> str:
 
 
 def view_sequence(
-    store: Store, seq: bytes, depth: int | None, min_duration_ns: int
+    store: Store, seq: bytes, depth: int | None, min_duration_ns: int, *, samples: bool = False
 ) -> SequenceTree:
-    tree = build_tree(store.load_sequence(seq))
+    """The tree ``cmr show`` prints. Samples are read and merged only when asked for, so a plain
+    ``cmr show`` never pays for them."""
+    data = store.load_sequence(seq, samples=samples)
+    tree = build_tree(data)
+    if samples:
+        tree = merge_samples(tree, data)
     if depth is not None:
         tree = limit_depth(tree, depth)
     return drop_shorter_than(tree, min_duration_ns)
@@ -87,17 +96,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cmr: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader stopped early (`cmr ls | head`): its choice, not a failure
-        _discard_stdout()
+        discard_stdout()
         return 0
     except KeyboardInterrupt:
         return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="cmr",
         description="The invoseq repository: receive invocation sequences and inspect them.",
-        epilog=_examples(
+        epilog=examples_epilog(
             "cmr serve                      # listen on " + DEFAULT_ENDPOINT,
             "cmr ls                         # the 20 most recent sequences",
             "cmr show 3f2a9c                # the call tree of one sequence",
@@ -105,37 +114,20 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--db", metavar="PATH", help=_DB_HELP)
+    parser.add_argument("--db", metavar="PATH", help=DB_HELP)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_serve(commands)
     _add_ls(commands)
     _add_show(commands)
+    _add_profile(commands)
     _add_stats(commands)
-    return parser
-
-
-def _command(
-    commands: Commands,
-    name: str,
-    *,
-    summary: str,
-    description: str,
-    examples: list[str],
-    handler: Handler,
-) -> argparse.ArgumentParser:
-    parser = commands.add_parser(
-        name,
-        help=summary,
-        description=description,
-        epilog=_examples(*examples),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.set_defaults(handler=handler)
+    _add_export(commands)
+    _add_import(commands)
     return parser
 
 
 def _add_serve(commands: Commands) -> None:
-    parser = _command(
+    parser = command(
         commands,
         "serve",
         summary="run the repository server",
@@ -157,12 +149,12 @@ def _add_serve(commands: Commands) -> None:
         help=f"ZeroMQ endpoint to listen on (default: {DEFAULT_ENDPOINT})",
     )
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=_DB_HELP)
+    where.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
     where.add_argument("--memory", action="store_true", help="keep everything in memory only")
 
 
 def _add_ls(commands: Commands) -> None:
-    parser = _command(
+    parser = command(
         commands,
         "ls",
         summary="list recent sequences",
@@ -175,16 +167,16 @@ def _add_ls(commands: Commands) -> None:
     )
     parser.add_argument(
         "--limit",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=20,
         metavar="N",
         help="how many sequences (default: 20)",
     )
-    _add_read_options(parser)
+    add_read_options(parser)
 
 
 def _add_show(commands: Commands) -> None:
-    parser = _command(
+    parser = command(
         commands,
         "show",
         summary="print one sequence's call tree",
@@ -195,11 +187,13 @@ def _add_show(commands: Commands) -> None:
             "silent past its heartbeat) without finishing them. A call handed off to another "
             "thread, task or process is marked with that hop and how long the work was queued "
             "before it started. A sequence started by a foreign system hangs under "
-            "'<remote parent>'."
+            "'<remote parent>'. With --samples, the frames the stack sampler saw below each "
+            "call are merged in, estimated from the samples and marked '~'."
         ),
         examples=[
             "cmr show 3f2a9c",
             "cmr show 3f2a9c --depth 3 --min-duration 0.5",
+            "cmr show 3f2a9c --samples",
             "cmr show 3f2a9c --threads",
             "cmr show 3f2a9c --json > tree.json",
         ],
@@ -208,13 +202,13 @@ def _add_show(commands: Commands) -> None:
     parser.add_argument("seq", metavar="SEQ", help="sequence id, or any unambiguous hex prefix")
     parser.add_argument(
         "--depth",
-        type=_non_negative_int,
+        type=non_negative_int,
         metavar="N",
         help="show N levels below the root (0: the root alone)",
     )
     parser.add_argument(
         "--min-duration",
-        type=_milliseconds,
+        type=milliseconds,
         default=0,
         metavar="MS",
         dest="min_duration_ns",
@@ -225,31 +219,104 @@ def _add_show(commands: Commands) -> None:
         action="store_true",
         help="list the threads the sequence ran on instead of the tree: calls and busy time",
     )
-    _add_read_options(parser)
+    parser.add_argument(
+        "--samples",
+        action="store_true",
+        help="merge in the stack samples: what ran below each call, estimated ('~')",
+    )
+    add_read_options(parser)
+
+
+def _add_profile(commands: Commands) -> None:
+    from cmr.cli_profile import add_profile  # it uses this module's helpers: import it late
+
+    add_profile(commands)
 
 
 def _add_stats(commands: Commands) -> None:
-    parser = _command(
+    parser = command(
         commands,
         "stats",
         summary="show ingest counters and known processes",
         description=(
             "Show what the repository received: batches, duplicates (resent after a lost "
-            "acknowledgement), events, frames rejected by reason, and per process the events it "
-            "reported dropped, its heartbeat interval, when it was last heard from and its "
-            "state: alive, ended (shut down cleanly) or lost (silent for longer than "
-            f"{MISSED_HEARTBEATS} heartbeats plus {LOST_GRACE_MS} ms)."
+            "acknowledgement), events, stack samples, frames rejected by reason, and per process "
+            "the events it reported dropped, its heartbeat interval, when it was last heard from "
+            "and its state: alive, ended (shut down cleanly) or lost (silent for longer than "
+            f"{MISSED_HEARTBEATS} heartbeats plus {LOST_GRACE_MS} ms); then, for the processes "
+            "that ran the stack sampler, its mode and interval, ticks, late ticks and its cost."
         ),
         examples=["cmr stats", "cmr stats --json"],
         handler=_stats,
     )
-    _add_read_options(parser)
+    add_read_options(parser)
 
 
-def _add_read_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON (see docs/protocol.md)")
-    # SUPPRESS: when absent here, the value given before the command (or None) stands.
-    parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=_DB_HELP)
+def _add_export(commands: Commands) -> None:
+    parser = command(
+        commands,
+        "export",
+        summary="write one sequence to a file other tools open",
+        description=(
+            "Write one sequence in a format other tools open: 'speedscope' (a profile per "
+            "thread, and one per sampled thread, for https://www.speedscope.app), 'chrome' (the "
+            "Trace Event Format for https://ui.perfetto.dev or chrome://tracing, with an arrow "
+            "per hand-off), 'folded' (stack lines for flamegraph.pl), or 'bundle' (the raw "
+            "records, compressed, for 'cmr import' into another repository). Text formats go to "
+            "standard output without -o."
+        ),
+        examples=[
+            "cmr export 3f2a9c --format speedscope -o seq.speedscope.json",
+            "cmr export 3f2a9c --format chrome -o seq.trace.json",
+            "cmr export 3f2a9c --format folded | flamegraph.pl > seq.svg",
+            "cmr export 3f2a9c --format folded --weight time -o seq.folded",
+            "cmr export 3f2a9c --format bundle -o seq.ivsq",
+        ],
+        handler=_export,
+    )
+    parser.add_argument("seq", metavar="SEQ", help="sequence id, or any unambiguous hex prefix")
+    parser.add_argument(
+        "--format",
+        required=True,
+        choices=FORMATS,
+        metavar="FORMAT",
+        help="speedscope, chrome, folded or bundle",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="where to write ('-': standard output, the default for the text formats)",
+    )
+    parser.add_argument(
+        "--weight",
+        choices=WEIGHTS,
+        metavar="BY",
+        help="folded only: 'samples' (self sample weight) or 'time' (self time in µs); "
+        "default: samples when the sequence has them, else time",
+    )
+    parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
+
+
+def _add_import(commands: Commands) -> None:
+    parser = command(
+        commands,
+        "import",
+        summary="load a sequence bundle into the repository",
+        description=(
+            "Load a bundle written by 'cmr export --format bundle' into the repository "
+            "(created if missing), through the same checks as batches from the network. "
+            "Importing a bundle again stores nothing new."
+        ),
+        examples=[
+            "cmr import seq.ivsq",
+            "cmr import seq.ivsq --db /tmp/copy.sqlite",
+            "ssh prod cmr export 3f2a9c --format bundle -o - | cmr import -",
+        ],
+        handler=_import,
+    )
+    parser.add_argument("file", metavar="FILE", help="the bundle ('-': standard input)")
+    parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -263,113 +330,84 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    store = _open_for_reading(args.db)
+    store = open_for_reading(args.db)
     try:
         summaries = store.list_sequences(args.limit)
     finally:
         store.close()
     if args.json:
-        _emit(json_render.summaries_to_json(summaries))
+        emit(json_render.summaries_to_json(summaries))
     else:
-        _emit(tables.render_sequence_list(summaries))
+        emit(tables.render_sequence_list(summaries))
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
     if args.threads and (args.depth is not None or args.min_duration_ns):
         raise CliError("--threads counts every call: leave out --depth and --min-duration")
-    store = _open_for_reading(args.db)
+    if args.threads and args.samples:
+        raise CliError("--threads counts calls, not samples: leave out --samples")
+    store = open_for_reading(args.db)
     try:
         seq = store.resolve_sequence(args.seq)
-        tree = view_sequence(store, seq, args.depth, args.min_duration_ns)
+        tree = view_sequence(store, seq, args.depth, args.min_duration_ns, samples=args.samples)
     finally:
         store.close()
     if args.threads:
         activity = thread_activity(tree)
         if args.json:
-            _emit(json_render.thread_activity_to_json(activity))
+            emit(json_render.thread_activity_to_json(activity))
         else:
-            _emit(tables.render_thread_activity(tree, activity))
+            emit(tables.render_thread_activity(tree, activity))
         return 0
     if args.json:
-        _emit(json_render.tree_to_json(tree))
+        emit(json_render.tree_to_json(tree))
     else:
-        _emit(render_text(tree, color=_colour_wanted()))
+        emit(render_text(tree, color=colour_wanted()))
     return 0
 
 
 def _stats(args: argparse.Namespace) -> int:
-    store = _open_for_reading(args.db)
+    store = open_for_reading(args.db)
     try:
         stats = store.stats()
     finally:
         store.close()
-    _emit(json_render.stats_to_json(stats) if args.json else tables.render_stats(stats))
+    emit(json_render.stats_to_json(stats) if args.json else tables.render_stats(stats))
     return 0
 
 
-def _open_for_reading(db: str | None) -> Store:
-    """Read commands never create a repository: a wrong path fails with "no repository at …"."""
+def _export(args: argparse.Namespace) -> int:
+    from cmr.exports import BUNDLE, OPEN_WITH, STDIO, ExportError, export_sequence, write_output
+
+    store = open_for_reading(args.db)
+    try:
+        data = store.load_sequence(store.resolve_sequence(args.seq))
+    finally:
+        store.close()
+    try:
+        payload = export_sequence(data, args.format, weight=args.weight)
+        write_output(args.output, payload, binary=args.format == BUNDLE)
+    except ExportError as exc:
+        raise CliError(str(exc)) from None
+    if args.output not in (None, STDIO):
+        print(f"cmr: wrote {args.output}: {OPEN_WITH[args.format]}", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from cmr.bundle import import_bundle
+    from cmr.exports import ExportError, describe_import, load_bundle, read_input
     from cmr.store import open_store
 
-    return open_store(db, readonly=True)
-
-
-def _emit(text: str) -> None:
-    """Write everything and flush here, so a closed pipe surfaces inside main's handler.
-
-    Bytes go to the binary buffer in a loop: a buffered write that the kernel cuts short (the
-    reader left) reports fewer bytes instead of failing, and the text layer would drop the rest
-    silently. Characters the terminal's encoding lacks (box guides in a latin-1 locale) are
-    replaced rather than raised."""
-    stream = sys.stdout
-    buffer = getattr(stream, "buffer", None)
-    if buffer is None:  # a text-only stand-in for stdout
-        stream.write(text + "\n")
-        stream.flush()
-        return
-    stream.flush()
-    data = memoryview((text + "\n").encode(stream.encoding or "utf-8", errors="replace"))
-    while data:
-        data = data[buffer.write(data) :]
-    buffer.flush()
-
-
-def _discard_stdout() -> None:
-    """The reader went away (``cmr ls | head``): point stdout at devnull so the interpreter's
-    final flush does not raise again on the way out."""
     try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass  # not a real file descriptor (captured output): nothing will flush to the pipe
-
-
-def _colour_wanted() -> bool:
-    """Colour for a terminal, unless NO_COLOR (https://no-color.org) is set."""
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-
-
-def _non_negative_int(text: str) -> int:
+        bundle = load_bundle(args.file, read_input(args.file))
+    except ExportError as exc:
+        raise CliError(str(exc)) from None
+    store = open_store(args.db)
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _milliseconds(text: str) -> int:
-    """Milliseconds on the command line, nanoseconds inside."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected milliseconds, got '{text}'") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more milliseconds, got '{text}'")
-    return round(value * 1_000_000)
-
-
-def _examples(*lines: str) -> str:
-    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+        result = import_bundle(store, bundle)
+    finally:
+        store.close()
+    emit(describe_import(result))
+    return 0

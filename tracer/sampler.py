@@ -58,14 +58,14 @@ class _Pending:
     weight: int = 1
 
 
-def _cpu_clock(ident: int) -> Callable[[], int] | None:
-    """The thread's CPU time in ns, read through its POSIX CPU clock (one cheap syscall)."""
+def _cpu_clock(ident: int) -> int | None:
+    """The id of the thread's POSIX CPU clock (read with one cheap syscall), or None."""
     try:
         clock = time.pthread_getcpuclockid(ident)
         time.clock_gettime_ns(clock)
     except (AttributeError, OSError, OverflowError):
         return None
-    return lambda: time.clock_gettime_ns(clock)
+    return clock
 
 
 def _running(native_id: int) -> bool | None:
@@ -95,7 +95,7 @@ class Sampler:
         self._exclude = exclude  # idents of the tracer's own threads
         self._random = random.Random(os.urandom(16))
         self._pending: dict[int, _Pending] = {}  # by thread ident
-        self._clocks: dict[int, Callable[[], int] | None] = {}
+        self._clocks: dict[int, int | None] = {}  # thread ident -> its CPU clock id
         self._lock = threading.Lock()
         self._samples: list[SampleTuple] = []
         self.dropped = 0
@@ -144,7 +144,10 @@ class Sampler:
                 started = time.perf_counter_ns()
                 if started - due > interval:
                     self.late_ticks += 1
-                self._tick(started)
+                try:
+                    self._tick(started)
+                except Exception as exc:  # one bad tick costs that tick, not the sampler
+                    recorder.internal_error(exc)
                 self.ticks += 1
                 self.cost_ns += time.perf_counter_ns() - started
                 due += interval
@@ -168,6 +171,8 @@ class Sampler:
             candidates.append((ident, top))
         for ident in [i for i in self._pending if i not in frames]:
             self._emit(self._pending.pop(ident), now, None)  # the thread ended
+        for ident in [i for i in self._clocks if i not in frames]:
+            del self._clocks[ident]
         if len(candidates) > self._max_threads:
             candidates = self._random.sample(candidates, self._max_threads)
         for ident, top in candidates:
@@ -180,7 +185,13 @@ class Sampler:
         clock = self._clocks.get(ident, _UNSET)
         if clock is _UNSET:
             clock = self._clocks[ident] = _cpu_clock(ident)
-        cpu = clock() if clock is not None else 0
+        cpu = 0
+        if clock is not None:
+            try:
+                cpu = time.clock_gettime_ns(clock)
+            except OSError:  # the thread ended since the tick began: its clock is gone
+                self._clocks.pop(ident, None)
+                return
         frames, lines = self._stack(top)
         previous = self._pending.get(ident)
         if previous is not None:

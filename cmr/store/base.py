@@ -133,6 +133,17 @@ class SampleRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SamplerRecord:
+    """A process's stack sampler accounting, as of its latest report (all cumulative)."""
+
+    mode: str  # wall | cpu
+    interval_ms: int
+    ticks: int
+    late_ticks: int  # ticks that started more than one interval after the previous one
+    cost_ns: int  # time the sampler itself spent
+
+
+@dataclass(frozen=True, slots=True)
 class SequenceData:
     """Everything needed to rebuild one sequence's tree."""
 
@@ -167,6 +178,8 @@ class StoreStats:
     events: int
     rejected: dict[str, int] = field(default_factory=dict)  # reason -> frames
     processes: list[ProcessRecord] = field(default_factory=list)
+    samples: int = 0  # sample records stored (a collapsed sample counts once)
+    samplers: dict[int, SamplerRecord] = field(default_factory=dict)  # puid -> latest report
 
 
 class Store(abc.ABC):
@@ -192,8 +205,19 @@ class Store(abc.ABC):
         Raises UnknownSequenceError or AmbiguousSequenceError with a one-line message."""
 
     @abc.abstractmethod
-    def load_sequence(self, seq: bytes) -> SequenceData:
-        """All records of one sequence. Raises UnknownSequenceError."""
+    def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
+        """All records of one sequence. Raises UnknownSequenceError.
+
+        With ``samples``, also the samples of each thread the sequence ran on that overlap the
+        window of one of its invocations there (``[t, t + duration)`` meets ``[start, end)``;
+        an open invocation's window has no end), and the frames they use. Without, the two stay
+        empty and cost nothing: a tree shown without samples never reads them."""
+
+    @abc.abstractmethod
+    def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
+        """The sequences holding an invocation of ``method`` (``module.qualname`` as trees name
+        it, or the bare qualname) whose first start is at or after ``since_ns``, most recent
+        first, at most ``limit``."""
 
     @abc.abstractmethod
     def stats(self) -> StoreStats: ...

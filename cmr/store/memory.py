@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from cmr.store._samples import sample_records, sample_windows
 from cmr.store._shared import (
     SHOWN_MATCHES,
     EndRow,
@@ -21,6 +22,7 @@ from cmr.store._shared import (
     check_limit,
     event_rows,
     is_lost,
+    names_method,
     pick_match,
     qualified_name,
     root_rank,
@@ -41,6 +43,7 @@ from cmr.store.base import (
     ThreadRecord,
     UnknownSequenceError,
 )
+from cmr.store.memory_samples import MemorySamples
 from tracer.wire import Batch
 
 Key = tuple[int, int]
@@ -66,6 +69,7 @@ class MemoryStore(Store):
         self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
         self._seq_start: dict[bytes, int] = {}
         self._rejected: dict[str, int] = {}
+        self._samples = MemorySamples()
         self._batch_count = 0
         self._duplicate_count = 0
         self._event_count = 0
@@ -74,6 +78,7 @@ class MemoryStore(Store):
 
     def ingest(self, batch: Batch, received_ns: int) -> bool:
         rows = event_rows(batch)  # may raise; nothing below can, so a batch lands whole or not
+        samples = sample_records(batch)
         with self._lock:
             self._check_open()
             key = (batch.puid, batch.batch_no)
@@ -98,6 +103,7 @@ class MemoryStore(Store):
             for seq, start_ns in rows.first_start.items():
                 known = self._seq_start.get(seq)
                 self._seq_start[seq] = start_ns if known is None else min(known, start_ns)
+            self._samples.add(batch, samples)
             self._batch_count += 1
             self._event_count += rows.count
         return True
@@ -210,7 +216,7 @@ class MemoryStore(Store):
             matches = sorted(seq for seq in self._seq_start if wanted.contains(seq))
         return pick_match(wanted, len(matches), matches[:SHOWN_MATCHES])
 
-    def load_sequence(self, seq: bytes) -> SequenceData:
+    def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
         now = self._clock()
         with self._lock:
             self._check_open()
@@ -231,7 +237,37 @@ class MemoryStore(Store):
             for handoff in handoffs.values():
                 if handoff.puid not in processes:
                     processes[handoff.puid] = self._process(handoff.puid, now)
-        return SequenceData(seq, invocations, methods, threads, processes, handoffs)
+            sampled, frames = (
+                self._samples.overlapping(sample_windows(invocations)) if samples else ([], {})
+            )
+        return SequenceData(
+            seq, invocations, methods, threads, processes, handoffs, sampled, frames
+        )
+
+    def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
+        check_limit(limit)
+        with self._lock:
+            self._check_open()
+            wanted = {
+                key
+                for key, record in self._methods.items()
+                if names_method(record.module, record.qualname, method)
+            }
+            recent = sorted(
+                (
+                    (start_ns, seq)
+                    for seq, start_ns in self._seq_start.items()
+                    if since_ns is None or start_ns >= since_ns
+                ),
+                reverse=True,
+            )
+            found: list[bytes] = []
+            for _start_ns, seq in recent:
+                if len(found) >= limit:
+                    break
+                if any((s[0], s[6]) in wanted for s in self._by_seq[seq]):
+                    found.append(seq)
+            return found
 
     def _sequence_handoffs(self, seq: bytes, starts: list[StartRow]) -> dict[int, HandoffRecord]:
         """Those recorded in the sequence, and those its invocations continue (by hid alone)."""
@@ -271,6 +307,8 @@ class MemoryStore(Store):
                 events=self._event_count,
                 rejected=dict(sorted(self._rejected.items())),
                 processes=processes,
+                samples=self._samples.count,
+                samplers=dict(sorted(self._samples.samplers.items())),
             )
 
     def close(self) -> None:

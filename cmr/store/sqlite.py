@@ -5,6 +5,7 @@ read, so an End that arrives in an earlier or later batch than its Start needs n
 get a table of their own, keyed by ``hid`` and joined to the invocations that continue them only
 when a tree is built, so they too may arrive before or after those invocations. The ``sequences``
 table keeps each sequence's earliest start so that listing and prefix lookup never scan the events.
+Stack samples live in tables of their own (``sqlite_samples``), keyed by thread and time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Final
 from urllib.parse import quote
 
+from cmr.store._samples import I64_MIN, sample_records, sample_windows
 from cmr.store._shared import (
     SHOWN_MATCHES,
     RemoteEntries,
@@ -46,6 +48,7 @@ from cmr.store.base import (
     ThreadRecord,
     UnknownSequenceError,
 )
+from cmr.store.sqlite_samples import load_samplers, load_samples, store_samples
 from cmr.store.sqlite_schema import (
     COUNTS,
     INVOCATIONS,
@@ -54,6 +57,7 @@ from cmr.store.sqlite_schema import (
     ROOT,
     SCHEMA,
     SCHEMA_VERSION,
+    SEQUENCES_WITH,
     UPGRADES,
     UPSERT_PROCESS,
     UPSERT_SEQUENCE,
@@ -130,6 +134,7 @@ class SQLiteStore(Store):
 
     def ingest(self, batch: Batch, received_ns: int) -> bool:
         rows = event_rows(batch)
+        samples = sample_records(batch)
         process = batch.process
         events = rows.count
         with self._transaction("BEGIN IMMEDIATE") as conn:
@@ -181,6 +186,7 @@ class SQLiteStore(Store):
                     "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", rows.handoffs
                 )
             conn.executemany(UPSERT_SEQUENCE, rows.first_start.items())
+            store_samples(conn, batch, samples)
             conn.executemany(
                 "UPDATE counters SET value = value + ? WHERE name = ?",
                 ((1, "batches"), (events, "events")),
@@ -219,7 +225,7 @@ class SQLiteStore(Store):
             ).fetchall()
         return pick_match(wanted, matches, [seq for (seq,) in first])
 
-    def load_sequence(self, seq: bytes) -> SequenceData:
+    def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
         now = self._clock()
         with self._transaction("BEGIN") as conn:
             invocations = [InvocationRecord(*row) for row in conn.execute(INVOCATIONS, (seq,))]
@@ -255,7 +261,21 @@ class SQLiteStore(Store):
                     (seq,),
                 )
             }
-        return SequenceData(seq, invocations, methods, threads, processes, handoffs)
+            sampled, frames = (
+                load_samples(conn, sample_windows(invocations)) if samples else ([], {})
+            )
+        return SequenceData(
+            seq, invocations, methods, threads, processes, handoffs, sampled, frames
+        )
+
+    def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
+        check_limit(limit)
+        since = I64_MIN if since_ns is None else since_ns
+        with self._transaction("BEGIN") as conn:
+            found = conn.execute(
+                SEQUENCES_WITH, {"name": method, "since": since, "limit": limit}
+            ).fetchall()
+        return [seq for (seq,) in found]
 
     def stats(self) -> StoreStats:
         now = self._clock()
@@ -268,12 +288,15 @@ class SQLiteStore(Store):
                     f"SELECT {PROCESS_COLUMNS} FROM processes ORDER BY last_seen_ns DESC, puid"
                 )
             ]
+            samplers = load_samplers(conn)
         return StoreStats(
             batches=counters["batches"],
             duplicate_batches=counters["duplicate_batches"],
             events=counters["events"],
             rejected=rejected,
             processes=processes,
+            samples=counters["samples"],
+            samplers=samplers,
         )
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """The SQLite repository's schema and statements, kept apart from the code that runs them.
 
-Version 2 added hand-offs, version 3 each process's heartbeat interval. Both changes are purely
-additive, so an older file opened for writing is upgraded in place (``UPGRADES``).
+Version 2 added hand-offs, version 3 each process's heartbeat interval, version 4 stack samples,
+their frames and each process's sampler report. Every change is purely additive, so an older file
+opened for writing is upgraded in place (``UPGRADES``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Final
 
 from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -26,6 +27,32 @@ HANDOFFS_SCHEMA: Final = (
 #: A fresh schema runs the same statement, so old and new files have the same column order.
 HEARTBEAT_SCHEMA: Final = (
     "ALTER TABLE processes ADD COLUMN heartbeat_ms INTEGER NOT NULL DEFAULT 0",
+)
+#: Version 4 added stack samples. ``samples`` is keyed by thread and time, so a sequence reads
+#: the samples of its threads by index range; ``sample_threads`` keeps the longest span of each
+#: thread's samples, which bounds how far before a window a sample overlapping it can start.
+#: ``stack`` is msgpack ``[[frame ids], [lines]]``, outermost first.
+SAMPLES_SCHEMA: Final = (
+    """CREATE TABLE frames (
+        puid INTEGER NOT NULL, frame INTEGER NOT NULL,
+        file TEXT NOT NULL, function TEXT NOT NULL, line INTEGER NOT NULL,
+        PRIMARY KEY (puid, frame)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE samples (
+        puid INTEGER NOT NULL, tid INTEGER NOT NULL, t_ns INTEGER NOT NULL,
+        weight INTEGER NOT NULL, duration_ns INTEGER NOT NULL, cpu_ns INTEGER NOT NULL,
+        stack BLOB NOT NULL,
+        PRIMARY KEY (puid, tid, t_ns)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE sample_threads (
+        puid INTEGER NOT NULL, tid INTEGER NOT NULL, longest_ns INTEGER NOT NULL,
+        PRIMARY KEY (puid, tid)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE samplers (
+        puid INTEGER PRIMARY KEY, mode TEXT NOT NULL, interval_ms INTEGER NOT NULL,
+        ticks INTEGER NOT NULL, late_ticks INTEGER NOT NULL, cost_ns INTEGER NOT NULL
+    )""",
+    "INSERT INTO counters VALUES ('samples', 0)",
 )
 
 SCHEMA: Final = (
@@ -75,12 +102,15 @@ SCHEMA: Final = (
     "INSERT INTO counters VALUES ('batches', 0), ('duplicate_batches', 0), ('events', 0)",
     *HANDOFFS_SCHEMA,
     *HEARTBEAT_SCHEMA,
+    *SAMPLES_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
+_CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
 #: From each older version straight to SCHEMA_VERSION.
 UPGRADES: Final = {
-    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, f"PRAGMA user_version = {SCHEMA_VERSION}"),
-    2: (*HEARTBEAT_SCHEMA, f"PRAGMA user_version = {SCHEMA_VERSION}"),
+    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, _CURRENT),
+    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, _CURRENT),
+    3: (*SAMPLES_SCHEMA, _CURRENT),
 }
 
 #: The heartbeat interval comes from the latest batch received (the process may change it);
@@ -145,3 +175,36 @@ WITH_HANDOFFS: Final = """
         FROM starts s JOIN handoffs h ON h.hid = s.hid
         WHERE s.seq = ?1 AND s.hid != 0
     )"""
+
+#: A sampler report is cumulative: the one with the most ticks is the latest, whatever order
+#: batches arrive in.
+UPSERT_SAMPLER: Final = """
+    INSERT INTO samplers VALUES (?, ?, ?, ?, ?, ?)
+    ON CONFLICT (puid) DO UPDATE SET
+        mode = excluded.mode, interval_ms = excluded.interval_ms, ticks = excluded.ticks,
+        late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns
+    WHERE excluded.ticks >= samplers.ticks"""
+UPSERT_SAMPLE_THREAD: Final = """
+    INSERT INTO sample_threads VALUES (?, ?, ?)
+    ON CONFLICT (puid, tid) DO UPDATE SET longest_ns = max(longest_ns, excluded.longest_ns)"""
+#: _samples.overlaps in SQL: the samples of thread (:puid, :tid) whose span meets the window
+#: [:start, :end). A sample starts at most the thread's longest span before the window, which
+#: bounds the index range read (:lowest = :start - max(longest, 1)).
+SAMPLES_IN_WINDOW: Final = """
+    SELECT t_ns, weight, duration_ns, cpu_ns, stack FROM samples
+    WHERE puid = :puid AND tid = :tid AND t_ns > :lowest AND t_ns < :end
+      AND t_ns + max(duration_ns, 1) > :start
+    ORDER BY t_ns"""
+#: _shared.names_method in SQL: the methods :name names.
+NAMED_METHODS: Final = """
+    SELECT puid, method FROM methods
+    WHERE qualname = :name OR (module != '' AND module || '.' || qualname = :name)"""
+#: The most recent sequences (from :since) holding an invocation of a method in ``wanted``.
+SEQUENCES_WITH: Final = f"""
+    WITH wanted AS ({NAMED_METHODS})
+    SELECT q.seq FROM sequences q
+    WHERE q.start_ns >= :since AND EXISTS (
+        SELECT 1 FROM starts s
+        WHERE s.seq = q.seq AND (s.puid, s.method) IN (SELECT puid, method FROM wanted)
+    )
+    ORDER BY q.start_ns DESC, q.seq DESC LIMIT :limit"""

@@ -18,7 +18,7 @@ root also collects the orphans.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from cmr.store.base import (
@@ -38,9 +38,11 @@ STATUS_INCOMPLETE = "incomplete"
 
 TREE_COMPLETE = "complete"
 
-#: Node kinds: timed by the tracer at the call itself, or made up to hold orphans together.
+#: Node kinds: timed by the tracer at the call itself, made up to hold orphans together, or
+#: inferred from stack samples (``cmr.views.merge``).
 KIND_MEASURED = "measured"
 KIND_SYNTHETIC = "synthetic"
+KIND_ESTIMATED = "estimated"
 
 UNKNOWN_ROOT = "<unknown root>"
 UNKNOWN_THREAD = "<unknown thread>"
@@ -114,6 +116,7 @@ class SequenceTree:
     threads: int
     processes: int
     hidden: int = 0  # nodes hidden by views, in total
+    samples_skipped: int = 0  # sample weight merge_samples could not place (no frame matched)
 
 
 def walk(root: Node) -> Iterator[tuple[Node, int]]:
@@ -336,12 +339,19 @@ def _set_self_time(node: Node) -> None:
     Children handed off to other threads run in parallel, so their windows are merged (a union),
     never added up; windows are clipped to the node's own, and a child still open when its parent
     ended counts until then."""
-    end = node.end_ns
-    if end is None or node.duration_ns is None:
+    if node.end_ns is None or node.duration_ns is None:
         return
+    node.self_ns = max(0, node.duration_ns - covered_ns(node, node.children))
+
+
+def covered_ns(node: Node, children: Iterable[Node]) -> int:
+    """How much of an ended node's window the union of ``children``'s windows covers (each
+    clipped to the node's; a child still open counts until the node's end)."""
+    end = node.end_ns
+    assert end is not None
     covered = 0
     span_start = span_end = node.start_ns
-    for child in sorted(node.children, key=lambda c: c.start_ns):
+    for child in sorted(children, key=lambda c: c.start_ns):
         start = max(child.start_ns, node.start_ns)
         stop = end if child.end_ns is None else min(child.end_ns, end)
         if stop <= start:
@@ -350,8 +360,7 @@ def _set_self_time(node: Node) -> None:
             covered += span_end - span_start
             span_start = start
         span_end = max(span_end, stop)
-    covered += span_end - span_start
-    node.self_ns = max(0, node.duration_ns - covered)
+    return covered + span_end - span_start
 
 
 def _span_children(root: Node, nodes: list[Node]) -> None:

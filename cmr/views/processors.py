@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cmr.views.calltree import KIND_SYNTHETIC, Node, ProcessRef, SequenceTree, ThreadRef, walk
+from cmr.views.calltree import KIND_MEASURED, Node, ProcessRef, SequenceTree, ThreadRef, walk
 
 #: Decides, for a child at ``depth`` (root = 0), whether it stays in the view.
 KeepChild = Callable[[Node, int], bool]
@@ -85,9 +85,10 @@ class ThreadActivity:
 
 def thread_activity(tree: SequenceTree) -> list[ThreadActivity]:
     """The threads a sequence touched, in order of first activity. Give it the whole tree: calls a
-    view hid are not in it. Calls without an end yet (running, or incomplete) count as busy up to
-    the latest time the sequence shows, the best bound there is."""
-    nodes = [node for node, _ in walk(tree.root) if node.kind != KIND_SYNTHETIC]
+    view hid are not in it (frames estimated from samples are not calls and never count). Calls
+    without an end yet (running, or incomplete) count as busy up to the latest time the sequence
+    shows, the best bound there is."""
+    nodes = [node for node, _ in walk(tree.root) if node.kind == KIND_MEASURED]
     if not nodes:
         return []
     latest = max(node.start_ns if node.end_ns is None else node.end_ns for node in nodes)

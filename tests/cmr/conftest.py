@@ -28,10 +28,13 @@ def make_batch(
     host: str = "testhost",
     argv: Iterable[str] = ("app.py", "--fast"),
     heartbeat_ms: int = 0,
+    frames: Iterable[wire.FrameInfo] = (),
+    samples: Iterable[wire.Sample] = (),
+    sampler: wire.SamplerReport | None = None,
 ) -> wire.Batch:
     """A batch from process ``puid``. ``methods`` maps method ids to ``module.qualname``; by
     default every method a Start or Handoff uses is described as ``app.m<id>``. Every tid gets a
-    ThreadInfo."""
+    ThreadInfo. ``frames``, ``samples`` and ``sampler`` are the stack sampler's part."""
     chunks = [wire.ThreadChunk(tid, list(events)) for tid, events in events_by_tid.items()]
     if methods is None:
         used = {
@@ -59,6 +62,9 @@ def make_batch(
         chunks=chunks,
         dropped=dropped,
         final=final,
+        frames=list(frames),
+        samples=list(samples),
+        sampler=sampler,
     )
 
 

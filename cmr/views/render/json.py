@@ -1,5 +1,5 @@
-"""The JSON documents of ``cmr show --json`` (and ``--threads --json``), ``cmr ls --json`` and
-``cmr stats --json``.
+"""The JSON documents of ``cmr show --json`` (and ``--threads --json``), ``cmr ls --json``,
+``cmr profile --json`` and ``cmr stats --json``.
 
 The shape is a public contract (``docs/protocol.md``): keys, their order and their types stay put.
 Ids are integers except ``seq``, which is 32 hex digits. Trees are written iteratively — each node's
@@ -10,13 +10,15 @@ a thousand levels.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
-from cmr.store.base import ProcessRecord, SequenceSummary, StoreStats
+from cmr.store.base import ProcessRecord, SamplerRecord, SequenceSummary, StoreStats
 from cmr.views.calltree import Handoff, Node, SequenceTree
 from cmr.views.processors import ThreadActivity
+from cmr.views.profile import Profile, ProfileNode
 
 _encode = msgspec.json.Encoder().encode
 
@@ -35,7 +37,23 @@ def node_fields(node: Node) -> dict[str, Any]:
         "error": node.error,
         "kind": node.kind,
         "handoff": _handoff(node.handoff),
+        "samples": _samples(node),
+        "frame": _frame(node.frame),
     }
+
+
+def _samples(node: Node) -> dict[str, Any] | None:
+    """Null for a node no sample fell in (and for every node when samples were not merged)."""
+    if not node.samples and node.cpu_ns is None:
+        return None
+    return {"total": node.samples, "self": node.self_samples, "cpu_ns": node.cpu_ns}
+
+
+def _frame(frame: tuple[str, str, int] | None) -> dict[str, Any] | None:
+    if frame is None:
+        return None
+    file, function, line = frame
+    return {"file": file, "function": function, "line": line}
 
 
 def _handoff(handoff: Handoff | None) -> dict[str, Any] | None:
@@ -57,21 +75,96 @@ def tree_to_json(tree: SequenceTree) -> str:
         _encode(tree.status),
         b',"root":',
     ]
-    stack: list[Node | bytes] = [tree.root]
+    _stitch(parts, tree.root, node_fields, _node_children)
+    parts.append(b"}")
+    return b"".join(parts).decode()
+
+
+def _node_children(node: Node) -> list[Node]:
+    return node.children
+
+
+T = TypeVar("T")
+
+
+def _stitch(
+    parts: list[bytes],
+    root: T,
+    fields: Callable[[T], dict[str, Any]],
+    children_of: Callable[[T], Sequence[T]],
+) -> None:
+    """Append the tree under ``root`` to ``parts``: each node's fields, then its ``children``."""
+    stack: list[T | bytes] = [root]
     while stack:
         item = stack.pop()
         if isinstance(item, bytes):
             parts.append(item)
             continue
-        parts.append(_encode(node_fields(item))[:-1] + b',"children":[')
+        parts.append(_encode(fields(item))[:-1] + b',"children":[')
         stack.append(b"]}")
-        children = item.children
+        children = children_of(item)
         for position in range(len(children) - 1, -1, -1):
             stack.append(children[position])
             if position:
                 stack.append(b",")
-    parts.append(b"}")
+
+
+def profile_fields(node: ProfileNode) -> dict[str, Any]:
+    """Everything about a profile node except its children, in contract order."""
+    thread = node.thread
+    return {
+        "name": node.name,
+        "kind": node.kind,
+        "frame": _frame(node.frame),
+        "thread": None
+        if thread is None
+        else {
+            "host": thread.host,
+            "pid": thread.pid,
+            "puid": thread.puid,
+            "tid": thread.tid,
+            "name": thread.name,
+        },
+        "calls": node.calls,
+        "samples": node.samples,
+        "self_samples": node.self_samples,
+        "time_ns": node.time_ns,
+        "self_ns": node.self_ns,
+        "cpu_ns": node.cpu_ns,
+        "off_cpu_ns": node.off_cpu_ns,
+    }
+
+
+def profile_to_json(
+    profile: Profile,
+    *,
+    seq: bytes | None = None,
+    method: str | None = None,
+    since_ns: int | None = None,
+    lines: bool = False,
+) -> str:
+    """``{"seq", "method", "since_ns", "sequences", "samples_skipped", "by_thread", "lines",
+    "roots": [PROFILE_NODE]}``; PROFILE_NODE carries its ``children`` last."""
+    head = {
+        "seq": None if seq is None else seq.hex(),
+        "method": method,
+        "since_ns": since_ns,
+        "sequences": profile.sequences,
+        "samples_skipped": profile.samples_skipped,
+        "by_thread": profile.by_thread,
+        "lines": lines,
+    }
+    parts = [_encode(head)[:-1], b',"roots":[']
+    for position, root in enumerate(profile.roots):
+        if position:
+            parts.append(b",")
+        _stitch(parts, root, profile_fields, _profile_children)
+    parts.append(b"]}")
     return b"".join(parts).decode()
+
+
+def _profile_children(node: ProfileNode) -> list[ProfileNode]:
+    return node.children
 
 
 def thread_activity_to_json(activity: list[ThreadActivity]) -> str:
@@ -128,13 +221,33 @@ def process_fields(process: ProcessRecord) -> dict[str, Any]:
     }
 
 
+def sampler_fields(report: SamplerRecord | None) -> dict[str, Any] | None:
+    if report is None:
+        return None
+    return {
+        "mode": report.mode,
+        "interval_ms": report.interval_ms,
+        "ticks": report.ticks,
+        "late_ticks": report.late_ticks,
+        "cost_ns": report.cost_ns,
+    }
+
+
 def stats_to_json(stats: StoreStats) -> str:
+    """Keys added after the first release (``samples``, a process's ``sampler``) come last."""
     return _encode(
         {
             "batches": stats.batches,
             "duplicate_batches": stats.duplicate_batches,
             "events": stats.events,
             "rejected": dict(stats.rejected),
-            "processes": [process_fields(process) for process in stats.processes],
+            "processes": [
+                {
+                    **process_fields(process),
+                    "sampler": sampler_fields(stats.samplers.get(process.puid)),
+                }
+                for process in stats.processes
+            ],
+            "samples": stats.samples,
         }
     ).decode()

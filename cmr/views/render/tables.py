@@ -80,12 +80,14 @@ def render_thread_activity(tree: SequenceTree, activity: list[ThreadActivity]) -
 def render_stats(stats: StoreStats) -> str:
     """Counters, then one line per process: its heartbeat interval ("-": it promised none), when
     it was last heard from, and whether it is alive, ended (shut down cleanly) or lost (silent
-    past its heartbeat bound)."""
+    past its heartbeat bound). Then, for the processes that ran a stack sampler, its mode and
+    interval, ticks, late ticks and its own cost."""
     rejected = ", ".join(f"{reason} {count}" for reason, count in sorted(stats.rejected.items()))
     lines = [
         f"batches            {stats.batches}",
         f"duplicate batches  {stats.duplicate_batches}",
         f"events             {stats.events}",
+        f"samples            {stats.samples}",
         f"rejected frames    {rejected or 'none'}",
     ]
     if not stats.processes:
@@ -105,4 +107,22 @@ def render_stats(stats: StoreStats) -> str:
     header = ["PROCESS", "PUID", "DROPPED", "HEARTBEAT", "LAST SEEN", "STATE"]
     lines.append("")
     lines.append(table(header, rows, frozenset({2, 3})))
+    sampled = []
+    for process in stats.processes:
+        report = stats.samplers.get(process.puid)
+        if report is not None:
+            sampled.append(
+                [
+                    f"{process.host}:{process.pid}",
+                    f"{process.puid:016x}",
+                    f"{report.mode} {format_duration(report.interval_ms * 1_000_000)}",
+                    str(report.ticks),
+                    str(report.late_ticks),
+                    format_duration(report.cost_ns),
+                ]
+            )
+    if sampled:
+        lines.append("")
+        header = ["PROCESS", "PUID", "SAMPLER", "TICKS", "LATE", "COST"]
+        lines.append(table(header, sampled, frozenset({3, 4, 5})))
     return "\n".join(lines)

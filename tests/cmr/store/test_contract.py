@@ -31,6 +31,7 @@ from cmr.store.sqlite_schema import (
     HEARTBEAT_SCHEMA,
     REMOTE_ENTRIES,
     ROOT,
+    SAMPLES_SCHEMA,
     SCHEMA,
 )
 from cmr.views.calltree import Handoff, build_tree, walk
@@ -689,16 +690,23 @@ def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
 
 
 def older_schema(path: str, version: int) -> None:
-    """Write a repository as release ``version`` did: version 2 had no heartbeat column, version
-    1 no hand-offs table either. It holds one process (seen at 123) and one running call."""
-    left_out = {2: HEARTBEAT_SCHEMA, 1: HEARTBEAT_SCHEMA + HANDOFFS_SCHEMA}[version]
+    """Write a repository as release ``version`` did: version 3 had no sample tables, version 2
+    no heartbeat column either, version 1 no hand-offs table either. It holds one process (seen
+    at 123) and one running call."""
+    left_out = {
+        3: SAMPLES_SCHEMA,
+        2: SAMPLES_SCHEMA + HEARTBEAT_SCHEMA,
+        1: SAMPLES_SCHEMA + HEARTBEAT_SCHEMA + HANDOFFS_SCHEMA,
+    }[version]
     with sqlite3.connect(path) as conn:
         for statement in SCHEMA:
             if statement not in left_out and not statement.startswith("PRAGMA user_version"):
                 conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {version}")
         conn.execute(
-            "INSERT INTO processes VALUES (7, 4242, 'old', 'pf', '[\"old.py\"]', 0, 0, 0, 0, 123)"
+            "INSERT INTO processes (puid, pid, host, platform_id, argv, clock_offset_ns, "
+            "started_ns, ended, dropped, last_seen_ns) "
+            "VALUES (7, 4242, 'old', 'pf', '[\"old.py\"]', 0, 0, 0, 0, 123)"
         )
         conn.execute("INSERT INTO starts VALUES (7, 1, ?, 0, 0, 1, 1, 100)", (S,))
         conn.execute("INSERT INTO sequences VALUES (?, 100)", (S,))
@@ -712,7 +720,7 @@ def user_version(path: str) -> int:
     return version
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
     tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, version: int
 ) -> None:
@@ -733,10 +741,10 @@ def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
         assert store.load_sequence(other).processes[8].heartbeat_ms == 250
     finally:
         store.close()
-    assert user_version(path) == 3
+    assert user_version(path) == 4
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_older_repository_is_not_read_before_it_is_upgraded(
     tmp_path: Path, version: int
 ) -> None:
@@ -745,7 +753,7 @@ def test_an_older_repository_is_not_read_before_it_is_upgraded(
 
     with pytest.raises(
         StoreError,
-        match=rf"schema version {version}, older than .* \(3\): run `cmr serve` or `tracer run`",
+        match=rf"schema version {version}, older than .* \(4\): run `cmr serve` or `tracer run`",
     ):
         open_store(path, readonly=True)
     assert user_version(path) == version

@@ -7,10 +7,12 @@ from collections.abc import Callable
 import pytest
 
 from cmr.store.base import (
+    FrameRecord,
     HandoffRecord,
     InvocationRecord,
     MethodRecord,
     ProcessRecord,
+    SampleRecord,
     SequenceData,
     ThreadRecord,
 )
@@ -30,6 +32,8 @@ class SequenceBuilder:
         self.threads: dict[tuple[int, int], ThreadRecord] = {}
         self.processes: dict[int, ProcessRecord] = {}
         self.handoffs: dict[int, HandoffRecord] = {}
+        self.samples: list[SampleRecord] = []
+        self.frames: dict[tuple[int, int], FrameRecord] = {}
         self._method_ids: dict[tuple[int, str], int] = {}
 
     def process(
@@ -72,11 +76,13 @@ class SequenceBuilder:
         tid: int = 1,
         hid: int = 0,
         known: bool = True,
+        line: int = 1,
     ) -> None:
+        """``line``: the method's first line in app.py (how a stack sample finds its frame)."""
         method = self._method_ids.setdefault((puid, name), len(self._method_ids) + 1)
         if known:
             module, _, qualname = name.rpartition(".")
-            self.methods[(puid, method)] = MethodRecord(module, qualname, "app.py", 1)
+            self.methods[(puid, method)] = MethodRecord(module, qualname, "app.py", line)
             self.threads.setdefault((puid, tid), ThreadRecord(9000 + tid, f"T{tid}"))
             if puid not in self.processes:
                 self.process(puid)
@@ -108,6 +114,31 @@ class SequenceBuilder:
         method = self._method_ids.setdefault((puid, callable_name), len(self._method_ids) + 1)
         self.handoffs[hid] = HandoffRecord(hid, puid, parent, kind, method, submitted)
 
+    def frame(
+        self, frame: int, function: str, *, line: int, file: str = "app.py", puid: int = PUID
+    ) -> None:
+        """A FrameInfo of process ``puid``: ``function`` starting at ``line`` of ``file``."""
+        self.frames[(puid, frame)] = FrameRecord(file, function, line)
+
+    def sample(
+        self,
+        t: int,
+        frames: list[int],
+        *,
+        tid: int = 1,
+        weight: int = 1,
+        duration: int = 10,
+        cpu: int = 0,
+        lines: list[int] | None = None,
+        puid: int = PUID,
+    ) -> None:
+        """A stack of thread ``tid`` at ``t`` (frame ids, outermost first); ``lines`` default
+        to 0 for every frame."""
+        executing = tuple(lines) if lines is not None else (0,) * len(frames)
+        self.samples.append(
+            SampleRecord(puid, tid, t, weight, duration, cpu, tuple(frames), executing)
+        )
+
     def data(self) -> SequenceData:
         return SequenceData(
             seq=SEQ,
@@ -116,6 +147,8 @@ class SequenceBuilder:
             threads=dict(self.threads),
             processes=dict(self.processes),
             handoffs=dict(self.handoffs),
+            samples=list(self.samples),
+            frames=dict(self.frames),
         )
 
 

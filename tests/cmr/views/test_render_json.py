@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from cmr.store.base import ProcessRecord, SequenceSummary, StoreStats
+from cmr.store.base import ProcessRecord, SamplerRecord, SequenceSummary, StoreStats
 from cmr.views.calltree import build_tree
+from cmr.views.merge import merge_samples
 from cmr.views.processors import limit_depth, thread_activity
 from cmr.views.render.json import (
     stats_to_json,
@@ -29,6 +30,8 @@ NODE_KEYS = [
     "error",
     "kind",
     "handoff",
+    "samples",
+    "frame",
     "children",
 ]
 
@@ -48,7 +51,17 @@ def check_node(node: dict) -> None:
     assert isinstance(node["thread"]["name"], str)
     assert node["status"] in {"ok", "error", "running", "incomplete"}
     assert node["error"] is None or isinstance(node["error"], str)
-    assert node["kind"] in {"measured", "synthetic"}
+    assert node["kind"] in {"measured", "synthetic", "estimated"}
+    samples = node["samples"]
+    if samples is not None:
+        assert list(samples) == ["total", "self", "cpu_ns"]
+        assert isinstance(samples["total"], int)
+        assert isinstance(samples["self"], int)
+        assert samples["cpu_ns"] is None or isinstance(samples["cpu_ns"], int)
+    frame = node["frame"]
+    if frame is not None:
+        assert list(frame) == ["file", "function", "line"]
+        assert isinstance(frame["line"], int)
     handoff = node["handoff"]
     if handoff is not None:
         assert list(handoff) == ["kind", "queued_ns", "submitted_ns"]
@@ -89,6 +102,8 @@ def test_show_document_has_exactly_the_contract_keys_and_types(builder):
         "error": None,
         "kind": "measured",
         "handoff": None,
+        "samples": None,  # none were merged in
+        "frame": None,
         "children": root["children"],
     }
     pay, log, remote = root["children"]
@@ -300,6 +315,7 @@ def test_stats_document_lists_counters_and_processes():
                 "ended": True,
                 "heartbeat_ms": 0,
                 "state": "ended",
+                "sampler": None,
             },
             {
                 "host": "web",
@@ -312,6 +328,7 @@ def test_stats_document_lists_counters_and_processes():
                 "ended": False,
                 "heartbeat_ms": 500,
                 "state": "lost",
+                "sampler": None,
             },
             {
                 "host": "web",
@@ -324,6 +341,58 @@ def test_stats_document_lists_counters_and_processes():
                 "ended": False,
                 "heartbeat_ms": 500,
                 "state": "alive",
+                "sampler": None,
             },
         ],
+        "samples": 0,
     }
+
+
+def test_merged_samples_add_estimated_nodes_and_a_samples_key_on_every_node(builder):
+    builder.call("shop.checkout", 1, start=0, end=100, line=10)
+    builder.call("shop.pay", 2, 1, start=50, end=60, line=20)
+    builder.frame(1, "checkout", line=10)
+    builder.frame(2, "parse", line=30, file="/srv/shop/io.py")
+    builder.sample(10, [1, 2], duration=10, cpu=4)
+    data = builder.data()
+
+    root = json.loads(tree_to_json(merge_samples(build_tree(data), data)))["root"]
+
+    parse, pay = root["children"]
+    for node in (root, parse, pay):
+        check_node(node)
+    assert root["samples"] == {"total": 1, "self": 0, "cpu_ns": 4}
+    assert pay["samples"] is None  # no sample fell in it
+    assert {key: parse[key] for key in ("name", "kind", "duration_ns", "self_ns", "status")} == {
+        "name": "parse",
+        "kind": "estimated",
+        "duration_ns": 10,
+        "self_ns": 10,
+        "status": "ok",
+    }
+    assert parse["samples"] == {"total": 1, "self": 1, "cpu_ns": 4}
+    assert parse["frame"] == {"file": "/srv/shop/io.py", "function": "parse", "line": 30}
+    assert (parse["start_ns"], parse["end_ns"], parse["handoff"]) == (10, 20, None)
+
+
+def test_stats_document_carries_samples_and_each_process_sampler_report():
+    sampled = ProcessRecord(7, 4242, "box", "pf", (), False, 0, 99)
+    quiet = ProcessRecord(8, 1, "web", "pf", (), False, 0, 50)
+    report = SamplerRecord("cpu", 10, 6_000, 12, 45_000_000)
+    stats = StoreStats(3, 0, 90, {}, [sampled, quiet], samples=1_234, samplers={7: report})
+
+    doc = json.loads(stats_to_json(stats))
+
+    assert doc["samples"] == 1_234
+    assert [process["sampler"] for process in doc["processes"]] == [
+        {"mode": "cpu", "interval_ms": 10, "ticks": 6_000, "late_ticks": 12, "cost_ns": 45_000_000},
+        None,
+    ]
+    assert list(doc) == [
+        "batches",
+        "duplicate_batches",
+        "events",
+        "rejected",
+        "processes",
+        "samples",
+    ]

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from cmr.views.calltree import build_tree
+from cmr.views.merge import merge_samples
 from cmr.views.processors import drop_shorter_than, limit_depth
 from cmr.views.render.text import GUIDE_BLOCK, format_duration, render_text
 
@@ -208,3 +209,40 @@ def test_a_hop_mark_comes_before_the_error_mark_and_is_coloured(builder):
 
     assert render_text(tree).splitlines()[-1].endswith("→ task, queued 500 ns  ✗ KeyError")
     assert "\033[36m→ task, queued 500 ns\033[0m" in render_text(tree, color=True)
+
+
+def test_frames_estimated_from_samples_are_drawn_apart(builder):
+    builder.call("shop.checkout", 1, start=0, end=100 * MS, line=10)
+    builder.call("shop.pay", 2, 1, start=50 * MS, end=60 * MS, line=20)
+    builder.frame(1, "checkout", line=10)
+    builder.frame(2, "Parser.parse", line=30, file="/srv/shop/io.py")
+    builder.frame(3, "read", line=7, file="/usr/lib/python3.11/socket.py")
+    builder.frame(4, "elsewhere", line=1)
+    builder.sample(10 * MS, [1, 2, 3], duration=10 * MS)
+    builder.sample(20 * MS, [1, 2], duration=10 * MS)
+    builder.sample(30 * MS, [4], duration=10 * MS)  # no frame of a call of the sequence: skipped
+    data = builder.data()
+    tree = merge_samples(build_tree(data), data)
+
+    lines = render_text(tree).splitlines()
+
+    assert lines == [
+        f"{data.seq.hex()}  complete  100 ms  "
+        "2 calls · 1 thread · 1 process · 2 samples (1 skipped)",
+        "100 ms  shop.checkout  self 70.0 ms  T1 (1) box:4242  2 samples",
+        "├─ ~20.0 ms  Parser.parse  shop/io.py:30  self 10.0 ms  2 samples",
+        "│  └─ ~10.0 ms  read  python3.11/socket.py:7  self 10.0 ms  1 sample",
+        "└─ 10.0 ms  shop.pay  self 10.0 ms  T1 (1)",
+    ]
+    coloured = render_text(tree, color=True)
+    assert "\033[2m~20.0 ms  Parser.parse  shop/io.py:30" in coloured
+
+
+def test_a_tree_without_merged_samples_says_nothing_about_them(builder):
+    builder.call("shop.checkout", 1, start=0, end=100, line=10)
+    builder.frame(1, "checkout", line=10)
+    builder.sample(10, [1])
+
+    text = render_text(build_tree(builder.data()))
+
+    assert "sample" not in text

@@ -1,0 +1,129 @@
+"""``cmr export`` and ``cmr import``: one sequence out to a file other tools open, or to another
+repository.
+
+Formats: ``speedscope`` (https://www.speedscope.app), ``chrome`` (Perfetto, chrome://tracing),
+``folded`` (flamegraph.pl, inferno) and ``bundle`` (the raw records, for ``cmr import``). The text
+formats are UTF-8 whatever the terminal's locale: they are files for other programs. The trees
+they are drawn from carry the sequence's samples, merged in as estimated calls, when it has any.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+from cmr.bundle import Body, BundleError, ImportResult, read_bundle, write_bundle
+from cmr.store.base import SequenceData
+from cmr.views.calltree import SequenceTree, build_tree
+from cmr.views.merge import merge_samples
+from cmr.views.render.chrome import render_chrome
+from cmr.views.render.folded import WEIGHT_SAMPLES, has_samples, render_folded
+from cmr.views.render.speedscope import render_speedscope
+
+SPEEDSCOPE: Final = "speedscope"
+CHROME: Final = "chrome"
+FOLDED: Final = "folded"
+BUNDLE: Final = "bundle"
+FORMATS: Final = (SPEEDSCOPE, CHROME, FOLDED, BUNDLE)
+#: What to open each file with, said once it is written.
+OPEN_WITH: Final = {
+    SPEEDSCOPE: "open it at https://www.speedscope.app",
+    CHROME: "open it at https://ui.perfetto.dev or chrome://tracing",
+    FOLDED: "draw it with flamegraph.pl or inferno-flamegraph",
+    BUNDLE: "load it into a repository with 'cmr import'",
+}
+#: Stands for standard input or output.
+STDIO: Final = "-"
+
+
+class ExportError(Exception):
+    """A request ``cmr export`` or ``cmr import`` cannot fulfil (a one-line reason)."""
+
+
+def sequence_tree(data: SequenceData) -> SequenceTree:
+    """The whole tree of a sequence, with its samples merged in when it has any."""
+    tree = build_tree(data)
+    return merge_samples(tree, data) if data.samples else tree
+
+
+def export_sequence(data: SequenceData, fmt: str, *, weight: str | None = None) -> bytes:
+    """The file of format ``fmt`` for one sequence's records. ``weight`` is folded's (None: by
+    samples when there are some, else by time)."""
+    if weight is not None and fmt != FOLDED:
+        raise ExportError("--weight applies to --format folded only")
+    if fmt == BUNDLE:
+        return write_bundle(data)
+    tree = sequence_tree(data)
+    if fmt == SPEEDSCOPE:
+        text = render_speedscope(tree, data)
+    elif fmt == CHROME:
+        text = render_chrome(tree)
+    elif fmt == FOLDED:
+        if weight == WEIGHT_SAMPLES and not has_samples(tree):
+            raise ExportError(
+                f"sequence {data.seq.hex()} has no samples: use --weight time "
+                "(sample it with the tracer's sampler on)"
+            )
+        text = render_folded(tree, weight)
+    else:
+        raise ExportError(f"unknown format '{fmt}': choose from {', '.join(FORMATS)}")
+    return (text + "\n").encode()
+
+
+def write_output(target: str | None, payload: bytes, *, binary: bool) -> None:
+    """Write to the file ``target``, or to standard output for None or ``-``. A binary file goes
+    to standard output only when asked (``-o -``) and never to a terminal."""
+    if target is None or target == STDIO:
+        if binary and (target is None or sys.stdout.isatty()):
+            raise ExportError("a bundle is binary: give -o FILE (or -o - to pipe it)")
+        _write_stdout(payload)
+        return
+    try:
+        with open(target, "wb") as file:
+            file.write(payload)
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def read_input(source: str) -> bytes:
+    """The bytes of the file ``source``, or of standard input for ``-``."""
+    if source == STDIO:
+        return sys.stdin.buffer.read()
+    try:
+        with open(source, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise ExportError(f"cannot read {source}: {exc.strerror or exc}") from None
+
+
+def load_bundle(source: str, blob: bytes) -> Body:
+    """The checked bundle read from ``source``: refused before any repository is opened."""
+    try:
+        return read_bundle(blob)
+    except BundleError as exc:
+        raise ExportError(f"{source}: {exc}") from None
+
+
+def describe_import(result: ImportResult) -> str:
+    """The line ``cmr import`` prints."""
+    processes = "process" if result.processes == 1 else "processes"
+    return (
+        f"imported sequence {result.seq.hex()} ({result.processes} {processes}): "
+        f"{result.stored} of {result.batches} batches new"
+    )
+
+
+def _write_stdout(payload: bytes) -> None:
+    """Every byte, in a loop: a write the kernel cuts short (the reader left) reports fewer bytes
+    instead of failing. A closed pipe raises BrokenPipeError, which ``cmr`` handles."""
+    stream = sys.stdout
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # a text-only stand-in for stdout (tests capturing output)
+        stream.write(payload.decode(errors="replace"))
+        stream.flush()
+        return
+    stream.flush()
+    data = memoryview(payload)
+    while data:
+        data = data[buffer.write(data) :]
+    buffer.flush()

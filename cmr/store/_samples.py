@@ -1,0 +1,91 @@
+"""Rules for stack samples that every backend applies the same way.
+
+Samples are not tied to a sequence on the wire: a thread is sampled whatever it runs. They are
+stored per ``(puid, tid, t_ns)`` and a sequence finds its own by time: the samples of each thread
+it ran on that overlap the window of one of its invocations there. A sample stands for the span
+``[t_ns, t_ns + duration_ns)``; one of duration 0 stands for the instant ``t_ns``, so it is
+treated as ``[t_ns, t_ns + 1)``. Both backends fetch with ``sample_windows`` and
+``overlaps``; the SQLite backend restates ``overlaps`` in SQL next to which it is named.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from cmr.store._shared import InvalidBatchError
+from cmr.store.base import InvocationRecord, SampleRecord
+from tracer.wire import Batch
+
+I64_MIN: Final = -(2**63)
+I64_MAX: Final = 2**63 - 1
+#: The end of the window of an invocation that has not ended (yet).
+OPEN_END: Final = I64_MAX
+
+ThreadKey = tuple[int, int]  # (puid, tid)
+Window = tuple[int, int]  # [start, end)
+
+
+def sample_records(batch: Batch) -> list[SampleRecord]:
+    """The batch's samples with wall-clock times (the process's clock offset added, as for
+    events). ``lines`` is cut or padded with 0 to one line per frame, so readers can zip them.
+
+    Raises InvalidBatchError when a sample's span does not fit a signed 64-bit integer."""
+    puid = batch.puid
+    offset = batch.process.clock_offset_ns
+    records: list[SampleRecord] = []
+    for sample in batch.samples:
+        wall = sample.t_ns + offset
+        if wall < I64_MIN or span_end(wall, sample.duration_ns) > I64_MAX:
+            raise InvalidBatchError(
+                f"batch {batch.batch_no} of process {puid:x}: sample time out of range"
+            )
+        frames = tuple(sample.frames)
+        lines = tuple(sample.lines[: len(frames)])
+        if len(lines) < len(frames):
+            lines += (0,) * (len(frames) - len(lines))
+        records.append(
+            SampleRecord(
+                puid,
+                sample.tid,
+                wall,
+                sample.weight,
+                sample.duration_ns,
+                sample.cpu_ns,
+                frames,
+                lines,
+            )
+        )
+    return records
+
+
+def span_end(t_ns: int, duration_ns: int) -> int:
+    """Where a sample's span ends; an instant sample lasts 1 ns so that it overlaps a window it
+    lies in."""
+    return t_ns + max(duration_ns, 1)
+
+
+def overlaps(sample: SampleRecord, window: Window) -> bool:
+    """Whether the sample's span meets the half-open window ``[start, end)``."""
+    start, end = window
+    return sample.t_ns < end and span_end(sample.t_ns, sample.duration_ns) > start
+
+
+def sample_windows(invocations: list[InvocationRecord]) -> dict[ThreadKey, list[Window]]:
+    """Per thread, the union of the windows of the invocations that ran there, as sorted disjoint
+    windows: a thread's samples are fetched once even where calls nest."""
+    spans: dict[ThreadKey, list[Window]] = {}
+    for record in invocations:
+        end = OPEN_END if record.end_ns is None else max(record.end_ns, record.start_ns + 1)
+        spans.setdefault((record.puid, record.tid), []).append((record.start_ns, end))
+    merged: dict[ThreadKey, list[Window]] = {}
+    for key, windows in spans.items():
+        windows.sort()
+        union = [windows[0]]
+        for start, end in windows[1:]:
+            last_start, last_end = union[-1]
+            if start <= last_end:
+                union[-1] = (last_start, max(last_end, end))
+            else:
+                union.append((start, end))
+        merged[key] = union
+    return merged

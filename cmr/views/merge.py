@@ -1,0 +1,350 @@
+"""Merge stack samples into a sequence's call tree, as *estimated* nodes under the measured ones.
+
+``merge_samples(build_tree(data), data)`` runs right after the tree is built, and only when a view
+asks for samples (``cmr show --samples``, ``cmr profile``, the exports), so a plain ``cmr show``
+never pays for it. It is pure: the tree it is given is left as it was.
+
+**Which node a sample belongs to.** A sample of thread T at time t belongs to the innermost
+measured node on T whose window ``[start, end)`` holds t (an open node's window has no end): the
+samples inside a measured child on the same thread go to the child, and the samples of a pool
+worker land under the hand-off node that ran there. Interleaved asyncio tasks give several such
+nodes; the one whose frame is on the stack wins.
+
+**Cutting the stack.** A node's own frame is the stack frame whose (file, first line) is its
+method's; only the frames after it (deeper) are kept. When it is not on the stack (the call was
+just starting, or the method's code could not be found), the stack is cut below the deepest frame
+of a measured ancestor on the same thread instead; when none is there either, the sample is
+skipped and counted (``SequenceTree.samples_skipped``, in sample weight).
+
+**Time.** Ticks are instants. A sample of weight 1 is the tick at its ``t_ns`` and stands for
+``duration_ns`` from then on, cut at the end of its node and at the start of the node's next
+measured child on the thread (which has samples of its own). A collapsed sample (weight N > 1)
+is N ticks spread over ``[t, t + duration)``: the part inside a node counts
+``round(N * overlap / duration)`` samples and the overlap's time, its CPU time pro rata.
+
+**Merging.** The cut stacks of a node merge into a tree: frames with the same signature at the same
+depth under the same parent are one node. The signature is (file, function), or with ``lines``
+(file, function, line being executed): a caller then splits by the line of the call it is in,
+and the innermost function by the line it was running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from cmr.store.base import FrameRecord, MethodRecord, SampleRecord, SequenceData
+from cmr.views.calltree import (
+    KIND_ESTIMATED,
+    KIND_MEASURED,
+    STATUS_OK,
+    Node,
+    SequenceTree,
+    covered_ns,
+    walk,
+)
+from cmr.views.timeline import OPEN, Call, FrameKey, ThreadCalls, index_threads
+
+Signature = tuple[str, str] | tuple[str, str, int]
+
+
+@dataclass(slots=True, eq=False)
+class _Tally:
+    """One estimated frame while samples accumulate."""
+
+    frame: tuple[str, str, int]
+    weight: int = 0
+    self_weight: int = 0
+    time: int = 0
+    cpu: int = 0
+    first: int = OPEN
+    last: int = -OPEN
+    children: dict[Signature, _Tally] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class _Attributed:
+    """What was attributed to one measured call."""
+
+    tallies: dict[Signature, _Tally] = field(default_factory=dict)
+    self_weight: int = 0
+    self_cpu: int = 0
+
+
+def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False) -> SequenceTree:
+    """A copy of ``tree`` with ``data``'s samples merged in (see the module's docstring).
+
+    Estimated nodes never make a measured node look longer than it was: when the estimated
+    children of a measured node add up to more than the time its own thread had free (its window
+    less its measured children's on the same thread; work handed to other threads runs in
+    parallel and takes nothing from it), all of its estimated subtree (durations and CPU times) is
+    scaled down by the same factor to fit. The measured node's ``self_ns`` then drops by what its
+    estimated children account for. Every node gets ``samples``, ``self_samples`` and
+    ``cpu_ns`` (subtree totals; ``cpu_ns`` None where no sample fell)."""
+    root, calls = _copy(tree.root, data)
+    threads = index_threads(calls)
+    merger = _Merger(data.frames, lines)
+    skipped = 0
+    for sample in data.samples:
+        thread = threads.get((sample.puid, sample.tid))
+        if thread is not None:
+            skipped += merger.attribute(sample, thread)
+    for call, attributed in merger.attributed.items():
+        if attributed.tallies:
+            _grow(call.node, attributed.tallies)
+    _total(root, {id(call.node): found for call, found in merger.attributed.items()})
+    return dataclasses.replace(tree, root=root, samples_skipped=tree.samples_skipped + skipped)
+
+
+def _copy(root: Node, data: SequenceData) -> tuple[Node, list[Call]]:
+    """Copy the measured tree (dropping estimated nodes of an earlier merge), with a Call per
+    measured node."""
+    methods: dict[tuple[int, int], MethodRecord | None] = {
+        (r.puid, r.iid): data.methods.get((r.puid, r.method)) for r in data.invocations
+    }
+    copy = _fresh(root)
+    calls: list[Call] = []
+    nearest: dict[int, dict[tuple[int, int], Call]] = {id(copy): {}}
+    stack = [(root, copy, 0)]
+    while stack:
+        original, node, depth = stack.pop()
+        above = nearest.pop(id(node))
+        if node.kind == KIND_MEASURED:
+            thread = (node.process.puid, node.thread.tid)
+            method = methods.get((node.process.puid, node.iid))
+            key = (method.file, method.line) if method is not None and method.file else None
+            end = OPEN if node.end_ns is None else max(node.end_ns, node.start_ns + 1)
+            call = Call(node, key, above.get(thread), depth, node.start_ns, end)
+            calls.append(call)
+            above = {**above, thread: call}
+        for child in original.children:
+            if child.kind == KIND_ESTIMATED:  # an earlier merge took its time from the self time
+                if node.self_ns is not None:
+                    node.self_ns += child.duration_ns or 0
+                continue
+            child_copy = _fresh(child)
+            node.children.append(child_copy)
+            nearest[id(child_copy)] = above
+            stack.append((child, child_copy, depth + 1))
+    return copy, calls
+
+
+def _fresh(node: Node) -> Node:
+    """A copy without children or samples (spelled out: ``dataclasses.replace`` is several times
+    slower, and a tree may have 100,000 nodes)."""
+    return Node(
+        name=node.name,
+        start_ns=node.start_ns,
+        end_ns=node.end_ns,
+        duration_ns=node.duration_ns,
+        self_ns=node.self_ns,
+        process=node.process,
+        thread=node.thread,
+        status=node.status,
+        error=node.error,
+        iid=node.iid,
+        kind=node.kind,
+        handoff=node.handoff,
+        hidden=node.hidden,
+        frame=node.frame,
+    )
+
+
+class _Merger:
+    """Places samples on calls and accumulates their cut stacks per call."""
+
+    def __init__(self, frames: dict[tuple[int, int], FrameRecord], lines: bool) -> None:
+        self._frames = frames
+        self._lines = lines
+        self.attributed: dict[Call, _Attributed] = {}
+
+    def attribute(self, sample: SampleRecord, thread: ThreadCalls) -> int:
+        """Attribute one sample within its thread; returns the weight skipped."""
+        deepest: dict[FrameKey, int] = {}
+        for position, frame in enumerate(sample.frames):
+            record = self._frames.get((sample.puid, frame))
+            if record is not None:
+                deepest[record.file, record.line] = position
+        t, duration = sample.t_ns, sample.duration_ns
+        if sample.weight == 1 or duration == 0:
+            candidates = thread.innermost(t)
+            if not candidates:
+                return 0
+            placed = _place(candidates, deepest)
+            if placed is None:
+                return sample.weight
+            call, cut = placed
+            stop = min(t + duration, call.end, call.inner.next_start_after(t))
+            time = max(0, stop - t)
+            cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
+            self._add(call, sample, cut, count=sample.weight, time=time, cpu=cpu)
+            return 0
+        # A collapsed sample: split its span where any call on the thread starts or ends.
+        overlap: dict[Call, tuple[int, int]] = {}
+        missed = 0
+        for piece_start, piece_end in thread.pieces(t, t + duration):
+            candidates = thread.innermost(piece_start)
+            if not candidates:
+                continue
+            placed = _place(candidates, deepest)
+            if placed is None:
+                missed += piece_end - piece_start
+                continue
+            call, cut = placed
+            spent = overlap.get(call, (cut, 0))[1]
+            overlap[call] = (cut, spent + piece_end - piece_start)
+        for call, (cut, spent) in overlap.items():
+            count = _share(sample.weight, spent, duration)
+            cpu = sample.cpu_ns * spent // duration
+            self._add(call, sample, cut, count=count, time=spent, cpu=cpu)
+        return _share(sample.weight, missed, duration)
+
+    def _add(
+        self, call: Call, sample: SampleRecord, cut: int, *, count: int, time: int, cpu: int
+    ) -> None:
+        attributed = self.attributed.get(call)
+        if attributed is None:
+            attributed = self.attributed[call] = _Attributed()
+        if cut == len(sample.frames) - 1:
+            attributed.self_weight += count
+            attributed.self_cpu += cpu
+            return
+        level = attributed.tallies
+        end = sample.t_ns + time
+        tally: _Tally | None = None
+        for position in range(cut + 1, len(sample.frames)):
+            signature, frame = self._describe(
+                sample.puid, sample.frames[position], sample.lines[position]
+            )
+            tally = level.get(signature)
+            if tally is None:
+                tally = level[signature] = _Tally(frame)
+            tally.weight += count
+            tally.time += time
+            tally.cpu += cpu
+            tally.first = min(tally.first, sample.t_ns)
+            tally.last = max(tally.last, end)
+            level = tally.children
+        if tally is not None:
+            tally.self_weight += count
+
+    def _describe(self, puid: int, frame: int, line: int) -> tuple[Signature, tuple[str, str, int]]:
+        """A frame's signature, and its (file, function, line) as the estimated node shows it."""
+        record = self._frames.get((puid, frame))
+        if record is None:
+            record = FrameRecord("", f"<unknown frame {frame}>", 0)
+        if self._lines:
+            return (record.file, record.function, line), (record.file, record.function, line)
+        return (record.file, record.function), (record.file, record.function, record.line)
+
+
+def _share(weight: int, part: int, whole: int) -> int:
+    """round(weight * part / whole), halves up, in integers."""
+    return (2 * weight * part + whole) // (2 * whole)
+
+
+def _place(candidates: list[Call], deepest: dict[FrameKey, int]) -> tuple[Call, int] | None:
+    """The candidate the stack shows, and the position below which its frames start."""
+    best: tuple[tuple[int, int, int], Call, int] | None = None
+    for call in candidates:
+        position = deepest.get(call.key) if call.key is not None else None
+        if position is not None:
+            rank = (position, call.depth, -call.start)
+            if best is None or rank > best[0]:
+                best = (rank, call, position)
+    if best is None:  # fall back on the deepest frame of a measured caller on the thread
+        for call in candidates:
+            caller = call.parent
+            while caller is not None:
+                position = deepest.get(caller.key) if caller.key is not None else None
+                if position is not None:
+                    rank = (position, 0, -call.start)
+                    if best is None or rank > best[0]:
+                        best = (rank, call, position)
+                caller = caller.parent
+    return None if best is None else (best[1], best[2])
+
+
+def _grow(node: Node, tallies: dict[Signature, _Tally]) -> None:
+    """Hang the estimated subtree under its measured node, scaled down to fit the time its own
+    thread had free: its window less what its measured children on the same thread covered.
+    (Children handed off to other threads ran in parallel: they take nothing from that time.)"""
+    top: list[Node] = []
+    built: list[Node] = []  # parents before children
+    stack: list[tuple[_Tally, Node]] = [(tally, node) for tally in tallies.values()]
+    while stack:
+        tally, parent = stack.pop()
+        start = max(tally.first, parent.start_ns)
+        end = tally.last if parent.end_ns is None else min(tally.last, parent.end_ns)
+        child = Node(
+            name=tally.frame[1],
+            start_ns=start,
+            end_ns=max(start, end),
+            duration_ns=tally.time,
+            self_ns=None,
+            process=node.process,
+            thread=node.thread,
+            status=STATUS_OK,
+            error=None,
+            kind=KIND_ESTIMATED,
+            samples=tally.weight,
+            self_samples=tally.self_weight,
+            cpu_ns=tally.cpu,
+            frame=tally.frame,
+        )
+        parent.children.append(child)
+        if parent is node:
+            top.append(child)
+        built.append(child)
+        stack.extend((inner, child) for inner in tally.children.values())
+    total = sum(_time(child) for child in top)
+    limit = _own_thread_free_ns(node)
+    if limit is not None and total > limit:
+        for child in built:
+            child.duration_ns = _time(child) * limit // total
+            child.cpu_ns = (child.cpu_ns or 0) * limit // total
+    for child in reversed(built):
+        child.children.sort(key=_start)
+        child.self_ns = max(0, _time(child) - sum(_time(inner) for inner in child.children))
+    node.children.sort(key=_start)
+    if node.self_ns is not None:
+        node.self_ns = max(0, node.self_ns - sum(_time(child) for child in top))
+
+
+def _own_thread_free_ns(node: Node) -> int | None:
+    """The node's window less the union of its measured children's windows on its own thread."""
+    if node.end_ns is None:
+        return None
+    own = (node.process.puid, node.thread.tid)
+    same_thread = [
+        child
+        for child in node.children
+        if child.kind != KIND_ESTIMATED and (child.process.puid, child.thread.tid) == own
+    ]
+    return max(0, node.end_ns - node.start_ns - covered_ns(node, same_thread))
+
+
+def _time(node: Node) -> int:
+    return node.duration_ns or 0
+
+
+def _start(node: Node) -> tuple[int, int]:
+    """Children in start order; at the same instant a measured call before an estimated frame."""
+    return node.start_ns, node.kind == KIND_ESTIMATED
+
+
+def _total(root: Node, attributed: dict[int, _Attributed]) -> None:
+    """Fill ``samples``, ``self_samples`` and ``cpu_ns`` of every non-estimated node (estimated
+    ones got theirs from their tallies): subtree totals, ``cpu_ns`` None where no sample fell."""
+    for node, _ in reversed(list(walk(root))):  # children before their parents
+        if node.kind == KIND_ESTIMATED:
+            continue
+        found = attributed.get(id(node))
+        own = found.self_weight if found is not None else 0
+        samples = own + sum(child.samples for child in node.children)
+        cpu = (found.self_cpu if found is not None else 0) + sum(
+            child.cpu_ns or 0 for child in node.children
+        )
+        node.samples = samples
+        node.self_samples = own
+        node.cpu_ns = cpu if samples else None

@@ -1,0 +1,226 @@
+"""Profiles: merged call trees folded into one stack tree, the way pyinstrument shows a profile.
+
+Nodes merge where they have the same signature under the same parent: measured calls by name,
+estimated frames by (function, file, line) — the line is the function's first line, or the line
+being executed when the trees were merged with ``lines`` (``merge_samples``), so a profile keys
+frames the way its trees were merged. Each profile node adds up the calls it stands for: their
+count, sample weight (total and self), time (total and self) and CPU time. The functions here are
+pure; ``cmr profile`` loads the trees and hands them over.
+
+- ``profile_sequence``: one sequence, from its root down (repeated calls merge: a loop calling
+  ``price`` 100 times is one ``price`` node with 100 calls).
+- ``method_subtrees`` + ``build_profile``: the invocations of one method across many sequences,
+  each profiled from that invocation down (nested invocations of it are part of the outer one).
+- ``by_thread``: one root per thread instead, holding what ran on that thread (a call handed off
+  to another thread moves to that thread's root); a root's numbers are its children's sums.
+
+A call without a duration yet (running, or incomplete) counts the time its children account for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cmr.store._shared import names_method
+from cmr.store.base import SequenceData
+from cmr.views.calltree import KIND_MEASURED, KIND_SYNTHETIC, Node, SequenceTree, walk
+
+KIND_THREAD = "thread"
+
+Signature = tuple[str, str, tuple[str, str, int] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadOrigin:
+    """The thread a ``by_thread`` root stands for."""
+
+    host: str
+    pid: int
+    puid: int
+    tid: int
+    name: str
+
+
+@dataclass(slots=True, eq=False)
+class ProfileNode:
+    name: str
+    kind: str  # measured | estimated | synthetic | thread
+    frame: tuple[str, str, int] | None = None  # an estimated frame's (file, function, line)
+    calls: int = 0  # tree nodes merged into this one
+    samples: int = 0
+    self_samples: int = 0
+    time_ns: int = 0
+    self_ns: int = 0
+    cpu_ns: int | None = None  # None: no sample fell here
+    thread: ThreadOrigin | None = None  # on by_thread roots
+    children: list[ProfileNode] = field(default_factory=list)
+
+    @property
+    def off_cpu_ns(self) -> int | None:
+        """Time the samples say was spent off the CPU (waiting, sleeping), floored at 0."""
+        return None if self.cpu_ns is None else max(0, self.time_ns - self.cpu_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    roots: list[ProfileNode]  # by time, longest first
+    sequences: int
+    samples_skipped: int
+    by_thread: bool = False
+
+
+def profile_sequence(tree: SequenceTree, *, by_thread: bool = False) -> Profile:
+    """The stack tree of one (merged) sequence tree."""
+    return build_profile(
+        [tree.root], sequences=1, skipped=tree.samples_skipped, by_thread=by_thread
+    )
+
+
+def method_subtrees(tree: SequenceTree, data: SequenceData, method: str) -> list[Node]:
+    """The outermost invocations of ``method`` (``module.qualname``, or the bare qualname) in the
+    tree that ``data`` built."""
+    records = {(r.puid, r.iid): data.methods.get((r.puid, r.method)) for r in data.invocations}
+    found: list[Node] = []
+    stack = [tree.root]
+    while stack:
+        node = stack.pop()
+        record = records.get((node.process.puid, node.iid)) if node.kind == KIND_MEASURED else None
+        if record is not None and names_method(record.module, record.qualname, method):
+            found.append(node)
+        else:
+            stack.extend(reversed(node.children))
+    return found
+
+
+def build_profile(
+    subtrees: Iterable[Node], *, sequences: int, skipped: int, by_thread: bool = False
+) -> Profile:
+    """Fold ``subtrees`` into one stack tree (or one per thread)."""
+    top = ProfileNode("", KIND_SYNTHETIC)
+    threads: dict[tuple[int, int], ProfileNode] = {}
+    children_of = _Children()
+    for subtree in subtrees:
+        known = _known_times(subtree)
+        if not by_thread:
+            _fold(subtree, top, known, children_of, same_thread=False)
+            continue
+        for piece in _thread_pieces(subtree):
+            key = (piece.process.puid, piece.thread.tid)
+            root = threads.get(key)
+            if root is None:
+                root = threads[key] = _thread_root(piece)
+            _fold(piece, root, known, children_of, same_thread=True)
+    roots = list(threads.values()) if by_thread else top.children
+    for root in roots:
+        if root.kind == KIND_THREAD:
+            _sum_children(root)
+        _sort(root)
+    roots.sort(key=_longest_first)
+    return Profile(roots, sequences, skipped, by_thread)
+
+
+def _known_times(root: Node) -> dict[int, int]:
+    known: dict[int, int] = {}
+    for node, _depth in reversed(list(walk(root))):
+        if node.duration_ns is not None:
+            known[id(node)] = node.duration_ns
+        else:
+            known[id(node)] = sum(known[id(child)] for child in node.children)
+    return known
+
+
+def _fold(
+    source: Node,
+    parent: ProfileNode,
+    known: dict[int, int],
+    children_of: _Children,
+    *,
+    same_thread: bool,
+) -> None:
+    """Add ``source`` and its subtree under ``parent``; ``same_thread``: leave out children that
+    ran on another thread (and their samples, which ``source``'s totals include)."""
+    stack = [(source, parent)]
+    while stack:
+        node, into = stack.pop()
+        children = node.children
+        samples, cpu = node.samples, node.cpu_ns
+        if same_thread:
+            children = [c for c in children if _same_thread(c, node)]
+            for other in node.children:
+                if not _same_thread(other, node):
+                    samples -= other.samples
+                    if cpu is not None and other.cpu_ns is not None:
+                        cpu -= other.cpu_ns
+            if not samples and all(child.cpu_ns is None for child in children):
+                cpu = None  # every sample below it fell on other threads
+        target = children_of.get(into, node)
+        target.calls += 1
+        target.samples += samples
+        target.self_samples += node.self_samples
+        target.time_ns += known[id(node)]
+        target.self_ns += node.self_ns or 0
+        if cpu is not None:
+            target.cpu_ns = (target.cpu_ns or 0) + cpu
+        stack.extend((child, target) for child in reversed(children))
+
+
+def _same_thread(child: Node, parent: Node) -> bool:
+    return child.process.puid == parent.process.puid and child.thread.tid == parent.thread.tid
+
+
+class _Children:
+    """Each profile node's children by signature, while profiles are folded."""
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[int, Signature], ProfileNode] = {}
+
+    def get(self, parent: ProfileNode, node: Node) -> ProfileNode:
+        key = (id(parent), (node.kind, node.name, node.frame))
+        child = self._index.get(key)
+        if child is None:
+            child = self._index[key] = ProfileNode(node.name, node.kind, node.frame)
+            parent.children.append(child)
+        return child
+
+
+def _thread_pieces(root: Node) -> list[Node]:
+    """The nodes that start a thread's share of the subtree: the root (unless synthetic) and
+    every node on another thread than its parent (a synthetic root's children count as such)."""
+    pieces: list[Node] = []
+    stack: list[tuple[Node, Node | None]] = [(root, None)]
+    while stack:
+        node, parent = stack.pop()
+        if node.kind != KIND_SYNTHETIC and (
+            parent is None or parent.kind == KIND_SYNTHETIC or not _same_thread(node, parent)
+        ):
+            pieces.append(node)
+        stack.extend((child, node) for child in reversed(node.children))
+    return pieces
+
+
+def _thread_root(node: Node) -> ProfileNode:
+    process, thread = node.process, node.thread
+    origin = ThreadOrigin(process.host, process.pid, process.puid, thread.tid, thread.name)
+    name = f"{thread.name} ({thread.tid}) {process.host}:{process.pid}"
+    return ProfileNode(name, KIND_THREAD, thread=origin)
+
+
+def _sum_children(root: ProfileNode) -> None:
+    root.calls = sum(child.calls for child in root.children)
+    root.samples = sum(child.samples for child in root.children)
+    root.time_ns = sum(child.time_ns for child in root.children)
+    cpu = [child.cpu_ns for child in root.children if child.cpu_ns is not None]
+    root.cpu_ns = sum(cpu) if cpu else None
+
+
+def _sort(root: ProfileNode) -> None:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        node.children.sort(key=_longest_first)
+        stack.extend(node.children)
+
+
+def _longest_first(node: ProfileNode) -> tuple[int, str, tuple[str, str, int]]:
+    return (-node.time_ns, node.name, node.frame or ("", "", 0))
