@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import tempfile
 import threading
 from collections.abc import Iterator
 
@@ -11,6 +13,10 @@ import pytest
 
 import tracer
 from tracer import patching
+
+# Tests and the programs they start spool (when a repository is away) into a private directory,
+# never into the user's cache, where a later run of the same program would replay them.
+os.environ.setdefault("INVOSEQ_SPOOL_DIR", tempfile.mkdtemp(prefix="invoseq-test-spool-"))
 
 PATCHABLE = {
     "Thread.start": lambda: threading.Thread.__dict__["start"],

@@ -82,11 +82,12 @@ def run_traced(
     return result
 
 
-def run_python(tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
-    """``python *command`` in ``tmp_path``, with no tracer settings from this environment and the
-    repository file (for `tracer run`) under ``tmp_path``."""
+def run_python(tmp_path: Path, *command: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """``python *command`` in ``tmp_path``, with no tracer settings from this environment, the
+    repository file (for `tracer run`) and the spool under ``tmp_path``, and ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_")}
-    env.update(INVOSEQ_DB=str(tmp_path / "cmr.sqlite"), NO_COLOR="1")
+    env.update(INVOSEQ_DB=str(tmp_path / "cmr.sqlite"), NO_COLOR="1", **settings)
+    env["INVOSEQ_SPOOL_DIR"] = str(tmp_path / "spool")
     return subprocess.run(
         [sys.executable, *command],
         cwd=tmp_path,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, TypeVar
 
 log = logging.getLogger("tracer")
@@ -26,6 +26,18 @@ ENV_SAMPLE_MODE: Final = "INVOSEQ_SAMPLE_MODE"
 ENV_SAMPLE_ONLY_ACTIVE: Final = "INVOSEQ_SAMPLE_ONLY_ACTIVE"
 ENV_MAX_THREADS_PER_TICK: Final = "INVOSEQ_MAX_THREADS_PER_TICK"
 SAMPLE_MODES: Final = ("wall", "cpu")
+ENV_SPOOL_DIR: Final = "INVOSEQ_SPOOL_DIR"
+ENV_SPOOL_BYTES: Final = "INVOSEQ_SPOOL_BYTES"
+ENV_MAX_INFLIGHT_BATCHES: Final = "INVOSEQ_MAX_INFLIGHT_BATCHES"
+ENV_RESEND_MS: Final = "INVOSEQ_RESEND_MS"
+ENV_CURVE_SERVER_KEY: Final = "INVOSEQ_CURVE_SERVER_KEY"
+ENV_CURVE_CLIENT_KEY: Final = "INVOSEQ_CURVE_CLIENT_KEY"
+
+
+def default_spool_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "invoseq", "spool")
+
 
 _ENDPOINT_SCHEMES: Final = ("tcp://", "ipc://", "inproc://")
 
@@ -46,7 +58,7 @@ class Config:
     flush_timeout_ms: int = 2000
     #: The most events in one batch.
     batch_events: int = 4096
-    #: Batches queued for the repository before new ones are dropped (and counted).
+    #: Batches queued in memory while the repository is slow or away; then they go to the spool.
     queue_batches: int = 256
     #: Patch threading, concurrent.futures and asyncio so sequences follow work across threads.
     instrument: bool = False
@@ -60,6 +72,18 @@ class Config:
     sample_only_active: bool = True
     #: The most threads sampled in one tick, chosen at random.
     max_threads_per_tick: int = 8
+    #: Where batches wait on disk when the memory queue is full (one file per process).
+    spool_dir: str = field(default_factory=default_spool_dir)
+    #: The most bytes one process spools; past it batches are dropped and counted. 0: no spool.
+    spool_bytes: int = 64 * 1024 * 1024
+    #: Batches sent and not yet acknowledged, at most.
+    max_inflight_batches: int = 64
+    #: A batch not acknowledged within this long is sent again.
+    resend_ms: int = 2000
+    #: CURVE: the repository's public key file (from `cmr keys generate`); empty: no encryption.
+    curve_server_key: str = ""
+    #: CURVE: this client's secret key file (from `cmr keys generate`), allowed by the repository.
+    curve_client_key: str = ""
 
 
 _ENV_NAMES: Final = {
@@ -75,6 +99,12 @@ _ENV_NAMES: Final = {
     "sample_mode": ENV_SAMPLE_MODE,
     "sample_only_active": ENV_SAMPLE_ONLY_ACTIVE,
     "max_threads_per_tick": ENV_MAX_THREADS_PER_TICK,
+    "spool_dir": ENV_SPOOL_DIR,
+    "spool_bytes": ENV_SPOOL_BYTES,
+    "max_inflight_batches": ENV_MAX_INFLIGHT_BATCHES,
+    "resend_ms": ENV_RESEND_MS,
+    "curve_server_key": ENV_CURVE_SERVER_KEY,
+    "curve_client_key": ENV_CURVE_CLIENT_KEY,
 }
 
 _T = TypeVar("_T")
@@ -117,6 +147,9 @@ _CHECKS: Final[dict[str, Callable[[Any], Any]]] = {
     "sample_interval_ms": lambda v: v if v >= 0 else _positive(v),
     "sample_mode": lambda v: _one_of(v, SAMPLE_MODES),
     "max_threads_per_tick": _positive,
+    "spool_bytes": lambda v: v if v >= 0 else _positive(v),
+    "max_inflight_batches": _positive,
+    "resend_ms": _positive,
 }
 
 
@@ -145,12 +178,22 @@ def resolve(
     otherwise (the tracer configuring itself lazily inside the host program) it is logged and the
     default is used, because the tracer never raises into user code."""
     env = os.environ if environ is None else environ
+    config = _resolve_values(overrides, env, strict)
+    if bool(config.curve_server_key) != bool(config.curve_client_key):
+        message = "CURVE needs both curve_server_key and curve_client_key (`cmr keys generate`)"
+        if strict:
+            raise ConfigError(message)
+        log.error("invoseq: %s; the repository will refuse this process", message)
+    return config
+
+
+def _resolve_values(overrides: Mapping[str, Any], env: Mapping[str, str], strict: bool) -> Config:
     known = {f.name: f for f in fields(Config)}
     unknown = set(overrides) - set(known)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
-    for name, spec in known.items():
+    for name in known:
         expected = type(getattr(Config(), name))
         if overrides.get(name) is not None:
             try:
@@ -167,5 +210,5 @@ def resolve(
             message = f"environment variable {_ENV_NAMES[name]}: {exc}"
             if strict:
                 raise ConfigError(message) from None
-            log.warning("invoseq: %s; using the default %r", message, spec.default)
+            log.warning("invoseq: %s; using the default %r", message, getattr(Config(), name))
     return replace(Config(), **values)

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tracer import decorator, patching, recorder
+from tracer import decorator, ids, patching, recorder
 from tracer.config import ENV_ENDPOINT, ENV_HEARTBEAT_MS, ENV_INSTRUMENT, Config, resolve
+from tracer.delivery import Counters
 from tracer.sampler import Sampler
 from tracer.sender import Sender
 from tracer.transport import Transport, ZmqTransport
@@ -38,7 +39,10 @@ def _start(config: Config) -> None:
 
     def transport() -> Transport:
         if factory is None:
-            return ZmqTransport(config.endpoint, config.queue_batches)
+            curve = (config.curve_server_key, config.curve_client_key)
+            return ZmqTransport(
+                config.endpoint, config.max_inflight_batches, curve if curve[0] else None
+            )
         return factory(config)
 
     def own_threads() -> set[int]:
@@ -137,20 +141,29 @@ def child_settings() -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class TracerStats:
-    sent_events: int
-    dropped_events: int
+    sent_events: int  # acknowledged by the repository
+    dropped_events: int  # dropped past the queue and the spool (or cut from a damaged spool)
+    spooled_batches: int  # batches that went to the disk spool
+    spooled_events: int  # this process's events in the spool, not yet sent (after shutdown: left
+    # for the next run of the program)
     acked_batches: int
-    buffered_events: int
+    resent_batches: int
+    buffered_events: int  # recorded, not yet taken by the sender
     internal_errors: int
 
 
 def stats() -> TracerStats:
-    """Counters of the current (or last) sender: what was sent, dropped and acknowledged."""
+    """Counters of the current (or last) sender: what was acknowledged, spooled, dropped."""
     sender = _sender or _last
+    delivery = sender.delivery if sender else None
+    counters = delivery.counters if delivery else Counters()
     return TracerStats(
-        sent_events=sender.sent_events if sender else 0,
-        dropped_events=sender.dropped if sender else 0,
-        acked_batches=sender.acked_batches if sender else 0,
+        sent_events=counters.sent_events,
+        dropped_events=counters.dropped_events,
+        spooled_batches=counters.spooled_batches,
+        spooled_events=delivery.spooled_events(ids.identity().puid) if delivery else 0,
+        acked_batches=counters.acked_batches,
+        resent_batches=counters.resent_batches,
         buffered_events=recorder.buffered(),
         internal_errors=recorder.internal_errors(),
     )

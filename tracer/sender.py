@@ -18,13 +18,12 @@ import msgspec
 
 from tracer import context, ids, recorder
 from tracer.config import Config
+from tracer.delivery import Delivery, Outgoing
 from tracer.sampler import Sampler
+from tracer.spool import Spool, program_key
 from tracer.transport import Transport
 
 log = logging.getLogger("tracer")
-
-#: Batches remembered while waiting for their acknowledgement; older ones are given up on.
-MAX_UNACKED = 4096
 
 
 class Sender:
@@ -51,16 +50,13 @@ class Sender:
         self._batch_no = 0  # the last number this sender used (numbers are per process)
         self._methods_sent = 0
         self._threads_sent: set[int] = set()  # tids whose ThreadInfo went out
-        self._unacked: dict[int, int] = {}  # batch_no -> events
         self._last_send = time.monotonic()
         #: The repository let a whole flush timeout pass without acknowledging: later flushes do
         #: not wait for it again until it answers (a pool task must not pay the timeout each time).
         self._silent = False
-        self.dropped = 0  # events that could not be queued for the repository
         self.sent_samples = 0
         self._samples: list[Any] = []
-        self.sent_events = 0
-        self.acked_batches = 0
+        self.delivery: Delivery | None = None
         self._thread = threading.Thread(target=self._run, name="invoseq-sender", daemon=True)
 
     def start(self) -> None:
@@ -108,7 +104,7 @@ class Sender:
 
     def _run(self) -> None:
         try:
-            transport = self._transport_factory()
+            delivery = self.delivery = self._open_delivery()
         except Exception as exc:
             log.exception("invoseq: cannot open the transport to %s", self._config.endpoint)
             recorder.internal_error(exc)
@@ -124,15 +120,18 @@ class Sender:
                     final = stopping and self._final
                     requested = self._flush_requests
                 alive = heartbeat > 0 and time.monotonic() - self._last_send >= heartbeat
-                self._send_buffered(transport, final=final, heartbeat=alive)
-                self._collect_acks(transport, 0)
+                self._send_buffered(delivery, final=final, heartbeat=alive)
+                delivery.pump()
+                if delivery.collect(0):
+                    self._silent = False
                 if stopping or requested > self._flushes_done:
-                    result = self._await_acks(transport)
+                    result = self._await_delivery(delivery)
                     with self._flushed:
                         self._flush_result = result
                         self._flushes_done = requested
                         self._flushed.notify_all()
                 if stopping:
+                    delivery.retire()
                     return
         except Exception as exc:
             recorder.internal_error(exc)
@@ -141,11 +140,33 @@ class Sender:
                 self._flushes_done = self._flush_requests
                 self._flushed.notify_all()
             try:
-                transport.close()
+                delivery.close()
             except Exception as exc:
                 recorder.internal_error(exc)
 
-    def _send_buffered(self, transport: Transport, *, final: bool, heartbeat: bool = False) -> None:
+    def _open_delivery(self) -> Delivery:
+        config = self._config
+        spool = None
+        if config.spool_bytes > 0:
+            spool = Spool(
+                config.spool_dir, config.spool_bytes, program_key(list(self._identity.argv))
+            )
+            spool.adopt_orphans()
+        return Delivery(
+            self._transport_factory(),
+            window=config.max_inflight_batches,
+            queue_batches=config.queue_batches,
+            spool=spool,
+            resend_ns=config.resend_ms * 1_000_000,
+            on_drop=self._forget_sent_infos,
+        )
+
+    def _forget_sent_infos(self) -> None:
+        """A dropped batch may have carried metadata: send it all again with the next batch."""
+        self._methods_sent = self._frames_sent = 0
+        self._threads_sent.clear()
+
+    def _send_buffered(self, delivery: Delivery, *, final: bool, heartbeat: bool = False) -> None:
         """Send what the threads recorded; with nothing to send, an empty batch still goes out
         when it is the final one or a heartbeat is due (the repository learns the process lives)."""
         drained = recorder.drain()
@@ -161,16 +182,16 @@ class Sender:
                 size += len(part)
                 start += len(part)
                 if size >= limit:
-                    self._send_batch(transport, pending, size, final=False)
+                    self._send_batch(delivery, pending, size, final=False)
                     pending, size = [], 0
         if pending or final or self._samples or (heartbeat and not drained.chunks):
-            self._send_batch(transport, pending, size, final=final)
+            self._send_batch(delivery, pending, size, final=final)
         for buffer in drained.finished:  # they send nothing more: forget them
             self._threads_sent.discard(buffer.tid)
 
     def _send_batch(
         self,
-        transport: Transport,
+        delivery: Delivery,
         chunks: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]],
         size: int,
         *,
@@ -202,43 +223,33 @@ class Sender:
             methods,
             threads,
             [(buffer.tid, events) for buffer, events in chunks],
-            self.dropped,
+            delivery.counters.dropped_events,
             final,
             frames,
             samples,
             sampler,
+            lost := delivery.lost_to_report(),
         )
         body = self._encoder.encode(batch)
-        if transport.send(body):
-            self._last_send = time.monotonic()
-            self._methods_sent += len(methods)
-            self._frames_sent += len(frames)
-            self.sent_samples += len(samples)
-            self._threads_sent.update(info[0] for info in threads)
-            self.sent_events += size
-            if len(self._unacked) >= MAX_UNACKED:
-                self._unacked.pop(next(iter(self._unacked)))
-            self._unacked[self._batch_no] = size
-        else:
-            self.dropped += size
+        delivery.submit(Outgoing(process.puid, self._batch_no, body, size, lost))
+        self._last_send = time.monotonic()
+        self._methods_sent += len(methods)
+        self._frames_sent += len(frames)
+        self.sent_samples += len(samples)
+        self._threads_sent.update(info[0] for info in threads)
 
-    def _collect_acks(self, transport: Transport, timeout_ms: int) -> None:
-        for ack in transport.receive_acks(timeout_ms):
-            self._silent = False
-            if (
-                ack.puid == self._identity.puid
-                and self._unacked.pop(ack.batch_no, None) is not None
-            ):
-                self.acked_batches += 1
-
-    def _await_acks(self, transport: Transport) -> bool:
+    def _await_delivery(self, delivery: Delivery) -> bool:
+        """Wait (bounded by the flush timeout; not at all while the repository is known to be
+        silent) until everything is acknowledged."""
         timeout = 0 if self._silent else self._config.flush_timeout_ms / 1000
         deadline = time.monotonic() + timeout
-        while self._unacked:
+        while delivery.pending():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._collect_acks(transport, 0)
-                self._silent = bool(self._unacked)
-                return not self._unacked
-            self._collect_acks(transport, max(1, min(50, int(remaining * 1000))))
+                delivery.collect(0)
+                self._silent = delivery.pending()
+                return not self._silent
+            delivery.pump()
+            if delivery.collect(max(1, min(50, int(remaining * 1000)))):
+                self._silent = False
         return True

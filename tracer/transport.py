@@ -11,6 +11,7 @@ from typing import Protocol
 
 import msgspec
 import zmq
+import zmq.auth
 
 from tracer import wire
 
@@ -30,14 +31,25 @@ class Transport(Protocol):
 
 
 class ZmqTransport:
-    """DEALER connected to the repository's ROUTER. SNDHWM bounds the queue in batches; sends never
-    block (a full queue is a counted drop); LINGER is 0 because the sender itself decides how long
-    to wait for acknowledgements, so closing never hangs the host program."""
+    """DEALER connected to the repository's ROUTER. Sends never block: IMMEDIATE makes a send fail
+    at once while no connection is up (the batch then waits in the sender's own queue and spool,
+    which it accounts for, rather than in ZeroMQ's), and SNDHWM caps ZeroMQ's buffer at the
+    in-flight window. LINGER is 0 because the sender decides how long to wait for
+    acknowledgements, so closing never hangs the host program."""
 
-    def __init__(self, endpoint: str, queue_batches: int) -> None:
+    def __init__(self, endpoint: str, window: int, curve: tuple[str, str] | None = None) -> None:
         self._context = zmq.Context(io_threads=1)
         self._socket = self._context.socket(zmq.DEALER)
-        self._socket.setsockopt(zmq.SNDHWM, queue_batches)
+        if curve is not None:  # (server public key file, client secret key file)
+            server_public, _ = zmq.auth.load_certificate(curve[0])
+            client_public, client_secret = zmq.auth.load_certificate(curve[1])
+            if client_secret is None:
+                raise ValueError(f"{curve[1]} holds no secret key: give the .key_secret file")
+            self._socket.curve_serverkey = server_public
+            self._socket.curve_publickey = client_public
+            self._socket.curve_secretkey = client_secret
+        self._socket.setsockopt(zmq.IMMEDIATE, 1)
+        self._socket.setsockopt(zmq.SNDHWM, window)
         self._socket.setsockopt(zmq.RCVHWM, 0)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, 1024)

@@ -15,7 +15,7 @@ from typing import Annotated, Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 MAGIC: Final = b"IVSQ"
 
 KIND_BATCH: Final = 1
@@ -40,6 +40,7 @@ MAX_PATH: Final = 4096
 MAX_ARGV: Final = 64
 MAX_STACK_DEPTH: Final = 512
 MAX_SAMPLES_PER_BATCH: Final = 1_000_000
+MAX_LOST_SEQS: Final = 1024
 
 U64 = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]
 #: Ids stored as SQLite INTEGER must fit a signed 64-bit integer.
@@ -187,7 +188,8 @@ class Batch(msgspec.Struct, array_like=True, frozen=True):
 
     ``dropped`` is the process's cumulative count of events it could not send; ``final`` marks the
     last batch of a process that shut down cleanly (its open invocations will never end).
-    ``frames``, ``samples`` and ``sampler`` carry the stack sampler's output (protocol 3)."""
+    ``frames``, ``samples`` and ``sampler`` carry the stack sampler's output (protocol 3).
+    ``lost_seqs`` names sequences some of whose events this process had to drop (protocol 4)."""
 
     puid: Id63
     batch_no: Id63
@@ -200,6 +202,7 @@ class Batch(msgspec.Struct, array_like=True, frozen=True):
     frames: Annotated[list[FrameInfo], msgspec.Meta(max_length=MAX_INFOS_PER_BATCH)] = []
     samples: Annotated[list[Sample], msgspec.Meta(max_length=MAX_SAMPLES_PER_BATCH)] = []
     sampler: SamplerReport | None = None
+    lost_seqs: Annotated[list[SeqId], msgspec.Meta(max_length=MAX_LOST_SEQS)] = []
 
 
 class Ack(msgspec.Struct, array_like=True, frozen=True):

@@ -11,10 +11,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def run_plain_and_traced(tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
-    """Run an example as plain Python, then under ``tracer run``: both succeed with the same
-    stdout. Returns the traced run."""
+    """Run an example as plain Python (tracing off even where it imports the tracer), then under
+    ``tracer run``: both succeed with the same stdout. Returns the traced run."""
     example = str(EXAMPLES / name)
-    plain = run_python(tmp_path, example)
+    plain = run_python(tmp_path, example, INVOSEQ_ENABLED="0")
     traced = run_python(tmp_path, "-m", "tracer", "run", example)
     assert plain.returncode == 0, plain.stderr
     assert traced.returncode == 0, traced.stderr

@@ -13,7 +13,7 @@ import msgspec
 import zmq
 
 import tracer
-from tracer import wire
+from tracer import spool, wire
 from tracer.testing import capture
 
 
@@ -74,16 +74,29 @@ def test_process_exit_with_no_repository_is_bounded(tmp_path: Path) -> None:
     assert elapsed < 0.5 + 10.0  # flush timeout plus interpreter start-up, generously
 
 
-def test_full_queue_drops_are_counted_exactly(tmp_path: Path) -> None:
+def test_without_a_repository_every_event_is_spooled_or_counted(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "spool"
     tracer.configure(
-        endpoint=unused_endpoint(tmp_path), queue_batches=1, batch_events=10, flush_timeout_ms=0
+        endpoint=unused_endpoint(tmp_path),
+        queue_batches=2,
+        max_inflight_batches=1,
+        batch_events=10,
+        flush_timeout_ms=0,
+        spool_dir=str(spool_dir),
+        spool_bytes=4000,  # room for some batches only
     )
     for i in range(500):
         work(i)
     tracer.shutdown()
     stats = tracer.stats()
-    assert stats.dropped_events > 0
-    assert stats.sent_events + stats.dropped_events == 1000  # a start and an end per call
+    [spool_file] = spool_dir.iterdir()
+    assert stats.sent_events == 0  # nothing was acknowledged: nobody listens
+    assert stats.dropped_events > 0  # the spool's bound was reached
+    assert stats.spooled_events > 0  # but it kept what it could, for the next run
+    assert stats.spooled_events + stats.dropped_events == 1000  # a start and an end per call
+    assert spool_file.stat().st_size <= 4000
+    on_disk = {(r.puid, r.batch_no): r.events for r in spool.read_file(spool_file)}
+    assert sum(on_disk.values()) == stats.spooled_events
 
 
 def test_batches_are_numbered_bounded_and_carry_process_metadata() -> None:

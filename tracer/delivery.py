@@ -1,0 +1,192 @@
+"""Getting encoded batches to the repository exactly once, never blocking, never unbounded.
+
+A batch goes through, in order:
+
+1. the **window**: at most ``window`` batches sent and not yet acknowledged; each is sent again
+   when no acknowledgement came within ``resend_ns`` (the repository discards a batch it already
+   stored, so resending is safe);
+2. the **queue**: up to ``queue_batches`` batches in memory, waiting for room in the window;
+3. the **spool**: when the queue is full its oldest batch goes to disk (bounded in bytes), and the
+   spool is replayed, oldest first, before the queue;
+4. **dropped**: past both bounds a batch is dropped, its events counted, and the sequences it
+   carried remembered, so that a later batch reports them (``lost_seqs``) and the repository marks
+   them lossy.
+
+The sender's worker thread owns a Delivery; nothing here blocks: sends are non-blocking and a
+batch the transport refuses stays where it is for the next round.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from tracer import wire
+from tracer.spool import Spool
+from tracer.transport import Transport
+
+_batch_decoder = msgspec.msgpack.Decoder(wire.Batch)
+
+
+@dataclass(slots=True)
+class Outgoing:
+    puid: int
+    batch_no: int
+    body: bytes
+    events: int
+    reports: tuple[bytes, ...] = ()  # lost sequences this batch reports
+    sent_ns: int = 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.puid, self.batch_no
+
+
+@dataclass(slots=True)
+class Counters:
+    sent_events: int = 0  # events acknowledged by the repository
+    dropped_events: int = 0  # events dropped past every bound
+    acked_batches: int = 0
+    resent_batches: int = 0
+    spooled_batches: int = 0
+    lost_seqs: set[bytes] = field(default_factory=set)
+
+
+class Delivery:
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        window: int,
+        queue_batches: int,
+        spool: Spool | None,
+        resend_ns: int,
+        on_drop: Callable[[], None] = lambda: None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self._on_drop = on_drop
+        self._transport = transport
+        self._window_size = window
+        self._queue_size = queue_batches
+        self._spool = spool
+        self._resend_ns = resend_ns
+        self._clock = clock
+        self._window: collections.OrderedDict[tuple[int, int], Outgoing] = collections.OrderedDict()
+        self._queue: collections.deque[Outgoing] = collections.deque()
+        self._unsendable: Outgoing | None = None  # read from the spool, refused by the transport
+        self._unreported: set[bytes] = set()
+        self._in_spool: dict[tuple[int, int], int] = {}  # events of batches written, not yet taken
+        self.counters = Counters()
+
+    # -- submitting -------------------------------------------------------------------------------
+
+    def lost_to_report(self, limit: int = wire.MAX_LOST_SEQS) -> tuple[bytes, ...]:
+        """Sequences with dropped events that no acknowledged batch has reported yet; the caller
+        puts them into the batch it is building and passes them to ``submit``."""
+        return tuple(sorted(self._unreported)[:limit])
+
+    def submit(self, item: Outgoing) -> None:
+        self._unreported.difference_update(item.reports)
+        if len(self._queue) >= self._queue_size:
+            self._spill(self._queue.popleft())
+        self._queue.append(item)
+
+    def _spill(self, item: Outgoing) -> None:
+        if self._spool is not None and self._spool.append(
+            item.puid, item.batch_no, item.body, item.events
+        ):
+            self.counters.spooled_batches += 1
+            self._in_spool[item.key] = item.events
+        else:
+            self._drop(item)
+
+    def _drop(self, item: Outgoing) -> None:
+        self.counters.dropped_events += item.events
+        self._on_drop()
+        self._unreported.update(item.reports)  # its report is lost with it: report again
+        try:
+            batch = _batch_decoder.decode(item.body)
+        except msgspec.DecodeError:
+            return
+        for chunk in batch.chunks:
+            for event in chunk.events:
+                if isinstance(event, wire.Start | wire.Handoff):
+                    self._unreported.add(event.seq)
+                    self.counters.lost_seqs.add(event.seq)
+
+    # -- moving batches ---------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Resend what waited too long for its acknowledgement, then fill the window."""
+        now = self._clock()
+        for waiting in self._window.values():
+            if now - waiting.sent_ns >= self._resend_ns:
+                if not self._transport.send(waiting.body):
+                    break
+                waiting.sent_ns = now
+                self.counters.resent_batches += 1
+        while len(self._window) < self._window_size:
+            spooled = self._spool is not None and self._spool.peek() is not None
+            if self._unsendable is None and spooled:  # the spool holds the oldest batches
+                item = self._take_spooled()
+                if item is None:
+                    return  # refused: try again next round
+            else:
+                item = self._unsendable or (self._queue.popleft() if self._queue else None)
+                self._unsendable = None
+                if item is None:
+                    return
+                if not self._transport.send(item.body):
+                    self._unsendable = item  # refused (not connected, queue full): first next time
+                    return
+            item.sent_ns = now
+            self._window[item.key] = item
+
+    def _take_spooled(self) -> Outgoing | None:
+        """Send the oldest spooled batch; it leaves the spool only once the transport took it."""
+        record = self._spool.peek() if self._spool is not None else None
+        if record is None or not self._transport.send(record.body):
+            return None
+        assert self._spool is not None
+        self._spool.advance()
+        self._in_spool.pop((record.puid, record.batch_no), None)
+        return Outgoing(record.puid, record.batch_no, record.body, record.events)
+
+    def spooled_events(self, puid: int) -> int:
+        """Events of process ``puid`` waiting in the spool (after ``retire``: for a later run)."""
+        return sum(n for (owner, _), n in self._in_spool.items() if owner == puid)
+
+    def collect(self, timeout_ms: int) -> int:
+        """Take the acknowledgements that arrived (waiting up to ``timeout_ms`` for the first)."""
+        taken = 0
+        for ack in self._transport.receive_acks(timeout_ms):
+            item = self._window.pop((ack.puid, ack.batch_no), None)
+            if item is not None:
+                self.counters.acked_batches += 1
+                self.counters.sent_events += item.events
+                taken += 1
+        return taken
+
+    def pending(self) -> bool:
+        spooled = self._spool is not None and self._spool.has_records()
+        return bool(self._window or self._queue or self._unsendable or spooled)
+
+    def retire(self) -> None:
+        """At shutdown, with the time to wait used up: what is not acknowledged goes to the spool
+        for the next run of this program, or is dropped and counted."""
+        leftovers = [*self._window.values(), *([self._unsendable] if self._unsendable else [])]
+        leftovers.extend(self._queue)
+        self._window.clear()
+        self._queue.clear()
+        self._unsendable = None
+        for item in leftovers:
+            self._spill(item)
+
+    def close(self) -> None:
+        if self._spool is not None:
+            self._spool.close()
+        self._transport.close()
