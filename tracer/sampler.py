@@ -3,15 +3,19 @@
 Instrumenting every function costs too much, so the tree stops at the last traced call; samples
 fill in what ran below it (the repository merges them in as *estimated* nodes).
 
-Every ``interval_ms`` the sampler reads ``sys._current_frames()`` and picks at most
+About every ``interval_ms`` (jittered between half and one and a half intervals, so ticks never
+fall into step with periodic work) the sampler reads ``sys._current_frames()`` and picks at most
 ``max_threads_per_tick`` threads at random among the candidates: the threads that have recorded
 events, never the sampler or the sender, and (``only_active``) only those inside a traced call,
-which is the case when a tracer frame is on their stack. In ``cpu`` mode a candidate must also be
-running, read from ``/proc/self/task/<native id>/stat`` (without ``/proc`` the sampler says so once
-and samples in ``wall`` mode).
+which is the case when a tracer wrapper frame is on their stack. In ``cpu`` mode a candidate must
+also have run since the sampler last looked at it (its CPU time advanced; a first look reads the
+state in ``/proc/self/task/<native id>/stat``; without ``/proc`` the sampler says so once and
+samples in ``wall`` mode), and a sample stands for the CPU time it used rather than wall time.
 
-A sample's duration and CPU time are those of the span until the same thread's next sample, so a
-sample is emitted one sample late. Consecutive identical samples of a thread that used no CPU in
+Each sample stands for a span of its thread's time. Where two samples show different stacks, the
+boundary between their spans is placed with the thread's CPU clock (see ``_boundary``), because
+the sampler only sees a thread when it holds the GIL: a thread that blocks gives it up at once, a
+busy one only every switch interval. Consecutive identical samples of a thread that used no CPU in
 between collapse into one with ``weight = N``: a thread blocked for minutes costs one record.
 The tracer's own frames are left out of every stack.
 """
@@ -48,13 +52,17 @@ SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
 
 @dataclass(slots=True)
 class _Pending:
-    """A thread's latest sample, waiting for its next one to know its duration and CPU time."""
+    """A thread's latest sample (or run of collapsed ones), waiting for the next sample of the
+    thread to know where its span ends and how much CPU it used."""
 
     tid: int
-    t_ns: int
-    cpu_ns: int  # the thread's CPU clock when the sample was taken
+    start_ns: int  # where its span begins (at or before the first sample's instant)
+    last_ns: int  # the instant of its last sample
+    cpu_clock: int  # the thread's CPU clock at that instant
     frames: tuple[int, ...]
     lines: tuple[int, ...]
+    running: bool  # the thread was mostly on the CPU just before the sample
+    cpu_ns: int = 0  # CPU time already credited to the span
     weight: int = 1
 
 
@@ -96,6 +104,8 @@ class Sampler:
         self._random = random.Random(os.urandom(16))
         self._pending: dict[int, _Pending] = {}  # by thread ident
         self._clocks: dict[int, int | None] = {}  # thread ident -> its CPU clock id
+        self._idle_since: dict[int, int] = {}  # CPU mode: a thread's CPU clock when seen idle
+        self._last_cpu: dict[int, int] = {}  # CPU mode: a thread's CPU clock at the last look
         self._lock = threading.Lock()
         self._samples: list[SampleTuple] = []
         self.dropped = 0
@@ -136,9 +146,14 @@ class Sampler:
 
     # -- the sampler thread -----------------------------------------------------------------------
 
+    def _next_interval(self) -> int:
+        """One interval, jittered (0.5 to 1.5 times): ticks never fall into step with periodic
+        work, which would hide whatever runs at the moments they keep missing."""
+        return self.interval_ns // 2 + self._random.randrange(self.interval_ns + 1)
+
     def _run(self) -> None:
         interval = self.interval_ns
-        due = time.perf_counter_ns() + interval
+        due = time.perf_counter_ns() + self._next_interval()
         try:
             while not self._stop.wait(max(0, due - time.perf_counter_ns()) / 1e9):
                 started = time.perf_counter_ns()
@@ -150,9 +165,9 @@ class Sampler:
                     recorder.internal_error(exc)
                 self.ticks += 1
                 self.cost_ns += time.perf_counter_ns() - started
-                due += interval
+                due += self._next_interval()
                 if due < started:  # fell behind: skip the missed ticks rather than burst
-                    due = started + interval
+                    due = started + self._next_interval()
         except Exception as exc:
             recorder.internal_error(exc)
         finally:
@@ -170,51 +185,103 @@ class Sampler:
                 continue
             candidates.append((ident, top))
         for ident in [i for i in self._pending if i not in frames]:
-            self._emit(self._pending.pop(ident), now, None)  # the thread ended
+            self._emit(self._pending.pop(ident), None)  # the thread ended
         for ident in [i for i in self._clocks if i not in frames]:
             del self._clocks[ident]
+            self._idle_since.pop(ident, None)
+            self._last_cpu.pop(ident, None)
         if len(candidates) > self._max_threads:
             candidates = self._random.sample(candidates, self._max_threads)
         for ident, top in candidates:
             tid, native_id = threads[ident]
-            if self.mode == "cpu" and _running(native_id) is False:
+            if self.mode == "cpu" and not self._ran(ident, native_id):
+                self._idle(ident, now)
                 continue
             self._sample(ident, tid, top, now)
 
-    def _sample(self, ident: int, tid: int, top: FrameType, now: int) -> None:
+    def _ran(self, ident: int, native_id: int) -> bool:
+        """CPU mode: whether the thread used the CPU since the sampler last looked at it. Its CPU
+        time says so; the /proc state alone cannot, because while the sampler holds the GIL a
+        busy Python thread waits for it and looks asleep. A first look asks /proc."""
+        cpu = self._cpu_now(ident)
+        if cpu is None:
+            return False
+        last = self._last_cpu.get(ident)
+        self._last_cpu[ident] = cpu
+        if last is not None:
+            return cpu > last
+        return _running(native_id) is not False
+
+    def _cpu_now(self, ident: int) -> int | None:
+        """The thread's CPU clock, 0 without one, None when the thread is gone."""
         clock = self._clocks.get(ident, _UNSET)
         if clock is _UNSET:
             clock = self._clocks[ident] = _cpu_clock(ident)
-        cpu = 0
-        if clock is not None:
-            try:
-                cpu = time.clock_gettime_ns(clock)
-            except OSError:  # the thread ended since the tick began: its clock is gone
-                self._clocks.pop(ident, None)
-                return
+        if clock is None:
+            return 0
+        try:
+            return time.clock_gettime_ns(clock)
+        except OSError:  # the thread ended since the tick began: its clock is gone
+            self._clocks.pop(ident, None)
+            return None
+
+    def _idle(self, ident: int, now: int) -> None:
+        """CPU mode saw the thread off the CPU: its pending sample ends here, with the CPU used so
+        far; what it uses from now on belongs to its next sample."""
+        cpu = self._cpu_now(ident)
+        if cpu is None:
+            return
+        previous = self._pending.pop(ident, None)
+        if previous is not None:
+            self._emit(previous, now, previous.cpu_ns + max(0, cpu - previous.cpu_clock))
+        self._idle_since[ident] = cpu
+
+    def _sample(self, ident: int, tid: int, top: FrameType, now: int) -> None:
+        cpu = self._cpu_now(ident)
+        if cpu is None:
+            return
         frames, lines = self._stack(top)
         previous = self._pending.get(ident)
-        if previous is not None:
-            used = cpu - previous.cpu_ns
-            if used == 0 and previous.frames == frames and previous.lines == lines:
-                previous.weight += 1  # still idle in the same place: collapse
-                return
-            self._emit(previous, now, used)
-        self._pending[ident] = _Pending(tid, now, cpu, frames, lines)
-
-    def _emit(self, sample: _Pending, end: int, cpu_used: int | None) -> None:
-        """Queue a sample whose span ended at ``end``; without a next sample (the thread ended,
-        the sampler stops) it stands for one interval and its CPU use is unknown (0)."""
-        if cpu_used is None:
-            duration, cpu_used = self.interval_ns * sample.weight, 0
+        if previous is None:
+            since_idle = self._idle_since.pop(ident, cpu)
+            self._pending[ident] = _Pending(
+                tid, now, now, cpu, frames, lines, running=True, cpu_ns=max(0, cpu - since_idle)
+            )
+            return
+        gap = max(0, now - previous.last_ns)
+        used = min(gap, max(0, cpu - previous.cpu_clock))
+        same = previous.frames == frames and previous.lines == lines
+        if same and used == 0:  # still idle in the same place: collapse
+            previous.weight += 1
+            previous.last_ns = now
+            previous.running = False
+            return
+        split = now if same else _boundary(previous, gap, used)
+        # The CPU of the gap: a running thread used it first, an idle one after waking.
+        if previous.running:
+            before = min(used, split - previous.last_ns)
         else:
-            duration = max(0, end - sample.t_ns)
+            before = max(0, used - (now - split))
+        self._emit(previous, split, previous.cpu_ns + before)
+        self._pending[ident] = _Pending(
+            tid, split, now, cpu, frames, lines, running=used * 2 > gap, cpu_ns=used - before
+        )
+
+    def _emit(self, sample: _Pending, end: int | None, cpu_ns: int | None = None) -> None:
+        """Queue a sample whose span ends at ``end``; without a next sample (the thread ended,
+        the sampler stops) it lasts one interval past its last instant."""
+        if end is None:
+            end = sample.last_ns + self.interval_ns
+        cpu = sample.cpu_ns if cpu_ns is None else cpu_ns
+        # In CPU mode a thread off the CPU is not sampled, so a span may hide a wait: a sample
+        # then stands for the CPU time it used, and the views read CPU time.
+        duration = cpu if self.mode == "cpu" else max(0, end - sample.start_ns)
         record = (
             sample.tid,
-            sample.t_ns,
+            sample.start_ns,
             sample.weight,
             duration,
-            max(0, cpu_used),
+            cpu,
             sample.frames,
             sample.lines,
         )
@@ -226,7 +293,7 @@ class Sampler:
 
     def _finish(self, now: int) -> None:
         for sample in self._pending.values():
-            self._emit(sample, now, None)
+            self._emit(sample, None)
         self._pending.clear()
 
     def _stack(self, top: FrameType) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -247,6 +314,23 @@ class Sampler:
 
 
 _UNSET: Any = object()
+
+
+def _boundary(previous: _Pending, gap: int, used: int) -> int:
+    """Where, between two samples of a thread showing different stacks, the first stack ended.
+
+    The sampler only sees a thread when it holds the GIL, which a thread that blocks releases at
+    once and a running one only every switch interval: a naive "the span lasts until the next
+    sample" credits waits with the running time that follows them. The thread's CPU clock tells
+    better. An idle thread woke ``used`` before the next sample (it ran since); a running one ran
+    ``used`` and then changed; one that ran through the whole gap changed at an unknown moment:
+    the middle."""
+    start = previous.last_ns
+    if not previous.running:
+        return start + gap - used
+    if used * 10 >= gap * 9:
+        return start + gap // 2
+    return start + used
 
 
 def _inside_traced_call(top: FrameType) -> bool:

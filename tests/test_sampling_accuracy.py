@@ -1,0 +1,92 @@
+"""Ground truth for the sampler: estimated times match what a workload really spent, within 10 %.
+
+In wall mode the truth is each helper's wall time; in CPU mode, the CPU time its thread used.
+
+A traced `handle()` calls three untraced helpers in three rounds: a CPU spin (60 %), a sleep
+(30 %) and another spin (10 %), three seconds in all. (Phases much shorter than the GIL switch
+interval a few times over are beyond any in-process sampler: a running thread can only be seen
+when it lets the sampler take the GIL.) The workload measures each helper's real time
+itself; the repository's merged tree (`cmr show --samples --json`) must give each helper's
+estimated duration within 10 % of that truth, at the default 10 ms interval. The comparison is of
+two measurements of the same run, so a slow or busy machine changes both alike.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import cmr_json, cmr_server, run_traced, write_script
+
+WORKLOAD = """
+import json
+import sys
+import time
+import tracer
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+def crunch():   # 60 %
+    spin(0.600)
+
+def wait_io():  # 30 %
+    time.sleep(0.300)
+
+def tidy():     # 10 %
+    spin(0.100)
+
+truth = {"crunch": 0, "wait_io": 0, "tidy": 0}
+cpu = {"crunch": 0, "wait_io": 0, "tidy": 0}
+
+@tracer.traced
+def handle(rounds):
+    for _ in range(rounds):
+        for helper in (crunch, wait_io, tidy):
+            started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
+            helper()
+            truth[helper.__name__] += time.perf_counter_ns() - started
+            cpu[helper.__name__] += time.thread_time_ns() - started_cpu
+
+handle(3)
+print(json.dumps({"wall": truth, "cpu": cpu}))
+"""
+
+
+def estimated(node: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The estimated children of a node, by function name."""
+    return {c["name"]: c for c in node["children"] if c["kind"] == "estimated"}
+
+
+@pytest.mark.parametrize("mode", ["wall", "cpu"])
+def test_estimated_durations_match_the_truth_within_ten_percent(tmp_path: Path, mode: str) -> None:
+    db = tmp_path / "cmr.sqlite"
+    script = write_script(tmp_path / "workload.py", WORKLOAD)
+    with cmr_server(db) as endpoint:
+        result = run_traced(script, endpoint, INVOSEQ_SAMPLE_MODE=mode)
+    measured = json.loads(result.stdout)
+    truth = measured[mode]  # wall mode estimates wall time; CPU mode, CPU time
+    [summary] = cmr_json(db, "ls")
+    root = cmr_json(db, "show", summary["seq"], "--samples")["root"]
+    assert root["name"] == "__main__.handle"
+    helpers = estimated(root)
+    if mode == "wall":
+        for name in ("crunch", "wait_io", "tidy"):
+            assert helpers[name]["duration_ns"] == pytest.approx(truth[name], rel=0.10), name
+        # Wall mode sees the sleep, and its samples say it was off the CPU.
+        sleep_cpu = helpers["wait_io"]["samples"]["cpu_ns"]
+        assert sleep_cpu < 0.10 * helpers["wait_io"]["duration_ns"]
+        spin_cpu = helpers["crunch"]["samples"]["cpu_ns"]
+        assert spin_cpu > 0.5 * helpers["crunch"]["duration_ns"]
+    else:
+        # CPU mode samples running threads only and counts their CPU time: the spins are there,
+        # the sleep is not.
+        for name in ("crunch", "tidy"):
+            assert helpers[name]["duration_ns"] == pytest.approx(truth[name], rel=0.10), name
+        asleep = helpers.get("wait_io")  # at most the CPU of waking up: nothing of the wait
+        assert asleep is None or asleep["duration_ns"] < 0.05 * measured["wall"]["wait_io"]
