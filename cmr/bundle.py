@@ -1,7 +1,8 @@
 """One sequence's raw records in one file, to move it from one repository to another.
 
 ``cmr export SEQ --format bundle`` writes what the repository holds for a sequence — its
-invocations, hand-offs, samples, and the methods, threads, frames and processes they refer to —
+invocations, hand-offs, samples, and the methods, threads, frames and processes they refer to,
+and which processes dropped some of its events (``lost_seqs``, so it stays lossy) —
 as the wire batches a traced process would have sent: one process's records per batch (split when
 large), wall-clock times with a clock offset of 0, the last batch ``final`` when the process
 ended, and next to each batch the time the repository received the process's latest batch
@@ -117,7 +118,7 @@ def read_bundle(blob: bytes, *, max_body_bytes: int = MAX_BODY_BYTES) -> Body:
         raise BundleError("the bundle is corrupt: bytes follow its compressed data")
     try:
         body = msgspec.msgpack.decode(raw, type=Body)
-    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # (ValidationError is one too)
         raise BundleError(f"the bundle is corrupt: {_first_line(exc)}") from None
     _check(body)
     return body
@@ -140,6 +141,8 @@ def _check(body: Body) -> None:
         raise BundleError("the bundle holds no batches")
     for entry in body.entries:
         batch = entry.batch
+        if any(seq != body.seq for seq in batch.lost_seqs):
+            raise BundleError(f"the bundle of {body.seq.hex()} marks another sequence lossy")
         if batch.process.clock_offset_ns != 0:
             raise BundleError(
                 f"batch {batch.batch_no:x} has a clock offset: bundles hold wall times"
@@ -200,6 +203,7 @@ def _process_batches(data: SequenceData, puid: int) -> Iterator[Entry]:
             final=bool(process and process.ended) and index == count - 1,
             frames=_part(frames, index),
             samples=_part(samples, index),
+            lost_seqs=[data.seq] if puid in data.lost_by and index == 0 else [],
         )
         yield Entry(received_ns, msgspec.structs.replace(batch, batch_no=_batch_no(batch)))
 

@@ -14,6 +14,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from cmr.cli_keys import add_curve_options, add_keys, curve_from_args
 from cmr.cli_support import (
     DB_HELP,
     CliError,
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stats(commands)
     _add_export(commands)
     _add_import(commands)
+    add_keys(commands)
     return parser
 
 
@@ -133,12 +135,15 @@ def _add_serve(commands: Commands) -> None:
         summary="run the repository server",
         description=(
             "Receive batches from traced processes and store them until interrupted (Ctrl-C). "
-            "Only listen on addresses you trust: the server has no authentication."
+            "Without CURVE, anyone who reaches the address can send: only listen on addresses "
+            "you trust. With --curve-secret and --allowed-clients, connections are encrypted "
+            "and only clients whose public key is allowed get through (see 'cmr keys')."
         ),
         examples=[
             "cmr serve",
             "cmr serve --bind tcp://127.0.0.1:7400 --db /var/lib/invoseq/cmr.sqlite",
             "cmr serve --bind ipc:///tmp/invoseq.sock --memory   # nothing kept on disk",
+            "cmr serve --curve-secret keys/repository.key_secret --allowed-clients keys/clients",
         ],
         handler=_serve,
     )
@@ -151,6 +156,7 @@ def _add_serve(commands: Commands) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
     where.add_argument("--memory", action="store_true", help="keep everything in memory only")
+    add_curve_options(parser)
 
 
 def _add_ls(commands: Commands) -> None:
@@ -160,7 +166,8 @@ def _add_ls(commands: Commands) -> None:
         summary="list recent sequences",
         description=(
             "List the most recent sequences, newest first, with their duration, status and size. "
-            "The SEQ column is a prefix of the id that 'cmr show' accepts."
+            "A status ending in ', lossy' means a traced process had to drop some events of the "
+            "sequence. The SEQ column is a prefix of the id that 'cmr show' accepts."
         ),
         examples=["cmr ls", "cmr ls --limit 100", "cmr ls --json | jq '.[0].seq'"],
         handler=_ls,
@@ -188,7 +195,8 @@ def _add_show(commands: Commands) -> None:
             "thread, task or process is marked with that hop and how long the work was queued "
             "before it started. A sequence started by a foreign system hangs under "
             "'<remote parent>'. With --samples, the frames the stack sampler saw below each "
-            "call are merged in, estimated from the samples and marked '~'."
+            "call are merged in, estimated from the samples and marked '~'. A sequence some of "
+            "whose events a process had to drop is marked lossy under the header, naming it."
         ),
         examples=[
             "cmr show 3f2a9c",
@@ -325,8 +333,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     if args.memory and args.db is not None:
         raise CliError("--memory keeps nothing on disk: leave out --db")
+    curve = curve_from_args(args)  # before the repository is opened: a bad key creates nothing
     logging.basicConfig(format="cmr: %(message)s")
-    return run_server(open_store(args.db, memory=args.memory), args.bind)  # it closes the store
+    store = open_store(args.db, memory=args.memory)
+    return run_server(store, args.bind, curve=curve)  # it closes the store
 
 
 def _ls(args: argparse.Namespace) -> int:

@@ -35,7 +35,10 @@ FRAMES: Final = "frames"
 DECODE: Final = "decode"
 #: The store failed (disk full, database locked...): the batch is not acknowledged.
 STORE: Final = "store"
-REASONS: Final = (OVERSIZED, GARBAGE, VERSION, KIND, FRAMES, DECODE, STORE)
+#: A CURVE handshake the server refused (a key not allowed, or no CURVE): counted by the server
+#: from its socket monitor, since such a client never gets a frame through.
+AUTH: Final = "auth"
+REASONS: Final = (OVERSIZED, GARBAGE, VERSION, KIND, FRAMES, DECODE, STORE, AUTH)
 
 _HEADER_LEN: Final = len(wire.BATCH_HEADER)
 _MAGIC_LEN: Final = len(wire.MAGIC)
@@ -63,23 +66,23 @@ class Ingest:
         were rejected or the store failed. Never raises."""
         reason = self._check(frames)
         if reason is not None:
-            self._reject(reason)
+            self.reject(reason)
             return None
         try:
             batch = self._decoder.decode(frames[1])
-        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # (ValidationError is one too)
             log.debug("rejected a batch body: %s", exc)
-            self._reject(DECODE)
+            self.reject(DECODE)
             return None
         try:
             self._store.ingest(batch, self._clock())
         except InvalidBatchError as exc:
             log.debug("rejected a batch: %s", exc)
-            self._reject(DECODE)
+            self.reject(DECODE)
             return None
         except Exception:
             log.exception("cannot store batch %d of process %x", batch.batch_no, batch.puid)
-            self._reject(STORE)
+            self.reject(STORE)
             return None
         return wire.Ack(batch.puid, batch.batch_no)
 
@@ -93,9 +96,10 @@ class Ingest:
             return FRAMES
         return reason
 
-    def _reject(self, reason: str) -> None:
+    def reject(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` refusals under ``reason``; a store that cannot count is logged."""
         try:
-            self._store.record_rejected(reason)
+            self._store.record_rejected(reason, count)
         except Exception:
             log.exception("cannot count a frame rejected for %s", reason)
 

@@ -3,7 +3,9 @@
 Traced processes connect DEALER sockets and send [header, body]; the ROUTER sees [identity, header,
 body] and answers [identity, ack header, Ack] on the same connection once the batch is stored.
 One thread serves the socket; it polls with a short timeout so a stop request (a signal in
-`cmr serve`, ``ServerThread.stop`` in tests) ends it promptly.
+`cmr serve`, ``ServerThread.stop`` in tests) ends it promptly. With CURVE keys (``cmr.curve``) the
+socket is a CURVE server, a ZAP authenticator decides which client keys may connect, and the same
+thread counts the handshakes it refused.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import Final
 import msgspec
 import zmq
 
-from cmr.ingest import Ingest
+from cmr.curve import CurveError, CurveKeys, Gatekeeper, curve_keys
+from cmr.ingest import AUTH, Ingest
 from cmr.store import Store, StoreError, open_store
 from tracer import wire
 
@@ -43,17 +46,27 @@ class ServerError(Exception):
 
 
 class Server:
-    """A ROUTER socket bound to ``bind`` that feeds an Ingest. Serve it from one thread only."""
+    """A ROUTER socket bound to ``bind`` that feeds an Ingest. Serve it from one thread only.
+
+    With ``curve``, only clients whose public key is in ``curve.allowed_clients`` can connect,
+    over encrypted connections."""
 
     def __init__(
-        self, store: Store, bind: str, *, max_frame_bytes: int = wire.MAX_FRAME_BYTES
+        self,
+        store: Store,
+        bind: str,
+        *,
+        max_frame_bytes: int = wire.MAX_FRAME_BYTES,
+        curve: CurveKeys | None = None,
     ) -> None:
         self.bind = bind
         self.max_frame_bytes = max_frame_bytes
+        self.curve = curve
         self._ingest = Ingest(store, max_frame_bytes=max_frame_bytes)
         self._encoder = msgspec.msgpack.Encoder()
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
         self._socket: zmq.Socket[bytes] | None = None
+        self._gatekeeper: Gatekeeper | None = None
         self._endpoint: str | None = None
 
     @property
@@ -66,16 +79,32 @@ class Server:
     def start(self) -> None:
         """Bind the socket. Raises ServerError."""
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        gatekeeper = None
+        if self.curve is not None:
+            # Before the socket binds: a CURVE server without a ZAP handler admits every key.
+            gatekeeper = Gatekeeper(context, self.curve)
+            gatekeeper.start()
+            if not self.curve.allowed:
+                log.warning(
+                    "%s holds no client public key (*.key): every client will be refused",
+                    self.curve.allowed_clients,
+                )
         sock = context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, HARD_LIMIT_FACTOR * self.max_frame_bytes)
         try:
+            if gatekeeper is not None:
+                gatekeeper.secure(sock)
             sock.bind(self.bind)
         except zmq.ZMQError as exc:
+            if gatekeeper is not None:
+                gatekeeper.unwatch()
             sock.close()
+            if gatekeeper is not None:
+                gatekeeper.close()
             context.term()
             raise ServerError(_bind_error(self.bind, exc)) from exc
-        self._context, self._socket = context, sock
+        self._context, self._socket, self._gatekeeper = context, sock, gatekeeper
         self._endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
     def serve(self, stop: threading.Event) -> None:
@@ -83,8 +112,19 @@ class Server:
         sock = self._socket
         if sock is None:
             raise RuntimeError("start() the server before serve()")
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        gatekeeper = self._gatekeeper
+        monitor = gatekeeper.monitor if gatekeeper is not None else None
+        if monitor is not None:
+            poller.register(monitor, zmq.POLLIN)
         while not stop.is_set():
-            if not sock.poll(POLL_MS, zmq.POLLIN):
+            ready = dict(poller.poll(POLL_MS))
+            if monitor is not None and monitor in ready and gatekeeper is not None:
+                refused = gatekeeper.refusals()
+                if refused:
+                    self._ingest.reject(AUTH, refused)
+            if sock not in ready:
                 continue
             for _ in range(_DRAIN):
                 try:
@@ -110,10 +150,16 @@ class Server:
             )
 
     def close(self) -> None:
-        """Close the socket (call from the thread that served it, or after it stopped)."""
+        """Close the socket and stop the authenticator (call from the thread that served it, or
+        after it stopped)."""
+        if self._gatekeeper is not None:
+            self._gatekeeper.unwatch()
         if self._socket is not None:
             self._socket.close(linger=0)
             self._socket = None
+        if self._gatekeeper is not None:
+            self._gatekeeper.close()
+            self._gatekeeper = None
         if self._context is not None:
             self._context.term()
             self._context = None
@@ -122,12 +168,18 @@ class Server:
 class ServerThread:
     """A started Server serving from a background thread: the embedded repository and tests.
 
-    The store stays the caller's to close."""
+    ``curve``: as for ``cmr serve --curve-secret FILE --allowed-clients DIR``, which
+    ``CurveKeys.load(FILE, DIR)`` reads. The store stays the caller's to close."""
 
     def __init__(
-        self, store: Store, bind: str, *, max_frame_bytes: int = wire.MAX_FRAME_BYTES
+        self,
+        store: Store,
+        bind: str,
+        *,
+        max_frame_bytes: int = wire.MAX_FRAME_BYTES,
+        curve: CurveKeys | None = None,
     ) -> None:
-        self._server = Server(store, bind, max_frame_bytes=max_frame_bytes)
+        self._server = Server(store, bind, max_frame_bytes=max_frame_bytes, curve=curve)
         self._server.start()
         self.endpoint = self._server.endpoint
         self._stop = threading.Event()
@@ -153,12 +205,14 @@ class ServerThread:
         self.stop()
 
 
-def run_server(store: Store, bind: str, ready_line: bool = True) -> int:
+def run_server(
+    store: Store, bind: str, ready_line: bool = True, *, curve: CurveKeys | None = None
+) -> int:
     """Serve until SIGINT or SIGTERM, then close ``store``; the exit code of `cmr serve`.
 
     After binding, prints exactly one line, ``cmr: listening on <endpoint>``, that other tools
     wait for. A bind failure prints a one-line error to stderr and returns 1."""
-    server = Server(store, bind)
+    server = Server(store, bind, curve=curve)
     try:
         try:
             server.start()
@@ -211,14 +265,17 @@ def main(argv: list[str] | None = None) -> int:
         "--db", help="repository file (default: $INVOSEQ_DB or ./.invoseq/cmr.sqlite)"
     )
     where.add_argument("--memory", action="store_true", help="keep the repository in memory")
+    parser.add_argument("--curve-secret", metavar="FILE", help="the repository's secret key file")
+    parser.add_argument("--allowed-clients", metavar="DIR", help="the allowed client public keys")
     args = parser.parse_args(argv)
     logging.basicConfig(format="cmr: %(message)s")
     try:
+        curve = curve_keys(args.curve_secret, args.allowed_clients)
         store = open_store(args.db, memory=args.memory)
-    except StoreError as exc:
+    except (CurveError, StoreError) as exc:
         print(f"cmr: {exc}", file=sys.stderr)
         return 1
-    return run_server(store, args.bind)
+    return run_server(store, args.bind, curve=curve)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ class Outgoing:
     body: bytes
     events: int
     reports: tuple[bytes, ...] = ()  # lost sequences this batch reports
+    #: Sequences whose invocations, started in earlier batches, this batch ends: its End events
+    #: carry no sequence id, so a drop names them from here.
+    continues: tuple[bytes, ...] = ()
     sent_ns: int = 0
 
     @property
@@ -108,6 +111,8 @@ class Delivery:
         self.counters.dropped_events += item.events
         self._on_drop()
         self._unreported.update(item.reports)  # its report is lost with it: report again
+        self._unreported.update(item.continues)
+        self.counters.lost_seqs.update(item.continues)
         try:
             batch = _batch_decoder.decode(item.body)
         except msgspec.DecodeError:
@@ -155,6 +160,11 @@ class Delivery:
         self._spool.advance()
         self._in_spool.pop((record.puid, record.batch_no), None)
         return Outgoing(record.puid, record.batch_no, record.body, record.events)
+
+    @property
+    def spool(self) -> Spool | None:
+        """The disk spool (None: spooling is off), read for its counters."""
+        return self._spool
 
     def spooled_events(self, puid: int) -> int:
         """Events of process ``puid`` waiting in the spool (after ``retire``: for a later run)."""

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracer import decorator, ids, patching, recorder
-from tracer.config import ENV_ENDPOINT, ENV_HEARTBEAT_MS, ENV_INSTRUMENT, Config, resolve
+from tracer.config import (
+    ENV_CURVE_CLIENT_KEY,
+    ENV_CURVE_SERVER_KEY,
+    ENV_ENDPOINT,
+    ENV_HEARTBEAT_MS,
+    ENV_INSTRUMENT,
+    Config,
+    resolve,
+)
 from tracer.delivery import Counters
 from tracer.sampler import Sampler
 from tracer.sender import Sender
@@ -136,13 +144,17 @@ def child_settings() -> dict[str, str]:
     settings = {ENV_ENDPOINT: config.endpoint, ENV_HEARTBEAT_MS: str(config.heartbeat_ms)}
     if patching.instrumented():
         settings[ENV_INSTRUMENT] = "1"
+    if config.curve_server_key:  # key files, not keys: the paths are what a child needs
+        settings[ENV_CURVE_SERVER_KEY] = config.curve_server_key
+        settings[ENV_CURVE_CLIENT_KEY] = config.curve_client_key
     return settings
 
 
 @dataclass(frozen=True, slots=True)
 class TracerStats:
     sent_events: int  # acknowledged by the repository
-    dropped_events: int  # dropped past the queue and the spool (or cut from a damaged spool)
+    dropped_events: int  # this process's own, dropped past the queue and the spool: the count
+    # the repository is told (`cmr stats`)
     spooled_batches: int  # batches that went to the disk spool
     spooled_events: int  # this process's events in the spool, not yet sent (after shutdown: left
     # for the next run of the program)
@@ -150,6 +162,10 @@ class TracerStats:
     resent_batches: int
     buffered_events: int  # recorded, not yet taken by the sender
     internal_errors: int
+    # A spool file cut short by a crash is replayed up to its last whole record; the cut record
+    # is lost: its events when its header survived, else the record alone (its count unknown).
+    spool_lost_events: int = 0
+    spool_lost_records: int = 0
 
 
 def stats() -> TracerStats:
@@ -157,6 +173,7 @@ def stats() -> TracerStats:
     sender = _sender or _last
     delivery = sender.delivery if sender else None
     counters = delivery.counters if delivery else Counters()
+    spool = delivery.spool if delivery else None
     return TracerStats(
         sent_events=counters.sent_events,
         dropped_events=counters.dropped_events,
@@ -166,6 +183,8 @@ def stats() -> TracerStats:
         resent_batches=counters.resent_batches,
         buffered_events=recorder.buffered(),
         internal_errors=recorder.internal_errors(),
+        spool_lost_events=spool.lost_events if spool else 0,
+        spool_lost_records=spool.lost_records if spool else 0,
     )
 
 

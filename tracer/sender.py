@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from tracer import context, ids, recorder
+from tracer import context, ids, recorder, wire
 from tracer.config import Config
 from tracer.delivery import Delivery, Outgoing
 from tracer.sampler import Sampler
@@ -50,6 +50,9 @@ class Sender:
         self._batch_no = 0  # the last number this sender used (numbers are per process)
         self._methods_sent = 0
         self._threads_sent: set[int] = set()  # tids whose ThreadInfo went out
+        #: tid -> the sequence of the last Start sent from that thread: the sequence that a later
+        #: chunk's leading End events belong to (synchronous code nests on a thread).
+        self._thread_seqs: dict[int, bytes] = {}
         self._last_send = time.monotonic()
         #: The repository let a whole flush timeout pass without acknowledging: later flushes do
         #: not wait for it again until it answers (a pool task must not pay the timeout each time).
@@ -188,6 +191,7 @@ class Sender:
             self._send_batch(delivery, pending, size, final=final)
         for buffer in drained.finished:  # they send nothing more: forget them
             self._threads_sent.discard(buffer.tid)
+            self._thread_seqs.pop(buffer.tid, None)
 
     def _send_batch(
         self,
@@ -231,12 +235,36 @@ class Sender:
             lost := delivery.lost_to_report(),
         )
         body = self._encoder.encode(batch)
-        delivery.submit(Outgoing(process.puid, self._batch_no, body, size, lost))
+        continues = self._continued_sequences(chunks)
+        delivery.submit(Outgoing(process.puid, self._batch_no, body, size, lost, continues))
         self._last_send = time.monotonic()
         self._methods_sent += len(methods)
         self._frames_sent += len(frames)
         self.sent_samples += len(samples)
         self._threads_sent.update(info[0] for info in threads)
+
+    def _continued_sequences(
+        self, chunks: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]]
+    ) -> tuple[bytes, ...]:
+        """The sequences of the invocations a chunk ends before it starts any: if the batch is
+        dropped, they lost their End events (which carry no sequence id), so they are lossy.
+
+        A thread's chunk that does not begin with a Start continues the thread's last sequence:
+        exact for synchronous code, where a thread's open invocations belong to one sequence;
+        asyncio tasks interleaving on one thread may end another task's sequence. Costs a look
+        at each chunk's first event and a backward scan to its last Start (a few events, unless
+        the chunk holds only Ends), not a pass over every event."""
+        continued: set[bytes] = set()
+        for buffer, events in chunks:
+            if not events:
+                continue
+            if events[0][0] != wire.TAG_START and buffer.tid in self._thread_seqs:
+                continued.add(self._thread_seqs[buffer.tid])
+            for event in reversed(events):
+                if event[0] == wire.TAG_START:
+                    self._thread_seqs[buffer.tid] = event[6]
+                    break
+        return tuple(continued)
 
     def _await_delivery(self, delivery: Delivery) -> bool:
         """Wait (bounded by the flush timeout; not at all while the repository is known to be

@@ -47,14 +47,14 @@ def program_key(argv: list[str] | None = None) -> str:
 
 
 def read_file(path: str | Path) -> list[Record]:
-    """Every whole record of a spool file, in order (stops at a damaged or cut record)."""
+    """Every whole record of a spool file, in order (stops at a damaged or cut record). The file
+    is only read: unlike a replay, reading it to its end does not delete it."""
     reader = Spool(str(Path(path).parent), 0, "", pid=-1)
-    reader._pending = [Path(path)]
+    reader._reading = Path(path)
     records = []
-    while (record := reader.peek()) is not None:
-        records.append(record)
-        reader.advance()
-    reader.close()
+    with open(path, "rb") as stream:
+        while (record := reader._read_one(stream)) is not None:
+            records.append(record)
     return records
 
 

@@ -63,6 +63,15 @@ class EventRows:
         return len(self.starts) + len(self.ends) + len(self.handoffs)
 
 
+#: (seq, puid) — column order of the ``lost_seqs`` table: process puid dropped events of seq.
+LostRow = tuple[bytes, int]
+
+
+def lost_rows(batch: Batch) -> list[LostRow]:
+    """The sequences the batch's process reports it dropped events of, each once."""
+    return [(seq, batch.puid) for seq in sorted(set(batch.lost_seqs))]
+
+
 def event_rows(batch: Batch) -> EventRows:
     """Convert the events of ``batch`` to rows with wall-clock times.
 

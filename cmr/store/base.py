@@ -157,6 +157,9 @@ class SequenceData:
     # Samples of the sequence's threads taken inside its invocations' windows, and their frames.
     samples: list[SampleRecord] = field(default_factory=list)
     frames: dict[tuple[int, int], FrameRecord] = field(default_factory=dict)  # (puid, frame id)
+    # Processes that reported dropping events of this sequence (``Batch.lost_seqs``); each is
+    # also in ``processes``. Not empty: the tree may miss calls.
+    lost_by: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,7 @@ class SequenceSummary:
     threads: int
     processes: int
     status: str  # running | complete | incomplete
+    lossy: bool = False  # a process reported dropping some of its events
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +192,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def ingest(self, batch: Batch, received_ns: int) -> bool:
         """Store one batch durably, in one transaction. Returns False (and stores nothing) when
-        (puid, batch_no) was already stored."""
+        (puid, batch_no) was already stored. The sequences in ``lost_seqs`` become lossy (for
+        good: a process reports a sequence once it dropped any of its events)."""
 
     @abc.abstractmethod
     def record_rejected(self, reason: str, count: int = 1) -> None:

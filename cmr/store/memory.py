@@ -22,6 +22,7 @@ from cmr.store._shared import (
     check_limit,
     event_rows,
     is_lost,
+    lost_rows,
     names_method,
     pick_match,
     qualified_name,
@@ -68,6 +69,7 @@ class MemoryStore(Store):
         self._handoffs: dict[int, HandoffRow] = {}
         self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
         self._seq_start: dict[bytes, int] = {}
+        self._lost_by: dict[bytes, set[int]] = {}  # seq -> processes that dropped its events
         self._rejected: dict[str, int] = {}
         self._samples = MemorySamples()
         self._batch_count = 0
@@ -79,6 +81,7 @@ class MemoryStore(Store):
     def ingest(self, batch: Batch, received_ns: int) -> bool:
         rows = event_rows(batch)  # may raise; nothing below can, so a batch lands whole or not
         samples = sample_records(batch)
+        lost = lost_rows(batch)
         with self._lock:
             self._check_open()
             key = (batch.puid, batch.batch_no)
@@ -103,6 +106,8 @@ class MemoryStore(Store):
             for seq, start_ns in rows.first_start.items():
                 known = self._seq_start.get(seq)
                 self._seq_start[seq] = start_ns if known is None else min(known, start_ns)
+            for seq, puid in lost:
+                self._lost_by.setdefault(seq, set()).add(puid)
             self._samples.add(batch, samples)
             self._batch_count += 1
             self._event_count += rows.count
@@ -183,6 +188,7 @@ class MemoryStore(Store):
             threads=len({(s[0], s[5]) for s in starts}),
             processes=len({s[0] for s in starts}),
             status=sequence_status(running, incomplete),
+            lossy=seq in self._lost_by,
         )
 
     def _remote_entries(self, starts: list[StartRow]) -> RemoteEntries:
@@ -233,15 +239,16 @@ class MemoryStore(Store):
                 for s in starts
                 if (s[0], s[5]) in self._threads
             }
+            lost_by = frozenset(self._lost_by.get(seq, ()))
             processes = {s[0]: self._process(s[0], now) for s in starts}
-            for handoff in handoffs.values():
-                if handoff.puid not in processes:
-                    processes[handoff.puid] = self._process(handoff.puid, now)
+            for puid in [h.puid for h in handoffs.values()] + sorted(lost_by):
+                if puid not in processes:
+                    processes[puid] = self._process(puid, now)
             sampled, frames = (
                 self._samples.overlapping(sample_windows(invocations)) if samples else ([], {})
             )
         return SequenceData(
-            seq, invocations, methods, threads, processes, handoffs, sampled, frames
+            seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
         )
 
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:

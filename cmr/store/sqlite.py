@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Final
-from urllib.parse import quote
 
 from cmr.store._samples import I64_MIN, sample_records, sample_windows
 from cmr.store._shared import (
@@ -29,6 +27,7 @@ from cmr.store._shared import (
     check_limit,
     event_rows,
     is_lost,
+    lost_rows,
     pick_match,
     qualified_name,
     seq_range,
@@ -48,10 +47,12 @@ from cmr.store.base import (
     ThreadRecord,
     UnknownSequenceError,
 )
+from cmr.store.sqlite_open import connect, missing
 from cmr.store.sqlite_samples import load_samplers, load_samples, store_samples
 from cmr.store.sqlite_schema import (
     COUNTS,
     INVOCATIONS,
+    LOSSY,
     PROCESS_COLUMNS,
     REMOTE_ENTRIES,
     ROOT,
@@ -85,7 +86,7 @@ class SQLiteStore(Store):
         self.path = path
         self._clock = clock
         self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = _connect(path, readonly, busy_timeout_ms)
+        self._conn: sqlite3.Connection | None = connect(path, readonly, busy_timeout_ms)
         try:
             self._prepare(readonly)
         except BaseException:
@@ -109,7 +110,7 @@ class SQLiteStore(Store):
                 if tables:
                     raise StoreError(f"{self.path} is not an invoseq repository")
                 if readonly:
-                    raise StoreError(_missing(self.path))
+                    raise StoreError(missing(self.path))
                 for statement in SCHEMA:
                     conn.execute(statement)
             elif version > SCHEMA_VERSION:
@@ -186,6 +187,8 @@ class SQLiteStore(Store):
                     "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", rows.handoffs
                 )
             conn.executemany(UPSERT_SEQUENCE, rows.first_start.items())
+            if batch.lost_seqs:
+                conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
             store_samples(conn, batch, samples)
             conn.executemany(
                 "UPDATE counters SET value = value + ? WHERE name = ?",
@@ -252,12 +255,16 @@ class SQLiteStore(Store):
                     (seq,),
                 )
             }
+            lost_by = frozenset(
+                puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
+            )
             processes = {
                 row[0]: _process_record(row, now)
                 for row in conn.execute(
                     f"{WITH_HANDOFFS} SELECT {PROCESS_COLUMNS} FROM processes WHERE puid IN "
                     "(SELECT puid FROM starts WHERE seq = ?1 "
-                    "UNION SELECT puid FROM seq_handoffs)",
+                    "UNION SELECT puid FROM seq_handoffs "
+                    "UNION SELECT puid FROM lost_seqs WHERE seq = ?1)",
                     (seq,),
                 )
             }
@@ -265,7 +272,7 @@ class SQLiteStore(Store):
                 load_samples(conn, sample_windows(invocations)) if samples else ([], {})
             )
         return SequenceData(
-            seq, invocations, methods, threads, processes, handoffs, sampled, frames
+            seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
         )
 
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
@@ -340,35 +347,6 @@ class SQLiteStore(Store):
                 raise StoreError(f"repository {self.path}: {exc}") from exc
 
 
-def _connect(path: str, readonly: bool, busy_timeout_ms: int) -> sqlite3.Connection:
-    try:
-        if readonly:
-            if not os.path.isfile(path):
-                raise StoreError(_missing(path))
-            uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        else:
-            parent = os.path.dirname(path)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    except OSError as exc:
-        raise StoreError(f"cannot create repository {path}: {exc.strerror}") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open repository {path}: {exc}") from exc
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise StoreError(f"{path} is not an invoseq repository ({exc})") from exc
-    return conn
-
-
-def _missing(path: str) -> str:
-    return f"no repository at {path} (run `cmr serve` or `tracer run` first)"
-
-
 def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
     if wanted.hi is None:
         return "seq >= ?", (wanted.lo,)
@@ -388,6 +366,7 @@ def _summary(conn: sqlite3.Connection, seq: bytes, start_ns: int, now: int) -> S
     if parent or hid:
         remote = RemoteEntries(*conn.execute(REMOTE_ENTRIES, {"seq": seq}).fetchone())
     root, root_end_ns = summary_root(best, remote)
+    lossy = conn.execute(LOSSY, {"seq": seq}).fetchone() is not None
     return SequenceSummary(
         seq=seq,
         root=root,
@@ -397,6 +376,7 @@ def _summary(conn: sqlite3.Connection, seq: bytes, start_ns: int, now: int) -> S
         threads=threads,
         processes=processes,
         status=sequence_status(running, incomplete),
+        lossy=lossy,
     )
 
 

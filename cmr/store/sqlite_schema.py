@@ -1,8 +1,9 @@
 """The SQLite repository's schema and statements, kept apart from the code that runs them.
 
 Version 2 added hand-offs, version 3 each process's heartbeat interval, version 4 stack samples,
-their frames and each process's sampler report. Every change is purely additive, so an older file
-opened for writing is upgraded in place (``UPGRADES``).
+their frames and each process's sampler report, version 5 the sequences a process dropped events
+of. Every change is purely additive, so an older file opened for writing is upgraded in place
+(``UPGRADES``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Final
 
 from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -53,6 +54,14 @@ SAMPLES_SCHEMA: Final = (
         ticks INTEGER NOT NULL, late_ticks INTEGER NOT NULL, cost_ns INTEGER NOT NULL
     )""",
     "INSERT INTO counters VALUES ('samples', 0)",
+)
+#: Version 5 added lossy sequences: (seq, puid) when process puid reported (``Batch.lost_seqs``)
+#: that it dropped events of seq. Keyed by sequence first, so listing asks by index.
+LOST_SEQS_SCHEMA: Final = (
+    """CREATE TABLE lost_seqs (
+        seq BLOB NOT NULL, puid INTEGER NOT NULL,
+        PRIMARY KEY (seq, puid)
+    ) WITHOUT ROWID""",
 )
 
 SCHEMA: Final = (
@@ -103,14 +112,16 @@ SCHEMA: Final = (
     *HANDOFFS_SCHEMA,
     *HEARTBEAT_SCHEMA,
     *SAMPLES_SCHEMA,
+    *LOST_SEQS_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
 #: From each older version straight to SCHEMA_VERSION.
 UPGRADES: Final = {
-    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, _CURRENT),
-    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, _CURRENT),
-    3: (*SAMPLES_SCHEMA, _CURRENT),
+    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, _CURRENT),
+    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, _CURRENT),
+    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, _CURRENT),
+    4: (*LOST_SEQS_SCHEMA, _CURRENT),
 }
 
 #: The heartbeat interval comes from the latest batch received (the process may change it);
@@ -162,6 +173,8 @@ REMOTE_ENTRIES: Final = """
     LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
     WHERE s.seq = :seq AND s.parent = 0 AND s.hid != 0
       AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = s.hid)"""
+#: A row when a sequence is lossy, none otherwise: asked per listed sequence, by the primary key.
+LOSSY: Final = "SELECT 1 FROM lost_seqs WHERE seq = :seq LIMIT 1"
 PROCESS_COLUMNS: Final = (
     "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
 )

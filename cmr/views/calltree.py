@@ -117,6 +117,13 @@ class SequenceTree:
     processes: int
     hidden: int = 0  # nodes hidden by views, in total
     samples_skipped: int = 0  # sample weight merge_samples could not place (no frame matched)
+    # Processes that reported dropping events of this sequence, by host, pid and puid.
+    dropped_by: tuple[ProcessRef, ...] = ()
+
+    @property
+    def lossy(self) -> bool:
+        """Some events never arrived because their process dropped them: calls may be missing."""
+        return bool(self.dropped_by)
 
 
 def walk(root: Node) -> Iterator[tuple[Node, int]]:
@@ -176,6 +183,12 @@ def build_tree(data: SequenceData) -> SequenceTree:
         invocations=len(records),
         threads=len({(r.puid, r.tid) for r in records}),
         processes=len({r.puid for r in records}),
+        dropped_by=tuple(
+            sorted(
+                (_process_ref(puid, data.processes.get(puid)) for puid in data.lost_by),
+                key=lambda p: (p.host, p.pid, p.puid),
+            )
+        ),
     )
 
 

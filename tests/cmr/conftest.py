@@ -31,10 +31,12 @@ def make_batch(
     frames: Iterable[wire.FrameInfo] = (),
     samples: Iterable[wire.Sample] = (),
     sampler: wire.SamplerReport | None = None,
+    lost_seqs: Iterable[bytes] = (),
 ) -> wire.Batch:
     """A batch from process ``puid``. ``methods`` maps method ids to ``module.qualname``; by
     default every method a Start or Handoff uses is described as ``app.m<id>``. Every tid gets a
-    ThreadInfo. ``frames``, ``samples`` and ``sampler`` are the stack sampler's part."""
+    ThreadInfo. ``frames``, ``samples`` and ``sampler`` are the stack sampler's part;
+    ``lost_seqs`` the sequences the process reports it dropped events of."""
     chunks = [wire.ThreadChunk(tid, list(events)) for tid, events in events_by_tid.items()]
     if methods is None:
         used = {
@@ -65,6 +67,7 @@ def make_batch(
         frames=list(frames),
         samples=list(samples),
         sampler=sampler,
+        lost_seqs=list(lost_seqs),
     )
 
 
@@ -86,7 +89,7 @@ def encode_batch(batch: wire.Batch) -> list[bytes]:
 @pytest.fixture(name="make_batch")
 def fixture_make_batch() -> BatchFactory:
     """``make_batch(puid, batch_no, {tid: [events]}, methods=..., final=..., dropped=...,
-    pid=..., host=..., heartbeat_ms=...)``."""
+    pid=..., host=..., heartbeat_ms=..., lost_seqs=...)``."""
     return make_batch
 
 

@@ -95,6 +95,7 @@ def test_ls_json_lists_sequences_newest_first(repo, capsys, clock_offset_ns):
         "threads": 1,
         "processes": 1,
         "status": "complete",
+        "lossy": False,
     }
     assert (doc[1]["status"], doc[1]["duration_ns"]) == ("running", None)
     assert (doc[0]["root"], doc[0]["status"], doc[0]["duration_ns"]) == (
@@ -149,8 +150,8 @@ def test_show_json_follows_the_contract(repo, capsys, clock_offset_ns):
 
     assert code == 0
     doc = json.loads(out)
-    assert list(doc) == ["seq", "status", "root"]
-    assert (doc["seq"], doc["status"]) == (SEQ_A.hex(), "complete")
+    assert list(doc) == ["seq", "status", "lossy", "dropped_by", "root"]
+    assert (doc["seq"], doc["status"], doc["lossy"]) == (SEQ_A.hex(), "complete", False)
     root = doc["root"]
     assert root["process"] == {"host": "testhost", "pid": 4242, "puid": SHOP}
     assert root["thread"] == {"tid": 1, "name": "thread-1"}

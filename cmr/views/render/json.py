@@ -67,12 +67,18 @@ def _handoff(handoff: Handoff | None) -> dict[str, Any] | None:
 
 
 def tree_to_json(tree: SequenceTree) -> str:
-    """``{"seq", "status", "root": NODE}`` where NODE carries its ``children`` last."""
+    """``{"seq", "status", "lossy", "dropped_by", "root": NODE}`` where NODE carries its
+    ``children`` last."""
+    dropped_by = [{"host": p.host, "pid": p.pid, "puid": p.puid} for p in tree.dropped_by]
     parts: list[bytes] = [
         b'{"seq":',
         _encode(tree.seq.hex()),
         b',"status":',
         _encode(tree.status),
+        b',"lossy":',
+        _encode(tree.lossy),
+        b',"dropped_by":',
+        _encode(dropped_by),
         b',"root":',
     ]
     _stitch(parts, tree.root, node_fields, _node_children)
@@ -199,6 +205,7 @@ def summary_fields(summary: SequenceSummary) -> dict[str, Any]:
         "threads": summary.threads,
         "processes": summary.processes,
         "status": summary.status,
+        "lossy": summary.lossy,
     }
 
 

@@ -36,7 +36,8 @@ def table(header: list[str], rows: list[list[str]], right: frozenset[int] = froz
 
 
 def render_sequence_list(summaries: list[SequenceSummary]) -> str:
-    """One line per sequence, most recent first (the order the store returns)."""
+    """One line per sequence, most recent first (the order the store returns). A sequence some
+    of whose events a process dropped says so in its status ("complete, lossy")."""
     if not summaries:
         return "no sequences recorded yet"
     rows = [
@@ -44,7 +45,7 @@ def render_sequence_list(summaries: list[SequenceSummary]) -> str:
             summary.seq.hex()[:SEQ_PREFIX_LEN],
             format_local_time(summary.start_ns),
             "-" if summary.end_ns is None else format_duration(summary.end_ns - summary.start_ns),
-            summary.status,
+            f"{summary.status}, lossy" if summary.lossy else summary.status,
             str(summary.invocations),
             str(summary.threads),
             str(summary.processes),

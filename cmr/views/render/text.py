@@ -103,6 +103,8 @@ def plural(count: int, word: str) -> str:
 
 
 def render_header(tree: SequenceTree, palette: Palette = PLAIN) -> str:
+    """The sequence's id, status, duration and counts; for a lossy sequence, a second line
+    naming the processes that dropped some of its events."""
     status = _status_colour(tree.status, palette) + tree.status + palette.reset
     parts = [f"{palette.bold}{tree.seq.hex()}{palette.reset}", status]
     if tree.root.duration_ns is not None:
@@ -120,7 +122,20 @@ def render_header(tree: SequenceTree, palette: Palette = PLAIN) -> str:
             sampled += f" ({tree.samples_skipped} skipped)"
         counts.append(sampled)
     parts.append(" · ".join(counts))
-    return "  ".join(parts)
+    header = "  ".join(parts)
+    if tree.lossy:
+        header += "\n" + _lossy_note(tree, palette)
+    return header
+
+
+def _lossy_note(tree: SequenceTree, palette: Palette) -> str:
+    """A second header line: the tree may miss calls, and which process lost them."""
+    names = ", ".join(f"{p.host}:{p.pid}" for p in tree.dropped_by)
+    noun = "process" if len(tree.dropped_by) == 1 else "processes"
+    return (
+        f"{palette.yellow}lossy: some events of this sequence were dropped by {noun} {names}"
+        f"{palette.reset}"
+    )
 
 
 def render_text(tree: SequenceTree, *, color: bool = False) -> str:

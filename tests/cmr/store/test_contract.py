@@ -29,6 +29,8 @@ from cmr.store.sqlite_schema import (
     COUNTS,
     HANDOFFS_SCHEMA,
     HEARTBEAT_SCHEMA,
+    LOSSY,
+    LOST_SEQS_SCHEMA,
     REMOTE_ENTRIES,
     ROOT,
     SAMPLES_SCHEMA,
@@ -690,13 +692,14 @@ def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
 
 
 def older_schema(path: str, version: int) -> None:
-    """Write a repository as release ``version`` did: version 3 had no sample tables, version 2
-    no heartbeat column either, version 1 no hand-offs table either. It holds one process (seen
-    at 123) and one running call."""
+    """Write a repository as release ``version`` did: version 4 had no lost sequences table,
+    version 3 no sample tables either, version 2 no heartbeat column either, version 1 no
+    hand-offs table either. It holds one process (seen at 123) and one running call."""
     left_out = {
-        3: SAMPLES_SCHEMA,
-        2: SAMPLES_SCHEMA + HEARTBEAT_SCHEMA,
-        1: SAMPLES_SCHEMA + HEARTBEAT_SCHEMA + HANDOFFS_SCHEMA,
+        4: LOST_SEQS_SCHEMA,
+        3: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA,
+        2: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA + HEARTBEAT_SCHEMA,
+        1: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA + HEARTBEAT_SCHEMA + HANDOFFS_SCHEMA,
     }[version]
     with sqlite3.connect(path) as conn:
         for statement in SCHEMA:
@@ -720,7 +723,7 @@ def user_version(path: str) -> int:
     return version
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
     tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, version: int
 ) -> None:
@@ -736,15 +739,17 @@ def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
 
         other = seq_id("07e")
         events = [start(1, 100, other), handoff(H, 1, 110, other)]
-        store.ingest(make_batch(8, 1, {1: events}, heartbeat_ms=250), 1)
+        store.ingest(make_batch(8, 1, {1: events}, heartbeat_ms=250, lost_seqs=[S]), 1)
         assert list(store.load_sequence(other).handoffs) == [H]
         assert store.load_sequence(other).processes[8].heartbeat_ms == 250
+        assert store.load_sequence(S).lost_by == {8}
+        assert [s.lossy for s in store.list_sequences(2)] == [False, True]
     finally:
         store.close()
-    assert user_version(path) == 4
+    assert user_version(path) == 5
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_an_older_repository_is_not_read_before_it_is_upgraded(
     tmp_path: Path, version: int
 ) -> None:
@@ -753,13 +758,13 @@ def test_an_older_repository_is_not_read_before_it_is_upgraded(
 
     with pytest.raises(
         StoreError,
-        match=rf"schema version {version}, older than .* \(4\): run `cmr serve` or `tracer run`",
+        match=rf"schema version {version}, older than .* \(5\): run `cmr serve` or `tracer run`",
     ):
         open_store(path, readonly=True)
     assert user_version(path) == version
 
 
-@pytest.mark.parametrize("query", [COUNTS, ROOT, REMOTE_ENTRIES])
+@pytest.mark.parametrize("query", [COUNTS, ROOT, REMOTE_ENTRIES, LOSSY])
 def test_listing_looks_up_each_sequence_by_index_and_never_scans_a_table(
     tmp_path: Path, query: str
 ) -> None:

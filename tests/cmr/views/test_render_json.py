@@ -83,9 +83,9 @@ def test_show_document_has_exactly_the_contract_keys_and_types(builder):
 
     doc = json.loads(tree_to_json(build_tree(builder.data())))
 
-    assert list(doc) == ["seq", "status", "root"]
+    assert list(doc) == ["seq", "status", "lossy", "dropped_by", "root"]
     assert doc["seq"] == "0123456789abcdef0123456789abcdef"
-    assert doc["status"] == "running"
+    assert (doc["status"], doc["lossy"], doc["dropped_by"]) == ("running", False, [])
     root = doc["root"]
     check_node(root)
     for child in root["children"]:
@@ -267,6 +267,7 @@ def test_ls_document_is_an_array_of_summaries():
             "threads": 3,
             "processes": 2,
             "status": "complete",
+            "lossy": False,
         },
         {
             "seq": "ff" * 16,
@@ -277,6 +278,7 @@ def test_ls_document_is_an_array_of_summaries():
             "threads": 1,
             "processes": 1,
             "status": "running",
+            "lossy": False,
         },
     ]
     assert list(doc[0]) == [
@@ -288,6 +290,7 @@ def test_ls_document_is_an_array_of_summaries():
         "threads",
         "processes",
         "status",
+        "lossy",
     ]
     assert json.loads(summaries_to_json([])) == []
 

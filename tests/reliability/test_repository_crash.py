@@ -1,0 +1,139 @@
+"""`cmr serve` killed (SIGKILL) while several traced programs stream to it, then started again on
+the same address and file: every event the programs emitted is stored, exactly once."""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+
+from tests.reliability.conftest import Launcher
+from tests.reliability.harness import query, stored_by_pid
+from tests.support import cmr_json, shape, wait_for, write_script
+
+#: Each sequence is ``TAG.request`` calling ``TAG.step`` three times, each step hashing a block:
+#: the program is paced by its own work. It streams until told to stop (or reaches its cap).
+STREAMER = """
+import dataclasses, hashlib, json, os, sys, threading
+import tracer
+
+TAG, CAP = sys.argv[1], int(sys.argv[2])
+BLOCK = os.urandom(512 * 1024)
+
+@tracer.traced(name=f"{TAG}.request")
+def request(n):
+    return [step(n, k) for k in range(3)]
+
+@tracer.traced(name=f"{TAG}.step")
+def step(n, k):
+    digest = hashlib.sha256(BLOCK)
+    digest.update(b"%d:%d" % (n, k))
+    return digest.digest()
+
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+sent = 0
+while sent < 20:
+    request(sent)
+    sent += 1
+print("ready", json.dumps({"acknowledged": tracer.flush(timeout_s=60)}), flush=True)
+while not stop.is_set() and sent < CAP:
+    request(sent)
+    sent += 1
+acknowledged = tracer.shutdown()
+report = {"sequences": sent, "acknowledged": acknowledged, **dataclasses.asdict(tracer.stats())}
+print("done", json.dumps(report), flush=True)
+"""
+
+TAGS = ("alpha", "beta", "gamma")
+CALLS_PER_SEQUENCE = 4
+SETTINGS = {
+    "INVOSEQ_RESEND_MS": "200",  # resend soon after the restart
+    "INVOSEQ_FLUSH_TIMEOUT_MS": "60000",  # room for the restart before exit gives up
+    "INVOSEQ_FLUSH_INTERVAL_MS": "20",  # many small batches, so some are in flight at the kill
+}
+
+
+def heard_from_since(db: Path, pids: set[int], since_ns: int) -> bool:
+    rows = query(db, "SELECT pid FROM processes WHERE last_seen_ns > ?", since_ns)
+    return pids <= {pid for (pid,) in rows}
+
+
+def test_a_repository_killed_mid_stream_and_restarted_stores_every_event_once(
+    tmp_path: Path, launch: Launcher
+) -> None:
+    script = write_script(tmp_path / "streamer.py", STREAMER)
+    repository = launch.repository()
+    repository.start()
+    programs = {
+        tag: launch.program(script, tag, "20000", endpoint=repository.endpoint, **SETTINGS)
+        for tag in TAGS
+    }
+    for program in programs.values():
+        assert program.expect("ready") == {"acknowledged": True}
+
+    # All three are streaming now: crash the repository under them, and bring it back.
+    killed_ns = time.time_ns()
+    repository.kill()
+    repository.start()
+    pids = {program.pid for program in programs.values()}
+    wait_for(
+        lambda: heard_from_since(repository.db, pids, killed_ns), timeout_s=60, interval_s=0.05
+    )
+
+    for program in programs.values():
+        program.say("stop")
+    done = {tag: program.expect("done") for tag, program in programs.items()}
+    for tag, program in programs.items():
+        assert program.wait() == 0, program.stderr()
+        assert done[tag]["acknowledged"], (tag, done[tag])
+        assert done[tag]["dropped_events"] == 0, (tag, done[tag])
+        assert done[tag]["spooled_events"] == 0, (tag, done[tag])
+
+    # Counts: per process, every Start and End is stored; in total, no batch counted twice.
+    emitted = {programs[tag].pid: done[tag]["sequences"] * CALLS_PER_SEQUENCE for tag in TAGS}
+    assert stored_by_pid(repository.db) == {pid: (calls, calls) for pid, calls in emitted.items()}
+    stats = cmr_json(repository.db, "stats")
+    assert stats["events"] == 2 * sum(emitted.values())
+    ended = {p["pid"]: (p["ended"], p["dropped"]) for p in stats["processes"]}
+    assert ended == dict.fromkeys(emitted, (True, 0))
+
+    # Content: each program's sequences are whole, under its own names.
+    total = sum(done[tag]["sequences"] for tag in TAGS)
+    listed = cmr_json(repository.db, "ls", "--limit", str(total + 10))
+    assert len(listed) == total
+    by_root = collections.Counter(summary["root"] for summary in listed)
+    assert by_root == {f"__main__.{tag}.request": done[tag]["sequences"] for tag in TAGS}
+    assert {(s["invocations"], s["processes"], s["status"]) for s in listed} == {
+        (CALLS_PER_SEQUENCE, 1, "complete")
+    }
+    assert_every_sequence_has_its_steps(repository.db)
+    for tag in TAGS:  # and one of each, through `cmr show`, as a user reads it
+        seq = next(s["seq"] for s in listed if s["root"] == f"__main__.{tag}.request")
+        tree = cmr_json(repository.db, "show", seq)
+        assert shape(tree["root"]) == {
+            "name": f"__main__.{tag}.request",
+            "status": "ok",
+            "children": [{"name": f"__main__.{tag}.step", "status": "ok"}] * 3,
+        }
+
+
+def assert_every_sequence_has_its_steps(db: Path) -> None:
+    """Every stored sequence: one root ``X.request`` with three ``X.step`` children, all ended."""
+    rows = query(
+        db,
+        "SELECT s.seq, s.parent, s.iid, m.qualname, e.iid IS NOT NULL FROM starts s "
+        "JOIN methods m ON m.puid = s.puid AND m.method = s.method "
+        "LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid",
+    )
+    calls: dict[bytes, list[tuple[int, int, str, bool]]] = collections.defaultdict(list)
+    for seq, parent, iid, name, ended in rows:
+        calls[seq].append((parent, iid, name, bool(ended)))
+    for seq, invocations in calls.items():
+        [root] = [c for c in invocations if c[0] == 0]
+        tag = root[2].removesuffix(".request")
+        children = sorted((parent, name, ended) for parent, _, name, ended in invocations)
+        assert children == [(0, f"{tag}.request", True)] + [(root[1], f"{tag}.step", True)] * 3, (
+            seq.hex(),
+            invocations,
+        )
