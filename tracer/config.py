@@ -30,6 +30,7 @@ ENV_SPOOL_DIR: Final = "INVOSEQ_SPOOL_DIR"
 ENV_SPOOL_BYTES: Final = "INVOSEQ_SPOOL_BYTES"
 ENV_MAX_INFLIGHT_BATCHES: Final = "INVOSEQ_MAX_INFLIGHT_BATCHES"
 ENV_RESEND_MS: Final = "INVOSEQ_RESEND_MS"
+ENV_MAX_BUFFERED_EVENTS: Final = "INVOSEQ_MAX_BUFFERED_EVENTS"
 ENV_CURVE_SERVER_KEY: Final = "INVOSEQ_CURVE_SERVER_KEY"
 ENV_CURVE_CLIENT_KEY: Final = "INVOSEQ_CURVE_CLIENT_KEY"
 
@@ -80,6 +81,9 @@ class Config:
     max_inflight_batches: int = 64
     #: A batch not acknowledged within this long is sent again.
     resend_ms: int = 2000
+    #: Events waiting in one thread's buffer, at most: past it, traced calls run untraced and
+    #: are counted as dropped (a program busier than the sender can move never grows unbounded).
+    max_buffered_events: int = 262_144
     #: CURVE: the repository's public key file (from `cmr keys generate`); empty: no encryption.
     curve_server_key: str = ""
     #: CURVE: this client's secret key file (from `cmr keys generate`), allowed by the repository.
@@ -103,6 +107,7 @@ _ENV_NAMES: Final = {
     "spool_bytes": ENV_SPOOL_BYTES,
     "max_inflight_batches": ENV_MAX_INFLIGHT_BATCHES,
     "resend_ms": ENV_RESEND_MS,
+    "max_buffered_events": ENV_MAX_BUFFERED_EVENTS,
     "curve_server_key": ENV_CURVE_SERVER_KEY,
     "curve_client_key": ENV_CURVE_CLIENT_KEY,
 }
@@ -150,6 +155,7 @@ _CHECKS: Final[dict[str, Callable[[Any], Any]]] = {
     "spool_bytes": lambda v: v if v >= 0 else _positive(v),
     "max_inflight_batches": _positive,
     "resend_ms": _positive,
+    "max_buffered_events": _positive,
 }
 
 

@@ -8,28 +8,39 @@ is chosen then.
 The wrapper never raises into user code: a failure in the tracer's own steps is counted and logged
 once (``recorder.internal_error``), and the user's function still runs. The user's own exceptions
 propagate unchanged, after an ``Error`` event that names their type.
+
+With the C accelerator (``IMPLEMENTATION == "c"``) the sync wrapper is ``_speedups.TracedFunction``,
+which does the same steps in C; the coroutine and generator wrappers stay in Python. The hot path's
+sources, ``_clock``, ``_new_seq``, ``_next_iid`` and ``_disabled``, are module globals either way:
+assigning one from outside (a test fixing the clock) reaches the C wrapper too.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import time
+import types
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, Final, TypeVar, overload
 
-from tracer import context, ids, recorder
+from tracer import _accel, context, ids, recorder
 from tracer.wire import TAG_END, TAG_ERROR, TAG_START
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 TRACED_MARK: Final = "__invoseq_traced__"
+#: "c" when the C accelerator records events, "python" otherwise (INVOSEQ_PURE=1 forces it).
+IMPLEMENTATION: Final = _accel.IMPLEMENTATION
 
 # Bound once: the hot path reads module globals, never attributes of other modules.
 _tls = recorder.tls
 _register_thread = recorder.register_thread
 _next_iid = recorder.next_iid
 _internal_error = recorder.internal_error
+_overflow = recorder.overflow
+_max_buffered = sys.maxsize
 _new_seq = ids.new_seq
 _get = context.current.get
 _set = context.current.set
@@ -40,10 +51,49 @@ _disabled = False
 _UNTRACED: context.Current = (b"", 0, 0)
 
 
+def set_max_buffered(events: int) -> None:
+    """Past this many events waiting in a thread's buffer, traced calls run untraced and are
+    counted as dropped (the runtime calls this)."""
+    global _max_buffered
+    _max_buffered = events
+    if _accel.speedups is not None:
+        _accel.speedups.set_overflow(events, recorder.overflow)
+
+
 def set_enabled(enabled: bool) -> None:
     """Turn recording on or off for every traced function (the runtime calls this)."""
     global _disabled
     _disabled = not enabled
+    _sync_sources()
+
+
+def _sync_sources() -> None:
+    """Tell the C wrapper what the sources are now (None: its own, which are the defaults)."""
+    speedups = _accel.speedups
+    if speedups is None:
+        return
+    speedups.set_enabled(not _disabled)
+    speedups.set_sources(
+        clock=None if _clock is time.perf_counter_ns else _clock,
+        new_seq=None if _new_seq is ids.new_seq else _new_seq,
+        next_iid=None if _next_iid is recorder.next_iid else _next_iid,
+    )
+
+
+_SOURCES: Final = frozenset({"_clock", "_new_seq", "_next_iid", "_disabled"})
+
+
+class _Module(types.ModuleType):
+    """This module's class: assigning a source from outside (``monkeypatch.setattr``) is passed
+    on to the C wrapper, so tests that fix the clock or break the counter see both paths obey."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _SOURCES:
+            _sync_sources()
+
+
+sys.modules[__name__].__class__ = _Module
 
 
 def _begin(method: int) -> tuple[int, context.Current]:
@@ -80,7 +130,11 @@ def _fail(iid: int, exc: BaseException) -> None:
 
 
 def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
-    def traced_call(*args: Any, **kwargs: Any) -> Any:
+    if _accel.speedups is not None:
+        wrapper: Callable[..., Any] = _accel.speedups.TracedFunction(fn, method)
+        return wrapper
+
+    def traced_call(*args: Any, **kwargs: Any) -> Any:  # noqa: PLR0912 (inlined: the hot path)
         if _disabled:
             return fn(*args, **kwargs)
         try:
@@ -90,29 +144,43 @@ def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
             except AttributeError:
                 events = _register_thread()
             current = _get()
-            iid = _next_iid()
-            if current is None:
-                seq = _new_seq()
-                parent = hid = 0
+            if len(events) >= _max_buffered:  # the sender cannot keep up: this call goes
+                _overflow(current)  # untraced, counted with its sequence as dropped
+                token = None
             else:
-                seq, parent, hid = current
-            token = _set((seq, iid, 0))
-            events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
+                iid = _next_iid()
+                if current is None:
+                    seq = _new_seq()
+                    parent = hid = 0
+                else:
+                    seq, parent, hid = current
+                token = _set((seq, iid, 0))
+                try:
+                    events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
+                except BaseException:
+                    _reset(token)  # nothing of a failed start stays behind
+                    raise
         except Exception as exc:
             _internal_error(exc)
+            return fn(*args, **kwargs)
+        if token is None:
             return fn(*args, **kwargs)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             try:
-                events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
-                _reset(token)
+                try:
+                    events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
+                finally:
+                    _reset(token)
             except Exception as inner:
                 _internal_error(inner)
             raise
         try:
-            events.append((TAG_END, iid, _clock()))
-            _reset(token)
+            try:
+                events.append((TAG_END, iid, _clock()))
+            finally:
+                _reset(token)
         except Exception as inner:
             _internal_error(inner)
         return result
@@ -284,7 +352,21 @@ def _wrap(fn: Callable[..., Any], name: str | None) -> Callable[..., Any]:
     return wrapper
 
 
+#: Methods that class creation makes classmethods of only when they are plain functions, which
+#: the C wrapper is not: they are wrapped as classmethods here, whichever path runs.
+_IMPLICIT_CLASSMETHODS: Final = frozenset({"__init_subclass__", "__class_getitem__"})
+
+
+def _implicit_classmethod(target: Any) -> bool:
+    if not isinstance(target, types.FunctionType) or target.__name__ not in _IMPLICIT_CLASSMETHODS:
+        return False
+    owner = target.__qualname__.rpartition(".")[0]  # "" at module level, "f.<locals>" in a body
+    return bool(owner) and not owner.endswith("<locals>")
+
+
 def _wrap_any(target: Any, name: str | None) -> Any:
+    if _implicit_classmethod(target):
+        return classmethod(_wrap(target, name))
     if isinstance(target, staticmethod):
         return staticmethod(_wrap(target.__func__, name))
     if isinstance(target, classmethod):

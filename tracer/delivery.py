@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -30,6 +30,9 @@ from tracer.spool import Spool
 from tracer.transport import Transport
 
 _batch_decoder = msgspec.msgpack.Decoder(wire.Batch)
+
+#: Lossy sequences remembered until a batch reports them: 16 batches' worth of reports.
+MAX_UNREPORTED = 16 * wire.MAX_LOST_SEQS
 
 
 @dataclass(slots=True)
@@ -56,7 +59,7 @@ class Counters:
     acked_batches: int = 0
     resent_batches: int = 0
     spooled_batches: int = 0
-    lost_seqs: set[bytes] = field(default_factory=set)
+    unnamed_lost_seqs: int = 0  # sequences with dropped events past the bound on names kept
 
 
 class Delivery:
@@ -98,6 +101,12 @@ class Delivery:
             self._spill(self._queue.popleft())
         self._queue.append(item)
 
+    def drop_unsent(self, events: int, seqs: set[bytes]) -> None:
+        """Events never recorded, because their thread's buffer was full: counted, and their
+        sequences reported as lossy, like a dropped batch's."""
+        self.counters.dropped_events += events
+        self._remember(seqs)
+
     def _spill(self, item: Outgoing) -> None:
         if self._spool is not None and self._spool.append(
             item.puid, item.batch_no, item.body, item.events
@@ -107,12 +116,22 @@ class Delivery:
         else:
             self._drop(item)
 
+    def _remember(self, seqs: Iterable[bytes]) -> None:
+        """Sequences to report lossy; past MAX_UNREPORTED names, only counted (memory stays
+        bounded while the repository is away for long)."""
+        for seq in seqs:
+            if seq in self._unreported:
+                continue
+            if len(self._unreported) >= MAX_UNREPORTED:
+                self.counters.unnamed_lost_seqs += 1
+            else:
+                self._unreported.add(seq)
+
     def _drop(self, item: Outgoing) -> None:
         self.counters.dropped_events += item.events
         self._on_drop()
-        self._unreported.update(item.reports)  # its report is lost with it: report again
-        self._unreported.update(item.continues)
-        self.counters.lost_seqs.update(item.continues)
+        self._remember(item.reports)  # its report is lost with it: report again
+        self._remember(item.continues)
         try:
             batch = _batch_decoder.decode(item.body)
         except msgspec.DecodeError:
@@ -120,8 +139,7 @@ class Delivery:
         for chunk in batch.chunks:
             for event in chunk.events:
                 if isinstance(event, wire.Start | wire.Handoff):
-                    self._unreported.add(event.seq)
-                    self.counters.lost_seqs.add(event.seq)
+                    self._remember((event.seq,))
 
     # -- moving batches ---------------------------------------------------------------------------
 

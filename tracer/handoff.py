@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import logging
 import os
 import threading
@@ -64,7 +65,9 @@ def describe(fn: Any) -> tuple[str, str, str, int]:
     if isinstance(fn, str):
         return "", fn, "", 0
     target = _unwrap(fn)
-    code = getattr(target, "cr_code", None) or getattr(target, "__code__", None)
+    # The code of the function itself, not of a wrapper around it (a traced function's wrapper
+    # is a closure in decorator.py, or C code with no code object at all).
+    code = getattr(target, "cr_code", None) or getattr(inspect.unwrap(target), "__code__", None)
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     module = getattr(target, "__module__", None)
     frame = getattr(target, "cr_frame", None)

@@ -1,8 +1,11 @@
-"""Where events wait for the sender: a list per thread, plus the interned method and thread tables.
+"""Where events wait for the sender: per-thread buffers, and the interned methods and threads.
 
 The hot path appends a tuple to its own thread's list and takes no lock. The sender drains a list
 with ``events[:n]`` then ``del events[:n]``: each is atomic under the GIL, and anything appended in
-between stays for the next round, so nothing is lost and nothing is sent twice.
+between stays for the next round, so nothing is lost and nothing is sent twice. With the C
+accelerator a thread's buffer is an ``EventBuffer`` instead: fixed-size records that ``take()``
+swaps out atomically and hands over already encoded (``EncodedEvents``); the Python wrappers still
+``append`` tuples to it, so a thread's events stay in one buffer, in order.
 
 The first event of a thread takes the slow path (``register_thread``), which assigns the thread's
 serial ``tid``, interns its metadata and makes sure a sender is running.
@@ -19,7 +22,14 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+import msgspec
+
+from tracer import _accel, context
+
+if TYPE_CHECKING:
+    from tracer._speedups import EncodedEvents, EventBuffer
 
 log = logging.getLogger("tracer")
 
@@ -32,8 +42,23 @@ ThreadTuple = tuple[int, int, str]
 #: A sampled code location, laid out as tracer.wire.FrameInfo.
 FrameTuple = tuple[int, str, str, int]
 
+#: Where a thread records: a list of event tuples, or the C accelerator's record buffer.
+EventSink: TypeAlias = "list[EventTuple] | EventBuffer"
+#: A thread's drained events, for the sender: tuples, or the C accelerator's encoded events.
+Events: TypeAlias = "list[EventTuple] | EncodedEvents"
+
 tls: Final = threading.local()
-next_iid: Final[Callable[[], int]] = itertools.count(1).__next__
+#: The process's invocation counter: one, whichever implementation records (the C one is C's).
+next_iid: Callable[[], int]
+_new_sink: Callable[[], EventSink]
+if _accel.speedups is None:
+    next_iid = itertools.count(1).__next__
+    _new_sink = list
+else:
+    from tracer import _speedups
+
+    next_iid = _speedups.next_iid
+    _new_sink = _speedups.EventBuffer
 _next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
 #: Batches are numbered per process, not per sender: the repository discards a (puid, batch_no)
 #: it has seen, so a sender replaced by configure() must never start the numbers again.
@@ -46,7 +71,7 @@ class ThreadBuffer:
     ident: int
     info: ThreadTuple
     thread: weakref.ref[threading.Thread]
-    events: list[EventTuple] = field(default_factory=list)
+    events: EventSink = field(default_factory=_new_sink)
 
     def alive(self) -> bool:
         thread = self.thread()
@@ -70,8 +95,8 @@ def _no_op() -> None:
 on_new_thread: Callable[[], None] = _no_op
 
 
-def register_thread() -> list[EventTuple]:
-    """The slow path of a thread's first event: returns the list its events go to."""
+def register_thread() -> EventSink:
+    """The slow path of a thread's first event: returns the buffer its events go to."""
     thread = threading.current_thread()
     with _lock:
         tid = _next_tid()
@@ -86,6 +111,15 @@ def register_thread() -> list[EventTuple]:
     except Exception as exc:
         internal_error(exc)
     return buffer.events
+
+
+def thread_events() -> EventSink:
+    """The current thread's buffer, registering the thread on its first event."""
+    try:
+        events: EventSink = tls.events
+    except AttributeError:
+        return register_thread()
+    return events
 
 
 def register_method(module: str, qualname: str, file: str, line: int) -> int:
@@ -130,9 +164,19 @@ def sampled_threads() -> dict[int, tuple[int, int]]:
     return dict(_sampled)
 
 
+def threads_in_c_calls() -> set[int]:
+    """Idents of the threads inside a call of the C wrapper, which leaves no Python frame on
+    their stacks for the sampler to recognise."""
+    return {
+        buffer.ident
+        for buffer in list(_buffers)
+        if not isinstance(buffer.events, list) and buffer.events.active
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Drained:
-    chunks: list[tuple[ThreadBuffer, list[EventTuple]]]  # per thread, in the thread's order
+    chunks: list[tuple[ThreadBuffer, Events]]  # per thread, in the thread's order
     finished: list[ThreadBuffer]  # threads that ended: they will record nothing more
 
 
@@ -140,15 +184,13 @@ def drain() -> Drained:
     """Take every buffered event, per thread in order; forget threads that have ended."""
     with _lock:
         buffers = list(_buffers)
-    chunks: list[tuple[ThreadBuffer, list[EventTuple]]] = []
+    chunks: list[tuple[ThreadBuffer, Events]] = []
     finished: list[ThreadBuffer] = []
     for buffer in buffers:
         ended = not buffer.alive()  # checked before draining: an ended thread appends no more
-        events = buffer.events
-        count = len(events)
-        if count:
-            chunks.append((buffer, events[:count]))
-            del events[:count]
+        taken = _take(buffer.events)
+        if taken is not None:
+            chunks.append((buffer, taken))
         if ended:
             finished.append(buffer)
     if finished:
@@ -160,9 +202,51 @@ def drain() -> Drained:
     return Drained(chunks, finished)
 
 
+def _take(events: EventSink) -> Events | None:
+    if not isinstance(events, list):
+        return events.take()
+    count = len(events)
+    if not count:
+        return None
+    taken = events[:count]
+    del events[:count]
+    return taken
+
+
+def encodable(events: Events) -> list[EventTuple] | msgspec.Raw:
+    """Drained events as the batch encoder takes them: C-encoded ones are spliced in as they are
+    (the same bytes msgspec gives for the tuples; tests/tracer/test_speedups.py checks it)."""
+    return events if isinstance(events, list) else msgspec.Raw(events.msgpack())
+
+
 def buffered() -> int:
     """Events waiting in the per-thread lists (approximate while threads run)."""
     return sum(len(buffer.events) for buffer in list(_buffers))
+
+
+# -- calls left untraced because a thread's buffer was full ----------------------------------
+
+_overflow_calls = 0
+_overflow_seqs: set[bytes] = set()
+_MAX_OVERFLOW_SEQS: Final = 1024
+
+
+def overflow(current: tuple[bytes, int, int] | None) -> None:
+    """A traced call ran untraced because its thread's buffer was full (the sender cannot keep
+    up): count its two events, and remember its sequence (when it had one) as lossy."""
+    global _overflow_calls
+    _overflow_calls += 1
+    if current is not None and len(_overflow_seqs) < _MAX_OVERFLOW_SEQS:
+        _overflow_seqs.add(current[0])
+
+
+def take_overflow() -> tuple[int, set[bytes]]:
+    """The events of the calls left untraced since the last take, and their sequences."""
+    global _overflow_calls
+    calls, _overflow_calls = _overflow_calls, 0
+    seqs = set(_overflow_seqs)
+    _overflow_seqs.difference_update(seqs)
+    return 2 * calls, seqs
 
 
 # -- the tracer's own failures: counted, logged once, never raised into user code -------------
@@ -190,6 +274,16 @@ def _after_fork_in_child() -> None:
     _sampled.clear()
     with contextlib.suppress(AttributeError):
         del tls.events
+    if _accel.speedups is not None:
+        _speedups.after_fork()  # new sequence-id seed; no thread keeps its parent's buffer
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+if _accel.speedups is not None:
+    _speedups.configure(
+        context.current,
+        internal_error,
+        thread_events,
+        msgspec.msgpack.Encoder().encode,
+        msgspec.msgpack.Decoder().decode,
+    )

@@ -84,6 +84,7 @@ def configure(**settings: Any) -> Config:
         _config = config
         _shut_down = False
         decorator.set_enabled(config.enabled)
+        decorator.set_max_buffered(config.max_buffered_events)
         _start(config)
     if config.instrument:
         patching.instrument()
@@ -109,6 +110,7 @@ def ensure_started() -> None:
         if _config is None:
             _config = resolve({}, strict=False)
             decorator.set_enabled(_config.enabled)
+            decorator.set_max_buffered(_config.max_buffered_events)
             if _config.instrument:
                 patching.instrument()
         _start(_config)

@@ -177,11 +177,13 @@ class Sampler:
         frames = sys._current_frames()
         excluded = self._exclude()
         threads = recorder.sampled_threads()  # ident -> (tid, native id) of recording threads
+        # The C accelerator's wrapper leaves no frame on the stack: its calls are counted instead.
+        in_c_calls = recorder.threads_in_c_calls() if self._only_active else set()
         candidates: list[tuple[int, FrameType]] = []
         for ident, top in frames.items():
             if ident in excluded or ident not in threads:
                 continue
-            if self._only_active and not _inside_traced_call(top):
+            if self._only_active and ident not in in_c_calls and not _inside_traced_call(top):
                 continue
             candidates.append((ident, top))
         for ident in [i for i in self._pending if i not in frames]:

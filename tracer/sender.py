@@ -173,9 +173,12 @@ class Sender:
         """Send what the threads recorded; with nothing to send, an empty batch still goes out
         when it is the final one or a heartbeat is due (the repository learns the process lives)."""
         drained = recorder.drain()
+        skipped, lost = recorder.take_overflow()
+        if skipped:
+            delivery.drop_unsent(skipped, lost)
         self._samples = self._sampler.drain() if self._sampler is not None else []
         limit = self._config.batch_events
-        pending: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]] = []
+        pending: list[tuple[recorder.ThreadBuffer, recorder.Events]] = []
         size = 0
         for buffer, events in drained.chunks:
             start = 0
@@ -196,7 +199,7 @@ class Sender:
     def _send_batch(
         self,
         delivery: Delivery,
-        chunks: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]],
+        chunks: list[tuple[recorder.ThreadBuffer, recorder.Events]],
         size: int,
         *,
         final: bool,
@@ -226,7 +229,7 @@ class Sender:
             ),
             methods,
             threads,
-            [(buffer.tid, events) for buffer, events in chunks],
+            [(buffer.tid, recorder.encodable(events)) for buffer, events in chunks],
             delivery.counters.dropped_events,
             final,
             frames,
@@ -244,7 +247,7 @@ class Sender:
         self._threads_sent.update(info[0] for info in threads)
 
     def _continued_sequences(
-        self, chunks: list[tuple[recorder.ThreadBuffer, list[recorder.EventTuple]]]
+        self, chunks: list[tuple[recorder.ThreadBuffer, recorder.Events]]
     ) -> tuple[bytes, ...]:
         """The sequences of the invocations a chunk ends before it starts any: if the batch is
         dropped, they lost their End events (which carry no sequence id), so they are lossy.

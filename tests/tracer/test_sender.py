@@ -189,3 +189,27 @@ def test_an_idle_tracer_sends_heartbeats_that_name_their_interval() -> None:
     assert len(heartbeats) >= 3
     assert all(wire.event_count(b) == 0 for b in heartbeats[:3])
     assert {b.process.heartbeat_ms for b in trace.batches} == {20}
+
+
+def test_a_program_faster_than_the_sender_stays_bounded_and_every_call_is_counted(
+    tmp_path: Path,
+) -> None:
+    tracer.configure(
+        endpoint=unused_endpoint(tmp_path),
+        max_buffered_events=200,
+        queue_batches=1,
+        batch_events=50,
+        spool_bytes=0,  # nothing can keep what the repository does not take
+        flush_timeout_ms=0,
+    )
+    most = 0
+    calls = 20_000
+    for i in range(calls):
+        work(i)
+        if i % 100 == 0:
+            most = max(most, tracer.stats().buffered_events)
+    tracer.shutdown()
+    stats = tracer.stats()
+    assert most <= 200 + 2  # the cap (a call in flight may add its End)
+    assert stats.sent_events == 0  # nobody listens
+    assert stats.dropped_events == 2 * calls  # recorded and dropped, or never recorded: counted
