@@ -1,0 +1,43 @@
+"""invoseq's benchmark suite: ``python -m benchmarks [--quick] [--only NAME ...] [--out DIR]``.
+
+One module per area; each exposes ``run(Settings) -> CaseResult``. The overhead, throughput,
+sampler and memory cases measure in worker subprocesses (``*_worker.py``), each a clean traced
+interpreter. The budgets below bound the measuring loops of each case; setup comes on top, and
+``views`` runs a fixed, small number of rounds per size (the 1 M tree alone takes over a
+minute). A full run takes about 4 minutes and a quick one under a minute on a 2-core machine.
+docs/performance.md shows a full run and how to read it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from benchmarks.harness import CaseResult, Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    module: str
+    summary: str
+    budget_s: float
+    quick_budget_s: float
+
+    def run(self, settings: Settings) -> CaseResult:
+        """Imported on use, so ``--only`` loads only what it runs."""
+        runner: Callable[[Settings], CaseResult] = importlib.import_module(
+            f"benchmarks.{self.module}"
+        ).run
+        return runner(settings)
+
+
+CASES: Final = {
+    "overhead": Case("overhead", "ns per traced call against a bare call", 60, 12),
+    "throughput": Case("throughput", "events/s from a traced process into the repository", 25, 6),
+    "ingest": Case("ingest", "durable ingest events/s of pre-encoded batches", 10, 3),
+    "sampler": Case("sampler", "sampler overhead at 100 Hz with 32 threads", 35, 8),
+    "views": Case("views", "cmr show / cmr profile on 10 k to 1 M invocations", 20, 6),
+    "memory": Case("memory", "tracer RSS with the repository down", 10, 6),
+}

@@ -1,0 +1,143 @@
+"""Case 1: overhead per traced call of ``def f(x): return x + 1``, against a bare call.
+
+Shapes: *flat* (every call nested in one traced root), *roots* (every call a sequence of its
+own) and a *tree* (a root calling 10 children calling 10 leaves each: 111 calls). Overhead is
+``traced - bare`` in CPU ns per call, both medians of interleaved chunks of one run; the ratio
+is ``traced / bare``. Beside them, the OpenTelemetry SDK span and VizTracer when it is installed.
+The rows *recording only* time the hot path alone; *sent to cmr serve* add all the sender does
+for those events, up to the repository's acknowledgement (see ``overhead_worker``).
+
+The measuring happens in ``benchmarks.overhead_worker`` subprocesses: once per implementation of
+the hot path (the C accelerator, when ``tracer._speedups`` is built, and the pure-Python path
+with ``INVOSEQ_PURE=1``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Final
+
+from benchmarks.harness import CaseResult, Row, Settings, Target, difference_error, median, spread
+from benchmarks.machine import accelerator
+from benchmarks.processes import clean_environment, run_worker
+
+NAME: Final = "overhead"
+TARGETS: Final = (Target("first", "<=", 600), Target("final", "<=", 100))
+#: Calls per recording chunk. Short chunks, their events discarded after each, time the hot path
+#: alone; events piling up over tens of thousands of calls also make the garbage collector work
+#: harder, and the sender rows (long chunks, drained every flush interval) include that.
+RECORDING_CALLS: Final = 2_000
+
+#: (variant, its baseline, label) for the rows of the tracer's own shapes.
+SHAPES: Final = (
+    ("flat", "bare", "flat: nested in one root"),
+    ("roots", "bare", "roots: each call a new sequence"),
+    ("tree", "tree_bare", "tree 1→10→100, per call"),
+)
+
+
+def _params(settings: Settings, implementations: int) -> dict[str, Any]:
+    """Recording chunks are short (their events are discarded after each, as a sender would
+    drain them), so the hot path is timed alone; sender chunks span many flush intervals."""
+    budget = settings.budget_s / implementations
+    return {
+        "recording": {"calls": RECORDING_CALLS, "rounds": 1000, "budget_s": 0.45 * budget},
+        "sender": {
+            "calls": 40_000 if settings.quick else 60_000,
+            "embedded_calls": 5_000 if settings.quick else 10_000,
+            "rounds": 20,
+            "budget_s": 0.35 * budget,
+        },
+    }
+
+
+def run(settings: Settings) -> CaseResult:
+    result = CaseResult()
+    variants: list[tuple[str, dict[str, str]]] = [("default", {})]
+    if accelerator()["importable"]:
+        variants.append(("pure", {"INVOSEQ_PURE": "1"}))
+    else:
+        result.notes.append(
+            "tracer._speedups (the C accelerator) is not built here: pure Python only"
+        )
+    for label, extra in variants:
+        workdir = settings.workdir / f"overhead-{label}"
+        workdir.mkdir()
+        params = {**_params(settings, len(variants)), "workdir": str(workdir)}
+        env = clean_environment(INVOSEQ_SPOOL_DIR=str(workdir / "spool"), **extra)
+        timeout = settings.budget_s * 3 + 120
+        measured = run_worker("benchmarks.overhead_worker", params, timeout_s=timeout, env=env)
+        _rows(result, measured, suffix=f" [{measured['implementation']['name']}]")
+    return result
+
+
+def _rows(result: CaseResult, measured: dict[str, Any], suffix: str) -> None:
+    impl = measured["implementation"]
+    result.raw[f"implementation{suffix}"] = impl
+    result.notes.extend(n for n in measured["notes"] if n not in result.notes)
+    for phase, title in (("recording", "recording only"), ("sender", "sent to cmr serve")):
+        series: dict[str, list[float]] = measured[phase]
+        result.raw[f"{phase}{suffix}"] = series
+        result.noise[f"{phase}.bare{suffix}"] = spread(series["bare"])
+        for variant, baseline, label in SHAPES:
+            result.rows.append(
+                _overhead_row(series, variant, baseline, f"{label}, {title}{suffix}")
+            )
+        if phase == "recording":
+            result.rows.extend(_anchor_rows(series, suffix))
+    embedded = _overhead_row(
+        measured["sender"], "embedded", "bare", f"flat, repository in the same process{suffix}"
+    )
+    note = "cmr.server.ServerThread: its ingest (SQLite) is paid by the traced process; "
+    note += embedded.note
+    result.rows.append(dataclasses.replace(embedded, targets=(), note=note))
+    stats = measured["sender_stats"]
+    if stats["dropped_events"]:
+        result.notes.append(f"sender phase{suffix}: {stats} (expected no drops)")
+    else:
+        result.notes.append(
+            f"sender phase{suffix}: {stats['sent_events']} events acknowledged, none dropped"
+        )
+
+
+def _overhead_row(series: dict[str, list[float]], variant: str, baseline: str, name: str) -> Row:
+    traced, bare = median(series[variant]), median(series[baseline])
+    return Row(
+        case=NAME,
+        name=name,
+        value=traced - bare,
+        unit="ns",
+        baseline=bare,
+        baseline_name="bare call" if baseline == "bare" else "bare tree, per call",
+        ratio=traced / bare,
+        targets=TARGETS,
+        note=f"{len(series[variant])} chunks; traced {traced:.0f} ns/call",
+        error=difference_error(series[variant], series[baseline]),
+    )
+
+
+def _anchor_rows(series: dict[str, list[float]], suffix: str) -> list[Row]:
+    rows = []
+    bare = median(series["bare"])
+    anchors = (
+        ("otel", "OpenTelemetry SDK span (no processor)", "anchor: 13-18 µs"),
+        ("viztracer", "VizTracer, every call", "anchor: +126 ns"),
+    )
+    for variant, label, anchor in anchors:
+        if variant not in series:
+            continue
+        cost = median(series[variant])
+        rows.append(
+            Row(
+                case=NAME,
+                name=f"{label}{suffix}",
+                value=cost - bare,
+                unit="ns",
+                baseline=bare,
+                baseline_name="bare call",
+                ratio=cost / bare,
+                note=f"{anchor} (DESIGN.md); {len(series[variant])} chunks",
+                error=difference_error(series[variant], series["bare"]),
+            )
+        )
+    return rows

@@ -1,0 +1,300 @@
+"""Case 1's subprocess: the cost of one traced call, measured inside a fresh traced process.
+
+Run by ``benchmarks.overhead`` as ``python -m benchmarks.overhead_worker '<JSON>'`` (with
+``INVOSEQ_PURE=1`` for the pure-Python path when the C accelerator is built), so each
+implementation starts from a clean interpreter.
+
+Costs are CPU time of the whole process (every thread: the caller, the sender, ZeroMQ's I/O
+thread) per call, which the other work on a shared machine disturbs far less than wall time.
+Two phases, each interleaving its variants chunk by chunk:
+
+- **recording**: the tracer records into memory and its sender sleeps through the chunk (flush
+  interval of an hour); the chunk's events are flushed and discarded after it, untimed. This is
+  the hot path alone.
+- **sender**: the tracer sends at its default flush interval to a real ``cmr serve``
+  (``python -m cmr.server --memory``) in another process, and the timed region runs until the
+  repository has acknowledged the chunk's last event: the hot path plus everything the sender
+  does for it (drain, encode, send, acknowledgements), as with ``tracer run``, whose repository
+  is a subprocess. The ``embedded`` variant sends to a ``cmr.server.ServerThread`` (SQLite) in
+  this process instead, so the repository's ingest is paid by the traced process too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tracer
+from benchmarks.harness import interleave
+from benchmarks.processes import report_result, start_reporting, stop, worker_params
+from tracer import traced
+from tracer.testing import capture
+
+# -- the measured functions: the same shapes, bare and traced --------------------------------
+
+
+def f(x: int) -> int:
+    return x + 1
+
+
+traced_f = traced(f)
+
+
+def loop_bare(n: int) -> None:
+    call = f
+    for i in range(n):
+        call(i)
+
+
+def loop_traced(n: int) -> None:
+    call = traced_f
+    for i in range(n):
+        call(i)
+
+
+@traced
+def flat_root(n: int) -> None:
+    """Every call of ``traced_f`` nests under this one invocation."""
+    loop_traced(n)
+
+
+def bare_mid(x: int) -> None:
+    for i in range(10):
+        f(i)
+
+
+def bare_top(x: int) -> None:
+    for i in range(10):
+        bare_mid(i)
+
+
+@traced
+def traced_mid(x: int) -> None:
+    for i in range(10):
+        traced_f(i)
+
+
+@traced
+def traced_top(x: int) -> None:
+    for i in range(10):
+        traced_mid(i)
+
+
+TREE_CALLS = 111  # 1 root, 10 children, 100 leaves
+
+
+def timed(
+    run: Callable[[int], None], n: int, calls: int, until: Callable[[], object] = lambda: None
+) -> float:
+    """CPU ns (all threads of this process) per call of one chunk, up to when ``until`` returns."""
+    started = time.process_time_ns()
+    run(n)
+    until()
+    return (time.process_time_ns() - started) / calls
+
+
+def tree_chunk(top: Callable[[int], None]) -> Callable[[int], None]:
+    def run(trees: int) -> None:
+        for i in range(trees):
+            top(i)
+
+    return run
+
+
+# -- third-party anchors -------------------------------------------------------------------------
+
+
+def otel_variant(calls: int) -> Callable[[], float]:
+    """An OpenTelemetry SDK span around each call, nested in one root span; the provider has no
+    span processor, so nothing is exported: this is the cost of the span alone."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    otel = TracerProvider().get_tracer("invoseq-benchmark")
+
+    def run(n: int) -> None:
+        start = otel.start_as_current_span
+        with start("root"):
+            for i in range(n):
+                with start("f"):
+                    f(i)
+
+    return lambda: timed(run, calls, calls)
+
+
+def viztracer_variant(calls: int, notes: list[str]) -> Callable[[], float] | None:
+    try:
+        from viztracer import VizTracer  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        notes.append("VizTracer is not installed: its row is skipped (pip install viztracer)")
+        return None
+    viz = VizTracer(verbose=0, tracer_entries=4 * calls + 10_000)
+
+    def chunk() -> float:
+        viz.start()
+        try:
+            return timed(loop_bare, calls, calls)
+        finally:
+            viz.stop()
+            viz.clear()
+
+    return chunk
+
+
+# -- the phases ----------------------------------------------------------------------------------
+
+
+def recording_phase(params: dict[str, Any], notes: list[str]) -> dict[str, list[float]]:
+    calls, budget = params["calls"], params["budget_s"]
+    trees = max(1, calls // TREE_CALLS)
+    otel_calls = max(100, calls // 20)
+    hour = 3_600_000
+    with capture(flush_interval_ms=hour, heartbeat_ms=hour, sample_interval_ms=0) as trace:
+
+        def discard_buffered() -> None:
+            tracer.flush(60)
+            trace.transport.batches.clear()
+
+        def traced_chunk(run: Callable[[int], None], n: int, per: int) -> Callable[[], float]:
+            def chunk() -> float:
+                try:
+                    return timed(run, n, n * per)
+                finally:
+                    discard_buffered()
+
+            return chunk
+
+        variants: dict[str, Callable[[], float]] = {
+            "bare": lambda: timed(loop_bare, calls, calls),
+            "flat": traced_chunk(flat_root, calls, 1),
+            "roots": traced_chunk(loop_traced, calls, 1),
+            "tree_bare": lambda: timed(tree_chunk(bare_top), trees, trees * TREE_CALLS),
+            "tree": traced_chunk(tree_chunk(traced_top), trees, TREE_CALLS),
+            "otel": otel_variant(otel_calls),
+        }
+        viz = viztracer_variant(calls, notes)
+        if viz is not None:
+            variants["viztracer"] = viz
+        return interleave(variants, rounds=params["rounds"], budget_s=budget)
+
+
+def acknowledged() -> None:
+    if not tracer.flush(60):
+        raise RuntimeError("the repository did not acknowledge within 60 s")
+
+
+def sender_phase(
+    params: dict[str, Any], workdir: Path
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    from cmr.server import ServerThread
+    from cmr.store import Store, open_store
+
+    calls, embedded_calls = params["calls"], params["embedded_calls"]
+    trees = max(1, calls // TREE_CALLS)
+    generation = 0
+    endpoints: dict[str, str] = {}
+    servers: list[subprocess.Popen[str]] = []
+    threads: list[tuple[ServerThread, Store]] = []
+    totals = {"sent_events": 0, "dropped_events": 0, "spooled_batches": 0}
+
+    def retire() -> None:
+        tracer.shutdown(60)
+        while servers:
+            stop(servers.pop())
+        while threads:
+            thread, store = threads.pop()
+            thread.stop()
+            store.close()
+
+    def new_repositories() -> None:
+        """Fresh repositories every round keep the disk use of a run bounded."""
+        nonlocal generation
+        retire()
+        generation += 1
+        for stale in workdir.glob(f"*-{generation - 1}.*"):
+            stale.unlink()
+        command = [sys.executable, "-m", "cmr.server", "--bind"]
+        command += [f"ipc://{workdir}/serve-{generation}.sock"]
+        command += ["--memory"]  # the fastest real store: the acknowledgements come soonest
+        server, endpoints["serve"] = start_reporting(command, "cmr: listening on ")
+        servers.append(server)
+        store = open_store(str(workdir / f"embedded-{generation}.sqlite"))
+        thread = ServerThread(store, f"ipc://{workdir}/embedded-{generation}.sock")
+        threads.append((thread, store))
+        endpoints["embedded"] = thread.endpoint
+
+    def sending(to: str, run: Callable[[int], None], n: int, per: int) -> Callable[[], float]:
+        def chunk() -> float:
+            tracer.configure(endpoint=endpoints[to], sample_interval_ms=0, flush_timeout_ms=60_000)
+            cost = timed(run, n, n * per, until=acknowledged)
+            stats = tracer.stats()  # this chunk's sender: its counters start at zero
+            for key in totals:
+                totals[key] += getattr(stats, key)
+            return cost
+
+        return chunk
+
+    variants: dict[str, Callable[[], float]] = {
+        "bare": lambda: timed(loop_bare, calls, calls),
+        "flat": sending("serve", flat_root, calls, 1),
+        "roots": sending("serve", loop_traced, calls, 1),
+        "tree_bare": lambda: timed(tree_chunk(bare_top), trees, trees * TREE_CALLS),
+        "tree": sending("serve", tree_chunk(traced_top), trees, TREE_CALLS),
+        "embedded": sending("embedded", flat_root, embedded_calls, 1),
+    }
+    try:
+        results = interleave(
+            variants,
+            rounds=params["rounds"],
+            budget_s=params["budget_s"],
+            before_round=new_repositories,
+        )
+    finally:
+        retire()
+    return results, totals
+
+
+def implementation() -> dict[str, Any]:
+    """Which hot path ran: as ``tracer.decorator.IMPLEMENTATION`` says ("c" or "python"), or,
+    in a tracer that predates it, the C accelerator when it was loaded and not turned off."""
+    from tracer import decorator
+
+    pure_requested = os.environ.get("INVOSEQ_PURE") == "1"
+    loaded = "tracer._speedups" in sys.modules
+    declared = getattr(decorator, "IMPLEMENTATION", None)
+    accelerated = declared == "c" if declared is not None else loaded and not pure_requested
+    wrapper = traced_f
+    code = getattr(wrapper, "__code__", None)
+    return {
+        "name": "C accelerator" if accelerated else "pure Python",
+        "declared": declared,
+        "speedups_loaded": loaded,
+        "invoseq_pure": pure_requested,
+        "wrapper_type": type(wrapper).__qualname__,
+        "wrapper_file": Path(code.co_filename).name if code is not None else None,
+    }
+
+
+def main() -> None:
+    params = worker_params()
+    workdir = Path(params["workdir"])
+    notes: list[str] = []
+    recording = recording_phase(params["recording"], notes)
+    sending, totals = sender_phase(params["sender"], workdir)
+    report_result(
+        {
+            "implementation": implementation(),
+            "recording": recording,
+            "sender": sending,
+            "sender_stats": totals,
+            "notes": notes,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

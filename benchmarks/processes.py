@@ -1,0 +1,111 @@
+"""The processes a benchmark runs: workers that measure in a fresh interpreter, and servers.
+
+A worker is ``python -m benchmarks.<module> '<JSON parameters>'``; it prints its result as one
+JSON line (``report_result``), which ``run_worker`` reads back. Every wait here is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+#: The prefix of the one line a worker subprocess prints with its JSON result.
+RESULT_PREFIX: Final = "BENCHMARK-RESULT "
+
+
+def clean_environment(**settings: str) -> dict[str, str]:
+    """This environment without any tracer setting, plus ``settings``: a worker traces only as
+    the case configures it (and never spools into the user's cache)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_")}
+    env.update(settings)
+    return env
+
+
+def run_worker(
+    module: str, params: Mapping[str, Any], *, timeout_s: float, env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run ``python -m <module> <params as JSON>`` and return the JSON it reports.
+
+    The worker prints its result on one line starting with RESULT_PREFIX; anything else it prints
+    is ignored. A worker that fails or overruns ``timeout_s`` raises RuntimeError (the harness
+    reports the case as failed and goes on)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", module, json.dumps(dict(params))],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=dict(env),
+            cwd=Path(__file__).resolve().parent.parent,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"{module} did not finish within {timeout_s:.0f} s") from exc
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            result: dict[str, Any] = json.loads(line[len(RESULT_PREFIX) :])
+            return result
+    tail = done.stderr.strip().splitlines()[-5:]
+    raise RuntimeError(f"{module} exited {done.returncode} without a result: {' | '.join(tail)}")
+
+
+def report_result(result: Mapping[str, Any]) -> None:
+    """The worker side of ``run_worker``."""
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def worker_params() -> dict[str, Any]:
+    if len(sys.argv) != 2:
+        raise SystemExit(f"usage: python -m {sys.argv[0]} '<JSON parameters>' (harness only)")
+    params: dict[str, Any] = json.loads(sys.argv[1])
+    return params
+
+
+@contextmanager
+def private_directory(prefix: str) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix=prefix) as name:
+        yield Path(name)
+
+
+def start_reporting(
+    command: list[str], ready: str, timeout_s: float = 30.0
+) -> tuple[subprocess.Popen[str], str]:
+    """Start a server subprocess and wait (bounded, no sleeping) for its first stdout line, which
+    must start with ``ready``; returns the process and the rest of that line."""
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=clean_environment(),
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        line = process.stdout.readline() if selector.select(timeout_s) else ""
+    if not line.startswith(ready):
+        stop(process)
+        raise RuntimeError(f"{' '.join(command[:4])} did not start: {line.strip()!r}")
+    return process, line[len(ready) :].strip()
+
+
+def stop(process: subprocess.Popen[str], timeout_s: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if it does not exit within ``timeout_s``."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout_s)
+    if process.stdout is not None:
+        process.stdout.close()

@@ -1,0 +1,107 @@
+"""Case 3: the stack sampler's overhead at 100 Hz on a CPU-bound program with 32 threads.
+
+The headline ratio isolates the sampler: traced-with-sampler against traced-without-sampler,
+interleaved chunk by chunk (``benchmarks.sampler_worker``). Beside it: the same against the
+untraced program, and the sampler's own accounting of the time its ticks took, which is far less
+noisy than a difference of two wall-clock medians.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from benchmarks.harness import CaseResult, Row, Settings, Target, median, ratio_error_pct, spread
+from benchmarks.processes import clean_environment, run_worker
+
+NAME: Final = "sampler"
+TARGETS: Final = (Target("first", "<=", 2.0), Target("final", "<=", 1.0))
+
+
+def run(settings: Settings) -> CaseResult:
+    result = CaseResult()
+    params = {
+        "chunk_s": 0.25 if settings.quick else 0.4,
+        "rounds": 40,
+        "min_rounds": 4,
+        "budget_s": settings.budget_s,
+        "workdir": str(settings.workdir),
+    }
+    env = clean_environment(INVOSEQ_SPOOL_DIR=str(settings.workdir / "spool"))
+    measured = run_worker(
+        "benchmarks.sampler_worker", params, timeout_s=settings.budget_s * 4 + 120, env=env
+    )
+    result.raw = measured
+    cpu: dict[str, list[float]] = measured["series"]
+    wall: dict[str, list[float]] = measured["wall"]
+    for name, values in cpu.items():
+        result.noise[f"{name} (CPU)"] = spread(values)
+        result.noise[f"{name} (wall)"] = spread(wall[name])
+    untraced, traced, sampled = (median(cpu[k]) for k in ("untraced", "traced", "sampled"))
+    chunks = len(cpu["sampled"])
+    result.rows.append(
+        Row(
+            case=NAME,
+            name="sampler at 100 Hz, 32 CPU-bound threads: with / without sampler (CPU)",
+            value=100 * (sampled / traced - 1),
+            unit="%",
+            baseline=traced,
+            baseline_name="traced, sampler off, CPU per chunk",
+            baseline_unit="s",
+            ratio=sampled / traced,
+            targets=TARGETS,
+            error=ratio_error_pct(cpu["sampled"], cpu["traced"]),
+            note=(
+                f"{chunks} chunks each; median of per-round ratios "
+                f"{_paired(cpu, 'sampled', 'traced'):.4f}; in wall time: "
+                f"{_ratio_text(wall, 'sampled', 'traced')}; anchor: py-spy 2-4 %"
+            ),
+        )
+    )
+    result.rows.append(
+        Row(
+            case=NAME,
+            name="traced with sampler vs untraced (all costs, CPU)",
+            value=100 * (sampled / untraced - 1),
+            unit="%",
+            baseline=untraced,
+            baseline_name="untraced, CPU per chunk",
+            baseline_unit="s",
+            ratio=sampled / untraced,
+            error=ratio_error_pct(cpu["sampled"], cpu["untraced"]),
+            note=(
+                f"traced without sampler vs untraced: {100 * (traced / untraced - 1):+.2f} % CPU; "
+                f"with sampler vs untraced in wall time: {_ratio_text(wall, 'sampled', 'untraced')}"
+            ),
+        )
+    )
+    result.rows.append(_accounting_row(measured["accounting"]))
+    return result
+
+
+def _paired(series: dict[str, list[float]], a: str, b: str) -> float:
+    """The median of the ratios within each round: immune to drift between rounds."""
+    return median([x / y for x, y in zip(series[a], series[b], strict=True)])
+
+
+def _ratio_text(series: dict[str, list[float]], a: str, b: str) -> str:
+    ratio = median(series[a]) / median(series[b])
+    return f"{100 * (ratio - 1):+.2f} % (per-round median {_paired(series, a, b):.4f})"
+
+
+def _accounting_row(accounting: list[dict[str, Any]]) -> Row:
+    elapsed = sum(a["wall_s"] for a in accounting)
+    cost_s = sum(a["cost_ns"] for a in accounting) / 1e9
+    ticks = sum(a["ticks"] for a in accounting)
+    late = sum(a["late_ticks"] for a in accounting)
+    per_tick_us = 1e6 * cost_s / ticks if ticks else float("nan")
+    return Row(
+        case=NAME,
+        name="sampler's own time in ticks / wall time of the chunks (its accounting)",
+        value=100 * cost_s / elapsed if elapsed else float("nan"),
+        unit="%",
+        targets=TARGETS,
+        note=(
+            f"{ticks} ticks ({late} late) in {len(accounting)} sampled chunks, "
+            f"{per_tick_us:.0f} µs per tick"
+        ),
+    )

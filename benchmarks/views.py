@@ -1,0 +1,191 @@
+"""Case 4: ``cmr show`` and ``cmr profile`` on one sequence of 10 k, 100 k and 1 M invocations.
+
+Each size gets its own SQLite repository, built directly with ``store.ingest`` of synthetic
+batches (``synthetic.one_sequence``: fan-out 10, depth-first). The commands run as a user runs
+them, ``python -m cmr ...`` in a subprocess with the output thrown away, interleaved with
+``python -m cmr --help``: the floor (interpreter start, imports) that every command pays.
+``cmr ls --limit 1`` is timed too: it summarises the sequence it lists, so it grows with it.
+What matters is how the cost per node grows: each size is compared with the linear
+extrapolation of the size below it. The 1 M case runs only without
+--quick; if building it takes too long it is capped, and the cap is reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Final
+
+from benchmarks import synthetic
+from benchmarks.harness import CaseResult, Row, Settings, Target, interleave, median, spread
+from benchmarks.processes import clean_environment
+from cmr.store import open_store
+from tracer import wire
+
+NAME: Final = "views"
+#: No budget in DESIGN.md: our own target, that the cost per node grows less than 1.5x per
+#: tenfold size.
+NEAR_LINEAR: Final = (Target("near-linear", "<=", 1.5, on="ratio"),)
+#: The longest the 1 M repository may take to build before it is capped.
+BUILD_CAP_S: Final = 45.0
+#: The longest one command may run before it is killed (the run then reports the case failed).
+COMMAND_TIMEOUT_S: Final = 300.0
+
+
+def build(path: Path, invocations: int, cap_s: float) -> tuple[bytes, int, float]:
+    """A repository holding one sequence of ``invocations`` calls: (seq, invocations stored,
+    seconds). Stops early, with the sequence cut short, once ``cap_s`` is spent."""
+    started = time.perf_counter()
+    traffic = synthetic.one_sequence(puid=7, invocations=invocations)
+    stored = 0
+    store = open_store(str(path))
+    try:
+        for batch in synthetic.decoded(traffic):
+            store.ingest(batch, time.time_ns())
+            stored += sum(isinstance(e, wire.Start) for chunk in batch.chunks for e in chunk.events)
+            if time.perf_counter() - started > cap_s:
+                break
+    finally:
+        store.close()
+    return traffic.seqs[0], stored, time.perf_counter() - started
+
+
+class Commands:
+    """Runs ``python -m cmr ...`` on one repository; remembers each command's peak RSS.
+
+    A child's peak RSS starts from this process's own (it is inherited through fork), so a peak
+    no higher than ours is not the command's: it is not recorded."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.peak_mib: dict[str, float] = {}
+
+    def timed(self, name: str, *args: str) -> float:
+        command = [sys.executable, "-m", "cmr", *args]
+        if name != "floor":
+            command[3:3] = ["--db", str(self.db)]
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=clean_environment(NO_COLOR="1"),
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        watchdog = threading.Timer(COMMAND_TIMEOUT_S, process.kill)  # bounds the wait below
+        watchdog.start()
+        try:
+            _, status, usage = os.wait4(process.pid, 0)  # also gives the child's peak RSS
+        finally:
+            watchdog.cancel()
+        process.returncode = os.waitstatus_to_exitcode(status)
+        took = time.perf_counter() - started
+        if process.returncode != 0:
+            raise RuntimeError(f"python -m cmr {' '.join(args)} failed")
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        if usage.ru_maxrss > 1.1 * own:
+            self.peak_mib[name] = max(self.peak_mib.get(name, 0.0), usage.ru_maxrss / 1024)
+        return took
+
+
+def run(settings: Settings) -> CaseResult:
+    result = CaseResult()
+    sizes = [10_000, 100_000] if settings.quick else [10_000, 100_000, 1_000_000]
+    rounds = {10_000: 2, 100_000: 1} if settings.quick else {10_000: 3, 100_000: 2, 1_000_000: 1}
+    measured: list[tuple[str, int, dict[str, list[float]], dict[str, float]]] = []
+    for size in sizes:
+        db = settings.workdir / f"views-{size}.sqlite"
+        seq, stored, built_s = build(db, size, BUILD_CAP_S)
+        label = f"{size // 1000} k" if size < 1_000_000 else f"{size // 1_000_000} M"
+        result.notes.append(f"{label}: built in {built_s:.1f} s ({stored} invocations stored)")
+        if stored < size:
+            result.notes.append(
+                f"{label}: building took over {BUILD_CAP_S:.0f} s, capped at {stored} invocations "
+                "(the sequence is cut short: its open calls show as running)"
+            )
+        cmr = Commands(db)
+        series = interleave(
+            {
+                "floor": functools.partial(cmr.timed, "floor", "--help"),
+                "ls": functools.partial(cmr.timed, "ls", "ls", "--limit", "1"),
+                "show": functools.partial(cmr.timed, "show", "show", seq.hex()),
+                "profile": functools.partial(cmr.timed, "profile", "profile", seq.hex()),
+            },
+            rounds=rounds[size],
+            min_rounds=1,
+            budget_s=settings.budget_s / len(sizes),
+            warmup=size < 100_000 and not settings.quick,
+        )
+        result.raw[label] = {"invocations": stored, "build_s": built_s, **series}
+        result.raw[label]["peak_rss_mib"] = cmr.peak_mib
+        measured.append((label, stored, series, cmr.peak_mib))
+        for path in settings.workdir.glob(f"views-{size}.sqlite*"):
+            os.unlink(path)
+    # One floor for every size, from all its samples: a per-size floor of two or three
+    # samples would move the cost per node by its own noise.
+    floors = [t for _, _, series, _ in measured for t in series["floor"]]
+    result.noise["floor"] = spread(floors)
+    floor = median(floors)
+    previous: dict[str, tuple[int, float]] = {}  # command -> (invocations, time above the floor)
+    for label, stored, series, peaks in measured:
+        for command in ("ls", "show", "profile"):
+            took = median(series[command])
+            row = _row(
+                command,
+                label=label,
+                nodes=stored,
+                took=took,
+                floor=floor,
+                smaller=previous.get(command),
+            )
+            peak = f"; peak RSS {peaks[command]:.0f} MiB" if command in peaks else ""
+            result.rows.append(dataclasses.replace(row, note=row.note + peak))
+            previous[command] = (stored, took - floor)
+    return result
+
+
+def _row(
+    command: str,
+    *,
+    label: str,
+    nodes: int,
+    took: float,
+    floor: float,
+    smaller: tuple[int, float] | None,
+) -> Row:
+    per_node_us = 1e6 * (took - floor) / nodes
+    shown = "ls --limit 1" if command == "ls" else command
+    name = f"cmr {shown}, one sequence of {label} invocations"
+    if smaller is None:
+        return Row(
+            case=NAME,
+            name=name,
+            value=took,
+            unit="s",
+            baseline=floor,
+            baseline_name="python -m cmr --help (start-up floor)",
+            ratio=took / floor,
+            note=f"{per_node_us:.1f} µs per node above the floor",
+        )
+    linear = floor + smaller[1] * nodes / smaller[0]
+    return Row(
+        case=NAME,
+        name=name,
+        value=took,
+        unit="s",
+        baseline=linear,
+        baseline_name=f"linear from {smaller[0]} nodes",
+        ratio=took / linear,
+        targets=NEAR_LINEAR,
+        note=(
+            f"{per_node_us:.1f} µs per node above the floor (was "
+            f"{1e6 * smaller[1] / smaller[0]:.1f} µs at {smaller[0]} nodes); floor {floor:.2f} s"
+        ),
+    )

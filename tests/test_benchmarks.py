@@ -1,0 +1,73 @@
+"""The benchmark harness cannot rot: one cheap case runs end to end, and verdicts say by how much.
+
+Timings are never asserted (they depend on the machine); the shape of the results is.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.harness import Row, Target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_a_quick_case_writes_json_and_a_markdown_table(tmp_path: Path) -> None:
+    done = run_benchmarks("--quick", "--only", "ingest", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    document = json.loads((tmp_path / "quick-ingest.json").read_text())
+    rows = document["cases"]["ingest"]["rows"]
+    assert [row["name"] for row in rows] == [
+        "durable ingest into SQLite",
+        "ingest into the memory store",
+    ]
+    for row in rows:
+        assert row["value"] > 0
+        assert row["unit"] == "events/s"
+        assert row["ratio"] == row["value"] / row["baseline"]
+    assert [v["target"] for v in rows[0]["verdicts"]] == ["first", "final"]
+    assert document["machine"]["cpu_count"] >= 1
+    assert len(document["run"]["load"]["before"]) == 3
+    assert document["cases"]["ingest"]["noise"]["decode"]["n"] >= 2
+    table = (tmp_path / "quick-ingest.md").read_text()
+    assert "| ingest | durable ingest into SQLite |" in table
+    assert "python -m benchmarks --quick --only ingest" in table
+
+
+def test_an_unknown_case_is_a_one_line_error() -> None:
+    done = run_benchmarks("--only", "nonsense")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, sampler, "
+        "views, memory)"
+    ]
+
+
+def test_a_verdict_says_which_target_was_met_or_missed_and_by_how_much() -> None:
+    row = Row(
+        case="overhead",
+        name="flat",
+        value=450.0,
+        unit="ns",
+        baseline=50.0,
+        ratio=10.0,
+        targets=(Target("first", "<=", 600), Target("final", "<=", 100)),
+    )
+    assert [v.describe(row.unit) for v in row.verdicts()] == [
+        "first: met by 150 ns",
+        "final: missed by 350 ns",
+    ]
