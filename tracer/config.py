@@ -83,7 +83,7 @@ class Config:
     resend_ms: int = 2000
     #: Events waiting in one thread's buffer, at most: past it, traced calls run untraced and
     #: are counted as dropped (a program busier than the sender can move never grows unbounded).
-    max_buffered_events: int = 262_144
+    max_buffered_events: int = 1_048_576
     #: CURVE: the repository's public key file (from `cmr keys generate`); empty: no encryption.
     curve_server_key: str = ""
     #: CURVE: this client's secret key file (from `cmr keys generate`), allowed by the repository.
