@@ -325,7 +325,8 @@ def wrap_with_method(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
     return _wrap_sync(fn, method)
 
 
-def _source(fn: Callable[..., Any]) -> tuple[str, int]:
+def source(fn: Callable[..., Any]) -> tuple[str, int]:
+    """(file, first line) of the function's own code, through any wrappers; ("", 0) without."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
     if code is None:
         return "", 0
@@ -335,7 +336,7 @@ def _source(fn: Callable[..., Any]) -> tuple[str, int]:
 def _wrap(fn: Callable[..., Any], name: str | None) -> Callable[..., Any]:
     if getattr(fn, TRACED_MARK, False):
         return fn
-    file, line = _source(fn)
+    file, line = source(fn)
     module = str(getattr(fn, "__module__", None) or "<unknown>")
     qualname = str(name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
     method = recorder.register_method(module, qualname, file, line)

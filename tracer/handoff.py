@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
 import logging
 import os
 import threading
@@ -67,7 +66,8 @@ def describe(fn: Any) -> tuple[str, str, str, int]:
     target = _unwrap(fn)
     # The code of the function itself, not of a wrapper around it (a traced function's wrapper
     # is a closure in decorator.py, or C code with no code object at all).
-    code = getattr(target, "cr_code", None) or getattr(inspect.unwrap(target), "__code__", None)
+    code = getattr(target, "cr_code", None)  # a coroutine object
+    file, line = (code.co_filename, code.co_firstlineno) if code else decorator.source(target)
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     module = getattr(target, "__module__", None)
     frame = getattr(target, "cr_frame", None)
@@ -75,7 +75,6 @@ def describe(fn: Any) -> tuple[str, str, str, int]:
         module = frame.f_globals.get("__name__")
     if module is None:
         module = type(target).__module__
-    file, line = (code.co_filename, code.co_firstlineno) if code is not None else ("", 0)
     return str(module), str(qualname), file, line
 
 

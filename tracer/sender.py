@@ -47,7 +47,6 @@ class Sender:
         self._flush_result = False
         self._stopping = False
         self._final = True
-        self._batch_no = 0  # the last number this sender used (numbers are per process)
         self._methods_sent = 0
         self._threads_sent: set[int] = set()  # tids whose ThreadInfo went out
         #: tid -> the sequence of the last Start sent from that thread: the sequence that a later
@@ -57,7 +56,6 @@ class Sender:
         #: The repository let a whole flush timeout pass without acknowledging: later flushes do
         #: not wait for it again until it answers (a pool task must not pay the timeout each time).
         self._silent = False
-        self.sent_samples = 0
         self._samples: list[Any] = []
         self.delivery: Delivery | None = None
         self._thread = threading.Thread(target=self._run, name="invoseq-sender", daemon=True)
@@ -214,10 +212,10 @@ class Sender:
             {b.tid: b.info for b, _ in chunks if b.tid not in self._threads_sent}.values()
         )
         process = self._identity
-        self._batch_no = recorder.next_batch_no()
+        batch_no = recorder.next_batch_no()  # per process: never reused by a later sender
         batch = (
             process.puid,
-            self._batch_no,
+            batch_no,
             (
                 process.pid,
                 process.host,
@@ -239,11 +237,10 @@ class Sender:
         )
         body = self._encoder.encode(batch)
         continues = self._continued_sequences(chunks)
-        delivery.submit(Outgoing(process.puid, self._batch_no, body, size, lost, continues))
+        delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, continues))
         self._last_send = time.monotonic()
         self._methods_sent += len(methods)
         self._frames_sent += len(frames)
-        self.sent_samples += len(samples)
         self._threads_sent.update(info[0] for info in threads)
 
     def _continued_sequences(
