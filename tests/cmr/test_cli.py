@@ -13,9 +13,10 @@ import msgspec
 import pytest
 import zmq
 
-from cmr.cli import main, render_sequence, render_sequence_list
+from cmr.cli import render_sequence, render_sequence_list
 from cmr.store import open_store
 from cmr.views.render.text import format_time_of_day
+from tests.cmr.cli_helpers import one_line_error, run
 from tracer import wire
 
 MS = 1_000_000
@@ -65,19 +66,6 @@ def fixture_repo(tmp_path, shop_batch, worker_batch, clock_offset_ns) -> str:
     finally:
         store.close()
     return path
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def test_ls_json_lists_sequences_newest_first(repo, capsys, clock_offset_ns):

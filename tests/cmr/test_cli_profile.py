@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from cmr.cli import main
 from cmr.cli_profile import parse_since
 from cmr.store import open_store
+from tests.cmr.cli_helpers import one_line_error, run
 from tracer import wire
 
 MS = 1_000_000
@@ -19,19 +19,6 @@ SEQ_Q = bytes.fromhex("cd34" + "00" * 14)  # price handing fetch to a pool threa
 SHOP = 0x1111
 WORKER = 0x2222
 HID = 0x5EED
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.fixture(name="repo")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,19 +62,6 @@ def handoff(
 
 S = seq_id("5e9")
 H = 0x5EED_0000_0000_0001
-
-
-@pytest.fixture(name="store", params=["memory", "sqlite"])
-def fixture_store(
-    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
-) -> Iterator[Store]:
-    """Each backend, reading with the test's clock."""
-    if request.param == "memory":
-        store = open_store(memory=True, clock=clock)
-    else:
-        store = open_store(str(tmp_path / "repo" / "cmr.sqlite"), clock=clock)
-    yield store
-    store.close()
 
 
 # -- ingest and load ------------------------------------------------------------------------

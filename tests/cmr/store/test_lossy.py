@@ -4,31 +4,17 @@ the store says which processes dropped them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from cmr.store import Store, UnknownSequenceError, open_store
-from tests.cmr.conftest import FakeClock
+from cmr.store import Store, UnknownSequenceError
 from tests.cmr.store.test_contract import seq_id, start
 from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
 LOSSY = seq_id("10")
 WHOLE = seq_id("20")
-
-
-@pytest.fixture(name="store", params=["memory", "sqlite"])
-def fixture_store(
-    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
-) -> Iterator[Store]:
-    if request.param == "memory":
-        store = open_store(memory=True, clock=clock)
-    else:
-        store = open_store(str(tmp_path / "cmr.sqlite"), clock=clock)
-    yield store
-    store.close()
 
 
 def calls(seq: bytes, first_iid: int) -> list[wire.Event]:

@@ -4,7 +4,7 @@ time, and a sequence reads back those overlapping its invocations' windows on it
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,18 +27,6 @@ BatchFactory = Callable[..., wire.Batch]
 S = seq_id("5a")
 OTHER = seq_id("07")
 OFFSET = 1_700_000_000_000_000_000  # make_batch's clock offset: stored time = t_ns + this
-
-
-@pytest.fixture(name="store", params=["memory", "sqlite"])
-def fixture_store(
-    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
-) -> Iterator[Store]:
-    if request.param == "memory":
-        store = open_store(memory=True, clock=clock)
-    else:
-        store = open_store(str(tmp_path / "cmr.sqlite"), clock=clock)
-    yield store
-    store.close()
 
 
 def sample(
