@@ -10,7 +10,9 @@ attach/detach use ContextVar tokens, so a ``try/finally`` always restores exactl
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator
 from typing import Final
 
 Current = tuple[bytes, int, int]
@@ -24,3 +26,14 @@ def current_sequence() -> str | None:
     """The active sequence id as 32 hex digits, or None outside any traced call."""
     value = current.get()
     return None if value is None else value[0].hex()
+
+
+@contextlib.contextmanager
+def detached() -> Iterator[None]:
+    """No sequence attached for the block: threads and processes started in it inherit none (the
+    tracer's own threads, a pool's workers, which serve many sequences)."""
+    token = current.set(None)
+    try:
+        yield
+    finally:
+        current.reset(token)

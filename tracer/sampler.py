@@ -123,11 +123,8 @@ class Sampler:
         if self.mode == "cpu" and _running(threading.get_native_id()) is None:
             log.warning("invoseq: /proc is not readable here; the sampler uses wall mode")
             self.mode = "wall"
-        token = context.current.set(None)  # never part of a sequence (see Sender.start)
-        try:
+        with context.detached():  # never part of a sequence (see Sender.start)
             self._thread.start()
-        finally:
-            context.current.reset(token)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()

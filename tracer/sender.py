@@ -63,11 +63,8 @@ class Sender:
     def start(self) -> None:
         # Started with no context: the sender is never part of the sequence whose first traced
         # call happened to start it (the thread patch would hand that sequence off to it).
-        token = context.current.set(None)
-        try:
+        with context.detached():
             self._thread.start()
-        finally:
-            context.current.reset(token)
         if self._sampler is not None:
             self._sampler.start()
 

@@ -24,9 +24,8 @@ import multiprocessing.pool
 import multiprocessing.process
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 from tracer import context, decorator, handoff, recorder
@@ -86,16 +85,6 @@ def _record(fn: Any) -> context.Current | None:
     return None if isinstance(fn, ProcessRunner) else handoff.record("process", fn)
 
 
-@contextmanager
-def _detached() -> Iterator[None]:
-    """No context while the original runs: the workers and helper threads it starts get none."""
-    token = _set(None)
-    try:
-        yield
-    finally:
-        _reset(token)
-
-
 def patch_process_start(original: Callable[..., None]) -> Callable[..., None]:
     def start(self: multiprocessing.process.BaseProcess) -> None:
         if _get() is not None:
@@ -106,7 +95,7 @@ def patch_process_start(original: Callable[..., None]) -> Callable[..., None]:
                 # A subclass's own run(): the instance attribute shadows it. It pickles for
                 # spawn as getattr(process, "run"), which unpickles to the class's run again.
                 self.run = _runner(self.run, _record(self.run))  # type: ignore[method-assign]
-        with _detached():  # the bare-fork hook must not hand off a second time
+        with context.detached():  # the bare-fork hook must not hand off a second time
             original(self)
 
     return start
@@ -117,7 +106,7 @@ def patch_detached(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def detached(*args: Any, **kwargs: Any) -> Any:
-        with _detached():
+        with context.detached():
             return original(*args, **kwargs)
 
     return detached
@@ -132,7 +121,7 @@ def patch_pool_method(original: Callable[..., Any]) -> Callable[..., Any]:
         self: multiprocessing.pool.Pool, func: Callable[..., Any], *args: Any, **kw: Any
     ) -> Any:
         runner = _runner(func, _record(func))
-        with _detached():
+        with context.detached():
             return original(self, runner, *args, **kw)
 
     return submit
@@ -143,7 +132,7 @@ def patch_executor_submit(original: Callable[..., Any]) -> Callable[..., Any]:
     def submit(self: ProcessPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
         if not _is_map_chunk(fn):
             fn = _runner(fn, _record(fn))
-        with _detached():
+        with context.detached():
             return original(self, fn, *args, **kw)
 
     return submit

@@ -46,11 +46,8 @@ def patch_executor_submit(original: Callable[..., Future[Any]]) -> Callable[...,
         self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> Any:
         bound = handoff.bind(fn, "thread")
-        token = _set(None)  # the pool's worker threads, started in here, get no context
-        try:
+        with context.detached():  # the pool's worker threads, started in here, get none
             return original(self, bound, *args, **kwargs)
-        finally:
-            _reset(token)
 
     return submit
 
