@@ -10,9 +10,13 @@ in the sender's default batches of 4096 events.
 
 from __future__ import annotations
 
+import os
+import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Final
+from urllib.parse import quote
 
 import msgspec
 
@@ -32,6 +36,9 @@ from cmr.store import Store, open_store
 from tracer import wire
 
 NAME: Final = "ingest"
+#: A PostgreSQL server to measure against (a libpq URI, as for the tests); without it the
+#: PostgreSQL variant is skipped with a note.
+PG_ENV: Final = "INVOSEQ_TEST_PG"
 TARGETS: Final = (Target("first", ">=", 500_000), Target("final", ">=", 2_000_000))
 
 
@@ -76,12 +83,18 @@ def run(settings: Settings) -> CaseResult:
     def memory_store() -> Store:
         return open_store(memory=True)
 
+    variants: dict[str, Callable[[], float]] = {
+        "decode": decode_only,
+        "sqlite": ingest_into(sqlite_store),
+        "memory": ingest_into(memory_store),
+    }
+    server = os.environ.get(PG_ENV)
+    if server:
+        variants["postgres"] = _postgres_chunk(server, ingest_into)
+    else:
+        result.notes.append(f"PostgreSQL ingest skipped: {PG_ENV} is not set")
     series = interleave(
-        {
-            "decode": decode_only,
-            "sqlite": ingest_into(sqlite_store),
-            "memory": ingest_into(memory_store),
-        },
+        variants,
         rounds=3 if settings.quick else 12,
         min_rounds=2 if settings.quick else 3,
         budget_s=settings.budget_s,
@@ -92,7 +105,10 @@ def run(settings: Settings) -> CaseResult:
     for variant, label, targets in (
         ("sqlite", "durable ingest into SQLite", TARGETS),
         ("memory", "ingest into the memory store", ()),
+        ("postgres", "durable ingest into PostgreSQL (one node)", ()),
     ):
+        if variant not in series:
+            continue
         rate = median(series[variant])
         result.rows.append(
             Row(
@@ -115,3 +131,33 @@ def run(settings: Settings) -> CaseResult:
             )
         )
     return result
+
+
+def _postgres_chunk(
+    server: str, ingest_into: Callable[[Callable[[], Store]], Callable[[], float]]
+) -> Callable[[], float]:
+    """A chunk into a fresh schema of ``server`` (dropped after): one ``cmr serve`` node's
+    ingest, each batch one committed transaction (synchronous_commit as the server has it)."""
+    import psycopg
+
+    @contextmanager
+    def schema() -> Iterator[str]:
+        name = f"bench_{secrets.token_hex(6)}"
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"CREATE SCHEMA {name}")
+        try:
+            options = quote(f"-csearch_path={name}", safe="")
+            yield f"{server}{'&' if '?' in server else '?'}options={options}"
+        finally:
+            with psycopg.connect(server, autocommit=True) as admin:
+                admin.execute(f"DROP SCHEMA {name} CASCADE")
+
+    def chunk() -> float:
+        with schema() as url:
+            # The schema exists before timing starts; the first batch makes the day's
+            # partitions, as a node's first batch of a day does.
+            warm = open_store(url)
+            warm.close()
+            return ingest_into(lambda: open_store(url))()
+
+    return chunk

@@ -10,8 +10,10 @@ never drags the server into ``tracer run``, which calls ``render_sequence`` from
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import sys
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from cmr.cli_keys import add_curve_options, add_keys, curve_from_args
@@ -35,6 +37,8 @@ from cmr.defaults import DEFAULT_ENDPOINT
 from cmr.exports import FORMATS
 from cmr.store import LOST_GRACE_MS, MISSED_HEARTBEATS
 from cmr.store.base import SequenceSummary, StoreError
+from cmr.views._gc import paused_gc
+from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import SequenceTree, build_tree
 from cmr.views.merge import merge_samples
 from cmr.views.processors import drop_shorter_than, limit_depth, thread_activity
@@ -55,11 +59,13 @@ def render_sequence(
     min_duration_ns: int = 0,
     color: bool = False,
     samples: bool = False,
+    max_nodes: int = DEFAULT_MAX_NODES,
 ) -> str:
     """One sequence's tree as ``cmr show`` prints it (without a trailing newline); ``samples``
-    merges the stack samples in, as ``cmr show --samples`` does."""
+    merges the stack samples in, as ``cmr show --samples`` does; ``max_nodes`` bounds its lines
+    as ``--max-nodes`` does (0: no limit)."""
     tree = view_sequence(store, seq, depth, min_duration_ns, samples=samples)
-    return render_text(tree, color=color)
+    return render_text(tree, color=color, max_nodes=max_nodes)
 
 
 def render_sequence_list(summaries: list[SequenceSummary]) -> str:
@@ -71,14 +77,16 @@ def view_sequence(
     store: Store, seq: bytes, depth: int | None, min_duration_ns: int, *, samples: bool = False
 ) -> SequenceTree:
     """The tree ``cmr show`` prints. Samples are read and merged only when asked for, so a plain
-    ``cmr show`` never pays for them."""
-    data = store.load_sequence(seq, samples=samples)
-    tree = build_tree(data)
-    if samples:
-        tree = merge_samples(tree, data)
-    if depth is not None:
-        tree = limit_depth(tree, depth)
-    return drop_shorter_than(tree, min_duration_ns)
+    ``cmr show`` never pays for them. The garbage collector waits meanwhile: a big sequence is
+    millions of objects that all stay alive, which it would scan over and over."""
+    with paused_gc():
+        data = store.load_sequence(seq, samples=samples)
+        tree = build_tree(data)
+        if samples:
+            tree = merge_samples(tree, data)
+        if depth is not None:
+            tree = limit_depth(tree, depth)
+        return drop_shorter_than(tree, min_duration_ns)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,8 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile(commands)
     _add_stats(commands)
     _add_export(commands)
+    _add_forward(commands)
+    _add_report(commands)
     _add_import(commands)
+    _add_prune(commands)
     add_keys(commands)
+    _add_ui(commands)
     return parser
 
 
@@ -196,13 +208,18 @@ def _add_show(commands: Commands) -> None:
             "before it started. A sequence started by a foreign system hangs under "
             "'<remote parent>'. With --samples, the frames the stack sampler saw below each "
             "call are merged in, estimated from the samples and marked '~'. A sequence some of "
-            "whose events a process had to drop is marked lossy under the header, naming it."
+            "whose events a process had to drop is marked lossy under the header, naming it. "
+            "A big tree is cut to --max-nodes lines: the longest calls first, the rest of each "
+            "caller's calls folded into one line ('… 9,990 more calls, total 12.3 s'), names "
+            "that repeat among them counted, and a last line saying how "
+            "many calls are hidden."
         ),
         examples=[
             "cmr show 3f2a9c",
             "cmr show 3f2a9c --depth 3 --min-duration 0.5",
             "cmr show 3f2a9c --samples",
             "cmr show 3f2a9c --threads",
+            "cmr show 3f2a9c --max-nodes 0 | less   # every call, however many",
             "cmr show 3f2a9c --json > tree.json",
         ],
         handler=_show,
@@ -232,6 +249,15 @@ def _add_show(commands: Commands) -> None:
         action="store_true",
         help="merge in the stack samples: what ran below each call, estimated ('~')",
     )
+    parser.add_argument(
+        "--max-nodes",
+        type=non_negative_int,
+        default=DEFAULT_MAX_NODES,
+        metavar="N",
+        help=f"print at most N lines of tree, longest calls first, folding the rest of each "
+        f"caller's calls into one line (default: {DEFAULT_MAX_NODES}; 0: no limit; --json "
+        "always writes every call)",
+    )
     add_read_options(parser)
 
 
@@ -239,6 +265,18 @@ def _add_profile(commands: Commands) -> None:
     from cmr.cli_profile import add_profile  # it uses this module's helpers: import it late
 
     add_profile(commands)
+
+
+def _add_forward(commands: Commands) -> None:
+    from cmr.cli_forward import add_forward  # it uses this module's helpers: import it late
+
+    add_forward(commands)
+
+
+def _add_ui(commands: Commands) -> None:
+    from cmr.cli_ui import add_ui  # its own module, so this one stays small
+
+    add_ui(commands)
 
 
 def _add_stats(commands: Commands) -> None:
@@ -269,13 +307,15 @@ def _add_export(commands: Commands) -> None:
             "Write one sequence in a format other tools open: 'speedscope' (a profile per "
             "thread, and one per sampled thread, for https://www.speedscope.app), 'chrome' (the "
             "Trace Event Format for https://ui.perfetto.dev or chrome://tracing, with an arrow "
-            "per hand-off), 'folded' (stack lines for flamegraph.pl), or 'bundle' (the raw "
-            "records, compressed, for 'cmr import' into another repository). Text formats go to "
-            "standard output without -o."
+            "per hand-off), 'otlp' (OTLP/JSON traces for OpenTelemetry backends: a span per "
+            "call, hand-offs as parents, estimated calls flagged), 'folded' (stack lines for "
+            "flamegraph.pl), or 'bundle' (the raw records, compressed, for 'cmr import' into "
+            "another repository). Text formats go to standard output without -o."
         ),
         examples=[
             "cmr export 3f2a9c --format speedscope -o seq.speedscope.json",
             "cmr export 3f2a9c --format chrome -o seq.trace.json",
+            "cmr export 3f2a9c --format otlp -o seq.otlp.json",
             "cmr export 3f2a9c --format folded | flamegraph.pl > seq.svg",
             "cmr export 3f2a9c --format folded --weight time -o seq.folded",
             "cmr export 3f2a9c --format bundle -o seq.ivsq",
@@ -288,7 +328,7 @@ def _add_export(commands: Commands) -> None:
         required=True,
         choices=FORMATS,
         metavar="FORMAT",
-        help="speedscope, chrome, folded or bundle",
+        help="speedscope, chrome, otlp, folded or bundle",
     )
     parser.add_argument(
         "-o",
@@ -304,6 +344,18 @@ def _add_export(commands: Commands) -> None:
         "default: samples when the sequence has them, else time",
     )
     parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
+
+
+def _add_report(commands: Commands) -> None:
+    from cmr.cli_report import add_report  # it uses this module's helpers: import it late
+
+    add_report(commands)
+
+
+def _add_prune(commands: Commands) -> None:
+    from cmr.cli_prune import add_prune  # it uses this module's helpers: import it late
+
+    add_prune(commands)
 
 
 def _add_import(commands: Commands) -> None:
@@ -371,10 +423,26 @@ def _show(args: argparse.Namespace) -> int:
             emit(tables.render_thread_activity(tree, activity))
         return 0
     if args.json:
-        emit(json_render.tree_to_json(tree))
+        _emit_chunks(json_render.iter_tree_json(tree))
     else:
-        emit(render_text(tree, color=colour_wanted()))
+        emit(render_text(tree, color=colour_wanted(), max_nodes=args.max_nodes))
     return 0
+
+
+def _emit_chunks(chunks: Iterable[bytes]) -> None:
+    """Write a big document piece by piece (a 1,000,000-call tree is hundreds of MB of JSON,
+    never held whole), then a newline, as ``emit`` would."""
+    stream = sys.stdout
+    buffer = getattr(stream, "buffer", None)
+    stream.flush()
+    for chunk in itertools.chain(chunks, [b"\n"]):
+        if buffer is None:  # a text-only stand-in for stdout
+            stream.write(chunk.decode())
+            continue
+        data = memoryview(chunk)
+        while data:
+            data = data[buffer.write(data) :]
+    (stream if buffer is None else buffer).flush()
 
 
 def _stats(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from cmr.cli_support import (
     non_negative_int,
     open_for_reading,
 )
+from cmr.views._gc import paused_gc
 from cmr.views.calltree import Node, build_tree
 from cmr.views.merge import merge_samples
 from cmr.views.profile import Profile, build_profile, method_subtrees, profile_sequence
@@ -144,9 +145,10 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _sequence_profile(store: Store, seq: bytes, args: argparse.Namespace) -> Profile:
-    data = store.load_sequence(seq)
-    tree = merge_samples(build_tree(data), data, lines=args.lines)
-    return profile_sequence(tree, by_thread=args.by_thread)
+    with paused_gc():  # millions of objects that all stay alive: nothing for it to collect
+        data = store.load_sequence(seq)
+        tree = merge_samples(build_tree(data), data, lines=args.lines)
+        return profile_sequence(tree, by_thread=args.by_thread)
 
 
 def _method_profile(

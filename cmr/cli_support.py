@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 Handler = Callable[[argparse.Namespace], int]
 Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
 
-DB_HELP = "repository file (default: $INVOSEQ_DB, else ./.invoseq/cmr.sqlite)"
+DB_HELP = (
+    "repository: a SQLite file or a postgresql:// URL "
+    "(default: $INVOSEQ_DB, else ./.invoseq/cmr.sqlite)"
+)
 
 
 class CliError(Exception):

@@ -2,7 +2,8 @@
 repository.
 
 Formats: ``speedscope`` (https://www.speedscope.app), ``chrome`` (Perfetto, chrome://tracing),
-``folded`` (flamegraph.pl, inferno) and ``bundle`` (the raw records, for ``cmr import``). The text
+``otlp`` (OTLP/JSON traces, for OpenTelemetry backends), ``folded`` (flamegraph.pl, inferno) and
+``bundle`` (the raw records, for ``cmr import``). The text
 formats are UTF-8 whatever the terminal's locale: they are files for other programs. The trees
 they are drawn from carry the sequence's samples, merged in as estimated calls, when it has any.
 """
@@ -16,19 +17,23 @@ from cmr.bundle import Body, BundleError, ImportResult, read_bundle, write_bundl
 from cmr.store.base import SequenceData
 from cmr.views.calltree import SequenceTree, build_tree
 from cmr.views.merge import merge_samples
+from cmr.views.otlp import to_trace
 from cmr.views.render.chrome import render_chrome
 from cmr.views.render.folded import WEIGHT_SAMPLES, has_samples, render_folded
+from cmr.views.render.otlp import render_otlp
 from cmr.views.render.speedscope import render_speedscope
 
 SPEEDSCOPE: Final = "speedscope"
 CHROME: Final = "chrome"
+OTLP: Final = "otlp"
 FOLDED: Final = "folded"
 BUNDLE: Final = "bundle"
-FORMATS: Final = (SPEEDSCOPE, CHROME, FOLDED, BUNDLE)
+FORMATS: Final = (SPEEDSCOPE, CHROME, OTLP, FOLDED, BUNDLE)
 #: What to open each file with, said once it is written.
 OPEN_WITH: Final = {
     SPEEDSCOPE: "open it at https://www.speedscope.app",
     CHROME: "open it at https://ui.perfetto.dev or chrome://tracing",
+    OTLP: "send it to an OTLP/HTTP receiver, or use 'cmr forward' to push sequences",
     FOLDED: "draw it with flamegraph.pl or inferno-flamegraph",
     BUNDLE: "load it into a repository with 'cmr import'",
 }
@@ -58,6 +63,8 @@ def export_sequence(data: SequenceData, fmt: str, *, weight: str | None = None) 
         text = render_speedscope(tree, data)
     elif fmt == CHROME:
         text = render_chrome(tree)
+    elif fmt == OTLP:
+        text = render_otlp(to_trace(tree, data))
     elif fmt == FOLDED:
         if weight == WEIGHT_SAMPLES and not has_samples(tree):
             raise ExportError(

@@ -108,7 +108,7 @@ def _header_problem(header: bytes) -> str | None:
     if len(header) <= _MAGIC_LEN or header[:_MAGIC_LEN] != wire.MAGIC:
         return GARBAGE
     # The version is checked before the length: another version may have another header.
-    if header[_MAGIC_LEN] != wire.PROTOCOL_VERSION:
+    if header[_MAGIC_LEN] not in wire.ACCEPTED_VERSIONS:
         return VERSION
     if len(header) != _HEADER_LEN:
         return GARBAGE

@@ -6,11 +6,13 @@ Timings are never asserted (they depend on the machine); the shape of the result
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from benchmarks.harness import Row, Target
+from benchmarks.ingest import PG_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,9 +33,11 @@ def test_a_quick_case_writes_json_and_a_markdown_table(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     document = json.loads((tmp_path / "quick-ingest.json").read_text())
     rows = document["cases"]["ingest"]["rows"]
+    with_postgres = ["durable ingest into PostgreSQL (one node)"] if os.environ.get(PG_ENV) else []
     assert [row["name"] for row in rows] == [
         "durable ingest into SQLite",
         "ingest into the memory store",
+        *with_postgres,
     ]
     for row in rows:
         assert row["value"] > 0

@@ -59,6 +59,10 @@ static PyObject *g_decode;        /* msgspec's decode: EncodedEvents[i] */
 static PyObject *g_clock;         /* NULL: CLOCK_MONOTONIC; else a callable returning int ns */
 static PyObject *g_new_seq;       /* NULL: the generator below; else a callable */
 static PyObject *g_next_iid;      /* NULL: g_last_iid + 1; else a callable */
+static PyObject *g_adopt;         /* NULL: a root draws a new sequence; else a callable giving
+                                     the root's context value, or None to draw one */
+static PyObject *g_adopt_var;     /* NULL: ask g_adopt at every root; else ask it only when ... */
+static PyObject *g_adopt_key;     /* ... this key is in the mapping this ContextVar holds */
 static int g_disabled;
 static Py_ssize_t g_max_records;  /* a thread's buffer past this many records: calls go untraced */
 static PyObject *g_overflow;      /* recorder.overflow(current): counts a call left untraced */
@@ -954,6 +958,35 @@ absorb_failure(void)
     return 1;
 }
 
+/* Whether a root asks g_adopt: with a guard, only when the guard's ContextVar holds a dict with
+ * the key (OpenTelemetry's current Context has a span), so a root outside any span calls no
+ * Python code. Raises nothing: when in doubt, the callback decides. */
+static int
+adoption_wanted(void)
+{
+    if (g_adopt_var == NULL) {
+        return 1;
+    }
+    PyObject *mapping = NULL;
+    if (PyContextVar_Get(g_adopt_var, NULL, &mapping) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    if (mapping == NULL) {
+        return 0;
+    }
+    int wanted = 1;
+    if (PyDict_Check(mapping)) {
+        wanted = PyDict_GetItemWithError(mapping, g_adopt_key) != NULL;
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            wanted = 1;
+        }
+    }
+    Py_DECREF(mapping);
+    return wanted;
+}
+
 /* The event tuple for a Start that fits no record (a context value of unexpected types). */
 static int
 record_start_object(PyObject *buffer, uint64_t iid, PyObject *parent, PyObject *hid,
@@ -1005,6 +1038,14 @@ begin(uint64_t method, Invocation *inv)
     }
     if (take_iid(&inv->iid) < 0) {
         goto failed;
+    }
+    if (current == Py_None && g_adopt != NULL && adoption_wanted()) {
+        /* A root: it may join a trace already current (tracer.adoption.adopt). */
+        PyObject *adopted = PyObject_CallNoArgs(g_adopt);
+        if (adopted == NULL) {
+            goto failed;
+        }
+        Py_SETREF(current, adopted);
     }
     if (current == Py_None) {
         seq = draw_seq();
@@ -1362,15 +1403,32 @@ set_enabled(PyObject *module, PyObject *enabled)
 static PyObject *
 set_sources(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    PyObject *clock = Py_None, *new_seq = Py_None, *next_iid = Py_None;
-    static char *keywords[] = {"clock", "new_seq", "next_iid", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOO:set_sources", keywords, &clock,
-                                     &new_seq, &next_iid)) {
+    PyObject *clock = Py_None, *new_seq = Py_None, *next_iid = Py_None, *adopt = Py_None;
+    PyObject *adopt_guard = Py_None;
+    static char *keywords[] = {"clock", "new_seq", "next_iid", "adopt", "adopt_guard", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOO:set_sources", keywords, &clock,
+                                     &new_seq, &next_iid, &adopt, &adopt_guard)) {
         return NULL;
     }
+    PyObject *guard_var = NULL, *guard_key = NULL;
+    if (adopt_guard != Py_None) {
+        if (!PyTuple_CheckExact(adopt_guard) || PyTuple_GET_SIZE(adopt_guard) != 2
+            || !PyContextVar_CheckExact(PyTuple_GET_ITEM(adopt_guard, 0))) {
+            PyErr_SetString(PyExc_TypeError, "adopt_guard is (a ContextVar, a key) or None");
+            return NULL;
+        }
+        guard_var = PyTuple_GET_ITEM(adopt_guard, 0);
+        guard_key = PyTuple_GET_ITEM(adopt_guard, 1);
+        if (PyObject_Hash(guard_key) == -1) {
+            return NULL;
+        }
+    }
+    Py_XSETREF(g_adopt_var, Py_XNewRef(guard_var));
+    Py_XSETREF(g_adopt_key, Py_XNewRef(guard_key));
     Py_XSETREF(g_clock, clock == Py_None ? NULL : Py_NewRef(clock));
     Py_XSETREF(g_new_seq, new_seq == Py_None ? NULL : Py_NewRef(new_seq));
     Py_XSETREF(g_next_iid, next_iid == Py_None ? NULL : Py_NewRef(next_iid));
+    Py_XSETREF(g_adopt, adopt == Py_None ? NULL : Py_NewRef(adopt));
     Py_RETURN_NONE;
 }
 
@@ -1414,7 +1472,9 @@ static PyMethodDef module_methods[] = {
      "configure(context_var, internal_error, thread_events, encode, decode): what it uses."},
     {"set_enabled", set_enabled, METH_O, "Turn recording on or off (decorator.set_enabled)."},
     {"set_sources", (PyCFunction)(void (*)(void))set_sources, METH_VARARGS | METH_KEYWORDS,
-     "set_sources(*, clock=None, new_seq=None, next_iid=None): replace a source (None: own)."},
+     "set_sources(*, clock=None, new_seq=None, next_iid=None, adopt=None, adopt_guard=None): "
+     "replace a source (None: its own; for adopt, no adoption: every root draws a new sequence; "
+     "adopt_guard=(var, key): ask adopt only when key is in var's mapping)."},
     {"next_iid", next_iid, METH_NOARGS, "The next invocation id of this process."},
     {"clock", clock_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns: time.perf_counter_ns on Linux."},
     {"new_seq", new_seq, METH_NOARGS, "A random 16-byte sequence id, never zero."},

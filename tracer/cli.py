@@ -152,7 +152,10 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--endpoint",
         metavar="ENDPOINT",
-        help=f"send to this repository (default: ${ENV_ENDPOINT}); no embedded one, no report",
+        help=(
+            f"send to this repository (default: ${ENV_ENDPOINT}); several nodes: comma-separated;"
+            " no embedded one, no report"
+        ),
     )
     parser.add_argument(
         "--db",

@@ -49,7 +49,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    #: Where the repository listens (ZeroMQ endpoint).
+    #: Where the repository listens (ZeroMQ endpoint); several repository nodes sharing one
+    #: database: their endpoints separated by commas (``configure()`` takes a list too).
     endpoint: str = DEFAULT_ENDPOINT
     #: False makes every traced function call straight through, recording nothing.
     enabled: bool = True
@@ -89,6 +90,11 @@ class Config:
     #: CURVE: this client's secret key file (from `cmr keys generate`), allowed by the repository.
     curve_client_key: str = ""
 
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The repository nodes the sender spreads its batches over (``endpoint``, split)."""
+        return split_endpoints(self.endpoint)
+
 
 _ENV_NAMES: Final = {
     "endpoint": ENV_ENDPOINT,
@@ -125,9 +131,24 @@ def _parse_bool(text: str) -> bool:
 
 
 def _check_endpoint(value: str) -> str:
-    if not value.startswith(_ENDPOINT_SCHEMES):
-        raise ValueError(f"expected a ZeroMQ endpoint like {DEFAULT_ENDPOINT}, got {value!r}")
-    return value
+    """One endpoint, or several separated by commas (repository nodes sharing one database):
+    each checked, blanks around commas removed, none listed twice."""
+    endpoints = [part.strip() for part in value.split(",")]
+    for endpoint in endpoints:
+        if not endpoint:
+            raise ValueError(f"an empty endpoint in {value!r} (a comma too many)")
+        if not endpoint.startswith(_ENDPOINT_SCHEMES):
+            example = DEFAULT_ENDPOINT
+            raise ValueError(f"expected a ZeroMQ endpoint like {example}, got {endpoint!r}")
+    repeated = sorted({e for e in endpoints if endpoints.count(e) > 1})
+    if repeated:
+        raise ValueError(f"{repeated[0]!r} is listed twice")
+    return ",".join(endpoints)
+
+
+def split_endpoints(value: str) -> tuple[str, ...]:
+    """The endpoints of an ``endpoint`` setting that was checked (comma-separated)."""
+    return tuple(value.split(","))
 
 
 def _one_of(value: str, allowed: tuple[str, ...]) -> str:
@@ -170,6 +191,10 @@ def _convert(name: str, raw: Any, expected: type) -> Any:
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"expected an integer, got {raw!r}")
         return _CHECKS.get(name, lambda v: v)(value)
+    if name == "endpoint" and isinstance(raw, list | tuple):
+        if not raw or not all(isinstance(item, str) for item in raw):
+            raise TypeError(f"expected one or more endpoint strings, got {raw!r}")
+        raw = ",".join(raw)
     if not isinstance(raw, str):
         raise TypeError(f"expected a string, got {raw!r}")
     return _CHECKS.get(name, lambda v: v)(raw)

@@ -5,14 +5,18 @@ list appends of a tuple, no lock and no syscall. Everything else is decided at d
 the method is interned then, and the wrapper's shape (sync, coroutine, generator, async generator)
 is chosen then.
 
+A root call (no sequence current) first asks ``_adopt`` (``tracer.adoption.adopt``): while an
+OpenTelemetry span is current, the root joins its trace instead of drawing a new sequence. Nested
+calls never ask: a current sequence costs nothing extra.
+
 The wrapper never raises into user code: a failure in the tracer's own steps is counted and logged
 once (``recorder.internal_error``), and the user's function still runs. The user's own exceptions
 propagate unchanged, after an ``Error`` event that names their type.
 
 With the C accelerator (``IMPLEMENTATION == "c"``) the sync wrapper is ``_speedups.TracedFunction``,
 which does the same steps in C; the coroutine and generator wrappers stay in Python. The hot path's
-sources, ``_clock``, ``_new_seq``, ``_next_iid`` and ``_disabled``, are module globals either way:
-assigning one from outside (a test fixing the clock) reaches the C wrapper too.
+sources, ``_clock``, ``_new_seq``, ``_next_iid``, ``_adopt`` and ``_disabled``, are module globals
+either way: assigning one from outside (a test fixing the clock) reaches the C wrapper too.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import types
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, Final, TypeVar, overload
 
-from tracer import _accel, context, ids, recorder
+from tracer import _accel, adoption, context, ids, recorder
 from tracer.wire import TAG_END, TAG_ERROR, TAG_START
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,6 +46,8 @@ _internal_error = recorder.internal_error
 _overflow = recorder.overflow
 _max_buffered = sys.maxsize
 _new_seq = ids.new_seq
+#: A root's context value when it joins a trace already current (OpenTelemetry's), else None.
+_adopt: Callable[[], context.Current | None] = adoption.adopt
 _get = context.current.get
 _set = context.current.set
 _reset = context.current.reset
@@ -77,10 +83,12 @@ def _sync_sources() -> None:
         clock=None if _clock is time.perf_counter_ns else _clock,
         new_seq=None if _new_seq is ids.new_seq else _new_seq,
         next_iid=None if _next_iid is recorder.next_iid else _next_iid,
+        adopt=_adopt,
+        adopt_guard=adoption.GUARD if _adopt is adoption.adopt else None,
     )
 
 
-_SOURCES: Final = frozenset({"_clock", "_new_seq", "_next_iid", "_disabled"})
+_SOURCES: Final = frozenset({"_clock", "_new_seq", "_next_iid", "_adopt", "_disabled"})
 
 
 class _Module(types.ModuleType):
@@ -94,6 +102,7 @@ class _Module(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Module
+_sync_sources()  # the C wrapper's roots adopt through the same callback
 
 
 def _begin(method: int) -> tuple[int, context.Current]:
@@ -105,8 +114,12 @@ def _begin(method: int) -> tuple[int, context.Current]:
     current = _get()
     iid = _next_iid()
     if current is None:
-        seq = _new_seq()
-        parent = hid = 0
+        current = _adopt()
+        if current is None:
+            seq = _new_seq()
+            parent = hid = 0
+        else:
+            seq, parent, hid = current
     else:
         seq, parent, hid = current
     events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
@@ -129,7 +142,7 @@ def _fail(iid: int, exc: BaseException) -> None:
     events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
 
 
-def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:  # noqa: PLR0915 (inlined hot path)
     if _accel.speedups is not None:
         wrapper: Callable[..., Any] = _accel.speedups.TracedFunction(fn, method)
         return wrapper
@@ -150,8 +163,12 @@ def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
             else:
                 iid = _next_iid()
                 if current is None:
-                    seq = _new_seq()
-                    parent = hid = 0
+                    current = _adopt()
+                    if current is None:
+                        seq = _new_seq()
+                        parent = hid = 0
+                    else:
+                        seq, parent, hid = current
                 else:
                     seq, parent, hid = current
                 token = _set((seq, iid, 0))

@@ -4,7 +4,8 @@ A batch goes through, in order:
 
 1. the **window**: at most ``window`` batches sent and not yet acknowledged; each is sent again
    when no acknowledgement came within ``resend_ns`` (the repository discards a batch it already
-   stored, so resending is safe);
+   stored, so resending is safe). With several repository nodes (``tracer.nodes``), a batch goes
+   to a live node, and one that waited in vain moves to another node;
 2. the **queue**: up to ``queue_batches`` batches in memory, waiting for room in the window;
 3. the **spool**: when the queue is full its oldest batch goes to disk (bounded in bytes), and the
    spool is replayed, oldest first, before the queue;
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 import msgspec
 
 from tracer import wire
+from tracer.nodes import Nodes
 from tracer.spool import Spool
-from tracer.transport import Transport
 
 _batch_decoder = msgspec.msgpack.Decoder(wire.Batch)
 
@@ -46,6 +47,7 @@ class Outgoing:
     #: carry no sequence id, so a drop names them from here.
     continues: tuple[bytes, ...] = ()
     sent_ns: int = 0
+    node: int = 0  # the repository node it was last sent to
 
     @property
     def key(self) -> tuple[int, int]:
@@ -65,7 +67,7 @@ class Counters:
 class Delivery:
     def __init__(
         self,
-        transport: Transport,
+        nodes: Nodes,
         *,
         window: int,
         queue_batches: int,
@@ -75,7 +77,7 @@ class Delivery:
         clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self._on_drop = on_drop
-        self._transport = transport
+        self._nodes = nodes
         self._window_size = window
         self._queue_size = queue_batches
         self._spool = spool
@@ -148,8 +150,13 @@ class Delivery:
         now = self._clock()
         for waiting in self._window.values():
             if now - waiting.sent_ns >= self._resend_ns:
-                if not self._transport.send(waiting.body):
+                if not self._nodes.answered_since(waiting.node, waiting.sent_ns):
+                    self._nodes.failed(waiting.node)  # silent since: suspect
+                node = self._nodes.send(waiting.body, moving_from=waiting.node)
+                if node is None:
                     break
+                self._nodes.moved(waiting.node)
+                waiting.node = node
                 waiting.sent_ns = now
                 self.counters.resent_batches += 1
         while len(self._window) < self._window_size:
@@ -163,21 +170,26 @@ class Delivery:
                 self._unsendable = None
                 if item is None:
                     return
-                if not self._transport.send(item.body):
+                node = self._nodes.send(item.body)
+                if node is None:
                     self._unsendable = item  # refused (not connected, queue full): first next time
                     return
+                item.node = node
             item.sent_ns = now
             self._window[item.key] = item
 
     def _take_spooled(self) -> Outgoing | None:
         """Send the oldest spooled batch; it leaves the spool only once the transport took it."""
         record = self._spool.peek() if self._spool is not None else None
-        if record is None or not self._transport.send(record.body):
+        if record is None:
+            return None
+        node = self._nodes.send(record.body)
+        if node is None:
             return None
         assert self._spool is not None
         self._spool.advance()
         self._in_spool.pop((record.puid, record.batch_no), None)
-        return Outgoing(record.puid, record.batch_no, record.body, record.events)
+        return Outgoing(record.puid, record.batch_no, record.body, record.events, node=node)
 
     @property
     def spool(self) -> Spool | None:
@@ -191,9 +203,11 @@ class Delivery:
     def collect(self, timeout_ms: int) -> int:
         """Take the acknowledgements that arrived (waiting up to ``timeout_ms`` for the first)."""
         taken = 0
-        for ack in self._transport.receive_acks(timeout_ms):
+        for node, ack in self._nodes.receive_acks(timeout_ms):
             item = self._window.pop((ack.puid, ack.batch_no), None)
             if item is not None:
+                self._nodes.settled(item.node)
+                self._nodes[node].acked_batches += 1
                 self.counters.acked_batches += 1
                 self.counters.sent_events += item.events
                 taken += 1
@@ -208,13 +222,20 @@ class Delivery:
         for the next run of this program, or is dropped and counted."""
         leftovers = [*self._window.values(), *([self._unsendable] if self._unsendable else [])]
         leftovers.extend(self._queue)
+        for item in self._window.values():
+            self._nodes.settled(item.node)
         self._window.clear()
         self._queue.clear()
         self._unsendable = None
         for item in leftovers:
             self._spill(item)
 
+    @property
+    def nodes(self) -> Nodes:
+        """The repository nodes, read for their counters."""
+        return self._nodes
+
     def close(self) -> None:
         if self._spool is not None:
             self._spool.close()
-        self._transport.close()
+        self._nodes.close()

@@ -35,6 +35,19 @@ def new_id63() -> int:
     return _rng.getrandbits(63) or 1
 
 
+_ID63: Final = 2**63 - 1
+
+
+def as_hid(parent_id: int) -> int:
+    """The hand-off id a W3C parent-id (a ``traceparent``'s, an OpenTelemetry span's) stands for.
+
+    Ids are at most 2**63-1 in the repository (signed 64-bit database integers), so a parent-id we
+    wrote always fits. A foreign one with the top bit set is masked to 63 bits (and never becomes
+    0, which means "no hand-off"): no Handoff record has that hid anyway, so it is never matched,
+    and it only has to be non-zero and stable."""
+    return parent_id if parent_id <= _ID63 else (parent_id & _ID63) or _ID63
+
+
 def host_name() -> str:
     return socket.gethostname()
 

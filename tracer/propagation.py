@@ -51,7 +51,6 @@ MAX_MEMBERS: Final = 32  # §3.3.2: at most 32 list-members
 MAX_TRACESTATE_CHARS: Final = 512  # what we send at most (§3.3.3.1: propagate at least 512)
 LARGE_ENTRY_CHARS: Final = 128  # §3.3.3.1: entries longer than this are dropped first
 
-_ID63: Final = 2**63 - 1
 _OWS: Final = " \t"  # RFC 9110 §5.6.3: optional whitespace is spaces and horizontal tabs
 
 # §3.2.2: version "-" trace-id "-" parent-id "-" trace-flags, lowercase hex only (HEXDIGLC).
@@ -120,14 +119,8 @@ def parse_tracestate(value: object) -> list[tuple[str, str]] | None:
     return list(members.items())
 
 
-def as_hid(parent_id: int) -> int:
-    """The hand-off id a parent-id stands for.
-
-    Ids are at most 2**63-1 in the repository (signed 64-bit database integers), so a parent-id we
-    wrote always fits. A foreign one with the top bit set is masked to 63 bits (and never becomes
-    0, which means "no hand-off"): no Handoff record has that hid anyway, so it is never matched,
-    and it only has to be non-zero and stable."""
-    return parent_id if parent_id <= _ID63 else (parent_id & _ID63) or _ID63
+#: The hand-off id a parent-id stands for (defined in tracer.ids, where adoption finds it too).
+as_hid: Final = ids.as_hid
 
 
 def format_traceparent(seq: bytes, hid: int) -> str:

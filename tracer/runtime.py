@@ -11,7 +11,7 @@ import atexit
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracer import decorator, ids, patching, recorder
@@ -27,7 +27,7 @@ from tracer.config import (
 from tracer.delivery import Counters
 from tracer.sampler import Sampler
 from tracer.sender import Sender
-from tracer.transport import Transport, ZmqTransport
+from tracer.transport import Transport, open_zmq
 
 _lock = threading.RLock()
 _config: Config | None = None
@@ -45,13 +45,14 @@ def _start(config: Config) -> None:
         return
     factory = _transport_factory
 
-    def transport() -> Transport:
+    def transports() -> dict[str, Transport]:
+        """One transport per repository node (``endpoint`` may list several)."""
         if factory is None:
             curve = (config.curve_server_key, config.curve_client_key)
-            return ZmqTransport(
-                config.endpoint, config.max_inflight_batches, curve if curve[0] else None
-            )
-        return factory(config)
+            window = config.max_inflight_batches
+            opened = open_zmq(config.endpoints, window, curve if curve[0] else None)
+            return dict(zip(config.endpoints, opened, strict=True))
+        return {config.endpoint: factory(config)}
 
     def own_threads() -> set[int]:
         """The tracer's own threads, which the sampler never samples."""
@@ -67,7 +68,7 @@ def _start(config: Config) -> None:
             max_threads_per_tick=config.max_threads_per_tick,
             exclude=own_threads,
         )
-    sender = Sender(config, transport, sampler)
+    sender = Sender(config, transports, sampler)
     sender.start()
     _sender = _last = sender
 
@@ -168,6 +169,9 @@ class TracerStats:
     # is lost: its events when its header survived, else the record alone (its count unknown).
     spool_lost_events: int = 0
     spool_lost_records: int = 0
+    # Per repository node (endpoint): the batches it acknowledged first (several nodes listed in
+    # `endpoint` share the work; a node that died acknowledges nothing more).
+    acked_by_endpoint: dict[str, int] = field(default_factory=dict)
 
 
 def stats() -> TracerStats:
@@ -187,6 +191,7 @@ def stats() -> TracerStats:
         internal_errors=recorder.internal_errors(),
         spool_lost_events=spool.lost_events if spool else 0,
         spool_lost_records=spool.lost_records if spool else 0,
+        acked_by_endpoint=delivery.nodes.acked_by_endpoint() if delivery else {},
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -19,6 +19,7 @@ import msgspec
 from tracer import context, ids, recorder, wire
 from tracer.config import Config
 from tracer.delivery import Delivery, Outgoing
+from tracer.nodes import Nodes
 from tracer.sampler import Sampler
 from tracer.spool import Spool, program_key
 from tracer.transport import Transport
@@ -30,7 +31,7 @@ class Sender:
     def __init__(
         self,
         config: Config,
-        transport_factory: Callable[[], Transport],
+        transport_factory: Callable[[], Mapping[str, Transport]],
         sampler: Sampler | None = None,
     ) -> None:
         self._config = config
@@ -151,7 +152,7 @@ class Sender:
             )
             spool.adopt_orphans()
         return Delivery(
-            self._transport_factory(),
+            Nodes(self._transport_factory()),  # endpoint -> transport, one per repository node
             window=config.max_inflight_batches,
             queue_batches=config.queue_batches,
             spool=spool,

@@ -36,6 +36,8 @@ class CapturedInvocation:
     error: str | None
     handoff: str | None = None  # the kind of hand-off this invocation continues (thread, task)
     queued_ns: int | None = None  # submit → start, for an invocation that continues a hand-off
+    # Key/value pairs recorded for it (wire.Attrs: an OpenTelemetry span's), merged in order.
+    attributes: dict[str, str | int | float | bool] | None = None
 
 
 class Capture:
@@ -62,6 +64,7 @@ class Capture:
         starts: dict[int, tuple[wire.Start, int]] = {}
         ends: dict[int, wire.End | wire.Error] = {}
         handoffs: dict[int, wire.Handoff] = {}
+        attributes: dict[int, dict[str, str | int | float | bool]] = {}
         for batch in self.batches:
             methods.update({m.method: f"{m.module}.{m.qualname}" for m in batch.methods})
             threads.update({t.tid: t.name for t in batch.threads})
@@ -71,8 +74,10 @@ class Capture:
                         starts[event.iid] = (event, chunk.tid)
                     elif isinstance(event, wire.Handoff):
                         handoffs[event.hid] = event
-                    else:
+                    elif isinstance(event, wire.End | wire.Error):
                         ends[event.iid] = event
+                    elif isinstance(event, wire.Attrs):
+                        attributes.setdefault(event.iid, {}).update(event.attributes)
         result = []
         for iid, (start, tid) in sorted(starts.items(), key=lambda item: item[1][0].t_ns):
             end = ends.get(iid)
@@ -92,6 +97,7 @@ class Capture:
                     error=end.error if isinstance(end, wire.Error) else None,
                     handoff=None if handoff is None else handoff.kind,
                     queued_ns=None if handoff is None else start.t_ns - handoff.t_ns,
+                    attributes=attributes.get(iid),
                 )
             )
         return result

@@ -30,6 +30,15 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+def _load_curve(curve: tuple[str, str]) -> tuple[bytes, bytes, bytes]:
+    """(server public key file, client secret key file) -> the three keys a DEALER needs."""
+    server_public, _ = zmq.auth.load_certificate(curve[0])
+    client_public, client_secret = zmq.auth.load_certificate(curve[1])
+    if client_secret is None:
+        raise ValueError(f"{curve[1]} holds no secret key: give the .key_secret file")
+    return server_public, client_public, client_secret
+
+
 class ZmqTransport:
     """DEALER connected to the repository's ROUTER. Sends never block: IMMEDIATE makes a send fail
     at once while no connection is up (the batch then waits in the sender's own queue and spool,
@@ -37,14 +46,18 @@ class ZmqTransport:
     in-flight window. LINGER is 0 because the sender decides how long to wait for
     acknowledgements, so closing never hangs the host program."""
 
-    def __init__(self, endpoint: str, window: int, curve: tuple[str, str] | None = None) -> None:
-        self._context = zmq.Context(io_threads=1)
-        self._socket = self._context.socket(zmq.DEALER)
-        if curve is not None:  # (server public key file, client secret key file)
-            server_public, _ = zmq.auth.load_certificate(curve[0])
-            client_public, client_secret = zmq.auth.load_certificate(curve[1])
-            if client_secret is None:
-                raise ValueError(f"{curve[1]} holds no secret key: give the .key_secret file")
+    def __init__(
+        self,
+        endpoint: str,
+        window: int,
+        curve: tuple[str, str] | None = None,
+        context: SharedContext | None = None,
+    ) -> None:
+        keys = _load_curve(curve) if curve is not None else None  # before a socket exists
+        self._shared = context or SharedContext()
+        self._socket = self._shared.acquire().socket(zmq.DEALER)
+        if keys is not None:
+            server_public, client_public, client_secret = keys
             self._socket.curve_serverkey = server_public
             self._socket.curve_publickey = client_public
             self._socket.curve_secretkey = client_secret
@@ -53,7 +66,11 @@ class ZmqTransport:
         self._socket.setsockopt(zmq.RCVHWM, 0)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, 1024)
-        self._socket.connect(endpoint)
+        try:
+            self._socket.connect(endpoint)
+        except zmq.ZMQError:
+            self.close()
+            raise
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
 
@@ -79,9 +96,51 @@ class ZmqTransport:
                 except msgspec.DecodeError:
                     log.debug("invoseq: ignoring a malformed acknowledgement")
 
+    @property
+    def socket(self) -> zmq.Socket[bytes]:
+        """The DEALER, for polling several transports at once (``tracer.nodes``)."""
+        return self._socket
+
     def close(self) -> None:
         self._socket.close(linger=0)
-        self._context.term()
+        self._shared.release()
+
+
+class SharedContext:
+    """One ZeroMQ context (one I/O thread) for the sockets of every repository node a sender
+    talks to; terminated when the last of them is closed."""
+
+    def __init__(self) -> None:
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._users = 0
+
+    def acquire(self) -> zmq.Context[zmq.Socket[bytes]]:
+        if self._context is None:
+            self._context = zmq.Context(io_threads=1)
+        self._users += 1
+        return self._context
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users == 0 and self._context is not None:
+            self._context.term()
+            self._context = None
+
+
+def open_zmq(
+    endpoints: tuple[str, ...], window: int, curve: tuple[str, str] | None
+) -> list[Transport]:
+    """One DEALER per repository node, sharing one context; the same CURVE keys for all."""
+    context = SharedContext()
+    transports: list[Transport] = []
+    try:
+        for endpoint in endpoints:
+            transports.append(ZmqTransport(endpoint, window, curve, context))
+    except BaseException:
+        for transport in transports:
+            transport.close()
+        raise
+    return transports
 
 
 class MemoryTransport:

@@ -15,7 +15,9 @@ from typing import Annotated, Final
 
 import msgspec
 
-PROTOCOL_VERSION: Final = 4
+PROTOCOL_VERSION: Final = 5
+#: Versions the repository accepts: each newer version only added optional fields or events.
+ACCEPTED_VERSIONS: Final = frozenset({4, 5})
 MAGIC: Final = b"IVSQ"
 
 KIND_BATCH: Final = 1
@@ -26,6 +28,7 @@ TAG_START: Final = 0
 TAG_END: Final = 1
 TAG_ERROR: Final = 2
 TAG_HANDOFF: Final = 3
+TAG_ATTRS: Final = 4
 
 #: Hand-off kinds: where the work went.
 HANDOFF_KINDS: Final = ("thread", "task", "process", "remote")
@@ -41,6 +44,8 @@ MAX_ARGV: Final = 64
 MAX_STACK_DEPTH: Final = 512
 MAX_SAMPLES_PER_BATCH: Final = 1_000_000
 MAX_LOST_SEQS: Final = 1024
+MAX_ATTRIBUTES: Final = 128
+MAX_ATTRIBUTE_VALUE: Final = 4096
 
 U64 = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]
 #: Ids stored as SQLite INTEGER must fit a signed 64-bit integer.
@@ -101,7 +106,21 @@ class Handoff(msgspec.Struct, array_like=True, tag=TAG_HANDOFF, frozen=True):
     seq: SeqId
 
 
-Event = Start | End | Error | Handoff
+AttributeValue = Annotated[str, msgspec.Meta(max_length=MAX_ATTRIBUTE_VALUE)] | I64 | float | bool
+
+
+class Attrs(msgspec.Struct, array_like=True, tag=TAG_ATTRS, frozen=True):
+    """Attributes of invocation ``iid`` (protocol 5): key/value pairs describing the call, such
+    as an OpenTelemetry span's (``tracer.otel.InvocationSpanProcessor``). Recorded after the
+    invocation's Start, by whichever thread has them (a span may end on another thread: the
+    repository joins by (puid, iid)); a later Attrs for the same iid adds keys, and a key given
+    twice keeps its latest value."""
+
+    iid: Id63
+    attributes: Annotated[dict[Name, AttributeValue], msgspec.Meta(max_length=MAX_ATTRIBUTES)]
+
+
+Event = Start | End | Error | Handoff | Attrs
 
 
 class MethodInfo(msgspec.Struct, array_like=True, frozen=True):

@@ -95,8 +95,12 @@ def open_store(
     if url:
         scheme = url.group(1).lower()
         if scheme in {"postgresql", "postgres"}:
-            raise StoreError("PostgreSQL support is not available yet")
-        raise StoreError(f"unsupported repository '{target}': give a file path")
+            from cmr.store.postgres import PostgresStore
+
+            return PostgresStore(target, readonly=readonly, clock=clock)
+        raise StoreError(
+            f"unsupported repository '{target}': give a file path or a postgresql:// URL"
+        )
     from cmr.store.sqlite import SQLiteStore
 
     return SQLiteStore(target, readonly=readonly, clock=clock)

@@ -14,10 +14,12 @@ from typing import Final
 from cmr.store.base import (
     REMOTE_PARENT,
     AmbiguousSequenceError,
+    SequenceData,
+    SequenceSummary,
     StoreError,
     UnknownSequenceError,
 )
-from tracer.wire import Batch, End, Error, Start
+from tracer.wire import Attrs, Batch, End, Error, Handoff, Start
 
 SEQ_HEX_DIGITS: Final = 32
 _I64_MIN: Final = -(2**63)
@@ -42,6 +44,8 @@ StartRow = tuple[int, int, bytes, int, int, int, int, int]
 EndRow = tuple[int, int, int, str | None]
 #: (hid, seq, puid, parent, kind, method, submitted_ns) — column order of the ``handoffs`` table.
 HandoffRow = tuple[int, bytes, int, int, str, int, int]
+#: (puid, iid, attributes) — attributes recorded for an invocation.
+AttrsRow = tuple[int, int, dict[str, str | int | float | bool]]
 
 
 class InvalidBatchError(StoreError):
@@ -56,11 +60,12 @@ class EventRows:
     ends: list[EndRow]
     handoffs: list[HandoffRow]
     first_start: dict[bytes, int]
+    attrs: list[AttrsRow]
 
     @property
     def count(self) -> int:
         """How many events the rows hold (what ``stats`` counts)."""
-        return len(self.starts) + len(self.ends) + len(self.handoffs)
+        return len(self.starts) + len(self.ends) + len(self.handoffs) + len(self.attrs)
 
 
 #: (seq, puid) — column order of the ``lost_seqs`` table: process puid dropped events of seq.
@@ -83,9 +88,13 @@ def event_rows(batch: Batch) -> EventRows:
     ends: list[EndRow] = []
     handoffs: list[HandoffRow] = []
     first_start: dict[bytes, int] = {}
+    attrs: list[AttrsRow] = []
     for chunk in batch.chunks:
         tid = chunk.tid
         for event in chunk.events:
+            if isinstance(event, Attrs):
+                attrs.append((puid, event.iid, event.attributes))
+                continue
             wall = event.t_ns + offset
             if not _I64_MIN <= wall <= _I64_MAX:
                 raise InvalidBatchError(
@@ -103,11 +112,11 @@ def event_rows(batch: Batch) -> EventRows:
                 ends.append((puid, event.iid, wall, None))
             elif isinstance(event, Error):
                 ends.append((puid, event.iid, wall, event.error))
-            else:
+            elif isinstance(event, Handoff):
                 handoffs.append(
                     (event.hid, event.seq, puid, event.parent, event.kind, event.method, wall)
                 )
-    return EventRows(starts, ends, handoffs, first_start)
+    return EventRows(starts, ends, handoffs, first_start, attrs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,3 +241,43 @@ def names_method(module: str, qualname: str, name: str) -> bool:
 def check_limit(limit: int) -> None:
     if limit < 0:
         raise StoreError(f"limit must be 0 or more, not {limit}")
+
+
+def summarize(data: SequenceData, start_ns: int) -> SequenceSummary:
+    """A listing's line for a sequence, from its records (``processes`` read as of now): the
+    rules above applied to the invocations themselves."""
+    invocations = data.invocations
+    running = incomplete = 0
+    for record in invocations:
+        if record.end_ns is None:
+            if data.processes[record.puid].finished:
+                incomplete += 1
+            else:
+                running += 1
+    first = min(invocations, key=lambda r: root_rank(r.parent, r.hid, r.start_ns, r.puid, r.iid))
+    method = data.methods.get((first.puid, first.method))
+    best = RootCandidate(
+        parent=first.parent,
+        hid=first.hid,
+        name=qualified_name(
+            method.module if method else None, method.qualname if method else None, first.method
+        ),
+        end_ns=first.end_ns,
+    )
+    remote = RemoteEntries(0, 0, None)
+    if best.parent or best.hid:  # no true root: look for remote entries
+        entries = [r for r in invocations if r.parent == 0 and r.hid and r.hid not in data.handoffs]
+        ends = [r.end_ns for r in entries if r.end_ns is not None]
+        remote = RemoteEntries(len(entries), len(entries) - len(ends), max(ends, default=None))
+    root, root_end_ns = summary_root(best, remote)
+    return SequenceSummary(
+        seq=data.seq,
+        root=root,
+        start_ns=start_ns,
+        end_ns=root_end_ns,
+        invocations=len(invocations),
+        threads=len({(r.puid, r.tid) for r in invocations}),
+        processes=len({r.puid for r in invocations}),
+        status=sequence_status(running, incomplete),
+        lossy=bool(data.lost_by),
+    )

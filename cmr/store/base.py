@@ -15,6 +15,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Final
 
+import msgspec
+
 from tracer.wire import Batch
 
 
@@ -30,8 +32,10 @@ class AmbiguousSequenceError(StoreError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class InvocationRecord:
+class InvocationRecord(msgspec.Struct, frozen=True, gc=False):
+    """One invocation as stored. A msgspec Struct rather than a dataclass: a tree of a million
+    calls builds a million of these, at a tenth of a frozen dataclass's cost each."""
+
     puid: int
     iid: int
     parent: int  # iid of the enclosing invocation in the same process, 0 for none
@@ -41,6 +45,8 @@ class InvocationRecord:
     start_ns: int
     end_ns: int | None  # None while running
     error: str | None  # exception type name when the invocation raised
+    # Key/value pairs recorded for the invocation (``wire.Attrs``), e.g. an OpenTelemetry span's.
+    attributes: dict[str, str | int | float | bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +192,15 @@ class StoreStats:
     samplers: dict[int, SamplerRecord] = field(default_factory=dict)  # puid -> latest report
 
 
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """What ``Store.prune`` removed."""
+
+    sequences: int  # whole sequences, with their invocations, hand-offs and lossy marks
+    samples: int  # sample records
+    processes: int  # processes with nothing left in the repository, with their names
+
+
 class Store(abc.ABC):
     """A repository backend. Implementations must be safe to use from one thread at a time."""
 
@@ -223,6 +238,15 @@ class Store(abc.ABC):
         """The sequences holding an invocation of ``method`` (``module.qualname`` as trees name
         it, or the bare qualname) whose first start is at or after ``since_ns``, most recent
         first, at most ``limit``."""
+
+    @abc.abstractmethod
+    def prune(self, before_ns: int) -> PruneResult:
+        """Retention: remove every sequence whose first start (``SequenceSummary.start_ns``) is
+        before ``before_ns`` (wall-clock), whole: its invocations, hand-offs and lossy marks; the
+        samples taken before ``before_ns``; the record of batches received before it; and every
+        process last seen before it that has nothing left (its methods, threads and frames go
+        with it). Counters in ``stats`` (batches, events, samples) are totals ever received and
+        stay. One transaction; safe while ``cmr serve`` writes."""
 
     @abc.abstractmethod
     def stats(self) -> StoreStats: ...

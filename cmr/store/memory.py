@@ -36,6 +36,7 @@ from cmr.store.base import (
     InvocationRecord,
     MethodRecord,
     ProcessRecord,
+    PruneResult,
     SequenceData,
     SequenceSummary,
     Store,
@@ -59,12 +60,13 @@ class MemoryStore(Store):
         self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
-        self._batches: set[Key] = set()
+        self._batches: dict[Key, int] = {}  # (puid, batch_no) -> when it was received
         self._processes: dict[int, ProcessRecord] = {}
         self._methods: dict[Key, MethodRecord] = {}
         self._threads: dict[Key, ThreadRecord] = {}
         self._starts: dict[Key, StartRow] = {}
         self._ends: dict[Key, EndRow] = {}
+        self._attrs: dict[Key, dict[str, str | int | float | bool]] = {}
         self._by_seq: dict[bytes, list[StartRow]] = {}
         self._handoffs: dict[int, HandoffRow] = {}
         self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
@@ -88,7 +90,7 @@ class MemoryStore(Store):
             if key in self._batches:
                 self._duplicate_count += 1
                 return False
-            self._batches.add(key)
+            self._batches[key] = received_ns
             self._merge_process(batch, received_ns)
             puid = batch.puid
             for m in batch.methods:
@@ -100,6 +102,8 @@ class MemoryStore(Store):
                     self._by_seq.setdefault(start[2], []).append(start)
             for end in rows.ends:
                 self._ends.setdefault((end[0], end[1]), end)
+            for puid_, iid, attributes in rows.attrs:
+                self._attrs.setdefault((puid_, iid), {}).update(attributes)
             for handoff in rows.handoffs:
                 if self._handoffs.setdefault(handoff[0], handoff) is handoff:
                     self._handoffs_by_seq.setdefault(handoff[1], []).append(handoff)
@@ -298,6 +302,47 @@ class MemoryStore(Store):
             start_ns=start_ns,
             end_ns=end[2] if end else None,
             error=end[3] if end else None,
+            attributes=self._attrs.get((puid, iid)),
+        )
+
+    def prune(self, before_ns: int) -> PruneResult:
+        with self._lock:
+            self._check_open()
+            old = [seq for seq, start_ns in self._seq_start.items() if start_ns < before_ns]
+            for seq in old:
+                for puid, iid, *_ in self._by_seq.pop(seq, []):
+                    self._starts.pop((puid, iid), None)
+                    self._ends.pop((puid, iid), None)
+                    self._attrs.pop((puid, iid), None)
+                for handoff in self._handoffs_by_seq.pop(seq, []):
+                    self._handoffs.pop(handoff[0], None)
+                self._lost_by.pop(seq, None)
+                del self._seq_start[seq]
+            # An End before the cutoff belongs to a call that started before it (pruned above,
+            # or its Start never arrived).
+            for key in [key for key, end in self._ends.items() if end[2] < before_ns]:
+                del self._ends[key]
+            self._batches = {k: t for k, t in self._batches.items() if t >= before_ns}
+            samples = self._samples.prune(before_ns)
+            gone = [puid for puid, p in self._processes.items() if self._is_gone(p, before_ns)]
+            for puid in gone:
+                del self._processes[puid]
+                self._samples.forget(puid)
+                for table in (self._methods, self._threads, self._ends, self._attrs):
+                    for key in [key for key in table if key[0] == puid]:
+                        del table[key]
+        return PruneResult(sequences=len(old), samples=samples, processes=len(gone))
+
+    def _is_gone(self, process: ProcessRecord, before_ns: int) -> bool:
+        """Last seen before the cutoff, with nothing of it left."""
+        puid = process.puid
+        return (
+            process.last_seen_ns < before_ns
+            and not any(key[0] == puid for key in self._starts)
+            and not any(key[0] == puid for key in self._batches)
+            and not any(row[2] == puid for row in self._handoffs.values())
+            and not self._samples.holds(puid)
+            and not any(puid in puids for puids in self._lost_by.values())
         )
 
     def stats(self) -> StoreStats:

@@ -67,3 +67,24 @@ class MemorySamples:
         used = {(s.puid, frame) for s in samples for frame in s.frames}
         frames = {key: self.frames[key] for key in sorted(used) if key in self.frames}
         return samples, frames
+
+    def prune(self, before_ns: int) -> int:
+        """Drop the samples taken before ``before_ns``; returns how many."""
+        removed = 0
+        for key, times in list(self._times.items()):
+            cut = bisect.bisect_left(times, before_ns)
+            if cut:
+                removed += cut
+                del times[:cut]
+                del self._records[key][:cut]
+            if not times:
+                del self._times[key], self._records[key], self._longest[key]
+        return removed
+
+    def forget(self, puid: int) -> None:
+        """Drop what is kept about a process that is gone (its samples are already pruned)."""
+        self.frames = {key: frame for key, frame in self.frames.items() if key[0] != puid}
+        self.samplers.pop(puid, None)
+
+    def holds(self, puid: int) -> bool:
+        return any(key[0] == puid for key in self._times)

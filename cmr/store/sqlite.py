@@ -1,11 +1,12 @@
 """The default backend: one SQLite file, written by `cmr serve`, read by the CLI at the same time.
 
-Events are stored insert-only: a Start row and an End row per invocation, in two tables joined on
-read, so an End that arrives in an earlier or later batch than its Start needs no update. Hand-offs
-get a table of their own, keyed by ``hid`` and joined to the invocations that continue them only
-when a tree is built, so they too may arrive before or after those invocations. The ``sequences``
-table keeps each sequence's earliest start so that listing and prefix lookup never scan the events.
-Stack samples live in tables of their own (``sqlite_samples``), keyed by thread and time.
+Events are stored as their batches arrived (``cmr.store.packed``): one blob per batch and a small
+index, so ingest costs a handful of statements per batch rather than one per event, and a tree
+reads only its own batches. Hand-offs get a table of their own, keyed by ``hid`` and joined to the
+invocations that continue them only when a tree is built, so they may arrive before or after
+those invocations. The ``sequences`` table keeps each sequence's earliest start so that listing
+and prefix lookup never scan the events. Stack samples live in tables of their own
+(``sqlite_samples``), keyed by thread and time.
 """
 
 from __future__ import annotations
@@ -18,51 +19,40 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from cmr.store import sqlite_read
 from cmr.store._samples import I64_MIN, sample_records, sample_windows
 from cmr.store._shared import (
     SHOWN_MATCHES,
-    RemoteEntries,
-    RootCandidate,
     SeqRange,
     check_limit,
-    event_rows,
-    is_lost,
     lost_rows,
     pick_match,
-    qualified_name,
     seq_range,
-    sequence_status,
-    summary_root,
+    summarize,
 )
 from cmr.store.base import (
-    HandoffRecord,
-    InvocationRecord,
-    MethodRecord,
-    ProcessRecord,
+    PruneResult,
     SequenceData,
     SequenceSummary,
     Store,
     StoreError,
     StoreStats,
-    ThreadRecord,
     UnknownSequenceError,
 )
+from cmr.store.packed import methods_of, pack
+from cmr.store.sqlite_migrate import move_legacy_rows
 from cmr.store.sqlite_open import connect, missing
 from cmr.store.sqlite_samples import load_samplers, load_samples, store_samples
 from cmr.store.sqlite_schema import (
-    COUNTS,
-    INVOCATIONS,
-    LOSSY,
+    CURRENT_VERSION,
+    METHODS_BY_RECENT_SEQUENCE,
+    NAMED_METHODS,
     PROCESS_COLUMNS,
-    REMOTE_ENTRIES,
-    ROOT,
     SCHEMA,
     SCHEMA_VERSION,
-    SEQUENCES_WITH,
     UPGRADES,
     UPSERT_PROCESS,
     UPSERT_SEQUENCE,
-    WITH_HANDOFFS,
 )
 from tracer.wire import Batch
 
@@ -103,6 +93,9 @@ class SQLiteStore(Store):
             # not a power cut; that trade buys several times the ingest rate of synchronous=FULL.
             self._pragma("PRAGMA journal_mode = WAL")
             self._pragma("PRAGMA synchronous = NORMAL")
+            # Checkpoint the WAL into the database every 32 MiB rather than SQLite's 4 MiB: each
+            # checkpoint syncs, and at full ingest rate the default makes that every few batches.
+            self._pragma("PRAGMA wal_autocheckpoint = 8192")
         with self._transaction("BEGIN" if readonly else "BEGIN IMMEDIATE"):
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
@@ -130,18 +123,28 @@ class SQLiteStore(Store):
                     )
                 for statement in upgrade:
                     conn.execute(statement)
+                move_legacy_rows(conn)
+                conn.execute(CURRENT_VERSION)
 
     # -- write side -----------------------------------------------------------------------
 
     def ingest(self, batch: Batch, received_ns: int) -> bool:
-        rows = event_rows(batch)
+        packed = pack(batch)
         samples = sample_records(batch)
         process = batch.process
-        events = rows.count
+        puid = batch.puid
+        batch_no = batch.batch_no
         with self._transaction("BEGIN IMMEDIATE") as conn:
             cursor = conn.execute(
-                "INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?)",
-                (batch.puid, batch.batch_no, received_ns, events),
+                "INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    puid,
+                    batch_no,
+                    received_ns,
+                    packed.events,
+                    process.clock_offset_ns,
+                    packed.chunks,
+                ),
             )
             if cursor.rowcount == 0:
                 conn.execute(
@@ -151,7 +154,7 @@ class SQLiteStore(Store):
             conn.execute(
                 UPSERT_PROCESS,
                 (
-                    batch.puid,
+                    puid,
                     process.pid,
                     process.host,
                     process.platform_id,
@@ -167,32 +170,41 @@ class SQLiteStore(Store):
             if batch.methods:
                 conn.executemany(
                     "INSERT OR REPLACE INTO methods VALUES (?, ?, ?, ?, ?, ?)",
-                    [
-                        (batch.puid, m.method, m.module, m.qualname, m.file, m.line)
-                        for m in batch.methods
-                    ],
+                    [(puid, m.method, m.module, m.qualname, m.file, m.line) for m in batch.methods],
                 )
             if batch.threads:
                 conn.executemany(
                     "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
-                    [(batch.puid, t.tid, t.native_id, t.name) for t in batch.threads],
+                    [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
                 )
-            # First write wins for an event key: a replayed or forged duplicate changes nothing.
             conn.executemany(
-                "INSERT OR IGNORE INTO starts VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows.starts
+                "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
+                [(seq, puid, batch_no) for seq in packed.seqs],
             )
-            conn.executemany("INSERT OR IGNORE INTO ends VALUES (?, ?, ?, ?)", rows.ends)
-            if rows.handoffs:
+            conn.executemany(
+                "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
+                [(seq, puid, batch_no, methods) for seq, methods in packed.seq_methods.items()],
+            )
+            # First write wins for an event key: a replayed or forged duplicate changes nothing.
+            if packed.late_ends:
                 conn.executemany(
-                    "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", rows.handoffs
+                    "INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends
                 )
-            conn.executemany(UPSERT_SEQUENCE, rows.first_start.items())
+            if packed.late_attrs:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO late_attrs VALUES (?, ?, ?, ?)", packed.late_attrs
+                )
+            if packed.handoffs:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", packed.handoffs
+                )
+            conn.executemany(UPSERT_SEQUENCE, packed.first_start.items())
             if batch.lost_seqs:
                 conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
             store_samples(conn, batch, samples)
             conn.executemany(
                 "UPDATE counters SET value = value + ? WHERE name = ?",
-                ((1, "batches"), (events, "events")),
+                ((1, "batches"), (packed.events, "events")),
             )
         return True
 
@@ -214,7 +226,11 @@ class SQLiteStore(Store):
                 "SELECT seq, start_ns FROM sequences ORDER BY start_ns DESC, seq DESC LIMIT ?",
                 (limit,),
             ).fetchall()
-            return [_summary(conn, seq, start_ns, now) for seq, start_ns in recent]
+            cache: sqlite_read.BatchCache = {}  # sequences listed together often share batches
+            return [
+                summarize(self._load(conn, seq, now, samples=False, cache=cache), start_ns)
+                for seq, start_ns in recent
+            ]
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)
@@ -231,46 +247,28 @@ class SQLiteStore(Store):
     def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
         now = self._clock()
         with self._transaction("BEGIN") as conn:
-            invocations = [InvocationRecord(*row) for row in conn.execute(INVOCATIONS, (seq,))]
-            if not invocations:
-                raise UnknownSequenceError(f"no sequence {seq.hex()}")
-            handoffs = {
-                row[0]: HandoffRecord(*row)
-                for row in conn.execute(f"{WITH_HANDOFFS} SELECT * FROM seq_handoffs", (seq,))
-            }
-            methods = {
-                (puid, method): MethodRecord(module, qualname, file, line)
-                for puid, method, module, qualname, file, line in conn.execute(
-                    f"{WITH_HANDOFFS} SELECT puid, method, module, qualname, file, line "
-                    "FROM methods WHERE (puid, method) IN (SELECT puid, method FROM starts "
-                    "WHERE seq = ?1 UNION SELECT puid, method FROM seq_handoffs)",
-                    (seq,),
-                )
-            }
-            threads = {
-                (puid, tid): ThreadRecord(native_id, name)
-                for puid, tid, native_id, name in conn.execute(
-                    "SELECT puid, tid, native_id, name FROM threads "
-                    "WHERE (puid, tid) IN (SELECT DISTINCT puid, tid FROM starts WHERE seq = ?)",
-                    (seq,),
-                )
-            }
-            lost_by = frozenset(
-                puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
-            )
-            processes = {
-                row[0]: _process_record(row, now)
-                for row in conn.execute(
-                    f"{WITH_HANDOFFS} SELECT {PROCESS_COLUMNS} FROM processes WHERE puid IN "
-                    "(SELECT puid FROM starts WHERE seq = ?1 "
-                    "UNION SELECT puid FROM seq_handoffs "
-                    "UNION SELECT puid FROM lost_seqs WHERE seq = ?1)",
-                    (seq,),
-                )
-            }
-            sampled, frames = (
-                load_samples(conn, sample_windows(invocations)) if samples else ([], {})
-            )
+            return self._load(conn, seq, now, samples=samples)
+
+    def _load(
+        self,
+        conn: sqlite3.Connection,
+        seq: bytes,
+        now: int,
+        *,
+        samples: bool,
+        cache: sqlite_read.BatchCache | None = None,
+    ) -> SequenceData:
+        invocations = sqlite_read.invocations(conn, seq, cache)
+        if not invocations:
+            raise UnknownSequenceError(f"no sequence {seq.hex()}")
+        handoffs = sqlite_read.handoffs(conn, seq, invocations)
+        methods, threads = sqlite_read.names(conn, invocations, handoffs)
+        lost_by = frozenset(
+            puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
+        )
+        puids = {r.puid for r in invocations} | {h.puid for h in handoffs.values()} | lost_by
+        processes = sqlite_read.processes(conn, puids, now)
+        sampled, frames = load_samples(conn, sample_windows(invocations)) if samples else ([], {})
         return SequenceData(
             seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
         )
@@ -278,11 +276,24 @@ class SQLiteStore(Store):
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
         check_limit(limit)
         since = I64_MIN if since_ns is None else since_ns
+        found: list[bytes] = []
         with self._transaction("BEGIN") as conn:
-            found = conn.execute(
-                SEQUENCES_WITH, {"name": method, "since": since, "limit": limit}
-            ).fetchall()
-        return [seq for (seq,) in found]
+            wanted = set(conn.execute(NAMED_METHODS, {"name": method}).fetchall())
+            if not wanted or limit == 0:
+                return found
+            rows = conn.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since})
+            for seq, puid, blob in rows:
+                if found and found[-1] == seq:
+                    continue
+                if any((puid, m) in wanted for m in methods_of(blob)):
+                    found.append(seq)
+                    if len(found) == limit:
+                        break
+        return found
+
+    def prune(self, before_ns: int) -> PruneResult:
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            return sqlite_read.prune(conn, before_ns)
 
     def stats(self) -> StoreStats:
         now = self._clock()
@@ -290,7 +301,7 @@ class SQLiteStore(Store):
             counters = dict(conn.execute("SELECT name, value FROM counters"))
             rejected = dict(conn.execute("SELECT reason, frames FROM rejected ORDER BY reason"))
             processes = [
-                _process_record(row, now)
+                sqlite_read.process_record(row, now)
                 for row in conn.execute(
                     f"SELECT {PROCESS_COLUMNS} FROM processes ORDER BY last_seen_ns DESC, puid"
                 )
@@ -351,50 +362,3 @@ def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
     if wanted.hi is None:
         return "seq >= ?", (wanted.lo,)
     return "seq >= ? AND seq < ?", (wanted.lo, wanted.hi)
-
-
-def _summary(conn: sqlite3.Connection, seq: bytes, start_ns: int, now: int) -> SequenceSummary:
-    counts = conn.execute(COUNTS, {"seq": seq, "now": now}).fetchone()
-    invocations, processes, running, incomplete = counts
-    (threads,) = conn.execute(
-        "SELECT count(*) FROM (SELECT DISTINCT puid, tid FROM starts WHERE seq = ?)", (seq,)
-    ).fetchone()
-    parent, hid, method, end_ns, module, qualname = conn.execute(ROOT, {"seq": seq}).fetchone()
-    best = RootCandidate(parent, hid, qualified_name(module, qualname, method), end_ns)
-    # Only a sequence without a true root needs to look for remote entries.
-    remote = RemoteEntries(0, 0, None)
-    if parent or hid:
-        remote = RemoteEntries(*conn.execute(REMOTE_ENTRIES, {"seq": seq}).fetchone())
-    root, root_end_ns = summary_root(best, remote)
-    lossy = conn.execute(LOSSY, {"seq": seq}).fetchone() is not None
-    return SequenceSummary(
-        seq=seq,
-        root=root,
-        start_ns=start_ns,
-        end_ns=root_end_ns,
-        invocations=invocations,
-        threads=threads,
-        processes=processes,
-        status=sequence_status(running, incomplete),
-        lossy=lossy,
-    )
-
-
-def _process_record(
-    row: tuple[int, int, str, str, str, int, int, int, int], now: int
-) -> ProcessRecord:
-    puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms = row
-    return ProcessRecord(
-        puid=puid,
-        pid=pid,
-        host=host,
-        platform_id=platform_id,
-        argv=tuple(json.loads(argv)),
-        ended=bool(ended),
-        dropped=dropped,
-        last_seen_ns=last_seen_ns,
-        heartbeat_ms=heartbeat_ms,
-        lost=is_lost(
-            ended=bool(ended), heartbeat_ms=heartbeat_ms, last_seen_ns=last_seen_ns, now_ns=now
-        ),
-    )

@@ -2,17 +2,16 @@
 
 Version 2 added hand-offs, version 3 each process's heartbeat interval, version 4 stack samples,
 their frames and each process's sampler report, version 5 the sequences a process dropped events
-of. Every change is purely additive, so an older file opened for writing is upgraded in place
-(``UPGRADES``).
+of: each purely additive. Version 6 stores events as their batches arrived (``cmr.store.packed``)
+instead of a row per Start and End; ``sqlite_migrate`` moves an older file's rows into that form
+when it is opened for writing (``UPGRADES`` then the move).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
-
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -64,6 +63,48 @@ LOST_SEQS_SCHEMA: Final = (
     ) WITHOUT ROWID""",
 )
 
+#: Versions 1 to 5 stored a row per Start and per End (wall-clock times), joined on read.
+LEGACY_EVENTS_SCHEMA: Final = (
+    """CREATE TABLE starts (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, seq BLOB NOT NULL,
+        parent INTEGER NOT NULL, hid INTEGER NOT NULL, tid INTEGER NOT NULL,
+        method INTEGER NOT NULL, start_ns INTEGER NOT NULL,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX starts_by_seq ON starts (seq)",
+    """CREATE TABLE ends (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, end_ns INTEGER NOT NULL, error TEXT,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+)
+#: Version 6: each batch's thread chunks as one blob (monotonic times, the batch's clock offset
+#: beside it) and the index of ``cmr.store.packed``: the sequences in each batch, the methods each
+#: sequence ran, and the Ends and Attrs whose Start is not in their batch (``late_*``).
+PACKED_SCHEMA: Final = (
+    "ALTER TABLE batches ADD COLUMN clock_offset_ns INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE batches ADD COLUMN chunks BLOB",
+    """CREATE TABLE batch_seqs (
+        seq BLOB NOT NULL, puid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        PRIMARY KEY (seq, puid, batch_no)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX batch_seqs_by_batch ON batch_seqs (puid, batch_no)",
+    """CREATE TABLE seq_methods (
+        seq BLOB NOT NULL, puid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        methods BLOB NOT NULL,  -- msgpack array of the method ids its Starts in the batch ran
+        PRIMARY KEY (seq, puid, batch_no)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE late_ends (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, end_ns INTEGER NOT NULL, error TEXT,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX late_ends_by_time ON late_ends (end_ns)",
+    """CREATE TABLE late_attrs (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        attributes BLOB NOT NULL,  -- JSON object
+        PRIMARY KEY (puid, iid, batch_no)
+    ) WITHOUT ROWID""",
+)
+
 SCHEMA: Final = (
     """CREATE TABLE processes (
         puid INTEGER PRIMARY KEY,
@@ -86,17 +127,6 @@ SCHEMA: Final = (
         puid INTEGER NOT NULL, tid INTEGER NOT NULL, native_id INTEGER NOT NULL, name TEXT NOT NULL,
         PRIMARY KEY (puid, tid)
     ) WITHOUT ROWID""",
-    """CREATE TABLE starts (
-        puid INTEGER NOT NULL, iid INTEGER NOT NULL, seq BLOB NOT NULL,
-        parent INTEGER NOT NULL, hid INTEGER NOT NULL, tid INTEGER NOT NULL,
-        method INTEGER NOT NULL, start_ns INTEGER NOT NULL,
-        PRIMARY KEY (puid, iid)
-    ) WITHOUT ROWID""",
-    "CREATE INDEX starts_by_seq ON starts (seq)",
-    """CREATE TABLE ends (
-        puid INTEGER NOT NULL, iid INTEGER NOT NULL, end_ns INTEGER NOT NULL, error TEXT,
-        PRIMARY KEY (puid, iid)
-    ) WITHOUT ROWID""",
     """CREATE TABLE sequences (
         seq BLOB PRIMARY KEY, start_ns INTEGER NOT NULL
     ) WITHOUT ROWID""",
@@ -113,16 +143,20 @@ SCHEMA: Final = (
     *HEARTBEAT_SCHEMA,
     *SAMPLES_SCHEMA,
     *LOST_SEQS_SCHEMA,
+    *PACKED_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
 #: From each older version straight to SCHEMA_VERSION.
+#: From each older version to the packed tables (``sqlite_migrate`` then moves the rows).
 UPGRADES: Final = {
-    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, _CURRENT),
-    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, _CURRENT),
-    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, _CURRENT),
-    4: (*LOST_SEQS_SCHEMA, _CURRENT),
+    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
+    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
+    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
+    4: (*LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
+    5: PACKED_SCHEMA,
 }
+CURRENT_VERSION: Final = _CURRENT
 
 #: The heartbeat interval comes from the latest batch received (the process may change it);
 #: everything else a process says about itself is kept from its first batch.
@@ -140,54 +174,14 @@ UPSERT_PROCESS: Final = """
 UPSERT_SEQUENCE: Final = """
     INSERT INTO sequences VALUES (?, ?)
     ON CONFLICT (seq) DO UPDATE SET start_ns = min(start_ns, excluded.start_ns)"""
-INVOCATIONS: Final = """
-    SELECT s.puid, s.iid, s.parent, s.hid, s.tid, s.method, s.start_ns, e.end_ns, e.error
-    FROM starts s LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    WHERE s.seq = ? ORDER BY s.start_ns, s.puid, s.iid"""
-#: _shared.is_lost in SQL, for the process ``p`` at the time bound to ``:now``.
-FINISHED: Final = f"""(p.ended OR (
-    p.heartbeat_ms > 0
-    AND :now - p.last_seen_ns > ({MISSED_HEARTBEATS} * p.heartbeat_ms + {LOST_GRACE_MS}) * 1000000
-))"""
-#: Invocations, processes, open invocations that may still end, open ones that never will.
-COUNTS: Final = f"""
-    SELECT count(*), count(DISTINCT s.puid),
-           coalesce(sum(e.iid IS NULL AND NOT {FINISHED}), 0),
-           coalesce(sum(e.iid IS NULL AND {FINISHED}), 0)
-    FROM starts s
-    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    JOIN processes p ON p.puid = s.puid
-    WHERE s.seq = :seq"""
-# The ORDER BY restates _shared.root_rank.
-ROOT: Final = """
-    SELECT s.parent, s.hid, s.method, e.end_ns, m.module, m.qualname
-    FROM starts s
-    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    LEFT JOIN methods m ON m.puid = s.puid AND m.method = s.method
-    WHERE s.seq = :seq
-    ORDER BY s.parent != 0, s.hid != 0, s.start_ns, s.puid, s.iid LIMIT 1"""
-#: _shared.RemoteEntries of a sequence: only asked when it has no true root.
-REMOTE_ENTRIES: Final = """
-    SELECT count(*), coalesce(sum(e.iid IS NULL), 0), max(e.end_ns)
-    FROM starts s
-    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    WHERE s.seq = :seq AND s.parent = 0 AND s.hid != 0
-      AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = s.hid)"""
-#: A row when a sequence is lossy, none otherwise: asked per listed sequence, by the primary key.
-LOSSY: Final = "SELECT 1 FROM lost_seqs WHERE seq = :seq LIMIT 1"
 PROCESS_COLUMNS: Final = (
     "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
 )
-#: The hand-offs a sequence's tree needs: those recorded in it, and those its invocations continue
-#: (found by hid alone, wherever they were recorded). Binds ?1 to the sequence id.
-WITH_HANDOFFS: Final = """
-    WITH seq_handoffs AS (
-        SELECT hid, puid, parent, kind, method, submitted_ns FROM handoffs WHERE seq = ?1
-        UNION
-        SELECT h.hid, h.puid, h.parent, h.kind, h.method, h.submitted_ns
-        FROM starts s JOIN handoffs h ON h.hid = s.hid
-        WHERE s.seq = ?1 AND s.hid != 0
-    )"""
+#: The stored batches holding a sequence's Starts or Handoffs, in (puid, batch_no) order.
+SEQUENCE_BATCHES: Final = """
+    SELECT b.puid, b.batch_no, b.clock_offset_ns, b.chunks
+    FROM batch_seqs s JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
+    WHERE s.seq = ? ORDER BY s.puid, s.batch_no"""
 
 #: A sampler report is cumulative: the one with the most ticks is the latest, whatever order
 #: batches arrive in.
@@ -212,12 +206,8 @@ SAMPLES_IN_WINDOW: Final = """
 NAMED_METHODS: Final = """
     SELECT puid, method FROM methods
     WHERE qualname = :name OR (module != '' AND module || '.' || qualname = :name)"""
-#: The most recent sequences (from :since) holding an invocation of a method in ``wanted``.
-SEQUENCES_WITH: Final = f"""
-    WITH wanted AS ({NAMED_METHODS})
-    SELECT q.seq FROM sequences q
-    WHERE q.start_ns >= :since AND EXISTS (
-        SELECT 1 FROM starts s
-        WHERE s.seq = q.seq AND (s.puid, s.method) IN (SELECT puid, method FROM wanted)
-    )
-    ORDER BY q.start_ns DESC, q.seq DESC LIMIT :limit"""
+#: The methods each sequence ran, most recent sequence first (from :since): ``find_sequences``
+#: reads it until it has found enough sequences running a wanted method.
+METHODS_BY_RECENT_SEQUENCE: Final = """
+    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN seq_methods m ON m.seq = q.seq
+    WHERE q.start_ns >= :since ORDER BY q.start_ns DESC, q.seq DESC"""

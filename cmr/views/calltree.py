@@ -18,18 +18,20 @@ root also collects the orphans.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from cmr.store.base import (
     PROCESS_ALIVE,
     REMOTE_PARENT,
-    HandoffRecord,
     InvocationRecord,
     MethodRecord,
     ProcessRecord,
     SequenceData,
 )
+from cmr.views._gc import paused_gc
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -105,6 +107,8 @@ class Node:
     self_samples: int = 0  # sample weight whose innermost frame is this node
     cpu_ns: int | None = None  # CPU time estimated from the samples; None without samples
     frame: tuple[str, str, int] | None = None  # an estimated node's (file, function, line)
+    # Key/value pairs recorded for the invocation (wire.Attrs: an OpenTelemetry span's), or None.
+    attributes: dict[str, str | int | float | bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,46 +147,51 @@ def method_name(methods: dict[tuple[int, int], MethodRecord], puid: int, method:
 
 
 def build_tree(data: SequenceData) -> SequenceTree:
-    records = _unique(data.invocations)
-    nodes = _make_nodes(records, data)
-    index = {(r.puid, r.iid): i for i, r in enumerate(records)}
+    """The call tree of ``data``, in time near-linear in its size: one pass over the records
+    makes the nodes and finds each one's parent, children are appended in start order (the
+    records usually come that way; otherwise one sort of them all), and self times need no walk."""
+    with paused_gc():
+        return _build(data)
 
-    root_index = _find_root(records)
+
+def _build(data: SequenceData) -> SequenceTree:
+    records = data.invocations
+    index = _index(records)
+    if len(index) < len(records):
+        records = _unique(records)
+        index = _index(records)
+    nodes, parents, root_index, remote, threads, processes = _make_nodes(records, index, data)
+
     if root_index is not None:
         root = nodes[root_index]
-    elif _mark_remote_entries(records, nodes, data.handoffs):
+    elif remote:
         root = _synthetic_root(REMOTE_PARENT)
     else:
         root = _synthetic_root(UNKNOWN_ROOT)
-    parent_of: list[Node | None] = [None] * len(nodes)
-    for i, record in enumerate(records):
-        if i == root_index:
-            continue
-        handoff = data.handoffs.get(record.hid) if record.hid else None
-        parent_index = _parent_index(record, handoff, index, i)
-        if parent_index is None:
-            parent_index = root_index  # an orphan: keep it, under the root
-        parent = root if parent_index is None else nodes[parent_index]
-        parent.children.append(nodes[i])
-        parent_of[i] = parent
+    for i in _start_order_of(records):
+        parent = parents[i]
+        if parent >= 0:
+            nodes[parent].children.append(nodes[i])
+        elif i != root_index:
+            root.children.append(nodes[i])  # an orphan: keep it, under the root
 
-    _break_cycles(root, nodes, parent_of)
-    order = [node for node, _ in walk(root)]
-    for node in order:
-        if len(node.children) > 1:
-            node.children.sort(key=_start_order)
-    for node in reversed(order):
-        _set_self_time(node)
-
+    if _count(root) < len(nodes) + (root.kind == KIND_SYNTHETIC):
+        _break_cycles(root, nodes, parents)
+    for node in nodes:
+        duration = node.duration_ns
+        if duration is not None:
+            children = node.children
+            node.self_ns = max(0, duration - _covered(node, children)) if children else duration
+    statuses = {node.status for node in nodes}
     if root.kind == KIND_SYNTHETIC:
-        _span_children(root, nodes)
+        _span_children(root, statuses)
     return SequenceTree(
         seq=data.seq,
-        status=_tree_status(order),
+        status=_tree_status(statuses | {root.status}),
         root=root,
         invocations=len(records),
-        threads=len({(r.puid, r.tid) for r in records}),
-        processes=len({r.puid for r in records}),
+        threads=threads,
+        processes=processes,
         dropped_by=tuple(
             sorted(
                 (_process_ref(puid, data.processes.get(puid)) for puid in data.lost_by),
@@ -192,37 +201,9 @@ def build_tree(data: SequenceData) -> SequenceTree:
     )
 
 
-def _parent_index(
-    record: InvocationRecord,
-    handoff: HandoffRecord | None,
-    index: dict[tuple[int, int], int],
-    own: int,
-) -> int | None:
-    """The submitter of a known hand-off wins over the Start's own parent (which names only the
-    same process); a link to a missing node, or to the node itself, is no link."""
-    candidates: list[tuple[int, int]] = []
-    if handoff is not None and handoff.parent:
-        candidates.append((handoff.puid, handoff.parent))
-    if record.parent:
-        candidates.append((record.puid, record.parent))
-    for key in candidates:
-        found = index.get(key)
-        if found is not None and found != own:
-            return found
-    return None
-
-
-def _mark_remote_entries(
-    records: list[InvocationRecord], nodes: list[Node], handoffs: dict[int, HandoffRecord]
-) -> bool:
-    """Give each invocation that continues an unrecorded hand-off without a parent (a foreign
-    system's call) its remote hop, whose submit and queue times are unknown. True if any did."""
-    found = False
-    for record, node in zip(records, nodes, strict=True):
-        if record.parent == 0 and record.hid != 0 and record.hid not in handoffs:
-            node.handoff = Handoff(record.hid, HANDOFF_REMOTE, None, None)
-            found = True
-    return found
+def _index(records: list[InvocationRecord]) -> dict[tuple[int, int], int]:
+    """Where each (puid, iid) sits in ``records`` (the last of repeated ones)."""
+    return {(r.puid, r.iid): i for i, r in enumerate(records)}
 
 
 def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
@@ -233,77 +214,132 @@ def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
     return list(seen.values())
 
 
-def _make_nodes(records: list[InvocationRecord], data: SequenceData) -> list[Node]:
-    processes: dict[int, ProcessRef] = {}
-    threads: dict[tuple[int, int], ThreadRef] = {}
-    names: dict[tuple[int, int], str] = {}
+def _make_nodes(  # noqa: PLR0912, PLR0915 -- the hot loop, kept in one piece for speed
+    records: list[InvocationRecord], index: dict[tuple[int, int], int], data: SequenceData
+) -> tuple[list[Node], list[int], int | None, bool, int, int]:
+    """The nodes, in record order; each one's parent's position (-1: none, or not here); the
+    true root's position (None: there is none); whether, without one, some invocation came from a
+    foreign system; how many threads and processes the calls ran on.
+
+    The submitter of a known hand-off wins over the Start's own parent (which names only the
+    same process); a link to a missing node, or to the node itself, is no link. An invocation
+    that continues a hand-off no process here recorded, and has no parent, came from a foreign
+    system: its hop is remote, with unknown submit and queue times (when there is no true root:
+    beside one, it is an orphan of lost events). The true root is the earliest
+    invocation with neither a parent nor a hand-off.
+
+    One loop does it all, with the per-process lookups cached: it runs once per invocation."""
+    handoffs = data.handoffs
     nodes: list[Node] = []
-    for r in records:
-        process = processes.get(r.puid)
-        if process is None:
-            process = processes[r.puid] = _process_ref(r.puid, data.processes.get(r.puid))
-        thread = threads.get((r.puid, r.tid))
+    parents: list[int] = []
+    per_process: dict[int, tuple[ProcessRef, bool, dict[int, ThreadRef], dict[int, str]]] = {}
+    thread_count = 0
+    remote: list[int] = []  # invocations continuing a hand-off nobody here recorded, no parent
+    root_index: int | None = None
+    root_order: tuple[int, int, int] | None = None
+    last_puid: int | None = None
+    process, finished = ProcessRef(0, 0, UNKNOWN_HOST), False
+    threads: dict[int, ThreadRef] = {}
+    names: dict[int, str] = {}
+    for i, r in enumerate(records):
+        puid = r.puid
+        if puid != last_puid:
+            last_puid = puid
+            cached = per_process.get(puid)
+            if cached is None:
+                info = data.processes.get(puid)
+                finished = info is not None and info.finished
+                cached = per_process[puid] = (_process_ref(puid, info), finished, {}, {})
+            process, finished, threads, names = cached
+        thread = threads.get(r.tid)
         if thread is None:
-            info = data.threads.get((r.puid, r.tid))
-            thread_name = info.name if info is not None else UNKNOWN_THREAD
-            thread = threads[(r.puid, r.tid)] = ThreadRef(r.tid, thread_name)
-        name = names.get((r.puid, r.method))
+            thread_info = data.threads.get((puid, r.tid))
+            thread_name = thread_info.name if thread_info is not None else UNKNOWN_THREAD
+            thread = threads[r.tid] = ThreadRef(r.tid, thread_name)
+            thread_count += 1
+        name = names.get(r.method)
         if name is None:
-            name = names[(r.puid, r.method)] = method_name(data.methods, r.puid, r.method)
-        duration = None if r.end_ns is None else max(0, r.end_ns - r.start_ns)
-        handoff = data.handoffs.get(r.hid) if r.hid else None
+            name = names[r.method] = method_name(data.methods, puid, r.method)
+        start, end, error = r.start_ns, r.end_ns, r.error
+        if error is not None:
+            status = STATUS_ERROR
+        elif end is not None:
+            status = STATUS_OK
+        else:  # an open invocation is incomplete once its process ended or is lost
+            status = STATUS_INCOMPLETE if finished else STATUS_RUNNING
+        parent = -1
+        hop: Handoff | None = None
+        hid = r.hid
+        if hid:
+            handoff = handoffs.get(hid)
+            if handoff is not None:
+                submitted = handoff.submitted_ns
+                hop = Handoff(hid, handoff.kind, submitted, max(0, start - submitted))
+                if handoff.parent:
+                    parent = index.get((handoff.puid, handoff.parent), -1)
+                    if parent == i:
+                        parent = -1
+            elif not r.parent:
+                remote.append(i)
+        if r.parent:
+            if parent < 0:
+                parent = index.get((puid, r.parent), -1)
+                if parent == i:
+                    parent = -1
+        elif not hid:
+            order = (start, r.iid, puid)
+            if root_order is None or order < root_order:
+                root_index, root_order = i, order
+        duration = None if end is None else max(0, end - start)
         nodes.append(
             Node(
-                name=name,
-                start_ns=r.start_ns,
-                end_ns=r.end_ns,
-                duration_ns=duration,
-                self_ns=None,
-                process=process,
-                thread=thread,
-                status=_status(r, data.processes.get(r.puid)),
-                error=r.error,
-                iid=r.iid,
-                handoff=None if handoff is None else _handoff(handoff, r.start_ns),
+                name,
+                start,
+                end,
+                duration,
+                None,
+                process,
+                thread,
+                status,
+                error,
+                r.iid,
+                KIND_MEASURED,
+                hop,
+                attributes=r.attributes,
             )
         )
-    return nodes
+        parents.append(parent)
+    if root_index is None:  # beside a true root, they are orphans of lost events
+        for i in remote:
+            nodes[i].handoff = Handoff(records[i].hid, HANDOFF_REMOTE, None, None)
+    return nodes, parents, root_index, bool(remote), thread_count, len(per_process)
 
 
-def _handoff(record: HandoffRecord, start_ns: int) -> Handoff:
-    queued = max(0, start_ns - record.submitted_ns)
-    return Handoff(record.hid, record.kind, record.submitted_ns, queued)
+def _start_order_of(records: list[InvocationRecord]) -> Iterable[int]:
+    """Record positions by (start, iid, puid): children appended in this order are sorted. Stores
+    usually return records by start already, which costs one pass to confirm."""
+    starts = [r.start_ns for r in records]
+    if all(map(operator.lt, starts, itertools.islice(starts, 1, None))):
+        return range(len(records))
+    keys = [(r.start_ns, r.iid, r.puid) for r in records]
+    return sorted(range(len(records)), key=keys.__getitem__)
+
+
+def _count(root: Node) -> int:
+    """How many nodes hang from ``root``, itself included."""
+    count = 0
+    stack = [root]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        extend(pop().children)
+        count += 1
+    return count
 
 
 def _process_ref(puid: int, info: ProcessRecord | None) -> ProcessRef:
     if info is None:
         return ProcessRef(puid, 0, UNKNOWN_HOST)
     return ProcessRef(puid, info.pid, info.host, info.state, info.last_seen_ns)
-
-
-def _status(record: InvocationRecord, process: ProcessRecord | None) -> str:
-    """An open invocation is incomplete once its process ended or is lost: it will never end."""
-    if record.error is not None:
-        return STATUS_ERROR
-    if record.end_ns is not None:
-        return STATUS_OK
-    if process is not None and process.finished:
-        return STATUS_INCOMPLETE
-    return STATUS_RUNNING
-
-
-def _find_root(records: list[InvocationRecord]) -> int | None:
-    """The earliest invocation that neither has a parent nor continues a hand-off."""
-    best: int | None = None
-    for i, r in enumerate(records):
-        candidate = r.parent == 0 and r.hid == 0
-        if candidate and (best is None or _record_order(r) < _record_order(records[best])):
-            best = i
-    return best
-
-
-def _record_order(record: InvocationRecord) -> tuple[int, int, int]:
-    return (record.start_ns, record.iid, record.puid)
 
 
 def _start_order(node: Node) -> tuple[int, int, int]:
@@ -325,12 +361,10 @@ def _synthetic_root(name: str) -> Node:
     )
 
 
-def _break_cycles(root: Node, nodes: list[Node], parent_of: list[Node | None]) -> None:
+def _break_cycles(root: Node, nodes: list[Node], parents: list[int]) -> None:
     """Nodes on a parent cycle are unreachable from the root; cut each cycle at its earliest node
     and hang that node (with everything beneath it) under the root."""
     reached = {id(node) for node, _ in walk(root)}
-    if len(reached) >= len(nodes) + (root.kind == KIND_SYNTHETIC):
-        return
     unreached = sorted(
         (i for i, node in enumerate(nodes) if id(node) not in reached),
         key=lambda i: _start_order(nodes[i]),
@@ -339,11 +373,11 @@ def _break_cycles(root: Node, nodes: list[Node], parent_of: list[Node | None]) -
         node = nodes[i]
         if id(node) in reached:
             continue
-        parent = parent_of[i]
-        if parent is not None:
-            parent.children.remove(node)
+        if parents[i] >= 0:
+            nodes[parents[i]].children.remove(node)
         root.children.append(node)
         reached.update(id(n) for n, _ in walk(node))
+    root.children.sort(key=_start_order)
 
 
 def _set_self_time(node: Node) -> None:
@@ -360,13 +394,21 @@ def _set_self_time(node: Node) -> None:
 def covered_ns(node: Node, children: Iterable[Node]) -> int:
     """How much of an ended node's window the union of ``children``'s windows covers (each
     clipped to the node's; a child still open counts until the node's end)."""
+    return _covered(node, sorted(children, key=lambda c: c.start_ns))
+
+
+def _covered(node: Node, children: list[Node]) -> int:
+    """``covered_ns`` for children already in start order (as ``build_tree`` appends them)."""
     end = node.end_ns
     assert end is not None
     covered = 0
-    span_start = span_end = node.start_ns
-    for child in sorted(children, key=lambda c: c.start_ns):
-        start = max(child.start_ns, node.start_ns)
-        stop = end if child.end_ns is None else min(child.end_ns, end)
+    span_start = span_end = node_start = node.start_ns
+    for child in children:
+        start = child.start_ns
+        start = max(start, node_start)
+        stop = child.end_ns
+        if stop is None or stop > end:
+            stop = end
         if stop <= start:
             continue
         if start > span_end:
@@ -376,12 +418,11 @@ def covered_ns(node: Node, children: Iterable[Node]) -> int:
     return covered + span_end - span_start
 
 
-def _span_children(root: Node, nodes: list[Node]) -> None:
+def _span_children(root: Node, statuses: set[str]) -> None:
     """A synthetic root lasts from its first child's start to its last child's end. It is running
     while any call is. A remote parent is merely outside this repository, so it is ``ok`` once
     every call here finished; an unknown root stands for lost events, so it stays incomplete."""
     children = root.children
-    statuses = {node.status for node in nodes}
     if STATUS_RUNNING in statuses:
         root.status = STATUS_RUNNING
     elif root.name == REMOTE_PARENT and STATUS_INCOMPLETE not in statuses:
@@ -398,8 +439,7 @@ def _span_children(root: Node, nodes: list[Node]) -> None:
         _set_self_time(root)
 
 
-def _tree_status(nodes: list[Node]) -> str:
-    statuses = {node.status for node in nodes}
+def _tree_status(statuses: set[str]) -> str:
     if STATUS_RUNNING in statuses:
         return STATUS_RUNNING
     if STATUS_INCOMPLETE in statuses:

@@ -147,6 +147,7 @@ def _fresh(node: Node) -> Node:
         handoff=node.handoff,
         hidden=node.hidden,
         frame=node.frame,
+        attributes=node.attributes,
     )
 
 

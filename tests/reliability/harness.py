@@ -16,7 +16,10 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
+
 from tests.support import READY_PREFIX
+from tracer import wire
 
 #: Seconds a process gets to print an expected line, start, or exit: generous, for a loaded CI box.
 PATIENCE_S = 60.0
@@ -185,10 +188,20 @@ def query(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
 
 
 def stored_by_pid(db: Path) -> dict[int, tuple[int, int]]:
-    """For each process the repository heard from, by pid: (Start events, End events) stored."""
+    """For each process the repository heard from, by pid: (Start events, End events) stored,
+    counted in the stored batches themselves (an End whose Start was dropped counts too)."""
+    decode = msgspec.msgpack.Decoder(list[wire.ThreadChunk]).decode
+    counts = {pid: (0, 0) for (pid,) in query(db, "SELECT pid FROM processes")}
     rows = query(
         db,
-        "SELECT p.pid, (SELECT count(*) FROM starts s WHERE s.puid = p.puid), "
-        "(SELECT count(*) FROM ends e WHERE e.puid = p.puid) FROM processes p",
+        "SELECT p.pid, b.chunks FROM batches b JOIN processes p ON p.puid = b.puid "
+        "WHERE b.chunks IS NOT NULL",
     )
-    return {pid: (starts, ends) for pid, starts, ends in rows}
+    for pid, blob in rows:
+        events = [event for chunk in decode(blob) for event in chunk.events]
+        starts, ends = counts[pid]
+        counts[pid] = (
+            starts + sum(isinstance(e, wire.Start) for e in events),
+            ends + sum(isinstance(e, wire.End | wire.Error) for e in events),
+        )
+    return counts

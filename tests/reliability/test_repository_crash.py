@@ -7,6 +7,7 @@ import collections
 import time
 from pathlib import Path
 
+from cmr.store import open_store
 from tests.reliability.conftest import Launcher
 from tests.reliability.harness import query, stored_by_pid
 from tests.support import cmr_json, shape, wait_for, write_script
@@ -120,15 +121,20 @@ def test_a_repository_killed_mid_stream_and_restarted_stores_every_event_once(
 
 def assert_every_sequence_has_its_steps(db: Path) -> None:
     """Every stored sequence: one root ``X.request`` with three ``X.step`` children, all ended."""
-    rows = query(
-        db,
-        "SELECT s.seq, s.parent, s.iid, m.qualname, e.iid IS NOT NULL FROM starts s "
-        "JOIN methods m ON m.puid = s.puid AND m.method = s.method "
-        "LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid",
-    )
+    store = open_store(str(db), readonly=True)
+    try:
+        rows = []
+        for summary in store.list_sequences(10**9):
+            data = store.load_sequence(summary.seq, samples=False)
+            rows += [
+                (data.seq, r.parent, r.iid, data.methods[r.puid, r.method].qualname, r.end_ns)
+                for r in data.invocations
+            ]
+    finally:
+        store.close()
     calls: dict[bytes, list[tuple[int, int, str, bool]]] = collections.defaultdict(list)
-    for seq, parent, iid, name, ended in rows:
-        calls[seq].append((parent, iid, name, bool(ended)))
+    for seq, parent, iid, name, end_ns in rows:
+        calls[seq].append((parent, iid, name, end_ns is not None))
     for seq, invocations in calls.items():
         [root] = [c for c in invocations if c[0] == 0]
         tag = root[2].removesuffix(".request")

@@ -10,7 +10,7 @@ a thousand levels.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -21,6 +21,9 @@ from cmr.views.processors import ThreadActivity
 from cmr.views.profile import Profile, ProfileNode
 
 _encode = msgspec.json.Encoder().encode
+
+#: Pieces (about one node each) a streamed document gathers before it hands them on.
+CHUNK_PARTS = 4096
 
 
 def node_fields(node: Node) -> dict[str, Any]:
@@ -39,6 +42,7 @@ def node_fields(node: Node) -> dict[str, Any]:
         "handoff": _handoff(node.handoff),
         "samples": _samples(node),
         "frame": _frame(node.frame),
+        "attributes": node.attributes,
     }
 
 
@@ -69,6 +73,12 @@ def _handoff(handoff: Handoff | None) -> dict[str, Any] | None:
 def tree_to_json(tree: SequenceTree) -> str:
     """``{"seq", "status", "lossy", "dropped_by", "root": NODE}`` where NODE carries its
     ``children`` last."""
+    return b"".join(iter_tree_json(tree)).decode()
+
+
+def iter_tree_json(tree: SequenceTree) -> Iterator[bytes]:
+    """``tree_to_json``'s document as UTF-8, in pieces of about CHUNK_BYTES: a 1,000,000-call
+    tree is hundreds of megabytes of JSON, which ``cmr show --json`` writes as it goes."""
     dropped_by = [{"host": p.host, "pid": p.pid, "puid": p.puid} for p in tree.dropped_by]
     parts: list[bytes] = [
         b'{"seq":',
@@ -81,9 +91,9 @@ def tree_to_json(tree: SequenceTree) -> str:
         _encode(dropped_by),
         b',"root":',
     ]
-    _stitch(parts, tree.root, node_fields, _node_children)
+    yield from _stitch(parts, tree.root, node_fields, _node_children)
     parts.append(b"}")
-    return b"".join(parts).decode()
+    yield b"".join(parts)
 
 
 def _node_children(node: Node) -> list[Node]:
@@ -98,15 +108,21 @@ def _stitch(
     root: T,
     fields: Callable[[T], dict[str, Any]],
     children_of: Callable[[T], Sequence[T]],
-) -> None:
-    """Append the tree under ``root`` to ``parts``: each node's fields, then its ``children``."""
+) -> Iterator[bytes]:
+    """Append the tree under ``root`` to ``parts``: each node's fields, then its ``children``.
+    Whenever ``parts`` holds CHUNK_PARTS pieces, they are joined, yielded and cleared."""
     stack: list[T | bytes] = [root]
+    encode = _encode
+    append = parts.append
     while stack:
         item = stack.pop()
         if isinstance(item, bytes):
-            parts.append(item)
+            append(item)
             continue
-        parts.append(_encode(fields(item))[:-1] + b',"children":[')
+        if len(parts) >= CHUNK_PARTS:
+            yield b"".join(parts)
+            parts.clear()
+        append(encode(fields(item))[:-1] + b',"children":[')
         stack.append(b"]}")
         children = children_of(item)
         for position in range(len(children) - 1, -1, -1):
@@ -161,12 +177,14 @@ def profile_to_json(
         "lines": lines,
     }
     parts = [_encode(head)[:-1], b',"roots":[']
+    pieces: list[bytes] = []
     for position, root in enumerate(profile.roots):
         if position:
             parts.append(b",")
-        _stitch(parts, root, profile_fields, _profile_children)
+        pieces.extend(_stitch(parts, root, profile_fields, _profile_children))
     parts.append(b"]}")
-    return b"".join(parts).decode()
+    pieces.append(b"".join(parts))
+    return b"".join(pieces).decode()
 
 
 def _profile_children(node: ProfileNode) -> list[ProfileNode]:

@@ -4,12 +4,12 @@ One line per call: duration (or "running"/"incomplete" when there is none yet, a
 saying why: its process ended, or was lost and when it was last heard from), the method name, its
 self time, the thread, the process (``host:pid``: on every line when the sequence spans several
 processes, else on the root's only), a hop mark when the call was handed off to it
-(``→ thread "pool-0_1", queued 3.20 ms``) and a mark when the call raised. Once samples are merged
-in, a call says how many fell in it, and the frames estimated from them are drawn apart: dim,
-marked ``~``, with their file and line (``~8.00 ms  parse  shop/io.py:12  self 2.00 ms  12
-samples``). Lines are built
-iteratively and joined once, so a 100,000-call tree or a 10,000-deep chain renders quickly and
-without recursion.
+(``→ thread "pool-0_1", queued 3.20 ms``), a mark when the call raised, and the first few of its
+attributes when it has any (an OpenTelemetry span's: ``{http.method=GET, …}``). Once samples
+are merged in, a call says how many fell in it, and the frames estimated from them are drawn
+apart: dim, marked ``~``, with their file and line (``~8.00 ms  parse  shop/io.py:12  self 2.00 ms
+12 samples``). Lines are built iteratively and joined once, so a 100,000-call tree or a
+10,000-deep chain renders quickly and without recursion.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import datetime
 from dataclasses import dataclass
 
 from cmr.store.base import PROCESS_ENDED, PROCESS_LOST
+from cmr.views.budget import Fold, Selection, choose, fits
 from cmr.views.calltree import (
     KIND_ESTIMATED,
     KIND_SYNTHETIC,
@@ -41,6 +42,8 @@ BRANCH = "├─ "
 LAST = "└─ "
 PIPE = "│  "
 SPACE = "   "
+#: Marks how often a name repeats in a fold line (``app.price`` times ``9,000``).
+TIMES = "\N{MULTIPLICATION SIGN}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +141,23 @@ def _lossy_note(tree: SequenceTree, palette: Palette) -> str:
     )
 
 
-def render_text(tree: SequenceTree, *, color: bool = False) -> str:
-    """The header line, then the tree; no trailing newline."""
+def render_text(tree: SequenceTree, *, color: bool = False, max_nodes: int = 0) -> str:
+    """The header line, then the tree; no trailing newline.
+
+    ``max_nodes`` (0: no limit) bounds the tree's lines: a bigger tree shows its longest calls
+    first, folds the others of each caller into one line (``cmr.views.budget``) and ends with a
+    line telling how many calls are hidden and how to see them. A tree that fits prints in full."""
+    if max_nodes < 0:
+        raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
     palette = ANSI if color else PLAIN
+    selection = None
+    if max_nodes and not fits(tree.root, max_nodes):
+        selection = choose(tree.root, max_nodes)
     total = tree.root.duration_ns or 0
     every_process = tree.processes > 1
     lines = [render_header(tree, palette), _describe(tree.root, None, total, palette, True)]
     stack: list[_Entry] = []
-    _push_children(stack, tree.root, 0, "")
+    _push_children(stack, tree.root, 0, "", selection)
     while stack:
         item, depth, prefix, last, caller = stack.pop()
         block = (depth - 1) // GUIDE_BLOCK * GUIDE_BLOCK
@@ -155,26 +167,69 @@ def render_text(tree: SequenceTree, *, color: bool = False) -> str:
             noun = "call" if item == 1 else "calls"
             lines.append(f"{guide}{palette.dim}… {item} {noun} hidden{palette.reset}")
             continue
+        if isinstance(item, Fold):
+            lines.append(f"{guide}{palette.dim}{describe_fold(item)}{palette.reset}")
+            continue
         labelled = every_process or caller.process != item.process
         lines.append(guide + _describe(item, caller.process, total, palette, labelled))
         # A new block of levels starts flush left again, so a line never outgrows the screen.
         child_prefix = "" if depth % GUIDE_BLOCK == 0 else prefix + (SPACE if last else PIPE)
-        _push_children(stack, item, depth, child_prefix)
+        _push_children(stack, item, depth, child_prefix, selection)
+    if selection is not None:
+        lines.append(f"{palette.dim}{_closing_line(selection, max_nodes)}{palette.reset}")
     return "\n".join(lines)
 
 
-#: A node or a hidden count, its depth, the guide prefix, last among its siblings, the caller.
-_Entry = tuple[Node | int, int, str, bool, Node]
+def describe_fold(fold: Fold) -> str:
+    """The calls of one caller that the line budget left out, and the names that repeat among
+    them: ``… 9,990 more calls, total 12.3 s: app.price`` times 9,000 ``(11.0 s)``."""
+    text = f"… {fold.calls:,} more {'call' if fold.calls == 1 else 'calls'}"
+    total = f"total {format_duration(fold.total_ns)}"
+    if fold.running:
+        total += f" + {fold.running:,} not ended"
+    text += f", {total}"
+    if fold.beneath:
+        text += f", {fold.beneath:,} more beneath them"
+    if fold.repeated:
+        names = ", ".join(
+            f"{name} {TIMES}{calls:,} ({format_duration(spent)})"
+            for name, calls, spent in fold.repeated
+        )
+        text += f": {names}"
+    return text
 
 
-def _push_children(stack: list[_Entry], node: Node, depth: int, prefix: str) -> None:
-    """Push in reverse so the first child pops first; the hidden count comes out last."""
+def _closing_line(selection: Selection, max_nodes: int) -> str:
+    shown, hidden = selection.nodes, selection.hidden
+    return (
+        f"… {hidden:,} of {shown + hidden:,} calls hidden to keep within {max_nodes:,} lines "
+        "(longest calls first): --max-nodes 0 shows them all, --json writes every call"
+    )
+
+
+#: A node, a hidden count or a fold; its depth, the guide prefix, last among its siblings, the
+#: caller.
+_Entry = tuple[Node | int | Fold, int, str, bool, Node]
+
+
+def _push_children(
+    stack: list[_Entry], node: Node, depth: int, prefix: str, selection: Selection | None
+) -> None:
+    """Push in reverse so the first child pops first; the hidden count comes out last, after
+    the fold of the calls the budget left out."""
     if node.hidden:
         stack.append((node.hidden, depth + 1, prefix, True, node))
-    children = node.children
+    if selection is None:
+        children = node.children
+    else:
+        children = selection.shown[id(node)]
+        fold = selection.folds.get(id(node))
+        if fold is not None:
+            stack.append((fold, depth + 1, prefix, not node.hidden, node))
+    trailing = bool(node.hidden) or (selection is not None and id(node) in selection.folds)
     last_index = len(children) - 1
     for position in range(last_index, -1, -1):
-        is_last = position == last_index and not node.hidden
+        is_last = position == last_index and not trailing
         stack.append((children[position], depth + 1, prefix, is_last, node))
 
 
@@ -208,7 +263,34 @@ def _describe(
         parts.append(f"{palette.cyan}{hop_mark(node, node.handoff)}{palette.reset}")
     if node.status == STATUS_ERROR:
         parts.append(f"{palette.red}✗ {node.error or 'error'}{palette.reset}")
+    attributes = format_attributes(node.attributes) if node.attributes else ""
+    if attributes:
+        parts.append(f"{palette.dim}{attributes}{palette.reset}")
     return "  ".join(parts)
+
+
+#: Attributes shown on a line at most, and characters of each value; ``--json`` has them all.
+SHOWN_ATTRIBUTES = 4
+ATTRIBUTE_WIDTH = 40
+#: Keys left off the line: the span identity InvocationSpanProcessor adds (in --json).
+_QUIET_PREFIX = "otel."
+
+
+def format_attributes(attributes: dict[str, str | int | float | bool]) -> str:
+    """A compact ``{http.method=GET, http.status_code=200, … 3 more}``: the first few keys,
+    long values cut."""
+    shown = [(k, v) for k, v in attributes.items() if not k.startswith(_QUIET_PREFIX)]
+    if not shown:
+        return ""
+    items = []
+    for key, value in shown[:SHOWN_ATTRIBUTES]:
+        text = str(value)
+        if len(text) > ATTRIBUTE_WIDTH:
+            text = text[: ATTRIBUTE_WIDTH - 1] + "…"
+        items.append(f"{key}={text}")
+    if len(shown) > SHOWN_ATTRIBUTES:
+        items.append(f"… {len(shown) - SHOWN_ATTRIBUTES} more")
+    return "{" + ", ".join(items) + "}"
 
 
 def _describe_estimated(node: Node, palette: Palette) -> str:

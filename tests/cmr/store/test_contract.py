@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -26,15 +27,16 @@ from cmr.store import (
 )
 from cmr.store.base import HandoffRecord
 from cmr.store.sqlite_schema import (
-    COUNTS,
     HANDOFFS_SCHEMA,
     HEARTBEAT_SCHEMA,
-    LOSSY,
+    LEGACY_EVENTS_SCHEMA,
     LOST_SEQS_SCHEMA,
-    REMOTE_ENTRIES,
-    ROOT,
+    METHODS_BY_RECENT_SEQUENCE,
+    PACKED_SCHEMA,
     SAMPLES_SCHEMA,
     SCHEMA,
+    SCHEMA_VERSION,
+    SEQUENCE_BATCHES,
 )
 from cmr.views.calltree import Handoff, build_tree, walk
 from tests.cmr.conftest import FakeClock
@@ -679,17 +681,22 @@ def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
 
 
 def older_schema(path: str, version: int) -> None:
-    """Write a repository as release ``version`` did: version 4 had no lost sequences table,
-    version 3 no sample tables either, version 2 no heartbeat column either, version 1 no
-    hand-offs table either. It holds one process (seen at 123) and one running call."""
-    left_out = {
-        4: LOST_SEQS_SCHEMA,
-        3: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA,
-        2: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA + HEARTBEAT_SCHEMA,
-        1: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA + HEARTBEAT_SCHEMA + HANDOFFS_SCHEMA,
-    }[version]
+    """Write a repository as release ``version`` did: versions 1 to 5 kept a row per Start and End
+    instead of packed batches, version 4 had no lost sequences table, version 3 no sample tables
+    either, version 2 no heartbeat column either, version 1 no hand-offs table either. It holds
+    one process (seen at 123) and one running call."""
+    left_out = (
+        PACKED_SCHEMA
+        + {
+            5: (),
+            4: LOST_SEQS_SCHEMA,
+            3: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA,
+            2: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA + HEARTBEAT_SCHEMA,
+            1: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA + HEARTBEAT_SCHEMA + HANDOFFS_SCHEMA,
+        }[version]
+    )
     with sqlite3.connect(path) as conn:
-        for statement in SCHEMA:
+        for statement in SCHEMA + LEGACY_EVENTS_SCHEMA:
             if statement not in left_out and not statement.startswith("PRAGMA user_version"):
                 conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {version}")
@@ -710,7 +717,7 @@ def user_version(path: str) -> int:
     return version
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
     tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, version: int
 ) -> None:
@@ -733,10 +740,10 @@ def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
         assert [s.lossy for s in store.list_sequences(2)] == [False, True]
     finally:
         store.close()
-    assert user_version(path) == 5
+    assert user_version(path) == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_an_older_repository_is_not_read_before_it_is_upgraded(
     tmp_path: Path, version: int
 ) -> None:
@@ -745,25 +752,56 @@ def test_an_older_repository_is_not_read_before_it_is_upgraded(
 
     with pytest.raises(
         StoreError,
-        match=rf"schema version {version}, older than .* \(5\): run `cmr serve` or `tracer run`",
+        match=rf"schema version {version}, older than .* \(6\): run `cmr serve` or `tracer run`",
     ):
         open_store(path, readonly=True)
     assert user_version(path) == version
 
 
-@pytest.mark.parametrize("query", [COUNTS, ROOT, REMOTE_ENTRIES, LOSSY])
-def test_listing_looks_up_each_sequence_by_index_and_never_scans_a_table(
+@pytest.mark.parametrize("query", [SEQUENCE_BATCHES, METHODS_BY_RECENT_SEQUENCE])
+def test_reading_a_sequence_looks_up_its_batches_by_index_and_never_scans_a_table(
     tmp_path: Path, query: str
 ) -> None:
-    # `cmr ls` runs these per listed sequence: their cost must not grow with the repository.
+    # `cmr show` and `cmr ls` read a sequence's batches: the cost must not grow with the
+    # repository, only with the sequence.
     path = str(tmp_path / "cmr.sqlite")
     open_store(path).close()
+    params = {"since": 0} if query == METHODS_BY_RECENT_SEQUENCE else (S,)
     with sqlite3.connect(path) as conn:
-        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", {"seq": S, "now": 0})]
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
     conn.close()
 
     assert plan
     assert not [step for step in plan if step.startswith("SCAN")], plan
+
+
+def test_an_upgrade_moves_every_stored_call_and_late_end(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, clock_offset_ns: int
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    older_schema(path, 5)
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO starts VALUES (7, 2, ?, 1, 0, 2, 1, 150)", (S,))
+        conn.execute("INSERT INTO ends VALUES (7, 2, 170, 'KeyError')")
+        conn.execute("INSERT INTO ends VALUES (7, 3, 190, NULL)")  # its Start never arrived
+    conn.close()
+
+    store = open_store(path, clock=clock)
+    try:
+        # The End of iid 3 is kept: its Start may still come, from the same process.
+        store.ingest(make_batch(7, 1, {1: [start(3, 180 - clock_offset_ns, S, parent=1)]}), 1)
+        records = store.load_sequence(S).invocations
+    finally:
+        store.close()
+    assert [(r.iid, r.parent, r.tid, r.start_ns, r.end_ns, r.error) for r in records] == [
+        (1, 0, 1, 100, None, None),
+        (2, 1, 2, 150, 170, "KeyError"),
+        (3, 1, 1, 180, 190, None),
+    ]
+    with sqlite3.connect(path) as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert not tables & {"starts", "ends"}
 
 
 def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
@@ -784,10 +822,21 @@ def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
         open_store(str(path))
 
 
-@pytest.mark.parametrize("url", ["postgresql://db/invoseq", "postgres://db/invoseq"])
-def test_postgresql_is_announced_as_not_yet_available(url: str) -> None:
-    with pytest.raises(StoreError, match=r"^PostgreSQL support is not available yet$"):
-        open_store(url)
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_an_unreachable_postgresql_server_fails_in_one_line_without_the_password(
+    scheme: str,
+) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    with pytest.raises(StoreError) as failure:
+        open_store(f"{scheme}://invoseq:s3cret@127.0.0.1:{port}/invoseq")
+
+    message = str(failure.value)
+    assert message.startswith(f"cannot connect to postgresql://invoseq@127.0.0.1:{port}/invoseq")
+    assert "\n" not in message
+    assert "s3cret" not in message
 
 
 def test_an_unknown_url_scheme_is_refused() -> None:

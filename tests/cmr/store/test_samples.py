@@ -222,7 +222,7 @@ def test_an_upgraded_repository_stores_samples(
         assert (store.stats().samples, list(store.stats().samplers)) == (1, [8])
     finally:
         store.close()
-    assert user_version(path) == 5
+    assert user_version(path) == 6
 
 
 def test_a_window_reads_its_samples_by_index_range(tmp_path: Path) -> None:

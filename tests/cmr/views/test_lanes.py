@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import msgspec
+
 from cmr.views.calltree import KIND_ESTIMATED, Node, SequenceTree, build_tree, walk
 from cmr.views.lanes import Track, lay_out
 from cmr.views.render.chrome import render_chrome
@@ -95,7 +97,7 @@ def test_an_open_call_lasts_until_its_caller_ended_or_the_latest_time_shown(buil
     builder.call("app.root", 1, start=0)  # still running
     builder.call("app.lost_end", 2, 1, start=10)  # its End was lost...
     builder.call("app.caller", 3, 1, start=5, end=30)  # ...(its caller had ended)
-    builder.invocations[1] = dataclasses.replace(builder.invocations[1], parent=3)
+    builder.invocations[1] = msgspec.structs.replace(builder.invocations[1], parent=3)
     builder.handoff(7, 1, submitted=40)
     builder.call("app.work", 4, 1, start=50, end=150, tid=2, hid=7)
 

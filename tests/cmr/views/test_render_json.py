@@ -32,6 +32,7 @@ NODE_KEYS = [
     "handoff",
     "samples",
     "frame",
+    "attributes",
     "children",
 ]
 
@@ -62,6 +63,11 @@ def check_node(node: dict) -> None:
     if frame is not None:
         assert list(frame) == ["file", "function", "line"]
         assert isinstance(frame["line"], int)
+    attributes = node["attributes"]
+    assert attributes is None or all(
+        isinstance(key, str) and isinstance(value, str | int | float | bool)
+        for key, value in attributes.items()
+    )
     handoff = node["handoff"]
     if handoff is not None:
         assert list(handoff) == ["kind", "queued_ns", "submitted_ns"]
@@ -104,6 +110,7 @@ def test_show_document_has_exactly_the_contract_keys_and_types(builder):
         "handoff": None,
         "samples": None,  # none were merged in
         "frame": None,
+        "attributes": None,  # none were recorded (wire.Attrs: OpenTelemetry spans)
         "children": root["children"],
     }
     pay, log, remote = root["children"]

@@ -1,0 +1,329 @@
+"""The model an HTML report draws: one sequence as plain JSON-able data, laid out for a canvas.
+
+``build_model(data)`` reuses the views — ``build_tree`` and ``merge_samples`` (as the exports
+do: samples are merged in when the sequence has some), ``lay_out`` for the tracks of each
+thread and the end of calls still open, ``profile_sequence`` for the flame graph — so the report
+shows what ``cmr show`` and the exports show. The page (``cmr.report.page``) and ``cmr ui``
+serve this same dict, the latter as JSON to a page that refreshes a running sequence.
+
+Times are nanoseconds from ``summary.origin_ns`` (the earliest call), since a browser's numbers
+hold absolute nanoseconds only to about 256 ns; ``origin_ns`` is also given as a decimal string.
+Ids are hex strings for the same reason. Bars and flame nodes are columns (one list per field,
+index = bar) rather than one object per bar: a 100,000-call sequence stays a few megabytes, and
+the page turns each column into a typed array at once.
+
+- ``summary``: ``seq``, ``root``, ``status`` (running | complete | incomplete), ``origin_ns``,
+  ``origin``, ``end_ns`` (the latest time the sequence shows, relative), ``invocations``,
+  ``threads``, ``processes``, ``lossy``, ``samples_skipped``.
+- ``lanes``: one per thread, grouped by process (processes and their threads in order of first
+  activity): ``process`` (``host:pid``), ``host``, ``pid``, ``puid``, ``thread``, ``tid``,
+  ``state`` (alive | ended | lost), ``rows``. A sequence whose root is made up (``<remote
+  parent>``, ``<unknown root>``) gets a first lane of its own for it, with ``puid`` None.
+- ``bars``: every node of the tree, measured, estimated (from samples) and synthetic, in preorder
+  (bar 0 is the root, a caller comes before its callees). Columns: ``name`` (index into
+  ``names``), ``kind`` and ``status`` (indexes into ``kinds`` and ``statuses``), ``lane``,
+  ``row`` (nesting level in the lane: calls that overlap on one thread without nesting go below),
+  ``depth`` (in the tree), ``parent`` (-1 for the root), ``start``, ``end`` (a call still open
+  ends at the latest time the sequence shows, or at its caller's end on the same thread),
+  ``open``, ``self`` (None while unknown), ``error``, ``iid`` (hex; None but for measured calls),
+  ``handoff`` (the hop's kind, or None), ``samples``, ``cpu`` (None without samples),
+  ``frame`` (``[file, function, line]`` of an estimated frame) and ``attributes``.
+- ``arrows``: one per hand-off whose submitter and submit time are known: ``from`` and ``to``
+  (bar indexes), ``kind``, ``submitted``, ``start`` and ``queued`` (the wait, ns).
+- ``flame``: the sequence's profile (calls and estimated frames merged where the same function
+  sits at the same place), columns ``name``, ``kind``, ``parent``, ``depth``, ``value`` (what a
+  frame's width stands for: ``weight`` is ``samples`` when the sequence has samples, else
+  ``time`` in ns), ``time``, ``self``, ``samples``, ``calls``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Final
+
+from cmr.store.base import SequenceData
+from cmr.views.calltree import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Node, walk
+from cmr.views.lanes import Layout, Track, lay_out
+from cmr.views.profile import ProfileNode, profile_sequence
+from cmr.views.render.folded import has_samples
+
+#: Version of the model's shape: the page refuses a model it does not know.
+MODEL_VERSION: Final = 1
+KINDS: Final = (KIND_MEASURED, KIND_ESTIMATED, KIND_SYNTHETIC)
+STATUSES: Final = ("ok", "error", "running", "incomplete")
+WEIGHT_SAMPLES: Final = "samples"
+WEIGHT_TIME: Final = "time"
+
+Attributes = dict[str, str | int | float | bool]
+
+
+def build_model(data: SequenceData) -> dict[str, Any]:
+    """The report model of one sequence (see the module's docstring)."""
+    from cmr.exports import sequence_tree  # the exports' tree: samples merged in when present
+
+    tree = sequence_tree(data)
+    layout = lay_out(tree)
+    nodes = [node for node, _ in walk(tree.root)]
+    origin = layout.start_ns if layout.tracks else _first_start(nodes)
+    end = max(layout.end_ns, origin)
+    names = _Names()
+    lanes, lane_of, row_of = _lanes(layout, tree.root)
+    bars = _bars(
+        nodes,
+        layout,
+        lane_of,
+        row_of,
+        origin=origin,
+        end=end,
+        names=names,
+        attributes=_attributes(data),
+    )
+    arrows = _arrows(nodes, layout, origin)
+    summary = {
+        "seq": tree.seq.hex(),
+        "root": tree.root.name,
+        "status": tree.status,
+        "origin_ns": origin,
+        "origin": str(origin),
+        "origin_iso": _iso(origin),
+        "end_ns": end - origin,
+        "invocations": tree.invocations,
+        "threads": tree.threads,
+        "processes": tree.processes,
+        "lossy": tree.lossy,
+        "samples_skipped": tree.samples_skipped,
+    }
+    return {
+        "version": MODEL_VERSION,
+        "summary": summary,
+        "names": names.table,
+        "kinds": list(KINDS),
+        "statuses": list(STATUSES),
+        "lanes": lanes,
+        "bars": bars,
+        "arrows": arrows,
+        "flame": _flame(
+            tree_has_samples=has_samples(tree), roots=profile_sequence(tree).roots, names=names
+        ),
+    }
+
+
+class _Names:
+    """Interned names: bars and flame nodes carry an index into ``table``."""
+
+    def __init__(self) -> None:
+        self.table: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def __call__(self, name: str) -> int:
+        found = self._index.get(name)
+        if found is None:
+            found = self._index[name] = len(self.table)
+            self.table.append(name)
+        return found
+
+
+def _first_start(nodes: list[Node]) -> int:
+    return min((n.start_ns for n in nodes if n.kind != KIND_SYNTHETIC), default=0)
+
+
+def _iso(ns: int) -> str:
+    moment = datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _attributes(data: SequenceData) -> dict[tuple[int, int], Attributes]:
+    return {(r.puid, r.iid): r.attributes for r in data.invocations if r.attributes}
+
+
+def _lanes(
+    layout: Layout, root: Node
+) -> tuple[list[dict[str, Any]], dict[int, int], dict[int, int]]:
+    """The lanes, and per track (by id) its lane and the row its outermost calls sit on.
+
+    A thread's tracks share its lane: track 0 on top, each further track below the deepest
+    row of those above it."""
+    lanes: list[dict[str, Any]] = []
+    if root.kind == KIND_SYNTHETIC:
+        lanes.append(_lane_fields(None, root.name, 1))
+    by_process: dict[int, list[list[Track]]] = {}
+    threads: dict[tuple[int, int], list[Track]] = {}
+    for track in layout.tracks:  # ordered by thread (first activity), then index
+        key = (track.process.puid, track.thread.tid)
+        if key not in threads:
+            threads[key] = []
+            by_process.setdefault(track.process.puid, []).append(threads[key])
+        threads[key].append(track)
+    lane_of: dict[int, int] = {}
+    row_of: dict[int, int] = {}
+    for thread_tracks in (t for process in by_process.values() for t in process):
+        offset = 0
+        for track in thread_tracks:
+            lane_of[id(track)] = len(lanes)
+            row_of[id(track)] = offset
+            offset += _track_depth(track)
+        lanes.append(_lane_fields(thread_tracks[0], thread_tracks[0].thread.name, offset))
+    return lanes, lane_of, row_of
+
+
+def _lane_fields(track: Track | None, thread: str, rows: int) -> dict[str, Any]:
+    if track is None:
+        return {
+            "process": "",
+            "host": "",
+            "pid": 0,
+            "puid": None,
+            "thread": thread,
+            "tid": 0,
+            "state": "",
+            "rows": rows,
+        }
+    process = track.process
+    return {
+        "process": f"{process.host}:{process.pid}",
+        "host": process.host,
+        "pid": process.pid,
+        "puid": f"{process.puid:016x}",
+        "thread": thread,
+        "tid": track.thread.tid,
+        "state": process.state,
+        "rows": rows,
+    }
+
+
+def _track_depth(track: Track) -> int:
+    """How many rows the track's calls need: its deepest nesting, plus one."""
+    depth = deepest = 0
+    for event in track.events:
+        depth += 1 if event.opening else -1
+        deepest = max(deepest, depth)
+    return max(deepest, 1)
+
+
+def _nesting(layout: Layout) -> dict[int, int]:
+    """id(node) -> how many calls of its track enclose it."""
+    nesting: dict[int, int] = {}
+    for track in layout.tracks:
+        depth = 0
+        for event in track.events:
+            if event.opening:
+                nesting[id(event.slice.node)] = depth
+                depth += 1
+            else:
+                depth -= 1
+    return nesting
+
+
+def _bars(
+    nodes: list[Node],
+    layout: Layout,
+    lane_of: dict[int, int],
+    row_of: dict[int, int],
+    *,
+    origin: int,
+    end: int,
+    names: _Names,
+    attributes: dict[tuple[int, int], Attributes],
+) -> dict[str, list[Any]]:
+    slices = {id(piece.node): piece for track in layout.tracks for piece in track.slices}
+    nesting = _nesting(layout)
+    index = {id(node): i for i, node in enumerate(nodes)}
+    columns: dict[str, list[Any]] = {key: [] for key in _BAR_COLUMNS}
+    depths: dict[int, int] = {}
+    for node in nodes:
+        parent = layout.parent_of.get(id(node))
+        depth = 0 if parent is None else depths[id(parent)] + 1
+        depths[id(node)] = depth
+        piece = slices.get(id(node))
+        track = layout.track_of.get(id(node))
+        if piece is None or track is None:  # a synthetic root: it spans its calls
+            lane, row, start, stop = (
+                0,
+                0,
+                node.start_ns,
+                end if node.end_ns is None else node.end_ns,
+            )
+            is_open = node.end_ns is None
+        else:
+            lane, row = lane_of[id(track)], row_of[id(track)] + nesting[id(node)]
+            start, stop, is_open = piece.start_ns, piece.end_ns, piece.open
+        measured = node.kind == KIND_MEASURED
+        columns["name"].append(names(node.name))
+        columns["kind"].append(KINDS.index(node.kind))
+        columns["status"].append(STATUSES.index(node.status))
+        columns["lane"].append(lane)
+        columns["row"].append(row)
+        columns["depth"].append(depth)
+        columns["parent"].append(-1 if parent is None else index[id(parent)])
+        columns["start"].append(start - origin)
+        columns["end"].append(max(start, stop) - origin)
+        columns["open"].append(is_open)
+        columns["self"].append(node.self_ns)
+        columns["error"].append(node.error)
+        columns["iid"].append(f"{node.iid:x}" if measured else None)
+        columns["handoff"].append(None if node.handoff is None else node.handoff.kind)
+        columns["samples"].append(node.samples)
+        columns["cpu"].append(node.cpu_ns)
+        columns["frame"].append(None if node.frame is None else list(node.frame))
+        columns["attributes"].append(
+            attributes.get((node.process.puid, node.iid)) if measured else None
+        )
+    return columns
+
+
+_BAR_COLUMNS: Final = (
+    "name", "kind", "status", "lane", "row", "depth", "parent", "start", "end", "open",
+    "self", "error", "iid", "handoff", "samples", "cpu", "frame", "attributes",
+)  # fmt: skip
+
+
+def _arrows(nodes: list[Node], layout: Layout, origin: int) -> list[dict[str, Any]]:
+    """As the Chrome export draws them: one per call that continues a hand-off whose submit time
+    is known, from the call that submitted it (never from a synthetic root)."""
+    index = {id(node): i for i, node in enumerate(nodes)}
+    arrows: list[dict[str, Any]] = []
+    for i, node in enumerate(nodes):
+        handoff = node.handoff
+        parent = layout.parent_of.get(id(node))
+        if handoff is None or handoff.submitted_ns is None or parent is None:
+            continue
+        if parent.kind == KIND_SYNTHETIC:
+            continue
+        arrows.append(
+            {
+                "from": index[id(parent)],
+                "to": i,
+                "kind": handoff.kind,
+                "submitted": handoff.submitted_ns - origin,
+                "start": node.start_ns - origin,
+                "queued": handoff.queued_ns,
+            }
+        )
+    return arrows
+
+
+def _flame(*, tree_has_samples: bool, roots: list[ProfileNode], names: _Names) -> dict[str, Any]:
+    weight = WEIGHT_SAMPLES if tree_has_samples else WEIGHT_TIME
+    columns: dict[str, list[Any]] = {key: [] for key in _FLAME_COLUMNS}
+    stack: list[tuple[ProfileNode, int, int]] = [(root, -1, 0) for root in reversed(roots)]
+    while stack:
+        node, parent, depth = stack.pop()
+        value = node.samples if tree_has_samples else node.time_ns
+        if value <= 0:
+            continue  # nothing to draw: no width
+        own = len(columns["name"])
+        columns["name"].append(names(node.name))
+        columns["kind"].append(KINDS.index(node.kind) if node.kind in KINDS else 0)
+        columns["parent"].append(parent)
+        columns["depth"].append(depth)
+        columns["value"].append(value)
+        columns["time"].append(node.time_ns)
+        columns["self"].append(node.self_ns)
+        columns["samples"].append(node.samples)
+        columns["calls"].append(node.calls)
+        stack.extend((child, own, depth + 1) for child in reversed(node.children))
+    return {"weight": weight, **columns}
+
+
+_FLAME_COLUMNS: Final = ("name", "kind", "parent", "depth", "value", "time", "self", "samples",
+                         "calls")  # fmt: skip

@@ -1,0 +1,261 @@
+"""Batches stored as they arrived: one blob of thread chunks per batch, and a small index.
+
+Ingest used to turn every event into a table row, and SQL calls per event bounded it. Now a batch's
+thread chunks are stored as one msgpack blob in the form the sender encoded them (re-encoded from
+the validated structs, event times still on the process's monotonic clock, the batch's clock
+offset beside the blob), and the store indexes only what lookups need, all of it small next to
+the events:
+
+- the sequences each batch holds (from its Starts and Handoffs), so a sequence's tree reads its
+  own batches and nothing else, and each sequence's earliest start (listing order);
+- the (sequence, method) pairs of its Starts, for ``find_sequences``;
+- *late* Ends and Attrs: those whose Start is not in the same batch (a call that outlived a
+  batch, or an End that arrived first). A sequence's batches hold its Starts but not these, so
+  they are kept apart, keyed by (puid, iid), already in wall-clock time;
+- hand-offs, as before (they are looked up by ``hid`` across sequences).
+
+``pack`` does that with list comprehensions and set operations over each chunk; ``unpack`` turns
+a sequence's blobs (plus the late records asked for) back into invocation records. The rules
+(first write wins for an event key; wall time = event time + the batch's clock offset; a batch
+whose wall times overflow a signed 64-bit integer is refused whole) are those of the row stores.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+import msgspec
+
+from cmr.store._shared import HandoffRow, InvalidBatchError
+from cmr.store.base import InvocationRecord
+from tracer.wire import Attrs, Batch, End, Error, Handoff, Start, ThreadChunk
+
+_COMMON: Final = (Start, End)
+_NO_END: Final = (None, None)
+_RECORD_ORDER: Final = operator.attrgetter("start_ns", "puid", "iid")
+_I64_MIN: Final = -(2**63)
+_I64_MAX: Final = 2**63 - 1
+
+encode_chunks = msgspec.msgpack.Encoder().encode
+#: The blob was validated when its batch arrived; decoding it typed again costs little and keeps
+#: a damaged file from turning into nonsense silently.
+_decode_chunks = msgspec.msgpack.Decoder(list[ThreadChunk]).decode
+_decode_methods = msgspec.msgpack.Decoder(list[int]).decode
+_encode_attributes = msgspec.json.Encoder().encode
+_decode_attributes = msgspec.json.Decoder(dict[str, str | int | float | bool]).decode
+
+Attributes = dict[str, str | int | float | bool]
+#: (puid, iid, end_ns, error): an End or Error whose Start is not in its batch, in wall time.
+LateEnd = tuple[int, int, int, str | None]
+#: (puid, iid, batch_no, attributes as JSON): an Attrs whose Start is not in its batch.
+LateAttrs = tuple[int, int, int, bytes]
+#: (puid, batch_no, clock_offset_ns, chunks blob): one stored batch.
+StoredBatch = tuple[int, int, int, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class PackedBatch:
+    chunks: bytes
+    events: int
+    first_start: dict[bytes, int]  # seq -> its earliest Start in the batch, wall clock
+    seqs: set[bytes]  # every sequence with a Start or Handoff in the batch
+    seq_methods: dict[bytes, bytes]  # seq -> msgpack array of the methods its Starts ran
+    late_ends: list[LateEnd]
+    late_attrs: list[LateAttrs]
+    handoffs: list[HandoffRow]
+
+
+def pack(batch: Batch) -> PackedBatch:
+    """The blob and index of ``batch``. Raises InvalidBatchError when a wall-clock time does not
+    fit a signed 64-bit integer (nothing of the batch may then be stored).
+
+    Ingest's only pass over the events: comprehensions split each chunk by type, and set and
+    dict operations do the rest, so the cost per event stays a small fraction of decoding it."""
+    puid = batch.puid
+    offset = batch.process.clock_offset_ns
+    first_start: dict[bytes, int] = {}
+    seq_methods: set[tuple[bytes, int]] = set()
+    start_iids: set[int] = set()
+    ends: list[End] = []
+    rare: list[Error | Handoff | Attrs] = []
+    times: list[int] = []
+    events = 0
+    for chunk in batch.chunks:
+        chunk_events = chunk.events
+        events += len(chunk_events)
+        starts = [e for e in chunk_events if type(e) is Start]
+        chunk_ends = [e for e in chunk_events if type(e) is End]
+        if len(starts) + len(chunk_ends) != len(chunk_events):
+            rare.extend([e for e in chunk_events if type(e) not in _COMMON])  # type: ignore[misc]
+        ends += chunk_ends
+        times += [e.t_ns for e in chunk_ends]
+        if not starts:
+            continue
+        start_times = [e.t_ns for e in starts]
+        times += start_times
+        _note_earliest(starts, start_times, first_start)
+        seq_methods.update([(e.seq, e.method) for e in starts])
+        start_iids.update([e.iid for e in starts])
+    seqs = set(first_start)
+    late_ends: list[LateEnd] = [
+        (puid, e.iid, e.t_ns + offset, None) for e in ends if e.iid not in start_iids
+    ]
+    late_attrs: list[LateAttrs] = []
+    handoffs: list[HandoffRow] = []
+    for other in rare:
+        if isinstance(other, Attrs):
+            if other.iid not in start_iids:
+                attributes = _encode_attributes(other.attributes)
+                late_attrs.append((puid, other.iid, batch.batch_no, attributes))
+            continue
+        times.append(other.t_ns)
+        if isinstance(other, Handoff):
+            seqs.add(other.seq)
+            submitted_ns = other.t_ns + offset
+            handoffs.append(
+                (other.hid, other.seq, puid, other.parent, other.kind, other.method, submitted_ns)
+            )
+        elif other.iid not in start_iids:
+            late_ends.append((puid, other.iid, other.t_ns + offset, other.error))
+    if times and not (min(times) + offset >= _I64_MIN and max(times) + offset <= _I64_MAX):
+        raise InvalidBatchError(f"batch {batch.batch_no} of process {puid:x}: time out of range")
+    return PackedBatch(
+        chunks=encode_chunks(batch.chunks),
+        events=events,
+        first_start={seq: t_ns + offset for seq, t_ns in first_start.items()},
+        seqs=seqs,
+        seq_methods=_methods_by_seq(seq_methods),
+        late_ends=late_ends,
+        late_attrs=late_attrs,
+        handoffs=handoffs,
+    )
+
+
+#: Given the (puid, iid) keys still missing an End (or asked for Attrs), the late records.
+LateEnds = Callable[[list[tuple[int, int]]], Iterable[LateEnd]]
+#: Given the processes of a sequence's invocations, their late Attrs (a handful, if any).
+LateAttributes = Callable[[set[int]], Iterable[LateAttrs]]
+
+
+def unpack(
+    seq: bytes,
+    batches: Iterable[StoredBatch],
+    late_ends: LateEnds,
+    late_attrs: LateAttributes,
+    cache: dict[tuple[int, int], list[ThreadChunk]] | None = None,
+) -> list[InvocationRecord]:
+    """The invocations of ``seq`` from its stored batches (in ascending (puid, batch_no) order,
+    so the first write of an event key wins), completed with the late Ends and Attrs they lack.
+    Sorted by (start_ns, puid, iid). ``cache`` keeps decoded batches for the next call (listing
+    many sequences that share batches decodes each batch once)."""
+    gathered = _Gathered()
+    for puid, batch_no, offset, blob in batches:
+        known = None if cache is None else cache.get((puid, batch_no))
+        chunks = _decode_chunks(blob) if known is None else known
+        if cache is not None:
+            cache[puid, batch_no] = chunks
+        for chunk in chunks:
+            gathered.scan(seq, puid, offset, chunk)
+    starts, ends, attributes = gathered.starts, gathered.ends, gathered.attributes
+    missing = [key for key in starts if key not in ends]
+    if missing:
+        for puid, iid, end_ns, error in late_ends(missing):
+            ends.setdefault((puid, iid), (end_ns, error))
+    late = sorted(late_attrs({puid for puid, _iid in starts}), key=lambda row: row[2])
+    for puid, iid, _batch_no, blob in late:
+        if (puid, iid) in starts:
+            attributes.setdefault((puid, iid), {}).update(_decode_attributes(blob))
+    get_end, get_attributes = ends.get, attributes.get
+    records = [
+        InvocationRecord(key[0], key[1], parent, hid, tid, method, start_ns, *get_end(key, _NO_END))
+        for key, (tid, parent, hid, method, start_ns) in starts.items()
+    ]
+    if attributes:
+        records = [
+            msgspec.structs.replace(r, attributes=found)
+            if (found := get_attributes((r.puid, r.iid))) is not None
+            else r
+            for r in records
+        ]
+    records.sort(key=_RECORD_ORDER)
+    return records
+
+
+Key = tuple[int, int]  # (puid, iid)
+_V = TypeVar("_V")
+#: (tid, parent, hid, method, start_ns) of a Start of the sequence.
+_Start = tuple[int, int, int, int, int]
+
+
+class _Gathered:
+    """What ``unpack`` collects from a sequence's stored chunks (the first write of a key wins)."""
+
+    __slots__ = ("attributes", "ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: dict[Key, _Start] = {}
+        self.ends: dict[Key, tuple[int, str | None]] = {}
+        self.attributes: dict[Key, Attributes] = {}
+
+    def scan(self, seq: bytes, puid: int, offset: int, chunk: ThreadChunk) -> None:
+        """Comprehensions over the chunk, one per kind of event (most chunks hold only Starts
+        and Ends); within the chunk the first event of a key wins (built from the reversed
+        list), and across chunks the earlier chunk's (``_first_wins``)."""
+        tid, events = chunk.tid, chunk.events
+        starts = {
+            (puid, e.iid): (tid, e.parent, e.hid, e.method, e.t_ns + offset)
+            for e in reversed(events)
+            if type(e) is Start and e.seq == seq
+        }
+        _first_wins(self.starts, starts)
+        ends: dict[Key, tuple[int, str | None]] = {
+            (puid, e.iid): (e.t_ns + offset, None) for e in reversed(events) if type(e) is End
+        }
+        rare = [e for e in events if type(e) not in _COMMON]
+        if rare:  # Errors, Attrs, Handoffs
+            for event in rare:
+                if isinstance(event, Error):
+                    ends.setdefault((puid, event.iid), (event.t_ns + offset, event.error))
+                elif isinstance(event, Attrs):
+                    merged = self.attributes.setdefault((puid, event.iid), {})
+                    merged.update(event.attributes)
+        _first_wins(self.ends, ends)
+
+
+def _first_wins(known: dict[Key, _V], new: dict[Key, _V]) -> None:
+    """Add ``new`` to ``known`` where ``known`` has no value yet."""
+    if known.keys().isdisjoint(new):
+        known.update(new)
+    else:
+        for key, value in new.items():
+            known.setdefault(key, value)
+
+
+def _note_earliest(starts: list[Start], times: list[int], first_start: dict[bytes, int]) -> None:
+    """Lower ``first_start[seq]`` to the earliest of ``starts`` (``times`` are their times)."""
+    if times == sorted(times):  # as a thread records them: a sequence's first is its earliest
+        earliest = {e.seq: e.t_ns for e in reversed(starts)}
+    else:
+        earliest = {}
+        for event in starts:
+            known = earliest.get(event.seq)
+            if known is None or event.t_ns < known:
+                earliest[event.seq] = event.t_ns
+    for seq, t_ns in earliest.items():
+        known = first_start.get(seq)
+        first_start[seq] = t_ns if known is None else min(known, t_ns)
+
+
+def _methods_by_seq(pairs: set[tuple[bytes, int]]) -> dict[bytes, bytes]:
+    grouped: dict[bytes, list[int]] = {}
+    for seq, method in pairs:
+        grouped.setdefault(seq, []).append(method)
+    return {seq: encode_chunks(sorted(methods)) for seq, methods in grouped.items()}
+
+
+def methods_of(blob: bytes) -> list[int]:
+    """The method ids of a ``PackedBatch.seq_methods`` value."""
+    return _decode_methods(blob)

@@ -1,0 +1,202 @@
+"""The HTML of ``cmr ui``'s front page: a filter form and the sequences it selects.
+
+Rendered on the server, so the page works and reads the same without its script; the inline
+script only keeps the table current while a listed sequence is running, by fetching this same
+page again and swapping its table in (one renderer, no second copy of the formatting in
+JavaScript). Everything is inline: the page loads nothing from anywhere.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Final
+from urllib.parse import quote
+
+from cmr.store.base import SequenceSummary
+from cmr.ui.query import MAX_LIMIT, SCAN_WINDOW, STATUSES, SequenceFilter, lasted_ns
+from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
+from cmr.views.render.text import format_duration
+
+#: How often the page refreshes its table while a listed sequence is running.
+REFRESH_MS: Final = 2000
+
+_STYLE: Final = """
+:root { color-scheme: light dark; --line: #8884; --muted: #888; --accent: #2a6fdb; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; }
+h1 { font-size: 1.3rem; margin: 0 0 .2rem; }
+.where { color: var(--muted); margin: 0 0 1rem; }
+form { display: flex; flex-wrap: wrap; gap: .6rem 1rem; align-items: end; margin-bottom: 1rem; }
+label { display: flex; flex-direction: column; font-size: .8rem; color: var(--muted); }
+input, select, button { font: inherit; padding: .2rem .4rem; }
+input[name=method] { width: 18rem; }
+input[type=number] { width: 6rem; }
+.error { color: #c62828; font-weight: 600; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .3rem .6rem; border-bottom: 1px solid var(--line); }
+th { font-size: .8rem; color: var(--muted); font-weight: 600; }
+th.num, td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.seq { font-family: ui-monospace, monospace; }
+a { color: var(--accent); text-decoration: none; }
+a:hover { text-decoration: underline; }
+.status-running { color: #1b7f3b; font-weight: 600; }
+.status-incomplete { color: #b26a00; }
+.lossy { color: #c62828; }
+#note { color: var(--muted); font-size: .8rem; }
+"""
+
+_SCRIPT: Final = (
+    """
+(() => {
+  const note = document.getElementById("note");
+  async function refresh() {
+    if (!document.querySelector("#sequences tr[data-status=running]")) {
+      note.textContent = "";
+      return;
+    }
+    if (!document.hidden) {
+      try {
+        const reply = await fetch(location.href, {cache: "no-store"});
+        const page = new DOMParser().parseFromString(await reply.text(), "text/html");
+        for (const id of ["sequences", "count"]) {
+          const fresh = page.getElementById(id);
+          if (fresh) document.getElementById(id).replaceWith(fresh);
+        }
+        note.textContent = "updating while a sequence runs";
+      } catch (error) {
+        note.textContent = "could not refresh: is cmr ui still running?";
+      }
+    }
+    setTimeout(refresh, REFRESH_MS);
+  }
+  setTimeout(refresh, REFRESH_MS);
+})();
+"""
+).replace("REFRESH_MS", str(REFRESH_MS))
+
+_COLUMNS: Final = (
+    ("Sequence", "seq"),
+    ("Root", ""),
+    ("Start", ""),
+    ("Duration", "num"),
+    ("Calls", "num"),
+    ("Threads", "num"),
+    ("Processes", "num"),
+    ("Status", ""),
+    ("Lossy", ""),
+)
+
+
+def render_list_page(
+    summaries: list[SequenceSummary],
+    wanted: SequenceFilter,
+    *,
+    repository: str,
+    now_ns: int,
+    error: str | None = None,
+) -> str:
+    """The whole front page. ``error`` (a query the user got wrong) replaces the table."""
+    parts = [
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        "<title>invoseq — sequences</title>",
+        "<link rel='icon' href='data:,'>",  # no favicon request
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>invoseq sequences</h1>",
+        f"<p class='where'>repository {_text(repository)}</p>",
+        _form(wanted),
+    ]
+    if error is not None:
+        parts.append(f"<p id='count' class='error'>{_text(error)}</p>")
+    else:
+        parts.append(_count(len(summaries), wanted))
+        parts.append(_table(summaries, now_ns))
+    parts.append("<p id='note'></p>")
+    parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
+    return "".join(parts)
+
+
+def sequence_path(seq: bytes) -> str:
+    """Where a sequence's view is served."""
+    return f"/seq/{seq.hex()}"
+
+
+def _form(wanted: SequenceFilter) -> str:
+    options = "".join(
+        f"<option value='{status}'{' selected' if status == wanted.status else ''}>"
+        f"{status}</option>"
+        for status in STATUSES
+    )
+    return (
+        "<form id='filter' method='get' action='/'>"
+        "<label>Method (module.qualname or qualname)"
+        f"<input name='method' value='{_text(wanted.method)}' placeholder='shop.checkout'>"
+        "</label>"
+        "<label>Min duration (ms)"
+        f"<input name='min_ms' type='number' min='0' step='any' value='{_ms(wanted.min_ns)}'>"
+        "</label>"
+        "<label>Max duration (ms)"
+        f"<input name='max_ms' type='number' min='0' step='any' value='{_ms(wanted.max_ns)}'>"
+        "</label>"
+        f"<label>Status<select name='status'><option value=''>any</option>{options}</select>"
+        "</label>"
+        "<label>Show at most"
+        f"<input name='limit' type='number' min='1' max='{MAX_LIMIT}' value='{wanted.limit}'>"
+        "</label>"
+        "<button type='submit'>Filter</button> <a href='/'>clear</a>"
+        "</form>"
+    )
+
+
+def _count(shown: int, wanted: SequenceFilter) -> str:
+    noun = "sequence" if shown == 1 else "sequences"
+    scope = f", among the {SCAN_WINDOW} most recent" if wanted.filters else ""
+    return f"<p id='count'>{shown} {noun}, newest first{scope}</p>"
+
+
+def _table(summaries: list[SequenceSummary], now_ns: int) -> str:
+    head = "".join(
+        f"<th class='num'>{title}</th>" if css == "num" else f"<th>{title}</th>"
+        for title, css in _COLUMNS
+    )
+    rows = "".join(_row(summary, now_ns) for summary in summaries)
+    if not summaries:
+        rows = f"<tr><td colspan='{len(_COLUMNS)}'>no sequences match</td></tr>"
+    return f"<table id='sequences'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _row(summary: SequenceSummary, now_ns: int) -> str:
+    href = quote(sequence_path(summary.seq))
+    seq_hex = summary.seq.hex()
+    cells = [
+        f"<a href='{href}' title='{seq_hex}'>{seq_hex[:SEQ_PREFIX_LEN]}</a>",
+        f"<a href='{href}'>{_text(summary.root)}</a>",
+        format_local_time(summary.start_ns),
+        _duration(summary, now_ns),
+        str(summary.invocations),
+        str(summary.threads),
+        str(summary.processes),
+        f"<span class='status-{summary.status}'>{summary.status}</span>",
+        "<span class='lossy'>lossy</span>" if summary.lossy else "",
+    ]
+    tds = "".join(
+        f"<td class='{css or name.lower()}'>{cell}</td>"
+        for (name, css), cell in zip(_COLUMNS, cells, strict=True)
+    )
+    return f"<tr data-seq='{seq_hex}' data-status='{_text(summary.status)}'>{tds}</tr>"
+
+
+def _duration(summary: SequenceSummary, now_ns: int) -> str:
+    """A running sequence shows how long it has run so far; one that never ended, a dash."""
+    lasted = lasted_ns(summary, now_ns)
+    if lasted is None:
+        return "-"
+    return format_duration(lasted) + (" so far" if summary.end_ns is None else "")
+
+
+def _ms(ns: int | None) -> str:
+    """Milliseconds as the user typed them, without float noise (1.5, not 1.500000)."""
+    return "" if ns is None else f"{ns / 1_000_000:.6f}".rstrip("0").rstrip(".")
+
+
+def _text(value: str) -> str:
+    return html.escape(value, quote=True)

@@ -1,0 +1,70 @@
+"""A known sequence across threads and processes, for the report's browser tests and the guide's
+screenshots: ``checkout`` hands items to a thread pool (one of them raises, caught) and tax
+computations to a process pool, and busy-loops in untraced code so the sampler has frames to
+merge."""
+
+from __future__ import annotations
+
+SCRIPT = """
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import tracer
+
+tracer.configure(instrument=True, sample_interval_ms=2)
+
+
+def spin(seconds):
+    deadline = time.perf_counter() + seconds
+    total = 0
+    while time.perf_counter() < deadline:
+        total += sum(i * i for i in range(200))
+    return total
+
+
+@tracer.traced
+def load_cart(n):
+    spin(0.01)
+    return list(range(n))
+
+
+@tracer.traced
+def price_item(item):
+    spin(0.006)
+    if item == 3:
+        raise LookupError(f"no price for item {item}")
+    return item * 10
+
+
+@tracer.traced
+def compute_tax(amount):
+    spin(0.01)
+    return amount // 5
+
+
+@tracer.traced
+def safe_price(item):
+    try:
+        return price_item(item)
+    except LookupError:
+        return 0
+
+
+@tracer.traced
+def checkout(threads, processes):
+    items = load_cart(4)
+    prices = list(threads.map(safe_price, items))
+    taxes = [f.result() for f in [processes.submit(compute_tax, p) for p in prices[:2]]]
+    spin(0.01)
+    return sum(prices) + sum(taxes)
+
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("fork")
+    with ThreadPoolExecutor(2, thread_name_prefix="pricer") as threads, ProcessPoolExecutor(
+        2, mp_context=context
+    ) as processes:
+        processes.submit(spin, 0).result()  # start the workers before the sequence
+        print(checkout(threads, processes))
+"""
