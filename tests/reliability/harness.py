@@ -166,9 +166,12 @@ class Program:
 
 
 def program_env(endpoint: str, spool_dir: Path, **settings: str) -> dict[str, str]:
-    """A traced program's environment: none of this process's tracer settings, the spool in
-    ``spool_dir``, no stack sampler (its samples would blur the byte counts), and ``settings``."""
+    """A traced program's environment: none of this process's tracer settings but the choice of
+    hot path (INVOSEQ_PURE), the spool in ``spool_dir``, no stack sampler (its samples would blur
+    the byte counts), and ``settings``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_")}
+    if "INVOSEQ_PURE" in os.environ:  # the hot path under test stays the one asked for
+        env["INVOSEQ_PURE"] = os.environ["INVOSEQ_PURE"]
     env.update(
         INVOSEQ_ENDPOINT=endpoint,
         INVOSEQ_SPOOL_DIR=str(spool_dir),

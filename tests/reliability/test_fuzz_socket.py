@@ -127,8 +127,9 @@ def wrong_envelopes(draw: st.DrawFn) -> Message:
     version = draw(st.just(wire.PROTOCOL_VERSION) | st.integers(0, 255))
     kind = draw(st.integers(0, 255))
     how = draw(st.sampled_from(["header", "long header", "frames"]))
-    if how == "header" and (version, kind) != (wire.PROTOCOL_VERSION, wire.KIND_BATCH):
-        reason = "version" if version != wire.PROTOCOL_VERSION else "kind"
+    accepted = version in wire.ACCEPTED_VERSIONS  # an older version's header is still valid
+    if how == "header" and not (accepted and kind == wire.KIND_BATCH):
+        reason = "kind" if accepted else "version"
         return Message([wire.MAGIC + bytes((version, kind)), body], reason)
     if how == "long header":
         return Message([wire.BATCH_HEADER + bytes((kind,)), body], "garbage")

@@ -12,8 +12,10 @@ from tests.reliability.conftest import Launcher
 from tests.reliability.harness import free_endpoint
 from tests.support import write_script
 
-#: ``python spread.py SEQUENCES``: each sequence is ``spread.request`` calling ``spread.step``
-#: four times (ten events); a flush every 25 sequences makes many batches. Prints ``done`` with
+#: ``python spread.py SEQUENCES NODES``: each sequence is ``spread.request`` calling
+#: ``spread.step`` four times (ten events). First one sequence at a time, flushed, until NODES
+#: nodes acknowledged a batch (every node that listens is connected); then SEQUENCES, with a flush
+#: every 25, which makes many batches. Prints ``done`` with the number of sequences and
 #: ``tracer.stats()`` after shutting the tracer down.
 SPREAD = """
 import dataclasses, json, sys
@@ -28,12 +30,22 @@ def request(n):
 def step(n, k):
     return n * k
 
+def answered():
+    return sum(1 for batches in tracer.stats().acked_by_endpoint.values() if batches)
+
+sequences = 0
+while answered() < int(sys.argv[2]):
+    request(-1)
+    sequences += 1
+    assert tracer.flush(timeout_s=60)
 for n in range(int(sys.argv[1])):
     request(n)
     if n % 25 == 24:
         assert tracer.flush(timeout_s=60)
+sequences += int(sys.argv[1])
 acknowledged = tracer.shutdown()
-print("done", json.dumps({"acknowledged": acknowledged, **dataclasses.asdict(tracer.stats())}))
+stats = dataclasses.asdict(tracer.stats())
+print("done", json.dumps({"acknowledged": acknowledged, "sequences": sequences, **stats}))
 """
 
 SEQUENCES = 1000
@@ -43,14 +55,16 @@ EVENTS_PER_SEQUENCE = 10
 NO_RESENDS = {"INVOSEQ_RESEND_MS": "600000", "INVOSEQ_FLUSH_TIMEOUT_MS": "600000"}
 
 
-def run_spread(launch: Launcher, endpoints: list[str]) -> dict[str, Any]:
+def run_spread(launch: Launcher, endpoints: list[str], listening: int) -> dict[str, Any]:
+    """Run the program against ``endpoints``, of which ``listening`` have a node."""
     script = write_script(launch.tmp_path / "spread.py", SPREAD)
-    program = launch.program(script, str(SEQUENCES), endpoint=",".join(endpoints), **NO_RESENDS)
+    joined = ",".join(endpoints)
+    program = launch.program(script, str(SEQUENCES), str(listening), endpoint=joined, **NO_RESENDS)
     done: dict[str, Any] = program.expect("done")
     assert program.wait() == 0, program.stderr()
     assert done["acknowledged"], done
     assert (done["dropped_events"], done["spooled_batches"], done["resent_batches"]) == (0, 0, 0)
-    assert done["sent_events"] == SEQUENCES * EVENTS_PER_SEQUENCE
+    assert done["sent_events"] == done["sequences"] * EVENTS_PER_SEQUENCE
     return done
 
 
@@ -60,14 +74,14 @@ def test_batches_spread_over_two_nodes_and_together_they_hold_everything_once(
     # Two nodes on two separate files: what each stored is what it acknowledged.
     files = [str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")]
     with nodes(files, tmp_path) as (a, b):
-        done = run_spread(launch, [a.endpoint, b.endpoint])
+        done = run_spread(launch, [a.endpoint, b.endpoint], listening=2)
     stats = [cmr_json(file, "stats") for file in files]
     batches = [s["batches"] for s in stats]
-    assert min(batches) >= done["acked_batches"] // 3, batches  # both took a fair share
+    assert min(batches) >= done["acked_batches"] // 3, batches  # each took a fair share
     assert done["acked_by_endpoint"] == {a.endpoint: batches[0], b.endpoint: batches[1]}
     assert sum(batches) == done["acked_batches"]
     assert [s["duplicate_batches"] for s in stats] == [0, 0]
-    assert sum(s["events"] for s in stats) == SEQUENCES * EVENTS_PER_SEQUENCE
+    assert sum(s["events"] for s in stats) == done["sequences"] * EVENTS_PER_SEQUENCE
 
 
 def test_a_listed_node_with_nothing_listening_costs_nothing(
@@ -76,15 +90,15 @@ def test_a_listed_node_with_nothing_listening_costs_nothing(
     nobody = free_endpoint()  # nothing listens here, for the whole run
     db = str(tmp_path / "cmr.sqlite")
     with nodes([db], tmp_path) as (alive,):
-        done = run_spread(launch, [nobody, alive.endpoint])
+        done = run_spread(launch, [nobody, alive.endpoint], listening=1)
     assert done["acked_by_endpoint"] == {nobody: 0, alive.endpoint: done["acked_batches"]}
     stats = cmr_json(db, "stats")
-    assert stats["events"] == SEQUENCES * EVENTS_PER_SEQUENCE
+    assert stats["events"] == done["sequences"] * EVENTS_PER_SEQUENCE
     assert [(p["pid"], p["ended"], p["dropped"]) for p in stats["processes"]] == [
         (launch_pid(stats), True, 0)
     ]
     listed = cmr_json(db, "ls", "--limit", str(SEQUENCES + 10))
-    assert len(listed) == SEQUENCES
+    assert len(listed) == done["sequences"]
     assert {(s["root"], s["invocations"], s["status"]) for s in listed} == {
         ("__main__.spread.request", 5, "complete")
     }
