@@ -10,7 +10,10 @@ treated as ``[t_ns, t_ns + 1)``. Both backends fetch with ``sample_windows`` and
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import msgspec
 
 from cmr.store._shared import InvalidBatchError
 from cmr.store.base import InvocationRecord, SampleRecord
@@ -89,3 +92,44 @@ def sample_windows(invocations: list[InvocationRecord]) -> dict[ThreadKey, list[
                 union.append((start, end))
         merged[key] = union
     return merged
+
+
+#: A stored sample's ``stack`` column: msgpack ``[[frame ids], [lines]]``, outermost first.
+decode_stack: Final = msgspec.msgpack.Decoder(tuple[tuple[int, ...], tuple[int, ...]]).decode
+#: (t_ns, weight, duration_ns, cpu_ns, stack) of a stored sample.
+SampleRow = tuple[int, int, int, int, bytes]
+
+
+def read_windows(
+    windows: dict[ThreadKey, list[Window]],
+    longest: Callable[[int, int], int | None],
+    in_window: Callable[[dict[str, Any]], Iterable[SampleRow]],
+) -> list[SampleRecord]:
+    """The samples overlapping ``windows`` (per thread, sorted and disjoint), by thread then
+    time, each once even when it spans two windows: what the SQL backends share. ``longest``
+    gives a thread's longest sample span (None: never sampled); ``in_window`` runs the backend's
+    SAMPLES_IN_WINDOW with the parameters ``puid``, ``tid``, ``lowest``, ``start``, ``end``."""
+    samples: list[SampleRecord] = []
+    for (puid, tid), spans in sorted(windows.items()):
+        span = longest(puid, tid)
+        if span is None:
+            continue  # never sampled
+        reach = max(span, 1)
+        seen: set[int] = set()
+        for start, end in spans:
+            params = {
+                "puid": puid,
+                "tid": tid,
+                "lowest": max(I64_MIN, start - reach),
+                "start": start,
+                "end": end,
+            }
+            for t_ns, weight, duration_ns, cpu_ns, stack in in_window(params):
+                if t_ns in seen:
+                    continue
+                seen.add(t_ns)
+                frames, lines = decode_stack(stack)
+                samples.append(
+                    SampleRecord(puid, tid, t_ns, weight, duration_ns, cpu_ns, frames, lines)
+                )
+    return samples

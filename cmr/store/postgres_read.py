@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import msgspec
 
-from cmr.store._samples import I64_MIN, ThreadKey, Window, sample_windows
+from cmr.store._samples import SampleRow, ThreadKey, Window, read_windows, sample_windows
 from cmr.store._shared import (
     RemoteEntries,
     RootCandidate,
@@ -45,7 +45,6 @@ from cmr.store.postgres_schema import (
 )
 
 AttributeDict = dict[str, str | int | float | bool]
-_decode_stack: Final = msgspec.msgpack.Decoder(tuple[tuple[int, ...], tuple[int, ...]]).decode
 _decode_attributes: Final = msgspec.msgpack.Decoder(AttributeDict).decode
 
 
@@ -198,31 +197,17 @@ def _samples(
     conn: Conn, windows: dict[ThreadKey, list[Window]]
 ) -> tuple[list[SampleRecord], dict[tuple[int, int], FrameRecord]]:
     """As ``sqlite_samples.load_samples``: by thread then time, each sample once."""
-    samples: list[SampleRecord] = []
-    for (puid, tid), spans in sorted(windows.items()):
+
+    def longest(puid: int, tid: int) -> int | None:
         row = conn.execute(
             "SELECT longest_ns FROM sample_threads WHERE puid = %s AND tid = %s", (puid, tid)
         ).fetchone()
-        if row is None:
-            continue  # never sampled
-        reach = max(int(row[0]), 1)
-        seen: set[int] = set()
-        for start, end in spans:
-            params = {
-                "puid": puid,
-                "tid": tid,
-                "lowest": max(I64_MIN, start - reach),
-                "start": start,
-                "end": end,
-            }
-            for t_ns, weight, duration_ns, cpu_ns, stack in conn.execute(SAMPLES_IN_WINDOW, params):
-                if t_ns in seen:
-                    continue
-                seen.add(t_ns)
-                frames, lines = _decode_stack(stack)
-                samples.append(
-                    SampleRecord(puid, tid, t_ns, weight, duration_ns, cpu_ns, frames, lines)
-                )
+        return None if row is None else int(row[0])
+
+    def in_window(params: dict[str, Any]) -> Iterable[SampleRow]:
+        return conn.execute(SAMPLES_IN_WINDOW, params)
+
+    samples = read_windows(windows, longest, in_window)
     return samples, _frames(conn, samples)
 
 

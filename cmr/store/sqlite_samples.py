@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
-from cmr.store._samples import I64_MIN, ThreadKey, Window
+from cmr.store._samples import SampleRow, ThreadKey, Window, read_windows
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
 from cmr.store.sqlite_schema import (
     SAMPLES_IN_WINDOW,
@@ -24,7 +24,6 @@ from tracer.wire import Batch
 _CHUNK: Final = 500
 
 _encode_stack = msgspec.msgpack.Encoder().encode
-_decode_stack = msgspec.msgpack.Decoder(tuple[tuple[int, ...], tuple[int, ...]]).decode
 
 
 def store_samples(conn: sqlite3.Connection, batch: Batch, records: list[SampleRecord]) -> int:
@@ -81,31 +80,17 @@ def load_samples(
 ) -> tuple[list[SampleRecord], dict[tuple[int, int], FrameRecord]]:
     """The samples overlapping ``windows`` (per thread, sorted and disjoint), by thread then
     time, each once even when it spans two windows; and the frames they use."""
-    samples: list[SampleRecord] = []
-    for (puid, tid), spans in sorted(windows.items()):
+
+    def longest(puid: int, tid: int) -> int | None:
         row = conn.execute(
             "SELECT longest_ns FROM sample_threads WHERE puid = ? AND tid = ?", (puid, tid)
         ).fetchone()
-        if row is None:
-            continue  # never sampled
-        reach = max(row[0], 1)
-        seen: set[int] = set()
-        for start, end in spans:
-            params = {
-                "puid": puid,
-                "tid": tid,
-                "lowest": max(I64_MIN, start - reach),
-                "start": start,
-                "end": end,
-            }
-            for t_ns, weight, duration_ns, cpu_ns, stack in conn.execute(SAMPLES_IN_WINDOW, params):
-                if t_ns in seen:
-                    continue
-                seen.add(t_ns)
-                frames, lines = _decode_stack(stack)
-                samples.append(
-                    SampleRecord(puid, tid, t_ns, weight, duration_ns, cpu_ns, frames, lines)
-                )
+        return None if row is None else int(row[0])
+
+    def in_window(params: dict[str, Any]) -> Iterable[SampleRow]:
+        return conn.execute(SAMPLES_IN_WINDOW, params)
+
+    samples = read_windows(windows, longest, in_window)
     return samples, _frames(conn, samples)
 
 
