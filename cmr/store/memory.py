@@ -16,8 +16,6 @@ from cmr.store._shared import (
     SHOWN_MATCHES,
     EndRow,
     HandoffRow,
-    RemoteEntries,
-    RootCandidate,
     StartRow,
     check_limit,
     event_rows,
@@ -25,11 +23,8 @@ from cmr.store._shared import (
     lost_rows,
     names_method,
     pick_match,
-    qualified_name,
-    root_rank,
     seq_range,
-    sequence_status,
-    summary_root,
+    summarize,
 )
 from cmr.store.base import (
     HandoffRecord,
@@ -157,56 +152,10 @@ class MemoryStore(Store):
             self._check_open()
             recent = sorted(self._seq_start.items(), key=lambda item: (item[1], item[0]))
             recent.reverse()
-            return [self._summary(seq, start_ns, now) for seq, start_ns in recent[:limit]]
-
-    def _summary(self, seq: bytes, start_ns: int, now: int) -> SequenceSummary:
-        starts = self._by_seq[seq]
-        running = incomplete = 0
-        for puid, iid, *_ in starts:
-            if (puid, iid) not in self._ends:
-                if self._process(puid, now).finished:
-                    incomplete += 1
-                else:
-                    running += 1
-        first = min(starts, key=lambda s: root_rank(s[3], s[4], s[7], s[0], s[1]))
-        first_end = self._ends.get((first[0], first[1]))
-        method = self._methods.get((first[0], first[6]))
-        best = RootCandidate(
-            parent=first[3],
-            hid=first[4],
-            name=qualified_name(
-                method.module if method else None, method.qualname if method else None, first[6]
-            ),
-            end_ns=first_end[2] if first_end else None,
-        )
-        remote = RemoteEntries(0, 0, None)
-        if best.parent or best.hid:  # no true root: look for remote entries
-            remote = self._remote_entries(starts)
-        root, root_end_ns = summary_root(best, remote)
-        return SequenceSummary(
-            seq=seq,
-            root=root,
-            start_ns=start_ns,
-            end_ns=root_end_ns,
-            invocations=len(starts),
-            threads=len({(s[0], s[5]) for s in starts}),
-            processes=len({s[0] for s in starts}),
-            status=sequence_status(running, incomplete),
-            lossy=seq in self._lost_by,
-        )
-
-    def _remote_entries(self, starts: list[StartRow]) -> RemoteEntries:
-        count = still_open = 0
-        latest: int | None = None
-        for puid, iid, _seq, parent, hid, *_ in starts:
-            if parent == 0 and hid != 0 and hid not in self._handoffs:
-                count += 1
-                end = self._ends.get((puid, iid))
-                if end is None:
-                    still_open += 1
-                elif latest is None or end[2] > latest:
-                    latest = end[2]
-        return RemoteEntries(count, still_open, latest)
+            return [
+                summarize(self._data(seq, now, samples=False), start_ns)
+                for seq, start_ns in recent[:limit]
+            ]
 
     def _process(self, puid: int, now: int) -> ProcessRecord:
         """The stored record with ``lost`` as of ``now``."""
@@ -230,27 +179,29 @@ class MemoryStore(Store):
         now = self._clock()
         with self._lock:
             self._check_open()
-            starts = self._by_seq.get(seq)
-            if not starts:
-                raise UnknownSequenceError(f"no sequence {seq.hex()}")
-            invocations = [self._invocation(start) for start in starts]
-            invocations.sort(key=lambda r: (r.start_ns, r.puid, r.iid))
-            handoffs = self._sequence_handoffs(seq, starts)
-            used = [(s[0], s[6]) for s in starts] + [(h.puid, h.method) for h in handoffs.values()]
-            methods = {key: self._methods[key] for key in used if key in self._methods}
-            threads = {
-                (s[0], s[5]): self._threads[s[0], s[5]]
-                for s in starts
-                if (s[0], s[5]) in self._threads
-            }
-            lost_by = frozenset(self._lost_by.get(seq, ()))
-            processes = {s[0]: self._process(s[0], now) for s in starts}
-            for puid in [h.puid for h in handoffs.values()] + sorted(lost_by):
-                if puid not in processes:
-                    processes[puid] = self._process(puid, now)
-            sampled, frames = (
-                self._samples.overlapping(sample_windows(invocations)) if samples else ([], {})
-            )
+            return self._data(seq, now, samples=samples)
+
+    def _data(self, seq: bytes, now: int, *, samples: bool) -> SequenceData:
+        """``load_sequence`` under the lock the caller holds."""
+        starts = self._by_seq.get(seq)
+        if not starts:
+            raise UnknownSequenceError(f"no sequence {seq.hex()}")
+        invocations = [self._invocation(start) for start in starts]
+        invocations.sort(key=lambda r: (r.start_ns, r.puid, r.iid))
+        handoffs = self._sequence_handoffs(seq, starts)
+        used = [(s[0], s[6]) for s in starts] + [(h.puid, h.method) for h in handoffs.values()]
+        methods = {key: self._methods[key] for key in used if key in self._methods}
+        threads = {
+            (s[0], s[5]): self._threads[s[0], s[5]] for s in starts if (s[0], s[5]) in self._threads
+        }
+        lost_by = frozenset(self._lost_by.get(seq, ()))
+        processes = {s[0]: self._process(s[0], now) for s in starts}
+        for puid in [h.puid for h in handoffs.values()] + sorted(lost_by):
+            if puid not in processes:
+                processes[puid] = self._process(puid, now)
+        sampled, frames = (
+            self._samples.overlapping(sample_windows(invocations)) if samples else ([], {})
+        )
         return SequenceData(
             seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
         )

@@ -127,7 +127,7 @@ def pack(batch: Batch) -> PackedBatch:
         events=events,
         first_start={seq: t_ns + offset for seq, t_ns in first_start.items()},
         seqs=seqs,
-        seq_methods=_methods_by_seq(seq_methods),
+        seq_methods=methods_by_seq(seq_methods),
         late_ends=late_ends,
         late_attrs=late_attrs,
         handoffs=handoffs,
@@ -249,7 +249,8 @@ def _note_earliest(starts: list[Start], times: list[int], first_start: dict[byte
         first_start[seq] = t_ns if known is None else min(known, t_ns)
 
 
-def _methods_by_seq(pairs: set[tuple[bytes, int]]) -> dict[bytes, bytes]:
+def methods_by_seq(pairs: set[tuple[bytes, int]]) -> dict[bytes, bytes]:
+    """(seq, method) pairs as ``PackedBatch.seq_methods``: per sequence, its sorted method ids."""
     grouped: dict[bytes, list[int]] = {}
     for seq, method in pairs:
         grouped.setdefault(seq, []).append(method)

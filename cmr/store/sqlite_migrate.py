@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-from cmr.store.packed import encode_chunks
+from cmr.store.packed import encode_chunks, methods_by_seq
 from tracer.wire import End, Error, Event, Start, ThreadChunk
 
 #: The batch number of the batch holding a process's rows from before version 6.
@@ -68,10 +68,10 @@ def _move_process(conn: sqlite3.Connection, puid: int) -> None:
         "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
         [(seq, puid, LEGACY_BATCH_NO) for seq in sorted(seqs)],
     )
-    grouped: dict[bytes, list[int]] = {}
-    for seq, method in sorted(seq_methods):
-        grouped.setdefault(seq, []).append(method)
     conn.executemany(
         "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
-        [(seq, puid, LEGACY_BATCH_NO, encode_chunks(methods)) for seq, methods in grouped.items()],
+        [
+            (seq, puid, LEGACY_BATCH_NO, methods)
+            for seq, methods in methods_by_seq(seq_methods).items()
+        ],
     )
