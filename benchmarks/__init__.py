@@ -39,5 +39,5 @@ CASES: Final = {
     "ingest": Case("ingest", "durable ingest events/s of pre-encoded batches", 10, 3),
     "sampler": Case("sampler", "sampler overhead at 100 Hz with 32 threads", 35, 8),
     "views": Case("views", "cmr show / cmr profile on 10 k to 1 M invocations", 20, 6),
-    "memory": Case("memory", "tracer RSS with the repository down", 10, 6),
+    "memory": Case("memory", "tracer RSS with the repository down", 20, 8),
 }

@@ -1,32 +1,73 @@
-"""Shared fixtures: every test leaves the tracer shut down, with no sender thread behind it."""
+"""Shared fixtures: every test leaves the tracer shut down, with no sender thread behind it, every
+patched attribute as it found it and no import hook of the tracer in ``sys.meta_path``."""
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tracer
+from tests import requirements
 from tracer import patching
+from tracer.patching import processes, tasks, threads
 
 # Tests and the programs they start spool (when a repository is away) into a private directory,
 # never into the user's cache, where a later run of the same program would replay them.
 os.environ.setdefault("INVOSEQ_SPOOL_DIR", tempfile.mkdtemp(prefix="invoseq-test-spool-"))
 
-PATCHABLE = {
-    "Thread.start": lambda: threading.Thread.__dict__["start"],
-    "ThreadPoolExecutor.submit": lambda: concurrent.futures.ThreadPoolExecutor.__dict__["submit"],
-    "asyncio.Task": lambda: asyncio.Task,
-    "asyncio.tasks.Task": lambda: asyncio.tasks.Task,
-    "asyncio.to_thread": lambda: asyncio.to_thread,
-    "asyncio.threads.to_thread": lambda: asyncio.threads.to_thread,
-}
-ORIGINALS = {name: get() for name, get in PATCHABLE.items()}
+
+def _stored(owner: Any, name: str) -> Any:
+    """The attribute as its owner stores it (a class's own function, not a bound method), as
+    the patches read and restore it."""
+    if isinstance(owner, type) and name in owner.__dict__:
+        return owner.__dict__[name]
+    return getattr(owner, name)
+
+
+def _label(owner: Any, name: str) -> str:
+    if isinstance(owner, type):
+        return f"{owner.__module__}.{owner.__qualname__}.{name}"
+    return f"{owner.__name__}.{name}"  # a module
+
+
+#: Every attribute the patch tables replace, with the object found there before any test ran.
+PATCHED = [
+    (owner, name) for owner, name, _ in (*threads.PATCHES, *tasks.PATCHES, *processes.PATCHES)
+]
+ORIGINALS = {(owner, name): _stored(owner, name) for owner, name in PATCHED}
+
+
+#: Folders whose every test starts real processes: each of their tests is marked ``system``.
+SYSTEM_FOLDERS = ("reliability", "processes", "examples")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    requirements.required()  # a misspelt INVOSEQ_REQUIRE stops the run before any test
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).parent
+    for item in items:
+        if (
+            item.path.is_relative_to(tests)
+            and item.path.relative_to(tests).parts[0] in SYSTEM_FOLDERS
+        ):
+            item.add_marker(pytest.mark.system)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    listed = ", ".join(sorted(requirements.required()))
+    if not listed:
+        return f"{requirements.ENV_REQUIRE} is empty: tests that need what is missing skip"
+    return f"{requirements.ENV_REQUIRE}={listed}: tests that need them fail when they are missing"
 
 
 @pytest.fixture(autouse=True)
@@ -36,5 +77,11 @@ def _no_tracer_leaks() -> Iterator[None]:
     leaked = [t.name for t in threading.enumerate() if t.name.startswith("invoseq-")]
     assert not leaked, f"tracer threads left running: {leaked}"
     assert not patching.instrumented(), "a test left the tracer's patches installed"
-    changed = [name for name, get in PATCHABLE.items() if get() is not ORIGINALS[name]]
-    assert not changed, f"patched objects not restored: {changed}"
+    changed = [
+        _label(owner, name)
+        for owner, name in PATCHED
+        if _stored(owner, name) is not ORIGINALS[owner, name]
+    ]
+    assert not changed, f"patched attributes not restored: {changed}"
+    hooks = [f for f in sys.meta_path if type(f).__module__.partition(".")[0] == "tracer"]
+    assert not hooks, f"tracer import hooks left in sys.meta_path: {hooks}"

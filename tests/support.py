@@ -143,6 +143,26 @@ def cmr_json(db: Path, *args: str) -> Any:
     return json.loads(cmr(db, *args, "--json").stdout)
 
 
+def show_every_sequence(db: str | Path) -> dict[str, str]:
+    """What `cmr show SEQ --json --db DB` prints for every sequence in ``db`` (without the final
+    newline), by id: the command's own steps, through one store opened once as the command opens
+    it, so reading hundreds of sequences costs no interpreter start or connection each."""
+    from cmr.cli import view_sequence
+    from cmr.cli_support import open_for_reading
+    from cmr.views.render.json import iter_tree_json
+
+    store = open_for_reading(str(db))
+    try:
+        return {
+            summary.seq.hex(): b"".join(
+                iter_tree_json(view_sequence(store, summary.seq, None, 0))
+            ).decode()
+            for summary in store.list_sequences(10**9)
+        }
+    finally:
+        store.close()
+
+
 def shape(node: dict[str, Any]) -> dict[str, Any]:
     """The parts of a `cmr show --json` node a hand-written expectation states."""
     out: dict[str, Any] = {"name": node["name"], "status": node["status"]}

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.harness import Row, Target
 from benchmarks.ingest import PG_ENV
 
@@ -28,6 +30,7 @@ def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.system
 def test_a_quick_case_writes_json_and_a_markdown_table(tmp_path: Path) -> None:
     done = run_benchmarks("--quick", "--only", "ingest", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
@@ -52,6 +55,7 @@ def test_a_quick_case_writes_json_and_a_markdown_table(tmp_path: Path) -> None:
     assert "python -m benchmarks --quick --only ingest" in table
 
 
+@pytest.mark.system
 def test_an_unknown_case_is_a_one_line_error() -> None:
     done = run_benchmarks("--only", "nonsense")
     assert done.returncode == 1

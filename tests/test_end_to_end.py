@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.support import (
     cmr,
     cmr_json,
@@ -15,6 +17,8 @@ from tests.support import (
     shape,
     write_script,
 )
+
+pytestmark = pytest.mark.system
 
 SHOP = """
 import tracer

@@ -15,6 +15,8 @@
  *   Python wrappers (coroutines, generators, hand-offs) build, so a thread has one ordered buffer
  *   whichever wrapper recorded. take() swaps the array for a spare one and encodes the taken
  *   records as msgpack, exactly as msgspec encodes the tuples the pure-Python recorder keeps.
+ *   `limit` is the thread's allowance under the process's memory bound (tracer/budget.py): a
+ *   Start compares the count with it, and past it asks the refill callback for more.
  *
  * - EncodedEvents: what take() returns: the encoded events and where each one starts, so the
  *   sender can cut batches at any event, as it slices a list. msgpack() gives one slice as a
@@ -32,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,8 +46,11 @@
 #define TAG_HANDOFF 3
 
 #define MAX_NAME 1024         /* tracer.wire.MAX_NAME: an error's type name is cut to this */
-#define INITIAL_RECORDS 256   /* records preallocated per thread (18 KiB) */
+#define INITIAL_RECORDS 64    /* records preallocated per thread (4.5 KiB) */
 #define MAX_SPARE_RECORDS (1 << 16) /* a larger drained array is freed, not kept as the spare */
+/* The spare arrays of all threads together, at most (4.5 MiB): their memory stays whatever the
+ * number of threads; a thread with no spare allocates its fresh array at take(). */
+#define MAX_SPARE_RECORDS_TOTAL (1 << 16)
 
 /* ---------------------------------------------------------------------------------------------
  * Process-wide state. Set by configure() (recorder.py does it at import); until then a traced
@@ -64,8 +70,9 @@ static PyObject *g_adopt;         /* NULL: a root draws a new sequence; else a c
 static PyObject *g_adopt_var;     /* NULL: ask g_adopt at every root; else ask it only when ... */
 static PyObject *g_adopt_key;     /* ... this key is in the mapping this ContextVar holds */
 static int g_disabled;
-static Py_ssize_t g_max_records;  /* a thread's buffer past this many records: calls go untraced */
-static PyObject *g_overflow;      /* recorder.overflow(current): counts a call left untraced */
+static PyObject *g_refill;        /* budget.refill(buffer, current): more allowance, or False
+                                     (the call runs untraced, counted); NULL: no bound */
+static Py_ssize_t g_spare_records; /* the records of every buffer's spare array */
 static uint64_t g_last_iid;       /* the process-wide invocation counter */
 static uint64_t g_rng[4];         /* xoshiro256** state for sequence ids, reseeded after fork */
 
@@ -522,6 +529,54 @@ static PyTypeObject EncodedEventsType = {
  * EventBuffer: one thread's records.
  */
 
+/* Record arrays of MAPPED_RECORDS or more (72 KiB) are mapped pages of their own: growing one
+ * moves pages rather than copying them (mremap), its unused tail is never touched so it takes no
+ * memory, and freeing one gives its memory back at once, so a busy thread's large, short-lived
+ * arrays leave no holes in the heap: RSS stays near what the memory bound counts (72 bytes a
+ * record). Capacities are INITIAL_RECORDS times a power of two. */
+#define MAPPED_RECORDS 1024
+
+static Record *
+records_alloc(Py_ssize_t capacity)
+{
+    if (capacity < MAPPED_RECORDS) {
+        return PyMem_Malloc(capacity * sizeof(Record));
+    }
+    void *mapped = mmap(NULL, capacity * sizeof(Record), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return mapped == MAP_FAILED ? NULL : mapped;
+}
+
+static Record *
+records_realloc(Record *records, Py_ssize_t capacity, Py_ssize_t new_capacity)
+{
+    if (new_capacity < MAPPED_RECORDS) {
+        return PyMem_Realloc(records, new_capacity * sizeof(Record));
+    }
+    if (capacity >= MAPPED_RECORDS) {
+        void *moved = mremap(records, capacity * sizeof(Record), new_capacity * sizeof(Record),
+                             MREMAP_MAYMOVE);
+        return moved == MAP_FAILED ? NULL : moved;
+    }
+    Record *mapped = records_alloc(new_capacity);
+    if (mapped != NULL) {
+        memcpy(mapped, records, capacity * sizeof(Record));
+        PyMem_Free(records);
+    }
+    return mapped;
+}
+
+static void
+records_free(Record *records, Py_ssize_t capacity)
+{
+    if (records != NULL && capacity >= MAPPED_RECORDS) {
+        munmap(records, capacity * sizeof(Record));
+    }
+    else {
+        PyMem_Free(records);
+    }
+}
+
 typedef struct {
     PyObject_HEAD
     Record *records;
@@ -529,6 +584,7 @@ typedef struct {
     Record *spare; /* the array take() swaps in next (the previous take's, reused) */
     Py_ssize_t spare_capacity;
     Py_ssize_t active; /* TracedFunction calls in flight on the thread (they leave no frame) */
+    Py_ssize_t limit;  /* the allowance: a Start past it asks g_refill (budget.py writes it) */
 } EventBuffer;
 
 static PyTypeObject EventBufferType;
@@ -540,7 +596,7 @@ buffer_next_slot(EventBuffer *self)
 {
     if (self->count == self->capacity) {
         Py_ssize_t capacity = self->capacity * 2;
-        Record *records = PyMem_Realloc(self->records, capacity * sizeof(Record));
+        Record *records = records_realloc(self->records, self->capacity, capacity);
         if (records == NULL) {
             PyErr_NoMemory();
             return NULL;
@@ -572,7 +628,7 @@ buffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    self->records = PyMem_Malloc(INITIAL_RECORDS * sizeof(Record));
+    self->records = records_alloc(INITIAL_RECORDS);
     if (self->records == NULL) {
         Py_DECREF(self);
         return PyErr_NoMemory();
@@ -588,9 +644,12 @@ buffer_dealloc(EventBuffer *self)
     g_generation++; /* no thread's cache may keep pointing here */
     if (self->records != NULL) {
         release_records(self->records, self->count);
-        PyMem_Free(self->records);
+        records_free(self->records, self->capacity);
     }
-    PyMem_Free(self->spare);
+    if (self->spare != NULL) {
+        g_spare_records -= self->spare_capacity;
+        records_free(self->spare, self->spare_capacity);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -697,34 +756,55 @@ buffer_append(EventBuffer *self, PyObject *event)
 }
 
 static PyObject *
-buffer_take(EventBuffer *self, PyObject *Py_UNUSED(ignored))
+buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t count = self->count;
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "take() takes at most 1 argument (%zd given)", nargs);
+        return NULL;
+    }
+    if (nargs == 1) {
+        Py_ssize_t wanted = PyNumber_AsSsize_t(args[0], PyExc_OverflowError);
+        if (wanted == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (wanted >= 0 && wanted < count) {
+            count = wanted;
+        }
+    }
     if (count == 0) {
         Py_RETURN_NONE;
     }
+    Py_ssize_t kept = self->count - count; /* recorded after the sender counted: they stay */
     Record *taken = self->records;
     Py_ssize_t taken_capacity = self->capacity;
     Py_ssize_t *offsets = PyMem_Malloc((count + 1) * sizeof(Py_ssize_t));
     Record *fresh = self->spare;
     Py_ssize_t fresh_capacity = self->spare_capacity;
-    if (fresh == NULL) {
+    if (fresh == NULL || fresh_capacity < kept) {
         fresh_capacity = INITIAL_RECORDS;
-        fresh = PyMem_Malloc(fresh_capacity * sizeof(Record));
+        while (fresh_capacity < kept) {
+            fresh_capacity *= 2;
+        }
+        fresh = records_alloc(fresh_capacity);
     }
     if (offsets == NULL || fresh == NULL) {
         PyMem_Free(offsets);
         if (fresh != self->spare) {
-            PyMem_Free(fresh);
+            records_free(fresh, fresh_capacity);
         }
         return PyErr_NoMemory();
     }
     /* The swap: from here the owner thread records into the fresh array, and the taken records
      * are this call's alone (encoding may call msgspec, which may let other threads run). */
-    self->spare = NULL;
+    if (fresh == self->spare) {
+        g_spare_records -= self->spare_capacity;
+        self->spare = NULL;
+    }
+    memcpy(fresh, taken + count, kept * sizeof(Record)); /* their references move with them */
     self->records = fresh;
     self->capacity = fresh_capacity;
-    self->count = 0;
+    self->count = kept;
 
     Out out = {NULL, 0, 0};
     int failed = out_reserve(&out, count * 40) < 0;
@@ -733,12 +813,14 @@ buffer_take(EventBuffer *self, PyObject *Py_UNUSED(ignored))
         failed = put_record(&out, &taken[i]) < 0;
     }
     release_records(taken, count);
-    if (self->spare == NULL && taken_capacity <= MAX_SPARE_RECORDS) {
+    if (self->spare == NULL && taken_capacity <= MAX_SPARE_RECORDS
+        && g_spare_records + taken_capacity <= MAX_SPARE_RECORDS_TOTAL) {
         self->spare = taken;
         self->spare_capacity = taken_capacity;
+        g_spare_records += taken_capacity;
     }
     else {
-        PyMem_Free(taken);
+        records_free(taken, taken_capacity);
     }
     EncodedEvents *result = failed ? NULL : PyObject_New(EncodedEvents, &EncodedEventsType);
     if (result == NULL) {
@@ -762,14 +844,17 @@ static PySequenceMethods buffer_as_sequence = {
 static PyMethodDef buffer_methods[] = {
     {"append", (PyCFunction)buffer_append, METH_O,
      "Record an event tuple (the layouts of tracer.wire's events), as list.append would."},
-    {"take", (PyCFunction)buffer_take, METH_NOARGS,
-     "Remove every recorded event and return them encoded (EncodedEvents), or None if empty."},
+    {"take", (PyCFunction)(void (*)(void))buffer_take, METH_FASTCALL,
+     "take(count=-1, /): remove the oldest count events (every one when count < 0) and return "
+     "them encoded (EncodedEvents), or None if there are none."},
     {NULL},
 };
 
 static PyMemberDef buffer_members[] = {
     {"active", T_PYSSIZET, offsetof(EventBuffer, active), READONLY,
      "How many TracedFunction calls are in flight on the thread (the sampler asks)."},
+    {"limit", T_PYSSIZET, offsetof(EventBuffer, limit), 0,
+     "The thread's allowance, in events: a Start past it asks the refill callback."},
     {NULL},
 };
 
@@ -1014,20 +1099,24 @@ begin(uint64_t method, Invocation *inv)
     if (inv->buffer == NULL) {
         return -1;
     }
-    if (g_max_records > 0 && ((EventBuffer *)inv->buffer)->count >= g_max_records) {
-        /* The sender cannot keep up: this call runs untraced (Start and End alike, so trees
-         * stay whole), and is counted, with its sequence, as dropped. */
-        Py_CLEAR(inv->buffer);
-        if (g_overflow != NULL) {
-            PyObject *seen = NULL;
-            if (PyContextVar_Get(g_context_var, Py_None, &seen) == 0) {
-                PyObject *result = PyObject_CallOneArg(g_overflow, seen);
-                Py_XDECREF(result);
-                Py_DECREF(seen);
+    if (((EventBuffer *)inv->buffer)->count >= ((EventBuffer *)inv->buffer)->limit
+        && g_refill != NULL) {
+        /* Past the thread's allowance: budget.refill reserves more, or counts this call as
+         * overflow (dropped, its sequence lossy) and it runs untraced, Start and End alike. */
+        int granted = -1;
+        PyObject *seen = NULL;
+        if (PyContextVar_Get(g_context_var, Py_None, &seen) == 0) {
+            PyObject *result = PyObject_CallFunctionObjArgs(g_refill, inv->buffer, seen, NULL);
+            Py_DECREF(seen);
+            if (result != NULL) {
+                granted = PyObject_IsTrue(result);
+                Py_DECREF(result);
             }
-            PyErr_Clear();
         }
-        return 1;
+        if (granted <= 0) {
+            Py_CLEAR(inv->buffer);
+            return granted == 0 ? 1 : -1; /* -1: an error, as the Python wrapper's */
+        }
     }
     if (PyContextVar_Get(g_context_var, NULL, &current) < 0) {
         goto failed;
@@ -1357,15 +1446,9 @@ static PyTypeObject TracedFunctionType = {
  */
 
 static PyObject *
-set_overflow(PyObject *module, PyObject *args)
+set_refill(PyObject *module, PyObject *callback)
 {
-    Py_ssize_t max_records;
-    PyObject *callback;
-    if (!PyArg_ParseTuple(args, "nO:set_overflow", &max_records, &callback)) {
-        return NULL;
-    }
-    Py_XSETREF(g_overflow, callback == Py_None ? NULL : Py_NewRef(callback));
-    g_max_records = max_records;
+    Py_XSETREF(g_refill, callback == Py_None ? NULL : Py_NewRef(callback));
     Py_RETURN_NONE;
 }
 
@@ -1466,8 +1549,9 @@ after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 static PyMethodDef module_methods[] = {
-    {"set_overflow", set_overflow, METH_VARARGS,
-     "set_overflow(max_records, callback): past max_records buffered, calls run untraced"},
+    {"set_refill", set_refill, METH_O,
+     "set_refill(callback): callback(buffer, current) when a Start finds its buffer at its limit "
+     "returns whether it may record (None: no limit)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(context_var, internal_error, thread_events, encode, decode): what it uses."},
     {"set_enabled", set_enabled, METH_O, "Turn recording on or off (decorator.set_enabled)."},

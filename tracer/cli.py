@@ -1,12 +1,14 @@
 """``tracer``: run a Python program traced, with no code change (``tracer run``).
 
 ``tracer run`` installs the import hook (``tracer.autowrap``) for the include patterns, starts an
-embedded repository unless one is configured, runs the program as ``__main__`` in this process
-(``tracer.launch``), finishes it the way the interpreter would (non-daemon threads joined, atexit
-handlers run), flushes the tracer, stops the repository and prints the report
-(``tracer.report``). The program's stdout is untouched; everything ``tracer`` says goes to
-stderr. Only ``tracer run`` (here and in ``tracer.report``) imports ``cmr``, and only after the
-program has run, so a ``*`` include pattern never finds it already loaded.
+embedded repository unless one is configured, hands both on to the Python processes the program
+will start (``tracer.bootstrap``: environment variables and a ``sitecustomize`` on
+``PYTHONPATH``), runs the program as ``__main__`` in this process (``tracer.launch``), finishes
+it the way the interpreter would (non-daemon threads joined, atexit handlers run), flushes the
+tracer, stops the repository and prints the report (``tracer.report``). The program's stdout is
+untouched; everything ``tracer`` says goes to stderr. Only ``tracer run`` (here and in
+``tracer.report``) imports ``cmr``, and only after the program has run, so a ``*`` include
+pattern never finds it already loaded.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 import tracer
-from tracer import autowrap, launch
-from tracer.config import ENV_ENDPOINT, ENV_INSTRUMENT, ConfigError
+from tracer import autowrap, bootstrap, launch, runtime
+from tracer.config import ENV_ENDPOINT, ConfigError
 from tracer.embedded import EmbeddedRepository, RepositoryError
 from tracer.launch import Program, ProgramNotFoundError
 from tracer.report import ReportOptions, render_report
@@ -128,7 +130,11 @@ def _run_parser() -> argparse.ArgumentParser:
         description=textwrap.fill(
             "Run a Python script or module traced, with no code change: the functions of the "
             "modules that match the include patterns are traced as the modules are imported "
-            "(and the script's own functions as they are defined). Everything after the script "
+            "(and the script's own functions as they are defined). The Python processes the "
+            "program starts (multiprocessing and ProcessPoolExecutor workers, with any start "
+            "method; subprocesses running Python) trace the same modules and send to the same "
+            "repository: they start the tracer through PYTHONPATH, so a child run with -I or "
+            "-E is not traced. Everything after the script "
             "or '-m module' goes to the program, whose sys.argv, sys.path[0], stdout and exit "
             "code are as with 'python'. Unless an endpoint is given (--endpoint or "
             f"${ENV_ENDPOINT}), a repository is started for the run (cmr serve, on a private "
@@ -236,8 +242,10 @@ def run(options: RunOptions) -> int:
             repository.stop()
         print(f"tracer run: error: {exc}", file=sys.stderr)
         return 1
-    os.environ[ENV_ENDPOINT] = endpoint  # child processes send to the same repository
-    os.environ[ENV_INSTRUMENT] = "1"  # ... and follow their threads too
+    # Child processes send to the same repository with the same settings, follow their threads,
+    # and, when they run Python, trace the same modules (tracer.bootstrap).
+    os.environ.update(runtime.child_settings())
+    os.environ.update(bootstrap.environment(options.patterns, os.environ))
     try:
         code = _run_program(options)
     finally:

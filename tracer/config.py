@@ -30,9 +30,10 @@ ENV_SPOOL_DIR: Final = "INVOSEQ_SPOOL_DIR"
 ENV_SPOOL_BYTES: Final = "INVOSEQ_SPOOL_BYTES"
 ENV_MAX_INFLIGHT_BATCHES: Final = "INVOSEQ_MAX_INFLIGHT_BATCHES"
 ENV_RESEND_MS: Final = "INVOSEQ_RESEND_MS"
-ENV_MAX_BUFFERED_EVENTS: Final = "INVOSEQ_MAX_BUFFERED_EVENTS"
+ENV_MAX_BUFFERED_BYTES: Final = "INVOSEQ_MAX_BUFFERED_BYTES"
 ENV_CURVE_SERVER_KEY: Final = "INVOSEQ_CURVE_SERVER_KEY"
 ENV_CURVE_CLIENT_KEY: Final = "INVOSEQ_CURVE_CLIENT_KEY"
+ENV_FLUSH_ON_SIGTERM: Final = "INVOSEQ_FLUSH_ON_SIGTERM"
 
 
 def default_spool_dir() -> str:
@@ -82,13 +83,16 @@ class Config:
     max_inflight_batches: int = 64
     #: A batch not acknowledged within this long is sent again.
     resend_ms: int = 2000
-    #: Events waiting in one thread's buffer, at most: past it, traced calls run untraced and
-    #: are counted as dropped (a program busier than the sender can move never grows unbounded).
-    max_buffered_events: int = 1_048_576
+    #: Memory for events not yet delivered, in the whole process, at most: every thread's buffered
+    #: events (budget.EVENT_BYTES each) and the encoded batches in memory (queued, in flight).
+    #: Past it, traced calls run untraced and are counted as dropped (tracer/budget.py).
+    max_buffered_bytes: int = 32 * 1024 * 1024
     #: CURVE: the repository's public key file (from `cmr keys generate`); empty: no encryption.
     curve_server_key: str = ""
     #: CURVE: this client's secret key file (from `cmr keys generate`), allowed by the repository.
     curve_client_key: str = ""
+    #: Where SIGTERM is at its default: flush (bounded by ``flush_timeout_ms``), then die by it.
+    flush_on_sigterm: bool = True
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -113,9 +117,10 @@ _ENV_NAMES: Final = {
     "spool_bytes": ENV_SPOOL_BYTES,
     "max_inflight_batches": ENV_MAX_INFLIGHT_BATCHES,
     "resend_ms": ENV_RESEND_MS,
-    "max_buffered_events": ENV_MAX_BUFFERED_EVENTS,
+    "max_buffered_bytes": ENV_MAX_BUFFERED_BYTES,
     "curve_server_key": ENV_CURVE_SERVER_KEY,
     "curve_client_key": ENV_CURVE_CLIENT_KEY,
+    "flush_on_sigterm": ENV_FLUSH_ON_SIGTERM,
 }
 
 _T = TypeVar("_T")
@@ -176,7 +181,7 @@ _CHECKS: Final[dict[str, Callable[[Any], Any]]] = {
     "spool_bytes": lambda v: v if v >= 0 else _positive(v),
     "max_inflight_batches": _positive,
     "resend_ms": _positive,
-    "max_buffered_events": _positive,
+    "max_buffered_bytes": _positive,
 }
 
 
@@ -218,8 +223,30 @@ def resolve(
     return config
 
 
+#: Settings that were replaced, with what replaces them: named, they fail (or warn, from the
+#: environment of a lazily configured process) with a message that says what to use instead.
+_REPLACED: Final = {
+    "max_buffered_events": (
+        "INVOSEQ_MAX_BUFFERED_EVENTS",
+        "max_buffered_events (one thread's events) was replaced by max_buffered_bytes "
+        "(INVOSEQ_MAX_BUFFERED_BYTES), one bound in bytes for the whole process",
+    ),
+}
+
+
+def _check_replaced(overrides: Mapping[str, Any], env: Mapping[str, str], strict: bool) -> None:
+    for name, (variable, message) in _REPLACED.items():
+        if name in overrides:
+            raise ConfigError(message)
+        if env.get(variable):
+            if strict:
+                raise ConfigError(f"environment variable {variable}: {message}")
+            log.warning("invoseq: environment variable %s is ignored: %s", variable, message)
+
+
 def _resolve_values(overrides: Mapping[str, Any], env: Mapping[str, str], strict: bool) -> Config:
     known = {f.name: f for f in fields(Config)}
+    _check_replaced(overrides, env, strict)
     unknown = set(overrides) - set(known)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
@@ -243,3 +270,16 @@ def _resolve_values(overrides: Mapping[str, Any], env: Mapping[str, str], strict
                 raise ConfigError(message) from None
             log.warning("invoseq: %s; using the default %r", message, getattr(Config(), name))
     return replace(Config(), **values)
+
+
+def environment(config: Config) -> dict[str, str]:
+    """The environment variables that give a process resolving its settings from the environment
+    (a child process) the settings of ``config`` that differ from their defaults."""
+    default = Config()
+    variables: dict[str, str] = {}
+    for item in fields(Config):
+        value = getattr(config, item.name)
+        if value != getattr(default, item.name):
+            text = ("1" if value else "0") if isinstance(value, bool) else str(value)
+            variables[_ENV_NAMES[item.name]] = text
+    return variables

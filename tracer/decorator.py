@@ -1,9 +1,10 @@
 """``@traced``: start and end events around every call of a function.
 
-Hot path per call (sync): one ContextVar get/set/reset, one counter step, two clock reads and two
-list appends of a tuple, no lock and no syscall. Everything else is decided at decoration time:
-the method is interned then, and the wrapper's shape (sync, coroutine, generator, async generator)
-is chosen then.
+Hot path per call (sync): one ContextVar get/set/reset, one comparison of the thread's buffer with
+its allowance under the process's memory bound (``tracer.budget``), one counter step, two clock
+reads and two list appends of a tuple, no lock and no syscall. Everything else is decided at
+decoration time: the method is interned then, and the wrapper's shape (sync, coroutine,
+generator, async generator) is chosen then.
 
 A root call (no sequence current) first asks ``_adopt`` (``tracer.adoption.adopt``): while an
 OpenTelemetry span is current, the root joins its trace instead of drawing a new sequence. Nested
@@ -29,7 +30,7 @@ import types
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, Final, TypeVar, overload
 
-from tracer import _accel, adoption, context, ids, recorder
+from tracer import _accel, adoption, budget, context, ids, recorder
 from tracer.wire import TAG_END, TAG_ERROR, TAG_START
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,8 +44,7 @@ _tls = recorder.tls
 _register_thread = recorder.register_thread
 _next_iid = recorder.next_iid
 _internal_error = recorder.internal_error
-_overflow = recorder.overflow
-_max_buffered = sys.maxsize
+_refill = budget.refill  # past the allowance: reserve more, or count the call as overflow
 _new_seq = ids.new_seq
 #: A root's context value when it joins a trace already current (OpenTelemetry's), else None.
 _adopt: Callable[[], context.Current | None] = adoption.adopt
@@ -57,13 +57,7 @@ _disabled = False
 _UNTRACED: context.Current = (b"", 0, 0)
 
 
-def set_max_buffered(events: int) -> None:
-    """Past this many events waiting in a thread's buffer, traced calls run untraced and are
-    counted as dropped (the runtime calls this)."""
-    global _max_buffered
-    _max_buffered = events
-    if _accel.speedups is not None:
-        _accel.speedups.set_overflow(events, recorder.overflow)
+set_max_buffered: Final = budget.configure  # the process's memory bound (the runtime sets it)
 
 
 def set_enabled(enabled: bool) -> None:
@@ -106,12 +100,15 @@ _sync_sources()  # the C wrapper's roots adopt through the same callback
 
 
 def _begin(method: int) -> tuple[int, context.Current]:
-    """Record a Start and return (iid, the context value of the new invocation)."""
+    """Record a Start and return (iid, the context value of the new invocation); iid 0: past
+    the memory bound, the call runs untraced (counted)."""
     try:
         events = _tls.events
     except AttributeError:
         events = _register_thread()
     current = _get()
+    if len(events) >= events.limit and not _refill(events, current):
+        return 0, _UNTRACED
     iid = _next_iid()
     if current is None:
         current = _adopt()
@@ -157,9 +154,8 @@ def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:  # no
             except AttributeError:
                 events = _register_thread()
             current = _get()
-            if len(events) >= _max_buffered:  # the sender cannot keep up: this call goes
-                _overflow(current)  # untraced, counted with its sequence as dropped
-                token = None
+            if len(events) >= events.limit and not _refill(events, current):
+                token = None  # past the memory bound: untraced, counted with its sequence
             else:
                 iid = _next_iid()
                 if current is None:
@@ -211,9 +207,11 @@ def _wrap_coroutine(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
             return await fn(*args, **kwargs)
         try:
             iid, value = _begin(method)
-            token = _set(value)
+            token = _set(value) if iid else None
         except Exception as exc:
             _internal_error(exc)
+            return await fn(*args, **kwargs)
+        if token is None:
             return await fn(*args, **kwargs)
         try:
             result = await fn(*args, **kwargs)
@@ -247,6 +245,8 @@ def _wrap_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
             iid, value = _begin(method)
         except Exception as exc:
             _internal_error(exc)
+            iid = 0
+        if not iid:
             return (yield from inner)
         to_send: Any = None
         to_throw: BaseException | None = None

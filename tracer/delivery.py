@@ -6,7 +6,8 @@ A batch goes through, in order:
    when no acknowledgement came within ``resend_ns`` (the repository discards a batch it already
    stored, so resending is safe). With several repository nodes (``tracer.nodes``), a batch goes
    to a live node, and one that waited in vain moves to another node;
-2. the **queue**: up to ``queue_batches`` batches in memory, waiting for room in the window;
+2. the **queue**: up to ``queue_batches`` batches and ``queue_bytes`` bytes in memory, waiting
+   for room in the window;
 3. the **spool**: when the queue is full its oldest batch goes to disk (bounded in bytes), and the
    spool is replayed, oldest first, before the queue;
 4. **dropped**: past both bounds a batch is dropped, its events counted, and the sequences it
@@ -14,12 +15,15 @@ A batch goes through, in order:
    them lossy.
 
 The sender's worker thread owns a Delivery; nothing here blocks: sends are non-blocking and a
-batch the transport refuses stays where it is for the next round.
+batch the transport refuses stays where it is for the next round. ``on_memory`` hears of every
+batch body entering memory (submitted, or read back from the spool) and leaving it (acknowledged,
+spooled, dropped): the process's memory bound counts them (``tracer.budget``).
 """
 
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -75,8 +79,13 @@ class Delivery:
         resend_ns: int,
         on_drop: Callable[[], None] = lambda: None,
         clock: Callable[[], int] = time.monotonic_ns,
+        queue_bytes: int = sys.maxsize,
+        on_memory: Callable[[int], None] = lambda size: None,
     ) -> None:
         self._on_drop = on_drop
+        self._on_memory = on_memory
+        self._queue_bytes = queue_bytes
+        self._queued_bytes = 0
         self._nodes = nodes
         self._window_size = window
         self._queue_size = queue_batches
@@ -99,13 +108,24 @@ class Delivery:
 
     def submit(self, item: Outgoing) -> None:
         self._unreported.difference_update(item.reports)
-        if len(self._queue) >= self._queue_size:
-            self._spill(self._queue.popleft())
+        item.reports = ()  # they are in its body: a drop reads them back (no copies kept meanwhile)
+        self._on_memory(len(item.body))
+        while self._queue and (
+            len(self._queue) >= self._queue_size
+            or self._queued_bytes + len(item.body) > self._queue_bytes
+        ):
+            self._spill(self._dequeue())
         self._queue.append(item)
+        self._queued_bytes += len(item.body)
+
+    def _dequeue(self) -> Outgoing:
+        item = self._queue.popleft()
+        self._queued_bytes -= len(item.body)
+        return item
 
     def drop_unsent(self, events: int, seqs: set[bytes]) -> None:
-        """Events never recorded, because their thread's buffer was full: counted, and their
-        sequences reported as lossy, like a dropped batch's."""
+        """Events never recorded, because the process's memory bound was reached: counted, and
+        their sequences reported as lossy, like a dropped batch's."""
         self.counters.dropped_events += events
         self._remember(seqs)
 
@@ -117,6 +137,7 @@ class Delivery:
             self._in_spool[item.key] = item.events
         else:
             self._drop(item)
+        self._on_memory(-len(item.body))
 
     def _remember(self, seqs: Iterable[bytes]) -> None:
         """Sequences to report lossy; past MAX_UNREPORTED names, only counted (memory stays
@@ -132,12 +153,12 @@ class Delivery:
     def _drop(self, item: Outgoing) -> None:
         self.counters.dropped_events += item.events
         self._on_drop()
-        self._remember(item.reports)  # its report is lost with it: report again
         self._remember(item.continues)
         try:
             batch = _batch_decoder.decode(item.body)
         except msgspec.DecodeError:
             return
+        self._remember(batch.lost_seqs)  # its report is lost with it: report again
         for chunk in batch.chunks:
             for event in chunk.events:
                 if isinstance(event, wire.Start | wire.Handoff):
@@ -166,7 +187,7 @@ class Delivery:
                 if item is None:
                     return  # refused: try again next round
             else:
-                item = self._unsendable or (self._queue.popleft() if self._queue else None)
+                item = self._unsendable or (self._dequeue() if self._queue else None)
                 self._unsendable = None
                 if item is None:
                     return
@@ -189,6 +210,7 @@ class Delivery:
         assert self._spool is not None
         self._spool.advance()
         self._in_spool.pop((record.puid, record.batch_no), None)
+        self._on_memory(len(record.body))
         return Outgoing(record.puid, record.batch_no, record.body, record.events, node=node)
 
     @property
@@ -206,6 +228,7 @@ class Delivery:
         for node, ack in self._nodes.receive_acks(timeout_ms):
             item = self._window.pop((ack.puid, ack.batch_no), None)
             if item is not None:
+                self._on_memory(-len(item.body))
                 self._nodes.settled(item.node)
                 self._nodes[node].acked_batches += 1
                 self.counters.acked_batches += 1
@@ -226,6 +249,7 @@ class Delivery:
             self._nodes.settled(item.node)
         self._window.clear()
         self._queue.clear()
+        self._queued_bytes = 0
         self._unsendable = None
         for item in leftovers:
             self._spill(item)
@@ -236,6 +260,16 @@ class Delivery:
         return self._nodes
 
     def close(self) -> None:
+        """Release the transports and the spool; batches still in memory (only when the worker
+        failed before ``retire``) are let go, uncounted."""
+        held = [*self._window.values(), *self._queue]
+        if self._unsendable is not None:
+            held.append(self._unsendable)
+        self._window.clear()
+        self._queue.clear()
+        self._unsendable = None
+        for item in held:
+            self._on_memory(-len(item.body))
         if self._spool is not None:
             self._spool.close()
         self._nodes.close()

@@ -108,7 +108,7 @@ def _run_script(script: str, args: tuple[str, ...], patterns: IncludePatterns, n
 
 def _run_module(name: str, args: tuple[str, ...], patterns: IncludePatterns) -> None:
     _set_path0(os.getcwd())
-    spec = _main_spec(name)
+    spec = main_spec(name)
     loader = spec.loader
     get_code = getattr(loader, "get_code", None)
     code = None if get_code is None else get_code(spec.name)
@@ -125,7 +125,7 @@ def _run_module(name: str, args: tuple[str, ...], patterns: IncludePatterns) -> 
     _exec(code, module, trace=patterns.matches(spec.name, external=is_external(spec.origin)))
 
 
-def _main_spec(name: str) -> ModuleSpec:
+def main_spec(name: str) -> ModuleSpec:
     """The spec of the module to run, as ``python -m`` finds it (a package runs its
     ``__main__``). Importing the parent packages runs their code: errors there propagate."""
     try:
@@ -141,7 +141,7 @@ def _main_spec(name: str) -> ModuleSpec:
         if name.endswith(".__main__"):
             raise ProgramNotFoundError("Cannot use package as __main__ module")
         try:
-            return _main_spec(name + ".__main__")
+            return main_spec(name + ".__main__")
         except ProgramNotFoundError as exc:
             raise ProgramNotFoundError(
                 f"{exc}; {name!r} is a package and cannot be directly executed"
@@ -179,7 +179,9 @@ def _defines_something(code: CodeType) -> bool:
     )
 
 
-_OWN_MODULES: Final = frozenset({"tracer.cli", "tracer.launch", "runpy", "<frozen runpy>"})
+_OWN_MODULES: Final = frozenset(
+    {"tracer.cli", "tracer.launch", "tracer.bootstrap", "runpy", "<frozen runpy>"}
+)
 #: Frames of the traced wrappers, between every two frames of the program.
 _WRAPPER_MODULES: Final = frozenset({"tracer.decorator"})
 

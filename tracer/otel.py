@@ -44,7 +44,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanContext, StatusCode
 
-from tracer import adoption, context, decorator, ids, recorder, runtime, wire
+from tracer import adoption, budget, context, decorator, ids, recorder, runtime, wire
 
 #: Distinct (instrumentation scope, span name) pairs interned as methods; past this many, a span
 #: is named ``OTHER_SPANS`` (its name stays in its attributes), so a span name with an id in it
@@ -128,9 +128,8 @@ def _start(span: Span) -> None:
         return
     events = recorder.thread_events()
     current = context.current.get()
-    if len(events) >= decorator._max_buffered:
-        recorder.overflow(current)  # as a traced call: untraced, counted as dropped
-        return
+    if len(events) >= events.limit and not budget.refill(events, current):
+        return  # past the memory bound, as a traced call: untraced, counted as dropped
     if current is None:
         current = _root(own, span.parent)
     seq, parent, hid = current

@@ -8,7 +8,9 @@ swaps out atomically and hands over already encoded (``EncodedEvents``); the Pyt
 ``append`` tuples to it, so a thread's events stay in one buffer, in order.
 
 The first event of a thread takes the slow path (``register_thread``), which assigns the thread's
-serial ``tid``, interns its metadata and makes sure a sender is running.
+serial ``tid``, interns its metadata and makes sure a sender is running. Each buffer carries its
+thread's allowance under the process's memory bound (``limit``: ``tracer.budget``); the sender
+takes exactly the events it counted when it handed their charge over to itself.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import msgspec
 
-from tracer import _accel, context
+from tracer import _accel, budget, context
 
 if TYPE_CHECKING:
     from tracer._speedups import EncodedEvents, EventBuffer
@@ -42,8 +44,22 @@ ThreadTuple = tuple[int, int, str]
 #: A sampled code location, laid out as tracer.wire.FrameInfo.
 FrameTuple = tuple[int, str, str, int]
 
+
+class EventList(list[EventTuple]):
+    """A thread's events on the pure-Python path, with its allowance (``tracer.budget``)."""
+
+    __slots__ = ("limit",)
+    limit: int
+
+
+def _new_event_list() -> EventList:
+    events = EventList()
+    events.limit = 0  # the first Start reserves
+    return events
+
+
 #: Where a thread records: a list of event tuples, or the C accelerator's record buffer.
-EventSink: TypeAlias = "list[EventTuple] | EventBuffer"
+EventSink: TypeAlias = "EventList | EventBuffer"
 #: A thread's drained events, for the sender: tuples, or the C accelerator's encoded events.
 Events: TypeAlias = "list[EventTuple] | EncodedEvents"
 
@@ -53,7 +69,7 @@ next_iid: Callable[[], int]
 _new_sink: Callable[[], EventSink]
 if _accel.speedups is None:
     next_iid = itertools.count(1).__next__
-    _new_sink = list
+    _new_sink = _new_event_list
 else:
     from tracer import _speedups
 
@@ -178,6 +194,8 @@ def threads_in_c_calls() -> set[int]:
 class Drained:
     chunks: list[tuple[ThreadBuffer, Events]]  # per thread, in the thread's order
     finished: list[ThreadBuffer]  # threads that ended: they will record nothing more
+    #: Events taken: the sender holds their charge (budget.EVENT_BYTES each) until it lets them go.
+    events: int = 0
 
 
 def drain() -> Drained:
@@ -186,12 +204,20 @@ def drain() -> Drained:
         buffers = list(_buffers)
     chunks: list[tuple[ThreadBuffer, Events]] = []
     finished: list[ThreadBuffer] = []
+    taken = 0
     for buffer in buffers:
         ended = not buffer.alive()  # checked before draining: an ended thread appends no more
-        taken = _take(buffer.events)
-        if taken is not None:
-            chunks.append((buffer, taken))
+        count = budget.hand_over(buffer.events)  # then taken at once: the thread sees its room
+        if count:
+            try:
+                chunks.append((buffer, _take(buffer.events, count)))
+            except BaseException:  # no memory: what this drain took is let go, its charge too
+                budget.take_back(buffer.events, count)
+                budget.hold(-taken * budget.EVENT_BYTES)
+                raise
+            taken += count
         if ended:
+            budget.forget(buffer.events)
             finished.append(buffer)
     if finished:
         with _lock:
@@ -199,15 +225,14 @@ def drain() -> Drained:
                 _buffers.remove(buffer)
                 if _sampled.get(buffer.ident, (0,))[0] == buffer.tid:
                     del _sampled[buffer.ident]
-    return Drained(chunks, finished)
+    return Drained(chunks, finished, taken)
 
 
-def _take(events: EventSink) -> Events | None:
+def _take(events: EventSink, count: int) -> Events:
+    """The oldest ``count`` events (what was appended since stays, for the next round)."""
     if not isinstance(events, list):
-        return events.take()
-    count = len(events)
-    if not count:
-        return None
+        encoded = events.take(count)
+        return [] if encoded is None else encoded
     taken = events[:count]
     del events[:count]
     return taken
@@ -222,31 +247,6 @@ def encodable(events: Events) -> list[EventTuple] | msgspec.Raw:
 def buffered() -> int:
     """Events waiting in the per-thread lists (approximate while threads run)."""
     return sum(len(buffer.events) for buffer in list(_buffers))
-
-
-# -- calls left untraced because a thread's buffer was full ----------------------------------
-
-_overflow_calls = 0
-_overflow_seqs: set[bytes] = set()
-_MAX_OVERFLOW_SEQS: Final = 1024
-
-
-def overflow(current: tuple[bytes, int, int] | None) -> None:
-    """A traced call ran untraced because its thread's buffer was full (the sender cannot keep
-    up): count its two events, and remember its sequence (when it had one) as lossy."""
-    global _overflow_calls
-    _overflow_calls += 1
-    if current is not None and len(_overflow_seqs) < _MAX_OVERFLOW_SEQS:
-        _overflow_seqs.add(current[0])
-
-
-def take_overflow() -> tuple[int, set[bytes]]:
-    """The events of the calls left untraced since the last take, and their sequences."""
-    global _overflow_calls
-    calls, _overflow_calls = _overflow_calls, 0
-    seqs = set(_overflow_seqs)
-    _overflow_seqs.difference_update(seqs)
-    return 2 * calls, seqs
 
 
 # -- the tracer's own failures: counted, logged once, never raised into user code -------------
@@ -287,3 +287,4 @@ if _accel.speedups is not None:
         msgspec.msgpack.Encoder().encode,
         msgspec.msgpack.Decoder().decode,
     )
+    _speedups.set_refill(budget.refill)

@@ -14,14 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracer import decorator, ids, patching, recorder
+from tracer import decorator, ids, patching, recorder, signals
 from tracer.config import (
-    ENV_CURVE_CLIENT_KEY,
-    ENV_CURVE_SERVER_KEY,
     ENV_ENDPOINT,
     ENV_HEARTBEAT_MS,
     ENV_INSTRUMENT,
     Config,
+    environment,
     resolve,
 )
 from tracer.delivery import Counters
@@ -41,6 +40,7 @@ _last: Sender | None = None  # the most recent sender, so stats() still reports 
 def _start(config: Config) -> None:
     """Start a sender for ``config`` (caller holds the lock)."""
     global _sender, _last
+    signals.arm(config)  # flush on SIGTERM (or no longer, with enabled=False): tracer/signals.py
     if not config.enabled:
         return
     factory = _transport_factory
@@ -85,7 +85,7 @@ def configure(**settings: Any) -> Config:
         _config = config
         _shut_down = False
         decorator.set_enabled(config.enabled)
-        decorator.set_max_buffered(config.max_buffered_events)
+        decorator.set_max_buffered(config.max_buffered_bytes)
         _start(config)
     if config.instrument:
         patching.instrument()
@@ -111,7 +111,7 @@ def ensure_started() -> None:
         if _config is None:
             _config = resolve({}, strict=False)
             decorator.set_enabled(_config.enabled)
-            decorator.set_max_buffered(_config.max_buffered_events)
+            decorator.set_max_buffered(_config.max_buffered_bytes)
             if _config.instrument:
                 patching.instrument()
         _start(_config)
@@ -123,6 +123,7 @@ def shutdown(timeout_s: float | None = None) -> bool:
     sent was acknowledged. Runs at interpreter exit; calling it again is harmless."""
     global _shut_down
     with _lock:
+        signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
         _shut_down = True
         decorator.set_enabled(False)
         config = _config or Config()
@@ -142,14 +143,13 @@ def flush(timeout_s: float | None = None) -> bool:
 
 def child_settings() -> dict[str, str]:
     """Environment variables that make a child process trace like this one (same repository,
-    same instrumentation)."""
+    same settings, same instrumentation; CURVE key files, not keys)."""
     config = _config or Config()
-    settings = {ENV_ENDPOINT: config.endpoint, ENV_HEARTBEAT_MS: str(config.heartbeat_ms)}
+    settings = environment(config)  # every setting that is not the default
+    settings.update({ENV_ENDPOINT: config.endpoint, ENV_HEARTBEAT_MS: str(config.heartbeat_ms)})
+    settings.pop(ENV_INSTRUMENT, None)
     if patching.instrumented():
         settings[ENV_INSTRUMENT] = "1"
-    if config.curve_server_key:  # key files, not keys: the paths are what a child needs
-        settings[ENV_CURVE_SERVER_KEY] = config.curve_server_key
-        settings[ENV_CURVE_CLIENT_KEY] = config.curve_client_key
     return settings
 
 

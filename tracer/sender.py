@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from tracer import context, ids, recorder, wire
+from tracer import budget, context, ids, recorder, wire
 from tracer.config import Config
 from tracer.delivery import Delivery, Outgoing
 from tracer.nodes import Nodes
@@ -41,7 +41,9 @@ class Sender:
         self._identity = ids.identity()
         self._encoder = msgspec.msgpack.Encoder()
         self._wake = threading.Event()
-        self._lock = threading.Lock()
+        # Reentrant: a program's own SIGTERM handler calls tracer.flush(), which may interrupt
+        # the main thread inside flush() itself (a pool task's flush, say) holding this lock.
+        self._lock = threading.RLock()
         self._flush_requests = 0
         self._flushed = threading.Condition(self._lock)
         self._flushes_done = 0
@@ -66,6 +68,7 @@ class Sender:
         # call happened to start it (the thread patch would hand that sequence off to it).
         with context.detached():
             self._thread.start()
+        budget.on_threads_full = self._wake.set  # drain early when the threads hold much
         if self._sampler is not None:
             self._sampler.start()
 
@@ -158,6 +161,10 @@ class Sender:
             spool=spool,
             resend_ns=config.resend_ms * 1_000_000,
             on_drop=self._forget_sent_infos,
+            # Encoded batches count against the process's memory bound; queued ones may take
+            # half of it, past which the oldest go to the spool, so the threads keep recording.
+            queue_bytes=config.max_buffered_bytes // 2,
+            on_memory=budget.hold,
         )
 
     def _forget_sent_infos(self) -> None:
@@ -168,8 +175,16 @@ class Sender:
     def _send_buffered(self, delivery: Delivery, *, final: bool, heartbeat: bool = False) -> None:
         """Send what the threads recorded; with nothing to send, an empty batch still goes out
         when it is the final one or a heartbeat is due (the repository learns the process lives)."""
-        drained = recorder.drain()
-        skipped, lost = recorder.take_overflow()
+        drained = recorder.drain()  # the sender now holds their charge under the memory bound
+        try:
+            self._send_drained(delivery, drained, final=final, heartbeat=heartbeat)
+        finally:  # encoded into batches, which count as they are submitted: let the events go
+            budget.hold(-drained.events * budget.EVENT_BYTES)
+
+    def _send_drained(
+        self, delivery: Delivery, drained: recorder.Drained, *, final: bool, heartbeat: bool
+    ) -> None:
+        skipped, lost = budget.take_overflow()
         if skipped:
             delivery.drop_unsent(skipped, lost)
         self._samples = self._sampler.drain() if self._sampler is not None else []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -31,14 +33,15 @@ class Keys:
 
 
 def generate(directory: Path, name: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "cmr", "keys", "generate", "--dir", str(directory), "--name", name],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    """`cmr keys generate --dir DIRECTORY --name NAME`, through the command's entry point in
+    this process: no interpreter to start per key (tests/cmr/test_curve.py checks what the
+    command writes)."""
+    from cmr.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["keys", "generate", "--dir", str(directory), "--name", name])
+    assert code == 0, err.getvalue()
 
 
 def make_keys(root: Path) -> Keys:

@@ -165,6 +165,7 @@ def test_importing_into_the_source_repository_changes_no_tree(source, tmp_path, 
     assert run(capsys, "--db", source, "show", SEQ.hex(), "--json") == tree
 
 
+@pytest.mark.system
 def test_a_bundle_pipes_from_export_to_import(source, tmp_path):
     target = tmp_path / "target.sqlite"
     command = [sys.executable, "-m", "cmr", "--db", source, "export", SEQ.hex()]

@@ -313,6 +313,7 @@ def cmr(*argv: str, **kwargs) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.system
 def test_python_m_cmr_prints_the_same_tree(repo, capsys):
     in_process = run(capsys, "--db", repo, "show", "ab12")[1]
 
@@ -325,6 +326,7 @@ def test_python_m_cmr_prints_the_same_tree(repo, capsys):
     assert failed.stderr == "cmr: no sequence matches 'ffff'\n"
 
 
+@pytest.mark.system
 def test_a_terminal_without_box_characters_gets_replacements_not_a_traceback(repo):
     env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
 
@@ -337,6 +339,7 @@ def test_a_terminal_without_box_characters_gets_replacements_not_a_traceback(rep
     )
 
 
+@pytest.mark.system
 def test_a_reader_closing_the_pipe_early_is_not_an_error_report(tmp_path, make_batch):
     """`cmr show SEQ | head -1`: the output outgrows the pipe, the reader leaves; no traceback."""
     seq = bytes.fromhex("77" * 16)
@@ -368,6 +371,7 @@ def test_a_reader_closing_the_pipe_early_is_not_an_error_report(tmp_path, make_b
     assert code == 0
 
 
+@pytest.mark.system
 def test_serve_receives_batches_that_ls_then_lists(tmp_path, capsys, shop_batch, encode_batch):
     path = str(tmp_path / "served.sqlite")
     proc = subprocess.Popen(

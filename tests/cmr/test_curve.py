@@ -83,6 +83,7 @@ def acknowledged(sock: zmq.Socket[bytes]) -> wire.Ack:
     return msgspec.msgpack.decode(body, type=wire.Ack)
 
 
+@pytest.mark.system
 def test_an_allowed_key_is_served(
     store: Store,
     dealer: Callable[..., zmq.Socket[bytes]],
@@ -106,6 +107,7 @@ REFUSED = {
 
 
 @pytest.mark.parametrize("refused", REFUSED.values(), ids=REFUSED.keys())
+@pytest.mark.system
 def test_a_client_without_an_allowed_key_gets_nothing_stored_and_is_counted(
     store: Store,
     dealer: Callable[..., zmq.Socket[bytes]],
@@ -257,6 +259,7 @@ def test_serve_with_half_the_options_fails_before_creating_anything(
     assert not db.exists()
 
 
+@pytest.mark.system
 def test_a_curve_server_that_cannot_listen_leaves_no_authenticator_running(
     store: Store, server: ServerThread, keys: Keys
 ) -> None:
@@ -269,6 +272,7 @@ def test_a_curve_server_that_cannot_listen_leaves_no_authenticator_running(
     assert set(threading.enumerate()) <= before
 
 
+@pytest.mark.system
 def test_an_empty_allowed_directory_is_served_with_a_warning(
     store: Store, keys: Keys, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -14,6 +14,8 @@ import pytest
 from tests.cmr.curve_support import Keys, curve_server, make_keys
 from tests.support import cmr_json, read_line, run_traced, traced_env, wait_for, write_script
 
+pytestmark = pytest.mark.system
+
 CALLS = 6  # invocations of one run of PROGRAM
 
 PROGRAM = """

@@ -106,6 +106,7 @@ def span_id(puid: int, iid: int) -> bytes:
     return hashlib.blake2b(material, digest_size=8, person=b"invoseq.span").digest()
 
 
+@pytest.mark.system
 def test_the_export_parses_with_the_opentelemetry_proto_definitions(shop) -> None:
     db, seq = shop
     request = otlp_json_to_request(cmr(db, "export", seq[:8], "--format", "otlp").stdout)
@@ -127,6 +128,7 @@ def test_the_export_parses_with_the_opentelemetry_proto_definitions(shop) -> Non
             assert span.span_id != bytes(8)
 
 
+@pytest.mark.system
 def test_every_call_is_one_span_with_the_trees_ids_parents_and_times(shop) -> None:
     db, seq = shop
     spans = Spans(otlp_json_to_request(cmr(db, "export", seq, "--format", "otlp").stdout))
@@ -160,6 +162,7 @@ def test_every_call_is_one_span_with_the_trees_ids_parents_and_times(shop) -> No
         assert span.flags == (FLAGS_REMOTE_PARENT if crossed else FLAGS_LOCAL_PARENT)
 
 
+@pytest.mark.system
 def test_hand_offs_and_errors_are_spans_of_their_own_kind(shop) -> None:
     db, seq = shop
     spans = Spans(otlp_json_to_request(cmr(db, "export", seq, "--format", "otlp").stdout))
@@ -188,6 +191,7 @@ def test_hand_offs_and_errors_are_spans_of_their_own_kind(shop) -> None:
     assert all(span.kind == KIND_INTERNAL for span in spans.by_id.values())
 
 
+@pytest.mark.system
 def test_exporting_again_gives_the_same_ids(shop) -> None:
     """Span ids are derived, not drawn: a sequence sent twice is the same spans, not new ones.
     (Not the same bytes: a process's state, say alive then lost, is read at export time.)"""
@@ -203,6 +207,7 @@ def test_exporting_again_gives_the_same_ids(shop) -> None:
     assert identities() == identities()
 
 
+@pytest.mark.system
 def test_forward_delivers_the_spans_the_export_writes(shop, capsys) -> None:
     db, seq = shop
     exported = Spans(otlp_json_to_request(cmr(db, "export", seq, "--format", "otlp").stdout))

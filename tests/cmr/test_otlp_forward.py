@@ -52,6 +52,7 @@ def one_line_error(capsys, repo: str, *argv: str, code: int = 1) -> str:
     return err.strip()
 
 
+@pytest.mark.system
 def test_forward_sends_every_span_of_the_sequence_in_batches(repo, capsys) -> None:
     with otlp_receiver() as receiver:
         code, out, err = forward(
@@ -71,6 +72,7 @@ def test_forward_sends_every_span_of_the_sequence_in_batches(repo, capsys) -> No
     assert {"shop.checkout", "shop.charge", "stock.reserve", "stock.lock", "send"} <= names
 
 
+@pytest.mark.system
 def test_forward_all_sends_oldest_first_and_since_only_the_recent(repo, capsys) -> None:
     with otlp_receiver() as receiver:
         code, out, _ = forward(capsys, repo, "--all", "--otlp-endpoint", receiver.url)
@@ -88,6 +90,7 @@ def test_forward_all_sends_oldest_first_and_since_only_the_recent(repo, capsys) 
     assert recent == [LATER]
 
 
+@pytest.mark.system
 def test_nothing_to_forward_is_said_and_sends_nothing(repo, capsys) -> None:
     with otlp_receiver() as receiver:
         code, out, err = forward(capsys, repo, "--since", "1h", "--otlp-endpoint", receiver.url)
@@ -96,6 +99,7 @@ def test_nothing_to_forward_is_said_and_sends_nothing(repo, capsys) -> None:
     assert paths == []
 
 
+@pytest.mark.system
 def test_an_endpoint_given_with_its_path_is_used_as_it_is(repo, capsys) -> None:
     with otlp_receiver() as receiver:
         code, _, _ = forward(
@@ -106,6 +110,7 @@ def test_an_endpoint_given_with_its_path_is_used_as_it_is(repo, capsys) -> None:
     assert paths == ["/otlp/v1/traces"]
 
 
+@pytest.mark.system
 def test_headers_go_with_every_request(repo, capsys) -> None:
     with otlp_receiver() as receiver:
         code, _, _ = forward(
@@ -125,6 +130,7 @@ def test_headers_go_with_every_request(repo, capsys) -> None:
     assert all(request["authorization"] == "Bearer s3cret" for request in headers)
 
 
+@pytest.mark.system
 def test_a_receiver_that_refuses_the_spans_is_a_one_line_error(repo, capsys) -> None:
     with otlp_receiver() as receiver:
         receiver.status = 400
@@ -139,6 +145,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.system
+@pytest.mark.timing
 def test_an_unreachable_endpoint_exits_1_at_once_with_the_reason(repo) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()

@@ -7,7 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support import cmr_json, cmr_server, run_traced, write_script
+
+pytestmark = pytest.mark.system
 
 APP = """
 import time

@@ -25,6 +25,8 @@ from cmr.store.sqlite import SQLiteStore
 from tests.support import READY_PREFIX, read_line
 from tracer import wire
 
+pytestmark = pytest.mark.system
+
 BatchFactory = Callable[..., wire.Batch]
 Encode = Callable[[wire.Batch], list[bytes]]
 

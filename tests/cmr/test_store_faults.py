@@ -15,6 +15,8 @@ from cmr.server import ServerThread
 from cmr.store.sqlite import SQLiteStore
 from tests.support import read_line, traced_env, wait_for, write_script
 
+pytestmark = pytest.mark.system
+
 CALLS = 4
 
 PROGRAM = """

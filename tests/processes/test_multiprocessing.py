@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 
-from tests.support import cmr_json, cmr_server, run_traced, shape, wait_for, write_script
+from tests.support import (
+    cmr_json,
+    cmr_server,
+    run_traced,
+    shape,
+    show_every_sequence,
+    wait_for,
+    write_script,
+)
 
 
 def sequences(db: Path) -> list[dict[str, Any]]:
@@ -129,9 +137,11 @@ def test_process_pool_executor_concurrent_sequences_get_exactly_their_own_tasks(
     assert result.stdout == "20 0\n"  # every task ran inside its own request's sequence
     summaries = sequences(db)
     assert len(summaries) == 20
+    shown = show_every_sequence(db)  # what `cmr show --json` prints, read through one store
+    assert json.loads(shown[summaries[0]["seq"]])["root"] == tree(db, summaries[0]["seq"])
     worker_pids: set[int] = set()
     for summary in summaries:
-        root = tree(db, summary["seq"])
+        root = json.loads(shown[summary["seq"]])["root"]
         assert root["name"] == "__main__.request"
         assert [c["name"] for c in root["children"]] == ["__main__.task"] * 10
         assert {c["handoff"]["kind"] for c in root["children"]} == {"process"}

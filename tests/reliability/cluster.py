@@ -1,33 +1,25 @@
 """Several `cmr serve` nodes for the scaling tests: on separate files, or sharing one database
-(a SQLite file, or PostgreSQL when ``INVOSEQ_TEST_PG`` names a server), and reads of what they
+(a SQLite file, or PostgreSQL: ``tests.requirements.postgres_database``), and reads of what they
 stored through the `cmr` command line."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import io
 import json
-import os
-import secrets
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
-
-import pytest
 
 from tests.reliability.harness import PATIENCE_S, LineReader, free_endpoint
 from tests.support import READY_PREFIX
 
-ENV_TEST_PG = "INVOSEQ_TEST_PG"
-
 
 class Node:
     """One `cmr serve` on a fixed endpoint, storing into ``db`` (a path or a URL); its stderr
-    goes to ``log``. Started, killed (SIGKILL) or stopped (SIGTERM)."""
+    goes to ``log``. Started, frozen (SIGSTOP), killed (SIGKILL) or stopped (SIGTERM)."""
 
     def __init__(self, db: str, log: Path) -> None:
         self.db = db
@@ -49,6 +41,12 @@ class Node:
             raise AssertionError(f"{exc}; stderr: {self.log.read_text()}") from None
         assert line == READY_PREFIX + self.endpoint, (line, self.log.read_text())
 
+    def freeze(self) -> None:
+        """Stop it dead where it is (SIGSTOP), connections open: what is sent to it from now on
+        stays unacknowledged, in flight, until it is killed."""
+        assert self._process is not None, "the node is not running"
+        self._process.send_signal(signal.SIGSTOP)
+
     def kill(self) -> None:
         self._end(kill=True)
 
@@ -64,6 +62,7 @@ class Node:
                 process.kill()
             else:
                 process.terminate()
+                process.send_signal(signal.SIGCONT)  # a frozen node handles the SIGTERM now
         try:
             process.wait(PATIENCE_S)
         except subprocess.TimeoutExpired:
@@ -87,36 +86,9 @@ def nodes(dbs: list[str], directory: Path) -> Iterator[list[Node]]:
             node.start()
         yield started
     finally:
-        for node in started:
-            node.stop()
-
-
-@contextlib.contextmanager
-def postgres_database() -> Iterator[str]:
-    """A repository URL of its own on the PostgreSQL server the tests may use (a fresh schema,
-    dropped afterwards), or a visible skip saying why there is none."""
-    server = os.environ.get(ENV_TEST_PG, "")
-    if not server:
-        pytest.skip(
-            f"no PostgreSQL server: run .ci/postgres.sh and set {ENV_TEST_PG}="
-            "postgresql://invoseq:invoseq@127.0.0.1:5432/invoseq"
-        )
-    if importlib.util.find_spec("cmr.store.postgres") is None:
-        pytest.skip("the PostgreSQL store (cmr/store/postgres.py) is not there")
-    import psycopg
-
-    schema = f"nodes_{secrets.token_hex(6)}"
-    try:
-        with psycopg.connect(server, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(f"CREATE SCHEMA {schema}")
-    except psycopg.OperationalError as exc:
-        pytest.skip(f"{ENV_TEST_PG} is unreachable: {str(exc).strip().splitlines()[0]}")
-    options = quote(f"-csearch_path={schema}", safe="")
-    try:
-        yield f"{server}{'&' if '?' in server else '?'}options={options}"
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        with contextlib.ExitStack() as stopping:  # every node is stopped, even when one fails to
+            for node in started:
+                stopping.callback(node.stop)
 
 
 def cmr_out(db: str, *args: str) -> str:
@@ -134,15 +106,3 @@ def cmr_out(db: str, *args: str) -> str:
 
 def cmr_json(db: str, *args: str) -> Any:
     return json.loads(cmr_out(db, *args, "--json"))
-
-
-def cmr_in_process(db: str, *args: str) -> str:
-    """`cmr ARGS --db DB` through the same entry point, in this process: reading hundreds of
-    sequences costs no interpreter start each."""
-    from cmr.cli import main
-
-    captured = io.StringIO()
-    with contextlib.redirect_stdout(captured):
-        code = main([*args, "--db", db])
-    assert code == 0, captured.getvalue()
-    return captured.getvalue()

@@ -13,6 +13,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -87,6 +88,12 @@ class Repository:
             raise AssertionError(f"{exc}; stderr: {log.read_text()}") from None
         assert line == READY_PREFIX + self.endpoint, (line, log.read_text())
 
+    def freeze(self) -> None:
+        """Stop it dead where it is (SIGSTOP), connections open: what is sent to it from now on
+        stays unacknowledged, in flight, until it is killed."""
+        assert self._process is not None, "the repository is not running"
+        self._process.send_signal(signal.SIGSTOP)
+
     def kill(self) -> None:
         """Crash it: SIGKILL, no chance to finish a transaction or send an acknowledgement."""
         self._end(signal.SIGKILL)
@@ -101,6 +108,7 @@ class Repository:
             return
         if process.poll() is None:
             process.send_signal(how)
+            process.send_signal(signal.SIGCONT)  # a frozen repository handles a SIGTERM now
         try:
             process.wait(PATIENCE_S)
         except subprocess.TimeoutExpired:
@@ -163,6 +171,15 @@ class Program:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
+
+
+def broadcast(programs: Iterable[Program], line: str, answer: str) -> list[Any]:
+    """Say ``line`` to every program (all of them at once), then wait for each one's ``answer``:
+    its JSON, in the programs' order."""
+    programs = list(programs)
+    for program in programs:
+        program.say(line)
+    return [program.expect(answer) for program in programs]
 
 
 def program_env(endpoint: str, spool_dir: Path, **settings: str) -> dict[str, str]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.conftest import Launcher
 from tests.reliability.harness import PATIENCE_S, stored_by_pid
 from tests.reliability.programs import (
@@ -136,6 +138,7 @@ def test_a_sequence_that_lost_only_its_end_is_marked_lossy(
     assert (tree["root"]["status"], tree["lossy"]) == ("incomplete", True)
 
 
+@pytest.mark.timing
 def test_a_program_that_exits_while_the_repository_is_down_sends_its_batches_next_run(
     tmp_path: Path, launch: Launcher
 ) -> None:

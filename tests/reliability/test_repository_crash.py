@@ -1,5 +1,9 @@
 """`cmr serve` killed (SIGKILL) while several traced programs stream to it, then started again on
-the same address and file: every event the programs emitted is stored, exactly once."""
+the same address and file: every event the programs emitted is stored, exactly once.
+
+The work is fixed by count: each program emits exactly ``SEQUENCES``. The repository is frozen
+(SIGSTOP) mid-stream and killed after the programs sent it their next burst, so batches are
+certainly in flight, unacknowledged, when it dies."""
 
 from __future__ import annotations
 
@@ -9,17 +13,20 @@ from pathlib import Path
 
 from cmr.store import open_store
 from tests.reliability.conftest import Launcher
-from tests.reliability.harness import query, stored_by_pid
+from tests.reliability.harness import broadcast, query, stored_by_pid
 from tests.support import cmr_json, shape, wait_for, write_script
 
-#: Each sequence is ``TAG.request`` calling ``TAG.step`` three times, each step hashing a block:
-#: the program is paced by its own work. It streams until told to stop (or reaches its cap).
+#: ``python streamer.py TAG FIRST BURST``. Each sequence is ``TAG.request`` calling ``TAG.step``
+#: three times, each step hashing a block. First FIRST sequences, then a flush, and ``ready``;
+#: then, line by line from stdin: ``burst`` emits BURST sequences and, once the sender has taken
+#: them all (not waiting for acknowledgements; bounded, 60 s), prints ``emitted``; ``stop``
+#: shuts the tracer down and prints ``done`` with the sequence count and ``tracer.stats()``.
 STREAMER = """
-import dataclasses, hashlib, json, os, sys, threading
+import dataclasses, hashlib, json, os, sys, threading, time
 import tracer
 
-TAG, CAP = sys.argv[1], int(sys.argv[2])
-BLOCK = os.urandom(512 * 1024)
+TAG, FIRST, BURST = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+BLOCK = os.urandom(256 * 1024)
 
 @tracer.traced(name=f"{TAG}.request")
 def request(n):
@@ -31,27 +38,41 @@ def step(n, k):
     digest.update(b"%d:%d" % (n, k))
     return digest.digest()
 
-stop = threading.Event()
-threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+def emit(count):
+    global sent
+    for _ in range(count):
+        request(sent)
+        sent += 1
+
 sent = 0
-while sent < 20:
-    request(sent)
-    sent += 1
+emit(FIRST)
 print("ready", json.dumps({"acknowledged": tracer.flush(timeout_s=60)}), flush=True)
-while not stop.is_set() and sent < CAP:
-    request(sent)
-    sent += 1
+for line in sys.stdin:
+    if line.strip() == "stop":
+        break
+    assert line.strip() == "burst", line
+    emit(BURST)
+    deadline = time.monotonic() + 60
+    while tracer.stats().buffered_events:
+        if time.monotonic() > deadline:
+            sys.exit(f"the sender took nothing for 60 s: {tracer.stats()}")
+        threading.Event().wait(0.005)
+    print("emitted {}", flush=True)
 acknowledged = tracer.shutdown()
 report = {"sequences": sent, "acknowledged": acknowledged, **dataclasses.asdict(tracer.stats())}
 print("done", json.dumps(report), flush=True)
 """
 
 TAGS = ("alpha", "beta", "gamma")
+FIRST = 20
+BURST = 40
+SEQUENCES = FIRST + 2 * BURST  # per program: the first ones, a burst before the freeze, one after
 CALLS_PER_SEQUENCE = 4
 SETTINGS = {
     "INVOSEQ_RESEND_MS": "200",  # resend soon after the restart
     "INVOSEQ_FLUSH_TIMEOUT_MS": "60000",  # room for the restart before exit gives up
-    "INVOSEQ_FLUSH_INTERVAL_MS": "20",  # many small batches, so some are in flight at the kill
+    "INVOSEQ_FLUSH_INTERVAL_MS": "20",
+    "INVOSEQ_BATCH_EVENTS": "64",  # a burst's 320 events make at least five batches
 }
 
 
@@ -67,13 +88,19 @@ def test_a_repository_killed_mid_stream_and_restarted_stores_every_event_once(
     repository = launch.repository()
     repository.start()
     programs = {
-        tag: launch.program(script, tag, "20000", endpoint=repository.endpoint, **SETTINGS)
+        tag: launch.program(
+            script, tag, str(FIRST), str(BURST), endpoint=repository.endpoint, **SETTINGS
+        )
         for tag in TAGS
     }
     for program in programs.values():
         assert program.expect("ready") == {"acknowledged": True}
 
-    # All three are streaming now: crash the repository under them, and bring it back.
+    # All three stream: freeze the repository under them, send it a burst it never
+    # acknowledges, crash it, and bring it back.
+    broadcast(programs.values(), "burst", "emitted")
+    repository.freeze()
+    broadcast(programs.values(), "burst", "emitted")
     killed_ns = time.time_ns()
     repository.kill()
     repository.start()
@@ -87,9 +114,11 @@ def test_a_repository_killed_mid_stream_and_restarted_stores_every_event_once(
     done = {tag: program.expect("done") for tag, program in programs.items()}
     for tag, program in programs.items():
         assert program.wait() == 0, program.stderr()
+        assert done[tag]["sequences"] == SEQUENCES, (tag, done[tag])
         assert done[tag]["acknowledged"], (tag, done[tag])
         assert done[tag]["dropped_events"] == 0, (tag, done[tag])
         assert done[tag]["spooled_events"] == 0, (tag, done[tag])
+        assert done[tag]["resent_batches"] > 0, (tag, done[tag])  # in flight at the crash
 
     # Counts: per process, every Start and End is stored; in total, no batch counted twice.
     emitted = {programs[tag].pid: done[tag]["sequences"] * CALLS_PER_SEQUENCE for tag in TAGS}

@@ -384,6 +384,7 @@ def test_wrapped_functions_pickle_by_reference(write: Write) -> None:
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.system
 def test_process_pools_can_run_wrapped_functions(
     write: Write, start_method: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

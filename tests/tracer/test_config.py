@@ -62,3 +62,15 @@ def test_bad_environment_value_names_the_variable_or_falls_back_when_lenient(
         resolve({}, env)
     assert resolve({}, env, strict=False).batch_events == Config().batch_events
     assert "INVOSEQ_BATCH_EVENTS" in caplog.text
+
+
+def test_the_replaced_per_thread_bound_says_what_replaced_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with pytest.raises(ConfigError, match="replaced by max_buffered_bytes"):
+        resolve({"max_buffered_events": 1000}, {})
+    env = {"INVOSEQ_MAX_BUFFERED_EVENTS": "1000"}
+    with pytest.raises(ConfigError, match=r"INVOSEQ_MAX_BUFFERED_EVENTS: .*max_buffered_bytes"):
+        resolve({}, env)
+    assert resolve({}, env, strict=False) == Config()  # a lazily configured process goes on
+    assert "INVOSEQ_MAX_BUFFERED_EVENTS is ignored" in caplog.text

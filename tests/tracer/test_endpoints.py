@@ -102,6 +102,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.system
 def test_tracer_run_and_its_child_processes_spread_over_every_node(tmp_path: Path) -> None:
     write_script(tmp_path / "app.py", PARENT)
     write_script(tmp_path / "child.py", CHILD)

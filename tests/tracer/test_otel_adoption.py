@@ -287,6 +287,7 @@ print(json.dumps({"implementation": decorator.IMPLEMENTATION, "bodies": bodies})
 
 
 @needs_c_build
+@pytest.mark.system
 def test_both_implementations_send_byte_identical_batches_for_adopted_roots(
     tmp_path: Path,
 ) -> None:

@@ -74,6 +74,7 @@ def find(node: dict[str, Any], suffix: str) -> list[dict[str, Any]]:
     return found
 
 
+@pytest.mark.system
 def test_a_urllib_span_and_a_traced_function_appear_in_one_tree(tmp_path: Path) -> None:
     pytest.importorskip(
         "opentelemetry.instrumentation.urllib",

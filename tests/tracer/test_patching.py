@@ -223,6 +223,7 @@ def test_thread_subclass_timer_and_run_without_start(trace: Capture) -> None:
     assert threads == ["worker-1"]
 
 
+@pytest.mark.timing
 def test_queue_wait_covers_the_time_the_pool_was_saturated(trace: Capture) -> None:
     busy = threading.Event()
     release = threading.Event()

@@ -134,6 +134,7 @@ def place_order(url: str) -> str:
     return get(url, headers)  # urllib sends the names capitalised: "Traceparent"
 
 
+@pytest.mark.system
 def test_over_real_http_the_service_joins_the_callers_sequence(
     trace: Capture, order_service: str
 ) -> None:
@@ -508,6 +509,7 @@ with propagation.continue_from_env():
 """
 
 
+@pytest.mark.system
 def test_a_child_process_continues_the_sequence_in_the_repository(tmp_path: Path) -> None:
     child = write_script(tmp_path / "child.py", CHILD)
     parent = write_script(tmp_path / "parent.py", PARENT.format(child=str(child)))

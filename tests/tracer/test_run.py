@@ -17,6 +17,8 @@ import pytest
 
 from tests.support import cmr_json, cmr_server, shape, write_script
 
+pytestmark = pytest.mark.system
+
 SHOP = """
 import sys
 

@@ -6,10 +6,12 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import tracer
+from tests.support import wait_for
 from tracer import sampler as sampler_module
 from tracer import wire
 from tracer.testing import Capture, capture
@@ -77,17 +79,29 @@ def test_a_blocked_thread_costs_a_constant_number_of_records(sampled: Capture) -
     assert all(s.cpu_ns < s.duration_ns for s in waiting)
 
 
+def kernel_state(thread: threading.Thread) -> str:
+    """The thread's state as Linux reports it: R running (or runnable), S sleeping, ..."""
+    stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0]
+
+
 def test_cpu_mode_samples_only_running_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     release, entered = threading.Event(), threading.Event()
     with capture(sample_interval_ms=1, sample_mode="cpu") as trace:
         sleeper = threading.Thread(target=blocked, args=(release, entered), name="sleeper")
         sleeper.start()
         assert entered.wait(60)
+        # Entering its wait and leaving it, the sleeper runs too: only the samples taken while
+        # it sleeps for sure count.
+        wait_for(lambda: kernel_state(sleeper) in "SD", timeout_s=60)
+        asleep_from = time.perf_counter_ns()
         busy(0.3)
+        asleep_until = time.perf_counter_ns()
         release.set()
         sleeper.join(60)
         samples, frames = samples_of(trace)
         names = {t.tid: t.name for b in trace.batches for t in b.threads}
+    samples = [s for s in samples if asleep_from <= s.t_ns <= asleep_until]
     assert {names[s.tid] for s in samples} == {"MainThread"}
     assert any(frames[s.frames[-1]] == "spin" for s in samples)
     assert trace.batches[-1].sampler is not None
@@ -159,11 +173,23 @@ def test_without_proc_cpu_mode_says_so_once_and_samples_wall_time(
     assert reports[-1].mode == "wall"
 
 
+@tracer.traced
+def busy_until(stop: threading.Event) -> None:
+    while not stop.is_set():
+        spin(0.001)
+
+
 def test_the_sampler_reports_its_ticks_and_cost_and_frames_are_interned(
     sampled: Capture,
 ) -> None:
-    busy(0.1)
-    wait_ticks(sampled, 20)
+    stop = threading.Event()
+    spinner = threading.Thread(target=busy_until, args=(stop,), name="spinner")
+    spinner.start()
+    try:
+        wait_ticks(sampled, 20)  # every one of them while the spinner spins
+    finally:
+        stop.set()
+        spinner.join(60)
     report = sampled.batches[-1].sampler
     assert report is not None
     assert (report.mode, report.interval_ms) == ("wall", 1)

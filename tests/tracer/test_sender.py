@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 import zmq
 
 import tracer
-from tracer import spool, wire
+from tracer import budget, spool, wire
 from tracer.testing import capture
 
 
@@ -27,6 +28,7 @@ def unused_endpoint(tmp_path: Path) -> str:
     return f"ipc://{tmp_path}/nobody.sock"
 
 
+@pytest.mark.timing
 def test_shutdown_with_no_repository_returns_within_the_flush_timeout(tmp_path: Path) -> None:
     tracer.configure(endpoint=unused_endpoint(tmp_path), flush_timeout_ms=300)
     work(1)
@@ -37,6 +39,8 @@ def test_shutdown_with_no_repository_returns_within_the_flush_timeout(tmp_path: 
     assert elapsed < 0.3 + 5.0  # the timeout plus generous slack for a loaded machine
 
 
+@pytest.mark.system
+@pytest.mark.timing
 def test_process_exit_with_no_repository_is_bounded(tmp_path: Path) -> None:
     script = tmp_path / "app.py"
     script.write_text(
@@ -137,6 +141,7 @@ def test_each_thread_gets_its_own_tid_and_ordered_events() -> None:
     assert len({i.tid for i in invocations}) == 3
 
 
+@pytest.mark.system
 def test_acknowledged_by_a_real_router(tmp_path: Path) -> None:
     """The sender's half of the protocol against a bare ROUTER socket standing in for cmr."""
     endpoint = f"ipc://{tmp_path}/router.sock"
@@ -196,7 +201,7 @@ def test_a_program_faster_than_the_sender_stays_bounded_and_every_call_is_counte
 ) -> None:
     tracer.configure(
         endpoint=unused_endpoint(tmp_path),
-        max_buffered_events=200,
+        max_buffered_bytes=200 * budget.EVENT_BYTES,  # room for 200 buffered events
         queue_batches=1,
         batch_events=50,
         spool_bytes=0,  # nothing can keep what the repository does not take

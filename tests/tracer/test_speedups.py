@@ -103,6 +103,7 @@ def test_the_active_implementation_follows_invoseq_pure() -> None:
     assert wrapper_type == ("TracedFunction" if expected == "c" else "function")
 
 
+@pytest.mark.system
 def test_without_the_extension_the_pure_python_path_is_selected(tmp_path: Path) -> None:
     script = write_script(
         tmp_path / "blocked.py",
@@ -126,6 +127,7 @@ def test_without_the_extension_the_pure_python_path_is_selected(tmp_path: Path) 
 
 
 @needs_c_build
+@pytest.mark.system
 def test_invoseq_pure_forces_python_and_its_absence_selects_c(tmp_path: Path) -> None:
     script = write_script(
         tmp_path / "which.py", "from tracer import decorator; print(decorator.IMPLEMENTATION)"
@@ -425,6 +427,25 @@ def test_a_taken_buffer_keeps_recording_into_its_spare_array() -> None:
     assert buffer.take() is None
 
 
+@needs_c_path
+def test_a_buffer_gives_the_sender_exactly_the_events_it_counted() -> None:
+    buffer = _speedups.EventBuffer()
+    events = [(1, i, i) for i in range(3000)]  # past the size where arrays are mapped
+    for event in events[:2000]:
+        buffer.append(event)
+    counted = len(buffer)
+    for event in events[2000:]:  # recorded after the sender counted: they stay, in order
+        buffer.append(event)
+    taken = buffer.take(counted)
+    assert taken is not None
+    assert taken.msgpack() == msgspec.msgpack.encode(events[:2000])
+    assert len(buffer) == 1000
+    rest = buffer.take()
+    assert rest is not None
+    assert rest.msgpack() == msgspec.msgpack.encode(events[2000:])
+    assert buffer.take(5) is None
+
+
 # -- both implementations side by side ---------------------------------------------------------
 
 DETERMINISTIC_PROGRAM = """
@@ -522,6 +543,7 @@ print(json.dumps({"implementation": decorator.IMPLEMENTATION, "bodies": bodies})
 
 
 @needs_c_build
+@pytest.mark.system
 def test_both_implementations_send_byte_identical_batches(tmp_path: Path) -> None:
     script = write_script(tmp_path / "program.py", DETERMINISTIC_PROGRAM)
     pure = json.loads(run(script, pure=True))
@@ -571,6 +593,7 @@ with capture(flush_interval_ms=3_600_000, sample_interval_ms=0) as trace:
 
 @needs_c_build
 @pytest.mark.parametrize("pure", [True, False], ids=["python", "c"])
+@pytest.mark.system
 def test_a_forked_child_starts_with_empty_buffers_and_a_fresh_seed(
     tmp_path: Path, pure: bool
 ) -> None:

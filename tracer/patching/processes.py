@@ -6,11 +6,15 @@
   fork, spawn and forkserver start methods with nothing patched in the child. In the child it
   attaches the hand-off, runs the callable (recorded as an invocation of its own when it is not
   traced), and flushes: pool workers often end with ``os._exit`` or SIGTERM, never running atexit.
+- A fork or forkserver child ends with ``os._exit`` once its ``run`` returned, whatever it ran:
+  ``BaseProcess._bootstrap`` flushes what it recorded first (nothing to wait for when it
+  recorded nothing).
 - Pools and executors are created and fed with no context attached, so their worker processes and
   helper threads never inherit the sequence that happened to start them.
 - ``subprocess.Popen`` gives the child an environment with ``TRACEPARENT`` (a fresh hand-off), the
-  repository endpoint and the instrumentation switch: a Python child running the tracer continues
-  the sequence.
+  repository endpoint, the other settings and the instrumentation switch (and, under ``tracer
+  run``, the bootstrap of ``tracer.bootstrap``, when an environment of its own is given): a Python
+  child running the tracer continues the sequence.
 - A bare ``os.fork()`` inside a sequence: the child continues it under a ``process`` hand-off
   (``os.register_at_fork``; the fork handlers in ids, recorder and runtime give it its own puid,
   buffers and sender).
@@ -101,6 +105,19 @@ def patch_process_start(original: Callable[..., None]) -> Callable[..., None]:
     return start
 
 
+def patch_process_bootstrap(original: Callable[..., int]) -> Callable[..., int]:
+    """``BaseProcess._bootstrap``, which runs the process in the child: then a flush."""
+
+    @functools.wraps(original)
+    def bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **kwargs: Any) -> int:
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _flush_task()
+
+    return bootstrap
+
+
 def patch_detached(original: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``original`` with no context attached (a pool's constructor)."""
 
@@ -167,9 +184,10 @@ def patch_popen_init(original: Callable[..., None]) -> Callable[..., None]:
 
 
 def child_environment(env: Any, args: Any) -> dict[str, str]:
-    """The child's environment: the given one (or ours), plus the hand-off and the tracer's
-    settings, unless the caller set them."""
-    from tracer import propagation, runtime
+    """The child's environment: the given one (or ours), plus the hand-off, the tracer's
+    settings and, under ``tracer run``, what traces a Python child (``tracer.bootstrap``),
+    unless the caller set them."""
+    from tracer import bootstrap, propagation, runtime
 
     child = dict(os.environ if env is None else env)
     program = args if isinstance(args, (str, bytes)) else next(iter(args), "")
@@ -177,11 +195,13 @@ def child_environment(env: Any, args: Any) -> dict[str, str]:
     propagation.inject_env(child, kind="process", name=name or "<subprocess>")
     for variable, value in runtime.child_settings().items():
         child.setdefault(variable, value)
+    bootstrap.inherit(child)
     return child
 
 
 PATCHES: tuple[tuple[Any, str, Callable[[Any], Any]], ...] = (
     (multiprocessing.process.BaseProcess, "start", patch_process_start),
+    (multiprocessing.process.BaseProcess, "_bootstrap", patch_process_bootstrap),
     (multiprocessing.pool.Pool, "__init__", patch_detached),
     (multiprocessing.pool.Pool, "apply_async", patch_pool_method),
     (multiprocessing.pool.Pool, "_map_async", patch_pool_method),

@@ -2,7 +2,8 @@
 driven by Playwright) that may read files and nothing else, and a directory for screenshots.
 
 Without /usr/bin/chromium or the ``playwright`` package the browser tests skip, saying which
-is missing (``.ci/chromium.sh`` installs chromium; ``pip install -e '.[test]'`` playwright).
+is missing (``.ci/chromium.sh`` installs chromium; ``pip install -e '.[test]'`` playwright), or
+fail when INVOSEQ_REQUIRE lists ``browser`` (tests/requirements.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
+from tests.requirements import chromium
+
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -70,17 +72,14 @@ def wait_until(page: Any, expression: str, timeout_ms: float = READY_TIMEOUT_MS)
 
 @pytest.fixture(name="browser", scope="module")
 def fixture_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: run .ci/chromium.sh (as root) for the browser tests")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright package is missing: pip install -e '.[test]'")
+    executable = chromium()
+    from playwright.sync_api import sync_playwright
+
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(profile),
-            executable_path=str(CHROMIUM),
+            executable_path=str(executable),
             args=CHROMIUM_ARGS,
             headless=True,
             viewport={"width": 1400, "height": 820},

@@ -20,6 +20,8 @@ from tests.cmr.report.conftest import Browser, save_screenshot, wait_until
 from tests.cmr.report.scenario import SCRIPT
 from tests.support import cmr, cmr_json, cmr_server, run_traced, write_script
 
+pytestmark = [pytest.mark.browser, pytest.mark.system]
+
 
 @dataclass(frozen=True)
 class Shop:

@@ -18,6 +18,8 @@ from cmr.store import open_store
 from tests.cmr.report.conftest import Browser, save_screenshot
 from tests.support import cmr
 
+pytestmark = [pytest.mark.browser, pytest.mark.system, pytest.mark.timing]
+
 CALLS = 100_000
 #: Opening the page (parse, decode, index, first draw) on this loaded 2-core machine: generous.
 INTERACTIVE_WITHIN_S = 30.0

@@ -18,6 +18,8 @@ from tests.cmr.conftest import BatchFactory
 from tests.cmr.report.conftest import Browser, wait_until
 from tracer import wire
 
+pytestmark = [pytest.mark.browser, pytest.mark.system]
+
 SEQ = bytes.fromhex("1e" * 16)
 MS = 1_000_000
 

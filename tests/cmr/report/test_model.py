@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cmr.report import build_model, render_page
 from cmr.store import open_store
 from cmr.store.base import SequenceData
@@ -129,6 +131,7 @@ def stored(tmp_path: Path, make_batch: BatchFactory) -> Path:
     return db
 
 
+@pytest.mark.system
 def test_cli_writes_the_page_to_a_file_or_to_stdout(
     tmp_path: Path, make_batch: BatchFactory
 ) -> None:
@@ -143,6 +146,7 @@ def test_cli_writes_the_page_to_a_file_or_to_stdout(
     assert piped.stdout == target.read_text()
 
 
+@pytest.mark.system
 def test_cli_errors_are_one_line(tmp_path: Path, make_batch: BatchFactory) -> None:
     db = stored(tmp_path, make_batch)
     for args, message in [

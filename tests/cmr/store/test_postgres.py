@@ -23,6 +23,8 @@ from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
 from tests.cmr.store.test_contract import BatchFactory, seq_id, start
 from tracer import wire
 
+pytestmark = pytest.mark.postgres
+
 TODAY = CLOCK_OFFSET_NS // DAY_NS
 JOIN_TIMEOUT_S = 60
 

@@ -3,8 +3,6 @@ Chromium driven by Playwright."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.requirements import chromium
 from tests.support import cmr_server
 
-CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -41,25 +39,15 @@ def fixture_repository(tmp_path: Path) -> Iterator[Repository]:
         yield Repository(db, endpoint)
 
 
-def browser_missing() -> str | None:
-    """Why the browser test cannot run here, or None when it can."""
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"no Chromium at {CHROMIUM} (Debian package 'chromium')"
-    if importlib.util.find_spec("playwright") is None:
-        return "the Python package 'playwright' is not installed"
-    return None
-
-
 @pytest.fixture(name="browser")
 def fixture_browser() -> Iterator[Any]:
-    """A headless Chromium (Playwright's sync API); the test is skipped, saying why, without one."""
-    reason = browser_missing()
-    if reason is not None:
-        pytest.skip(f"browser test needs Chromium and Playwright: {reason}")
+    """A headless Chromium (Playwright's sync API); without one the test is skipped, saying why
+    (or fails, when INVOSEQ_REQUIRE lists ``browser``)."""
+    executable = chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=str(executable), args=CHROMIUM_ARGS)
         try:
             yield browser
         finally:

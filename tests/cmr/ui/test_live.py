@@ -7,9 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cmr.ui.conftest import Repository
 from tests.cmr.ui.ui_support import UI, calls_after, live_program, running_ui
 from tests.support import read_line, run_traced, say, wait_for, write_script
+
+pytestmark = pytest.mark.system
 
 OTHER = """
 import tracer
@@ -89,6 +93,7 @@ def complete_model(ui: UI, url: str) -> dict[str, Any] | None:
     return model if model["summary"]["status"] == "complete" else None
 
 
+@pytest.mark.browser
 def test_in_a_browser_filter_open_a_running_sequence_and_watch_it_grow(
     repository: Repository, tmp_path: Path, browser: Any
 ) -> None:

@@ -20,6 +20,8 @@ import pytest
 from tests.cmr.ui.ui_support import READY_PREFIX, UI, running_ui, start_ui, stop
 from tests.support import cmr_json, cmr_server, read_line, run_traced, write_script
 
+pytestmark = pytest.mark.system
+
 #: 17 checkouts (so that two sequence ids surely share a first hex digit), one slower browse,
 #: and one sequence left open in a daemon thread when the process ends: incomplete.
 SHOP = """
@@ -253,6 +255,7 @@ def test_other_methods_are_refused_in_one_line(shop_ui: UI) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.timing
 def test_a_signal_stops_it_promptly_even_with_a_client_connected(
     shop_db: Path, sig: signal.Signals
 ) -> None:
