@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -26,6 +27,28 @@ def read_line(process: subprocess.Popen[str], timeout_s: float) -> str:
         if not selector.select(timeout_s):
             raise AssertionError(f"no output from {process.args!r} within {timeout_s} s")
     return process.stdout.readline()
+
+
+def run_program(
+    command: list[str], *, timeout_s: float = 180, **options: Any
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(command, capture_output=True, text=True)`` in a process group of its
+    own, killed whole when the program is done or the test gives up (a timeout, pytest-timeout):
+    a program's pool workers and forkserver must not outlive it as orphans."""
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **options,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 @contextmanager
@@ -70,13 +93,8 @@ def run_traced(
     script: Path, endpoint: str, args: list[str] | None = None, **env: str
 ) -> subprocess.CompletedProcess[str]:
     """Run a script as a traced program sending to ``endpoint``; it must exit 0."""
-    result = subprocess.run(
-        [sys.executable, str(script), *(args or [])],
-        env=traced_env(endpoint, **env),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
+    result = run_program(
+        [sys.executable, str(script), *(args or [])], env=traced_env(endpoint, **env)
     )
     assert result.returncode == 0, result.stderr
     return result
@@ -88,15 +106,7 @@ def run_python(tmp_path: Path, *command: str, **settings: str) -> subprocess.Com
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_")}
     env.update(INVOSEQ_DB=str(tmp_path / "cmr.sqlite"), NO_COLOR="1", **settings)
     env["INVOSEQ_SPOOL_DIR"] = str(tmp_path / "spool")
-    return subprocess.run(
-        [sys.executable, *command],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    return run_program([sys.executable, *command], cwd=tmp_path, env=env)
 
 
 @contextmanager
