@@ -15,7 +15,7 @@ import pytest
 
 import tracer
 from tests import requirements
-from tracer import patching
+from tracer import patching, signals
 from tracer.patching import processes, tasks, threads
 
 # Tests and the programs they start spool (when a repository is away) into a private directory,
@@ -76,6 +76,9 @@ def _no_tracer_leaks() -> Iterator[None]:
     tracer.shutdown(timeout_s=5)  # shutting down is what matters here, not its acknowledgement
     leaked = [t.name for t in threading.enumerate() if t.name.startswith("invoseq-")]
     assert not leaked, f"tracer threads left running: {leaked}"
+    # The SIGTERM watchdog is a _thread thread, which threading.enumerate() does not list.
+    assert not signals.watching(), "the SIGTERM watchdog is still running"
+    assert not signals.installed(), "the tracer's SIGTERM handler is still installed"
     assert not patching.instrumented(), "a test left the tracer's patches installed"
     changed = [
         _label(owner, name)
