@@ -283,6 +283,7 @@ def test_a_program_with_its_own_sigterm_handler_keeps_it_and_flushes_itself(
     assert stored_by_pid(repository.db)[ready["pid"]] == (CALLS, CALLS)
 
 
+@pytest.mark.timing
 def test_a_second_sigterm_during_the_flush_kills_at_once(launch: Launcher, tmp_path: Path) -> None:
     """The repository is unreachable and the flush would wait 60 s: once the handler has put
     SIGTERM back at its default (the process no longer catches it) and is still flushing, a

@@ -154,6 +154,7 @@ print(json.dumps(report))
 """
 
 
+@pytest.mark.system
 def test_a_forked_child_gets_the_handler_with_its_first_traced_call(tmp_path: Path) -> None:
     """Until then it has nothing to flush, and SIGTERM ends it as if the tracer were not there
     (without waking the parent's watchdog, which shares nothing with it)."""
