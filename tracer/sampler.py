@@ -172,6 +172,11 @@ class Sampler:
 
     def _tick(self, now: int) -> None:
         frames = sys._current_frames()
+        # This thread's own frame holds ``frames``: left in, it would make a reference cycle
+        # through every frame seen this tick, and the garbage collector (not reference counts)
+        # would free their locals in any order, which crashes CPython 3.12 when one of them is
+        # a BytesIO with a live buffer (python/cpython#111331), e.g. in multiprocessing.
+        del frames[threading.get_ident()]
         excluded = self._exclude()
         threads = recorder.sampled_threads()  # ident -> (tid, native id) of recording threads
         # The C accelerator's wrapper leaves no frame on the stack: its calls are counted instead.

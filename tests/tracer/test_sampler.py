@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -171,6 +173,41 @@ def test_without_proc_cpu_mode_says_so_once_and_samples_wall_time(
     assert caplog.text.count("/proc is not readable") == 1
     reports = [b.sampler for b in trace.batches if b.sampler is not None]
     assert reports[-1].mode == "wall"
+
+
+class Payload:
+    """An object of the traced program, held only by a local variable."""
+
+
+@tracer.traced
+def hold_a_payload(
+    refs: list[weakref.ref[Payload]], entered: threading.Event, release: threading.Event
+) -> None:
+    payload = Payload()
+    refs.append(weakref.ref(payload))
+    entered.set()
+    release.wait(60)
+
+
+def test_sampling_keeps_no_object_of_the_program_alive(sampled: Capture) -> None:
+    """The frames the sampler reads are freed by reference counting, never left in a cycle for
+    the garbage collector: the program's locals die when their function returns, in the order
+    the program expects (a cycle freed them in any order, which crashed CPython 3.12 in
+    multiprocessing, python/cpython#111331)."""
+    refs: list[weakref.ref[Payload]] = []
+    entered, release = threading.Event(), threading.Event()
+    gc.disable()
+    try:
+        thread = threading.Thread(target=hold_a_payload, args=(refs, entered, release))
+        thread.start()
+        assert entered.wait(60)
+        wait_ticks(sampled, 20)  # sampled while it holds the payload
+        release.set()
+        thread.join(60)
+        wait_ticks(sampled, 5)
+        assert refs[0]() is None, "a sampled frame kept the payload alive"
+    finally:
+        gc.enable()
 
 
 @tracer.traced
