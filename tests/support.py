@@ -110,11 +110,13 @@ def run_python(tmp_path: Path, *command: str, **settings: str) -> subprocess.Com
 
 
 @contextmanager
-def interactive(script: Path, endpoint: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+def interactive(
+    script: Path, endpoint: str, *args: str, **settings: str
+) -> Iterator[subprocess.Popen[str]]:
     """A traced program whose stdin and stdout the test drives; killed if the test fails."""
     program = subprocess.Popen(
         [sys.executable, str(script), *args],
-        env=traced_env(endpoint),
+        env=traced_env(endpoint, **settings),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

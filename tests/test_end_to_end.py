@@ -304,7 +304,10 @@ sys.stdin.readline()
 def test_reconfiguring_loses_nothing_and_does_not_end_the_process(tmp_path: Path) -> None:
     db = tmp_path / "cmr.sqlite"
     script = write_script(tmp_path / "reconfigured.py", RECONFIGURED)
-    with cmr_server(db) as endpoint, interactive(script, endpoint, endpoint) as program:
+    # No resend for a slow acknowledgement (a loaded machine): a duplicate here could only come
+    # from the replaced sender's batches being sent twice.
+    slow_ack = {"INVOSEQ_RESEND_MS": "120000"}
+    with cmr_server(db) as endpoint, interactive(script, endpoint, endpoint, **slow_ack) as program:
         assert read_line(program, 60) == "flushed\n"
         stats = cmr_json(db, "stats")
         assert stats["duplicate_batches"] == 0

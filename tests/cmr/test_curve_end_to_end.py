@@ -44,8 +44,11 @@ def fixture_keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
 
 def client_settings(keys: Keys, client: str | None, spool: Path) -> dict[str, str]:
     """The environment of a traced program using client pair ``client`` (None: no CURVE). Each
-    run spools on its own, so no run replays what another one could not send."""
-    settings = {"INVOSEQ_SPOOL_DIR": str(spool), "INVOSEQ_FLUSH_TIMEOUT_MS": "300"}
+    run spools on its own, so no run replays what another one could not send. A refused program
+    waits only briefly for acknowledgements that never come; an allowed one waits for them, as
+    long as a loaded machine takes."""
+    flush_timeout_ms = "60000" if client == "allowed" else "300"
+    settings = {"INVOSEQ_SPOOL_DIR": str(spool), "INVOSEQ_FLUSH_TIMEOUT_MS": flush_timeout_ms}
     if client is not None:
         settings["INVOSEQ_CURVE_SERVER_KEY"] = str(keys.public("repository"))
         settings["INVOSEQ_CURVE_CLIENT_KEY"] = str(keys.secret(client))
