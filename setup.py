@@ -1,8 +1,8 @@
 """Only the C accelerator is configured here; everything else is in pyproject.toml.
 
 ``optional=True``: when the extension cannot be built (no C compiler, no Python headers), the
-install still succeeds, and ``tracer/_accel.py`` selects the pure-Python hot path. It is built on
-Linux only, where its clock, ``CLOCK_MONOTONIC``, is the one ``time.perf_counter_ns`` reads (the
+install still succeeds, and ``tracer/_core/accel.py`` selects the pure-Python hot path. It is built
+on Linux only, where its clock, ``CLOCK_MONOTONIC``, is the one ``time.perf_counter_ns`` reads (the
 timestamps of both paths must share a clock).
 """
 
@@ -11,8 +11,8 @@ import sys
 from setuptools import Extension, setup
 
 speedups = Extension(
-    "tracer._speedups",
-    sources=["tracer/_speedups.c"],
+    "tracer._core._speedups",
+    sources=["tracer/_core/_speedups.c"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     optional=True,
 )

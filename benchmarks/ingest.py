@@ -31,7 +31,7 @@ from benchmarks.harness import (
     median_error,
     spread,
 )
-from cmr.ingest import Ingest
+from cmr.server.ingest import Ingest
 from cmr.store import Store, open_store
 from tracer import wire
 

@@ -77,9 +77,9 @@ def loadavg() -> list[float]:
 
 
 def accelerator() -> dict[str, Any]:
-    """Whether the C accelerator of the hot path is built here (``tracer._speedups``)."""
-    found = importlib.util.find_spec("tracer._speedups") is not None
-    return {"module": "tracer._speedups", "importable": found}
+    """Whether the C accelerator of the hot path is built here (``tracer._core._speedups``)."""
+    found = importlib.util.find_spec("tracer._core._speedups") is not None
+    return {"module": "tracer._core._speedups", "importable": found}
 
 
 def record() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tracer
 from benchmarks.processes import report_result, worker_params
-from tracer import budget, decorator
+from tracer._core import budget, decorator
 
 EVENTS_PER_REQUEST = 22
 PAGE = os.sysconf("SC_PAGE_SIZE")

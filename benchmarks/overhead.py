@@ -8,7 +8,7 @@ The rows *recording only* time the hot path alone; *sent to cmr serve* add all t
 for those events, up to the repository's acknowledgement (see ``overhead_worker``).
 
 The measuring happens in ``benchmarks.overhead_worker`` subprocesses: once per implementation of
-the hot path (the C accelerator, when ``tracer._speedups`` is built, and the pure-Python path
+the hot path (the C accelerator, when ``tracer._core._speedups`` is built, and the pure-Python path
 with ``INVOSEQ_PURE=1``).
 """
 
@@ -58,7 +58,7 @@ def run(settings: Settings) -> CaseResult:
         variants.append(("pure", {"INVOSEQ_PURE": "1"}))
     else:
         result.notes.append(
-            "tracer._speedups (the C accelerator) is not built here: pure Python only"
+            "tracer._core._speedups (the C accelerator) is not built here: pure Python only"
         )
     for label, extra in variants:
         workdir = settings.workdir / f"overhead-{label}"
@@ -88,7 +88,7 @@ def _rows(result: CaseResult, measured: dict[str, Any], suffix: str) -> None:
     embedded = _overhead_row(
         measured["sender"], "embedded", "bare", f"flat, repository in the same process{suffix}"
     )
-    note = "cmr.server.ServerThread: its ingest (SQLite) is paid by the traced process; "
+    note = "cmr.server.server.ServerThread: its ingest (SQLite) is paid by the traced process; "
     note += embedded.note
     result.rows.append(dataclasses.replace(embedded, targets=(), note=note))
     stats = measured["sender_stats"]

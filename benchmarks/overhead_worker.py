@@ -15,8 +15,8 @@ Two phases, each interleaving its variants chunk by chunk:
   (``python -m cmr.server --memory``) in another process, and the timed region runs until the
   repository has acknowledged the chunk's last event: the hot path plus everything the sender
   does for it (drain, encode, send, acknowledgements), as with ``tracer run``, whose repository
-  is a subprocess. The ``embedded`` variant sends to a ``cmr.server.ServerThread`` (SQLite) in
-  this process instead, so the repository's ingest is paid by the traced process too.
+  is a subprocess. The ``embedded`` variant sends to a ``cmr.server.server.ServerThread`` (SQLite)
+  in this process instead, so the repository's ingest is paid by the traced process too.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def acknowledged() -> None:
 def sender_phase(
     params: dict[str, Any], workdir: Path
 ) -> tuple[dict[str, list[float]], dict[str, int]]:
-    from cmr.server import ServerThread
+    from cmr.server.server import ServerThread
     from cmr.store import Store, open_store
 
     calls, embedded_calls = params["calls"], params["embedded_calls"]
@@ -259,12 +259,12 @@ def sender_phase(
 
 
 def implementation() -> dict[str, Any]:
-    """Which hot path ran: as ``tracer.decorator.IMPLEMENTATION`` says ("c" or "python"), or,
+    """Which hot path ran: as ``tracer._core.decorator.IMPLEMENTATION`` says ("c" or "python"), or,
     in a tracer that predates it, the C accelerator when it was loaded and not turned off."""
-    from tracer import decorator
+    from tracer._core import decorator
 
     pure_requested = os.environ.get("INVOSEQ_PURE") == "1"
-    loaded = "tracer._speedups" in sys.modules
+    loaded = "tracer._core._speedups" in sys.modules
     declared = getattr(decorator, "IMPLEMENTATION", None)
     accelerated = declared == "c" if declared is not None else loaded and not pure_requested
     wrapper = traced_f

@@ -66,7 +66,8 @@ def machine_lines(machine: Mapping[str, Any], run: Mapping[str, Any]) -> list[st
         f"memory {machine['memory_mib']} MiB",
         f"- Python {machine['python']} ({machine['implementation']}) on {machine['platform']}",
         f"- Libraries: {libraries}",
-        f"- C accelerator (tracer._speedups) importable: {machine['accelerator']['importable']}",
+        "- C accelerator (tracer._core._speedups) importable: "
+        f"{machine['accelerator']['importable']}",
         f"- Commit {machine['commit'] or '?'}"
         + (" with local changes" if machine["local_changes"] else ""),
         f"- Load average (1, 5, 15 min): before {load.get('before')}, after {load.get('after')}",

@@ -3,9 +3,9 @@
 A chunk records a burst of traced calls (2 events each) and ends when the repository has
 acknowledged every event (``tracer.flush``): events / that time is the rate at which one process
 gets its events durably into the repository. The repository is a real ``cmr serve`` (``python -m
-cmr.server``) over ipc, into SQLite (the default) or memory, restarted for every chunk so that
-no chunk inherits a bigger database. The baseline is ``benchmarks.raw_sink``: the same number of
-events, encoded in batches of 256 and decoded on the other side, nothing stored.
+cmr.server.server``) over ipc, into SQLite (the default) or memory, restarted for every chunk so
+that no chunk inherits a bigger database. The baseline is ``benchmarks.raw_sink``: the same number
+of events, encoded in batches of 256 and decoded on the other side, nothing stored.
 """
 
 from __future__ import annotations

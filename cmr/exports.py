@@ -14,13 +14,12 @@ import sys
 from typing import Final
 
 from cmr.bundle import Body, BundleError, ImportResult, read_bundle, write_bundle
+from cmr.otlp.render import render_otlp
+from cmr.otlp.spans import to_trace
 from cmr.store.base import SequenceData
-from cmr.views.calltree import SequenceTree, build_tree
-from cmr.views.merge import merge_samples
-from cmr.views.otlp import to_trace
+from cmr.views.pipeline import sequence_tree
 from cmr.views.render.chrome import render_chrome
 from cmr.views.render.folded import WEIGHT_SAMPLES, has_samples, render_folded
-from cmr.views.render.otlp import render_otlp
 from cmr.views.render.speedscope import render_speedscope
 
 SPEEDSCOPE: Final = "speedscope"
@@ -43,12 +42,6 @@ STDIO: Final = "-"
 
 class ExportError(Exception):
     """A request ``cmr export`` or ``cmr import`` cannot fulfil (a one-line reason)."""
-
-
-def sequence_tree(data: SequenceData) -> SequenceTree:
-    """The whole tree of a sequence, with its samples merged in when it has any."""
-    tree = build_tree(data)
-    return merge_samples(tree, data) if data.samples else tree
 
 
 def export_sequence(data: SequenceData, fmt: str, *, weight: str | None = None) -> bytes:

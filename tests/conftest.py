@@ -15,8 +15,9 @@ import pytest
 
 import tracer
 from tests import requirements
-from tracer import patching, signals
-from tracer.patching import processes, tasks, threads
+from tracer import _patching as patching
+from tracer import _signals as signals
+from tracer._patching import processes, tasks, threads
 
 # Tests and the programs they start spool (when a repository is away) into a private directory,
 # never into the user's cache, where a later run of the same program would replay them.

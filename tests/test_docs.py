@@ -22,10 +22,10 @@ BLOCK = re.compile(r"(<!-- help: (?P<command>[^>]+?) -->\n```\n)(?P<body>.*?)(``
 
 def help_text(command: str) -> str:
     import cmr.cli
-    import tracer.cli
+    import tracer.run.cli
 
     program, *rest = command.split()
-    main = {"cmr": cmr.cli.main, "tracer": tracer.cli.main}[program]
+    main = {"cmr": cmr.cli.main, "tracer": tracer.run.cli.main}[program]
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COLUMNS", "100")

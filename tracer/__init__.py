@@ -9,12 +9,12 @@ Every call of a traced function becomes an invocation of a sequence; the sequenc
 repository (``cmr serve``, or the one ``tracer run`` embeds). See docs/guide.md.
 """
 
+from tracer._core.context import current_sequence
+from tracer._core.decorator import traced
+from tracer._patching import instrument, uninstrument
+from tracer._runtime import configure, flush, shutdown, stats
 from tracer.config import Config, ConfigError
-from tracer.context import current_sequence
-from tracer.decorator import traced
-from tracer.patching import instrument, uninstrument
 from tracer.propagation import continue_from, extract, inject
-from tracer.runtime import configure, flush, shutdown, stats
 
 __all__ = [
     "Config",

@@ -85,7 +85,7 @@ class Config:
     resend_ms: int = 2000
     #: Memory for events not yet delivered, in the whole process, at most: every thread's buffered
     #: events (budget.EVENT_BYTES each) and the encoded batches in memory (queued, in flight).
-    #: Past it, traced calls run untraced and are counted as dropped (tracer/budget.py).
+    #: Past it, traced calls run untraced and are counted as dropped (tracer/_core/budget.py).
     max_buffered_bytes: int = 32 * 1024 * 1024
     #: CURVE: the repository's public key file (from `cmr keys generate`); empty: no encryption.
     curve_server_key: str = ""

@@ -17,10 +17,10 @@ Where a span's node goes:
 - outside any sequence, under a span this processor recorded (its parent span, current in the
   OpenTelemetry context): under that span's node, in its sequence;
 - otherwise it is a root that adopts the span's trace id as its sequence, under the span's
-  parent as a remote parent (``tracer.adoption``), like a root traced call.
+  parent as a remote parent (``tracer._core.adoption``), like a root traced call.
 
 A traced call that starts outside any sequence while such a span is current nests under the
-span's node (``tracer.adoption.adopt`` looks the span up). A traced call inside a traced
+span's node (``tracer._core.adoption.adopt`` looks the span up). A traced call inside a traced
 invocation stays under that invocation even when a span was started in between: the hot path does
 not consult OpenTelemetry while a sequence is current, so the span's node and the call are
 siblings then.
@@ -44,7 +44,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanContext, StatusCode
 
-from tracer import adoption, budget, context, decorator, ids, recorder, runtime, wire
+from tracer import _runtime as runtime
+from tracer import wire
+from tracer._core import adoption, budget, context, decorator, ids, recorder
 
 #: Distinct (instrumentation scope, span name) pairs interned as methods; past this many, a span
 #: is named ``OTHER_SPANS`` (its name stays in its attributes), so a span name with an id in it
@@ -121,7 +123,7 @@ class SequenceIdGenerator(RandomIdGenerator):
 
 
 def _start(span: Span) -> None:
-    if decorator._disabled:
+    if not decorator.recording():
         return
     own = span.get_span_context()
     if not own.is_valid:
@@ -133,7 +135,7 @@ def _start(span: Span) -> None:
     if current is None:
         current = _root(own, span.parent)
     seq, parent, hid = current
-    iid = decorator._next_iid()
+    iid = decorator.next_iid()
     method = _method(span)
     adoption.nodes[own.span_id] = (own.trace_id, seq, iid)
     events.append((wire.TAG_START, iid, parent, hid, method, _monotonic(span.start_time), seq))
@@ -169,7 +171,7 @@ def _end(span: ReadableSpan) -> None:
 
 def _monotonic(wall_ns: int | None) -> int:
     """A span time (wall-clock ns) on the tracer's clock, converted at the current offset."""
-    now = decorator._clock()
+    now = decorator.now()
     return now if wall_ns is None else wall_ns - time.time_ns() + now
 
 

@@ -40,7 +40,8 @@ from opentelemetry.propagators.textmap import (
     default_setter,
 )
 
-from tracer import context, handoff, ids, wire
+from tracer import wire
+from tracer._core import context, handoff, ids
 
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
@@ -119,7 +120,8 @@ def parse_tracestate(value: object) -> list[tuple[str, str]] | None:
     return list(members.items())
 
 
-#: The hand-off id a parent-id stands for (defined in tracer.ids, where adoption finds it too).
+#: The hand-off id a parent-id stands for (defined in tracer._core.ids, where adoption finds it
+#: too).
 as_hid: Final = ids.as_hid
 
 

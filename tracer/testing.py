@@ -17,9 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tracer import runtime, wire
+from tracer import _runtime as runtime
+from tracer import wire
+from tracer._shipping.transport import MemoryTransport
 from tracer.config import Config
-from tracer.transport import MemoryTransport
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +138,10 @@ def capture(**settings: Any) -> Iterator[Capture]:
     def factory(config: Config) -> MemoryTransport:
         return captured.transport
 
-    previous = runtime._transport_factory
-    runtime._transport_factory = factory
+    previous = runtime.set_transport_factory(factory)
     try:
         runtime.configure(**settings)
         yield captured
     finally:
         runtime.shutdown()
-        runtime._transport_factory = previous
+        runtime.set_transport_factory(previous)

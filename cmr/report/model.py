@@ -44,6 +44,7 @@ from typing import Any, Final
 from cmr.store.base import SequenceData
 from cmr.views.calltree import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Node, walk
 from cmr.views.lanes import Layout, Track, lay_out
+from cmr.views.pipeline import sequence_tree  # the exports' tree: samples merged in
 from cmr.views.profile import ProfileNode, profile_sequence
 from cmr.views.render.folded import has_samples
 
@@ -59,8 +60,6 @@ Attributes = dict[str, str | int | float | bool]
 
 def build_model(data: SequenceData) -> dict[str, Any]:
     """The report model of one sequence (see the module's docstring)."""
-    from cmr.exports import sequence_tree  # the exports' tree: samples merged in when present
-
     tree = sequence_tree(data)
     layout = lay_out(tree)
     nodes = [node for node, _ in walk(tree.root)]

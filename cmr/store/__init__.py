@@ -87,7 +87,7 @@ def open_store(
     ``clock`` (wall-clock nanoseconds) is what reads measure a process's silence against.
     Raises StoreError with a one-line message for anything the user can fix."""
     if memory:
-        from cmr.store.memory import MemoryStore
+        from cmr.store.memory.store import MemoryStore
 
         return MemoryStore(clock=clock)
     target = db or default_db_path()
@@ -95,12 +95,12 @@ def open_store(
     if url:
         scheme = url.group(1).lower()
         if scheme in {"postgresql", "postgres"}:
-            from cmr.store.postgres import PostgresStore
+            from cmr.store.postgres.store import PostgresStore
 
             return PostgresStore(target, readonly=readonly, clock=clock)
         raise StoreError(
             f"unsupported repository '{target}': give a file path or a postgresql:// URL"
         )
-    from cmr.store.sqlite import SQLiteStore
+    from cmr.store.sqlite.store import SQLiteStore
 
     return SQLiteStore(target, readonly=readonly, clock=clock)

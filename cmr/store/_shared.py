@@ -232,12 +232,6 @@ def qualified_name(module: str | None, qualname: str | None, method: int) -> str
     return f"{module}.{qualname}" if module else qualname
 
 
-def names_method(module: str, qualname: str, name: str) -> bool:
-    """Whether ``name`` names the method: its full name as trees show it (``qualified_name``), or
-    its bare qualname. SQL backends restate this next to where it is named."""
-    return qualname == name or (bool(module) and f"{module}.{qualname}" == name)
-
-
 def check_limit(limit: int) -> None:
     if limit < 0:
         raise StoreError(f"limit must be 0 or more, not {limit}")

@@ -253,3 +253,9 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+
+def names_method(module: str, qualname: str, name: str) -> bool:
+    """Whether ``name`` names the method: its full name as trees show it (``qualified_name``), or
+    its bare qualname. SQL backends restate this next to where it is named."""
+    return qualname == name or (bool(module) and f"{module}.{qualname}" == name)

@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from cmr.store._shared import names_method
-from cmr.store.base import SequenceData
+from cmr.store.base import SequenceData, names_method
 from cmr.views.calltree import KIND_MEASURED, KIND_SYNTHETIC, Node, SequenceTree, walk
 
 KIND_THREAD = "thread"

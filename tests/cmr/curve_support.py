@@ -34,7 +34,7 @@ class Keys:
 
 def generate(directory: Path, name: str) -> None:
     """`cmr keys generate --dir DIRECTORY --name NAME`, through the command's entry point in
-    this process: no interpreter to start per key (tests/cmr/test_curve.py checks what the
+    this process: no interpreter to start per key (tests/cmr/server/test_curve.py checks what the
     command writes)."""
     from cmr.cli import main
 

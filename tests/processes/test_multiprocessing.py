@@ -201,7 +201,7 @@ FORK = """
 import os
 import sys
 import tracer
-from tracer import ids
+from tracer._core import ids
 
 tracer.configure(instrument=True)
 

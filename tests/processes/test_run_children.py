@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.support import cmr_json, run_python, shape, wait_for, write_script
-from tracer import bootstrap
+from tracer.run import bootstrap
 
 pytestmark = pytest.mark.system
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.reliability.harness import Program
 from tests.support import write_script
-from tracer import spool
+from tracer._shipping import spool
 
 #: Every sequence is ``outage.request`` calling ``outage.step`` four times: ten events.
 #: ``python outage.py MODE SEQUENCES``, where MODE is

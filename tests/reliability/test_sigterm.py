@@ -29,7 +29,7 @@ import pytest
 from tests.reliability.conftest import Launcher
 from tests.reliability.harness import PATIENCE_S, stored_by_pid
 from tests.support import wait_for, write_script
-from tracer.signals import SPOOL_GRACE_S
+from tracer._signals import SPOOL_GRACE_S
 
 pytestmark = pytest.mark.system
 

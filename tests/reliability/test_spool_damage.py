@@ -11,7 +11,7 @@ from tests.reliability.conftest import Launcher
 from tests.reliability.harness import stored_by_pid
 from tests.reliability.programs import EVENTS_PER_SEQUENCE, finish, outage_script
 from tests.support import cmr_json
-from tracer import spool
+from tracer._shipping import spool
 
 
 @pytest.mark.parametrize("cut", ["body", "header"])

@@ -19,8 +19,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import tracer
 from tests.support import write_script
-from tests.tracer.test_speedups import needs_c_build, run
-from tracer import decorator, ids, recorder, wire
+from tests.tracer.core.test_speedups import needs_c_build, run
+from tracer import wire
+from tracer._core import decorator, ids, recorder
 from tracer.testing import Capture, capture
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
@@ -208,7 +209,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 import tracer
-from tracer import decorator, ids, otel, runtime, wire
+from tracer._core import decorator, ids
+from tracer import otel, _runtime as runtime, wire
 from tracer.otel import InvocationSpanProcessor
 
 times = itertools.count(1000, 7)

@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import Status, StatusCode, Tracer
 
 import tracer
-from tracer import decorator, ids, otel, recorder, wire
+from tracer import otel, wire
+from tracer._core import decorator, ids, recorder
 from tracer.otel import InvocationSpanProcessor, SequenceIdGenerator
 from tracer.testing import Capture, CapturedInvocation, capture
 

@@ -18,7 +18,8 @@ from opentelemetry.propagators.composite import CompositePropagator
 
 import tracer
 from tests.support import cmr_json, cmr_server, run_traced, shape, write_script
-from tracer import ids, propagation, wire
+from tracer import propagation, wire
+from tracer._core import ids
 from tracer.propagation import InvoseqPropagator, parse_traceparent, parse_tracestate
 from tracer.testing import Capture, capture
 

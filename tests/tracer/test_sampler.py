@@ -14,7 +14,7 @@ import pytest
 
 import tracer
 from tests.support import wait_for
-from tracer import sampler as sampler_module
+from tracer import _sampler as sampler_module
 from tracer import wire
 from tracer.testing import Capture, capture
 
@@ -135,7 +135,7 @@ def test_at_most_max_threads_are_sampled_per_tick() -> None:
 
 
 def _active_sampler() -> sampler_module.Sampler:
-    from tracer import runtime
+    from tracer import _runtime as runtime
 
     assert runtime._sender is not None
     found = runtime._sender._sampler

@@ -1,4 +1,4 @@
-"""When the SIGTERM handler is installed and taken away (tracer/signals.py), in this process.
+"""When the SIGTERM handler is installed and taken away (tracer/_signals.py), in this process.
 
 What the handler does when SIGTERM comes is tested with real processes in
 tests/reliability/test_sigterm.py.
@@ -19,7 +19,7 @@ import pytest
 
 import tracer
 from tests.support import run_python, wait_for
-from tracer import signals
+from tracer import _signals as signals
 from tracer.config import resolve
 from tracer.testing import capture
 
@@ -123,7 +123,7 @@ def test_a_tracer_started_from_another_thread_installs_on_the_main_thread() -> N
 FORK = """
 import json, os, signal
 import tracer
-from tracer import signals
+from tracer import _signals as signals
 
 @tracer.traced
 def work():

@@ -26,7 +26,7 @@ from cmr.store import (
     open_store,
 )
 from cmr.store.base import HandoffRecord
-from cmr.store.sqlite_schema import (
+from cmr.store.sqlite.schema import (
     HANDOFFS_SCHEMA,
     HEARTBEAT_SCHEMA,
     LEGACY_EVENTS_SCHEMA,

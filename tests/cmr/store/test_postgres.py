@@ -15,10 +15,10 @@ import pytest
 
 from cmr.cli import main
 from cmr.store import Store, StoreError, open_store
-from cmr.store.postgres_connect import connect
-from cmr.store.postgres_migrate import migrate
-from cmr.store.postgres_partitions import DAY_NS, FUTURE, PAST_DAYS, partition_name
-from cmr.store.postgres_schema import SCHEMA_VERSION
+from cmr.store.postgres.connect import connect
+from cmr.store.postgres.migrate import migrate
+from cmr.store.postgres.partitions import DAY_NS, FUTURE, PAST_DAYS, partition_name
+from cmr.store.postgres.schema import SCHEMA_VERSION
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
 from tests.cmr.store.test_contract import BatchFactory, seq_id, start
 from tracer import wire

@@ -18,7 +18,7 @@ from cmr.store import (
     StoreError,
     open_store,
 )
-from cmr.store.sqlite_schema import SAMPLES_IN_WINDOW
+from cmr.store.sqlite.schema import SAMPLES_IN_WINDOW
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.test_contract import older_schema, seq_id, start, user_version
 from tracer import wire

@@ -1,0 +1,97 @@
+"""``cmr prune --older-than 7d``: retention for every store.
+
+The repository must exist already: pruning never creates one, so a mistyped
+``--db`` fails instead of pruning a new, empty file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from typing import Final
+
+from cmr.cli._support import DB_HELP, Commands, command, emit, open_for_reading
+from cmr.store.base import PruneResult
+from cmr.views.render.tables import format_local_time
+
+#: Seconds per unit of ``--older-than``.
+UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_AGE: Final = re.compile(r"^(\d+)([smhd])$")
+
+
+def parse_age(text: str) -> int:
+    """``--older-than``: a whole number and a unit (s, m, h, d), as nanoseconds."""
+    match = _AGE.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number and a unit s, m, h or d (like 7d or 12h), got '{text}'"
+        )
+    return int(match.group(1)) * UNITS[match.group(2)] * 1_000_000_000
+
+
+def add_prune(commands: Commands) -> None:
+    parser = command(
+        commands,
+        "prune",
+        summary="remove old sequences and samples (retention)",
+        description=(
+            "Remove every sequence that started longer ago than --older-than, whole (its calls, "
+            "hand-offs and lossy marks), the stack samples taken before then, the record of "
+            "batches received before then, and the processes last heard from before then that "
+            "nothing left names. The totals 'cmr stats' counts stay. Safe while 'cmr serve' "
+            "writes to the same repository; on PostgreSQL whole day partitions are dropped."
+        ),
+        examples=[
+            "cmr prune --older-than 7d",
+            "cmr prune --older-than 12h --db postgresql://invoseq@db.internal/invoseq",
+            "cmr prune --older-than 30d --json",
+        ],
+        handler=_prune,
+    )
+    parser.add_argument(
+        "--older-than",
+        required=True,
+        type=parse_age,
+        metavar="AGE",
+        dest="age_ns",
+        help="how old is too old: a whole number and a unit s, m, h or d (7d, 12h, 90m)",
+    )
+    parser.add_argument("--json", action="store_true", help="print what was removed as JSON")
+    parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from cmr.store import open_store
+
+    before_ns = time.time_ns() - args.age_ns
+    open_for_reading(args.db).close()  # it exists (and is readable) before anything is written
+    store = open_store(args.db)
+    try:
+        result = store.prune(before_ns)
+    finally:
+        store.close()
+    emit(render_prune(result, before_ns, as_json=args.json))
+    return 0
+
+
+def render_prune(result: PruneResult, before_ns: int, *, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(
+            {
+                "before_ns": before_ns,
+                "sequences": result.sequences,
+                "samples": result.samples,
+                "processes": result.processes,
+            }
+        )
+    return (
+        f"removed {_count(result.sequences, 'sequence')}, {_count(result.samples, 'sample')} "
+        f"and {_count(result.processes, 'process', 'processes')} "
+        f"from before {format_local_time(before_ns)}"
+    )
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"

@@ -1,0 +1,60 @@
+"""``cmr report``: one sequence as a self-contained HTML page — timeline lanes across processes
+and threads, hand-off arrows, flame graph and icicle — that opens in a browser with no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cmr.cli._support import DB_HELP, CliError, Commands, command, open_for_reading
+
+
+def add_report(commands: Commands) -> None:
+    parser = command(
+        commands,
+        "report",
+        summary="write one sequence as a self-contained HTML page",
+        description=(
+            "Write one sequence as a single HTML file to open in a browser, with nothing "
+            "fetched from the network: a timeline with a lane per process and thread, calls "
+            "nested by depth (measured solid, estimated from samples hatched, calls that raised "
+            "outlined in red), an arrow per hand-off with its queue wait shaded, and a flame "
+            "graph and an icicle of the merged samples (of time, without samples). Zoom with "
+            "the wheel, pan by dragging, search by name, click a call for its details."
+        ),
+        examples=[
+            "cmr report 3f2a9c -o checkout.html",
+            "cmr report 3f2a9c -o - > checkout.html",
+            "cmr --db /tmp/shop.sqlite report 3f2a9c -o checkout.html",
+        ],
+        handler=_report,
+    )
+    parser.add_argument("seq", metavar="SEQ", help="sequence id, or any unambiguous hex prefix")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        required=True,
+        help="the HTML file to write ('-': standard output)",
+    )
+    parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from cmr.exports import STDIO, ExportError, write_output
+    from cmr.report import build_model, render_page
+
+    store = open_for_reading(args.db)
+    try:
+        data = store.load_sequence(store.resolve_sequence(args.seq))
+    finally:
+        store.close()
+    page = render_page(build_model(data))
+    try:
+        write_output(args.output, page.encode(), binary=False)
+    except ExportError as exc:
+        raise CliError(str(exc)) from None
+    if args.output != STDIO:
+        print(f"cmr: wrote {args.output}: open it in a browser", file=sys.stderr)
+    return 0

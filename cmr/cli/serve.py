@@ -1,0 +1,53 @@
+"""``cmr serve``: run the repository server until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from cmr.cli._support import DB_HELP, CliError, Commands, command
+from cmr.cli.keys import add_curve_options, curve_from_args
+from cmr.defaults import DEFAULT_ENDPOINT
+
+
+def add_serve(commands: Commands) -> None:
+    parser = command(
+        commands,
+        "serve",
+        summary="run the repository server",
+        description=(
+            "Receive batches from traced processes and store them until interrupted (Ctrl-C). "
+            "Without CURVE, anyone who reaches the address can send: only listen on addresses "
+            "you trust. With --curve-secret and --allowed-clients, connections are encrypted "
+            "and only clients whose public key is allowed get through (see 'cmr keys')."
+        ),
+        examples=[
+            "cmr serve",
+            "cmr serve --bind tcp://127.0.0.1:7400 --db /var/lib/invoseq/cmr.sqlite",
+            "cmr serve --bind ipc:///tmp/invoseq.sock --memory   # nothing kept on disk",
+            "cmr serve --curve-secret keys/repository.key_secret --allowed-clients keys/clients",
+        ],
+        handler=_serve,
+    )
+    parser.add_argument(
+        "--bind",
+        metavar="ENDPOINT",
+        default=DEFAULT_ENDPOINT,
+        help=f"ZeroMQ endpoint to listen on (default: {DEFAULT_ENDPOINT})",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
+    where.add_argument("--memory", action="store_true", help="keep everything in memory only")
+    add_curve_options(parser)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from cmr.server.server import run_server
+    from cmr.store import open_store
+
+    if args.memory and args.db is not None:
+        raise CliError("--memory keeps nothing on disk: leave out --db")
+    curve = curve_from_args(args)  # before the repository is opened: a bad key creates nothing
+    logging.basicConfig(format="cmr: %(message)s")
+    store = open_store(args.db, memory=args.memory)
+    return run_server(store, args.bind, curve=curve)  # it closes the store

@@ -1,0 +1,278 @@
+"""The repository's network front: a ZeroMQ ROUTER that stores batches and acknowledges them.
+
+Traced processes connect DEALER sockets and send [header, body]; the ROUTER sees [identity, header,
+body] and answers [identity, ack header, Ack] on the same connection once the batch is stored.
+One thread serves the socket; it polls with a short timeout so a stop request (a signal in
+`cmr serve`, ``ServerThread.stop`` in tests) ends it promptly. With CURVE keys
+(``cmr.server.curve``) the socket is a CURVE server, a ZAP authenticator decides which client keys
+may connect, and the same thread counts the handshakes it refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import logging
+import signal
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from typing import Final
+
+import msgspec
+import zmq
+
+from cmr.server.curve import CurveError, CurveKeys, Gatekeeper, curve_keys
+from cmr.server.ingest import AUTH, Ingest
+from cmr.store import Store, StoreError, open_store
+from tracer import wire
+
+log = logging.getLogger(__name__)
+
+#: How often the serving loop looks at its stop event when no message arrives.
+POLL_MS: Final = 100
+#: Messages handled between two looks at the stop event under a continuous load.
+_DRAIN: Final = 1000
+#: libzmq drops a connection that sends a frame above this many times the frame limit, before the
+#: frame reaches us (so it cannot be counted); frames between the limit and this are received,
+#: counted as ``oversized`` and dropped. The factor bounds the memory one frame can take.
+HARD_LIMIT_FACTOR: Final = 2
+
+
+class ServerError(Exception):
+    """The server could not start (address in use, bad endpoint): a one-line message."""
+
+
+class Server:
+    """A ROUTER socket bound to ``bind`` that feeds an Ingest. Serve it from one thread only.
+
+    With ``curve``, only clients whose public key is in ``curve.allowed_clients`` can connect,
+    over encrypted connections."""
+
+    def __init__(
+        self,
+        store: Store,
+        bind: str,
+        *,
+        max_frame_bytes: int = wire.MAX_FRAME_BYTES,
+        curve: CurveKeys | None = None,
+    ) -> None:
+        self.bind = bind
+        self.max_frame_bytes = max_frame_bytes
+        self.curve = curve
+        self._ingest = Ingest(store, max_frame_bytes=max_frame_bytes)
+        self._encoder = msgspec.msgpack.Encoder()
+        self._context: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._socket: zmq.Socket[bytes] | None = None
+        self._gatekeeper: Gatekeeper | None = None
+        self._endpoint: str | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint actually bound (a ``*`` port resolved), for clients to connect to."""
+        if self._endpoint is None:
+            raise RuntimeError("the server is not started")
+        return self._endpoint
+
+    def start(self) -> None:
+        """Bind the socket. Raises ServerError."""
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        gatekeeper = None
+        if self.curve is not None:
+            # Before the socket binds: a CURVE server without a ZAP handler admits every key.
+            gatekeeper = Gatekeeper(context, self.curve)
+            gatekeeper.start()
+            if not self.curve.allowed:
+                log.warning(
+                    "%s holds no client public key (*.key): every client will be refused",
+                    self.curve.allowed_clients,
+                )
+        sock = context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, HARD_LIMIT_FACTOR * self.max_frame_bytes)
+        try:
+            if gatekeeper is not None:
+                gatekeeper.secure(sock)
+            sock.bind(self.bind)
+        except zmq.ZMQError as exc:
+            if gatekeeper is not None:
+                gatekeeper.unwatch()
+            sock.close()
+            if gatekeeper is not None:
+                gatekeeper.close()
+            context.term()
+            raise ServerError(_bind_error(self.bind, exc)) from exc
+        self._context, self._socket, self._gatekeeper = context, sock, gatekeeper
+        self._endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def serve(self, stop: threading.Event) -> None:
+        """Answer messages until ``stop`` is set."""
+        sock = self._socket
+        if sock is None:
+            raise RuntimeError("start() the server before serve()")
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        gatekeeper = self._gatekeeper
+        monitor = gatekeeper.monitor if gatekeeper is not None else None
+        if monitor is not None:
+            poller.register(monitor, zmq.POLLIN)
+        while not stop.is_set():
+            ready = dict(poller.poll(POLL_MS))
+            if monitor is not None and monitor in ready and gatekeeper is not None:
+                refused = gatekeeper.refusals()
+                if refused:
+                    self._ingest.reject(AUTH, refused)
+            if sock not in ready:
+                continue
+            for _ in range(_DRAIN):
+                try:
+                    message = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._answer(sock, message)
+
+    def _answer(self, sock: zmq.Socket[bytes], message: list[bytes]) -> None:
+        identity = message[0]
+        try:
+            ack = self._ingest.handle(message[1:])
+        except Exception:  # Ingest never raises; this keeps the server alive if it ever does
+            log.exception("unexpected failure handling a message")
+            return
+        if ack is None:
+            return
+        try:
+            sock.send_multipart([identity, wire.ACK_HEADER, self._encoder.encode(ack)], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:  # the peer is gone or not reading: it will send again
+            log.warning(
+                "cannot acknowledge batch %d of process %x: %s", ack.batch_no, ack.puid, exc
+            )
+
+    def close(self) -> None:
+        """Close the socket and stop the authenticator (call from the thread that served it, or
+        after it stopped)."""
+        if self._gatekeeper is not None:
+            self._gatekeeper.unwatch()
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._socket = None
+        if self._gatekeeper is not None:
+            self._gatekeeper.close()
+            self._gatekeeper = None
+        if self._context is not None:
+            self._context.term()
+            self._context = None
+
+
+class ServerThread:
+    """A started Server serving from a background thread: the embedded repository and tests.
+
+    ``curve``: as for ``cmr serve --curve-secret FILE --allowed-clients DIR``, which
+    ``CurveKeys.load(FILE, DIR)`` reads. The store stays the caller's to close."""
+
+    def __init__(
+        self,
+        store: Store,
+        bind: str,
+        *,
+        max_frame_bytes: int = wire.MAX_FRAME_BYTES,
+        curve: CurveKeys | None = None,
+    ) -> None:
+        self._server = Server(store, bind, max_frame_bytes=max_frame_bytes, curve=curve)
+        self._server.start()
+        self.endpoint = self._server.endpoint
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cmr-server", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._server.serve(self._stop)
+        finally:
+            self._server.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise RuntimeError(f"the server thread did not stop within {timeout} s")
+
+    def __enter__(self) -> ServerThread:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def run_server(
+    store: Store, bind: str, ready_line: bool = True, *, curve: CurveKeys | None = None
+) -> int:
+    """Serve until SIGINT or SIGTERM, then close ``store``; the exit code of `cmr serve`.
+
+    After binding, prints exactly one line, ``cmr: listening on <endpoint>``, that other tools
+    wait for. A bind failure prints a one-line error to stderr and returns 1."""
+    server = Server(store, bind, curve=curve)
+    try:
+        try:
+            server.start()
+        except ServerError as exc:
+            print(f"cmr: {exc}", file=sys.stderr)
+            return 1
+        stop = threading.Event()
+        with _stop_on_signals(stop):
+            if ready_line:
+                print(f"cmr: listening on {server.endpoint}", flush=True)
+            server.serve(stop)
+        return 0
+    finally:
+        server.close()
+        store.close()
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into ``stop.set()`` (only the main thread may install handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum: int, frame: types.FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _bind_error(bind: str, exc: zmq.ZMQError) -> str:
+    reason = zmq.strerror(exc.errno) if exc.errno is not None else str(exc)
+    message = f"cannot listen on {bind}: {reason}"
+    if exc.errno in {errno.EINVAL, errno.EPROTONOSUPPORT}:
+        message += " (expected tcp://HOST:PORT or ipc://PATH)"
+    return message
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cmr.server``: `cmr serve` without the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="python -m cmr.server", description=main.__doc__)
+    parser.add_argument("--bind", required=True, help="endpoint, e.g. tcp://127.0.0.1:*")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--db", help="repository file (default: $INVOSEQ_DB or ./.invoseq/cmr.sqlite)"
+    )
+    where.add_argument("--memory", action="store_true", help="keep the repository in memory")
+    parser.add_argument("--curve-secret", metavar="FILE", help="the repository's secret key file")
+    parser.add_argument("--allowed-clients", metavar="DIR", help="the allowed client public keys")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="cmr: %(message)s")
+    try:
+        curve = curve_keys(args.curve_secret, args.allowed_clients)
+        store = open_store(args.db, memory=args.memory)
+    except (CurveError, StoreError) as exc:
+        print(f"cmr: {exc}", file=sys.stderr)
+        return 1
+    return run_server(store, args.bind, curve=curve)

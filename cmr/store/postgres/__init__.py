@@ -1,0 +1,2 @@
+"""The PostgreSQL store for several nodes: connect, schema, migrate, partitions, ingest, read,
+prune (``store``)."""

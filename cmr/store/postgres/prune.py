@@ -1,0 +1,96 @@
+"""Retention in PostgreSQL (``Store.prune``), in the caller's transaction.
+
+Whole day partitions older than the cutoff are dropped (no row is read or deleted one by one);
+only the remainder is deleted row by row: the sequences that started before the cutoff with
+invocations or hand-offs in a later partition, and samples, ends and batch records of the
+partial day. An End in a kept partition whose Start sat in a dropped one is left without its
+Start, unseen by every read, until its own partition is dropped.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from cmr.store.base import PruneResult
+from cmr.store.postgres.connect import Conn
+from cmr.store.postgres.partitions import DAY_NS, FUTURE, PAST_DAYS, droppable
+
+#: What a process leaves behind once nothing else names it: deleted with it.
+_PROCESS_TABLES = ("methods", "threads", "frames", "sample_threads", "samplers", "attributes")
+
+
+def prune(conn: Conn, before_ns: int, now_ns: int) -> PruneResult:
+    conn.execute("CREATE TEMP TABLE pruned (seq bytea PRIMARY KEY) ON COMMIT DROP")
+    # Sorted: the same order ingest locks sequence rows in.
+    sequences = conn.execute(
+        "WITH gone AS (DELETE FROM sequences WHERE seq IN ("
+        "  SELECT seq FROM sequences WHERE start_ns < %s ORDER BY seq FOR UPDATE"
+        ") RETURNING seq) INSERT INTO pruned SELECT seq FROM gone",
+        (before_ns,),
+    ).rowcount
+    conn.execute("ANALYZE pruned")
+    if sequences:
+        # Attributes are few and not partitioned: found from their side, before their Starts go.
+        conn.execute(
+            "DELETE FROM attributes a WHERE EXISTS ("
+            "  SELECT 1 FROM starts s JOIN pruned p ON p.seq = s.seq"
+            "  WHERE s.puid = a.puid AND s.iid = a.iid)"
+        )
+    samples = 0
+    for name in droppable(conn, before_ns):
+        if name.startswith("samples_"):
+            samples += _count(conn, name)
+        conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
+    if sequences:
+        conn.execute(
+            "DELETE FROM ends e USING starts s, pruned p "
+            "WHERE s.seq = p.seq AND e.puid = s.puid AND e.iid = s.iid"
+        )
+        conn.execute("DELETE FROM starts s USING pruned p WHERE s.seq = p.seq")
+        conn.execute("DELETE FROM handoffs h USING pruned p WHERE h.seq = p.seq")
+        conn.execute("DELETE FROM lost_seqs l USING pruned p WHERE l.seq = p.seq")
+    # Rows older than the cutoff sit in partitions up to its day, or up to the oldest day of
+    # the window when they were clamped (postgres_partitions), or in FUTURE.
+    last_day = max((before_ns - 1) // DAY_NS, now_ns // DAY_NS - PAST_DAYS)
+    days = {"last": last_day, "future": FUTURE, "before": before_ns}
+    samples += conn.execute(
+        "DELETE FROM samples WHERE t_ns < %(before)s AND (day <= %(last)s OR day = %(future)s)",
+        days,
+    ).rowcount
+    conn.execute(
+        "DELETE FROM ends WHERE end_ns < %(before)s AND (day <= %(last)s OR day = %(future)s)",
+        days,
+    )
+    conn.execute("DELETE FROM batches WHERE received_ns < %s", (before_ns,))
+    processes = _prune_processes(conn, before_ns)
+    return PruneResult(sequences=sequences, samples=samples, processes=processes)
+
+
+def _prune_processes(conn: Conn, before_ns: int) -> int:
+    """Processes last seen before the cutoff that nothing left names, with what they sent."""
+    conn.execute("CREATE TEMP TABLE pruned_processes (puid bigint PRIMARY KEY) ON COMMIT DROP")
+    gone = conn.execute(
+        "WITH gone AS (DELETE FROM processes p WHERE p.puid IN ("
+        "  SELECT puid FROM processes WHERE last_seen_ns < %s"
+        "    AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.puid = processes.puid)"
+        "    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = processes.puid)"
+        "    AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = processes.puid)"
+        "    AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = processes.puid)"
+        "    AND NOT EXISTS (SELECT 1 FROM lost_seqs l WHERE l.puid = processes.puid)"
+        "  ORDER BY puid FOR UPDATE"
+        ") RETURNING puid) INSERT INTO pruned_processes SELECT puid FROM gone",
+        (before_ns,),
+    ).rowcount
+    if gone:
+        for table in (*_PROCESS_TABLES, "ends"):
+            conn.execute(
+                sql.SQL("DELETE FROM {} t USING pruned_processes g WHERE t.puid = g.puid").format(
+                    sql.Identifier(table)
+                )
+            )
+    return gone
+
+
+def _count(conn: Conn, name: str) -> int:
+    row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(name))).fetchone()
+    return int(row[0]) if row else 0

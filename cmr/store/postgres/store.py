@@ -1,0 +1,249 @@
+"""A repository in PostgreSQL, shared by any number of ``cmr serve`` nodes and readers.
+
+Each node is stateless apart from the batches it is storing: a batch is one transaction, and
+``ingest`` returns (so the server acknowledges) only after it committed. Two nodes that get the
+same batch store it once (``postgres_ingest``). Event tables are partitioned by day and
+``prune`` drops old partitions whole (``postgres_partitions``, ``postgres_prune``). The schema
+is checked, and upgraded by a writer, when the store opens (``postgres_migrate``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Final, TypeVar
+
+import psycopg
+from psycopg import errors
+
+from cmr.store._samples import I64_MIN, sample_records
+from cmr.store._shared import (
+    SHOWN_MATCHES,
+    EventRows,
+    check_limit,
+    event_rows,
+    pick_match,
+    seq_range,
+)
+from cmr.store.base import (
+    PruneResult,
+    SampleRecord,
+    SequenceData,
+    SequenceSummary,
+    Store,
+    StoreError,
+    StoreStats,
+)
+from cmr.store.postgres.connect import Conn, connect, one_line, where
+from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
+from cmr.store.postgres.migrate import check_readable, migrate
+from cmr.store.postgres.partitions import create_partitions, day_window
+from cmr.store.postgres.prune import prune
+from cmr.store.postgres.read import load, stats, summary
+from cmr.store.postgres.schema import SEQUENCES_WITH
+from tracer.wire import Batch
+
+#: How often a transaction that lost a deadlock or a race for a new partition is retried.
+ATTEMPTS: Final = 4
+_RETRIED: Final = (errors.DeadlockDetected, errors.SerializationFailure)
+#: The error PostgreSQL raises for a row no partition takes: the partition is created, then
+#: the batch stored again.
+_NO_PARTITION: Final = errors.CheckViolation
+
+T = TypeVar("T")
+
+
+class PostgresStore(Store):
+    """A repository in a PostgreSQL database (``url``: a libpq URI). Thread-safe: one connection,
+    used under a lock. ``readonly`` never creates or upgrades anything and fails clearly when
+    the schema is missing. ``clock`` (wall-clock nanoseconds) tells reads how long a process has
+    been silent, and places the window of partition days."""
+
+    def __init__(
+        self, url: str, *, readonly: bool = False, clock: Callable[[], int] = time.time_ns
+    ) -> None:
+        self.url = url
+        self.name = where(url)
+        self._readonly = readonly
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: This store's row in ``counters``: nodes never contend for one.
+        self._node = secrets.randbits(63)
+        self._closed = False
+        self._conn: Conn | None = None
+        with self._lock:
+            self._connection()
+
+    # -- write side -----------------------------------------------------------------------
+
+    def ingest(self, batch: Batch, received_ns: int) -> bool:
+        rows = event_rows(batch)
+        samples = sample_records(batch)
+        return self._retry(lambda conn: self._write(conn, batch, rows, samples, received_ns))
+
+    def _write(
+        self,
+        conn: Conn,
+        batch: Batch,
+        rows: EventRows,
+        samples: list[SampleRecord],
+        received_ns: int,
+    ) -> bool:
+        window = day_window(self._clock())
+        try:
+            with conn.transaction():
+                return write_batch(
+                    conn,
+                    batch,
+                    rows=rows,
+                    samples=samples,
+                    received_ns=received_ns,
+                    window=window,
+                    node=self._node,
+                )
+        except _NO_PARTITION:
+            create_partitions(conn, needed_days(rows, samples, window))
+            with conn.transaction():
+                return write_batch(
+                    conn,
+                    batch,
+                    rows=rows,
+                    samples=samples,
+                    received_ns=received_ns,
+                    window=window,
+                    node=self._node,
+                )
+
+    def record_rejected(self, reason: str, count: int = 1) -> None:
+        def record(conn: Conn) -> None:
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO rejected AS r VALUES (%s, %s) "
+                    "ON CONFLICT (reason) DO UPDATE SET frames = r.frames + excluded.frames",
+                    (reason, count),
+                )
+
+        self._retry(record)
+
+    def prune(self, before_ns: int) -> PruneResult:
+        def run(conn: Conn) -> PruneResult:
+            with conn.transaction():
+                return prune(conn, before_ns, self._clock())
+
+        return self._retry(run)
+
+    # -- read side ------------------------------------------------------------------------
+
+    def list_sequences(self, limit: int) -> list[SequenceSummary]:
+        check_limit(limit)
+        now = self._clock()
+        with self._reading() as conn:
+            recent = conn.execute(
+                "SELECT seq, start_ns FROM sequences ORDER BY start_ns DESC, seq DESC LIMIT %s",
+                (limit,),
+            ).fetchall()
+            return [summary(conn, seq, start_ns, now) for seq, start_ns in recent]
+
+    def resolve_sequence(self, prefix: str) -> bytes:
+        wanted = seq_range(prefix)
+        where_clause = "seq >= %(lo)s" + ("" if wanted.hi is None else " AND seq < %(hi)s")
+        params = {"lo": wanted.lo, "hi": wanted.hi}
+        with self._reading() as conn:
+            count = conn.execute(f"SELECT count(*) FROM sequences WHERE {where_clause}", params)
+            found = count.fetchone()
+            first = conn.execute(
+                f"SELECT seq FROM sequences WHERE {where_clause} "
+                f"ORDER BY seq LIMIT {SHOWN_MATCHES}",
+                params,
+            ).fetchall()
+        matches = int(found[0]) if found else 0
+        return pick_match(wanted, matches, [bytes(seq) for (seq,) in first])
+
+    def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
+        now = self._clock()
+        with self._reading() as conn:
+            return load(conn, seq, now, samples=samples)
+
+    def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
+        check_limit(limit)
+        since = I64_MIN if since_ns is None else since_ns
+        with self._reading() as conn:
+            found = conn.execute(
+                SEQUENCES_WITH, {"name": method, "since": since, "limit": limit}
+            ).fetchall()
+        return [bytes(seq) for (seq,) in found]
+
+    def stats(self) -> StoreStats:
+        now = self._clock()
+        with self._reading() as conn:
+            return stats(conn, now)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _connection(self) -> Conn:
+        """The open connection; a new one (checked like the first) after the server dropped
+        the last, so a node outlives a database restart. Call under the lock."""
+        if self._closed:
+            raise StoreError(f"the repository {self.name} is closed")
+        if self._conn is not None and not self._conn.broken:
+            return self._conn
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        conn = connect(self.url)
+        try:
+            with self._errors():
+                if self._readonly:
+                    check_readable(conn, self.name)
+                else:
+                    migrate(conn, self.name)
+                    create_stages(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Driver errors become one-line StoreErrors naming the repository."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise StoreError(f"repository {self.name}: {one_line(exc, self.url)}") from None
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Conn]:
+        """One read-only transaction that sees one snapshot of the repository."""
+        with self._lock, self._errors():
+            conn = self._connection()
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield conn
+
+    def _retry(self, work: Callable[[Conn], T]) -> T:
+        """Run ``work`` (which holds its own transactions) under the lock, again when it lost
+        a deadlock to another node, raced it to create a partition, or the server dropped the
+        connection (a new one is opened)."""
+        with self._lock, self._errors():
+            for attempt in range(1, ATTEMPTS + 1):
+                conn = self._connection()
+                try:
+                    return work(conn)
+                except (*_RETRIED, _NO_PARTITION, errors.DuplicateTable):
+                    if attempt == ATTEMPTS:
+                        raise
+                except psycopg.OperationalError:
+                    if not conn.broken or attempt == ATTEMPTS:
+                        raise  # the connection lives: the statement itself failed
+            raise AssertionError("unreachable")  # pragma: no cover

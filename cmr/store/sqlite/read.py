@@ -1,0 +1,183 @@
+"""The SQLite backend's reads of a sequence and its retention, on a connection inside a transaction
+the caller holds (``SQLiteStore``): the sequence's batches unpacked (``cmr.store.packed``), then the
+hand-offs, methods, threads and processes its invocations name, each by index.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Final
+
+from cmr.store._shared import is_lost
+from cmr.store.base import (
+    HandoffRecord,
+    InvocationRecord,
+    MethodRecord,
+    ProcessRecord,
+    PruneResult,
+    ThreadRecord,
+)
+from cmr.store.packed import LateAttrs, LateEnd, unpack
+from cmr.store.sqlite.schema import PROCESS_COLUMNS, SEQUENCE_BATCHES
+from tracer.wire import ThreadChunk
+
+#: Decoded stored batches by (puid, batch_no), kept while one listing reads many sequences.
+BatchCache = dict[tuple[int, int], list[ThreadChunk]]
+#: Bound parameters per ``IN (...)`` list, well under SQLite's limit.
+_CHUNK: Final = 400
+
+
+def invocations(
+    conn: sqlite3.Connection, seq: bytes, cache: BatchCache | None = None
+) -> list[InvocationRecord]:
+    """The sequence's invocations, from its batches and the late Ends and Attrs they lack."""
+
+    def late_ends(keys: list[tuple[int, int]]) -> Iterator[LateEnd]:
+        for part in _chunks(keys):
+            values = ", ".join("(?, ?)" for _ in part)
+            yield from conn.execute(
+                "SELECT puid, iid, end_ns, error FROM late_ends "
+                f"WHERE (puid, iid) IN (VALUES {values})",
+                [number for key in part for number in key],
+            )
+
+    def late_attrs(puids: set[int]) -> Iterator[LateAttrs]:
+        for part in _chunks(sorted(puids)):
+            yield from conn.execute(
+                "SELECT puid, iid, batch_no, attributes FROM late_attrs "
+                f"WHERE puid IN ({', '.join('?' * len(part))})",
+                part,
+            )
+
+    return unpack(seq, conn.execute(SEQUENCE_BATCHES, (seq,)), late_ends, late_attrs, cache)
+
+
+def handoffs(
+    conn: sqlite3.Connection, seq: bytes, records: list[InvocationRecord]
+) -> dict[int, HandoffRecord]:
+    """The hand-offs recorded in the sequence, and those its invocations continue (found by hid
+    alone, wherever they were recorded)."""
+    columns = "hid, puid, parent, kind, method, submitted_ns"
+    found = {
+        row[0]: HandoffRecord(*row)
+        for row in conn.execute(f"SELECT {columns} FROM handoffs WHERE seq = ?", (seq,))
+    }
+    continued = sorted({r.hid for r in records if r.hid and r.hid not in found})
+    for part in _chunks(continued):
+        marks = ", ".join("?" * len(part))
+        for row in conn.execute(f"SELECT {columns} FROM handoffs WHERE hid IN ({marks})", part):
+            found[row[0]] = HandoffRecord(*row)
+    return found
+
+
+def names(
+    conn: sqlite3.Connection,
+    records: list[InvocationRecord],
+    found_handoffs: dict[int, HandoffRecord],
+) -> tuple[dict[tuple[int, int], MethodRecord], dict[tuple[int, int], ThreadRecord]]:
+    """The methods and threads the invocations and hand-offs name."""
+    wanted_methods = {(r.puid, r.method) for r in records}
+    wanted_methods.update((h.puid, h.method) for h in found_handoffs.values())
+    wanted_threads = {(r.puid, r.tid) for r in records}
+    puids = sorted({puid for puid, _ in wanted_methods})
+    methods: dict[tuple[int, int], MethodRecord] = {}
+    threads: dict[tuple[int, int], ThreadRecord] = {}
+    for part in _chunks(puids):
+        marks = ", ".join("?" * len(part))
+        for puid, method, module, qualname, file, line in conn.execute(
+            "SELECT puid, method, module, qualname, file, line FROM methods "
+            f"WHERE puid IN ({marks})",
+            part,
+        ):
+            if (puid, method) in wanted_methods:
+                methods[puid, method] = MethodRecord(module, qualname, file, line)
+        for puid, tid, native_id, name in conn.execute(
+            f"SELECT puid, tid, native_id, name FROM threads WHERE puid IN ({marks})", part
+        ):
+            if (puid, tid) in wanted_threads:
+                threads[puid, tid] = ThreadRecord(native_id, name)
+    return methods, threads
+
+
+def processes(conn: sqlite3.Connection, puids: Iterable[int], now: int) -> dict[int, ProcessRecord]:
+    found: dict[int, ProcessRecord] = {}
+    for part in _chunks(sorted(set(puids))):
+        marks = ", ".join("?" * len(part))
+        for row in conn.execute(
+            f"SELECT {PROCESS_COLUMNS} FROM processes WHERE puid IN ({marks})", part
+        ):
+            found[row[0]] = process_record(row, now)
+    return found
+
+
+def process_record(row: tuple[Any, ...], now: int) -> ProcessRecord:
+    puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms = row
+    return ProcessRecord(
+        puid=puid,
+        pid=pid,
+        host=host,
+        platform_id=platform_id,
+        argv=tuple(json.loads(argv)),
+        ended=bool(ended),
+        dropped=dropped,
+        last_seen_ns=last_seen_ns,
+        heartbeat_ms=heartbeat_ms,
+        lost=is_lost(
+            ended=bool(ended), heartbeat_ms=heartbeat_ms, last_seen_ns=last_seen_ns, now_ns=now
+        ),
+    )
+
+
+#: Tables of a process's own names, removed with it.
+_PER_PROCESS: Final = ("methods", "threads", "frames", "samplers", "sample_threads")
+
+
+def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:
+    """``Store.prune`` on the caller's transaction."""
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS pruned (seq BLOB PRIMARY KEY) WITHOUT ROWID")
+    conn.execute("DELETE FROM temp.pruned")
+    conn.execute(
+        "INSERT INTO temp.pruned SELECT seq FROM sequences WHERE start_ns < ?", (before_ns,)
+    )
+    (sequences,) = conn.execute("SELECT count(*) FROM temp.pruned").fetchone()
+    for table in ("batch_seqs", "seq_methods", "handoffs", "lost_seqs", "sequences"):
+        conn.execute(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM temp.pruned)")
+    # A batch goes once no sequence it holds is left (a batch may hold old and new sequences).
+    conn.execute(
+        "DELETE FROM batches WHERE received_ns < ? AND NOT EXISTS (SELECT 1 FROM batch_seqs s "
+        "WHERE s.puid = batches.puid AND s.batch_no = batches.batch_no)",
+        (before_ns,),
+    )
+    # An End before the cutoff belongs to an invocation that started before it, so its sequence
+    # was pruned.
+    conn.execute("DELETE FROM late_ends WHERE end_ns < ?", (before_ns,))
+    conn.execute(
+        "DELETE FROM late_attrs WHERE NOT EXISTS (SELECT 1 FROM batches b "
+        "WHERE b.puid = late_attrs.puid AND b.batch_no = late_attrs.batch_no)"
+    )
+    samples = conn.execute("DELETE FROM samples WHERE t_ns < ?", (before_ns,)).rowcount
+    gone = [
+        puid
+        for (puid,) in conn.execute(
+            "SELECT puid FROM processes p WHERE last_seen_ns < ? "
+            "AND NOT EXISTS (SELECT 1 FROM batch_seqs s WHERE s.puid = p.puid) "
+            "AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = p.puid) "
+            "AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = p.puid) "
+            "AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = p.puid) "
+            "AND NOT EXISTS (SELECT 1 FROM lost_seqs l WHERE l.puid = p.puid)",
+            (before_ns,),
+        )
+    ]
+    for part in _chunks(gone):
+        marks = ", ".join("?" * len(part))
+        for table in (*_PER_PROCESS, "late_ends", "late_attrs", "processes"):
+            conn.execute(f"DELETE FROM {table} WHERE puid IN ({marks})", part)
+    conn.execute("DELETE FROM temp.pruned")
+    return PruneResult(sequences=sequences, samples=samples, processes=len(gone))
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for at in range(0, len(items), _CHUNK):
+        yield items[at : at + _CHUNK]

@@ -1,0 +1,213 @@
+"""The SQLite repository's schema and statements, kept apart from the code that runs them.
+
+Version 2 added hand-offs, version 3 each process's heartbeat interval, version 4 stack samples,
+their frames and each process's sampler report, version 5 the sequences a process dropped events
+of: each purely additive. Version 6 stores events as their batches arrived (``cmr.store.packed``)
+instead of a row per Start and End; ``sqlite_migrate`` moves an older file's rows into that form
+when it is opened for writing (``UPGRADES`` then the move).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION: Final = 6
+
+#: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
+#: writing is upgraded in place; the statements are shared with a fresh schema.
+HANDOFFS_SCHEMA: Final = (
+    """CREATE TABLE handoffs (
+        hid INTEGER PRIMARY KEY,
+        seq BLOB NOT NULL, puid INTEGER NOT NULL, parent INTEGER NOT NULL,
+        kind TEXT NOT NULL, method INTEGER NOT NULL, submitted_ns INTEGER NOT NULL
+    )""",
+    "CREATE INDEX handoffs_by_seq ON handoffs (seq)",
+)
+#: Version 3 added the heartbeat interval a process promised (0 for processes stored before).
+#: A fresh schema runs the same statement, so old and new files have the same column order.
+HEARTBEAT_SCHEMA: Final = (
+    "ALTER TABLE processes ADD COLUMN heartbeat_ms INTEGER NOT NULL DEFAULT 0",
+)
+#: Version 4 added stack samples. ``samples`` is keyed by thread and time, so a sequence reads
+#: the samples of its threads by index range; ``sample_threads`` keeps the longest span of each
+#: thread's samples, which bounds how far before a window a sample overlapping it can start.
+#: ``stack`` is msgpack ``[[frame ids], [lines]]``, outermost first.
+SAMPLES_SCHEMA: Final = (
+    """CREATE TABLE frames (
+        puid INTEGER NOT NULL, frame INTEGER NOT NULL,
+        file TEXT NOT NULL, function TEXT NOT NULL, line INTEGER NOT NULL,
+        PRIMARY KEY (puid, frame)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE samples (
+        puid INTEGER NOT NULL, tid INTEGER NOT NULL, t_ns INTEGER NOT NULL,
+        weight INTEGER NOT NULL, duration_ns INTEGER NOT NULL, cpu_ns INTEGER NOT NULL,
+        stack BLOB NOT NULL,
+        PRIMARY KEY (puid, tid, t_ns)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE sample_threads (
+        puid INTEGER NOT NULL, tid INTEGER NOT NULL, longest_ns INTEGER NOT NULL,
+        PRIMARY KEY (puid, tid)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE samplers (
+        puid INTEGER PRIMARY KEY, mode TEXT NOT NULL, interval_ms INTEGER NOT NULL,
+        ticks INTEGER NOT NULL, late_ticks INTEGER NOT NULL, cost_ns INTEGER NOT NULL
+    )""",
+    "INSERT INTO counters VALUES ('samples', 0)",
+)
+#: Version 5 added lossy sequences: (seq, puid) when process puid reported (``Batch.lost_seqs``)
+#: that it dropped events of seq. Keyed by sequence first, so listing asks by index.
+LOST_SEQS_SCHEMA: Final = (
+    """CREATE TABLE lost_seqs (
+        seq BLOB NOT NULL, puid INTEGER NOT NULL,
+        PRIMARY KEY (seq, puid)
+    ) WITHOUT ROWID""",
+)
+
+#: Versions 1 to 5 stored a row per Start and per End (wall-clock times), joined on read.
+LEGACY_EVENTS_SCHEMA: Final = (
+    """CREATE TABLE starts (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, seq BLOB NOT NULL,
+        parent INTEGER NOT NULL, hid INTEGER NOT NULL, tid INTEGER NOT NULL,
+        method INTEGER NOT NULL, start_ns INTEGER NOT NULL,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX starts_by_seq ON starts (seq)",
+    """CREATE TABLE ends (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, end_ns INTEGER NOT NULL, error TEXT,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+)
+#: Version 6: each batch's thread chunks as one blob (monotonic times, the batch's clock offset
+#: beside it) and the index of ``cmr.store.packed``: the sequences in each batch, the methods each
+#: sequence ran, and the Ends and Attrs whose Start is not in their batch (``late_*``).
+PACKED_SCHEMA: Final = (
+    "ALTER TABLE batches ADD COLUMN clock_offset_ns INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE batches ADD COLUMN chunks BLOB",
+    """CREATE TABLE batch_seqs (
+        seq BLOB NOT NULL, puid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        PRIMARY KEY (seq, puid, batch_no)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX batch_seqs_by_batch ON batch_seqs (puid, batch_no)",
+    """CREATE TABLE seq_methods (
+        seq BLOB NOT NULL, puid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        methods BLOB NOT NULL,  -- msgpack array of the method ids its Starts in the batch ran
+        PRIMARY KEY (seq, puid, batch_no)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE late_ends (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, end_ns INTEGER NOT NULL, error TEXT,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX late_ends_by_time ON late_ends (end_ns)",
+    """CREATE TABLE late_attrs (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        attributes BLOB NOT NULL,  -- JSON object
+        PRIMARY KEY (puid, iid, batch_no)
+    ) WITHOUT ROWID""",
+)
+
+SCHEMA: Final = (
+    """CREATE TABLE processes (
+        puid INTEGER PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        platform_id TEXT NOT NULL,
+        argv TEXT NOT NULL,  -- JSON array
+        clock_offset_ns INTEGER NOT NULL,
+        started_ns INTEGER NOT NULL,
+        ended INTEGER NOT NULL,  -- a final batch arrived
+        dropped INTEGER NOT NULL,  -- cumulative: the largest count reported
+        last_seen_ns INTEGER NOT NULL
+    )""",
+    """CREATE TABLE methods (
+        puid INTEGER NOT NULL, method INTEGER NOT NULL,
+        module TEXT NOT NULL, qualname TEXT NOT NULL, file TEXT NOT NULL, line INTEGER NOT NULL,
+        PRIMARY KEY (puid, method)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE threads (
+        puid INTEGER NOT NULL, tid INTEGER NOT NULL, native_id INTEGER NOT NULL, name TEXT NOT NULL,
+        PRIMARY KEY (puid, tid)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE sequences (
+        seq BLOB PRIMARY KEY, start_ns INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX sequences_by_start ON sequences (start_ns, seq)",
+    """CREATE TABLE batches (
+        puid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        received_ns INTEGER NOT NULL, events INTEGER NOT NULL,
+        PRIMARY KEY (puid, batch_no)
+    ) WITHOUT ROWID""",
+    "CREATE TABLE rejected (reason TEXT PRIMARY KEY, frames INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
+    "INSERT INTO counters VALUES ('batches', 0), ('duplicate_batches', 0), ('events', 0)",
+    *HANDOFFS_SCHEMA,
+    *HEARTBEAT_SCHEMA,
+    *SAMPLES_SCHEMA,
+    *LOST_SEQS_SCHEMA,
+    *PACKED_SCHEMA,
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+_CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
+#: From each older version straight to SCHEMA_VERSION.
+#: From each older version to the packed tables (``sqlite_migrate`` then moves the rows).
+UPGRADES: Final = {
+    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
+    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
+    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
+    4: (*LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
+    5: PACKED_SCHEMA,
+}
+CURRENT_VERSION: Final = _CURRENT
+
+#: The heartbeat interval comes from the latest batch received (the process may change it);
+#: everything else a process says about itself is kept from its first batch.
+UPSERT_PROCESS: Final = """
+    INSERT INTO processes (
+        puid, pid, host, platform_id, argv, clock_offset_ns, started_ns,
+        ended, dropped, last_seen_ns, heartbeat_ms
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (puid) DO UPDATE SET
+        ended = max(ended, excluded.ended),
+        dropped = max(dropped, excluded.dropped),
+        last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
+        heartbeat_ms = CASE WHEN excluded.last_seen_ns >= last_seen_ns
+                            THEN excluded.heartbeat_ms ELSE heartbeat_ms END"""
+UPSERT_SEQUENCE: Final = """
+    INSERT INTO sequences VALUES (?, ?)
+    ON CONFLICT (seq) DO UPDATE SET start_ns = min(start_ns, excluded.start_ns)"""
+PROCESS_COLUMNS: Final = (
+    "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
+)
+#: The stored batches holding a sequence's Starts or Handoffs, in (puid, batch_no) order.
+SEQUENCE_BATCHES: Final = """
+    SELECT b.puid, b.batch_no, b.clock_offset_ns, b.chunks
+    FROM batch_seqs s JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
+    WHERE s.seq = ? ORDER BY s.puid, s.batch_no"""
+
+#: A sampler report is cumulative: the one with the most ticks is the latest, whatever order
+#: batches arrive in.
+UPSERT_SAMPLER: Final = """
+    INSERT INTO samplers VALUES (?, ?, ?, ?, ?, ?)
+    ON CONFLICT (puid) DO UPDATE SET
+        mode = excluded.mode, interval_ms = excluded.interval_ms, ticks = excluded.ticks,
+        late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns
+    WHERE excluded.ticks >= samplers.ticks"""
+UPSERT_SAMPLE_THREAD: Final = """
+    INSERT INTO sample_threads VALUES (?, ?, ?)
+    ON CONFLICT (puid, tid) DO UPDATE SET longest_ns = max(longest_ns, excluded.longest_ns)"""
+#: _samples.overlaps in SQL: the samples of thread (:puid, :tid) whose span meets the window
+#: [:start, :end). A sample starts at most the thread's longest span before the window, which
+#: bounds the index range read (:lowest = :start - max(longest, 1)).
+SAMPLES_IN_WINDOW: Final = """
+    SELECT t_ns, weight, duration_ns, cpu_ns, stack FROM samples
+    WHERE puid = :puid AND tid = :tid AND t_ns > :lowest AND t_ns < :end
+      AND t_ns + max(duration_ns, 1) > :start
+    ORDER BY t_ns"""
+#: base.names_method in SQL: the methods :name names.
+NAMED_METHODS: Final = """
+    SELECT puid, method FROM methods
+    WHERE qualname = :name OR (module != '' AND module || '.' || qualname = :name)"""
+#: The methods each sequence ran, most recent sequence first (from :since): ``find_sequences``
+#: reads it until it has found enough sequences running a wanted method.
+METHODS_BY_RECENT_SEQUENCE: Final = """
+    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN seq_methods m ON m.seq = q.seq
+    WHERE q.start_ns >= :since ORDER BY q.start_ns DESC, q.seq DESC"""

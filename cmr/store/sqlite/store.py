@@ -1,0 +1,364 @@
+"""The default backend: one SQLite file, written by `cmr serve`, read by the CLI at the same time.
+
+Events are stored as their batches arrived (``cmr.store.packed``): one blob per batch and a small
+index, so ingest costs a handful of statements per batch rather than one per event, and a tree
+reads only its own batches. Hand-offs get a table of their own, keyed by ``hid`` and joined to the
+invocations that continue them only when a tree is built, so they may arrive before or after
+those invocations. The ``sequences`` table keeps each sequence's earliest start so that listing
+and prefix lookup never scan the events. Stack samples live in tables of their own
+(``sqlite_samples``), keyed by thread and time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from cmr.store._samples import I64_MIN, sample_records, sample_windows
+from cmr.store._shared import (
+    SHOWN_MATCHES,
+    SeqRange,
+    check_limit,
+    lost_rows,
+    pick_match,
+    seq_range,
+    summarize,
+)
+from cmr.store.base import (
+    PruneResult,
+    SequenceData,
+    SequenceSummary,
+    Store,
+    StoreError,
+    StoreStats,
+    UnknownSequenceError,
+)
+from cmr.store.packed import methods_of, pack
+from cmr.store.sqlite import read as sqlite_read
+from cmr.store.sqlite.connect import connect, missing
+from cmr.store.sqlite.migrate import move_legacy_rows
+from cmr.store.sqlite.samples import load_samplers, load_samples, store_samples
+from cmr.store.sqlite.schema import (
+    CURRENT_VERSION,
+    METHODS_BY_RECENT_SEQUENCE,
+    NAMED_METHODS,
+    PROCESS_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    UPGRADES,
+    UPSERT_PROCESS,
+    UPSERT_SEQUENCE,
+)
+from tracer.wire import Batch
+
+#: How long a reader or writer waits for a lock held by another connection before failing.
+BUSY_TIMEOUT_MS: Final = 10_000
+
+
+class SQLiteStore(Store):
+    """A repository in one SQLite file. Thread-safe: one connection, used under a lock.
+
+    ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        readonly: bool = False,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.path = path
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = connect(path, readonly, busy_timeout_ms)
+        try:
+            self._prepare(readonly)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _prepare(self, readonly: bool) -> None:
+        conn = self._connection()
+        if not readonly:
+            # WAL lets the CLI read while `cmr serve` writes. With synchronous=NORMAL a commit is
+            # durable once it returns as far as a crash of this process goes; an OS crash or power
+            # loss can lose the last transactions (the WAL is synced at checkpoints, not at every
+            # commit) but never corrupts the file. The ack therefore survives a repository crash,
+            # not a power cut; that trade buys several times the ingest rate of synchronous=FULL.
+            self._pragma("PRAGMA journal_mode = WAL")
+            self._pragma("PRAGMA synchronous = NORMAL")
+            # Checkpoint the WAL into the database every 32 MiB rather than SQLite's 4 MiB: each
+            # checkpoint syncs, and at full ingest rate the default makes that every few batches.
+            self._pragma("PRAGMA wal_autocheckpoint = 8192")
+        with self._transaction("BEGIN" if readonly else "BEGIN IMMEDIATE"):
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+                if tables:
+                    raise StoreError(f"{self.path} is not an invoseq repository")
+                if readonly:
+                    raise StoreError(missing(self.path))
+                for statement in SCHEMA:
+                    conn.execute(statement)
+            elif version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has repository schema version {version}, newer than this "
+                    f"invoseq understands ({SCHEMA_VERSION}): upgrade invoseq"
+                )
+            elif version < SCHEMA_VERSION:
+                upgrade = UPGRADES.get(version)
+                if upgrade is None:
+                    raise StoreError(f"{self.path} has an unknown schema version {version}")
+                if readonly:
+                    raise StoreError(
+                        f"{self.path} has repository schema version {version}, older than this "
+                        f"invoseq uses ({SCHEMA_VERSION}): run `cmr serve` or `tracer run` on it "
+                        "once to upgrade it"
+                    )
+                for statement in upgrade:
+                    conn.execute(statement)
+                move_legacy_rows(conn)
+                conn.execute(CURRENT_VERSION)
+
+    # -- write side -----------------------------------------------------------------------
+
+    def ingest(self, batch: Batch, received_ns: int) -> bool:
+        packed = pack(batch)
+        samples = sample_records(batch)
+        process = batch.process
+        puid = batch.puid
+        batch_no = batch.batch_no
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    puid,
+                    batch_no,
+                    received_ns,
+                    packed.events,
+                    process.clock_offset_ns,
+                    packed.chunks,
+                ),
+            )
+            if cursor.rowcount == 0:
+                conn.execute(
+                    "UPDATE counters SET value = value + 1 WHERE name = 'duplicate_batches'"
+                )
+                return False
+            conn.execute(
+                UPSERT_PROCESS,
+                (
+                    puid,
+                    process.pid,
+                    process.host,
+                    process.platform_id,
+                    json.dumps(process.argv),
+                    process.clock_offset_ns,
+                    process.started_ns,
+                    int(batch.final),
+                    batch.dropped,
+                    received_ns,
+                    process.heartbeat_ms,
+                ),
+            )
+            if batch.methods:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO methods VALUES (?, ?, ?, ?, ?, ?)",
+                    [(puid, m.method, m.module, m.qualname, m.file, m.line) for m in batch.methods],
+                )
+            if batch.threads:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
+                    [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
+                )
+            conn.executemany(
+                "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
+                [(seq, puid, batch_no) for seq in packed.seqs],
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
+                [(seq, puid, batch_no, methods) for seq, methods in packed.seq_methods.items()],
+            )
+            # First write wins for an event key: a replayed or forged duplicate changes nothing.
+            if packed.late_ends:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends
+                )
+            if packed.late_attrs:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO late_attrs VALUES (?, ?, ?, ?)", packed.late_attrs
+                )
+            if packed.handoffs:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", packed.handoffs
+                )
+            conn.executemany(UPSERT_SEQUENCE, packed.first_start.items())
+            if batch.lost_seqs:
+                conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
+            store_samples(conn, batch, samples)
+            conn.executemany(
+                "UPDATE counters SET value = value + ? WHERE name = ?",
+                ((1, "batches"), (packed.events, "events")),
+            )
+        return True
+
+    def record_rejected(self, reason: str, count: int = 1) -> None:
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            conn.execute(
+                "INSERT INTO rejected VALUES (?, ?) "
+                "ON CONFLICT (reason) DO UPDATE SET frames = frames + excluded.frames",
+                (reason, count),
+            )
+
+    # -- read side ------------------------------------------------------------------------
+
+    def list_sequences(self, limit: int) -> list[SequenceSummary]:
+        check_limit(limit)
+        now = self._clock()
+        with self._transaction("BEGIN") as conn:
+            recent = conn.execute(
+                "SELECT seq, start_ns FROM sequences ORDER BY start_ns DESC, seq DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+            cache: sqlite_read.BatchCache = {}  # sequences listed together often share batches
+            return [
+                summarize(self._load(conn, seq, now, samples=False, cache=cache), start_ns)
+                for seq, start_ns in recent
+            ]
+
+    def resolve_sequence(self, prefix: str) -> bytes:
+        wanted = seq_range(prefix)
+        where, params = _range_clause(wanted)
+        with self._transaction("BEGIN") as conn:
+            count = conn.execute(f"SELECT count(*) FROM sequences WHERE {where}", params)
+            matches = count.fetchone()[0]
+            first = conn.execute(
+                f"SELECT seq FROM sequences WHERE {where} ORDER BY seq LIMIT {SHOWN_MATCHES}",
+                params,
+            ).fetchall()
+        return pick_match(wanted, matches, [seq for (seq,) in first])
+
+    def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
+        now = self._clock()
+        with self._transaction("BEGIN") as conn:
+            return self._load(conn, seq, now, samples=samples)
+
+    def _load(
+        self,
+        conn: sqlite3.Connection,
+        seq: bytes,
+        now: int,
+        *,
+        samples: bool,
+        cache: sqlite_read.BatchCache | None = None,
+    ) -> SequenceData:
+        invocations = sqlite_read.invocations(conn, seq, cache)
+        if not invocations:
+            raise UnknownSequenceError(f"no sequence {seq.hex()}")
+        handoffs = sqlite_read.handoffs(conn, seq, invocations)
+        methods, threads = sqlite_read.names(conn, invocations, handoffs)
+        lost_by = frozenset(
+            puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
+        )
+        puids = {r.puid for r in invocations} | {h.puid for h in handoffs.values()} | lost_by
+        processes = sqlite_read.processes(conn, puids, now)
+        sampled, frames = load_samples(conn, sample_windows(invocations)) if samples else ([], {})
+        return SequenceData(
+            seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
+        )
+
+    def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
+        check_limit(limit)
+        since = I64_MIN if since_ns is None else since_ns
+        found: list[bytes] = []
+        with self._transaction("BEGIN") as conn:
+            wanted = set(conn.execute(NAMED_METHODS, {"name": method}).fetchall())
+            if not wanted or limit == 0:
+                return found
+            rows = conn.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since})
+            for seq, puid, blob in rows:
+                if found and found[-1] == seq:
+                    continue
+                if any((puid, m) in wanted for m in methods_of(blob)):
+                    found.append(seq)
+                    if len(found) == limit:
+                        break
+        return found
+
+    def prune(self, before_ns: int) -> PruneResult:
+        with self._transaction("BEGIN IMMEDIATE") as conn:
+            return sqlite_read.prune(conn, before_ns)
+
+    def stats(self) -> StoreStats:
+        now = self._clock()
+        with self._transaction("BEGIN") as conn:
+            counters = dict(conn.execute("SELECT name, value FROM counters"))
+            rejected = dict(conn.execute("SELECT reason, frames FROM rejected ORDER BY reason"))
+            processes = [
+                sqlite_read.process_record(row, now)
+                for row in conn.execute(
+                    f"SELECT {PROCESS_COLUMNS} FROM processes ORDER BY last_seen_ns DESC, puid"
+                )
+            ]
+            samplers = load_samplers(conn)
+        return StoreStats(
+            batches=counters["batches"],
+            duplicate_batches=counters["duplicate_batches"],
+            events=counters["events"],
+            rejected=rejected,
+            processes=processes,
+            samples=counters["samples"],
+            samplers=samplers,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"the repository {self.path} is closed")
+        return self._conn
+
+    def _pragma(self, statement: str) -> None:
+        try:
+            self._connection().execute(statement)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot use repository {self.path}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        """One transaction under the lock; SQLite errors become one-line StoreErrors."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute(begin)
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StoreError(f"repository {self.path}: {exc}") from exc
+            except OverflowError as exc:  # an integer SQLite cannot hold
+                raise StoreError(f"repository {self.path}: {exc}") from exc
+
+
+def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
+    if wanted.hi is None:
+        return "seq >= ?", (wanted.lo,)
+    return "seq >= ? AND seq < ?", (wanted.lo, wanted.hi)

@@ -1,0 +1,60 @@
+"""From a stored sequence to the tree the commands show: load, build, merge samples, cut.
+
+``view_sequence`` is the tree ``cmr show`` prints, ``render_sequence`` its text (``tracer run``'s
+report prints it too), and ``sequence_tree`` the whole tree the exports and the HTML report use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cmr.views._gc import paused_gc
+from cmr.views.budget import DEFAULT_MAX_NODES
+from cmr.views.calltree import SequenceTree, build_tree
+from cmr.views.merge import merge_samples
+from cmr.views.processors import drop_shorter_than, limit_depth
+from cmr.views.render.text import render_text
+
+if TYPE_CHECKING:
+    from cmr.store.base import SequenceData, Store
+
+__all__ = ["render_sequence", "sequence_tree", "view_sequence"]
+
+
+def render_sequence(
+    store: Store,
+    seq: bytes,
+    *,
+    depth: int | None = None,
+    min_duration_ns: int = 0,
+    color: bool = False,
+    samples: bool = False,
+    max_nodes: int = DEFAULT_MAX_NODES,
+) -> str:
+    """One sequence's tree as ``cmr show`` prints it (without a trailing newline); ``samples``
+    merges the stack samples in, as ``cmr show --samples`` does; ``max_nodes`` bounds its lines
+    as ``--max-nodes`` does (0: no limit)."""
+    tree = view_sequence(store, seq, depth, min_duration_ns, samples=samples)
+    return render_text(tree, color=color, max_nodes=max_nodes)
+
+
+def view_sequence(
+    store: Store, seq: bytes, depth: int | None, min_duration_ns: int, *, samples: bool = False
+) -> SequenceTree:
+    """The tree ``cmr show`` prints. Samples are read and merged only when asked for, so a plain
+    ``cmr show`` never pays for them. The garbage collector waits meanwhile: a big sequence is
+    millions of objects that all stay alive, which it would scan over and over."""
+    with paused_gc():
+        data = store.load_sequence(seq, samples=samples)
+        tree = build_tree(data)
+        if samples:
+            tree = merge_samples(tree, data)
+        if depth is not None:
+            tree = limit_depth(tree, depth)
+        return drop_shorter_than(tree, min_duration_ns)
+
+
+def sequence_tree(data: SequenceData) -> SequenceTree:
+    """The whole tree of a sequence, with its samples merged in when it has any."""
+    tree = build_tree(data)
+    return merge_samples(tree, data) if data.samples else tree

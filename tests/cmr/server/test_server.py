@@ -1,0 +1,352 @@
+"""The repository server over real ZeroMQ sockets: what it stores, acknowledges and refuses."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import zmq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zmq.utils.monitor import recv_monitor_message
+
+from cmr.server.ingest import Ingest
+from cmr.server.server import HARD_LIMIT_FACTOR, ServerThread, run_server
+from cmr.store import Store, open_store
+from cmr.store.memory.store import MemoryStore
+from cmr.store.sqlite.store import SQLiteStore
+from tests.support import READY_PREFIX, read_line
+from tracer import wire
+
+pytestmark = pytest.mark.system
+
+BatchFactory = Callable[..., wire.Batch]
+Encode = Callable[[wire.Batch], list[bytes]]
+
+MAX_FRAME = 4096
+TIMEOUT_MS = 10_000
+SEQ = bytes.fromhex("5e9" + "0" * 29)
+
+
+def events() -> dict[int, list[wire.Event]]:
+    return {1: [wire.Start(1, 0, 0, 1, 100, SEQ), wire.End(1, 200)]}
+
+
+def receive_ack(sock: zmq.Socket[bytes]) -> wire.Ack:
+    assert sock.poll(TIMEOUT_MS), "no reply from the server"
+    header, body = sock.recv_multipart()
+    assert header == wire.ACK_HEADER
+    return msgspec.msgpack.decode(body, type=wire.Ack)
+
+
+def request(sock: zmq.Socket[bytes], frames: list[bytes]) -> wire.Ack:
+    sock.send_multipart(frames)
+    return receive_ack(sock)
+
+
+@pytest.fixture(name="store")
+def fixture_store() -> Iterator[Store]:
+    store = MemoryStore()
+    yield store
+    store.close()
+
+
+@pytest.fixture(name="server")
+def fixture_server(store: Store) -> Iterator[ServerThread]:
+    with ServerThread(store, "tcp://127.0.0.1:*", max_frame_bytes=MAX_FRAME) as server:
+        yield server
+
+
+@pytest.fixture(name="connect")
+def fixture_connect() -> Iterator[Callable[[str], zmq.Socket[bytes]]]:
+    """``connect(endpoint)``: a DEALER like a traced process's, closed after the test."""
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sockets: list[zmq.Socket[bytes]] = []
+
+    def connect(endpoint: str) -> zmq.Socket[bytes]:
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        sockets.append(sock)
+        return sock
+
+    yield connect
+    for sock in sockets:
+        sock.close()
+    context.term()
+
+
+@pytest.fixture(name="client")
+def fixture_client(
+    server: ServerThread, connect: Callable[[str], zmq.Socket[bytes]]
+) -> zmq.Socket[bytes]:
+    return connect(server.endpoint)
+
+
+# -- accepted batches -----------------------------------------------------------------------
+
+
+def test_valid_batch_is_stored_then_acknowledged(
+    store: Store, client: zmq.Socket[bytes], make_batch: BatchFactory, encode_batch: Encode
+) -> None:
+    ack = request(client, encode_batch(make_batch(7, 1, events())))
+
+    assert ack == wire.Ack(7, 1)
+    assert [r.iid for r in store.load_sequence(SEQ).invocations] == [1]
+
+
+def test_resent_batch_is_acknowledged_again_but_stored_once(
+    store: Store, client: zmq.Socket[bytes], make_batch: BatchFactory, encode_batch: Encode
+) -> None:
+    frames = encode_batch(make_batch(7, 1, events()))
+
+    assert request(client, frames) == request(client, frames) == wire.Ack(7, 1)
+    stats = store.stats()
+    assert (stats.batches, stats.duplicate_batches, stats.events) == (1, 1, 2)
+
+
+def test_each_sender_gets_its_own_acknowledgements(
+    server: ServerThread,
+    connect: Callable[[str], zmq.Socket[bytes]],
+    make_batch: BatchFactory,
+    encode_batch: Encode,
+) -> None:
+    first, second = connect(server.endpoint), connect(server.endpoint)
+    first.send_multipart(encode_batch(make_batch(7, 1, events())))
+    second.send_multipart(encode_batch(make_batch(8, 1, events())))
+
+    assert receive_ack(second) == wire.Ack(8, 1)
+    assert receive_ack(first) == wire.Ack(7, 1)
+
+
+# -- refused frames -------------------------------------------------------------------------
+
+
+def valid_body(batch: wire.Batch) -> bytes:
+    return msgspec.msgpack.encode(batch)
+
+
+def altered_body(batch: wire.Batch, change: Callable[[list[Any]], None]) -> bytes:
+    fields = msgspec.to_builtins(batch)
+    change(fields)
+    return msgspec.msgpack.encode(fields)
+
+
+def _set(path: tuple[int, ...], value: Any) -> Callable[[list[Any]], None]:
+    def change(fields: list[Any]) -> None:
+        target = fields
+        for index in path[:-1]:
+            target = target[index]
+        target[path[-1]] = value
+
+    return change
+
+
+# Each case: the reason it is counted under, and the frames built from a valid batch.
+BAD_FRAMES: dict[str, tuple[str, Callable[[wire.Batch], list[bytes]]]] = {
+    "not invoseq": ("garbage", lambda b: [b"hello", b"world"]),
+    "empty frames": ("garbage", lambda b: [b"", b""]),
+    "short header": ("garbage", lambda b: [wire.MAGIC, valid_body(b)]),
+    "long header": ("garbage", lambda b: [wire.BATCH_HEADER + b"!", valid_body(b)]),
+    "other protocol version": (
+        "version",
+        lambda b: [wire.MAGIC + bytes((wire.PROTOCOL_VERSION + 1, wire.KIND_BATCH)), valid_body(b)],
+    ),
+    "an ack sent to the server": ("kind", lambda b: [wire.ACK_HEADER, valid_body(b)]),
+    "header alone": ("frames", lambda b: [wire.BATCH_HEADER]),
+    "extra frame": ("frames", lambda b: [wire.BATCH_HEADER, valid_body(b), b"extra"]),
+    "truncated body": ("decode", lambda b: [wire.BATCH_HEADER, valid_body(b)[:-3]]),
+    "body not msgpack": ("decode", lambda b: [wire.BATCH_HEADER, b"\xc1\xc1\xc1"]),
+    "puid is a string": ("decode", lambda b: [wire.BATCH_HEADER, altered_body(b, _set((0,), "7"))]),
+    "negative batch number": (
+        "decode",
+        lambda b: [wire.BATCH_HEADER, altered_body(b, _set((1,), -1))],
+    ),
+    "15-byte sequence id": (
+        "decode",
+        lambda b: [wire.BATCH_HEADER, altered_body(b, _set((5, 0, 1, 0, 6), b"x" * 15))],
+    ),
+    "unknown event tag": (
+        "decode",
+        lambda b: [wire.BATCH_HEADER, altered_body(b, _set((5, 0, 1, 1, 0), 9))],
+    ),
+    "time overflows wall clock": (
+        "decode",
+        lambda b: [wire.BATCH_HEADER, altered_body(b, _set((5, 0, 1, 1, 2), 2**63 - 1))],
+    ),
+    "frame over the limit": ("oversized", lambda b: [wire.BATCH_HEADER, b"\0" * (MAX_FRAME + 1)]),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FRAMES.values(), ids=BAD_FRAMES.keys())
+def test_bad_frames_are_counted_and_refused_and_the_server_carries_on(
+    store: Store,
+    client: zmq.Socket[bytes],
+    make_batch: BatchFactory,
+    encode_batch: Encode,
+    case: tuple[str, Callable[[wire.Batch], list[bytes]]],
+) -> None:
+    reason, build = case
+    refused = make_batch(7, 1, events())
+    client.send_multipart(build(refused))
+
+    # Replies come back in order: the first one answering the good batch proves that the bad
+    # frames got none, and that they were handled (and counted) before it.
+    assert request(client, encode_batch(make_batch(7, 2, events()))) == wire.Ack(7, 2)
+    stats = store.stats()
+    assert stats.rejected == {reason: 1}
+    assert (stats.batches, stats.events) == (1, 2)
+
+
+def test_frame_far_over_the_limit_only_costs_its_sender_the_connection(
+    store: Store,
+    server: ServerThread,
+    connect: Callable[[str], zmq.Socket[bytes]],
+    make_batch: BatchFactory,
+    encode_batch: Encode,
+) -> None:
+    # libzmq refuses such a frame itself, before the server sees it, and drops the connection.
+    flooder = connect(server.endpoint)
+    monitor = flooder.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    try:
+        flooder.send_multipart([wire.BATCH_HEADER, b"\0" * (HARD_LIMIT_FACTOR * MAX_FRAME + 1)])
+        assert monitor.poll(TIMEOUT_MS), "the server kept the connection"
+        assert recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED
+    finally:
+        flooder.disable_monitor()
+        monitor.close()
+
+    other = connect(server.endpoint)
+    assert request(other, encode_batch(make_batch(7, 1, events()))) == wire.Ack(7, 1)
+    assert store.stats().batches == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(frames=st.lists(st.binary(max_size=64), max_size=4), header_ok=st.booleans())
+def test_ingest_never_raises_on_arbitrary_frames(frames: list[bytes], header_ok: bool) -> None:
+    if header_ok and frames:
+        frames[0] = wire.BATCH_HEADER
+    store = MemoryStore()
+
+    ack = Ingest(store).handle(frames)
+
+    stats = store.stats()
+    if ack is None:
+        assert sum(stats.rejected.values()) == 1  # refused, and counted once
+    else:
+        assert (stats.batches, stats.rejected) == (1, {})  # a valid batch by chance: stored
+
+
+def test_store_failure_is_not_acknowledged_so_the_sender_retries(
+    tmp_path: Path,
+    make_batch: BatchFactory,
+    encode_batch: Encode,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    path = tmp_path / "cmr.sqlite"
+    store = SQLiteStore(str(path), busy_timeout_ms=50)
+    ingest = Ingest(store)
+    frames = encode_batch(make_batch(7, 1, events()))
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database
+        assert ingest.handle(frames) is None
+        assert "cannot store batch 1 of process 7" in caplog.text
+        blocker.execute("ROLLBACK")
+
+        assert ingest.handle(frames) == wire.Ack(7, 1)
+        assert store.stats().batches == 1
+    finally:
+        blocker.close()
+        store.close()
+
+
+# -- `cmr serve` as a process ---------------------------------------------------------------
+
+
+def start_server_process(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cmr.server", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    """Wait for the process; its exit code, the rest of stdout, and stderr."""
+    try:
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
+    return process.returncode, out, err
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_server_process_announces_stores_and_stops_on_signal(
+    tmp_path: Path,
+    connect: Callable[[str], zmq.Socket[bytes]],
+    make_batch: BatchFactory,
+    encode_batch: Encode,
+    stop_signal: signal.Signals,
+) -> None:
+    db = tmp_path / "repo" / "cmr.sqlite"
+    bind = f"ipc://{tmp_path}/cmr.sock"
+    process = start_server_process("--bind", bind, "--db", str(db))
+    try:
+        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
+        client = connect(bind)
+        assert request(client, encode_batch(make_batch(7, 1, events()))) == wire.Ack(7, 1)
+        process.send_signal(stop_signal)
+    finally:
+        code, out, err = finish(process)
+
+    assert (code, out, err) == (0, "", "")
+    store = open_store(str(db), readonly=True)
+    try:
+        assert [r.iid for r in store.load_sequence(SEQ).invocations] == [1]
+    finally:
+        store.close()
+
+
+def test_server_process_reports_an_address_in_use(store: Store, server: ServerThread) -> None:
+    process = start_server_process("--bind", server.endpoint, "--memory")
+
+    code, out, err = finish(process)
+
+    assert (code, out) == (1, "")
+    assert err == f"cmr: cannot listen on {server.endpoint}: Address already in use\n"
+
+
+def test_server_process_reports_an_unusable_repository(tmp_path: Path) -> None:
+    process = start_server_process("--bind", "tcp://127.0.0.1:*", "--db", str(tmp_path))
+
+    code, out, err = finish(process)
+
+    assert (code, out) == (1, "")
+    assert err.startswith(f"cmr: cannot open repository {tmp_path}")
+    assert err.count("\n") == 1
+
+
+def test_run_server_refuses_a_malformed_endpoint(capsys: pytest.CaptureFixture[str]) -> None:
+    store = MemoryStore()
+
+    assert run_server(store, "nonsense") == 1
+
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "cmr: cannot listen on nonsense: Invalid argument "
+        "(expected tcp://HOST:PORT or ipc://PATH)\n"
+    )
+    with pytest.raises(Exception, match="closed"):
+        store.stats()  # run_server owns the store it was given, even when it cannot start

@@ -1,0 +1,222 @@
+"""The sender over a real ZeroMQ socket: bounded exit with no repository, counted drops."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+
+import tracer
+from tracer import wire
+from tracer._core import budget
+from tracer._shipping import spool
+from tracer.testing import capture
+
+
+@tracer.traced
+def work(n: int) -> int:
+    return n * 2
+
+
+def unused_endpoint(tmp_path: Path) -> str:
+    """An ipc endpoint nobody listens on."""
+    return f"ipc://{tmp_path}/nobody.sock"
+
+
+@pytest.mark.timing
+def test_shutdown_with_no_repository_returns_within_the_flush_timeout(tmp_path: Path) -> None:
+    tracer.configure(endpoint=unused_endpoint(tmp_path), flush_timeout_ms=300)
+    work(1)
+    started = time.monotonic()
+    acknowledged = tracer.shutdown()
+    elapsed = time.monotonic() - started
+    assert acknowledged is False
+    assert elapsed < 0.3 + 5.0  # the timeout plus generous slack for a loaded machine
+
+
+@pytest.mark.system
+@pytest.mark.timing
+def test_process_exit_with_no_repository_is_bounded(tmp_path: Path) -> None:
+    script = tmp_path / "app.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import tracer
+
+            @tracer.traced
+            def handle(i):
+                return i
+
+            for i in range(1000):
+                handle(i)
+            print("done")
+            """
+        )
+    )
+    env = {
+        "INVOSEQ_ENDPOINT": unused_endpoint(tmp_path),
+        "INVOSEQ_FLUSH_TIMEOUT_MS": "500",
+        "PATH": "/usr/bin:/bin",
+    }
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done\n"
+    assert elapsed < 0.5 + 10.0  # flush timeout plus interpreter start-up, generously
+
+
+def test_without_a_repository_every_event_is_spooled_or_counted(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "spool"
+    tracer.configure(
+        endpoint=unused_endpoint(tmp_path),
+        queue_batches=2,
+        max_inflight_batches=1,
+        batch_events=10,
+        flush_timeout_ms=0,
+        spool_dir=str(spool_dir),
+        spool_bytes=4000,  # room for some batches only
+    )
+    for i in range(500):
+        work(i)
+    tracer.shutdown()
+    stats = tracer.stats()
+    [spool_file] = spool_dir.iterdir()
+    assert stats.sent_events == 0  # nothing was acknowledged: nobody listens
+    assert stats.dropped_events > 0  # the spool's bound was reached
+    assert stats.spooled_events > 0  # but it kept what it could, for the next run
+    assert stats.spooled_events + stats.dropped_events == 1000  # a start and an end per call
+    assert spool_file.stat().st_size <= 4000
+    on_disk = {(r.puid, r.batch_no): r.events for r in spool.read_file(spool_file)}
+    assert sum(on_disk.values()) == stats.spooled_events
+
+
+def test_batches_are_numbered_bounded_and_carry_process_metadata() -> None:
+    with capture(batch_events=64) as trace:
+        for i in range(200):
+            work(i)
+        trace.flush()
+        batches = list(trace.batches)
+    numbers = [b.batch_no for b in batches]
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))  # per process, in order
+    assert all(wire.event_count(b) <= 64 for b in batches)
+    assert sum(wire.event_count(b) for b in batches) == 400
+    assert len({b.puid for b in batches}) == 1
+    assert batches[0].process.pid > 0
+    methods = [m for b in batches for m in b.methods]
+    interned = [(m.module, m.qualname) for m in methods]
+    assert interned.count((__name__, "work")) == 1  # interned once
+    threads = [t for b in batches for t in b.threads]
+    assert [t.name for t in threads] == ["MainThread"]
+
+
+def test_each_thread_gets_its_own_tid_and_ordered_events() -> None:
+    def worker() -> None:
+        for i in range(50):
+            work(i)
+
+    with capture() as trace:
+        threads = [threading.Thread(target=worker, name=f"w{i}") for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        invocations = trace.invocations()
+    by_thread: dict[str, int] = {}
+    for invocation in invocations:
+        by_thread[invocation.thread_name] = by_thread.get(invocation.thread_name, 0) + 1
+    assert by_thread == {"w0": 50, "w1": 50, "w2": 50}
+    assert len({i.tid for i in invocations}) == 3
+
+
+@pytest.mark.system
+def test_acknowledged_by_a_real_router(tmp_path: Path) -> None:
+    """The sender's half of the protocol against a bare ROUTER socket standing in for cmr."""
+    endpoint = f"ipc://{tmp_path}/router.sock"
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.bind(endpoint)
+    received: list[wire.Batch] = []
+    stop = threading.Event()
+    decoder = msgspec.msgpack.Decoder(wire.Batch)
+    encoder = msgspec.msgpack.Encoder()
+
+    def serve() -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        while not stop.is_set():
+            if poller.poll(20):
+                identity, head, body = router.recv_multipart()
+                assert head == wire.BATCH_HEADER
+                batch = decoder.decode(body)
+                received.append(batch)
+                ack = wire.Ack(batch.puid, batch.batch_no)
+                router.send_multipart([identity, wire.ACK_HEADER, encoder.encode(ack)])
+
+    server = threading.Thread(target=serve, name="test-router")
+    server.start()
+    try:
+        tracer.configure(endpoint=endpoint, flush_timeout_ms=10_000)
+        for i in range(10):
+            work(i)
+        assert tracer.shutdown() is True
+    finally:
+        stop.set()
+        server.join(10)
+        router.close(linger=0)
+        context.term()
+    assert sum(wire.event_count(b) for b in received) == 20
+    assert received[-1].final is True
+    assert tracer.stats().acked_batches == len(received)
+
+
+def test_an_idle_tracer_sends_heartbeats_that_name_their_interval() -> None:
+    with capture(heartbeat_ms=20, flush_interval_ms=10) as trace:
+        work(1)
+        trace.flush()
+        sent = len(trace.batches)
+        deadline = time.monotonic() + 30
+        while len(trace.batches) < sent + 3 and time.monotonic() < deadline:
+            threading.Event().wait(0.01)  # bounded poll: heartbeats arrive on their own
+        heartbeats = trace.batches[sent:]
+    assert len(heartbeats) >= 3
+    assert all(wire.event_count(b) == 0 for b in heartbeats[:3])
+    assert {b.process.heartbeat_ms for b in trace.batches} == {20}
+
+
+def test_a_program_faster_than_the_sender_stays_bounded_and_every_call_is_counted(
+    tmp_path: Path,
+) -> None:
+    tracer.configure(
+        endpoint=unused_endpoint(tmp_path),
+        max_buffered_bytes=200 * budget.EVENT_BYTES,  # room for 200 buffered events
+        queue_batches=1,
+        batch_events=50,
+        spool_bytes=0,  # nothing can keep what the repository does not take
+        flush_timeout_ms=0,
+    )
+    most = 0
+    calls = 20_000
+    for i in range(calls):
+        work(i)
+        if i % 100 == 0:
+            most = max(most, tracer.stats().buffered_events)
+    tracer.shutdown()
+    stats = tracer.stats()
+    assert most <= 200 + 2  # the cap (a call in flight may add its End)
+    assert stats.sent_events == 0  # nobody listens
+    assert stats.dropped_events == 2 * calls  # recorded and dropped, or never recorded: counted

@@ -1,0 +1,82 @@
+"""The disk spool: bounded, read back in order, tolerant of a crash mid-write, adopted by the
+next run of the same program."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tracer._shipping import spool
+from tracer._shipping.spool import Spool
+
+
+def fill(target: Spool, count: int, size: int = 100) -> None:
+    for n in range(1, count + 1):
+        assert target.append(7, n, bytes([n % 256]) * size, events=n)
+
+
+def drain(target: Spool) -> list[tuple[int, int]]:
+    taken = []
+    while (record := target.peek()) is not None:
+        taken.append((record.batch_no, record.events))
+        target.advance()
+    return taken
+
+
+def test_records_come_back_in_order_and_the_file_is_reused(tmp_path: Path) -> None:
+    own = Spool(str(tmp_path), 10_000, "prog")
+    fill(own, 5)
+    assert drain(own) == [(n, n) for n in range(1, 6)]
+    assert not own.has_records()
+    assert not own.path.exists()  # read to its end: emptied
+    fill(own, 2)
+    assert drain(own) == [(1, 1), (2, 2)]
+
+
+def test_the_byte_bound_is_never_exceeded(tmp_path: Path) -> None:
+    own = Spool(str(tmp_path), 1000, "prog")
+    accepted = sum(own.append(7, n, b"x" * 100, events=1) for n in range(50))
+    assert 0 < accepted < 50
+    assert own.path.stat().st_size <= 1000
+
+
+def test_a_file_cut_by_a_crash_is_read_to_its_last_whole_record(tmp_path: Path) -> None:
+    writer = Spool(str(tmp_path), 10_000, "prog", pid=999_999_999)
+    fill(writer, 3)
+    writer.close()
+    data = writer.path.read_bytes()
+    writer.path.write_bytes(data[:-40])  # the third record's body is cut
+    reader = Spool(str(tmp_path), 10_000, "prog")
+    assert reader.adopt_orphans() == 1  # pid 999999999 is not alive
+    assert drain(reader) == [(1, 1), (2, 2)]
+    assert reader.lost_events == 3  # the cut record's events, from its intact header
+    assert list(tmp_path.iterdir()) == []  # replayed files are removed
+
+
+def test_a_cut_header_and_a_corrupt_body_are_counted(tmp_path: Path) -> None:
+    writer = Spool(str(tmp_path), 10_000, "prog", pid=999_999_998)
+    fill(writer, 2)
+    writer.close()
+    data = bytearray(writer.path.read_bytes())
+    data[-10] ^= 0xFF  # the second record's body no longer matches its CRC
+    writer.path.write_bytes(bytes(data) + b"\xa5\x5a\x00")  # and a header cut short after it
+    records = spool.read_file(writer.path)
+    assert [(r.batch_no, r.events) for r in records] == [(1, 1)]
+
+
+def test_only_dead_processes_files_of_the_same_program_are_adopted(tmp_path: Path) -> None:
+    Spool(str(tmp_path), 10_000, "prog", pid=os.getpid()).append(7, 1, b"alive", events=1)
+    Spool(str(tmp_path), 10_000, "other", pid=999_999_997).append(7, 1, b"other", events=1)
+    Spool(str(tmp_path), 10_000, "prog", pid=999_999_996).append(8, 1, b"dead", events=1)
+    assert Spool(str(tmp_path), 10_000, "prog", pid=999_999_995).adopt_orphans() == 1
+    # The adopter died before replaying it: the next one adopts it again.
+    newcomer = Spool(str(tmp_path), 10_000, "prog", pid=os.getpid())
+    assert newcomer.adopt_orphans() == 1
+    [claimed] = tmp_path.glob(f"prog-{os.getpid()}.*.spool")
+    assert [bytes(r.body) for r in spool.read_file(claimed)] == [b"dead"]
+    assert Spool(str(tmp_path), 10_000, "prog", pid=999_999_994).adopt_orphans() == 0  # alive
+
+
+def test_program_key_names_the_script() -> None:
+    assert spool.program_key(["app.py"]) == spool.program_key([os.path.abspath("app.py")])
+    assert spool.program_key(["app.py"]) != spool.program_key(["other.py"])

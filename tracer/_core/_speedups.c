@@ -1,0 +1,1596 @@
+/* tracer._core._speedups: the C accelerator of the hot path (see docs/architecture.md, "C accelerator").
+ *
+ * Three types and a few functions:
+ *
+ * - TracedFunction: the sync call wrapper. It does what decorator._wrap_sync's traced_call does,
+ *   step for step: the disabled check, the ContextVar get/set/reset (the same ContextVar object,
+ *   tracer._core.context.current), an iid from the process-wide counter (next_iid() below is also the
+ *   pure-Python code's counter), the monotonic clock (CLOCK_MONOTONIC, which is what
+ *   time.perf_counter_ns reads on Linux), a Start and an End or Error record in the thread's
+ *   buffer. A failure of the tracer's own steps goes to recorder.internal_error and the function
+ *   still runs; the user's exceptions propagate unchanged, after an Error record.
+ *
+ * - EventBuffer: a thread's events, as fixed-size records in a preallocated array that grows by
+ *   doubling: recording allocates nothing per event. append() takes the event tuples that the
+ *   Python wrappers (coroutines, generators, hand-offs) build, so a thread has one ordered buffer
+ *   whichever wrapper recorded. take() swaps the array for a spare one and encodes the taken
+ *   records as msgpack, exactly as msgspec encodes the tuples the pure-Python recorder keeps.
+ *   `limit` is the thread's allowance under the process's memory bound (tracer/_core/budget.py): a
+ *   Start compares the count with it, and past it asks the refill callback for more.
+ *
+ * - EncodedEvents: what take() returns: the encoded events and where each one starts, so the
+ *   sender can cut batches at any event, as it slices a list. msgpack() gives one slice as a
+ *   msgpack array, which the sender splices into the batch (msgspec.Raw). Indexing decodes one
+ *   event (a list of the tuple's items), for the sender's looks at a chunk's first and last ones.
+ *
+ * Everything runs with the GIL held and the record writes call no Python code, so an append and
+ * a take never interleave; that is the same argument as the list's atomic slice and delete.
+ * Single-phase init, static types: one interpreter per process, like the rest of the tracer.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Event tags, as tracer.wire defines them. */
+#define TAG_START 0
+#define TAG_END 1
+#define TAG_ERROR 2
+#define TAG_HANDOFF 3
+
+#define MAX_NAME 1024         /* tracer.wire.MAX_NAME: an error's type name is cut to this */
+#define INITIAL_RECORDS 64    /* records preallocated per thread (4.5 KiB) */
+#define MAX_SPARE_RECORDS (1 << 16) /* a larger drained array is freed, not kept as the spare */
+/* The spare arrays of all threads together, at most (4.5 MiB): their memory stays whatever the
+ * number of threads; a thread with no spare allocates its fresh array at take(). */
+#define MAX_SPARE_RECORDS_TOTAL (1 << 16)
+
+/* ---------------------------------------------------------------------------------------------
+ * Process-wide state. Set by configure() (recorder.py does it at import); until then a traced
+ * function only calls through.
+ */
+
+static PyObject *g_context_var;   /* tracer._core.context.current */
+static PyObject *g_internal_error; /* recorder.internal_error(exc) */
+static PyObject *g_thread_events; /* recorder.thread_events(): this thread's EventBuffer */
+static PyObject *g_encode;        /* msgspec's encode: for an event that fits no record layout */
+static PyObject *g_decode;        /* msgspec's decode: EncodedEvents[i] */
+static PyObject *g_clock;         /* NULL: CLOCK_MONOTONIC; else a callable returning int ns */
+static PyObject *g_new_seq;       /* NULL: the generator below; else a callable */
+static PyObject *g_next_iid;      /* NULL: g_last_iid + 1; else a callable */
+static PyObject *g_adopt;         /* NULL: a root draws a new sequence; else a callable giving
+                                     the root's context value, or None to draw one */
+static PyObject *g_adopt_var;     /* NULL: ask g_adopt at every root; else ask it only when ... */
+static PyObject *g_adopt_key;     /* ... this key is in the mapping this ContextVar holds */
+static int g_disabled;
+static PyObject *g_refill;        /* budget.refill(buffer, current): more allowance, or False
+                                     (the call runs untraced, counted); NULL: no bound */
+static Py_ssize_t g_spare_records; /* the records of every buffer's spare array */
+static uint64_t g_last_iid;       /* the process-wide invocation counter */
+static uint64_t g_rng[4];         /* xoshiro256** state for sequence ids, reseeded after fork */
+
+/* A thread finds its buffer through this cache, without a Python call. The cache is valid for
+ * the thread state it was filled on (ids are never reused) and while no buffer was created or
+ * freed anywhere (the generation), so it can never point at a freed buffer; a miss asks
+ * recorder.thread_events(), which registers the thread on its first event. */
+static uint64_t g_generation = 1;
+static _Thread_local struct {
+    uint64_t tstate_id;
+    uint64_t generation;
+    PyObject *buffer; /* borrowed: tls.events and the recorder's registry own it */
+} t_cache;
+
+/* ---------------------------------------------------------------------------------------------
+ * Records and their msgpack encoding.
+ */
+
+enum {
+    REC_START,       /* a = iid, b = parent, c = hid, d = method, t_ns, seq */
+    REC_END,         /* a = iid, t_ns */
+    REC_ERROR,       /* a = iid, t_ns, obj = the type name (str) */
+    REC_ERROR_CNAME, /* a = iid, t_ns, cname = a static type's name (lives as long as the type) */
+    REC_HANDOFF,     /* a = hid, b = parent, d = method, t_ns, obj = kind (str), seq */
+    REC_OBJECT,      /* obj = an event in no fixed layout, encoded by msgspec at take() */
+};
+
+typedef struct {
+    uint64_t a, b, c, d;
+    int64_t t_ns;
+    union {
+        PyObject *obj; /* a strong reference */
+        const char *cname;
+    } u;
+    uint8_t seq[16];
+    uint8_t kind;
+} Record;
+
+static int
+record_owns_object(const Record *r)
+{
+    return r->kind == REC_ERROR || r->kind == REC_HANDOFF || r->kind == REC_OBJECT;
+}
+
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+} Out;
+
+static int
+out_reserve(Out *out, Py_ssize_t extra)
+{
+    if (out->size + extra <= out->capacity) {
+        return 0;
+    }
+    Py_ssize_t capacity = out->capacity * 2;
+    if (capacity < out->size + extra) {
+        capacity = out->size + extra;
+    }
+    char *data = PyMem_Realloc(out->data, capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    out->data = data;
+    out->capacity = capacity;
+    return 0;
+}
+
+/* The put_* helpers write into space reserved beforehand (9 bytes per number at most). They
+ * choose the shortest form, as msgspec does; the tests compare both encoders byte for byte. */
+
+static inline void
+put_byte(Out *out, uint8_t byte)
+{
+    out->data[out->size++] = (char)byte;
+}
+
+static inline void
+put_be(Out *out, uint64_t value, int bytes)
+{
+    for (int shift = (bytes - 1) * 8; shift >= 0; shift -= 8) {
+        put_byte(out, (uint8_t)(value >> shift));
+    }
+}
+
+static inline void
+put_uint(Out *out, uint64_t value)
+{
+    if (value < 128) {
+        put_byte(out, (uint8_t)value);
+    }
+    else if (value < (1ULL << 8)) {
+        put_byte(out, 0xcc);
+        put_be(out, value, 1);
+    }
+    else if (value < (1ULL << 16)) {
+        put_byte(out, 0xcd);
+        put_be(out, value, 2);
+    }
+    else if (value < (1ULL << 32)) {
+        put_byte(out, 0xce);
+        put_be(out, value, 4);
+    }
+    else {
+        put_byte(out, 0xcf);
+        put_be(out, value, 8);
+    }
+}
+
+static inline void
+put_int(Out *out, int64_t value)
+{
+    if (value >= 0) {
+        put_uint(out, (uint64_t)value);
+    }
+    else if (value >= -32) {
+        put_byte(out, (uint8_t)value);
+    }
+    else if (value >= -(1LL << 7)) {
+        put_byte(out, 0xd0);
+        put_be(out, (uint64_t)value, 1);
+    }
+    else if (value >= -(1LL << 15)) {
+        put_byte(out, 0xd1);
+        put_be(out, (uint64_t)value, 2);
+    }
+    else if (value >= -(1LL << 31)) {
+        put_byte(out, 0xd2);
+        put_be(out, (uint64_t)value, 4);
+    }
+    else {
+        put_byte(out, 0xd3);
+        put_be(out, (uint64_t)value, 8);
+    }
+}
+
+static inline void
+put_array_header(Out *out, uint64_t length)
+{
+    if (length < 16) {
+        put_byte(out, (uint8_t)(0x90 | length));
+    }
+    else if (length < (1ULL << 16)) {
+        put_byte(out, 0xdc);
+        put_be(out, length, 2);
+    }
+    else {
+        put_byte(out, 0xdd);
+        put_be(out, length, 4);
+    }
+}
+
+static inline void
+put_seq(Out *out, const uint8_t *seq)
+{
+    put_byte(out, 0xc4); /* bin 8 */
+    put_byte(out, 16);
+    memcpy(out->data + out->size, seq, 16);
+    out->size += 16;
+}
+
+static int
+put_utf8(Out *out, const char *text, Py_ssize_t length)
+{
+    if (out_reserve(out, length + 5) < 0) {
+        return -1;
+    }
+    if (length < 32) {
+        put_byte(out, (uint8_t)(0xa0 | length));
+    }
+    else if (length < (1 << 8)) {
+        put_byte(out, 0xd9);
+        put_be(out, (uint64_t)length, 1);
+    }
+    else if (length < (1 << 16)) {
+        put_byte(out, 0xda);
+        put_be(out, (uint64_t)length, 2);
+    }
+    else {
+        put_byte(out, 0xdb);
+        put_be(out, (uint64_t)length, 4);
+    }
+    memcpy(out->data + out->size, text, length);
+    out->size += length;
+    return 0;
+}
+
+/* A str, cut to max_chars code points when max_chars >= 0 (as `name[:max_chars]`). */
+static int
+put_str(Out *out, PyObject *text, Py_ssize_t max_chars)
+{
+    PyObject *cut = NULL;
+    if (max_chars >= 0 && PyUnicode_GET_LENGTH(text) > max_chars) {
+        cut = PyUnicode_Substring(text, 0, max_chars);
+        if (cut == NULL) {
+            return -1;
+        }
+        text = cut;
+    }
+    Py_ssize_t length;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
+    int result = utf8 == NULL ? -1 : put_utf8(out, utf8, length);
+    Py_XDECREF(cut);
+    return result;
+}
+
+/* A static type's name, as `type(exc).__name__[:MAX_NAME]` gives it. */
+static int
+put_cname(Out *out, const char *name)
+{
+    size_t length = strlen(name);
+    int ascii = length <= MAX_NAME;
+    for (size_t i = 0; ascii && i < length; i++) {
+        ascii = (unsigned char)name[i] < 0x80;
+    }
+    if (ascii) {
+        return put_utf8(out, name, (Py_ssize_t)length);
+    }
+    PyObject *text = PyUnicode_FromString(name);
+    if (text == NULL) {
+        return -1;
+    }
+    int result = put_str(out, text, MAX_NAME);
+    Py_DECREF(text);
+    return result;
+}
+
+static int
+put_object(Out *out, PyObject *event)
+{
+    PyObject *encoded = PyObject_CallOneArg(g_encode, event);
+    if (encoded == NULL) {
+        return -1;
+    }
+    if (!PyBytes_Check(encoded)) {
+        Py_DECREF(encoded);
+        PyErr_SetString(PyExc_TypeError, "the event encoder must return bytes");
+        return -1;
+    }
+    Py_ssize_t length = PyBytes_GET_SIZE(encoded);
+    int result = out_reserve(out, length);
+    if (result == 0) {
+        memcpy(out->data + out->size, PyBytes_AS_STRING(encoded), length);
+        out->size += length;
+    }
+    Py_DECREF(encoded);
+    return result;
+}
+
+/* One record as the msgpack array of the tuple the pure-Python recorder would hold. */
+static int
+put_record(Out *out, const Record *r)
+{
+    if (r->kind == REC_OBJECT) {
+        if (g_encode == NULL) {
+            PyErr_SetString(PyExc_RuntimeError, "tracer._core._speedups is not configured");
+            return -1;
+        }
+        return put_object(out, r->u.obj);
+    }
+    if (out_reserve(out, 96) < 0) {
+        return -1;
+    }
+    switch (r->kind) {
+    case REC_START:
+        put_array_header(out, 7);
+        put_uint(out, TAG_START);
+        put_uint(out, r->a);
+        put_uint(out, r->b);
+        put_uint(out, r->c);
+        put_uint(out, r->d);
+        put_int(out, r->t_ns);
+        put_seq(out, r->seq);
+        return 0;
+    case REC_END:
+        put_array_header(out, 3);
+        put_uint(out, TAG_END);
+        put_uint(out, r->a);
+        put_int(out, r->t_ns);
+        return 0;
+    case REC_ERROR:
+    case REC_ERROR_CNAME:
+        put_array_header(out, 4);
+        put_uint(out, TAG_ERROR);
+        put_uint(out, r->a);
+        put_int(out, r->t_ns);
+        return r->kind == REC_ERROR ? put_str(out, r->u.obj, MAX_NAME) : put_cname(out, r->u.cname);
+    case REC_HANDOFF:
+        put_array_header(out, 7);
+        put_uint(out, TAG_HANDOFF);
+        put_uint(out, r->a);
+        put_uint(out, r->b);
+        if (put_str(out, r->u.obj, -1) < 0 || out_reserve(out, 48) < 0) {
+            return -1;
+        }
+        put_uint(out, r->d);
+        put_int(out, r->t_ns);
+        put_seq(out, r->seq);
+        return 0;
+    default:
+        PyErr_SetString(PyExc_SystemError, "corrupt event record");
+        return -1;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * EncodedEvents: the result of EventBuffer.take(), sliceable at event boundaries.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *owner;      /* the EncodedEvents that owns data and offsets; NULL: this one */
+    char *data;
+    Py_ssize_t *offsets;  /* offsets[i]: where event i starts; offsets[count]: the end */
+    Py_ssize_t start, stop;
+} EncodedEvents;
+
+static PyTypeObject EncodedEventsType;
+
+static void
+encoded_dealloc(EncodedEvents *self)
+{
+    if (self->owner == NULL) {
+        PyMem_Free(self->data);
+        PyMem_Free(self->offsets);
+    }
+    Py_XDECREF(self->owner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t
+encoded_length(EncodedEvents *self)
+{
+    return self->stop - self->start;
+}
+
+/* Event i, decoded: the items of the tuple the pure-Python recorder would hold, as a list. */
+static PyObject *
+encoded_item(EncodedEvents *self, Py_ssize_t index)
+{
+    if (index < 0 || index >= encoded_length(self)) {
+        PyErr_SetString(PyExc_IndexError, "EncodedEvents index out of range");
+        return NULL;
+    }
+    if (g_decode == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer._core._speedups is not configured");
+        return NULL;
+    }
+    Py_ssize_t start = self->offsets[self->start + index];
+    Py_ssize_t stop = self->offsets[self->start + index + 1];
+    PyObject *event = PyBytes_FromStringAndSize(self->data + start, stop - start);
+    if (event == NULL) {
+        return NULL;
+    }
+    PyObject *decoded = PyObject_CallOneArg(g_decode, event);
+    Py_DECREF(event);
+    return decoded;
+}
+
+static PyObject *
+encoded_subscript(EncodedEvents *self, PyObject *item)
+{
+    if (PyIndex_Check(item)) {
+        Py_ssize_t index = PyNumber_AsSsize_t(item, PyExc_IndexError);
+        if (index == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        return encoded_item(self, index < 0 ? index + encoded_length(self) : index);
+    }
+    if (!PySlice_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "EncodedEvents indices must be integers or slices, not %.100s",
+                     Py_TYPE(item)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(item, &start, &stop, &step) < 0) {
+        return NULL;
+    }
+    if (step != 1) {
+        PyErr_SetString(PyExc_ValueError, "EncodedEvents slices take no step");
+        return NULL;
+    }
+    PySlice_AdjustIndices(encoded_length(self), &start, &stop, step);
+    if (stop < start) {
+        stop = start;
+    }
+    EncodedEvents *view = PyObject_New(EncodedEvents, &EncodedEventsType);
+    if (view == NULL) {
+        return NULL;
+    }
+    PyObject *owner = self->owner != NULL ? self->owner : (PyObject *)self;
+    view->owner = Py_NewRef(owner);
+    view->data = self->data;
+    view->offsets = self->offsets;
+    view->start = self->start + start;
+    view->stop = self->start + stop;
+    return (PyObject *)view;
+}
+
+static PyObject *
+encoded_msgpack(EncodedEvents *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t count = encoded_length(self);
+    Py_ssize_t length = self->offsets[self->stop] - self->offsets[self->start];
+    uint8_t header[5];
+    Out out = {(char *)header, 0, sizeof(header)};
+    put_array_header(&out, (uint64_t)count);
+    PyObject *result = PyBytes_FromStringAndSize(NULL, out.size + length);
+    if (result == NULL) {
+        return NULL;
+    }
+    memcpy(PyBytes_AS_STRING(result), header, out.size);
+    memcpy(PyBytes_AS_STRING(result) + out.size, self->data + self->offsets[self->start], length);
+    return result;
+}
+
+static PyObject *
+encoded_repr(EncodedEvents *self)
+{
+    return PyUnicode_FromFormat("<EncodedEvents: %zd events>", encoded_length(self));
+}
+
+static PyMappingMethods encoded_as_mapping = {
+    .mp_length = (lenfunc)encoded_length,
+    .mp_subscript = (binaryfunc)encoded_subscript,
+};
+
+static PySequenceMethods encoded_as_sequence = {
+    .sq_length = (lenfunc)encoded_length,
+    .sq_item = (ssizeargfunc)encoded_item, /* also makes it iterable, and reversed() */
+};
+
+static PyMethodDef encoded_methods[] = {
+    {"msgpack", (PyCFunction)encoded_msgpack, METH_NOARGS,
+     "The events as one msgpack array: the bytes msgspec gives for the list of their tuples."},
+    {NULL},
+};
+
+static PyTypeObject EncodedEventsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.EncodedEvents",
+    .tp_doc = "Events taken from a thread's buffer, encoded; slices cut at event boundaries.",
+    .tp_basicsize = sizeof(EncodedEvents),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)encoded_dealloc,
+    .tp_repr = (reprfunc)encoded_repr,
+    .tp_as_mapping = &encoded_as_mapping,
+    .tp_as_sequence = &encoded_as_sequence,
+    .tp_methods = encoded_methods,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * EventBuffer: one thread's records.
+ */
+
+/* Record arrays of MAPPED_RECORDS or more (72 KiB) are mapped pages of their own: growing one
+ * moves pages rather than copying them (mremap), its unused tail is never touched so it takes no
+ * memory, and freeing one gives its memory back at once, so a busy thread's large, short-lived
+ * arrays leave no holes in the heap: RSS stays near what the memory bound counts (72 bytes a
+ * record). Capacities are INITIAL_RECORDS times a power of two. */
+#define MAPPED_RECORDS 1024
+
+static Record *
+records_alloc(Py_ssize_t capacity)
+{
+    if (capacity < MAPPED_RECORDS) {
+        return PyMem_Malloc(capacity * sizeof(Record));
+    }
+    void *mapped = mmap(NULL, capacity * sizeof(Record), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return mapped == MAP_FAILED ? NULL : mapped;
+}
+
+static Record *
+records_realloc(Record *records, Py_ssize_t capacity, Py_ssize_t new_capacity)
+{
+    if (new_capacity < MAPPED_RECORDS) {
+        return PyMem_Realloc(records, new_capacity * sizeof(Record));
+    }
+    if (capacity >= MAPPED_RECORDS) {
+        void *moved = mremap(records, capacity * sizeof(Record), new_capacity * sizeof(Record),
+                             MREMAP_MAYMOVE);
+        return moved == MAP_FAILED ? NULL : moved;
+    }
+    Record *mapped = records_alloc(new_capacity);
+    if (mapped != NULL) {
+        memcpy(mapped, records, capacity * sizeof(Record));
+        PyMem_Free(records);
+    }
+    return mapped;
+}
+
+static void
+records_free(Record *records, Py_ssize_t capacity)
+{
+    if (records != NULL && capacity >= MAPPED_RECORDS) {
+        munmap(records, capacity * sizeof(Record));
+    }
+    else {
+        PyMem_Free(records);
+    }
+}
+
+typedef struct {
+    PyObject_HEAD
+    Record *records;
+    Py_ssize_t count, capacity;
+    Record *spare; /* the array take() swaps in next (the previous take's, reused) */
+    Py_ssize_t spare_capacity;
+    Py_ssize_t active; /* TracedFunction calls in flight on the thread (they leave no frame) */
+    Py_ssize_t limit;  /* the allowance: a Start past it asks g_refill (budget.py writes it) */
+} EventBuffer;
+
+static PyTypeObject EventBufferType;
+
+/* The slot for the next record, growing the array when it is full (amortised: no allocation per
+ * event). The caller fills the slot at once, with no Python call in between. */
+static Record *
+buffer_next_slot(EventBuffer *self)
+{
+    if (self->count == self->capacity) {
+        Py_ssize_t capacity = self->capacity * 2;
+        Record *records = records_realloc(self->records, self->capacity, capacity);
+        if (records == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        self->records = records;
+        self->capacity = capacity;
+    }
+    return &self->records[self->count++];
+}
+
+static void
+release_records(Record *records, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (record_owns_object(&records[i])) {
+            Py_DECREF(records[i].u.obj);
+        }
+    }
+}
+
+static PyObject *
+buffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "EventBuffer() takes no arguments");
+        return NULL;
+    }
+    EventBuffer *self = (EventBuffer *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->records = records_alloc(INITIAL_RECORDS);
+    if (self->records == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->capacity = INITIAL_RECORDS;
+    g_generation++; /* a thread may be given a new buffer: caches ask again */
+    return (PyObject *)self;
+}
+
+static void
+buffer_dealloc(EventBuffer *self)
+{
+    g_generation++; /* no thread's cache may keep pointing here */
+    if (self->records != NULL) {
+        release_records(self->records, self->count);
+        records_free(self->records, self->capacity);
+    }
+    if (self->spare != NULL) {
+        g_spare_records -= self->spare_capacity;
+        records_free(self->spare, self->spare_capacity);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t
+buffer_length(EventBuffer *self)
+{
+    return self->count;
+}
+
+static int
+fits_u64(PyObject *value, uint64_t *out)
+{
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    *out = PyLong_AsUnsignedLongLong(value);
+    if (*out == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static int
+fits_i64(PyObject *value, int64_t *out)
+{
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static int
+fits_seq(PyObject *value, uint8_t *out)
+{
+    if (!PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value) != 16) {
+        return 0;
+    }
+    memcpy(out, PyBytes_AS_STRING(value), 16);
+    return 1;
+}
+
+/* Fill a record from an event tuple in one of the wire layouts; 0 when it fits none (it is then
+ * kept as an object and encoded by msgspec, so the bytes still match). Raises nothing. */
+static int
+parse_event(PyObject *event, Record *r)
+{
+    if (!PyTuple_CheckExact(event) || PyTuple_GET_SIZE(event) < 3) {
+        return 0;
+    }
+    PyObject **item = &PyTuple_GET_ITEM(event, 0);
+    Py_ssize_t size = PyTuple_GET_SIZE(event);
+    uint64_t tag;
+    if (!fits_u64(item[0], &tag)) {
+        return 0;
+    }
+    if (tag == TAG_START && size == 7) {
+        r->kind = REC_START;
+        return fits_u64(item[1], &r->a) && fits_u64(item[2], &r->b) && fits_u64(item[3], &r->c)
+            && fits_u64(item[4], &r->d) && fits_i64(item[5], &r->t_ns) && fits_seq(item[6], r->seq);
+    }
+    if (tag == TAG_END && size == 3) {
+        r->kind = REC_END;
+        return fits_u64(item[1], &r->a) && fits_i64(item[2], &r->t_ns);
+    }
+    if (tag == TAG_ERROR && size == 4 && PyUnicode_CheckExact(item[3])) {
+        r->kind = REC_ERROR;
+        r->u.obj = item[3];
+        return fits_u64(item[1], &r->a) && fits_i64(item[2], &r->t_ns)
+            && PyUnicode_GET_LENGTH(item[3]) <= MAX_NAME;
+    }
+    if (tag == TAG_HANDOFF && size == 7 && PyUnicode_CheckExact(item[3])) {
+        r->kind = REC_HANDOFF;
+        r->u.obj = item[3];
+        return fits_u64(item[1], &r->a) && fits_u64(item[2], &r->b) && fits_u64(item[4], &r->d)
+            && fits_i64(item[5], &r->t_ns) && fits_seq(item[6], r->seq);
+    }
+    return 0;
+}
+
+static PyObject *
+buffer_append(EventBuffer *self, PyObject *event)
+{
+    Record parsed;
+    if (!parse_event(event, &parsed)) {
+        parsed.kind = REC_OBJECT;
+        parsed.u.obj = event;
+    }
+    Record *slot = buffer_next_slot(self);
+    if (slot == NULL) {
+        return NULL;
+    }
+    *slot = parsed;
+    if (record_owns_object(slot)) {
+        Py_INCREF(slot->u.obj);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t count = self->count;
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "take() takes at most 1 argument (%zd given)", nargs);
+        return NULL;
+    }
+    if (nargs == 1) {
+        Py_ssize_t wanted = PyNumber_AsSsize_t(args[0], PyExc_OverflowError);
+        if (wanted == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (wanted >= 0 && wanted < count) {
+            count = wanted;
+        }
+    }
+    if (count == 0) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t kept = self->count - count; /* recorded after the sender counted: they stay */
+    Record *taken = self->records;
+    Py_ssize_t taken_capacity = self->capacity;
+    Py_ssize_t *offsets = PyMem_Malloc((count + 1) * sizeof(Py_ssize_t));
+    Record *fresh = self->spare;
+    Py_ssize_t fresh_capacity = self->spare_capacity;
+    if (fresh == NULL || fresh_capacity < kept) {
+        fresh_capacity = INITIAL_RECORDS;
+        while (fresh_capacity < kept) {
+            fresh_capacity *= 2;
+        }
+        fresh = records_alloc(fresh_capacity);
+    }
+    if (offsets == NULL || fresh == NULL) {
+        PyMem_Free(offsets);
+        if (fresh != self->spare) {
+            records_free(fresh, fresh_capacity);
+        }
+        return PyErr_NoMemory();
+    }
+    /* The swap: from here the owner thread records into the fresh array, and the taken records
+     * are this call's alone (encoding may call msgspec, which may let other threads run). */
+    if (fresh == self->spare) {
+        g_spare_records -= self->spare_capacity;
+        self->spare = NULL;
+    }
+    memcpy(fresh, taken + count, kept * sizeof(Record)); /* their references move with them */
+    self->records = fresh;
+    self->capacity = fresh_capacity;
+    self->count = kept;
+
+    Out out = {NULL, 0, 0};
+    int failed = out_reserve(&out, count * 40) < 0;
+    for (Py_ssize_t i = 0; !failed && i < count; i++) {
+        offsets[i] = out.size;
+        failed = put_record(&out, &taken[i]) < 0;
+    }
+    release_records(taken, count);
+    if (self->spare == NULL && taken_capacity <= MAX_SPARE_RECORDS
+        && g_spare_records + taken_capacity <= MAX_SPARE_RECORDS_TOTAL) {
+        self->spare = taken;
+        self->spare_capacity = taken_capacity;
+        g_spare_records += taken_capacity;
+    }
+    else {
+        records_free(taken, taken_capacity);
+    }
+    EncodedEvents *result = failed ? NULL : PyObject_New(EncodedEvents, &EncodedEventsType);
+    if (result == NULL) {
+        PyMem_Free(out.data);
+        PyMem_Free(offsets);
+        return NULL;
+    }
+    offsets[count] = out.size;
+    result->owner = NULL;
+    result->data = out.data;
+    result->offsets = offsets;
+    result->start = 0;
+    result->stop = count;
+    return (PyObject *)result;
+}
+
+static PySequenceMethods buffer_as_sequence = {
+    .sq_length = (lenfunc)buffer_length,
+};
+
+static PyMethodDef buffer_methods[] = {
+    {"append", (PyCFunction)buffer_append, METH_O,
+     "Record an event tuple (the layouts of tracer.wire's events), as list.append would."},
+    {"take", (PyCFunction)(void (*)(void))buffer_take, METH_FASTCALL,
+     "take(count=-1, /): remove the oldest count events (every one when count < 0) and return "
+     "them encoded (EncodedEvents), or None if there are none."},
+    {NULL},
+};
+
+static PyMemberDef buffer_members[] = {
+    {"active", T_PYSSIZET, offsetof(EventBuffer, active), READONLY,
+     "How many TracedFunction calls are in flight on the thread (the sampler asks)."},
+    {"limit", T_PYSSIZET, offsetof(EventBuffer, limit), 0,
+     "The thread's allowance, in events: a Start past it asks the refill callback."},
+    {NULL},
+};
+
+static PyTypeObject EventBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.EventBuffer",
+    .tp_doc = "One thread's events, as fixed-size records in a preallocated array.",
+    .tp_basicsize = sizeof(EventBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = buffer_new,
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_as_sequence = &buffer_as_sequence,
+    .tp_methods = buffer_methods,
+    .tp_members = buffer_members,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * The hot path's sources: buffer, clock, iid, sequence id.
+ */
+
+/* This thread's buffer, a new reference. */
+static PyObject *
+current_buffer(void)
+{
+    uint64_t tstate_id = PyThreadState_GetID(PyThreadState_Get());
+    if (t_cache.buffer != NULL && t_cache.tstate_id == tstate_id
+        && t_cache.generation == g_generation) {
+        return Py_NewRef(t_cache.buffer);
+    }
+    PyObject *buffer = PyObject_CallNoArgs(g_thread_events);
+    if (buffer == NULL) {
+        return NULL;
+    }
+    if (!Py_IS_TYPE(buffer, &EventBufferType)) {
+        PyErr_Format(PyExc_TypeError, "thread_events() returned %.100s, not an EventBuffer",
+                     Py_TYPE(buffer)->tp_name);
+        Py_DECREF(buffer);
+        return NULL;
+    }
+    t_cache.tstate_id = tstate_id;
+    t_cache.generation = g_generation;
+    t_cache.buffer = buffer;
+    return buffer;
+}
+
+static int
+read_clock(int64_t *t_ns)
+{
+    if (g_clock == NULL) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        *t_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+        return 0;
+    }
+    PyObject *value = PyObject_CallNoArgs(g_clock);
+    if (value == NULL) {
+        return -1;
+    }
+    *t_ns = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return *t_ns == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int
+take_iid(uint64_t *iid)
+{
+    if (g_next_iid == NULL) {
+        *iid = ++g_last_iid;
+        return 0;
+    }
+    PyObject *value = PyObject_CallNoArgs(g_next_iid);
+    if (value == NULL) {
+        return -1;
+    }
+    *iid = PyLong_AsUnsignedLongLong(value);
+    Py_DECREF(value);
+    return *iid == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static inline uint64_t
+rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t
+rng_next(void)
+{
+    uint64_t result = rotl(g_rng[1] * 5, 7) * 9;
+    uint64_t t = g_rng[1] << 17;
+    g_rng[2] ^= g_rng[0];
+    g_rng[3] ^= g_rng[1];
+    g_rng[1] ^= g_rng[2];
+    g_rng[0] ^= g_rng[3];
+    g_rng[2] ^= t;
+    g_rng[3] = rotl(g_rng[3], 45);
+    return result;
+}
+
+static void
+rng_seed(void)
+{
+    uint64_t seed[4] = {0, 0, 0, 0};
+    if (getrandom(seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        seed[0] = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 30);
+        seed[1] = (uint64_t)getpid() * 0x9E3779B97F4A7C15ULL;
+        seed[2] = (uint64_t)(uintptr_t)&seed;
+    }
+    /* splitmix64 spreads whatever the seed holds over the whole state (never all zero) */
+    uint64_t z = seed[0] ^ seed[1] ^ seed[2] ^ seed[3];
+    for (int i = 0; i < 4; i++) {
+        z += 0x9E3779B97F4A7C15ULL;
+        uint64_t x = z ^ seed[i];
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+        g_rng[i] = x ^ (x >> 31);
+    }
+}
+
+/* A random 128-bit sequence id that is never zero (a valid W3C trace id), as ids.new_seq. */
+static PyObject *
+draw_seq(void)
+{
+    if (g_new_seq != NULL) {
+        return PyObject_CallNoArgs(g_new_seq);
+    }
+    PyObject *seq = PyBytes_FromStringAndSize(NULL, 16);
+    if (seq == NULL) {
+        return NULL;
+    }
+    uint8_t *bytes = (uint8_t *)PyBytes_AS_STRING(seq);
+    uint64_t high = rng_next(), low = rng_next();
+    for (int i = 0; i < 8; i++) {
+        bytes[i] = (uint8_t)(high >> (56 - 8 * i));
+        bytes[8 + i] = (uint8_t)(low >> (56 - 8 * i));
+    }
+    bytes[15] |= 1;
+    return seq;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * TracedFunction: the sync call wrapper.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn;
+    uint64_t method;
+    PyObject *dict; /* __name__, __qualname__, __doc__, __wrapped__, ... (functools.wraps) */
+    PyObject *weakreflist;
+    vectorcallfunc vectorcall;
+} TracedFunction;
+
+/* An invocation in flight: what the wrapper needs after the call. */
+typedef struct {
+    PyObject *buffer; /* strong: ends go to the buffer the start went to, as in traced_call */
+    PyObject *token;
+    uint64_t iid;
+} Invocation;
+
+/* The tracer failed in one of its own steps (the error is set). An Exception is counted and
+ * logged once by recorder.internal_error and cleared: the caller goes on (1). Anything else
+ * (KeyboardInterrupt, SystemExit) propagates, as from traced_call's `except Exception` (0). */
+static int
+absorb_failure(void)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        return 0;
+    }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL) {
+        PyException_SetTraceback(value, traceback);
+    }
+    PyObject *result = PyObject_CallOneArg(g_internal_error, value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    if (result == NULL) {
+        return 0;
+    }
+    Py_DECREF(result);
+    return 1;
+}
+
+/* Whether a root asks g_adopt: with a guard, only when the guard's ContextVar holds a dict with
+ * the key (OpenTelemetry's current Context has a span), so a root outside any span calls no
+ * Python code. Raises nothing: when in doubt, the callback decides. */
+static int
+adoption_wanted(void)
+{
+    if (g_adopt_var == NULL) {
+        return 1;
+    }
+    PyObject *mapping = NULL;
+    if (PyContextVar_Get(g_adopt_var, NULL, &mapping) < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    if (mapping == NULL) {
+        return 0;
+    }
+    int wanted = 1;
+    if (PyDict_Check(mapping)) {
+        wanted = PyDict_GetItemWithError(mapping, g_adopt_key) != NULL;
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            wanted = 1;
+        }
+    }
+    Py_DECREF(mapping);
+    return wanted;
+}
+
+/* The event tuple for a Start that fits no record (a context value of unexpected types). */
+static int
+record_start_object(PyObject *buffer, uint64_t iid, PyObject *parent, PyObject *hid,
+                    uint64_t method, int64_t t_ns, PyObject *seq)
+{
+    PyObject *event = Py_BuildValue("(iKOOKLO)", TAG_START, (unsigned long long)iid, parent, hid,
+                                    (unsigned long long)method, (long long)t_ns, seq);
+    if (event == NULL) {
+        return -1;
+    }
+    PyObject *result = buffer_append((EventBuffer *)buffer, event);
+    Py_DECREF(event);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
+}
+
+/* The start of an invocation: as traced_call's first try block. -1 with an error set on failure,
+ * and then nothing is left behind (the context is as it was). */
+static int
+begin(uint64_t method, Invocation *inv)
+{
+    PyObject *current = NULL, *seq = NULL, *parent = NULL, *hid = NULL, *value = NULL;
+    inv->token = NULL;
+    inv->buffer = current_buffer();
+    if (inv->buffer == NULL) {
+        return -1;
+    }
+    if (((EventBuffer *)inv->buffer)->count >= ((EventBuffer *)inv->buffer)->limit
+        && g_refill != NULL) {
+        /* Past the thread's allowance: budget.refill reserves more, or counts this call as
+         * overflow (dropped, its sequence lossy) and it runs untraced, Start and End alike. */
+        int granted = -1;
+        PyObject *seen = NULL;
+        if (PyContextVar_Get(g_context_var, Py_None, &seen) == 0) {
+            PyObject *result = PyObject_CallFunctionObjArgs(g_refill, inv->buffer, seen, NULL);
+            Py_DECREF(seen);
+            if (result != NULL) {
+                granted = PyObject_IsTrue(result);
+                Py_DECREF(result);
+            }
+        }
+        if (granted <= 0) {
+            Py_CLEAR(inv->buffer);
+            return granted == 0 ? 1 : -1; /* -1: an error, as the Python wrapper's */
+        }
+    }
+    if (PyContextVar_Get(g_context_var, NULL, &current) < 0) {
+        goto failed;
+    }
+    if (current == NULL) {
+        PyErr_SetObject(PyExc_LookupError, g_context_var);
+        goto failed;
+    }
+    if (take_iid(&inv->iid) < 0) {
+        goto failed;
+    }
+    if (current == Py_None && g_adopt != NULL && adoption_wanted()) {
+        /* A root: it may join a trace already current (tracer._core.adoption.adopt). */
+        PyObject *adopted = PyObject_CallNoArgs(g_adopt);
+        if (adopted == NULL) {
+            goto failed;
+        }
+        Py_SETREF(current, adopted);
+    }
+    if (current == Py_None) {
+        seq = draw_seq();
+        if (seq == NULL) {
+            goto failed;
+        }
+        parent = PyLong_FromLong(0);
+        hid = PyLong_FromLong(0);
+    }
+    else if (PyTuple_CheckExact(current) && PyTuple_GET_SIZE(current) == 3) {
+        seq = Py_NewRef(PyTuple_GET_ITEM(current, 0));
+        parent = Py_NewRef(PyTuple_GET_ITEM(current, 1));
+        hid = Py_NewRef(PyTuple_GET_ITEM(current, 2));
+    }
+    else {
+        PyObject *items = PySequence_Tuple(current); /* `seq, parent, hid = current` */
+        if (items == NULL) {
+            goto failed;
+        }
+        if (PyTuple_GET_SIZE(items) != 3) {
+            PyErr_Format(PyExc_ValueError, "the invocation context has %zd values, not 3",
+                         PyTuple_GET_SIZE(items));
+            Py_DECREF(items);
+            goto failed;
+        }
+        seq = Py_NewRef(PyTuple_GET_ITEM(items, 0));
+        parent = Py_NewRef(PyTuple_GET_ITEM(items, 1));
+        hid = Py_NewRef(PyTuple_GET_ITEM(items, 2));
+        Py_DECREF(items);
+    }
+    value = PyTuple_New(3);
+    if (value == NULL) {
+        goto failed;
+    }
+    PyObject *iid_object = PyLong_FromUnsignedLongLong(inv->iid);
+    if (iid_object == NULL) {
+        goto failed;
+    }
+    PyTuple_SET_ITEM(value, 0, Py_NewRef(seq));
+    PyTuple_SET_ITEM(value, 1, iid_object);
+    PyTuple_SET_ITEM(value, 2, PyLong_FromLong(0));
+    inv->token = PyContextVar_Set(g_context_var, value);
+    if (inv->token == NULL) {
+        goto failed;
+    }
+    int64_t t_ns;
+    if (read_clock(&t_ns) < 0) {
+        goto failed;
+    }
+    Record r = {.kind = REC_START, .a = inv->iid, .d = method, .t_ns = t_ns};
+    if (fits_u64(parent, &r.b) && fits_u64(hid, &r.c) && fits_seq(seq, r.seq)) {
+        Record *slot = buffer_next_slot((EventBuffer *)inv->buffer);
+        if (slot == NULL) {
+            goto failed;
+        }
+        *slot = r;
+    }
+    else if (record_start_object(inv->buffer, inv->iid, parent, hid, method, t_ns, seq) < 0) {
+        goto failed;
+    }
+    ((EventBuffer *)inv->buffer)->active++;
+    Py_DECREF(current);
+    Py_DECREF(seq);
+    Py_DECREF(parent);
+    Py_DECREF(hid);
+    Py_DECREF(value);
+    return 0;
+
+failed:
+    if (inv->token != NULL) {
+        PyObject *type, *error, *traceback;
+        PyErr_Fetch(&type, &error, &traceback);
+        if (PyContextVar_Reset(g_context_var, inv->token) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, error, traceback);
+        Py_CLEAR(inv->token);
+    }
+    Py_CLEAR(inv->buffer);
+    Py_XDECREF(current);
+    Py_XDECREF(seq);
+    Py_XDECREF(parent);
+    Py_XDECREF(hid);
+    Py_XDECREF(value);
+    return -1;
+}
+
+/* Record the end (or the error, when error_type is set) and restore the caller's context,
+ * even when recording failed. */
+static int
+finish(Invocation *inv, PyTypeObject *error_type)
+{
+    int64_t t_ns;
+    Record r = {.kind = REC_END, .a = inv->iid};
+    ((EventBuffer *)inv->buffer)->active--;
+    int result = read_clock(&t_ns);
+    r.t_ns = t_ns;
+    if (result == 0 && error_type != NULL) {
+        if (error_type->tp_flags & Py_TPFLAGS_HEAPTYPE) {
+            /* `type(exc).__name__` is the heap type's ht_name; a str subclass is copied to a str */
+            r.kind = REC_ERROR;
+            r.u.obj = PyUnicode_Substring(((PyHeapTypeObject *)error_type)->ht_name, 0,
+                                          PY_SSIZE_T_MAX);
+            result = r.u.obj == NULL ? -1 : 0;
+        }
+        else {
+            const char *name = strrchr(error_type->tp_name, '.');
+            r.kind = REC_ERROR_CNAME;
+            r.u.cname = name != NULL ? name + 1 : error_type->tp_name;
+        }
+    }
+    if (result == 0) {
+        Record *slot = buffer_next_slot((EventBuffer *)inv->buffer);
+        if (slot != NULL) {
+            *slot = r;
+        }
+        else {
+            if (r.kind == REC_ERROR) {
+                Py_DECREF(r.u.obj);
+            }
+            result = -1;
+        }
+    }
+    PyObject *type = NULL, *error = NULL, *traceback = NULL;
+    if (result < 0) {
+        PyErr_Fetch(&type, &error, &traceback);
+    }
+    int reset = PyContextVar_Reset(g_context_var, inv->token);
+    if (result < 0) {
+        if (reset < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, error, traceback);
+    }
+    else if (reset < 0) {
+        result = -1;
+    }
+    Py_CLEAR(inv->token);
+    Py_CLEAR(inv->buffer);
+    return result;
+}
+
+static PyObject *
+traced_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    TracedFunction *self = (TracedFunction *)callable;
+    if (g_disabled || g_context_var == NULL) {
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    }
+    Invocation inv;
+    int begun = begin(self->method, &inv);
+    if (begun == 1) {
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    }
+    if (begun < 0) {
+        if (!absorb_failure()) {
+            return NULL;
+        }
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    }
+    PyObject *result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    if (result != NULL) {
+        if (finish(&inv, NULL) < 0 && !absorb_failure()) {
+            Py_CLEAR(result);
+        }
+        return result;
+    }
+    /* The user's exception: an Error record naming its type, then it propagates unchanged. */
+    PyObject *type, *error, *traceback;
+    PyErr_Fetch(&type, &error, &traceback);
+    PyErr_NormalizeException(&type, &error, &traceback);
+    if (traceback != NULL) {
+        PyException_SetTraceback(error, traceback);
+    }
+    PyTypeObject *error_type = error != NULL ? Py_TYPE(error) : (PyTypeObject *)type;
+    if (finish(&inv, error_type) < 0 && !absorb_failure()) {
+        /* a KeyboardInterrupt inside the tracer's own step: it propagates, chained */
+        PyObject *inner_type, *inner, *inner_traceback;
+        PyErr_Fetch(&inner_type, &inner, &inner_traceback);
+        PyErr_NormalizeException(&inner_type, &inner, &inner_traceback);
+        PyException_SetContext(inner, error);
+        Py_XDECREF(type);
+        Py_XDECREF(traceback);
+        PyErr_Restore(inner_type, inner, inner_traceback);
+        return NULL;
+    }
+    PyErr_Restore(type, error, traceback);
+    return NULL;
+}
+
+static PyObject *
+traced_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fn;
+    unsigned long long method;
+    static char *keywords[] = {"fn", "method", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OK:TracedFunction", keywords, &fn, &method)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(fn)) {
+        PyErr_Format(PyExc_TypeError, "TracedFunction wraps a callable, not %.100s",
+                     Py_TYPE(fn)->tp_name);
+        return NULL;
+    }
+    TracedFunction *self = (TracedFunction *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->fn = Py_NewRef(fn);
+    self->method = method;
+    self->vectorcall = traced_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+traced_traverse(TracedFunction *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fn);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int
+traced_clear(TracedFunction *self)
+{
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void
+traced_dealloc(TracedFunction *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) {
+        PyObject_ClearWeakRefs((PyObject *)self);
+    }
+    traced_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Methods bind as functions do: through the class, the wrapper itself. */
+static PyObject *
+traced_descr_get(PyObject *self, PyObject *instance, PyObject *owner)
+{
+    if (instance == NULL || instance == Py_None) {
+        return Py_NewRef(self);
+    }
+    return PyMethod_New(self, instance);
+}
+
+static PyObject *
+traced_repr(TracedFunction *self)
+{
+    PyObject *name = self->dict != NULL ? PyDict_GetItemString(self->dict, "__qualname__") : NULL;
+    if (name == NULL) {
+        return PyUnicode_FromFormat("<traced %R>", self->fn);
+    }
+    return PyUnicode_FromFormat("<function %S at %p>", name, self);
+}
+
+/* Pickled by reference, as a function is: pickle finds it again under its module and qualname. */
+static PyObject *
+traced_reduce(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyObject *
+traced_get_method(TracedFunction *self, void *Py_UNUSED(closure))
+{
+    return PyLong_FromUnsignedLongLong(self->method);
+}
+
+static PyMethodDef traced_methods[] = {
+    {"__reduce__", (PyCFunction)traced_reduce, METH_NOARGS, NULL},
+    {NULL},
+};
+
+static PyGetSetDef traced_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {"_invoseq_method", (getter)traced_get_method, NULL, "The interned method id.", NULL},
+    {NULL},
+};
+
+static PyTypeObject TracedFunctionType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.TracedFunction",
+    .tp_doc = "TracedFunction(fn, method): calls fn inside an invocation of the interned method.",
+    .tp_basicsize = sizeof(TracedFunction),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
+        | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_new = traced_new,
+    .tp_dealloc = (destructor)traced_dealloc,
+    .tp_traverse = (traverseproc)traced_traverse,
+    .tp_clear = (inquiry)traced_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(TracedFunction, vectorcall),
+    .tp_descr_get = traced_descr_get,
+    .tp_repr = (reprfunc)traced_repr,
+    .tp_dictoffset = offsetof(TracedFunction, dict),
+    .tp_weaklistoffset = offsetof(TracedFunction, weakreflist),
+    .tp_methods = traced_methods,
+    .tp_getset = traced_getset,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Module functions.
+ */
+
+static PyObject *
+set_refill(PyObject *module, PyObject *callback)
+{
+    Py_XSETREF(g_refill, callback == Py_None ? NULL : Py_NewRef(callback));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+configure(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    PyObject *context_var, *internal_error, *thread_events, *encode, *decode;
+    static char *keywords[] = {"context_var", "internal_error", "thread_events", "encode",
+                               "decode", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOO:configure", keywords,
+                                     &PyContextVar_Type, &context_var, &internal_error,
+                                     &thread_events, &encode, &decode)) {
+        return NULL;
+    }
+    Py_XSETREF(g_context_var, Py_NewRef(context_var));
+    Py_XSETREF(g_internal_error, Py_NewRef(internal_error));
+    Py_XSETREF(g_thread_events, Py_NewRef(thread_events));
+    Py_XSETREF(g_encode, Py_NewRef(encode));
+    Py_XSETREF(g_decode, Py_NewRef(decode));
+    g_generation++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+set_enabled(PyObject *module, PyObject *enabled)
+{
+    int truth = PyObject_IsTrue(enabled);
+    if (truth < 0) {
+        return NULL;
+    }
+    g_disabled = !truth;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+set_sources(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    PyObject *clock = Py_None, *new_seq = Py_None, *next_iid = Py_None, *adopt = Py_None;
+    PyObject *adopt_guard = Py_None;
+    static char *keywords[] = {"clock", "new_seq", "next_iid", "adopt", "adopt_guard", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOO:set_sources", keywords, &clock,
+                                     &new_seq, &next_iid, &adopt, &adopt_guard)) {
+        return NULL;
+    }
+    PyObject *guard_var = NULL, *guard_key = NULL;
+    if (adopt_guard != Py_None) {
+        if (!PyTuple_CheckExact(adopt_guard) || PyTuple_GET_SIZE(adopt_guard) != 2
+            || !PyContextVar_CheckExact(PyTuple_GET_ITEM(adopt_guard, 0))) {
+            PyErr_SetString(PyExc_TypeError, "adopt_guard is (a ContextVar, a key) or None");
+            return NULL;
+        }
+        guard_var = PyTuple_GET_ITEM(adopt_guard, 0);
+        guard_key = PyTuple_GET_ITEM(adopt_guard, 1);
+        if (PyObject_Hash(guard_key) == -1) {
+            return NULL;
+        }
+    }
+    Py_XSETREF(g_adopt_var, Py_XNewRef(guard_var));
+    Py_XSETREF(g_adopt_key, Py_XNewRef(guard_key));
+    Py_XSETREF(g_clock, clock == Py_None ? NULL : Py_NewRef(clock));
+    Py_XSETREF(g_new_seq, new_seq == Py_None ? NULL : Py_NewRef(new_seq));
+    Py_XSETREF(g_next_iid, next_iid == Py_None ? NULL : Py_NewRef(next_iid));
+    Py_XSETREF(g_adopt, adopt == Py_None ? NULL : Py_NewRef(adopt));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+next_iid(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromUnsignedLongLong(++g_last_iid);
+}
+
+static PyObject *
+clock_ns(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return PyLong_FromLongLong((long long)now.tv_sec * 1000000000 + now.tv_nsec);
+}
+
+static PyObject *
+new_seq(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *saved = g_new_seq;
+    g_new_seq = NULL;
+    PyObject *seq = draw_seq();
+    g_new_seq = saved;
+    return seq;
+}
+
+static PyObject *
+after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    rng_seed();
+    g_generation++;
+    t_cache.buffer = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"set_refill", set_refill, METH_O,
+     "set_refill(callback): callback(buffer, current) when a Start finds its buffer at its limit "
+     "returns whether it may record (None: no limit)"},
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(context_var, internal_error, thread_events, encode, decode): what it uses."},
+    {"set_enabled", set_enabled, METH_O, "Turn recording on or off (decorator.set_enabled)."},
+    {"set_sources", (PyCFunction)(void (*)(void))set_sources, METH_VARARGS | METH_KEYWORDS,
+     "set_sources(*, clock=None, new_seq=None, next_iid=None, adopt=None, adopt_guard=None): "
+     "replace a source (None: its own; for adopt, no adoption: every root draws a new sequence; "
+     "adopt_guard=(var, key): ask adopt only when key is in var's mapping)."},
+    {"next_iid", next_iid, METH_NOARGS, "The next invocation id of this process."},
+    {"clock", clock_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns: time.perf_counter_ns on Linux."},
+    {"new_seq", new_seq, METH_NOARGS, "A random 16-byte sequence id, never zero."},
+    {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
+    {NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "tracer._core._speedups",
+    .m_doc = "The C accelerator of the tracer's hot path (docs/architecture.md).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    if (PyType_Ready(&TracedFunctionType) < 0 || PyType_Ready(&EventBufferType) < 0
+        || PyType_Ready(&EncodedEventsType) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&speedups_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(module, "TracedFunction", (PyObject *)&TracedFunctionType) < 0
+        || PyModule_AddObjectRef(module, "EventBuffer", (PyObject *)&EventBufferType) < 0
+        || PyModule_AddObjectRef(module, "EncodedEvents", (PyObject *)&EncodedEventsType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    rng_seed();
+    return module;
+}

@@ -1,0 +1,37 @@
+"""Which implementation records events: the C accelerator (``tracer._core._speedups``) or pure
+Python.
+
+The C extension is built by ``pip install`` when a C compiler and the Python headers are there;
+when it was not built, or does not import, the pure-Python code runs instead, with the same
+behaviour and byte-identical batches. ``INVOSEQ_PURE=1`` forces pure Python (the test suite runs
+once each way). Decided once, at import: the hot path never asks again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+from typing import Final
+
+log = logging.getLogger("tracer")
+
+#: Set to 1 to run the pure-Python implementation even when the C accelerator is built.
+ENV_PURE: Final = "INVOSEQ_PURE"
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(ENV_PURE, "").strip() == "1":
+        log.debug("invoseq: %s=1: pure-Python hot path", ENV_PURE)
+        return None
+    try:
+        from tracer._core import _speedups
+    except ImportError as exc:
+        log.debug("invoseq: no C accelerator (%s): pure-Python hot path", exc)
+        return None
+    return _speedups
+
+
+speedups: Final = _load()
+#: "c" when the C accelerator records events, "python" otherwise.
+IMPLEMENTATION: Final = "python" if speedups is None else "c"

@@ -1,0 +1,94 @@
+"""A root invocation joins the OpenTelemetry trace it starts in.
+
+When a traced call starts with no sequence current, the hot path asks ``adopt()`` (the pure
+wrappers directly, the C wrapper through the callback ``decorator`` gives it). While an
+OpenTelemetry span is current, the answer is the context value a foreign ``traceparent`` naming
+that span would give: the span's trace id as the sequence, under a remote parent (the span's id
+as the hand-off id). So invoseq sequences and the team's OpenTelemetry traces line up, sampled
+or not.
+
+A span that ``tracer.otel.InvocationSpanProcessor`` recorded as an invocation of this process is
+no remote parent: ``adopt()`` nests the traced call under that span's node instead. The
+processor keeps the registry of those nodes here (``nodes``), below the decorator, so the hot
+path never imports the OpenTelemetry SDK.
+
+Nested calls never come here: the decorator asks only when no sequence is current. A root with
+no span current pays one ContextVar read and one dict lookup.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from opentelemetry import context as otel_context
+from opentelemetry.trace import Span, get_current_span
+
+from tracer._core import context, ids, recorder
+
+#: Spans recorded as invocations of this process: span id -> (trace id, seq, iid). Written by
+#: ``tracer.otel.InvocationSpanProcessor`` (on_start adds, on_end removes); dict operations are
+#: atomic under the GIL, so any thread may read it.
+nodes: Final[dict[int, tuple[int, bytes, int]]] = {}
+
+# A forked child's spans are its own: the parent's open ones end (and are recorded) in the parent.
+os.register_at_fork(after_in_child=nodes.clear)
+
+
+def _default_guard() -> tuple[contextvars.ContextVar[Any], object] | None:
+    """OpenTelemetry's own ContextVar and span key, when its default runtime context is in use
+    (read directly, they make the no-span case cheap); None with any other runtime context."""
+    try:
+        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+        from opentelemetry.trace.propagation import _SPAN_KEY
+
+        runtime = otel_context._RUNTIME_CONTEXT
+        if isinstance(runtime, ContextVarsRuntimeContext):
+            var: contextvars.ContextVar[Any] = runtime._current_context
+            return var, _SPAN_KEY
+    except (ImportError, AttributeError):  # a future API moved them: the public way still works
+        pass
+    return None
+
+
+#: (ContextVar, key): ``adopt()`` finds no span unless the key is in the mapping the ContextVar
+#: holds. The C wrapper checks this itself and calls ``adopt`` only when it holds.
+GUARD: Final = _default_guard()
+
+
+def _public_context() -> Mapping[object, object]:
+    return {None: get_current_span()}
+
+
+_current_otel_context: Callable[[], Mapping[object, object]]
+_current_otel_context, _span_key = (
+    (_public_context, None) if GUARD is None else (GUARD[0].get, GUARD[1])
+)
+
+
+def from_span(span: object) -> context.Current | None:
+    """The context value a root invocation under ``span`` runs with, or None for no span (or an
+    invalid one)."""
+    if not isinstance(span, Span):
+        return None
+    span_context = span.get_span_context()
+    if not span_context.is_valid:
+        return None
+    node = nodes.get(span_context.span_id)
+    if node is not None and node[0] == span_context.trace_id:
+        return (node[1], node[2], 0)
+    return (span_context.trace_id.to_bytes(16, "big"), 0, ids.as_hid(span_context.span_id))
+
+
+def adopt() -> context.Current | None:
+    """The context value for a root invocation starting now: None (draw a new sequence) unless
+    an OpenTelemetry span is current. Never raises: a failure is counted, and the root starts a
+    sequence of its own."""
+    try:
+        span = _current_otel_context().get(_span_key)
+        return None if span is None else from_span(span)
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return None

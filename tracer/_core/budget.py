@@ -1,0 +1,211 @@
+"""One memory bound per process: ``max_buffered_bytes`` for every event the tracer holds.
+
+What counts: the events in every thread's buffer, charged ``EVENT_BYTES`` each, and the sender's
+encoded batches, charged their size, from the moment they are built until they leave memory
+(acknowledged, written to the spool, or dropped). Past the bound a traced call runs untraced and
+is counted (``overflow``): dropped events, its sequence lossy. Nothing here blocks or raises into
+the program.
+
+The hot path pays one comparison: a thread's buffer carries its allowance (``limit``, in events)
+and a Start compares the buffer's length with it. Reaching it takes the slow path, ``refill``,
+which reserves another chunk of events from the process-wide pool under this module's lock, or
+counts the call as overflow when the pool is empty; once the threads hold more than a quarter
+of the bound it also wakes the sender (``on_threads_full``), which drains them before its
+interval is up: encoded, the same events take a quarter of the memory. The sender hands the
+charge of what it drains over to itself (``hand_over``: an idle thread's unused allowance goes
+back to the pool, a busy one is given its next chunk), and gives it back as batches leave memory
+(``hold`` with a negative size). docs/architecture.md, "One memory bound per process".
+
+Exact but for small slacks: the End (or Error) of a call whose Start was recorded is always
+recorded, so trees stay whole (a thread may pass its allowance by one event per call in flight,
+repaid from its next chunk); a thread may record one more Start while the sender trims it; the
+sender's charges are never refused, so the batches built from one drain may pass the bound until
+the drained events are let go.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+from tracer._core import accel as _accel
+from tracer.config import Config
+
+if TYPE_CHECKING:
+    from tracer._core._speedups import EventBuffer
+    from tracer._core.recorder import EventList
+
+    Sink: TypeAlias = "EventList | EventBuffer"
+
+#: What one buffered event costs, in bytes. C accelerator: a 72-byte record (its array's unused
+#: tail takes no memory once the array is mapped), and the about 40 bytes of its encoding that
+#: exist beside it while the sender takes it. Pure Python: a tuple with its ints, its sequence id
+#: shared or not, in a list (137 bytes nested, 169 for roots; measured: docs/architecture.md).
+EVENT_BYTES: Final = 176 if _accel.speedups is None else 112
+#: Events a thread reserves at a time (fewer when the pool runs low), so the lock is taken about
+#: once per 2,000 calls of a busy thread; a smaller bound reserves in smaller chunks.
+MAX_CHUNK_EVENTS: Final = 4096
+
+# Reentrant, so that a signal handler running traced code on a thread that holds it finds it
+# busy (``_busy``) and counts an overflow instead of deadlocking; held for a few steps only.
+_lock = threading.RLock()
+_busy = False
+_total = Config().max_buffered_bytes  # until the runtime configures it
+_free = _total  # neither reserved by a thread nor held by the sender; may go negative
+_held = 0  # held by the sender: drained events, then encoded batches
+_chunk = MAX_CHUNK_EVENTS
+
+
+def _no_op() -> None:
+    pass
+
+
+#: Called (outside the lock) when a thread reserved and the threads now hold more than a quarter
+#: of the bound: the sender sets it to wake its worker, so a busy program is drained early.
+on_threads_full: Callable[[], None] = _no_op
+
+
+def configure(max_bytes: int) -> None:
+    """Set the bound (the runtime does, from the configuration); what is held already stays."""
+    global _total, _free, _chunk, _busy
+    with _lock:
+        _busy = True  # a signal handler's traced call meanwhile counts an overflow
+        _free += max_bytes - _total
+        _total = max_bytes
+        _chunk = max(1, min(MAX_CHUNK_EVENTS, max_bytes // EVENT_BYTES // 64))
+        _busy = False
+
+
+def refill(sink: Sink, current: tuple[bytes, int, int] | None) -> bool:
+    """The slow path of a Start whose thread reached its allowance: reserve another chunk and
+    return True, or count the call as overflow (it runs untraced) and return False."""
+    global _busy
+    granted = full = False
+    if _free >= EVENT_BYTES:
+        with _lock:
+            if not _busy:
+                _busy = True
+                try:
+                    granted = _grant(sink, len(sink))
+                    full = granted and 4 * (_total - _free - _held) > _total
+                finally:
+                    _busy = False
+    if granted:
+        if full:
+            on_threads_full()
+        return True
+    overflow(current)
+    return False
+
+
+def _grant(sink: Sink, length: int) -> bool:
+    """Reserve the next chunk of a sink holding ``length`` events (the lock held): what it owes
+    (the ends of calls in flight past its allowance), and a chunk, or an eighth of what is free
+    when less is left."""
+    global _free
+    owed = max(0, length - sink.limit)
+    free = _free // EVENT_BYTES
+    grant = min(owed + min(_chunk, max(1, free // 8)), free)
+    if grant <= owed:
+        return False
+    sink.limit += grant
+    _free -= grant * EVENT_BYTES
+    return True
+
+
+def hand_over(sink: Sink) -> int:
+    """The sender is about to take the sink's oldest ``n`` events (returned; it takes them at
+    once): their charge becomes the sender's. The thread's unused allowance returns to the pool,
+    so an idle thread holds nothing after a drain; a thread that recorded since the last one is
+    given its next chunk now, so a steady one never takes the slow path for it."""
+    global _free, _held
+    with _lock:
+        count = len(sink)
+        unused = sink.limit - count
+        if unused > 0:
+            _free += unused * EVENT_BYTES
+            sink.limit = count
+        sink.limit -= count  # below 0: it passed its allowance by that much, repaid later
+        _held += count * EVENT_BYTES
+        if count and _free >= EVENT_BYTES:
+            _grant(sink, len(sink) - count)  # as it will hold once the sender took them
+    return count
+
+
+def take_back(sink: Sink, count: int) -> None:
+    """The sender could not take the ``count`` events it was handed (no memory): they stay with
+    their thread, and so does their charge."""
+    global _held
+    with _lock:
+        sink.limit += count
+        _held -= count * EVENT_BYTES
+
+
+def forget(sink: Sink) -> None:
+    """A thread ended and its buffer was drained: the pool takes back its allowance (or pays
+    what it owed)."""
+    global _free
+    with _lock:
+        _free += (sink.limit - len(sink)) * EVENT_BYTES
+        sink.limit = len(sink)
+
+
+def hold(size: int) -> None:
+    """The sender holds ``size`` more bytes (an encoded batch), or fewer when negative (drained
+    events released, a batch acknowledged, spooled or dropped). Never refused: the threads see
+    less room until it is given back."""
+    global _free, _held
+    with _lock:
+        _free -= size
+        _held += size
+
+
+def in_use() -> int:
+    """Bytes counted against the bound now: reserved by threads or held by the sender."""
+    return _total - _free
+
+
+def limit() -> int:
+    return _total
+
+
+def held() -> int:
+    return _held
+
+
+# -- calls left untraced past the bound -------------------------------------------------------
+
+_overflow_calls = 0
+_overflow_seqs: set[bytes] = set()
+_MAX_OVERFLOW_SEQS: Final = 1024
+
+
+def overflow(current: tuple[bytes, int, int] | None) -> None:
+    """A traced call ran untraced because the process's bound was reached (the sender cannot
+    keep up): count its two events, and remember its sequence (when it had one) as lossy."""
+    global _overflow_calls
+    _overflow_calls += 1
+    if current is not None and len(_overflow_seqs) < _MAX_OVERFLOW_SEQS:
+        _overflow_seqs.add(current[0])
+
+
+def take_overflow() -> tuple[int, set[bytes]]:
+    """The events of the calls left untraced since the last take, and their sequences."""
+    global _overflow_calls
+    calls, _overflow_calls = _overflow_calls, 0
+    seqs = set(_overflow_seqs)
+    _overflow_seqs.difference_update(seqs)
+    return 2 * calls, seqs
+
+
+def _after_fork_in_child() -> None:
+    """The child holds none of its parent's events: the whole bound is free again."""
+    global _lock, _busy, _free, _held
+    _lock = threading.RLock()
+    _busy = False
+    _free, _held = _total, 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,438 @@
+"""``@traced``: start and end events around every call of a function.
+
+Hot path per call (sync): one ContextVar get/set/reset, one comparison of the thread's buffer with
+its allowance under the process's memory bound (``tracer._core.budget``), one counter step, two
+clock reads and two list appends of a tuple, no lock and no syscall. Everything else is decided at
+decoration time: the method is interned then, and the wrapper's shape (sync, coroutine,
+generator, async generator) is chosen then.
+
+A root call (no sequence current) first asks ``_adopt`` (``tracer._core.adoption.adopt``): while an
+OpenTelemetry span is current, the root joins its trace instead of drawing a new sequence. Nested
+calls never ask: a current sequence costs nothing extra.
+
+The wrapper never raises into user code: a failure in the tracer's own steps is counted and logged
+once (``recorder.internal_error``), and the user's function still runs. The user's own exceptions
+propagate unchanged, after an ``Error`` event that names their type.
+
+With the C accelerator (``IMPLEMENTATION == "c"``) the sync wrapper is ``_speedups.TracedFunction``,
+which does the same steps in C; the coroutine and generator wrappers stay in Python. The hot path's
+sources, ``_clock``, ``_new_seq``, ``_next_iid``, ``_adopt`` and ``_disabled``, are module globals
+either way: assigning one from outside (a test fixing the clock) reaches the C wrapper too.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import time
+import types
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import Any, Final, TypeVar, overload
+
+from tracer._core import accel as _accel
+from tracer._core import adoption, budget, context, frames, ids, recorder
+from tracer.wire import TAG_END, TAG_ERROR, TAG_START
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+TRACED_MARK: Final = "__invoseq_traced__"
+#: "c" when the C accelerator records events, "python" otherwise (INVOSEQ_PURE=1 forces it).
+IMPLEMENTATION: Final = _accel.IMPLEMENTATION
+
+# Bound once: the hot path reads module globals, never attributes of other modules.
+_tls = recorder.tls
+_register_thread = recorder.register_thread
+_next_iid = recorder.next_iid
+_internal_error = recorder.internal_error
+_refill = budget.refill  # past the allowance: reserve more, or count the call as overflow
+_new_seq = ids.new_seq
+#: A root's context value when it joins a trace already current (OpenTelemetry's), else None.
+_adopt: Callable[[], context.Current | None] = adoption.adopt
+_get = context.current.get
+_set = context.current.set
+_reset = context.current.reset
+_clock = time.perf_counter_ns
+
+_disabled = False
+_UNTRACED: context.Current = (b"", 0, 0)
+
+
+set_max_buffered: Final = budget.configure  # the process's memory bound (the runtime sets it)
+
+
+def set_enabled(enabled: bool) -> None:
+    """Turn recording on or off for every traced function (the runtime calls this)."""
+    global _disabled
+    _disabled = not enabled
+    _sync_sources()
+
+
+def recording() -> bool:
+    """Whether traced functions record now (``otel``'s span processor follows the same switch)."""
+    return not _disabled
+
+
+def next_iid() -> int:
+    """A new invocation id, from the same source as the traced calls' (tests may replace it)."""
+    return _next_iid()
+
+
+def now() -> int:
+    """The tracer's clock (ns), the same source as the traced calls' (tests may replace it)."""
+    return _clock()
+
+
+def _sync_sources() -> None:
+    """Tell the C wrapper what the sources are now (None: its own, which are the defaults)."""
+    speedups = _accel.speedups
+    if speedups is None:
+        return
+    speedups.set_enabled(not _disabled)
+    speedups.set_sources(
+        clock=None if _clock is time.perf_counter_ns else _clock,
+        new_seq=None if _new_seq is ids.new_seq else _new_seq,
+        next_iid=None if _next_iid is recorder.next_iid else _next_iid,
+        adopt=_adopt,
+        adopt_guard=adoption.GUARD if _adopt is adoption.adopt else None,
+    )
+
+
+_SOURCES: Final = frozenset({"_clock", "_new_seq", "_next_iid", "_adopt", "_disabled"})
+
+
+class _Module(types.ModuleType):
+    """This module's class: assigning a source from outside (``monkeypatch.setattr``) is passed
+    on to the C wrapper, so tests that fix the clock or break the counter see both paths obey."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _SOURCES:
+            _sync_sources()
+
+
+sys.modules[__name__].__class__ = _Module
+_sync_sources()  # the C wrapper's roots adopt through the same callback
+
+
+def _begin(method: int) -> tuple[int, context.Current]:
+    """Record a Start and return (iid, the context value of the new invocation); iid 0: past
+    the memory bound, the call runs untraced (counted)."""
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    current = _get()
+    if len(events) >= events.limit and not _refill(events, current):
+        return 0, _UNTRACED
+    iid = _next_iid()
+    if current is None:
+        current = _adopt()
+        if current is None:
+            seq = _new_seq()
+            parent = hid = 0
+        else:
+            seq, parent, hid = current
+    else:
+        seq, parent, hid = current
+    events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
+    return iid, (seq, iid, 0)
+
+
+def _end(iid: int) -> None:
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    events.append((TAG_END, iid, _clock()))
+
+
+def _fail(iid: int, exc: BaseException) -> None:
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
+
+
+def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:  # noqa: PLR0915 (inlined hot path)
+    if _accel.speedups is not None:
+        wrapper: Callable[..., Any] = _accel.speedups.TracedFunction(fn, method)
+        return wrapper
+
+    def traced_call(*args: Any, **kwargs: Any) -> Any:  # noqa: PLR0912 (inlined: the hot path)
+        if _disabled:
+            return fn(*args, **kwargs)
+        try:
+            # Inlined _begin: this is the path every traced call takes.
+            try:
+                events = _tls.events
+            except AttributeError:
+                events = _register_thread()
+            current = _get()
+            if len(events) >= events.limit and not _refill(events, current):
+                token = None  # past the memory bound: untraced, counted with its sequence
+            else:
+                iid = _next_iid()
+                if current is None:
+                    current = _adopt()
+                    if current is None:
+                        seq = _new_seq()
+                        parent = hid = 0
+                    else:
+                        seq, parent, hid = current
+                else:
+                    seq, parent, hid = current
+                token = _set((seq, iid, 0))
+                try:
+                    events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
+                except BaseException:
+                    _reset(token)  # nothing of a failed start stays behind
+                    raise
+        except Exception as exc:
+            _internal_error(exc)
+            return fn(*args, **kwargs)
+        if token is None:
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                try:
+                    events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
+                finally:
+                    _reset(token)
+            except Exception as inner:
+                _internal_error(inner)
+            raise
+        try:
+            try:
+                events.append((TAG_END, iid, _clock()))
+            finally:
+                _reset(token)
+        except Exception as inner:
+            _internal_error(inner)
+        return result
+
+    return traced_call
+
+
+def _wrap_coroutine(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    async def traced_coroutine(*args: Any, **kwargs: Any) -> Any:
+        if _disabled:
+            return await fn(*args, **kwargs)
+        try:
+            iid, value = _begin(method)
+            token = _set(value) if iid else None
+        except Exception as exc:
+            _internal_error(exc)
+            return await fn(*args, **kwargs)
+        if token is None:
+            return await fn(*args, **kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                _fail(iid, exc)
+                _reset(token)
+            except Exception as inner:
+                _internal_error(inner)
+            raise
+        try:
+            _end(iid)
+            _reset(token)
+        except Exception as inner:
+            _internal_error(inner)
+        return result
+
+    return traced_coroutine
+
+
+def _wrap_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    """The invocation starts when the generator first runs and ends when it is exhausted, raises
+    or is closed. Each resumption runs inside the invocation's context, and the caller's context is
+    restored before every yield, so calls made between iterations belong to the caller."""
+
+    def traced_generator(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        inner = fn(*args, **kwargs)
+        if _disabled:
+            return (yield from inner)
+        try:
+            iid, value = _begin(method)
+        except Exception as exc:
+            _internal_error(exc)
+            iid = 0
+        if not iid:
+            return (yield from inner)
+        to_send: Any = None
+        to_throw: BaseException | None = None
+        while True:
+            token = _set(value)
+            try:
+                item = inner.send(to_send) if to_throw is None else inner.throw(to_throw)
+            except StopIteration as stop:
+                _end(iid)
+                return stop.value
+            except BaseException as exc:
+                _fail(iid, exc)
+                raise
+            finally:
+                _reset(token)
+            try:
+                to_send, to_throw = (yield item), None
+            except GeneratorExit:
+                token = _set(value)
+                try:
+                    inner.close()
+                except BaseException as exc:
+                    _fail(iid, exc)
+                    raise
+                finally:
+                    _reset(token)
+                _end(iid)
+                raise
+            except BaseException as exc:
+                to_send, to_throw = None, exc
+
+    return traced_generator
+
+
+def _wrap_async_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    """As ``_wrap_generator``; an untraced run (disabled, or a tracer failure) takes the same loop
+    so ``asend``/``athrow``/``aclose`` always reach the user's generator."""
+
+    async def traced_async_generator(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+        inner = fn(*args, **kwargs)
+        iid, value = 0, _UNTRACED
+        if not _disabled:
+            try:
+                iid, value = _begin(method)
+            except Exception as exc:
+                _internal_error(exc)
+        to_send: Any = None
+        to_throw: BaseException | None = None
+        while True:
+            token = _set(value) if iid else None
+            try:
+                if to_throw is None:
+                    item = await inner.asend(to_send)
+                else:
+                    item = await inner.athrow(to_throw)
+            except BaseException as exc:
+                if iid:
+                    _end(iid) if isinstance(exc, StopAsyncIteration) else _fail(iid, exc)
+                if isinstance(exc, StopAsyncIteration):
+                    return
+                raise
+            finally:
+                if token is not None:
+                    _reset(token)
+            try:
+                to_send, to_throw = (yield item), None
+            except GeneratorExit:
+                await _close_async(inner, iid, value)
+                raise
+            except BaseException as exc:
+                to_send, to_throw = None, exc
+
+    return traced_async_generator
+
+
+async def _close_async(inner: AsyncGenerator[Any, Any], iid: int, value: Any) -> None:
+    token = _set(value) if iid else None
+    try:
+        await inner.aclose()
+    except BaseException as exc:
+        if iid:
+            _fail(iid, exc)
+        raise
+    finally:
+        if token is not None:
+            _reset(token)
+    if iid:
+        _end(iid)
+
+
+frames.register_factories(_wrap_sync, _wrap_coroutine, _wrap_generator, _wrap_async_generator)
+frames.register_wrappers(_close_async)
+
+
+def wrap_with_method(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    """A sync call wrapper for an already-interned method (hand-off runners)."""
+    return _wrap_sync(fn, method)
+
+
+def source(fn: Callable[..., Any]) -> tuple[str, int]:
+    """(file, first line) of the function's own code, through any wrappers; ("", 0) without."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return "", 0
+    return code.co_filename, code.co_firstlineno
+
+
+def _wrap(fn: Callable[..., Any], name: str | None) -> Callable[..., Any]:
+    if getattr(fn, TRACED_MARK, False):
+        return fn
+    file, line = source(fn)
+    module = str(getattr(fn, "__module__", None) or "<unknown>")
+    qualname = str(name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
+    method = recorder.register_method(module, qualname, file, line)
+    if inspect.isasyncgenfunction(fn):
+        wrapper = _wrap_async_generator(fn, method)
+    elif inspect.iscoroutinefunction(fn):
+        wrapper = _wrap_coroutine(fn, method)
+    elif inspect.isgeneratorfunction(fn):
+        wrapper = _wrap_generator(fn, method)
+    else:
+        wrapper = _wrap_sync(fn, method)
+    functools.update_wrapper(wrapper, fn)
+    setattr(wrapper, TRACED_MARK, True)
+    return wrapper
+
+
+#: Methods that class creation makes classmethods of only when they are plain functions, which
+#: the C wrapper is not: they are wrapped as classmethods here, whichever path runs.
+_IMPLICIT_CLASSMETHODS: Final = frozenset({"__init_subclass__", "__class_getitem__"})
+
+
+def _implicit_classmethod(target: Any) -> bool:
+    if not isinstance(target, types.FunctionType) or target.__name__ not in _IMPLICIT_CLASSMETHODS:
+        return False
+    owner = target.__qualname__.rpartition(".")[0]  # "" at module level, "f.<locals>" in a body
+    return bool(owner) and not owner.endswith("<locals>")
+
+
+def _wrap_any(target: Any, name: str | None) -> Any:
+    if _implicit_classmethod(target):
+        return classmethod(_wrap(target, name))
+    if isinstance(target, staticmethod):
+        return staticmethod(_wrap(target.__func__, name))
+    if isinstance(target, classmethod):
+        return classmethod(_wrap(target.__func__, name))
+    if not callable(target):
+        raise TypeError(
+            f"@traced takes a function or method, not {type(target).__name__} {target!r}; "
+            "to name the invocation, write @traced(name='...')"
+        )
+    if isinstance(target, type):
+        raise TypeError(
+            f"@traced decorates functions and methods, not the class {target.__qualname__}; "
+            "decorate its methods, or use `tracer run --include` to trace a whole module"
+        )
+    return _wrap(target, name)
+
+
+@overload
+def traced(fn: F, /) -> F: ...
+@overload
+def traced(*, name: str | None = None) -> Callable[[F], F]: ...
+def traced(fn: Any = None, /, *, name: str | None = None) -> Any:
+    """Trace every call of a function: ``@traced`` or ``@traced(name="checkout")``.
+
+    Works on functions, methods, classmethods, staticmethods, coroutines, generators and async
+    generators, keeping their name, docstring, signature and kind (``inspect`` sees through it)."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"traced(name=...) takes a string, not {type(name).__name__}")
+    if fn is None:
+        return lambda target: _wrap_any(target, name)
+    return _wrap_any(fn, name)

@@ -1,0 +1,34 @@
+"""The tracer's wrapper frames, known by their code objects rather than by file name.
+
+A thread with one of these frames on its stack is inside a traced call (the sampler samples only
+such threads by default), and ``tracer run`` leaves them out of the program's tracebacks. Each
+module that defines a wrapper registers it where it is defined; a closure's code object is shared
+by every function the enclosing ``def`` makes, so registering the factory that makes them
+covers them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import CodeType
+from typing import Any, Final
+
+__all__ = ["WRAPPER_CODES", "register_factories", "register_wrappers"]
+
+#: Code objects of the functions that wrap a traced call or a hand-off.
+WRAPPER_CODES: Final[set[CodeType]] = set()
+
+
+def register_wrappers(*functions: Callable[..., Any]) -> None:
+    """Register functions that are wrappers themselves."""
+    WRAPPER_CODES.update(fn.__code__ for fn in functions)
+
+
+def register_factories(*factories: Callable[..., Any]) -> None:
+    """Register the functions defined inside each factory (not the factory: it only makes them)."""
+    pending = [const for fn in factories for const in fn.__code__.co_consts]
+    while pending:
+        const = pending.pop()
+        if isinstance(const, CodeType):
+            WRAPPER_CODES.add(const)
+            pending += const.co_consts

@@ -1,0 +1,144 @@
+"""Hand-offs: work that leaves the current invocation for another thread or asyncio task.
+
+``record(kind, fn)`` runs on the submitting side: it appends a Handoff event (a fresh hid, the
+submitting invocation, the callable's interned name, the submit time) and returns the context value
+the other side must run with, ``(seq, parent, hid)``. ``bind(fn, kind)`` wraps a callable for a
+thread: the wrapper attaches that value while the callable runs, so the first invocation there
+carries the hid. When the callable itself is not traced, the wrapper records it as an invocation of
+its own, so a slow task is visible even if it calls nothing traced.
+
+Outside any sequence both return at once and record nothing.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+from tracer._core import context, decorator, frames, ids, recorder
+from tracer.wire import TAG_HANDOFF
+
+log = logging.getLogger("tracer")
+
+BOUND_MARK: Final = "__invoseq_bound__"
+
+_get = context.current.get
+_set = context.current.set
+_reset = context.current.reset
+_clock = time.perf_counter_ns
+_lock = threading.Lock()
+_methods: dict[tuple[str, str, str, int], int] = {}
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _unwrap(fn: Any) -> Any:
+    """The function a callable stands for: through partials, Context.run and bound methods."""
+    for _ in range(16):  # bounded: a partial of a partial of ...
+        if isinstance(fn, functools.partial):
+            inner = fn.func
+            is_context_run = isinstance(getattr(inner, "__self__", None), contextvars.Context)
+            fn = fn.args[0] if is_context_run and fn.args else inner
+        elif hasattr(fn, "__func__"):
+            fn = fn.__func__
+        else:
+            return fn
+    return fn
+
+
+def describe(fn: Any) -> tuple[str, str, str, int]:
+    """(module, qualname, file, line) naming a callable, a coroutine object or a thread's run;
+    a string is taken as the name itself (a remote call has no callable here)."""
+    if isinstance(fn, str):
+        return "", fn, "", 0
+    target = _unwrap(fn)
+    # The code of the function itself, not of a wrapper around it (a traced function's wrapper
+    # is a closure in decorator.py, or C code with no code object at all).
+    code = getattr(target, "cr_code", None)  # a coroutine object
+    file, line = (code.co_filename, code.co_firstlineno) if code else decorator.source(target)
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    module = getattr(target, "__module__", None)
+    frame = getattr(target, "cr_frame", None)
+    if module is None and frame is not None:
+        module = frame.f_globals.get("__name__")
+    if module is None:
+        module = type(target).__module__
+    return str(module), str(qualname), file, line
+
+
+def method_for(fn: Any) -> int:
+    """The interned method id naming ``fn`` (interned once per distinct name)."""
+    key = describe(fn)
+    method = _methods.get(key)
+    if method is None:
+        with _lock:
+            method = _methods.get(key)
+            if method is None:
+                method = _methods[key] = recorder.register_method(*key)
+    return method
+
+
+def record(kind: str, fn: Any, current: context.Current | None = None) -> context.Current | None:
+    """Record a hand-off of ``fn`` from the current invocation (or from ``current``); return the
+    context value for the other side, or None outside any sequence."""
+    if current is None:
+        current = _get()
+        if current is None:
+            return None
+    try:
+        seq, parent, _ = current
+        hid = ids.new_id63()
+        method = method_for(fn)
+        try:
+            events = recorder.tls.events
+        except AttributeError:
+            events = recorder.register_thread()
+        events.append((TAG_HANDOFF, hid, parent, kind, method, _clock(), seq))
+        return (seq, parent, hid)
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return None
+
+
+def bind(
+    fn: Callable[..., Any], kind: str = "thread", *, named_after: Any = None
+) -> Callable[..., Any]:
+    """``fn`` as it should run on the other side of a hop (``fn`` itself outside a sequence).
+
+    ``named_after`` is what the hand-off is named after when ``fn`` only runs it (a thread's
+    ``run`` running its target)."""
+    if getattr(fn, BOUND_MARK, False):
+        return fn
+    target = fn if named_after is None else named_after
+    value = record(kind, target)
+    if value is None:
+        return fn
+    if getattr(_unwrap(target), decorator.TRACED_MARK, False):
+        runner = fn  # the traced function's own Start consumes the hand-off
+    else:
+        runner = decorator.wrap_with_method(fn, method_for(target))
+
+    def run_handed_off(*args: Any, **kwargs: Any) -> Any:
+        token = _set(value)
+        try:
+            return runner(*args, **kwargs)
+        finally:
+            _reset(token)
+
+    setattr(run_handed_off, BOUND_MARK, True)
+    return run_handed_off
+
+
+frames.register_factories(bind)

@@ -1,0 +1,44 @@
+"""The runtime's services that the layers below it call: flush, shut down, a child's settings.
+
+The runtime (``tracer._runtime``) starts the sender and owns the process's tracing lifecycle; it
+imports the patches and the SIGTERM handling, so they cannot import it back. They call these
+instead, which the runtime fills in when it is imported. Until then there is nothing to flush
+and nothing for a child to inherit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["child_settings", "flush", "install", "shutdown"]
+
+
+def flush(timeout_s: float | None = None) -> bool:
+    """Send what is buffered and wait (bounded) for its acknowledgement."""
+    return _flush(timeout_s)
+
+
+def shutdown() -> bool:
+    """Flush and stop recording (the configured flush timeout bounds it)."""
+    return _shutdown()
+
+
+def child_settings() -> dict[str, str]:
+    """Environment variables that make a child process trace like this one."""
+    return _child_settings()
+
+
+def install(
+    *,
+    flush: Callable[[float | None], bool],
+    shutdown: Callable[[], bool],
+    child_settings: Callable[[], dict[str, str]],
+) -> None:
+    """The runtime's implementations (called once, when it is imported)."""
+    global _flush, _shutdown, _child_settings
+    _flush, _shutdown, _child_settings = flush, shutdown, child_settings
+
+
+_flush: Callable[[float | None], bool] = lambda timeout_s: True  # noqa: E731 (replaced)
+_shutdown: Callable[[], bool] = lambda: True  # noqa: E731 (replaced by the runtime)
+_child_settings: Callable[[], dict[str, str]] = dict

@@ -1,0 +1,291 @@
+"""Where events wait for the sender: per-thread buffers, and the interned methods and threads.
+
+The hot path appends a tuple to its own thread's list and takes no lock. The sender drains a list
+with ``events[:n]`` then ``del events[:n]``: each is atomic under the GIL, and anything appended in
+between stays for the next round, so nothing is lost and nothing is sent twice. With the C
+accelerator a thread's buffer is an ``EventBuffer`` instead: fixed-size records that ``take()``
+swaps out atomically and hands over already encoded (``EncodedEvents``); the Python wrappers still
+``append`` tuples to it, so a thread's events stay in one buffer, in order.
+
+The first event of a thread takes the slow path (``register_thread``), which assigns the thread's
+serial ``tid``, interns its metadata and makes sure a sender is running. Each buffer carries its
+thread's allowance under the process's memory bound (``limit``: ``tracer._core.budget``); the sender
+takes exactly the events it counted when it handed their charge over to itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import CodeType
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+
+import msgspec
+
+from tracer._core import accel as _accel
+from tracer._core import budget, context
+
+if TYPE_CHECKING:
+    from tracer._core._speedups import EncodedEvents, EventBuffer
+
+log = logging.getLogger("tracer")
+
+#: An event as the hot path records it; the layouts are those of tracer.wire's event structs.
+EventTuple = tuple[Any, ...]
+#: A method's interned metadata, laid out as tracer.wire.MethodInfo.
+MethodTuple = tuple[int, str, str, str, int]
+#: A thread's interned metadata, laid out as tracer.wire.ThreadInfo.
+ThreadTuple = tuple[int, int, str]
+#: A sampled code location, laid out as tracer.wire.FrameInfo.
+FrameTuple = tuple[int, str, str, int]
+
+
+class EventList(list[EventTuple]):
+    """A thread's events on the pure-Python path, with its allowance (``tracer._core.budget``)."""
+
+    __slots__ = ("limit",)
+    limit: int
+
+
+def _new_event_list() -> EventList:
+    events = EventList()
+    events.limit = 0  # the first Start reserves
+    return events
+
+
+#: Where a thread records: a list of event tuples, or the C accelerator's record buffer.
+EventSink: TypeAlias = "EventList | EventBuffer"
+#: A thread's drained events, for the sender: tuples, or the C accelerator's encoded events.
+Events: TypeAlias = "list[EventTuple] | EncodedEvents"
+
+tls: Final = threading.local()
+#: The process's invocation counter: one, whichever implementation records (the C one is C's).
+next_iid: Callable[[], int]
+_new_sink: Callable[[], EventSink]
+if _accel.speedups is None:
+    next_iid = itertools.count(1).__next__
+    _new_sink = _new_event_list
+else:
+    from tracer._core import _speedups
+
+    next_iid = _speedups.next_iid
+    _new_sink = _speedups.EventBuffer
+_next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
+#: Batches are numbered per process, not per sender: the repository discards a (puid, batch_no)
+#: it has seen, so a sender replaced by configure() must never start the numbers again.
+next_batch_no: Final[Callable[[], int]] = itertools.count(1).__next__
+
+
+@dataclass(slots=True, eq=False)
+class ThreadBuffer:
+    tid: int
+    ident: int
+    info: ThreadTuple
+    thread: weakref.ref[threading.Thread]
+    events: EventSink = field(default_factory=_new_sink)
+
+    def alive(self) -> bool:
+        thread = self.thread()
+        return thread is not None and thread.is_alive()
+
+
+_lock = threading.Lock()
+_buffers: list[ThreadBuffer] = []
+_sampled: dict[int, tuple[int, int]] = {}  # thread ident -> (tid, native id), for the sampler
+_frames: list[FrameTuple] = []
+_frame_ids: dict[CodeType, int] = {}
+_methods: list[MethodTuple] = []
+
+
+#: Called (outside any lock) after a thread's first event is registered: the runtime starts the
+#: sender from here, so importing and decorating never starts a thread.
+def _no_op() -> None:
+    pass
+
+
+on_new_thread: Callable[[], None] = _no_op
+
+
+def register_thread() -> EventSink:
+    """The slow path of a thread's first event: returns the buffer its events go to."""
+    thread = threading.current_thread()
+    with _lock:
+        tid = _next_tid()
+        native_id = threading.get_native_id()
+        info = (tid, native_id, thread.name[:1024])
+        buffer = ThreadBuffer(tid, threading.get_ident(), info, weakref.ref(thread))
+        _buffers.append(buffer)
+        _sampled[buffer.ident] = (tid, native_id)
+    tls.events = buffer.events
+    try:
+        on_new_thread()
+    except Exception as exc:
+        internal_error(exc)
+    return buffer.events
+
+
+def thread_events() -> EventSink:
+    """The current thread's buffer, registering the thread on its first event."""
+    try:
+        events: EventSink = tls.events
+    except AttributeError:
+        return register_thread()
+    return events
+
+
+def register_method(module: str, qualname: str, file: str, line: int) -> int:
+    """Intern a method's metadata (at decoration time) and return its id."""
+    if module == "__mp_main__":  # a spawned child imports the main script under this name
+        module = "__main__"
+    with _lock:
+        _methods.append((len(_methods) + 1, module[:1024], qualname[:1024], file[:4096], line))
+        return len(_methods)
+
+
+def methods_since(count: int) -> list[MethodTuple]:
+    return _methods[count:]
+
+
+def frame_id(code: CodeType) -> int:
+    """The interned id of a sampled code object (interned once per process)."""
+    found = _frame_ids.get(code)
+    if found is not None:
+        return found
+    with _lock:
+        found = _frame_ids.get(code)
+        if found is None:
+            _frames.append(
+                (
+                    len(_frames) + 1,
+                    code.co_filename[:4096],
+                    code.co_qualname[:1024],
+                    code.co_firstlineno,
+                )
+            )
+            found = _frame_ids[code] = len(_frames)
+        return found
+
+
+def frames_since(count: int) -> list[FrameTuple]:
+    return _frames[count:]
+
+
+def sampled_threads() -> dict[int, tuple[int, int]]:
+    """The threads that have recorded events: ident -> (tid, native id). A snapshot."""
+    return dict(_sampled)
+
+
+def threads_in_c_calls() -> set[int]:
+    """Idents of the threads inside a call of the C wrapper, which leaves no Python frame on
+    their stacks for the sampler to recognise."""
+    return {
+        buffer.ident
+        for buffer in list(_buffers)
+        if not isinstance(buffer.events, list) and buffer.events.active
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    chunks: list[tuple[ThreadBuffer, Events]]  # per thread, in the thread's order
+    finished: list[ThreadBuffer]  # threads that ended: they will record nothing more
+    #: Events taken: the sender holds their charge (budget.EVENT_BYTES each) until it lets them go.
+    events: int = 0
+
+
+def drain() -> Drained:
+    """Take every buffered event, per thread in order; forget threads that have ended."""
+    with _lock:
+        buffers = list(_buffers)
+    chunks: list[tuple[ThreadBuffer, Events]] = []
+    finished: list[ThreadBuffer] = []
+    taken = 0
+    for buffer in buffers:
+        ended = not buffer.alive()  # checked before draining: an ended thread appends no more
+        count = budget.hand_over(buffer.events)  # then taken at once: the thread sees its room
+        if count:
+            try:
+                chunks.append((buffer, _take(buffer.events, count)))
+            except BaseException:  # no memory: what this drain took is let go, its charge too
+                budget.take_back(buffer.events, count)
+                budget.hold(-taken * budget.EVENT_BYTES)
+                raise
+            taken += count
+        if ended:
+            budget.forget(buffer.events)
+            finished.append(buffer)
+    if finished:
+        with _lock:
+            for buffer in finished:
+                _buffers.remove(buffer)
+                if _sampled.get(buffer.ident, (0,))[0] == buffer.tid:
+                    del _sampled[buffer.ident]
+    return Drained(chunks, finished, taken)
+
+
+def _take(events: EventSink, count: int) -> Events:
+    """The oldest ``count`` events (what was appended since stays, for the next round)."""
+    if not isinstance(events, list):
+        encoded = events.take(count)
+        return [] if encoded is None else encoded
+    taken = events[:count]
+    del events[:count]
+    return taken
+
+
+def encodable(events: Events) -> list[EventTuple] | msgspec.Raw:
+    """Drained events as the batch encoder takes them: C-encoded ones are spliced in as they are
+    (the same bytes msgspec gives for the tuples; tests/tracer/core/test_speedups.py checks it)."""
+    return events if isinstance(events, list) else msgspec.Raw(events.msgpack())
+
+
+def buffered() -> int:
+    """Events waiting in the per-thread lists (approximate while threads run)."""
+    return sum(len(buffer.events) for buffer in list(_buffers))
+
+
+# -- the tracer's own failures: counted, logged once, never raised into user code -------------
+
+_errors = 0
+
+
+def internal_error(exc: BaseException) -> None:
+    global _errors
+    _errors += 1
+    if _errors == 1:
+        log.error("invoseq: internal tracer error (reported once; tracing goes on)", exc_info=exc)
+
+
+def internal_errors() -> int:
+    return _errors
+
+
+def _after_fork_in_child() -> None:
+    """The child starts with no buffered events: the parent sends its own. Only the forking thread
+    exists in the child, so its thread-local list is the only one to forget."""
+    global _lock
+    _lock = threading.Lock()
+    _buffers.clear()
+    _sampled.clear()
+    with contextlib.suppress(AttributeError):
+        del tls.events
+    if _accel.speedups is not None:
+        _speedups.after_fork()  # new sequence-id seed; no thread keeps its parent's buffer
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+if _accel.speedups is not None:
+    _speedups.configure(
+        context.current,
+        internal_error,
+        thread_events,
+        msgspec.msgpack.Encoder().encode,
+        msgspec.msgpack.Decoder().decode,
+    )
+    _speedups.set_refill(budget.refill)

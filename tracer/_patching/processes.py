@@ -1,0 +1,263 @@
+"""Processes: the sequence follows work into child processes, as a hand-off of kind ``process``.
+
+- ``multiprocessing.Process.start``, ``Pool`` (``apply_async``, ``map``/``starmap`` and their async
+  forms, ``imap``, ``imap_unordered``) and ``ProcessPoolExecutor.submit``/``map`` wrap the callable
+  in a ``ProcessRunner``: a picklable object carrying the hand-off, so the same code serves the
+  fork, spawn and forkserver start methods with nothing patched in the child. In the child it
+  attaches the hand-off, runs the callable (recorded as an invocation of its own when it is not
+  traced), and flushes: pool workers often end with ``os._exit`` or SIGTERM, never running atexit.
+- A fork or forkserver child ends with ``os._exit`` once its ``run`` returned, whatever it ran:
+  ``BaseProcess._bootstrap`` flushes what it recorded first (nothing to wait for when it
+  recorded nothing).
+- Pools and executors are created and fed with no context attached, so their worker processes and
+  helper threads never inherit the sequence that happened to start them.
+- ``subprocess.Popen`` gives the child an environment with ``TRACEPARENT`` (a fresh hand-off), the
+  repository endpoint, the other settings and the instrumentation switch (and, under ``tracer
+  run``, the bootstrap of ``tracer.run.bootstrap``, when an environment of its own is given): a
+  Python child running the tracer continues the sequence.
+- A bare ``os.fork()`` inside a sequence: the child continues it under a ``process`` hand-off
+  (``os.register_at_fork``; the fork handlers in ids, recorder and runtime give it its own puid,
+  buffers and sender).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures.process as futures_process
+import functools
+import multiprocessing.pool
+import multiprocessing.process
+import os
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from tracer import propagation
+from tracer._core import context, decorator, frames, handoff, lifecycle, recorder
+
+_get = context.current.get
+_set = context.current.set
+_reset = context.current.reset
+
+#: How long a child waits, at the end of each task, for the repository to acknowledge its events.
+TASK_FLUSH_TIMEOUT_S = 2.0
+
+
+class ProcessRunner:
+    """A callable handed to another process, with the hand-off it continues. Pickles by value (the
+    wrapped callable by reference, as multiprocessing would pickle it anyway)."""
+
+    __slots__ = ("fn", "origin_pid", "value")
+
+    def __init__(self, fn: Callable[..., Any], value: context.Current) -> None:
+        self.fn = fn
+        self.value = value
+        self.origin_pid = os.getpid()
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self.fn, self.value, self.origin_pid
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.fn, self.value, self.origin_pid = state
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fn = self.fn
+        if not getattr(handoff._unwrap(fn), decorator.TRACED_MARK, False):
+            fn = decorator.wrap_with_method(fn, handoff.method_for(fn))
+        token = _set(self.value)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _reset(token)
+            if os.getpid() != self.origin_pid:
+                _flush_task()
+
+
+frames.register_wrappers(ProcessRunner.__call__)
+
+
+def _flush_task() -> None:
+    try:
+        lifecycle.flush(TASK_FLUSH_TIMEOUT_S)
+    except Exception as exc:
+        recorder.internal_error(exc)
+
+
+def _runner(fn: Callable[..., Any], value: context.Current | None) -> Callable[..., Any]:
+    return fn if value is None or isinstance(fn, ProcessRunner) else ProcessRunner(fn, value)
+
+
+def _record(fn: Any) -> context.Current | None:
+    return None if isinstance(fn, ProcessRunner) else handoff.record("process", fn)
+
+
+def patch_process_start(original: Callable[..., None]) -> Callable[..., None]:
+    def start(self: multiprocessing.process.BaseProcess) -> None:
+        if _get() is not None:
+            target = getattr(self, "_target", None)
+            if target is not None:
+                self._target = _runner(target, _record(target))  # type: ignore[attr-defined]
+            elif type(self).run is not multiprocessing.process.BaseProcess.run:
+                # A subclass's own run(): the instance attribute shadows it. It pickles for
+                # spawn as getattr(process, "run"), which unpickles to the class's run again.
+                self.run = _runner(self.run, _record(self.run))  # type: ignore[method-assign]
+        with context.detached():  # the bare-fork hook must not hand off a second time
+            original(self)
+
+    return start
+
+
+def patch_process_bootstrap(original: Callable[..., int]) -> Callable[..., int]:
+    """``BaseProcess._bootstrap``, which runs the process in the child: then a flush."""
+
+    @functools.wraps(original)
+    def bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **kwargs: Any) -> int:
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _flush_task()
+
+    return bootstrap
+
+
+def patch_detached(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``original`` with no context attached (a pool's constructor)."""
+
+    @functools.wraps(original)
+    def detached(*args: Any, **kwargs: Any) -> Any:
+        with context.detached():
+            return original(*args, **kwargs)
+
+    return detached
+
+
+def patch_pool_method(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``Pool.apply_async``, ``_map_async``, ``imap``, ``imap_unordered``: one hand-off per call,
+    continued by every task it becomes."""
+
+    @functools.wraps(original)
+    def submit(
+        self: multiprocessing.pool.Pool, func: Callable[..., Any], *args: Any, **kw: Any
+    ) -> Any:
+        runner = _runner(func, _record(func))
+        with context.detached():
+            return original(self, runner, *args, **kw)
+
+    return submit
+
+
+def patch_executor_submit(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def submit(self: ProcessPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
+        if not _is_map_chunk(fn):
+            fn = _runner(fn, _record(fn))
+        with context.detached():
+            return original(self, fn, *args, **kw)
+
+    return submit
+
+
+def _is_map_chunk(fn: Any) -> bool:
+    """``ProcessPoolExecutor.map`` submits ``partial(_process_chunk, runner)``: already bound."""
+    return (
+        isinstance(fn, functools.partial)
+        and fn.func is futures_process._process_chunk
+        and bool(fn.args)
+        and isinstance(fn.args[0], ProcessRunner)
+    )
+
+
+def patch_executor_map(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def map_(self: ProcessPoolExecutor, fn: Callable[..., Any], *iterables: Any, **kw: Any) -> Any:
+        return original(self, _runner(fn, _record(fn)), *iterables, **kw)
+
+    return map_
+
+
+def patch_popen_init(original: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(original)
+    def popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        if _get() is not None:
+            kwargs["env"] = child_environment(kwargs.get("env"), args)
+        original(self, args, *rest, **kwargs)
+
+    return popen_init
+
+
+def child_environment(env: Any, args: Any) -> dict[str, str]:
+    """The child's environment: the given one (or ours), plus the hand-off, the tracer's
+    settings and, under ``tracer run``, what traces a Python child (``tracer.run.bootstrap``),
+    unless the caller set them."""
+    child = dict(os.environ if env is None else env)
+    program = args if isinstance(args, (str, bytes)) else next(iter(args), "")
+    name = os.path.basename(os.fsdecode(program))
+    propagation.inject_env(child, kind="process", name=name or "<subprocess>")
+    for variable, value in lifecycle.child_settings().items():
+        child.setdefault(variable, value)
+    for extend in _child_environment_extensions:
+        extend(child)
+    return child
+
+
+_child_environment_extensions: list[Callable[[dict[str, str]], None]] = []
+
+
+def extend_child_environment(extend: Callable[[dict[str, str]], None]) -> None:
+    """Have ``extend`` add to every child's environment (``tracer run``: what traces a Python
+    child); idempotent."""
+    if extend not in _child_environment_extensions:
+        _child_environment_extensions.append(extend)
+
+
+PATCHES: tuple[tuple[Any, str, Callable[[Any], Any]], ...] = (
+    (multiprocessing.process.BaseProcess, "start", patch_process_start),
+    (multiprocessing.process.BaseProcess, "_bootstrap", patch_process_bootstrap),
+    (multiprocessing.pool.Pool, "__init__", patch_detached),
+    (multiprocessing.pool.Pool, "apply_async", patch_pool_method),
+    (multiprocessing.pool.Pool, "_map_async", patch_pool_method),
+    (multiprocessing.pool.Pool, "imap", patch_pool_method),
+    (multiprocessing.pool.Pool, "imap_unordered", patch_pool_method),
+    (ProcessPoolExecutor, "submit", patch_executor_submit),
+    (ProcessPoolExecutor, "map", patch_executor_map),
+    (subprocess.Popen, "__init__", patch_popen_init),
+)
+
+
+# -- a bare os.fork() inside a sequence ----------------------------------------------------------
+
+_fork_value: context.Current | None = None
+
+
+def _before_fork() -> None:
+    global _fork_value
+    _fork_value = handoff.record("process", "<fork>") if _get() is not None else None
+
+
+def _after_fork_in_parent() -> None:
+    global _fork_value
+    _fork_value = None
+
+
+def _after_fork_in_child() -> None:
+    global _fork_value
+    if _fork_value is not None:
+        _set(_fork_value)
+        _fork_value = None
+
+
+def install_fork_hooks() -> None:
+    """Registered once (fork hooks cannot be removed); they act only while instrumented."""
+    os.register_at_fork(
+        before=lambda: _before_fork() if _enabled else None,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
+
+
+_enabled = False
+
+
+def set_fork_hooks(enabled: bool) -> None:
+    global _enabled
+    _enabled = enabled

@@ -1,0 +1,84 @@
+"""asyncio: tasks created inside a sequence are hand-offs of kind ``task``; ``to_thread`` hands off
+to a thread.
+
+Coroutines of one thread interleave, so a task is a strand of its own. ``asyncio.Task`` is replaced
+by a subclass whose constructor, when a sequence is active, records the hand-off and gives the task
+a copy of the context carrying it (``create_task``, ``ensure_future``, ``gather`` and ``TaskGroup``
+all construct tasks through ``asyncio.tasks.Task``). ``run_in_executor`` goes through the patched
+``ThreadPoolExecutor.submit``; ``to_thread`` is patched so the hand-off lands inside the context it
+copies for the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.tasks
+import contextvars
+import functools
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, TypeVar
+
+from tracer._core import context, handoff
+
+T = TypeVar("T")
+
+_get = context.current.get
+_set = context.current.set
+
+
+_subclasses: dict[type[Any], type[Any]] = {}
+
+
+def make_task_class(original: type[asyncio.Task[Any]]) -> type[asyncio.Task[Any]]:
+    """The one traced subclass of ``original`` (``asyncio.Task`` and ``asyncio.tasks.Task`` must
+    stay the same class)."""
+    if original not in _subclasses:
+        _subclasses[original] = _subclass(original)
+    return _subclasses[original]
+
+
+def _subclass(original: type[asyncio.Task[Any]]) -> type[asyncio.Task[Any]]:
+    class Task(original):  # type: ignore[valid-type,misc]
+        def __init__(
+            self,
+            coro: Generator[Any, None, Any] | Coroutine[Any, Any, Any],
+            *,
+            loop: asyncio.AbstractEventLoop | None = None,
+            name: str | None = None,
+            context: contextvars.Context | None = None,
+        ) -> None:
+            current = _get() if context is None else context.get(_var)
+            if current is not None:
+                value = handoff.record("task", coro, current)
+                if value is not None:
+                    context = contextvars.copy_context() if context is None else context.copy()
+                    context.run(_set, value)
+            super().__init__(coro, loop=loop, name=name, context=context)
+
+    Task.__qualname__ = Task.__name__ = original.__name__
+    Task.__module__ = original.__module__
+    return Task
+
+
+_var = context.current
+
+
+def patch_to_thread(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def to_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        copied = contextvars.copy_context()
+        runner = handoff.bind(func, "thread")
+        call = functools.partial(copied.run, runner, *args, **kwargs)
+        setattr(call, handoff.BOUND_MARK, True)  # the executor's submit must not hand off again
+        return await loop.run_in_executor(None, call)
+
+    functools.update_wrapper(to_thread, original)
+    return to_thread
+
+
+PATCHES: tuple[tuple[Any, str, Callable[[Any], Any]], ...] = (
+    (asyncio.tasks, "Task", make_task_class),
+    (asyncio, "Task", make_task_class),
+    (asyncio.threads, "to_thread", patch_to_thread),
+    (asyncio, "to_thread", patch_to_thread),
+)

@@ -1,0 +1,58 @@
+"""Threads and thread pools: the context is captured when work is submitted and attached where it
+runs, with a hand-off of kind ``thread`` between the two.
+
+- ``Thread.start`` replaces the instance's ``run`` with a bound runner, so subclasses that override
+  ``run`` (``Timer`` among them) are covered, and ``Thread.run()`` called without ``start()`` runs
+  untouched in the caller's context.
+- ``ThreadPoolExecutor.submit`` (which ``map`` and asyncio's ``run_in_executor`` go through) binds
+  the callable. The pool's own worker threads are started with no context attached: a pool thread
+  serves many sequences and must not inherit the one that happened to spawn it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from tracer._core import context, handoff
+
+_set = context.current.set
+_reset = context.current.reset
+
+
+def _thread_target(thread: threading.Thread) -> Any:
+    target = getattr(thread, "_target", None)
+    if target is not None:
+        return target
+    if isinstance(thread, threading.Timer):
+        return thread.function
+    return type(thread).run
+
+
+def patch_thread_start(original: Callable[[threading.Thread], None]) -> Callable[..., None]:
+    def start(self: threading.Thread) -> None:
+        if context.current.get() is not None:
+            run = handoff.bind(self.run, "thread", named_after=_thread_target(self))
+            self.run = run  # type: ignore[method-assign]
+        original(self)
+
+    return start
+
+
+def patch_executor_submit(original: Callable[..., Future[Any]]) -> Callable[..., Future[Any]]:
+    def submit(
+        self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        bound = handoff.bind(fn, "thread")
+        with context.detached():  # the pool's worker threads, started in here, get none
+            return original(self, bound, *args, **kwargs)
+
+    return submit
+
+
+PATCHES: tuple[tuple[Any, str, Callable[[Any], Any]], ...] = (
+    (threading.Thread, "start", patch_thread_start),
+    (ThreadPoolExecutor, "submit", patch_executor_submit),
+)

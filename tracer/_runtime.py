@@ -1,0 +1,240 @@
+"""The tracer's lifecycle: configure, lazy start, shutdown at exit, and a fresh sender after fork.
+
+Importing and decorating start nothing. The sender starts when ``configure()`` is called, or at the
+first traced call of the process with the settings from the environment. ``shutdown()`` runs at
+interpreter exit and is bounded by ``flush_timeout_ms`` even when no repository listens.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracer import _patching as patching
+from tracer import _signals as signals
+from tracer._core import decorator, ids, lifecycle, recorder
+from tracer._sampler import Sampler
+from tracer._shipping.delivery import Counters
+from tracer._shipping.sender import Sender
+from tracer._shipping.transport import Transport, open_zmq
+from tracer.config import (
+    ENV_ENDPOINT,
+    ENV_HEARTBEAT_MS,
+    ENV_INSTRUMENT,
+    Config,
+    environment,
+    resolve,
+)
+
+_lock = threading.RLock()
+_config: Config | None = None
+_sender: Sender | None = None
+_shut_down = False
+_transport_factory: Callable[[Config], Transport] | None = None  # set_transport_factory
+_abandoned: list[Sender] = []  # a forked child must not touch (or collect) its parent's sockets
+_last: Sender | None = None  # the most recent sender, so stats() still reports after shutdown
+
+
+def set_transport_factory(
+    factory: Callable[[Config], Transport] | None,
+) -> Callable[[Config], Transport] | None:
+    """Make the senders started from now on use ``factory`` for their transport (None: ZeroMQ to
+    the configured endpoints); returns the one it replaces. ``tracer.testing`` uses it."""
+    global _transport_factory
+    previous, _transport_factory = _transport_factory, factory
+    return previous
+
+
+def _start(config: Config) -> None:
+    """Start a sender for ``config`` (caller holds the lock)."""
+    global _sender, _last
+    signals.arm(config)  # flush on SIGTERM (or no longer, with enabled=False): tracer/_signals.py
+    if not config.enabled:
+        return
+    factory = _transport_factory
+
+    def transports() -> dict[str, Transport]:
+        """One transport per repository node (``endpoint`` may list several)."""
+        if factory is None:
+            curve = (config.curve_server_key, config.curve_client_key)
+            window = config.max_inflight_batches
+            opened = open_zmq(config.endpoints, window, curve if curve[0] else None)
+            return dict(zip(config.endpoints, opened, strict=True))
+        return {config.endpoint: factory(config)}
+
+    def own_threads() -> set[int]:
+        """The tracer's own threads, which the sampler never samples."""
+        idents = (sender.ident, sampler.ident if sampler is not None else None)
+        return {ident for ident in idents if ident is not None}
+
+    sampler: Sampler | None = None
+    if config.sample_interval_ms > 0:
+        sampler = Sampler(
+            interval_ms=config.sample_interval_ms,
+            mode=config.sample_mode,
+            only_active=config.sample_only_active,
+            max_threads_per_tick=config.max_threads_per_tick,
+            exclude=own_threads,
+        )
+    sender = Sender(config, transports, sampler)
+    sender.start()
+    _sender = _last = sender
+
+
+def configure(**settings: Any) -> Config:
+    """Apply settings (argument > environment > default) and (re)start the sender.
+
+    Events recorded before the call are sent through the new configuration. Raises ConfigError
+    for a setting the tracer cannot use."""
+    global _config, _shut_down
+    config = resolve(settings, strict=True)
+    with _lock:
+        _stop_sender(config.flush_timeout_ms, final=False)  # the process goes on
+        _config = config
+        _shut_down = False
+        decorator.set_enabled(config.enabled)
+        decorator.set_max_buffered(config.max_buffered_bytes)
+        _start(config)
+    if config.instrument:
+        patching.instrument()
+    return config
+
+
+def _stop_sender(timeout_ms: int, *, final: bool = True) -> bool:
+    global _sender
+    sender, _sender = _sender, None
+    if sender is None:
+        return True
+    return sender.stop(timeout_ms / 1000, final=final)
+
+
+def ensure_started() -> None:
+    """Start the sender with the environment's settings if nothing started it yet (first event)."""
+    global _config
+    if _sender is not None or _shut_down:
+        return
+    with _lock:
+        if _sender is not None or _shut_down:
+            return
+        if _config is None:
+            _config = resolve({}, strict=False)
+            decorator.set_enabled(_config.enabled)
+            decorator.set_max_buffered(_config.max_buffered_bytes)
+            if _config.instrument:
+                patching.instrument()
+        _start(_config)
+
+
+def shutdown(timeout_s: float | None = None) -> bool:
+    """Flush and stop: send what is buffered, wait for the repository's acknowledgement (at most
+    ``timeout_s``, default the configured flush timeout), and stop recording. True when everything
+    sent was acknowledged. Runs at interpreter exit; calling it again is harmless."""
+    global _shut_down
+    with _lock:
+        signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
+        _shut_down = True
+        decorator.set_enabled(False)
+        config = _config or Config()
+        timeout_ms = config.flush_timeout_ms if timeout_s is None else int(timeout_s * 1000)
+        return _stop_sender(timeout_ms)
+
+
+def flush(timeout_s: float | None = None) -> bool:
+    """Send what is buffered now and wait (bounded) for its acknowledgement; keeps tracing."""
+    with _lock:
+        sender = _sender
+        config = _config or Config()
+    if sender is None:
+        return recorder.buffered() == 0
+    return sender.flush(config.flush_timeout_ms / 1000 if timeout_s is None else timeout_s)
+
+
+def child_settings() -> dict[str, str]:
+    """Environment variables that make a child process trace like this one (same repository,
+    same settings, same instrumentation; CURVE key files, not keys)."""
+    config = _config or Config()
+    settings = environment(config)  # every setting that is not the default
+    settings.update({ENV_ENDPOINT: config.endpoint, ENV_HEARTBEAT_MS: str(config.heartbeat_ms)})
+    settings.pop(ENV_INSTRUMENT, None)
+    if patching.instrumented():
+        settings[ENV_INSTRUMENT] = "1"
+    return settings
+
+
+@dataclass(frozen=True, slots=True)
+class TracerStats:
+    sent_events: int  # acknowledged by the repository
+    dropped_events: int  # this process's own, dropped past the queue and the spool: the count
+    # the repository is told (`cmr stats`)
+    spooled_batches: int  # batches that went to the disk spool
+    spooled_events: int  # this process's events in the spool, not yet sent (after shutdown: left
+    # for the next run of the program)
+    acked_batches: int
+    resent_batches: int
+    buffered_events: int  # recorded, not yet taken by the sender
+    internal_errors: int
+    # A spool file cut short by a crash is replayed up to its last whole record; the cut record
+    # is lost: its events when its header survived, else the record alone (its count unknown).
+    spool_lost_events: int = 0
+    spool_lost_records: int = 0
+    # Per repository node (endpoint): the batches it acknowledged first (several nodes listed in
+    # `endpoint` share the work; a node that died acknowledges nothing more).
+    acked_by_endpoint: dict[str, int] = field(default_factory=dict)
+
+
+def stats() -> TracerStats:
+    """Counters of the current (or last) sender: what was acknowledged, spooled, dropped."""
+    sender = _sender or _last
+    delivery = sender.delivery if sender else None
+    counters = delivery.counters if delivery else Counters()
+    spool = delivery.spool if delivery else None
+    return TracerStats(
+        sent_events=counters.sent_events,
+        dropped_events=counters.dropped_events,
+        spooled_batches=counters.spooled_batches,
+        spooled_events=delivery.spooled_events(ids.identity().puid) if delivery else 0,
+        acked_batches=counters.acked_batches,
+        resent_batches=counters.resent_batches,
+        buffered_events=recorder.buffered(),
+        internal_errors=recorder.internal_errors(),
+        spool_lost_events=spool.lost_events if spool else 0,
+        spool_lost_records=spool.lost_records if spool else 0,
+        acked_by_endpoint=delivery.nodes.acked_by_endpoint() if delivery else {},
+    )
+
+
+def adopt_environment(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """A child process started inside a sequence carries it in ``TRACEPARENT`` (the subprocess
+    patch puts it there): the main thread continues that sequence. The variables are consumed,
+    so this process's own children get fresh hand-offs rather than inheriting the same one."""
+    from tracer import propagation
+    from tracer._core import context
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    value = propagation.extract_env(environ)
+    for header in (propagation.TRACEPARENT, propagation.TRACESTATE):
+        environ.pop(header.upper(), None)
+    if value is None:
+        return False
+    context.current.set(value)
+    return True
+
+
+def _after_fork_in_child() -> None:
+    global _sender, _last, _lock
+    _lock = threading.RLock()
+    if _sender is not None:
+        _abandoned.append(_sender)
+    _sender = _last = None
+
+
+recorder.on_new_thread = ensure_started
+os.register_at_fork(after_in_child=_after_fork_in_child)
+lifecycle.install(flush=flush, shutdown=shutdown, child_settings=child_settings)
+atexit.register(shutdown)
+adopt_environment()

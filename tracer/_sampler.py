@@ -1,0 +1,345 @@
+"""The stack sampler: a daemon thread that periodically records the stacks of the traced threads.
+
+Instrumenting every function costs too much, so the tree stops at the last traced call; samples
+fill in what ran below it (the repository merges them in as *estimated* nodes).
+
+About every ``interval_ms`` (jittered between half and one and a half intervals, so ticks never
+fall into step with periodic work) the sampler reads ``sys._current_frames()`` and picks at most
+``max_threads_per_tick`` threads at random among the candidates: the threads that have recorded
+events, never the sampler or the sender, and (``only_active``) only those inside a traced call,
+which is the case when a tracer wrapper frame is on their stack. In ``cpu`` mode a candidate must
+also have run since the sampler last looked at it (its CPU time advanced; a first look reads the
+state in ``/proc/self/task/<native id>/stat``; without ``/proc`` the sampler says so once and
+samples in ``wall`` mode), and a sample stands for the CPU time it used rather than wall time.
+
+Each sample stands for a span of its thread's time. Where two samples show different stacks, the
+boundary between their spans is placed with the thread's CPU clock (see ``_boundary``), because
+the sampler only sees a thread when it holds the GIL: a thread that blocks gives it up at once, a
+busy one only every switch interval. Consecutive identical samples of a thread that used no CPU in
+between collapse into one with ``weight = N``: a thread blocked for minutes costs one record.
+The tracer's own frames are left out of every stack.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Final
+
+from tracer._core import context, recorder
+from tracer._core.frames import WRAPPER_CODES
+
+log = logging.getLogger("tracer")
+
+#: The tracer package's directory (this module sits at its top): its frames are left out of stacks.
+_TRACER_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
+MAX_PENDING_SAMPLES: Final = 200_000
+MAX_DEPTH: Final = 512
+
+#: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines).
+SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A thread's latest sample (or run of collapsed ones), waiting for the next sample of the
+    thread to know where its span ends and how much CPU it used."""
+
+    tid: int
+    start_ns: int  # where its span begins (at or before the first sample's instant)
+    last_ns: int  # the instant of its last sample
+    cpu_clock: int  # the thread's CPU clock at that instant
+    frames: tuple[int, ...]
+    lines: tuple[int, ...]
+    running: bool  # the thread was mostly on the CPU just before the sample
+    cpu_ns: int = 0  # CPU time already credited to the span
+    weight: int = 1
+
+
+def _cpu_clock(ident: int) -> int | None:
+    """The id of the thread's POSIX CPU clock (read with one cheap syscall), or None."""
+    try:
+        clock = time.pthread_getcpuclockid(ident)
+        time.clock_gettime_ns(clock)
+    except (AttributeError, OSError, OverflowError):
+        return None
+    return clock
+
+
+def _running(native_id: int) -> bool | None:
+    """Whether the thread is running (state R), or None when /proc cannot tell."""
+    try:
+        with open(f"/proc/self/task/{native_id}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return bool(fields) and fields[0] == b"R"
+
+
+class Sampler:
+    def __init__(
+        self,
+        *,
+        interval_ms: int,
+        mode: str,
+        only_active: bool,
+        max_threads_per_tick: int,
+        exclude: Callable[[], set[int]],
+    ) -> None:
+        self.interval_ns = interval_ms * 1_000_000
+        self.mode = mode
+        self._only_active = only_active
+        self._max_threads = max_threads_per_tick
+        self._exclude = exclude  # idents of the tracer's own threads
+        self._random = random.Random(os.urandom(16))
+        self._pending: dict[int, _Pending] = {}  # by thread ident
+        self._clocks: dict[int, int | None] = {}  # thread ident -> its CPU clock id
+        self._idle_since: dict[int, int] = {}  # CPU mode: a thread's CPU clock when seen idle
+        self._last_cpu: dict[int, int] = {}  # CPU mode: a thread's CPU clock at the last look
+        self._lock = threading.Lock()
+        self._samples: list[SampleTuple] = []
+        self.dropped = 0
+        self.ticks = 0
+        self.late_ticks = 0
+        self.cost_ns = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="invoseq-sampler", daemon=True)
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
+
+    def start(self) -> None:
+        if self.mode == "cpu" and _running(threading.get_native_id()) is None:
+            log.warning("invoseq: /proc is not readable here; the sampler uses wall mode")
+            self.mode = "wall"
+        with context.detached():  # never part of a sequence (see Sender.start)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def drain(self) -> list[SampleTuple]:
+        with self._lock:
+            samples, self._samples = self._samples, []
+        return samples
+
+    def report(self) -> tuple[str, int, int, int, int]:
+        """As tracer.wire.SamplerReport: mode, interval, ticks, late ticks, cost."""
+        interval_ms = self.interval_ns // 1_000_000
+        return self.mode, interval_ms, self.ticks, self.late_ticks, self.cost_ns
+
+    # -- the sampler thread -----------------------------------------------------------------------
+
+    def _next_interval(self) -> int:
+        """One interval, jittered (0.5 to 1.5 times): ticks never fall into step with periodic
+        work, which would hide whatever runs at the moments they keep missing."""
+        return self.interval_ns // 2 + self._random.randrange(self.interval_ns + 1)
+
+    def _run(self) -> None:
+        interval = self.interval_ns
+        due = time.perf_counter_ns() + self._next_interval()
+        try:
+            while not self._stop.wait(max(0, due - time.perf_counter_ns()) / 1e9):
+                started = time.perf_counter_ns()
+                if started - due > interval:
+                    self.late_ticks += 1
+                try:
+                    self._tick(started)
+                except Exception as exc:  # one bad tick costs that tick, not the sampler
+                    recorder.internal_error(exc)
+                self.ticks += 1
+                self.cost_ns += time.perf_counter_ns() - started
+                due += self._next_interval()
+                if due < started:  # fell behind: skip the missed ticks rather than burst
+                    due = started + self._next_interval()
+        except Exception as exc:
+            recorder.internal_error(exc)
+        finally:
+            self._finish(time.perf_counter_ns())
+
+    def _tick(self, now: int) -> None:
+        frames = sys._current_frames()
+        # This thread's own frame holds ``frames``: left in, it would make a reference cycle
+        # through every frame seen this tick, and the garbage collector (not reference counts)
+        # would free their locals in any order, which crashes CPython 3.12 when one of them is
+        # a BytesIO with a live buffer (python/cpython#111331), e.g. in multiprocessing.
+        del frames[threading.get_ident()]
+        excluded = self._exclude()
+        threads = recorder.sampled_threads()  # ident -> (tid, native id) of recording threads
+        # The C accelerator's wrapper leaves no frame on the stack: its calls are counted instead.
+        in_c_calls = recorder.threads_in_c_calls() if self._only_active else set()
+        candidates: list[tuple[int, FrameType]] = []
+        for ident, top in frames.items():
+            if ident in excluded or ident not in threads:
+                continue
+            if self._only_active and ident not in in_c_calls and not _inside_traced_call(top):
+                continue
+            candidates.append((ident, top))
+        for ident in [i for i in self._pending if i not in frames]:
+            self._emit(self._pending.pop(ident), None)  # the thread ended
+        for ident in [i for i in self._clocks if i not in frames]:
+            del self._clocks[ident]
+            self._idle_since.pop(ident, None)
+            self._last_cpu.pop(ident, None)
+        if len(candidates) > self._max_threads:
+            candidates = self._random.sample(candidates, self._max_threads)
+        for ident, top in candidates:
+            tid, native_id = threads[ident]
+            if self.mode == "cpu" and not self._ran(ident, native_id):
+                self._idle(ident, now)
+                continue
+            self._sample(ident, tid, top, now)
+
+    def _ran(self, ident: int, native_id: int) -> bool:
+        """CPU mode: whether the thread used the CPU since the sampler last looked at it. Its CPU
+        time says so; the /proc state alone cannot, because while the sampler holds the GIL a
+        busy Python thread waits for it and looks asleep. A first look asks /proc."""
+        cpu = self._cpu_now(ident)
+        if cpu is None:
+            return False
+        last = self._last_cpu.get(ident)
+        self._last_cpu[ident] = cpu
+        if last is not None:
+            return cpu > last
+        return _running(native_id) is not False
+
+    def _cpu_now(self, ident: int) -> int | None:
+        """The thread's CPU clock, 0 without one, None when the thread is gone."""
+        clock = self._clocks.get(ident, _UNSET)
+        if clock is _UNSET:
+            clock = self._clocks[ident] = _cpu_clock(ident)
+        if clock is None:
+            return 0
+        try:
+            return time.clock_gettime_ns(clock)
+        except OSError:  # the thread ended since the tick began: its clock is gone
+            self._clocks.pop(ident, None)
+            return None
+
+    def _idle(self, ident: int, now: int) -> None:
+        """CPU mode saw the thread off the CPU: its pending sample ends here, with the CPU used so
+        far; what it uses from now on belongs to its next sample."""
+        cpu = self._cpu_now(ident)
+        if cpu is None:
+            return
+        previous = self._pending.pop(ident, None)
+        if previous is not None:
+            self._emit(previous, now, previous.cpu_ns + max(0, cpu - previous.cpu_clock))
+        self._idle_since[ident] = cpu
+
+    def _sample(self, ident: int, tid: int, top: FrameType, now: int) -> None:
+        cpu = self._cpu_now(ident)
+        if cpu is None:
+            return
+        frames, lines = self._stack(top)
+        previous = self._pending.get(ident)
+        if previous is None:
+            since_idle = self._idle_since.pop(ident, cpu)
+            self._pending[ident] = _Pending(
+                tid, now, now, cpu, frames, lines, running=True, cpu_ns=max(0, cpu - since_idle)
+            )
+            return
+        gap = max(0, now - previous.last_ns)
+        used = min(gap, max(0, cpu - previous.cpu_clock))
+        same = previous.frames == frames and previous.lines == lines
+        if same and used == 0:  # still idle in the same place: collapse
+            previous.weight += 1
+            previous.last_ns = now
+            previous.running = False
+            return
+        split = now if same else _boundary(previous, gap, used)
+        # The CPU of the gap: a running thread used it first, an idle one after waking.
+        if previous.running:
+            before = min(used, split - previous.last_ns)
+        else:
+            before = max(0, used - (now - split))
+        self._emit(previous, split, previous.cpu_ns + before)
+        self._pending[ident] = _Pending(
+            tid, split, now, cpu, frames, lines, running=used * 2 > gap, cpu_ns=used - before
+        )
+
+    def _emit(self, sample: _Pending, end: int | None, cpu_ns: int | None = None) -> None:
+        """Queue a sample whose span ends at ``end``; without a next sample (the thread ended,
+        the sampler stops) it lasts one interval past its last instant."""
+        if end is None:
+            end = sample.last_ns + self.interval_ns
+        cpu = sample.cpu_ns if cpu_ns is None else cpu_ns
+        # In CPU mode a thread off the CPU is not sampled, so a span may hide a wait: a sample
+        # then stands for the CPU time it used, and the views read CPU time.
+        duration = cpu if self.mode == "cpu" else max(0, end - sample.start_ns)
+        record = (
+            sample.tid,
+            sample.start_ns,
+            sample.weight,
+            duration,
+            cpu,
+            sample.frames,
+            sample.lines,
+        )
+        with self._lock:
+            if len(self._samples) >= MAX_PENDING_SAMPLES:
+                self.dropped += 1
+                return
+            self._samples.append(record)
+
+    def _finish(self, now: int) -> None:
+        for sample in self._pending.values():
+            self._emit(sample, None)
+        self._pending.clear()
+
+    def _stack(self, top: FrameType) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Frame ids and lines from the outermost call to the innermost, tracer frames left out."""
+        ids: list[int] = []
+        lines: list[int] = []
+        frame: FrameType | None = top
+        frame_id = recorder.frame_id
+        while frame is not None and len(ids) < MAX_DEPTH:
+            code = frame.f_code
+            if not code.co_filename.startswith(_TRACER_DIR):
+                ids.append(frame_id(code))
+                lines.append(frame.f_lineno or 0)
+            frame = frame.f_back
+        ids.reverse()
+        lines.reverse()
+        return tuple(ids), tuple(lines)
+
+
+_UNSET: Any = object()
+
+
+def _boundary(previous: _Pending, gap: int, used: int) -> int:
+    """Where, between two samples of a thread showing different stacks, the first stack ended.
+
+    The sampler only sees a thread when it holds the GIL, which a thread that blocks releases at
+    once and a running one only every switch interval: a naive "the span lasts until the next
+    sample" credits waits with the running time that follows them. The thread's CPU clock tells
+    better. An idle thread woke ``used`` before the next sample (it ran since); a running one ran
+    ``used`` and then changed; one that ran through the whole gap changed at an unknown moment:
+    the middle."""
+    start = previous.last_ns
+    if not previous.running:
+        return start + gap - used
+    if used * 10 >= gap * 9:
+        return start + gap // 2
+    return start + used
+
+
+def _inside_traced_call(top: FrameType) -> bool:
+    frame: FrameType | None = top
+    depth = 0
+    while frame is not None and depth < MAX_DEPTH:
+        if frame.f_code in WRAPPER_CODES:
+            return True
+        frame = frame.f_back
+        depth += 1
+    return False

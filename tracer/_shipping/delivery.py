@@ -1,0 +1,275 @@
+"""Getting encoded batches to the repository exactly once, never blocking, never unbounded.
+
+A batch goes through, in order:
+
+1. the **window**: at most ``window`` batches sent and not yet acknowledged; each is sent again
+   when no acknowledgement came within ``resend_ns`` (the repository discards a batch it already
+   stored, so resending is safe). With several repository nodes (``tracer._shipping.nodes``), a
+   batch goes to a live node, and one that waited in vain moves to another node;
+2. the **queue**: up to ``queue_batches`` batches and ``queue_bytes`` bytes in memory, waiting
+   for room in the window;
+3. the **spool**: when the queue is full its oldest batch goes to disk (bounded in bytes), and the
+   spool is replayed, oldest first, before the queue;
+4. **dropped**: past both bounds a batch is dropped, its events counted, and the sequences it
+   carried remembered, so that a later batch reports them (``lost_seqs``) and the repository marks
+   them lossy.
+
+The sender's worker thread owns a Delivery; nothing here blocks: sends are non-blocking and a
+batch the transport refuses stays where it is for the next round. ``on_memory`` hears of every
+batch body entering memory (submitted, or read back from the spool) and leaving it (acknowledged,
+spooled, dropped): the process's memory bound counts them (``tracer._core.budget``).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import msgspec
+
+from tracer import wire
+from tracer._shipping.nodes import Nodes
+from tracer._shipping.spool import Spool
+
+_batch_decoder = msgspec.msgpack.Decoder(wire.Batch)
+
+#: Lossy sequences remembered until a batch reports them: 16 batches' worth of reports.
+MAX_UNREPORTED = 16 * wire.MAX_LOST_SEQS
+
+
+@dataclass(slots=True)
+class Outgoing:
+    puid: int
+    batch_no: int
+    body: bytes
+    events: int
+    reports: tuple[bytes, ...] = ()  # lost sequences this batch reports
+    #: Sequences whose invocations, started in earlier batches, this batch ends: its End events
+    #: carry no sequence id, so a drop names them from here.
+    continues: tuple[bytes, ...] = ()
+    sent_ns: int = 0
+    node: int = 0  # the repository node it was last sent to
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.puid, self.batch_no
+
+
+@dataclass(slots=True)
+class Counters:
+    sent_events: int = 0  # events acknowledged by the repository
+    dropped_events: int = 0  # events dropped past every bound
+    acked_batches: int = 0
+    resent_batches: int = 0
+    spooled_batches: int = 0
+    unnamed_lost_seqs: int = 0  # sequences with dropped events past the bound on names kept
+
+
+class Delivery:
+    def __init__(
+        self,
+        nodes: Nodes,
+        *,
+        window: int,
+        queue_batches: int,
+        spool: Spool | None,
+        resend_ns: int,
+        on_drop: Callable[[], None] = lambda: None,
+        clock: Callable[[], int] = time.monotonic_ns,
+        queue_bytes: int = sys.maxsize,
+        on_memory: Callable[[int], None] = lambda size: None,
+    ) -> None:
+        self._on_drop = on_drop
+        self._on_memory = on_memory
+        self._queue_bytes = queue_bytes
+        self._queued_bytes = 0
+        self._nodes = nodes
+        self._window_size = window
+        self._queue_size = queue_batches
+        self._spool = spool
+        self._resend_ns = resend_ns
+        self._clock = clock
+        self._window: collections.OrderedDict[tuple[int, int], Outgoing] = collections.OrderedDict()
+        self._queue: collections.deque[Outgoing] = collections.deque()
+        self._unsendable: Outgoing | None = None  # read from the spool, refused by the transport
+        self._unreported: set[bytes] = set()
+        self._in_spool: dict[tuple[int, int], int] = {}  # events of batches written, not yet taken
+        self.counters = Counters()
+
+    # -- submitting -------------------------------------------------------------------------------
+
+    def lost_to_report(self, limit: int = wire.MAX_LOST_SEQS) -> tuple[bytes, ...]:
+        """Sequences with dropped events that no acknowledged batch has reported yet; the caller
+        puts them into the batch it is building and passes them to ``submit``."""
+        return tuple(sorted(self._unreported)[:limit])
+
+    def submit(self, item: Outgoing) -> None:
+        self._unreported.difference_update(item.reports)
+        item.reports = ()  # they are in its body: a drop reads them back (no copies kept meanwhile)
+        self._on_memory(len(item.body))
+        while self._queue and (
+            len(self._queue) >= self._queue_size
+            or self._queued_bytes + len(item.body) > self._queue_bytes
+        ):
+            self._spill(self._dequeue())
+        self._queue.append(item)
+        self._queued_bytes += len(item.body)
+
+    def _dequeue(self) -> Outgoing:
+        item = self._queue.popleft()
+        self._queued_bytes -= len(item.body)
+        return item
+
+    def drop_unsent(self, events: int, seqs: set[bytes]) -> None:
+        """Events never recorded, because the process's memory bound was reached: counted, and
+        their sequences reported as lossy, like a dropped batch's."""
+        self.counters.dropped_events += events
+        self._remember(seqs)
+
+    def _spill(self, item: Outgoing) -> None:
+        if self._spool is not None and self._spool.append(
+            item.puid, item.batch_no, item.body, item.events
+        ):
+            self.counters.spooled_batches += 1
+            self._in_spool[item.key] = item.events
+        else:
+            self._drop(item)
+        self._on_memory(-len(item.body))
+
+    def _remember(self, seqs: Iterable[bytes]) -> None:
+        """Sequences to report lossy; past MAX_UNREPORTED names, only counted (memory stays
+        bounded while the repository is away for long)."""
+        for seq in seqs:
+            if seq in self._unreported:
+                continue
+            if len(self._unreported) >= MAX_UNREPORTED:
+                self.counters.unnamed_lost_seqs += 1
+            else:
+                self._unreported.add(seq)
+
+    def _drop(self, item: Outgoing) -> None:
+        self.counters.dropped_events += item.events
+        self._on_drop()
+        self._remember(item.continues)
+        try:
+            batch = _batch_decoder.decode(item.body)
+        except msgspec.DecodeError:
+            return
+        self._remember(batch.lost_seqs)  # its report is lost with it: report again
+        for chunk in batch.chunks:
+            for event in chunk.events:
+                if isinstance(event, wire.Start | wire.Handoff):
+                    self._remember((event.seq,))
+
+    # -- moving batches ---------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Resend what waited too long for its acknowledgement, then fill the window."""
+        now = self._clock()
+        for waiting in self._window.values():
+            if now - waiting.sent_ns >= self._resend_ns:
+                if not self._nodes.answered_since(waiting.node, waiting.sent_ns):
+                    self._nodes.failed(waiting.node)  # silent since: suspect
+                node = self._nodes.send(waiting.body, moving_from=waiting.node)
+                if node is None:
+                    break
+                self._nodes.moved(waiting.node)
+                waiting.node = node
+                waiting.sent_ns = now
+                self.counters.resent_batches += 1
+        while len(self._window) < self._window_size:
+            spooled = self._spool is not None and self._spool.peek() is not None
+            if self._unsendable is None and spooled:  # the spool holds the oldest batches
+                item = self._take_spooled()
+                if item is None:
+                    return  # refused: try again next round
+            else:
+                item = self._unsendable or (self._dequeue() if self._queue else None)
+                self._unsendable = None
+                if item is None:
+                    return
+                node = self._nodes.send(item.body)
+                if node is None:
+                    self._unsendable = item  # refused (not connected, queue full): first next time
+                    return
+                item.node = node
+            item.sent_ns = now
+            self._window[item.key] = item
+
+    def _take_spooled(self) -> Outgoing | None:
+        """Send the oldest spooled batch; it leaves the spool only once the transport took it."""
+        record = self._spool.peek() if self._spool is not None else None
+        if record is None:
+            return None
+        node = self._nodes.send(record.body)
+        if node is None:
+            return None
+        assert self._spool is not None
+        self._spool.advance()
+        self._in_spool.pop((record.puid, record.batch_no), None)
+        self._on_memory(len(record.body))
+        return Outgoing(record.puid, record.batch_no, record.body, record.events, node=node)
+
+    @property
+    def spool(self) -> Spool | None:
+        """The disk spool (None: spooling is off), read for its counters."""
+        return self._spool
+
+    def spooled_events(self, puid: int) -> int:
+        """Events of process ``puid`` waiting in the spool (after ``retire``: for a later run)."""
+        return sum(n for (owner, _), n in self._in_spool.items() if owner == puid)
+
+    def collect(self, timeout_ms: int) -> int:
+        """Take the acknowledgements that arrived (waiting up to ``timeout_ms`` for the first)."""
+        taken = 0
+        for node, ack in self._nodes.receive_acks(timeout_ms):
+            item = self._window.pop((ack.puid, ack.batch_no), None)
+            if item is not None:
+                self._on_memory(-len(item.body))
+                self._nodes.settled(item.node)
+                self._nodes[node].acked_batches += 1
+                self.counters.acked_batches += 1
+                self.counters.sent_events += item.events
+                taken += 1
+        return taken
+
+    def pending(self) -> bool:
+        spooled = self._spool is not None and self._spool.has_records()
+        return bool(self._window or self._queue or self._unsendable or spooled)
+
+    def retire(self) -> None:
+        """At shutdown, with the time to wait used up: what is not acknowledged goes to the spool
+        for the next run of this program, or is dropped and counted."""
+        leftovers = [*self._window.values(), *([self._unsendable] if self._unsendable else [])]
+        leftovers.extend(self._queue)
+        for item in self._window.values():
+            self._nodes.settled(item.node)
+        self._window.clear()
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._unsendable = None
+        for item in leftovers:
+            self._spill(item)
+
+    @property
+    def nodes(self) -> Nodes:
+        """The repository nodes, read for their counters."""
+        return self._nodes
+
+    def close(self) -> None:
+        """Release the transports and the spool; batches still in memory (only when the worker
+        failed before ``retire``) are let go, uncounted."""
+        held = [*self._window.values(), *self._queue]
+        if self._unsendable is not None:
+            held.append(self._unsendable)
+        self._window.clear()
+        self._queue.clear()
+        self._unsendable = None
+        for item in held:
+            self._on_memory(-len(item.body))
+        if self._spool is not None:
+            self._spool.close()
+        self._nodes.close()

@@ -1,0 +1,174 @@
+"""Several repository nodes behind one sender: which node takes a batch, which node is suspect,
+and when a suspect node is tried again.
+
+Nodes are ``cmr serve`` processes sharing one database; any of them may store any batch, and the
+database discards a batch stored twice, so a batch is free to move from one node to another.
+
+A node with no connection (nothing listens there, or its process died) refuses a send at once
+(ZeroMQ's IMMEDIATE): the batch goes to the next node, at the cost of a failed non-blocking
+call, while ZeroMQ reconnects in the background. A node that is connected but silent costs
+more: a batch sent to it and not acknowledged within the resend timeout, while it acknowledged
+nothing else meanwhile (``Delivery`` tells), makes it **suspect**. A suspect node gets no new
+batches, and what it holds unacknowledged is sent elsewhere as it falls due. From ``retry_ns``
+on, it gets one batch at a time, a probe; the first acknowledgement from it makes it live again.
+Every failed probe doubles the wait before the next (from ``BASE_BACKOFF_NS`` to
+``MAX_BACKOFF_NS``), so a node that stays silent holds one batch for a resend timeout per wait.
+
+When no node is live, batches still go to a suspect one, most promising first: with one node
+that is always the case, and the sender behaves as with a single endpoint: it resends to the
+node it has, and what the node refuses waits in the queue and the spool.
+
+A live node is chosen by the fewest batches in flight, ties taking turns, so batches spread
+evenly over equal nodes and a slow node gets fewer. Owned by the sender's worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import zmq
+
+from tracer import wire
+from tracer._shipping.transport import Transport, ZmqTransport
+
+#: The first wait before a failed node is tried again: ZeroMQ's own reconnect interval.
+BASE_BACKOFF_NS: Final = 100_000_000
+#: The longest wait: a node that comes back rejoins within this long after it answers again.
+MAX_BACKOFF_NS: Final = 10_000_000_000
+
+
+@dataclass(slots=True)
+class Node:
+    endpoint: str
+    transport: Transport
+    inflight: int = 0  # batches in the window that were last sent to this node
+    failures: int = 0  # failed since the last acknowledgement; 0: live
+    retry_ns: int = 0  # a suspect node is probed from this time on
+    answered_ns: int = -1  # when its last acknowledgement arrived
+    acked_batches: int = 0  # batches whose first acknowledgement came from this node
+
+    @property
+    def suspect(self) -> bool:
+        return self.failures > 0
+
+
+class Nodes:
+    def __init__(
+        self,
+        transports: Mapping[str, Transport],
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        if not transports:
+            raise ValueError("no repository node to send to")
+        self._nodes = [Node(endpoint, transport) for endpoint, transport in transports.items()]
+        self._clock = clock
+        self._turn = 0  # where the next tie between equally loaded nodes starts
+        sockets = [n.transport for n in self._nodes if isinstance(n.transport, ZmqTransport)]
+        self._poller: zmq.Poller | None = None
+        if len(self._nodes) > 1 and len(sockets) == len(self._nodes):
+            self._poller = zmq.Poller()
+            for transport in sockets:
+                self._poller.register(transport.socket, zmq.POLLIN)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __getitem__(self, index: int) -> Node:
+        return self._nodes[index]
+
+    # -- sending ----------------------------------------------------------------------------------
+
+    def send(self, body: bytes, *, moving_from: int | None = None) -> int | None:
+        """Send one batch to the best node that takes it: its index, or None when every node
+        refused. ``moving_from``: the node a batch waited on in vain, tried only after the others
+        (the only choice when there is one node)."""
+        now = self._clock()
+        for index in self._candidates(now, moving_from):
+            node = self._nodes[index]
+            if node.transport.send(body):
+                node.inflight += 1
+                if not node.suspect:
+                    self._turn = (index + 1) % len(self._nodes)
+                return index
+        return None  # no connection to any node (or their queues are full)
+
+    def _candidates(self, now: int, moving_from: int | None) -> list[int]:
+        """Live nodes and suspect nodes due for a probe, fewest batches in flight first (ties
+        take turns); then the node a batch moves from; then the other suspect nodes, soonest
+        retry first."""
+        count = len(self._nodes)
+        ready = [
+            index
+            for index, node in enumerate(self._nodes)
+            if index != moving_from
+            and (not node.suspect or (now >= node.retry_ns and node.inflight == 0))
+        ]
+        ready.sort(key=lambda i: (self._nodes[i].inflight, (i - self._turn) % count))
+        rest = [index for index in range(count) if index not in ready and index != moving_from]
+        rest.sort(key=lambda i: self._nodes[i].retry_ns)
+        return ready + ([moving_from] if moving_from is not None else []) + rest
+
+    def failed(self, index: int) -> None:
+        """The node left a batch unacknowledged: suspect. The wait before it is probed again
+        grows only when it fails a probe (or first fails), not on every batch that falls due
+        while it is suspect anyway."""
+        node = self._nodes[index]
+        now = self._clock()
+        if node.suspect and now < node.retry_ns:
+            return
+        node.failures += 1
+        node.retry_ns = now + min(BASE_BACKOFF_NS << min(node.failures - 1, 32), MAX_BACKOFF_NS)
+
+    def settled(self, index: int) -> None:
+        """A batch last sent to this node left the window (acknowledged, or retired at exit)."""
+        node = self._nodes[index]
+        node.inflight = max(0, node.inflight - 1)
+
+    def moved(self, index: int) -> None:
+        """A batch last sent to this node is being sent again (maybe to another node)."""
+        self.settled(index)
+
+    def answered_since(self, index: int, since_ns: int) -> bool:
+        return self._nodes[index].answered_ns > since_ns
+
+    # -- receiving --------------------------------------------------------------------------------
+
+    def receive_acks(self, timeout_ms: int) -> list[tuple[int, wire.Ack]]:
+        """(node index, acknowledgement) pairs received so far, waiting up to ``timeout_ms`` for
+        the first from any node. An acknowledgement makes its node live again."""
+        if len(self._nodes) == 1:
+            acks = [(0, ack) for ack in self._nodes[0].transport.receive_acks(timeout_ms)]
+        else:
+            if self._poller is not None and timeout_ms > 0 and not self._poller.poll(timeout_ms):
+                return []
+            acks = [
+                (index, ack)
+                for index, node in enumerate(self._nodes)
+                for ack in node.transport.receive_acks(0)
+            ]
+        if acks:
+            now = self._clock()
+            for index in {index for index, _ in acks}:
+                node = self._nodes[index]
+                node.failures = 0
+                node.answered_ns = now
+        return acks
+
+    def acked_by_endpoint(self) -> dict[str, int]:
+        return {node.endpoint: node.acked_batches for node in self._nodes}
+
+    def close(self) -> None:
+        """Close every node's transport, even when closing one fails (the first error is
+        raised once all are closed)."""
+        error: Exception | None = None
+        for node in self._nodes:
+            try:
+                node.transport.close()
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error

@@ -1,0 +1,297 @@
+"""The background sender: one daemon thread that drains per-thread buffers into numbered batches.
+
+Modelled on OpenTelemetry's BatchProcessor: one worker woken by an Event, a bounded queue (the
+transport's), a counter of dropped events, and a thread that never runs traced code. The host
+program is never blocked: its threads only append to their own lists; ``flush`` and ``stop`` wait
+for the worker at most as long as they are told to.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+
+from tracer import wire
+from tracer._core import budget, context, ids, recorder
+from tracer._sampler import Sampler
+from tracer._shipping.delivery import Delivery, Outgoing
+from tracer._shipping.nodes import Nodes
+from tracer._shipping.spool import Spool, program_key
+from tracer._shipping.transport import Transport
+from tracer.config import Config
+
+log = logging.getLogger("tracer")
+
+
+class Sender:
+    def __init__(
+        self,
+        config: Config,
+        transport_factory: Callable[[], Mapping[str, Transport]],
+        sampler: Sampler | None = None,
+    ) -> None:
+        self._config = config
+        self._sampler = sampler
+        self._frames_sent = 0
+        self._transport_factory = transport_factory
+        self._identity = ids.identity()
+        self._encoder = msgspec.msgpack.Encoder()
+        self._wake = threading.Event()
+        # Reentrant: a program's own SIGTERM handler calls tracer.flush(), which may interrupt
+        # the main thread inside flush() itself (a pool task's flush, say) holding this lock.
+        self._lock = threading.RLock()
+        self._flush_requests = 0
+        self._flushed = threading.Condition(self._lock)
+        self._flushes_done = 0
+        self._flush_result = False
+        self._stopping = False
+        self._final = True
+        self._methods_sent = 0
+        self._threads_sent: set[int] = set()  # tids whose ThreadInfo went out
+        #: tid -> the sequence of the last Start sent from that thread: the sequence that a later
+        #: chunk's leading End events belong to (synchronous code nests on a thread).
+        self._thread_seqs: dict[int, bytes] = {}
+        self._last_send = time.monotonic()
+        #: The repository let a whole flush timeout pass without acknowledging: later flushes do
+        #: not wait for it again until it answers (a pool task must not pay the timeout each time).
+        self._silent = False
+        self._samples: list[Any] = []
+        self.delivery: Delivery | None = None
+        self._thread = threading.Thread(target=self._run, name="invoseq-sender", daemon=True)
+
+    def start(self) -> None:
+        # Started with no context: the sender is never part of the sequence whose first traced
+        # call happened to start it (the thread patch would hand that sequence off to it).
+        with context.detached():
+            self._thread.start()
+        budget.on_threads_full = self._wake.set  # drain early when the threads hold much
+        if self._sampler is not None:
+            self._sampler.start()
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
+
+    def flush(self, timeout_s: float) -> bool:
+        """Send everything buffered so far and wait (bounded) for its acknowledgement."""
+        with self._lock:
+            if self._stopping or not self._thread.is_alive():
+                return False
+            self._flush_requests += 1
+            wanted = self._flush_requests
+        self._wake.set()
+        with self._flushed:
+            done = self._flushed.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
+            return done and self._flush_result
+
+    def stop(self, timeout_s: float, *, final: bool = True) -> bool:
+        """Send everything left, wait for acknowledgements, close the socket. ``final`` marks the
+        last batch as the process's last (shutdown); a sender replaced by ``configure()`` is not.
+        True when every batch this sender sent was acknowledged."""
+        if self._sampler is not None:
+            self._sampler.stop(timeout_s)  # its last samples go out with the last batch
+        with self._lock:
+            self._stopping = True
+            self._final = final
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s + 1.0)
+        return not self._thread.is_alive() and self._flush_result
+
+    # -- the worker thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            delivery = self.delivery = self._open_delivery()
+        except Exception as exc:
+            log.exception("invoseq: cannot open the transport to %s", self._config.endpoint)
+            recorder.internal_error(exc)
+            return
+        interval = self._config.flush_interval_ms / 1000
+        heartbeat = self._config.heartbeat_ms / 1000
+        try:
+            while True:
+                self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
+                self._wake.clear()
+                with self._lock:
+                    stopping = self._stopping
+                    final = stopping and self._final
+                    requested = self._flush_requests
+                alive = heartbeat > 0 and time.monotonic() - self._last_send >= heartbeat
+                self._send_buffered(delivery, final=final, heartbeat=alive)
+                delivery.pump()
+                if delivery.collect(0):
+                    self._silent = False
+                if stopping or requested > self._flushes_done:
+                    result = self._await_delivery(delivery)
+                    with self._flushed:
+                        self._flush_result = result
+                        self._flushes_done = requested
+                        self._flushed.notify_all()
+                if stopping:
+                    delivery.retire()
+                    return
+        except Exception as exc:
+            recorder.internal_error(exc)
+        finally:
+            with self._flushed:
+                self._flushes_done = self._flush_requests
+                self._flushed.notify_all()
+            try:
+                delivery.close()
+            except Exception as exc:
+                recorder.internal_error(exc)
+
+    def _open_delivery(self) -> Delivery:
+        config = self._config
+        spool = None
+        if config.spool_bytes > 0:
+            spool = Spool(
+                config.spool_dir, config.spool_bytes, program_key(list(self._identity.argv))
+            )
+            spool.adopt_orphans()
+        return Delivery(
+            Nodes(self._transport_factory()),  # endpoint -> transport, one per repository node
+            window=config.max_inflight_batches,
+            queue_batches=config.queue_batches,
+            spool=spool,
+            resend_ns=config.resend_ms * 1_000_000,
+            on_drop=self._forget_sent_infos,
+            # Encoded batches count against the process's memory bound; queued ones may take
+            # half of it, past which the oldest go to the spool, so the threads keep recording.
+            queue_bytes=config.max_buffered_bytes // 2,
+            on_memory=budget.hold,
+        )
+
+    def _forget_sent_infos(self) -> None:
+        """A dropped batch may have carried metadata: send it all again with the next batch."""
+        self._methods_sent = self._frames_sent = 0
+        self._threads_sent.clear()
+
+    def _send_buffered(self, delivery: Delivery, *, final: bool, heartbeat: bool = False) -> None:
+        """Send what the threads recorded; with nothing to send, an empty batch still goes out
+        when it is the final one or a heartbeat is due (the repository learns the process lives)."""
+        drained = recorder.drain()  # the sender now holds their charge under the memory bound
+        try:
+            self._send_drained(delivery, drained, final=final, heartbeat=heartbeat)
+        finally:  # encoded into batches, which count as they are submitted: let the events go
+            budget.hold(-drained.events * budget.EVENT_BYTES)
+
+    def _send_drained(
+        self, delivery: Delivery, drained: recorder.Drained, *, final: bool, heartbeat: bool
+    ) -> None:
+        skipped, lost = budget.take_overflow()
+        if skipped:
+            delivery.drop_unsent(skipped, lost)
+        self._samples = self._sampler.drain() if self._sampler is not None else []
+        limit = self._config.batch_events
+        pending: list[tuple[recorder.ThreadBuffer, recorder.Events]] = []
+        size = 0
+        for buffer, events in drained.chunks:
+            start = 0
+            while start < len(events):
+                part = events[start : start + limit - size]
+                pending.append((buffer, part))
+                size += len(part)
+                start += len(part)
+                if size >= limit:
+                    self._send_batch(delivery, pending, size, final=False)
+                    pending, size = [], 0
+        if pending or final or self._samples or (heartbeat and not drained.chunks):
+            self._send_batch(delivery, pending, size, final=final)
+        for buffer in drained.finished:  # they send nothing more: forget them
+            self._threads_sent.discard(buffer.tid)
+            self._thread_seqs.pop(buffer.tid, None)
+
+    def _send_batch(
+        self,
+        delivery: Delivery,
+        chunks: list[tuple[recorder.ThreadBuffer, recorder.Events]],
+        size: int,
+        *,
+        final: bool,
+    ) -> None:
+        # Methods are gathered after draining: every event drained was recorded after its method
+        # was interned. A thread's info goes with the first of its chunks this sender sends.
+        methods = recorder.methods_since(self._methods_sent)
+        samples, self._samples = self._samples, []  # they ride with the cycle's first batch
+        frames = recorder.frames_since(self._frames_sent) if samples else []
+        sampler = self._sampler.report() if self._sampler is not None else None
+        threads = list(
+            {b.tid: b.info for b, _ in chunks if b.tid not in self._threads_sent}.values()
+        )
+        process = self._identity
+        batch_no = recorder.next_batch_no()  # per process: never reused by a later sender
+        batch = (
+            process.puid,
+            batch_no,
+            (
+                process.pid,
+                process.host,
+                process.platform_id,
+                process.clock_offset_ns,
+                process.started_ns,
+                process.argv,
+                self._config.heartbeat_ms,
+            ),
+            methods,
+            threads,
+            [(buffer.tid, recorder.encodable(events)) for buffer, events in chunks],
+            delivery.counters.dropped_events,
+            final,
+            frames,
+            samples,
+            sampler,
+            lost := delivery.lost_to_report(),
+        )
+        body = self._encoder.encode(batch)
+        continues = self._continued_sequences(chunks)
+        delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, continues))
+        self._last_send = time.monotonic()
+        self._methods_sent += len(methods)
+        self._frames_sent += len(frames)
+        self._threads_sent.update(info[0] for info in threads)
+
+    def _continued_sequences(
+        self, chunks: list[tuple[recorder.ThreadBuffer, recorder.Events]]
+    ) -> tuple[bytes, ...]:
+        """The sequences of the invocations a chunk ends before it starts any: if the batch is
+        dropped, they lost their End events (which carry no sequence id), so they are lossy.
+
+        A thread's chunk that does not begin with a Start continues the thread's last sequence:
+        exact for synchronous code, where a thread's open invocations belong to one sequence;
+        asyncio tasks interleaving on one thread may end another task's sequence. Costs a look
+        at each chunk's first event and a backward scan to its last Start (a few events, unless
+        the chunk holds only Ends), not a pass over every event."""
+        continued: set[bytes] = set()
+        for buffer, events in chunks:
+            if not events:
+                continue
+            if events[0][0] != wire.TAG_START and buffer.tid in self._thread_seqs:
+                continued.add(self._thread_seqs[buffer.tid])
+            for event in reversed(events):
+                if event[0] == wire.TAG_START:
+                    self._thread_seqs[buffer.tid] = event[6]
+                    break
+        return tuple(continued)
+
+    def _await_delivery(self, delivery: Delivery) -> bool:
+        """Wait (bounded by the flush timeout; not at all while the repository is known to be
+        silent) until everything is acknowledged."""
+        timeout = 0 if self._silent else self._config.flush_timeout_ms / 1000
+        deadline = time.monotonic() + timeout
+        while delivery.pending():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                delivery.collect(0)
+                self._silent = delivery.pending()
+                return not self._silent
+            delivery.pump()
+            if delivery.collect(max(1, min(50, int(remaining * 1000)))):
+                self._silent = False
+        return True

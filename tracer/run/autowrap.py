@@ -1,0 +1,448 @@
+"""Trace whole modules with no code change: an import hook that wraps what a module defines.
+
+``install(["shop.*"])`` puts a finder at the front of ``sys.meta_path``. For a module whose name
+matches, it asks the finders behind it for the real spec and swaps the loader for one that runs the
+real loader's ``exec_module`` and then wraps, with ``tracer.traced``, everything the module itself
+defines. No source is rewritten: the module runs exactly as it would, then its attributes are
+replaced.
+
+Which modules match (``IncludePatterns``):
+
+- ``shop`` (no wildcard) matches the module ``shop`` only;
+- ``shop.*`` matches ``shop`` itself and every module below it (``shop.cart``, ``shop.a.b``);
+- any other glob is matched with ``fnmatch`` against the dotted name (``*`` crosses dots), and a
+  glob ending in ``.*`` also matches the name without that suffix (``sh?p.*`` matches ``shop``);
+- the standard library, built-in modules and anything under a site-packages directory match only
+  patterns without wildcards before an optional trailing ``.*`` — ``json`` or ``json.*`` — so
+  ``*`` means "my code", never the stdlib or installed libraries;
+- the tracer's own modules (``tracer``, ``tracer.*``) never match: it must not trace itself.
+
+What gets wrapped in a matching module (``wrap_module``):
+
+- module-level functions whose ``__module__`` is the module's name (imported functions, lambdas
+  and dunder names such as a module ``__getattr__`` are left alone);
+- in classes defined there, and in classes nested in their bodies at any depth: plain methods,
+  staticmethods, classmethods, coroutines, generators and async generators, except dunder methods
+  other than ``__call__``; properties and other descriptors are left alone;
+- never anything already traced (``__invoseq_traced__``), so ``@traced`` code is not wrapped twice.
+
+The attribute on the module or class is replaced by the wrapper, which keeps ``__module__``,
+``__qualname__`` and ``__wrapped__``: ``pickle`` still finds a function by reference, so
+``multiprocessing`` and ``ProcessPoolExecutor`` can send it. References taken while the module ran
+(a decorator's registry, a dict of handlers, a default argument) keep the unwrapped function.
+
+The hook never breaks an import: any failure of its own is logged once and the module is left
+as imported. ``uninstall()`` removes the finder and puts back every original it replaced.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import fnmatch
+import functools
+import importlib.abc
+import logging
+import os
+import re
+import site
+import sys
+import sysconfig
+import threading
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+from importlib.machinery import ModuleSpec
+from types import FunctionType, ModuleType
+from typing import Any, Final
+
+from tracer._core.decorator import TRACED_MARK, traced
+
+log = logging.getLogger("tracer")
+
+_WILDCARD_CHARS: Final = frozenset("*?[")
+_OWN_PACKAGE: Final = "tracer"
+_PATTERN_CHARS: Final = re.compile(r"[\w.*?\[\]!-]+")
+
+
+class _Verdict(enum.Enum):
+    NO = 0
+    YES = 1
+    UNLESS_EXTERNAL = 2  # matched by a wildcard: only when the module is not stdlib/site-packages
+
+
+class IncludePatterns:
+    """Module-name globs, compiled once (the rules are in this module's docstring)."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.patterns = tuple(pattern for pattern in patterns if pattern)
+        self._exact: set[str] = set()
+        self._packages: list[str] = []
+        globs: list[str] = []
+        for pattern in self.patterns:
+            stem = pattern.removesuffix(".*")
+            if not _WILDCARD_CHARS.intersection(stem):
+                if stem == pattern:
+                    self._exact.add(stem)
+                else:
+                    self._packages.append(stem)
+            else:
+                globs.append(fnmatch.translate(pattern))
+                if stem != pattern:
+                    globs.append(fnmatch.translate(stem))
+        self._glob = re.compile("|".join(globs)) if globs else None
+
+    def __repr__(self) -> str:
+        return f"IncludePatterns({list(self.patterns)!r})"
+
+    def matches(self, name: str, *, external: bool = False) -> bool:
+        """Whether module ``name`` is to be traced; ``external``: it lives in the standard
+        library or a site-packages directory."""
+        verdict = self._verdict(name)
+        return verdict is _Verdict.YES or (verdict is _Verdict.UNLESS_EXTERNAL and not external)
+
+    def _verdict(self, name: str) -> _Verdict:
+        if name == _OWN_PACKAGE or name.startswith(_OWN_PACKAGE + "."):
+            return _Verdict.NO
+        if name in self._exact or any(
+            name == package or name.startswith(package + ".") for package in self._packages
+        ):
+            return _Verdict.YES
+        if self._glob is not None and self._glob.match(name):
+            return _Verdict.UNLESS_EXTERNAL
+        return _Verdict.NO
+
+
+def parse_patterns(values: Iterable[str]) -> tuple[str, ...]:
+    """Patterns a user typed: each value may hold several, separated by commas.
+
+    Raises ValueError, with a one-line message, for something that is not a module-name pattern
+    (a file path, say)."""
+    patterns: list[str] = []
+    for value in values:
+        for raw in value.split(","):
+            pattern = raw.strip()
+            if not pattern:
+                raise ValueError(f"empty include pattern in {value!r}")
+            if "/" in pattern or "\\" in pattern or pattern.endswith(".py"):
+                raise ValueError(
+                    f"include pattern {pattern!r} looks like a file: patterns match dotted module "
+                    "names, like 'shop' or 'shop.*'"
+                )
+            if not _PATTERN_CHARS.fullmatch(pattern):
+                raise ValueError(
+                    f"include pattern {pattern!r} is not a dotted module name or glob, like "
+                    "'shop' or 'shop.*'"
+                )
+            patterns.append(pattern)
+    return tuple(patterns)
+
+
+# -- where a module lives ---------------------------------------------------------------------
+
+
+@functools.cache
+def _external_roots() -> tuple[str, ...]:
+    """Directories of the standard library and of installed packages, each ending in a separator."""
+    paths = sysconfig.get_paths()
+    candidates = [paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
+    candidates += getattr(site, "getsitepackages", list)()
+    candidates.append(site.getusersitepackages() if site.ENABLE_USER_SITE else None)
+    candidates += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    roots = {os.path.join(os.path.realpath(c), "") for c in candidates if c}
+    return tuple(sorted(roots))
+
+
+def is_external(origin: str | None) -> bool:
+    """Whether a module with this spec origin belongs to the standard library or to an installed
+    package (built-in, frozen and namespace modules, which have no file, count as external)."""
+    if not origin or origin in ("built-in", "frozen"):
+        return True
+    path = os.path.realpath(origin)
+    return any(path.startswith(root) for root in _external_roots())
+
+
+def module_origin(module: ModuleType) -> str | None:
+    spec = getattr(module, "__spec__", None)
+    origin = getattr(spec, "origin", None) or getattr(module, "__file__", None)
+    return origin if isinstance(origin, str) else None
+
+
+# -- wrapping what a module defines -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Replacement:
+    owner: Any  # the module or class whose attribute was replaced
+    name: str
+    original: Any
+    wrapper: Any
+
+
+_replacements: list[_Replacement] = []  # appends are atomic under the GIL
+_replaced_loaders: list[tuple[ModuleType, Any]] = []
+_error_logged = False
+
+
+def _report_internal_error(exc: BaseException, module_name: str) -> None:
+    global _error_logged
+    if not _error_logged:
+        _error_logged = True
+        log.warning(
+            "invoseq: could not wrap module %s for tracing; it runs untraced "
+            "(reported once; imports go on normally)",
+            module_name,
+            exc_info=exc,
+        )
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _defined_function(value: object, module_name: str) -> bool:
+    """A plain function written in module ``module_name`` that is not traced yet."""
+    return (
+        isinstance(value, FunctionType)
+        and value.__module__ == module_name
+        and value.__name__ != "<lambda>"
+        and not getattr(value, TRACED_MARK, False)
+    )
+
+
+def _replace(owner: Any, name: str, original: Any, wrapper: Any) -> bool:
+    try:
+        setattr(owner, name, wrapper)
+    except (AttributeError, TypeError) as exc:  # a class that refuses new attributes
+        log.debug("invoseq: cannot trace %s.%s: %s", owner, name, exc)
+        return False
+    _replacements.append(_Replacement(owner, name, original, wrapper))
+    return True
+
+
+def _wrap_class(cls: type, module_name: str) -> int:
+    count = 0
+    for name, member in list(vars(cls).items()):
+        if isinstance(member, type):
+            nested = member.__module__ == module_name and member.__qualname__ == (
+                f"{cls.__qualname__}.{name}"
+            )
+            if nested:
+                count += _wrap_class(member, module_name)
+            continue
+        if _is_dunder(name) and name != "__call__":
+            continue
+        function = member.__func__ if isinstance(member, staticmethod | classmethod) else member
+        if _defined_function(function, module_name) and _replace(cls, name, member, traced(member)):
+            count += 1
+    return count
+
+
+def wrap_definition(name: str, value: Any, module_name: str) -> Any:
+    """What to store under module-level ``name``: a traced wrapper for a function the module
+    defines, the class itself (its methods wrapped in place) for a class it defines, else
+    ``value`` unchanged. The same rules as ``wrap_module``; the caller records a replaced
+    function for ``uninstall``."""
+    if _is_dunder(name):
+        return value
+    if _defined_function(value, module_name):
+        return traced(value)
+    if isinstance(value, type) and value.__module__ == module_name:
+        _wrap_class(value, module_name)
+    return value
+
+
+def wrap_module(module: ModuleType) -> int:
+    """Wrap, in place, the functions and class methods ``module`` defines; returns how many.
+
+    For modules imported before ``install`` and for ``__main__``. Idempotent: traced functions
+    are skipped. ``uninstall`` puts the originals back."""
+    module_name = module.__name__
+    count = 0
+    for name, value in list(vars(module).items()):
+        if _is_dunder(name):
+            continue
+        if _defined_function(value, module_name):
+            count += _replace(module, name, value, traced(value))
+        elif isinstance(value, type) and value.__module__ == module_name:
+            count += _wrap_class(value, module_name)
+    return count
+
+
+class DefiningNamespace(MutableMapping[str, Any]):
+    """The local namespace to ``exec`` a module's code in so that its functions are traced the
+    moment they are defined, before module-level code calls them (what a script's ``main()``
+    does). Every read and write goes to the module's real globals, so ``global`` statements,
+    ``globals()`` and pickling by reference behave as usual; only stores are intercepted."""
+
+    __slots__ = ("_builtins", "_globals", "_module", "_module_name")
+
+    def __init__(self, module: ModuleType) -> None:
+        self._module = module
+        self._globals = vars(module)
+        self._module_name = module.__name__
+        self._builtins = builtins.__dict__
+
+    def __getitem__(self, key: str) -> Any:
+        module_globals = self._globals
+        if key in module_globals:
+            return module_globals[key]
+        return self._builtins[key]  # checked here so a builtin's lookup raises no KeyError
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        try:
+            wrapped = wrap_definition(key, value, self._module_name)
+        except Exception as exc:
+            _report_internal_error(exc, self._module_name)
+            wrapped = value
+        self._globals[key] = wrapped
+        if wrapped is not value:
+            _replacements.append(_Replacement(self._module, key, value, wrapped))
+
+    def __delitem__(self, key: str) -> None:
+        del self._globals[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._globals
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._globals.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._globals)
+
+    def __len__(self) -> int:
+        return len(self._globals)
+
+
+# -- the import hook ---------------------------------------------------------------------------
+
+
+class _WrappingLoader(importlib.abc.Loader):
+    """Delegates everything to the real loader; after ``exec_module`` wraps the new module."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def __repr__(self) -> str:
+        return f"<invoseq wrapping {self._loader!r}>"
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_loader":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        create = getattr(self._loader, "create_module", None)
+        module: ModuleType | None = None if create is None else create(spec)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)  # the module's own errors propagate unchanged
+        try:
+            _replaced_loaders.append((module, self._loader))
+            wrap_module(module)
+        except Exception as exc:
+            _report_internal_error(exc, getattr(module, "__name__", "?"))
+
+
+class _Finder:
+    """The ``sys.meta_path`` entry: decides, then lets the finders behind it find the module."""
+
+    def __init__(self, patterns: IncludePatterns) -> None:
+        self.patterns = patterns
+        self._busy = threading.local()
+
+    def __repr__(self) -> str:
+        return f"<invoseq autowrap finder {list(self.patterns.patterns)!r}>"
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        verdict = self.patterns._verdict(fullname)
+        if verdict is _Verdict.NO or getattr(self._busy, "active", False):
+            return None
+        self._busy.active = True  # a finder behind us looking up the same name: no recursion
+        try:
+            # Errors of the other finders propagate, exactly as they would without the hook.
+            spec = self._find_behind(fullname, path, target)
+        finally:
+            self._busy.active = False
+        if spec is None or spec.loader is None or spec.origin is None:
+            return spec  # not found, or a namespace package: nothing to wrap
+        try:
+            if verdict is _Verdict.UNLESS_EXTERNAL and is_external(spec.origin):
+                return spec
+            if hasattr(spec.loader, "exec_module"):
+                spec.loader = _WrappingLoader(spec.loader)
+        except Exception as exc:
+            _report_internal_error(exc, fullname)
+        return spec
+
+    def _find_behind(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None
+    ) -> ModuleSpec | None:
+        finders = list(sys.meta_path)
+        behind = finders[finders.index(self) + 1 :] if self in finders else finders
+        for finder in behind:
+            find_spec = getattr(finder, "find_spec", None)
+            if find_spec is None:
+                continue
+            spec = find_spec(fullname, path, target)
+            if spec is not None:
+                return spec  # type: ignore[no-any-return]
+        return None
+
+
+_finder: _Finder | None = None
+_install_lock = threading.Lock()
+
+
+def install(patterns: Iterable[str], *, wrap_loaded: bool = False) -> IncludePatterns:
+    """Trace matching modules imported from now on; ``wrap_loaded`` also wraps matching modules
+    already imported (except ``__main__``). Installing again replaces the patterns. Patterns a
+    user typed are best checked with ``parse_patterns`` first."""
+    global _finder
+    compiled = IncludePatterns(patterns)
+    with _install_lock:
+        _remove_finder()
+        _finder = _Finder(compiled)
+        sys.meta_path.insert(0, _finder)
+    if wrap_loaded:
+        for name, module in list(sys.modules.items()):
+            if name == "__main__" or not isinstance(module, ModuleType):
+                continue
+            if compiled.matches(name, external=is_external(module_origin(module))):
+                try:
+                    wrap_module(module)
+                except Exception as exc:
+                    _report_internal_error(exc, name)
+    return compiled
+
+
+def uninstall() -> None:
+    """Remove the hook and put back every function, method and loader it replaced (unless the
+    program replaced them again since). Harmless when nothing is installed."""
+    global _finder
+    with _install_lock:
+        _remove_finder()
+        _finder = None
+        while _replacements:
+            item = _replacements.pop()
+            if vars(item.owner).get(item.name) is item.wrapper:
+                setattr(item.owner, item.name, item.original)
+        while _replaced_loaders:
+            module, loader = _replaced_loaders.pop()
+            if isinstance(getattr(module, "__loader__", None), _WrappingLoader):
+                module.__loader__ = loader
+            spec = getattr(module, "__spec__", None)
+            if isinstance(getattr(spec, "loader", None), _WrappingLoader):
+                spec.loader = loader  # type: ignore[union-attr]
+
+
+def installed() -> IncludePatterns | None:
+    """The patterns of the installed hook, or None."""
+    return None if _finder is None else _finder.patterns
+
+
+def _remove_finder() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]

@@ -1,0 +1,329 @@
+"""``tracer``: run a Python program traced, with no code change (``tracer run``).
+
+``tracer run`` installs the import hook (``tracer.run.autowrap``) for the include patterns, starts
+an embedded repository unless one is configured, hands both on to the Python processes the program
+will start (``tracer.run.bootstrap``: environment variables and a ``sitecustomize`` on
+``PYTHONPATH``), runs the program as ``__main__`` in this process (``tracer.run.launch``), finishes
+it the way the interpreter would (non-daemon threads joined, atexit handlers run), flushes the
+tracer, stops the repository and prints the report (``tracer.run.summary``). The program's stdout is
+untouched; everything ``tracer`` says goes to stderr. Only ``tracer run`` (here and in
+``tracer.run.summary``) imports ``cmr``, and only after the program has run, so a ``*`` include
+pattern never finds it already loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import os
+import sys
+import textwrap
+import threading
+import time
+from dataclasses import dataclass
+from typing import NoReturn
+
+import tracer
+from tracer import _runtime as runtime
+from tracer.config import ENV_ENDPOINT, ConfigError
+from tracer.run import autowrap, bootstrap, launch
+from tracer.run.embedded import EmbeddedRepository, RepositoryError
+from tracer.run.launch import Program, ProgramNotFoundError
+from tracer.run.summary import ReportOptions, render_report
+
+_WIDTH = 96
+#: Where the embedded repository stores, as ``cmr``'s commands default to it.
+ENV_DB = "INVOSEQ_DB"
+DEFAULT_DB = "./.invoseq/cmr.sqlite"
+_VALUE_OPTIONS = frozenset({"--include", "--endpoint", "--db"})
+
+_PATTERN_RULES = """\
+include patterns (matched against dotted module names):
+  shop          the module shop only
+  shop.*        shop itself and every module below it (shop.cart, shop.api.v1)
+  *_service     any fnmatch glob ('*' also crosses dots)
+  The standard library and site-packages only match patterns that name them without a
+  wildcard ('json', 'json.*'): '*' traces your code, not the libraries.
+  Several patterns: repeat --include or separate them with commas.
+  Default: the script's own module (its file name without .py), or, with -m, the module's
+  top-level package with everything below it.
+
+what is traced in a matching module:
+  functions defined in it, and the methods (plain, static, class, async, generator) of classes
+  defined in it; not dunder methods except __call__, not properties, not lambdas, not functions
+  defined inside other functions. Functions a decorator registered while the module ran (routes,
+  callbacks) keep the untraced original: decorate those with @tracer.traced."""
+
+_RUN_EXAMPLES = """\
+examples:
+  tracer run examples/shop.py            # traces shop.py's functions, prints the slowest
+  tracer run --include 'shop.*' app.py --port 8000   # --port 8000 goes to app.py
+  tracer run -m mypkg.tool --verbose     # traces mypkg.* ; --verbose goes to the program
+  tracer run --db /tmp/t.sqlite app.py   # keep this run's sequences in /tmp/t.sqlite
+  tracer run --endpoint tcp://127.0.0.1:7311 app.py   # send to a running 'cmr serve'"""
+
+
+class UsageError(Exception):
+    """A mistake on the command line: reported in one line, exit code 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    program: Program
+    patterns: tuple[str, ...]
+    endpoint: str | None
+    db: str | None
+    report: bool
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``tracer`` console script; returns the exit code (the program's, for ``run``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        _top_parser().print_help()
+        return 0
+    if not args or args[0] != "run":
+        problem = "missing command" if not args else f"unknown command {args[0]!r}"
+        print(f"tracer: error: {problem} (see 'tracer --help')", file=sys.stderr)
+        return 1
+    try:
+        options = parse_run(args[1:])
+    except UsageError as exc:
+        print(f"tracer run: error: {exc} (see 'tracer run --help')", file=sys.stderr)
+        return 1
+    except SystemExit as exc:  # --help printed
+        return exc.code if isinstance(exc.code, int) else 0
+    try:
+        return run(options)
+    except KeyboardInterrupt:  # Ctrl-C while starting or reporting: cleaned up on the way out
+        return 130
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    return _Parser(
+        prog="tracer",
+        usage="tracer [-h] run ...",
+        description=textwrap.fill(
+            "Trace Python programs: every call of a traced function becomes part of an invocation "
+            "sequence, one call tree per transaction, across threads and processes. In code: "
+            "'from tracer import traced'. With no code change: 'tracer run'.",
+            width=_WIDTH,
+        ),
+        epilog="commands:\n  run    run a script or module with its functions traced "
+        "(see 'tracer run --help')\n\n" + _RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tracer run",
+        usage=(
+            "tracer run [--include PATTERN]... [--endpoint ENDPOINT] [--db PATH] [--no-report]\n"
+            "                  (script.py | -m module) [args...]"
+        ),
+        description=textwrap.fill(
+            "Run a Python script or module traced, with no code change: the functions of the "
+            "modules that match the include patterns are traced as the modules are imported "
+            "(and the script's own functions as they are defined). The Python processes the "
+            "program starts (multiprocessing and ProcessPoolExecutor workers, with any start "
+            "method; subprocesses running Python) trace the same modules and send to the same "
+            "repository: they start the tracer through PYTHONPATH, so a child run with -I or "
+            "-E is not traced. Everything after the script "
+            "or '-m module' goes to the program, whose sys.argv, sys.path[0], stdout and exit "
+            "code are as with 'python'. Unless an endpoint is given (--endpoint or "
+            f"${ENV_ENDPOINT}), a repository is started for the run (cmr serve, on a private "
+            "socket, storing into --db) and afterwards the slowest sequences of this run and "
+            "the call tree of the slowest are printed to stderr.",
+            width=_WIDTH,
+        ),
+        epilog=_PATTERN_RULES + "\n\n" + _RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("script", nargs="?", help="the Python file to run, then its arguments")
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, like python -m")
+    parser.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="trace the modules matching PATTERN (repeatable; see below)",
+    )
+    parser.add_argument(
+        "--endpoint",
+        metavar="ENDPOINT",
+        help=(
+            f"send to this repository (default: ${ENV_ENDPOINT}); several nodes: comma-separated;"
+            " no embedded one, no report"
+        ),
+    )
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        help="the embedded repository's file (default: $INVOSEQ_DB, else ./.invoseq/cmr.sqlite)",
+    )
+    parser.add_argument(
+        "--no-report", dest="report", action="store_false", help="print nothing after the run"
+    )
+    return parser
+
+
+def parse_run(tokens: list[str]) -> RunOptions:
+    """``tracer run``'s arguments: its own options up to the script or ``-m module``, then the
+    program's arguments, passed on untouched. Raises UsageError (SystemExit for --help)."""
+    own, script, module, program_args = _split_program(tokens)
+    parsed = _run_parser().parse_args(own)
+    if script is None and module is None:
+        raise UsageError("nothing to run: give a script (tracer run app.py) or -m module")
+    program = Program(script=script, module=module, args=tuple(program_args))
+    try:
+        patterns = autowrap.parse_patterns(parsed.include) or program.default_patterns()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    endpoint = parsed.endpoint or os.environ.get(ENV_ENDPOINT) or None
+    if endpoint is not None and parsed.db is not None:
+        source = "--endpoint" if parsed.endpoint else f"${ENV_ENDPOINT}"
+        raise UsageError(f"--db is for the embedded repository, but {source} names another one")
+    return RunOptions(program, patterns, endpoint, parsed.db, parsed.report)
+
+
+def _split_program(tokens: list[str]) -> tuple[list[str], str | None, str | None, list[str]]:
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token == "--":
+            rest = tokens[index + 1 :]
+            return tokens[:index], (rest[0] if rest else None), None, rest[1:]
+        if token == "-m" or (token.startswith("-m") and not token.startswith("--")):
+            module = token[2:] or (tokens[index + 1] if index + 1 < len(tokens) else None)
+            if not module:
+                raise UsageError("-m needs a module name")
+            skip = 1 if token[2:] else 2
+            return tokens[:index], None, module, tokens[index + skip :]
+        if token.startswith("-") and token != "-":
+            name = token.split("=", 1)[0]
+            index += 2 if name in _VALUE_OPTIONS and "=" not in token else 1
+            continue
+        return tokens[:index], token, None, tokens[index + 1 :]
+    return tokens, None, None, []
+
+
+def run(options: RunOptions) -> int:
+    """Run the program traced; returns its exit code (1 when tracer run itself failed)."""
+    try:
+        launch.check(options.program)
+    except ProgramNotFoundError as exc:
+        print(f"tracer run: error: {exc}", file=sys.stderr)
+        return 1
+    started_ns = time.time_ns()
+    repository: EmbeddedRepository | None = None
+    db = None
+    endpoint = options.endpoint
+    if endpoint is None:
+        # Not cmr.store.default_db_path(): importing cmr before the program would put it among
+        # the modules already loaded, which a '*' pattern wraps. Same rule, kept in step.
+        db = os.path.abspath(options.db or os.environ.get(ENV_DB) or DEFAULT_DB)
+        try:
+            repository = EmbeddedRepository.start(db)
+        except RepositoryError as exc:
+            print(f"tracer run: error: {exc}", file=sys.stderr)
+            return 1
+        endpoint = repository.endpoint
+    try:
+        tracer.configure(endpoint=endpoint, instrument=True)
+    except ConfigError as exc:
+        if repository is not None:
+            repository.stop()
+        print(f"tracer run: error: {exc}", file=sys.stderr)
+        return 1
+    # Child processes send to the same repository with the same settings, follow their threads,
+    # and, when they run Python, trace the same modules (tracer.run.bootstrap).
+    os.environ.update(runtime.child_settings())
+    os.environ.update(bootstrap.environment(options.patterns, os.environ))
+    try:
+        code = _run_program(options)
+    finally:
+        atexit.unregister(tracer.shutdown)
+        acknowledged = tracer.shutdown()
+        problem = None if repository is None else repository.stop()
+    _flush_stdout()
+    if not acknowledged:
+        _say(f"tracer: warning: the repository at {endpoint} did not acknowledge every event")
+    if problem is not None:
+        _say(f"tracer: warning: {problem}")
+    if repository is not None and options.report and db is not None:
+        _print_report(ReportOptions(db, started_ns, options.db, options.patterns, _colour()))
+    return code
+
+
+def _run_program(options: RunOptions) -> int:
+    """Run the program and finish it like the interpreter: traceback, then non-daemon threads
+    joined and atexit handlers run (the tracer's own shutdown is left to ``run``)."""
+    patterns = autowrap.install(options.patterns, wrap_loaded=True)
+    try:
+        launch.run(options.program, patterns)
+        code = 0
+    except ProgramNotFoundError as exc:
+        print(f"tracer run: error: {exc}", file=sys.stderr)
+        code = 1
+    except SystemExit as exc:
+        code = _exit_status(exc.code)
+    except BaseException as exc:  # the program's uncaught exception, reported as Python would
+        shown = launch.program_exception(exc)
+        sys.excepthook(type(shown), shown, shown.__traceback__)
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+    atexit.unregister(tracer.shutdown)  # run() shuts down after the program's own handlers
+    try:
+        _join_threads_and_run_atexit()
+    except KeyboardInterrupt:
+        code = 130
+    return code
+
+
+def _join_threads_and_run_atexit() -> None:
+    """What the interpreter does after the main module ends, in its order."""
+    shutdown_threads = getattr(threading, "_shutdown", None)
+    if shutdown_threads is not None:
+        shutdown_threads()
+    atexit._run_exitfuncs()
+
+
+def _exit_status(code: object) -> int:
+    """SystemExit's code as the interpreter turns it into an exit status."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_report(options: ReportOptions) -> None:
+    from cmr.store import StoreError
+
+    try:
+        text = render_report(options)
+    except (StoreError, OSError) as exc:
+        _say(f"tracer: could not read this run's sequences: {exc}")
+        return
+    _say("\n" + text)
+
+
+def _colour() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _flush_stdout() -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # stdout closed or replaced
+        sys.stdout.flush()
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
