@@ -32,6 +32,7 @@ from typing import Any
 import tracer
 from benchmarks.harness import interleave
 from benchmarks.processes import report_result, start_reporting, stop, worker_params
+from cmr.defaults import READY_PREFIX
 from tracer import traced
 from tracer.testing import capture
 
@@ -220,7 +221,7 @@ def sender_phase(
         command = [sys.executable, "-m", "cmr.server", "--bind"]
         command += [f"ipc://{workdir}/serve-{generation}.sock"]
         command += ["--memory"]  # the fastest real store: the acknowledgements come soonest
-        server, endpoints["serve"] = start_reporting(command, "cmr: listening on ")
+        server, endpoints["serve"] = start_reporting(command, READY_PREFIX)
         servers.append(server)
         store = open_store(str(workdir / f"embedded-{generation}.sqlite"))
         thread = ServerThread(store, f"ipc://{workdir}/embedded-{generation}.sock")

@@ -27,6 +27,7 @@ from typing import Any
 import tracer
 from benchmarks.harness import interleave
 from benchmarks.processes import report_result, start_reporting, stop, worker_params
+from cmr.defaults import READY_PREFIX
 from tracer import traced
 
 THREADS = 32
@@ -82,7 +83,7 @@ def main() -> None:
     db = workdir / "sampler.sqlite"
     server, endpoint = start_reporting(
         [sys.executable, "-m", "cmr.server", "--bind", f"ipc://{workdir}/s.sock", "--db", str(db)],
-        "cmr: listening on ",
+        READY_PREFIX,
     )
     n = calibrate(params["chunk_s"])
     accounting: list[dict[str, Any]] = []

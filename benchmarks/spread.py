@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-READY = "cmr: listening on "
+from cmr.defaults import READY_PREFIX as READY
 
 WORKER = """
 import json, sys, time

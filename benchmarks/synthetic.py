@@ -67,13 +67,13 @@ def encode(puid: int, threads: dict[int, list[Event]], first_batch: int = 1) -> 
     def flush() -> None:
         nonlocal pending, size, batch_no
         first = batch_no == first_batch
-        body = (
-            puid,
-            batch_no,
-            _process(),
-            _methods() if first else [],
-            [(tid, 1000 + tid, f"worker-{tid}") for tid in threads] if first else [],
-            pending,
+        body = wire.batch_layout(
+            puid=puid,
+            batch_no=batch_no,
+            process=_process(),
+            methods=_methods() if first else [],
+            threads=[(tid, 1000 + tid, f"worker-{tid}") for tid in threads] if first else [],
+            chunks=pending,
         )
         frames.append([wire.BATCH_HEADER, encoder.encode(body)])
         pending, size, batch_no = [], 0, batch_no + 1

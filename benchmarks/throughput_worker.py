@@ -23,9 +23,8 @@ import zmq
 import tracer
 from benchmarks.harness import interleave
 from benchmarks.processes import report_result, start_reporting, stop, worker_params
+from cmr.defaults import READY_PREFIX as READY
 from tracer import traced, wire
-
-READY = "cmr: listening on "
 
 
 @traced

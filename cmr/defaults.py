@@ -1,12 +1,30 @@
-"""Defaults of the repository side, kept apart from the tracer so neither package imports the other.
-
-The tracer defines the same endpoint independently: a traced process and ``cmr serve`` meet there
-when nobody configured anything.
+"""The repository side's defaults and fixed strings, each written once: where ``cmr serve``
+listens, which database it opens, the port of ``cmr ui``, and the line a server prints once it
+listens (``tracer run``, tests and benchmarks wait for it).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-#: Where ``cmr serve`` listens unless ``--bind`` says otherwise (loopback only).
-DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:7311"
+from tracer.wire import DEFAULT_ENDPOINT
+
+__all__ = [
+    "DB_ENV",
+    "DEFAULT_DB_PATH",
+    "DEFAULT_ENDPOINT",
+    "DEFAULT_UI_PORT",
+    "READY_PREFIX",
+    "UI_HOST",
+]
+
+#: Environment variable naming the repository when no ``--db`` is given.
+DB_ENV: Final = "INVOSEQ_DB"
+#: The repository used when neither ``--db`` nor INVOSEQ_DB is given (relative to the cwd).
+DEFAULT_DB_PATH: Final = "./.invoseq/cmr.sqlite"
+#: ``cmr ui`` listens on this machine only, on this port unless ``--port`` says otherwise.
+UI_HOST: Final = "127.0.0.1"
+DEFAULT_UI_PORT: Final = 8765
+#: The first line ``cmr serve`` (and ``python -m cmr.server``) and ``cmr ui`` print, followed by
+#: the endpoint or URL they listen on.
+READY_PREFIX: Final = "cmr: listening on "

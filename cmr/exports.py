@@ -10,7 +10,6 @@ they are drawn from carry the sequence's samples, merged in as estimated calls, 
 
 from __future__ import annotations
 
-import sys
 from typing import Final
 
 from cmr.bundle import Body, BundleError, ImportResult, read_bundle, write_bundle
@@ -37,7 +36,6 @@ OPEN_WITH: Final = {
     BUNDLE: "load it into a repository with 'cmr import'",
 }
 #: Stands for standard input or output.
-STDIO: Final = "-"
 
 
 class ExportError(Exception):
@@ -70,32 +68,6 @@ def export_sequence(data: SequenceData, fmt: str, *, weight: str | None = None) 
     return (text + "\n").encode()
 
 
-def write_output(target: str | None, payload: bytes, *, binary: bool) -> None:
-    """Write to the file ``target``, or to standard output for None or ``-``. A binary file goes
-    to standard output only when asked (``-o -``) and never to a terminal."""
-    if target is None or target == STDIO:
-        if binary and (target is None or sys.stdout.isatty()):
-            raise ExportError("a bundle is binary: give -o FILE (or -o - to pipe it)")
-        _write_stdout(payload)
-        return
-    try:
-        with open(target, "wb") as file:
-            file.write(payload)
-    except OSError as exc:
-        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
-
-
-def read_input(source: str) -> bytes:
-    """The bytes of the file ``source``, or of standard input for ``-``."""
-    if source == STDIO:
-        return sys.stdin.buffer.read()
-    try:
-        with open(source, "rb") as file:
-            return file.read()
-    except OSError as exc:
-        raise ExportError(f"cannot read {source}: {exc.strerror or exc}") from None
-
-
 def load_bundle(source: str, blob: bytes) -> Body:
     """The checked bundle read from ``source``: refused before any repository is opened."""
     try:
@@ -111,19 +83,3 @@ def describe_import(result: ImportResult) -> str:
         f"imported sequence {result.seq.hex()} ({result.processes} {processes}): "
         f"{result.stored} of {result.batches} batches new"
     )
-
-
-def _write_stdout(payload: bytes) -> None:
-    """Every byte, in a loop: a write the kernel cuts short (the reader left) reports fewer bytes
-    instead of failing. A closed pipe raises BrokenPipeError, which ``cmr`` handles."""
-    stream = sys.stdout
-    buffer = getattr(stream, "buffer", None)
-    if buffer is None:  # a text-only stand-in for stdout (tests capturing output)
-        stream.write(payload.decode(errors="replace"))
-        stream.flush()
-        return
-    stream.flush()
-    data = memoryview(payload)
-    while data:
-        data = data[buffer.write(data) :]
-    buffer.flush()

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-READY_PREFIX = "cmr: listening on "
+from cmr.defaults import READY_PREFIX
 
 
 def read_line(process: subprocess.Popen[str], timeout_s: float) -> str:

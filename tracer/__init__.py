@@ -10,15 +10,18 @@ repository (``cmr serve``, or the one ``tracer run`` embeds). See docs/guide.md.
 """
 
 from tracer._core.context import current_sequence
-from tracer._core.decorator import traced
+from tracer._core.traced import traced
 from tracer._patching import instrument, uninstrument
-from tracer._runtime import configure, flush, shutdown, stats
-from tracer.config import Config, ConfigError
-from tracer.propagation import continue_from, extract, inject
+from tracer._runtime import TracerStats, configure, flush, shutdown, stats
+from tracer.config import Config, ConfigError, Settings
+from tracer.propagation import SequenceContext, continue_from, extract, inject
 
 __all__ = [
     "Config",
     "ConfigError",
+    "SequenceContext",
+    "Settings",
+    "TracerStats",
     "configure",
     "continue_from",
     "current_sequence",

@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Unpack
 
 from tracer import _patching as patching
 from tracer import _signals as signals
@@ -26,6 +26,7 @@ from tracer.config import (
     ENV_HEARTBEAT_MS,
     ENV_INSTRUMENT,
     Config,
+    Settings,
     environment,
     resolve,
 )
@@ -85,7 +86,7 @@ def _start(config: Config) -> None:
     _sender = _last = sender
 
 
-def configure(**settings: Any) -> Config:
+def configure(**settings: Unpack[Settings]) -> Config:
     """Apply settings (argument > environment > default) and (re)start the sender.
 
     Events recorded before the call are sent through the new configuration. Raises ConfigError

@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar
+
+from tracer.wire import DEFAULT_ENDPOINT
+
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "SAMPLE_MODES",
+    "Config",
+    "ConfigError",
+    "SampleMode",
+    "Settings",
+    "environment",
+    "resolve",
+    "split_endpoints",
+]
 
 log = logging.getLogger("tracer")
-
-DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:7311"
 
 ENV_ENDPOINT: Final = "INVOSEQ_ENDPOINT"
 ENV_ENABLED: Final = "INVOSEQ_ENABLED"
@@ -25,7 +37,9 @@ ENV_SAMPLE_INTERVAL_MS: Final = "INVOSEQ_SAMPLE_INTERVAL_MS"
 ENV_SAMPLE_MODE: Final = "INVOSEQ_SAMPLE_MODE"
 ENV_SAMPLE_ONLY_ACTIVE: Final = "INVOSEQ_SAMPLE_ONLY_ACTIVE"
 ENV_MAX_THREADS_PER_TICK: Final = "INVOSEQ_MAX_THREADS_PER_TICK"
-SAMPLE_MODES: Final = ("wall", "cpu")
+#: The sampler's modes: every chosen thread, or only the threads that are running.
+SampleMode: TypeAlias = Literal["wall", "cpu"]
+SAMPLE_MODES: Final[tuple[SampleMode, ...]] = ("wall", "cpu")
 ENV_SPOOL_DIR: Final = "INVOSEQ_SPOOL_DIR"
 ENV_SPOOL_BYTES: Final = "INVOSEQ_SPOOL_BYTES"
 ENV_MAX_INFLIGHT_BATCHES: Final = "INVOSEQ_MAX_INFLIGHT_BATCHES"
@@ -70,7 +84,7 @@ class Config:
     #: How often the stack sampler samples (0: no sampler).
     sample_interval_ms: int = 10
     #: "wall": every chosen thread; "cpu": only threads that are running.
-    sample_mode: str = "wall"
+    sample_mode: SampleMode = "wall"
     #: Sample only threads inside a traced call (the ones whose samples can be placed in a tree).
     sample_only_active: bool = True
     #: The most threads sampled in one tick, chosen at random.
@@ -98,6 +112,32 @@ class Config:
     def endpoints(self) -> tuple[str, ...]:
         """The repository nodes the sender spreads its batches over (``endpoint``, split)."""
         return split_endpoints(self.endpoint)
+
+
+class Settings(TypedDict, total=False):
+    """The keyword arguments of ``tracer.configure()`` (and ``tracer.testing.capture()``): the
+    fields of ``Config``, each optional; ``endpoint`` also takes a list of endpoints."""
+
+    endpoint: str | Sequence[str]
+    enabled: bool
+    flush_interval_ms: int
+    flush_timeout_ms: int
+    batch_events: int
+    queue_batches: int
+    instrument: bool
+    heartbeat_ms: int
+    sample_interval_ms: int
+    sample_mode: SampleMode
+    sample_only_active: bool
+    max_threads_per_tick: int
+    spool_dir: str
+    spool_bytes: int
+    max_inflight_batches: int
+    resend_ms: int
+    max_buffered_bytes: int
+    curve_server_key: str
+    curve_client_key: str
+    flush_on_sigterm: bool
 
 
 _ENV_NAMES: Final = {

@@ -51,6 +51,12 @@ from tracer._core import adoption, budget, context, decorator, ids, recorder
 #: Distinct (instrumentation scope, span name) pairs interned as methods; past this many, a span
 #: is named ``OTHER_SPANS`` (its name stays in its attributes), so a span name with an id in it
 #: cannot grow the method table without bound.
+__all__ = [
+    "InvocationSpanProcessor",
+    "SequenceIdGenerator",
+    "attributes",
+]
+
 MAX_SPAN_NAMES: Final = 4096
 OTHER_SPANS: Final = "<other span names>"
 UNKNOWN_SCOPE: Final = "opentelemetry"

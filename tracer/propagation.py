@@ -27,7 +27,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, NamedTuple, TypeAlias, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
@@ -42,6 +42,33 @@ from opentelemetry.propagators.textmap import (
 
 from tracer import wire
 from tracer._core import context, handoff, ids
+
+__all__ = [
+    "ENVIRONMENT",
+    "HEADERS",
+    "TRACEPARENT",
+    "TRACESTATE",
+    "EnvironmentCarrier",
+    "HeaderCarrier",
+    "InvoseqPropagator",
+    "SequenceContext",
+    "Traceparent",
+    "continue_from",
+    "continue_from_env",
+    "continue_with",
+    "extract",
+    "extract_env",
+    "format_traceparent",
+    "from_otel_context",
+    "inject",
+    "inject_env",
+    "parse_traceparent",
+    "parse_tracestate",
+]
+
+#: What ``extract()`` returns and ``continue_from()`` attaches: (sequence id, parent invocation id,
+#: hand-off id). Treat it as opaque: pass it on, compare it with None.
+SequenceContext: TypeAlias = context.Current
 
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
@@ -198,7 +225,7 @@ def _inject(
     name: str,
     kind: str,
     *,
-    current: context.Current | None = None,
+    current: SequenceContext | None = None,
 ) -> bool:
     """Record a hand-off from ``current`` (default: the current invocation) and write it."""
     if kind not in wire.HANDOFF_KINDS:  # the repository would reject the whole batch
@@ -217,7 +244,7 @@ def _inject(
     return True
 
 
-def _extract(carrier: Any, getter: Getter[Any]) -> context.Current | None:
+def _extract(carrier: Any, getter: Getter[Any]) -> SequenceContext | None:
     values = getter.get(carrier, TRACEPARENT)
     if not values or len(values) != 1:  # absent, or sent twice: not a list field
         return None
@@ -242,14 +269,14 @@ def inject(
     return _inject(carrier, HEADERS if setter is None else setter, HEADERS, name, kind)
 
 
-def extract(carrier: CarrierT, *, getter: Getter[CarrierT] | None = None) -> context.Current | None:
+def extract(carrier: CarrierT, *, getter: Getter[CarrierT] | None = None) -> SequenceContext | None:
     """The context value ``(seq, 0, hid)`` that incoming headers continue, or None when they carry
     no valid traceparent."""
     return _extract(carrier, HEADERS if getter is None else getter)
 
 
 @contextlib.contextmanager
-def continue_with(value: context.Current | None) -> Iterator[context.Current | None]:
+def continue_with(value: SequenceContext | None) -> Iterator[SequenceContext | None]:
     """Attach ``value`` for the block (nothing when it is None) and restore what was there."""
     if value is None:
         yield None
@@ -263,7 +290,7 @@ def continue_with(value: context.Current | None) -> Iterator[context.Current | N
 
 def continue_from(
     carrier: CarrierT, *, getter: Getter[CarrierT] | None = None
-) -> contextlib.AbstractContextManager[context.Current | None]:
+) -> contextlib.AbstractContextManager[SequenceContext | None]:
     """Traced calls inside the block continue the sequence the incoming headers carry; with no
     valid traceparent nothing is attached, and they start a new sequence (outside any). Yields the
     extracted value or None."""
@@ -278,14 +305,14 @@ def inject_env(
     return _inject(env, ENVIRONMENT, ENVIRONMENT, name, kind)
 
 
-def extract_env(env: Mapping[str, str] | None = None) -> context.Current | None:
+def extract_env(env: Mapping[str, str] | None = None) -> SequenceContext | None:
     """The context value this process's environment (or ``env``) carries, or None."""
     return _extract(os.environ if env is None else env, ENVIRONMENT)
 
 
 def continue_from_env(
     env: Mapping[str, str] | None = None,
-) -> contextlib.AbstractContextManager[context.Current | None]:
+) -> contextlib.AbstractContextManager[SequenceContext | None]:
     """``continue_from`` for a process started with ``inject_env``."""
     return continue_with(extract_env(env))
 
@@ -331,7 +358,7 @@ class InvoseqPropagator(TextMapPropagator):
         return {TRACEPARENT, TRACESTATE}
 
 
-def from_otel_context(otel: Context | None = None) -> context.Current | None:
+def from_otel_context(otel: Context | None = None) -> SequenceContext | None:
     """The value ``InvoseqPropagator.extract`` stored in an OpenTelemetry Context (default: the
     current one); attach it with ``continue_with``."""
     value = otel_context.get_value(_OTEL_KEY, otel)

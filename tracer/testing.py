@@ -15,12 +15,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from tracer import _runtime as runtime
 from tracer import wire
 from tracer._shipping.transport import MemoryTransport
-from tracer.config import Config
+from tracer.config import Config, Settings
+
+__all__ = [
+    "Capture",
+    "CapturedInvocation",
+    "capture",
+    "trees",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +138,7 @@ def trees(invocations: list[CapturedInvocation], strip: str = "") -> list[dict[s
 
 
 @contextmanager
-def capture(**settings: Any) -> Iterator[Capture]:
+def capture(**settings: Unpack[Settings]) -> Iterator[Capture]:
     """Trace into memory for the duration of the block; the tracer is shut down afterwards."""
     captured = Capture()
 

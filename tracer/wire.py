@@ -11,9 +11,68 @@ has a type and a size limit: the repository treats whatever arrives as untrusted
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from collections.abc import Sequence
+from typing import Annotated, Any, Final
 
 import msgspec
+
+__all__ = [
+    "ACCEPTED_VERSIONS",
+    "ACK_HEADER",
+    "BATCH_HEADER",
+    "DEFAULT_ENDPOINT",
+    "HANDOFF_KINDS",
+    "I64",
+    "KIND_ACK",
+    "KIND_BATCH",
+    "MAGIC",
+    "MAX_ARGV",
+    "MAX_ATTRIBUTES",
+    "MAX_ATTRIBUTE_VALUE",
+    "MAX_CHUNKS_PER_BATCH",
+    "MAX_EVENTS_PER_CHUNK",
+    "MAX_FRAME_BYTES",
+    "MAX_INFOS_PER_BATCH",
+    "MAX_LOST_SEQS",
+    "MAX_NAME",
+    "MAX_PATH",
+    "MAX_SAMPLES_PER_BATCH",
+    "MAX_STACK_DEPTH",
+    "PROTOCOL_VERSION",
+    "TAG_ATTRS",
+    "TAG_END",
+    "TAG_ERROR",
+    "TAG_HANDOFF",
+    "TAG_START",
+    "U64",
+    "Ack",
+    "AttributeValue",
+    "Attrs",
+    "Batch",
+    "End",
+    "Error",
+    "Event",
+    "FrameInfo",
+    "Handoff",
+    "Id63",
+    "MethodInfo",
+    "Name",
+    "Path",
+    "ProcessInfo",
+    "Sample",
+    "SamplerReport",
+    "SeqId",
+    "Start",
+    "ThreadChunk",
+    "ThreadInfo",
+    "batch_layout",
+    "event_count",
+    "header",
+    "process_layout",
+]
+
+#: Where a traced process sends and ``cmr serve`` listens when nobody configured either.
+DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:7311"
 
 PROTOCOL_VERSION: Final = 5
 #: Versions the repository accepts: each newer version only added optional fields or events.
@@ -229,6 +288,54 @@ class Ack(msgspec.Struct, array_like=True, frozen=True):
 
     puid: Id63
     batch_no: Id63
+
+
+def process_layout(
+    *,
+    pid: int,
+    host: str,
+    platform_id: str,
+    clock_offset_ns: int,
+    started_ns: int,
+    argv: Sequence[str],
+    heartbeat_ms: int,
+) -> tuple[Any, ...]:
+    """A ``ProcessInfo`` as the sender encodes it: a plain tuple in the struct's field order."""
+    return (pid, host, platform_id, clock_offset_ns, started_ns, argv, heartbeat_ms)
+
+
+def batch_layout(
+    *,
+    puid: int,
+    batch_no: int,
+    process: tuple[Any, ...],
+    methods: Sequence[Any],
+    threads: Sequence[Any],
+    chunks: Sequence[Any],
+    dropped: int = 0,
+    final: bool = False,
+    frames: Sequence[Any] = (),
+    samples: Sequence[Any] = (),
+    sampler: tuple[Any, ...] | None = None,
+    lost_seqs: Sequence[bytes] = (),
+) -> tuple[Any, ...]:
+    """A ``Batch`` as the sender encodes it. The hot path hands over its events as tuples, so
+    the sender encodes tuples rather than building structs; this lays them out in ``Batch``'s
+    field order, by name (``tests/tracer/test_wire.py`` decodes it as a ``Batch``)."""
+    return (
+        puid,
+        batch_no,
+        process,
+        methods,
+        threads,
+        chunks,
+        dropped,
+        final,
+        frames,
+        samples,
+        sampler,
+        lost_seqs,
+    )
 
 
 def event_count(batch: Batch) -> int:

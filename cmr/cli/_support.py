@@ -4,12 +4,17 @@ that survives a closed pipe, and the option parsers."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import math
 import os
+import re
 import sys
+import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Final, NoReturn, TypeAlias
+
+from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
 
 if TYPE_CHECKING:
     from cmr.store.base import Store
@@ -18,8 +23,7 @@ Handler = Callable[[argparse.Namespace], int]
 Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 DB_HELP = (
-    "repository: a SQLite file or a postgresql:// URL "
-    "(default: $INVOSEQ_DB, else ./.invoseq/cmr.sqlite)"
+    f"repository: a SQLite file or a postgresql:// URL (default: ${DB_ENV}, else {DEFAULT_DB_PATH})"
 )
 
 
@@ -66,40 +70,64 @@ def open_for_reading(db: str | None) -> Store:
     return open_store(db, readonly=True)
 
 
-def emit(text: str) -> None:
-    """Write everything and flush here, so a closed pipe surfaces inside main's handler.
-
-    Bytes go to the binary buffer in a loop: a buffered write that the kernel cuts short (the
-    reader left) reports fewer bytes instead of failing, and the text layer would drop the rest
-    silently. Characters the terminal's encoding lacks (box guides in a latin-1 locale) are
-    replaced rather than raised."""
-    stream = sys.stdout
-    buffer = getattr(stream, "buffer", None)
-    if buffer is None:  # a text-only stand-in for stdout
-        stream.write(text + "\n")
-        stream.flush()
-        return
-    stream.flush()
-    data = memoryview((text + "\n").encode(stream.encoding or "utf-8", errors="replace"))
-    while data:
-        data = data[buffer.write(data) :]
-    buffer.flush()
+#: ``-o -`` or ``FILE -``: standard output, or standard input.
+STDIO: Final = "-"
 
 
-def emit_chunks(chunks: Iterable[bytes]) -> None:
-    """Write a big document piece by piece (a 1,000,000-call tree is hundreds of MB of JSON,
-    never held whole), then a newline, as ``emit`` would."""
+def write_stdout(chunks: Iterable[bytes]) -> None:
+    """The one writer to standard output: every byte, in a loop, flushed at the end, so a closed
+    pipe surfaces inside main's handler (BrokenPipeError) and a write the kernel cuts short (the
+    reader left) is never dropped silently, as the text layer would."""
     stream = sys.stdout
     buffer = getattr(stream, "buffer", None)
     stream.flush()
-    for chunk in itertools.chain(chunks, [b"\n"]):
-        if buffer is None:  # a text-only stand-in for stdout
-            stream.write(chunk.decode())
+    for chunk in chunks:
+        if buffer is None:  # a text-only stand-in for stdout (tests capturing output)
+            stream.write(chunk.decode(errors="replace"))
             continue
         data = memoryview(chunk)
         while data:
             data = data[buffer.write(data) :]
     (stream if buffer is None else buffer).flush()
+
+
+def emit(text: str) -> None:
+    """A line of text. Characters the terminal's encoding lacks (box guides in a latin-1 locale)
+    are replaced rather than raised."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    write_stdout([(text + "\n").encode(encoding, errors="replace")])
+
+
+def emit_chunks(chunks: Iterable[bytes]) -> None:
+    """A big document piece by piece (a 1,000,000-call tree is hundreds of MB of JSON, never
+    held whole), then a newline."""
+    write_stdout(itertools.chain(chunks, [b"\n"]))
+
+
+def write_output(target: str | None, payload: bytes, *, binary: bool) -> None:
+    """Write to the file ``target``, or to standard output for None or ``-``. A binary file goes
+    to standard output only when asked (``-o -``) and never to a terminal."""
+    if target is None or target == STDIO:
+        if binary and (target is None or sys.stdout.isatty()):
+            raise CliError("a bundle is binary: give -o FILE (or -o - to pipe it)")
+        write_stdout([payload])
+        return
+    try:
+        with open(target, "wb") as file:
+            file.write(payload)
+    except OSError as exc:
+        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def read_input(source: str) -> bytes:
+    """The bytes of the file ``source``, or of standard input for ``-``."""
+    if source == STDIO:
+        return sys.stdin.buffer.read()
+    try:
+        with open(source, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise CliError(f"cannot read {source}: {exc.strerror or exc}") from None
 
 
 def discard_stdout() -> None:
@@ -140,3 +168,41 @@ def milliseconds(text: str) -> int:
 
 def examples_epilog(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+#: Seconds per unit of an age (``--since 30m``, ``--older-than 7d``): one grammar for every
+#: command that takes one.
+AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+AGE_GRAMMAR: Final = "a number and a unit s, m, h, d or w (90m, 1.5h, 7d, 2w)"
+_AGE: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+
+
+def _age_ns(text: str) -> int | None:
+    match = _AGE.match(text.strip())
+    if match is None:
+        return None
+    return round(float(match.group(1)) * AGE_UNITS[match.group(2)] * 1e9)
+
+
+def parse_age(text: str) -> int:
+    """An age (``7d``), as nanoseconds: the argparse type of ``--older-than``."""
+    ns = _age_ns(text)
+    if ns is None:
+        raise argparse.ArgumentTypeError(f"expected an age: {AGE_GRAMMAR}; got '{text}'")
+    return ns
+
+
+def parse_since(text: str, now_ns: int | None = None) -> int:
+    """``--since``: an age (``30m`` ago) or an ISO time, as wall-clock nanoseconds."""
+    ago = _age_ns(text)
+    if ago is not None:
+        return (time.time_ns() if now_ns is None else now_ns) - ago
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an age ({AGE_GRAMMAR}) or an ISO time, got '{text}'"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # a naive time is local time
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1_000

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cmr.cli._support import DB_HELP, CliError, Commands, command, open_for_reading
+from cmr.cli._support import (
+    DB_HELP,
+    STDIO,
+    CliError,
+    Commands,
+    command,
+    open_for_reading,
+    write_output,
+)
 from cmr.exports import FORMATS
 from cmr.views.render.folded import WEIGHTS
 
@@ -59,7 +67,7 @@ def add_export(commands: Commands) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from cmr.exports import BUNDLE, OPEN_WITH, STDIO, ExportError, export_sequence, write_output
+    from cmr.exports import BUNDLE, OPEN_WITH, ExportError, export_sequence
 
     store = open_for_reading(args.db)
     try:

@@ -12,8 +12,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Final
 
-from cmr.cli._support import DB_HELP, CliError, Commands, command, emit, open_for_reading
-from cmr.cli.profile import parse_since
+from cmr.cli._support import (
+    DB_HELP,
+    CliError,
+    Commands,
+    command,
+    emit,
+    open_for_reading,
+    parse_since,
+)
 
 if TYPE_CHECKING:
     from cmr.store.base import Store

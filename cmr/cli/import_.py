@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cmr.cli._support import DB_HELP, CliError, Commands, command, emit
+from cmr.cli._support import DB_HELP, CliError, Commands, command, emit, read_input
 
 
 def add_import(commands: Commands) -> None:
@@ -30,7 +30,7 @@ def add_import(commands: Commands) -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from cmr.bundle import import_bundle
-    from cmr.exports import ExportError, describe_import, load_bundle, read_input
+    from cmr.exports import ExportError, describe_import, load_bundle
     from cmr.store import open_store
 
     try:

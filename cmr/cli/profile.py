@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import re
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
@@ -25,10 +22,12 @@ from cmr.cli._support import (
     emit,
     non_negative_int,
     open_for_reading,
+    parse_since,
 )
 from cmr.views._gc import paused_gc
-from cmr.views.calltree import Node, build_tree
+from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
+from cmr.views.model import Node
 from cmr.views.profile import Profile, build_profile, method_subtrees, profile_sequence
 from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
@@ -39,9 +38,6 @@ if TYPE_CHECKING:
 
 #: How many sequences ``--method`` profiles when no ``--limit`` is given: the most recent ones.
 DEFAULT_LIMIT: Final = 100
-
-_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGO: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 
 
 def add_profile(commands: Commands) -> None:
@@ -96,23 +92,6 @@ def add_profile(commands: Commands) -> None:
         help="tell a sampled function's lines apart (by the line each frame was executing)",
     )
     add_read_options(parser)
-
-
-def parse_since(text: str, now_ns: int | None = None) -> int:
-    """``--since``: ``30m`` (ago) or an ISO time, as wall-clock nanoseconds."""
-    ago = _AGO.match(text.strip())
-    if ago:
-        now = time.time_ns() if now_ns is None else now_ns
-        return now - round(float(ago.group(1)) * _UNITS[ago.group(2)] * 1e9)
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a duration like 30m, 1h or 2d, or an ISO time, got '{text}'"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()  # a naive time is local time
-    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1_000
 
 
 def _profile(args: argparse.Namespace) -> int:

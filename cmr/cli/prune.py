@@ -8,27 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
-from typing import Final
 
-from cmr.cli._support import DB_HELP, Commands, command, emit, open_for_reading
+from cmr.cli._support import (
+    AGE_GRAMMAR,
+    DB_HELP,
+    Commands,
+    command,
+    emit,
+    open_for_reading,
+    parse_age,
+)
 from cmr.store.base import PruneResult
 from cmr.views.render.tables import format_local_time
-
-#: Seconds per unit of ``--older-than``.
-UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
-_AGE: Final = re.compile(r"^(\d+)([smhd])$")
-
-
-def parse_age(text: str) -> int:
-    """``--older-than``: a whole number and a unit (s, m, h, d), as nanoseconds."""
-    match = _AGE.match(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number and a unit s, m, h or d (like 7d or 12h), got '{text}'"
-        )
-    return int(match.group(1)) * UNITS[match.group(2)] * 1_000_000_000
 
 
 def add_prune(commands: Commands) -> None:
@@ -56,7 +48,7 @@ def add_prune(commands: Commands) -> None:
         type=parse_age,
         metavar="AGE",
         dest="age_ns",
-        help="how old is too old: a whole number and a unit s, m, h or d (7d, 12h, 90m)",
+        help=f"how old is too old: {AGE_GRAMMAR}",
     )
     parser.add_argument("--json", action="store_true", help="print what was removed as JSON")
     parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)

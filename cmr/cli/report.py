@@ -7,7 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cmr.cli._support import DB_HELP, CliError, Commands, command, open_for_reading
+from cmr.cli._support import (
+    DB_HELP,
+    STDIO,
+    Commands,
+    command,
+    open_for_reading,
+    write_output,
+)
 
 
 def add_report(commands: Commands) -> None:
@@ -42,7 +49,6 @@ def add_report(commands: Commands) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from cmr.exports import STDIO, ExportError, write_output
     from cmr.report import build_model, render_page
 
     store = open_for_reading(args.db)
@@ -51,10 +57,7 @@ def _report(args: argparse.Namespace) -> int:
     finally:
         store.close()
     page = render_page(build_model(data))
-    try:
-        write_output(args.output, page.encode(), binary=False)
-    except ExportError as exc:
-        raise CliError(str(exc)) from None
+    write_output(args.output, page.encode(), binary=False)
     if args.output != STDIO:
         print(f"cmr: wrote {args.output}: open it in a browser", file=sys.stderr)
     return 0

@@ -10,10 +10,8 @@ import errno
 import functools
 
 from cmr.cli._support import DB_HELP, CliError, Commands, command, open_for_reading
+from cmr.defaults import DEFAULT_UI_PORT, UI_HOST
 from cmr.store import default_db_path
-
-#: Kept equal to ``cmr.ui.DEFAULT_PORT``, which the help cannot import without the server.
-DEFAULT_PORT = 8765
 
 
 def add_ui(commands: Commands) -> None:
@@ -41,9 +39,9 @@ def add_ui(commands: Commands) -> None:
     parser.add_argument(
         "--port",
         type=_port,
-        default=DEFAULT_PORT,
+        default=DEFAULT_UI_PORT,
         metavar="N",
-        help=f"TCP port on 127.0.0.1 (default: {DEFAULT_PORT}; 0: any free port)",
+        help=f"TCP port on {UI_HOST} (default: {DEFAULT_UI_PORT}; 0: any free port)",
     )
     parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
 

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from cmr.store.base import REMOTE_PARENT, InvocationRecord, MethodRecord, SequenceData
-from cmr.views.calltree import (
+from cmr.views.lanes import extent
+from cmr.views.model import (
     HANDOFF_REMOTE,
     KIND_ESTIMATED,
     KIND_MEASURED,
@@ -46,7 +47,6 @@ from cmr.views.calltree import (
     Node,
     SequenceTree,
 )
-from cmr.views.lanes import extent
 
 AttributeValue = str | int | float | bool | tuple[str, ...]
 Attributes = dict[str, AttributeValue]

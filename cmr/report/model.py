@@ -4,7 +4,8 @@
 do: samples are merged in when the sequence has some), ``lay_out`` for the tracks of each
 thread and the end of calls still open, ``profile_sequence`` for the flame graph — so the report
 shows what ``cmr show`` and the exports show. The page (``cmr.report.page``) and ``cmr ui``
-serve this same dict, the latter as JSON to a page that refreshes a running sequence.
+serve this same dict, the latter as JSON to a page that refreshes a running sequence. Its types
+are ``cmr.report.schema``'s.
 
 Times are nanoseconds from ``summary.origin_ns`` (the earliest call), since a browser's numbers
 hold absolute nanoseconds only to about 256 ns; ``origin_ns`` is also given as a decimal string.
@@ -39,11 +40,12 @@ the page turns each column into a typed array at once.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Final
+from typing import Final
 
+from cmr.report.schema import Arrow, Bars, Flame, Lane, ReportModel, Summary
 from cmr.store.base import SequenceData
-from cmr.views.calltree import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Node, walk
 from cmr.views.lanes import Layout, Track, lay_out
+from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Node, walk
 from cmr.views.pipeline import sequence_tree  # the exports' tree: samples merged in
 from cmr.views.profile import ProfileNode, profile_sequence
 from cmr.views.render.folded import has_samples
@@ -58,7 +60,7 @@ WEIGHT_TIME: Final = "time"
 Attributes = dict[str, str | int | float | bool]
 
 
-def build_model(data: SequenceData) -> dict[str, Any]:
+def build_model(data: SequenceData) -> ReportModel:
     """The report model of one sequence (see the module's docstring)."""
     tree = sequence_tree(data)
     layout = lay_out(tree)
@@ -78,7 +80,7 @@ def build_model(data: SequenceData) -> dict[str, Any]:
         attributes=_attributes(data),
     )
     arrows = _arrows(nodes, layout, origin)
-    summary = {
+    summary: Summary = {
         "seq": tree.seq.hex(),
         "root": tree.root.name,
         "status": tree.status,
@@ -92,7 +94,7 @@ def build_model(data: SequenceData) -> dict[str, Any]:
         "lossy": tree.lossy,
         "samples_skipped": tree.samples_skipped,
     }
-    return {
+    model: ReportModel = {
         "version": MODEL_VERSION,
         "summary": summary,
         "names": names.table,
@@ -105,6 +107,7 @@ def build_model(data: SequenceData) -> dict[str, Any]:
             tree_has_samples=has_samples(tree), roots=profile_sequence(tree).roots, names=names
         ),
     }
+    return model
 
 
 class _Names:
@@ -135,14 +138,12 @@ def _attributes(data: SequenceData) -> dict[tuple[int, int], Attributes]:
     return {(r.puid, r.iid): r.attributes for r in data.invocations if r.attributes}
 
 
-def _lanes(
-    layout: Layout, root: Node
-) -> tuple[list[dict[str, Any]], dict[int, int], dict[int, int]]:
+def _lanes(layout: Layout, root: Node) -> tuple[list[Lane], dict[int, int], dict[int, int]]:
     """The lanes, and per track (by id) its lane and the row its outermost calls sit on.
 
     A thread's tracks share its lane: track 0 on top, each further track below the deepest
     row of those above it."""
-    lanes: list[dict[str, Any]] = []
+    lanes: list[Lane] = []
     if root.kind == KIND_SYNTHETIC:
         lanes.append(_lane_fields(None, root.name, 1))
     by_process: dict[int, list[list[Track]]] = {}
@@ -165,7 +166,7 @@ def _lanes(
     return lanes, lane_of, row_of
 
 
-def _lane_fields(track: Track | None, thread: str, rows: int) -> dict[str, Any]:
+def _lane_fields(track: Track | None, thread: str, rows: int) -> Lane:
     if track is None:
         return {
             "process": "",
@@ -223,11 +224,15 @@ def _bars(
     end: int,
     names: _Names,
     attributes: dict[tuple[int, int], Attributes],
-) -> dict[str, list[Any]]:
+) -> Bars:
     slices = {id(piece.node): piece for track in layout.tracks for piece in track.slices}
     nesting = _nesting(layout)
     index = {id(node): i for i, node in enumerate(nodes)}
-    columns: dict[str, list[Any]] = {key: [] for key in _BAR_COLUMNS}
+    bars = Bars(
+        name=[], kind=[], status=[], lane=[], row=[], depth=[], parent=[], start=[], end=[],
+        open=[], self=[], error=[], iid=[], handoff=[], samples=[], cpu=[], frame=[],
+        attributes=[],
+    )  # fmt: skip
     depths: dict[int, int] = {}
     for node in nodes:
         parent = layout.parent_of.get(id(node))
@@ -247,40 +252,34 @@ def _bars(
             lane, row = lane_of[id(track)], row_of[id(track)] + nesting[id(node)]
             start, stop, is_open = piece.start_ns, piece.end_ns, piece.open
         measured = node.kind == KIND_MEASURED
-        columns["name"].append(names(node.name))
-        columns["kind"].append(KINDS.index(node.kind))
-        columns["status"].append(STATUSES.index(node.status))
-        columns["lane"].append(lane)
-        columns["row"].append(row)
-        columns["depth"].append(depth)
-        columns["parent"].append(-1 if parent is None else index[id(parent)])
-        columns["start"].append(start - origin)
-        columns["end"].append(max(start, stop) - origin)
-        columns["open"].append(is_open)
-        columns["self"].append(node.self_ns)
-        columns["error"].append(node.error)
-        columns["iid"].append(f"{node.iid:x}" if measured else None)
-        columns["handoff"].append(None if node.handoff is None else node.handoff.kind)
-        columns["samples"].append(node.samples)
-        columns["cpu"].append(node.cpu_ns)
-        columns["frame"].append(None if node.frame is None else list(node.frame))
-        columns["attributes"].append(
+        bars["name"].append(names(node.name))
+        bars["kind"].append(KINDS.index(node.kind))
+        bars["status"].append(STATUSES.index(node.status))
+        bars["lane"].append(lane)
+        bars["row"].append(row)
+        bars["depth"].append(depth)
+        bars["parent"].append(-1 if parent is None else index[id(parent)])
+        bars["start"].append(start - origin)
+        bars["end"].append(max(start, stop) - origin)
+        bars["open"].append(is_open)
+        bars["self"].append(node.self_ns)
+        bars["error"].append(node.error)
+        bars["iid"].append(f"{node.iid:x}" if measured else None)
+        bars["handoff"].append(None if node.handoff is None else node.handoff.kind)
+        bars["samples"].append(node.samples)
+        bars["cpu"].append(node.cpu_ns)
+        bars["frame"].append(None if node.frame is None else list(node.frame))
+        bars["attributes"].append(
             attributes.get((node.process.puid, node.iid)) if measured else None
         )
-    return columns
+    return bars
 
 
-_BAR_COLUMNS: Final = (
-    "name", "kind", "status", "lane", "row", "depth", "parent", "start", "end", "open",
-    "self", "error", "iid", "handoff", "samples", "cpu", "frame", "attributes",
-)  # fmt: skip
-
-
-def _arrows(nodes: list[Node], layout: Layout, origin: int) -> list[dict[str, Any]]:
+def _arrows(nodes: list[Node], layout: Layout, origin: int) -> list[Arrow]:
     """As the Chrome export draws them: one per call that continues a hand-off whose submit time
     is known, from the call that submitted it (never from a synthetic root)."""
     index = {id(node): i for i, node in enumerate(nodes)}
-    arrows: list[dict[str, Any]] = []
+    arrows: list[Arrow] = []
     for i, node in enumerate(nodes):
         handoff = node.handoff
         parent = layout.parent_of.get(id(node))
@@ -301,28 +300,26 @@ def _arrows(nodes: list[Node], layout: Layout, origin: int) -> list[dict[str, An
     return arrows
 
 
-def _flame(*, tree_has_samples: bool, roots: list[ProfileNode], names: _Names) -> dict[str, Any]:
-    weight = WEIGHT_SAMPLES if tree_has_samples else WEIGHT_TIME
-    columns: dict[str, list[Any]] = {key: [] for key in _FLAME_COLUMNS}
+def _flame(*, tree_has_samples: bool, roots: list[ProfileNode], names: _Names) -> Flame:
+    flame = Flame(
+        weight="samples" if tree_has_samples else "time",
+        name=[], kind=[], parent=[], depth=[], value=[], time=[], self=[], samples=[], calls=[],
+    )  # fmt: skip
     stack: list[tuple[ProfileNode, int, int]] = [(root, -1, 0) for root in reversed(roots)]
     while stack:
         node, parent, depth = stack.pop()
         value = node.samples if tree_has_samples else node.time_ns
         if value <= 0:
             continue  # nothing to draw: no width
-        own = len(columns["name"])
-        columns["name"].append(names(node.name))
-        columns["kind"].append(KINDS.index(node.kind) if node.kind in KINDS else 0)
-        columns["parent"].append(parent)
-        columns["depth"].append(depth)
-        columns["value"].append(value)
-        columns["time"].append(node.time_ns)
-        columns["self"].append(node.self_ns)
-        columns["samples"].append(node.samples)
-        columns["calls"].append(node.calls)
+        own = len(flame["name"])
+        flame["name"].append(names(node.name))
+        flame["kind"].append(KINDS.index(node.kind) if node.kind in KINDS else 0)
+        flame["parent"].append(parent)
+        flame["depth"].append(depth)
+        flame["value"].append(value)
+        flame["time"].append(node.time_ns)
+        flame["self"].append(node.self_ns)
+        flame["samples"].append(node.samples)
+        flame["calls"].append(node.calls)
         stack.extend((child, own, depth + 1) for child in reversed(node.children))
-    return {"weight": weight, **columns}
-
-
-_FLAME_COLUMNS: Final = ("name", "kind", "parent", "depth", "value", "time", "self", "samples",
-                         "calls")  # fmt: skip
+    return flame

@@ -15,6 +15,8 @@ from typing import Any, Final
 
 import msgspec
 
+from cmr.report.schema import ReportModel
+
 #: The static assets, inlined in this order (each script uses the ones before it).
 SCRIPTS: Final = ("model.js", "timeline.js", "flame.js", "app.js")
 STYLES: Final = ("report.css",)
@@ -23,7 +25,7 @@ STATUS_RUNNING: Final = "running"
 _encode = msgspec.json.Encoder().encode
 
 
-def render_page(model: dict[str, Any], *, live_url: str | None = None) -> str:
+def render_page(model: ReportModel, *, live_url: str | None = None) -> str:
     """The HTML document of ``model`` (``cmr.report.model.build_model``). With ``live_url`` and
     a sequence still running, the page re-reads the model from ``live_url`` every 2 s."""
     summary = model["summary"]

@@ -24,6 +24,7 @@ from typing import Final
 import msgspec
 import zmq
 
+from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, READY_PREFIX
 from cmr.server.curve import CurveError, CurveKeys, Gatekeeper, curve_keys
 from cmr.server.ingest import AUTH, Ingest
 from cmr.store import Store, StoreError, open_store
@@ -222,7 +223,7 @@ def run_server(
         stop = threading.Event()
         with _stop_on_signals(stop):
             if ready_line:
-                print(f"cmr: listening on {server.endpoint}", flush=True)
+                print(f"{READY_PREFIX}{server.endpoint}", flush=True)
             server.serve(stop)
         return 0
     finally:
@@ -261,9 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cmr.server", description=main.__doc__)
     parser.add_argument("--bind", required=True, help="endpoint, e.g. tcp://127.0.0.1:*")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--db", help="repository file (default: $INVOSEQ_DB or ./.invoseq/cmr.sqlite)"
-    )
+    where.add_argument("--db", help=f"repository file (default: ${DB_ENV}, else {DEFAULT_DB_PATH})")
     where.add_argument("--memory", action="store_true", help="keep the repository in memory")
     parser.add_argument("--curve-secret", metavar="FILE", help="the repository's secret key file")
     parser.add_argument("--allowed-clients", metavar="DIR", help="the allowed client public keys")

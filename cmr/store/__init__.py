@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
 from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS, InvalidBatchError
 from cmr.store.base import (
     PROCESS_ALIVE,
@@ -32,8 +33,6 @@ from cmr.store.base import (
 )
 
 __all__ = [
-    "DB_ENV",
-    "DEFAULT_DB_PATH",
     "LOST_GRACE_MS",
     "MISSED_HEARTBEATS",
     "PROCESS_ALIVE",
@@ -60,16 +59,12 @@ __all__ = [
     "open_store",
 ]
 
-#: Environment variable naming the repository when no ``--db`` is given.
-DB_ENV: Final = "INVOSEQ_DB"
-#: The repository used when neither ``--db`` nor INVOSEQ_DB is given (relative to the cwd).
-DEFAULT_DB_PATH: Final = "./.invoseq/cmr.sqlite"
 
 _URL: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def default_db_path() -> str:
-    """INVOSEQ_DB if set, else ./.invoseq/cmr.sqlite."""
+    """INVOSEQ_DB if set, else DEFAULT_DB_PATH."""
     return os.environ.get(DB_ENV) or DEFAULT_DB_PATH
 
 

@@ -4,19 +4,19 @@ Samples are not tied to a sequence on the wire: a thread is sampled whatever it 
 stored per ``(puid, tid, t_ns)`` and a sequence finds its own by time: the samples of each thread
 it ran on that overlap the window of one of its invocations there. A sample stands for the span
 ``[t_ns, t_ns + duration_ns)``; one of duration 0 stands for the instant ``t_ns``, so it is
-treated as ``[t_ns, t_ns + 1)``. Both backends fetch with ``sample_windows`` and
-``overlaps``; the SQLite backend restates ``overlaps`` in SQL next to which it is named.
+treated as ``[t_ns, t_ns + 1)``. Both backends read them with ``load_samples``; each states
+``overlaps`` in SQL (``SAMPLES_IN_WINDOW``) next to which it is named.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 
 from cmr.store._shared import InvalidBatchError
-from cmr.store.base import InvocationRecord, SampleRecord
+from cmr.store.base import FrameRecord, InvocationRecord, SampleRecord, SamplerRecord
 from tracer.wire import Batch
 
 I64_MIN: Final = -(2**63)
@@ -133,3 +133,57 @@ def read_windows(
                     SampleRecord(puid, tid, t_ns, weight, duration_ns, cpu_ns, frames, lines)
                 )
     return samples
+
+
+#: A connection's ``execute(query, params)`` (sqlite3 and psycopg alike): an iterable of rows.
+Execute = Callable[[str, Any], Iterable[tuple[Any, ...]]]
+#: Frame ids per ``IN (...)`` list, well under either database's limit on bound parameters.
+_FRAME_CHUNK: Final = 500
+
+
+def load_samples(
+    execute: Execute, windows: dict[ThreadKey, list[Window]], *, mark: str, in_window_sql: str
+) -> tuple[list[SampleRecord], dict[tuple[int, int], FrameRecord]]:
+    """The samples overlapping ``windows`` (per thread, sorted and disjoint), by thread then
+    time, each once even when it spans two windows; and the frames they use. ``mark`` is the
+    backend's positional placeholder (``?``, ``%s``) and ``in_window_sql`` its statement of
+    ``overlaps`` with named parameters."""
+
+    def longest(puid: int, tid: int) -> int | None:
+        query = f"SELECT longest_ns FROM sample_threads WHERE puid = {mark} AND tid = {mark}"
+        for (found,) in execute(query, (puid, tid)):
+            return int(found)
+        return None
+
+    def in_window(params: dict[str, Any]) -> Iterable[SampleRow]:
+        return cast(Iterable[SampleRow], execute(in_window_sql, params))
+
+    samples = read_windows(windows, longest, in_window)
+    return samples, _frames(execute, samples, mark)
+
+
+def _frames(
+    execute: Execute, samples: Iterable[SampleRecord], mark: str
+) -> dict[tuple[int, int], FrameRecord]:
+    wanted: dict[int, set[int]] = {}
+    for sample in samples:
+        wanted.setdefault(sample.puid, set()).update(sample.frames)
+    frames: dict[tuple[int, int], FrameRecord] = {}
+    for puid, ids in sorted(wanted.items()):
+        ordered = sorted(ids)
+        for at in range(0, len(ordered), _FRAME_CHUNK):
+            chunk = ordered[at : at + _FRAME_CHUNK]
+            marks = ", ".join([mark] * len(chunk))
+            query = (
+                f"SELECT frame, file, function, line FROM frames "
+                f"WHERE puid = {mark} AND frame IN ({marks})"
+            )
+            for frame, file, function, line in execute(query, (puid, *chunk)):
+                frames[puid, frame] = FrameRecord(file, function, line)
+    return frames
+
+
+def load_samplers(execute: Execute) -> dict[int, SamplerRecord]:
+    """Every process's last sampler report, by puid."""
+    query = "SELECT puid, mode, interval_ms, ticks, late_ticks, cost_ns FROM samplers ORDER BY puid"
+    return {puid: SamplerRecord(*report) for puid, *report in execute(query, ())}

@@ -33,6 +33,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import msgspec
 
+from cmr.defaults import READY_PREFIX, UI_HOST
 from cmr.store.base import (
     AmbiguousSequenceError,
     SequenceData,
@@ -45,11 +46,7 @@ from cmr.ui.query import QueryError, SequenceFilter, parse_filter, select_sequen
 from cmr.views.render.json import summary_fields
 
 #: The only address the UI listens on: the repository holds what the traced programs did.
-HOST: Final = "127.0.0.1"
-#: The port ``cmr ui`` serves on when no ``--port`` is given.
-DEFAULT_PORT: Final = 8765
-#: The line printed once the server accepts connections; tools wait for it.
-READY_PREFIX: Final = "cmr: listening on "
+HOST: Final = UI_HOST
 
 #: Pages may run their inline code and talk to this server; they load nothing from elsewhere.
 _CSP: Final = (

@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from cmr.views._gc import paused_gc
-from cmr.views.calltree import Node
+from cmr.views.model import Node
 
 #: Lines of tree ``cmr show`` prints unless told otherwise (``--max-nodes``).
 DEFAULT_MAX_NODES = 2_000

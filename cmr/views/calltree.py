@@ -20,130 +20,37 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from cmr.store.base import (
-    PROCESS_ALIVE,
     REMOTE_PARENT,
     InvocationRecord,
-    MethodRecord,
     ProcessRecord,
     SequenceData,
 )
 from cmr.views._gc import paused_gc
-
-STATUS_OK = "ok"
-STATUS_ERROR = "error"
-STATUS_RUNNING = "running"
-STATUS_INCOMPLETE = "incomplete"
-
-TREE_COMPLETE = "complete"
-
-#: Node kinds: timed by the tracer at the call itself, made up to hold orphans together, or
-#: inferred from stack samples (``cmr.views.merge``).
-KIND_MEASURED = "measured"
-KIND_SYNTHETIC = "synthetic"
-KIND_ESTIMATED = "estimated"
-
-UNKNOWN_ROOT = "<unknown root>"
-UNKNOWN_THREAD = "<unknown thread>"
-UNKNOWN_HOST = "<unknown host>"
-
-#: The hand-off kind of an invocation that continues one no process here recorded.
-HANDOFF_REMOTE = "remote"
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessRef:
-    """Where a node ran, and whether that process was still alive when the tree was built
-    (``state``: alive, ended or lost; ``last_seen_ns``: its latest batch, 0 when unknown)."""
-
-    puid: int
-    pid: int
-    host: str
-    state: str = PROCESS_ALIVE
-    last_seen_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadRef:
-    tid: int
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Handoff:
-    """How a node was reached from its caller's thread: ``kind`` of hop, when the work was
-    submitted, and how long it waited before this invocation started (0 when clocks disagree).
-    Both times are None for a remote parent that was never recorded here."""
-
-    hid: int
-    kind: str  # thread | task | process | remote
-    submitted_ns: int | None
-    queued_ns: int | None
-
-
-@dataclass(slots=True, eq=False)
-class Node:
-    """One invocation in the tree. Identity comparison only: two calls are never "equal"."""
-
-    name: str
-    start_ns: int
-    end_ns: int | None
-    duration_ns: int | None
-    self_ns: int | None  # duration minus the children's, floored at 0; None while unknown
-    process: ProcessRef
-    thread: ThreadRef
-    status: str  # ok | error | running | incomplete
-    error: str | None  # exception type name when the call raised
-    iid: int = 0
-    kind: str = KIND_MEASURED
-    handoff: Handoff | None = None
-    children: list[Node] = field(default_factory=list)
-    hidden: int = 0  # descendants a view left out beneath this node
-    # Sampling (estimated nodes always have them; measured ones once samples are merged in):
-    samples: int = 0  # sample weight in this node's subtree, its own included
-    self_samples: int = 0  # sample weight whose innermost frame is this node
-    cpu_ns: int | None = None  # CPU time estimated from the samples; None without samples
-    frame: tuple[str, str, int] | None = None  # an estimated node's (file, function, line)
-    # Key/value pairs recorded for the invocation (wire.Attrs: an OpenTelemetry span's), or None.
-    attributes: dict[str, str | int | float | bool] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SequenceTree:
-    seq: bytes
-    status: str  # running | incomplete | complete
-    root: Node
-    invocations: int  # distinct invocations in the data, before any view hides some
-    threads: int
-    processes: int
-    hidden: int = 0  # nodes hidden by views, in total
-    samples_skipped: int = 0  # sample weight merge_samples could not place (no frame matched)
-    # Processes that reported dropping events of this sequence, by host, pid and puid.
-    dropped_by: tuple[ProcessRef, ...] = ()
-
-    @property
-    def lossy(self) -> bool:
-        """Some events never arrived because their process dropped them: calls may be missing."""
-        return bool(self.dropped_by)
-
-
-def walk(root: Node) -> Iterator[tuple[Node, int]]:
-    """Every node with its depth (root = 0), parents before children, children in order."""
-    stack: list[tuple[Node, int]] = [(root, 0)]
-    while stack:
-        node, depth = stack.pop()
-        yield node, depth
-        stack.extend((child, depth + 1) for child in reversed(node.children))
-
-
-def method_name(methods: dict[tuple[int, int], MethodRecord], puid: int, method: int) -> str:
-    info = methods.get((puid, method))
-    if info is None:
-        return f"<unknown method {method}>"
-    return f"{info.module}.{info.qualname}" if info.module else info.qualname
+from cmr.views.model import (
+    HANDOFF_REMOTE,
+    KIND_MEASURED,
+    KIND_SYNTHETIC,
+    STATUS_ERROR,
+    STATUS_INCOMPLETE,
+    STATUS_OK,
+    STATUS_RUNNING,
+    TREE_COMPLETE,
+    UNKNOWN_HOST,
+    UNKNOWN_ROOT,
+    UNKNOWN_THREAD,
+    Handoff,
+    Node,
+    ProcessRef,
+    SequenceTree,
+    Status,
+    ThreadRef,
+    TreeStatus,
+    method_name,
+    walk,
+)
 
 
 def build_tree(data: SequenceData) -> SequenceTree:
@@ -261,6 +168,7 @@ def _make_nodes(  # noqa: PLR0912, PLR0915 -- the hot loop, kept in one piece fo
         if name is None:
             name = names[r.method] = method_name(data.methods, puid, r.method)
         start, end, error = r.start_ns, r.end_ns, r.error
+        status: Status
         if error is not None:
             status = STATUS_ERROR
         elif end is not None:
@@ -418,7 +326,7 @@ def _covered(node: Node, children: list[Node]) -> int:
     return covered + span_end - span_start
 
 
-def _span_children(root: Node, statuses: set[str]) -> None:
+def _span_children(root: Node, statuses: set[Status]) -> None:
     """A synthetic root lasts from its first child's start to its last child's end. It is running
     while any call is. A remote parent is merely outside this repository, so it is ``ok`` once
     every call here finished; an unknown root stands for lost events, so it stays incomplete."""
@@ -439,7 +347,7 @@ def _span_children(root: Node, statuses: set[str]) -> None:
         _set_self_time(root)
 
 
-def _tree_status(statuses: set[str]) -> str:
+def _tree_status(statuses: set[Status]) -> TreeStatus:
     if STATUS_RUNNING in statuses:
         return STATUS_RUNNING
     if STATUS_INCOMPLETE in statuses:

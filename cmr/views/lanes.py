@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cmr.views.calltree import (
+from cmr.views.model import (
     KIND_ESTIMATED,
     KIND_SYNTHETIC,
     Node,

@@ -34,15 +34,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from cmr.store.base import FrameRecord, MethodRecord, SampleRecord, SequenceData
-from cmr.views.calltree import (
-    KIND_ESTIMATED,
-    KIND_MEASURED,
-    STATUS_OK,
-    Node,
-    SequenceTree,
-    covered_ns,
-    walk,
-)
+from cmr.views.calltree import covered_ns
+from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, STATUS_OK, Node, SequenceTree, walk
 from cmr.views.timeline import OPEN, Call, FrameKey, ThreadCalls, index_threads
 
 Signature = tuple[str, str] | tuple[str, str, int]

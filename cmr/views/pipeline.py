@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from cmr.views._gc import paused_gc
 from cmr.views.budget import DEFAULT_MAX_NODES
-from cmr.views.calltree import SequenceTree, build_tree
+from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
+from cmr.views.model import SequenceTree
 from cmr.views.processors import drop_shorter_than, limit_depth
 from cmr.views.render.text import render_text
 

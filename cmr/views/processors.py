@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cmr.views.calltree import KIND_MEASURED, Node, ProcessRef, SequenceTree, ThreadRef, walk
+from cmr.views.model import KIND_MEASURED, Node, ProcessRef, SequenceTree, ThreadRef, walk
 
 #: Decides, for a child at ``depth`` (root = 0), whether it stays in the view.
 KeepChild = Callable[[Node, int], bool]

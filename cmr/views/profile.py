@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cmr.store.base import SequenceData, names_method
-from cmr.views.calltree import KIND_MEASURED, KIND_SYNTHETIC, Node, SequenceTree, walk
+from cmr.views.model import KIND_MEASURED, KIND_SYNTHETIC, Node, SequenceTree, walk
 
 KIND_THREAD = "thread"
 

@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Final
 
-from cmr.views.calltree import Node
+from cmr.views.model import Node
 
 #: The end of a call that has not ended (yet).
 OPEN: Final = 2**63 - 1

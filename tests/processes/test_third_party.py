@@ -39,7 +39,6 @@ def test_compileall_with_a_process_pool_is_one_sequence(tmp_path: Path) -> None:
     assert messages(traced.stdout) == messages(plain.stdout)
     assert len(messages(plain.stdout)) == 8  # two directories listed, six files compiled
     [summary] = cmr_json(tmp_path / "cmr.sqlite", "ls")
-    assert summary["processes"] == 3  # the program and its two workers
     assert summary["status"] == "complete"
     root = cmr_json(tmp_path / "cmr.sqlite", "show", summary["seq"])["root"]
     assert root["name"] == "__main__.main"
@@ -48,4 +47,9 @@ def test_compileall_with_a_process_pool_is_one_sequence(tmp_path: Path) -> None:
     assert len(tasks) == 6
     assert {t["name"].rsplit(".", 1)[1] for t in tasks} == {"compile_file"}
     assert {t["handoff"]["kind"] for t in tasks} == {"process"}
-    assert root["process"]["pid"] not in {t["process"]["pid"] for t in tasks}
+    workers = {t["process"]["pid"] for t in tasks}
+    assert root["process"]["pid"] not in workers
+    # The program and the workers that ran its tasks: which of the two workers gets each task is
+    # the pool's choice (one may take all six), so count the ones that did.
+    assert 1 <= len(workers) <= 2
+    assert summary["processes"] == 1 + len(workers)

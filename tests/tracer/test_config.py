@@ -74,3 +74,14 @@ def test_the_replaced_per_thread_bound_says_what_replaced_it(
         resolve({}, env)
     assert resolve({}, env, strict=False) == Config()  # a lazily configured process goes on
     assert "INVOSEQ_MAX_BUFFERED_EVENTS is ignored" in caplog.text
+
+
+def test_configure_s_typed_settings_are_exactly_the_config_fields() -> None:
+    """``configure(**settings)`` is typed by ``Settings``: every setting, and nothing else, so a
+    type checker catches a misspelt one before the ConfigError at run time does."""
+    from dataclasses import fields
+
+    from tracer.config import Settings
+
+    assert set(Settings.__annotations__) == {f.name for f in fields(Config)}
+    assert Settings.__total__ is False

@@ -19,7 +19,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import tracer
 from tests.support import write_script
-from tests.tracer.core.test_speedups import needs_c_build, run
+from tests.tracer.core.implementations import needs_c_build, run
 from tracer import wire
 from tracer._core import decorator, ids, recorder
 from tracer.testing import Capture, capture

@@ -1,4 +1,5 @@
-"""``@traced``: start and end events around every call of a function.
+"""The traced wrappers: start and end events around every call (``@traced`` itself, which picks
+and applies them, is ``tracer._core.traced``).
 
 Hot path per call (sync): one ContextVar get/set/reset, one comparison of the thread's buffer with
 its allowance under the process's memory bound (``tracer._core.budget``), one counter step, two
@@ -22,19 +23,16 @@ either way: assigning one from outside (a test fixing the clock) reaches the C w
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 import time
 import types
 from collections.abc import AsyncGenerator, Callable, Generator
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final
 
 from tracer._core import accel as _accel
 from tracer._core import adoption, budget, context, frames, ids, recorder
 from tracer.wire import TAG_END, TAG_ERROR, TAG_START
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 TRACED_MARK: Final = "__invoseq_traced__"
 #: "c" when the C accelerator records events, "python" otherwise (INVOSEQ_PURE=1 forces it).
@@ -362,77 +360,21 @@ def wrap_with_method(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
     return _wrap_sync(fn, method)
 
 
+def wrapper_for(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
+    """The wrapper of ``fn``'s shape (sync, coroutine, generator, async generator), chosen now,
+    at decoration, never per call."""
+    if inspect.isasyncgenfunction(fn):
+        return _wrap_async_generator(fn, method)
+    if inspect.iscoroutinefunction(fn):
+        return _wrap_coroutine(fn, method)
+    if inspect.isgeneratorfunction(fn):
+        return _wrap_generator(fn, method)
+    return _wrap_sync(fn, method)
+
+
 def source(fn: Callable[..., Any]) -> tuple[str, int]:
     """(file, first line) of the function's own code, through any wrappers; ("", 0) without."""
     code = getattr(inspect.unwrap(fn), "__code__", None)
     if code is None:
         return "", 0
     return code.co_filename, code.co_firstlineno
-
-
-def _wrap(fn: Callable[..., Any], name: str | None) -> Callable[..., Any]:
-    if getattr(fn, TRACED_MARK, False):
-        return fn
-    file, line = source(fn)
-    module = str(getattr(fn, "__module__", None) or "<unknown>")
-    qualname = str(name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
-    method = recorder.register_method(module, qualname, file, line)
-    if inspect.isasyncgenfunction(fn):
-        wrapper = _wrap_async_generator(fn, method)
-    elif inspect.iscoroutinefunction(fn):
-        wrapper = _wrap_coroutine(fn, method)
-    elif inspect.isgeneratorfunction(fn):
-        wrapper = _wrap_generator(fn, method)
-    else:
-        wrapper = _wrap_sync(fn, method)
-    functools.update_wrapper(wrapper, fn)
-    setattr(wrapper, TRACED_MARK, True)
-    return wrapper
-
-
-#: Methods that class creation makes classmethods of only when they are plain functions, which
-#: the C wrapper is not: they are wrapped as classmethods here, whichever path runs.
-_IMPLICIT_CLASSMETHODS: Final = frozenset({"__init_subclass__", "__class_getitem__"})
-
-
-def _implicit_classmethod(target: Any) -> bool:
-    if not isinstance(target, types.FunctionType) or target.__name__ not in _IMPLICIT_CLASSMETHODS:
-        return False
-    owner = target.__qualname__.rpartition(".")[0]  # "" at module level, "f.<locals>" in a body
-    return bool(owner) and not owner.endswith("<locals>")
-
-
-def _wrap_any(target: Any, name: str | None) -> Any:
-    if _implicit_classmethod(target):
-        return classmethod(_wrap(target, name))
-    if isinstance(target, staticmethod):
-        return staticmethod(_wrap(target.__func__, name))
-    if isinstance(target, classmethod):
-        return classmethod(_wrap(target.__func__, name))
-    if not callable(target):
-        raise TypeError(
-            f"@traced takes a function or method, not {type(target).__name__} {target!r}; "
-            "to name the invocation, write @traced(name='...')"
-        )
-    if isinstance(target, type):
-        raise TypeError(
-            f"@traced decorates functions and methods, not the class {target.__qualname__}; "
-            "decorate its methods, or use `tracer run --include` to trace a whole module"
-        )
-    return _wrap(target, name)
-
-
-@overload
-def traced(fn: F, /) -> F: ...
-@overload
-def traced(*, name: str | None = None) -> Callable[[F], F]: ...
-def traced(fn: Any = None, /, *, name: str | None = None) -> Any:
-    """Trace every call of a function: ``@traced`` or ``@traced(name="checkout")``.
-
-    Works on functions, methods, classmethods, staticmethods, coroutines, generators and async
-    generators, keeping their name, docstring, signature and kind (``inspect`` sees through it)."""
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"traced(name=...) takes a string, not {type(name).__name__}")
-    if fn is None:
-        return lambda target: _wrap_any(target, name)
-    return _wrap_any(fn, name)

@@ -227,27 +227,28 @@ class Sender:
         )
         process = self._identity
         batch_no = recorder.next_batch_no()  # per process: never reused by a later sender
-        batch = (
-            process.puid,
-            batch_no,
-            (
-                process.pid,
-                process.host,
-                process.platform_id,
-                process.clock_offset_ns,
-                process.started_ns,
-                process.argv,
-                self._config.heartbeat_ms,
+        lost = delivery.lost_to_report()
+        batch = wire.batch_layout(
+            puid=process.puid,
+            batch_no=batch_no,
+            process=wire.process_layout(
+                pid=process.pid,
+                host=process.host,
+                platform_id=process.platform_id,
+                clock_offset_ns=process.clock_offset_ns,
+                started_ns=process.started_ns,
+                argv=process.argv,
+                heartbeat_ms=self._config.heartbeat_ms,
             ),
-            methods,
-            threads,
-            [(buffer.tid, recorder.encodable(events)) for buffer, events in chunks],
-            delivery.counters.dropped_events,
-            final,
-            frames,
-            samples,
-            sampler,
-            lost := delivery.lost_to_report(),
+            methods=methods,
+            threads=threads,
+            chunks=[(buffer.tid, recorder.encodable(events)) for buffer, events in chunks],
+            dropped=delivery.counters.dropped_events,
+            final=final,
+            frames=frames,
+            samples=samples,
+            sampler=sampler,
+            lost_seqs=lost,
         )
         body = self._encoder.encode(batch)
         continues = self._continued_sequences(chunks)

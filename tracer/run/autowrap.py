@@ -6,16 +6,7 @@ real loader's ``exec_module`` and then wraps, with ``tracer.traced``, everything
 defines. No source is rewritten: the module runs exactly as it would, then its attributes are
 replaced.
 
-Which modules match (``IncludePatterns``):
-
-- ``shop`` (no wildcard) matches the module ``shop`` only;
-- ``shop.*`` matches ``shop`` itself and every module below it (``shop.cart``, ``shop.a.b``);
-- any other glob is matched with ``fnmatch`` against the dotted name (``*`` crosses dots), and a
-  glob ending in ``.*`` also matches the name without that suffix (``sh?p.*`` matches ``shop``);
-- the standard library, built-in modules and anything under a site-packages directory match only
-  patterns without wildcards before an optional trailing ``.*`` — ``json`` or ``json.*`` — so
-  ``*`` means "my code", never the stdlib or installed libraries;
-- the tracer's own modules (``tracer``, ``tracer.*``) never match: it must not trace itself.
+Which modules match is ``tracer.run.patterns``'s to say.
 
 What gets wrapped in a matching module (``wrap_module``):
 
@@ -38,134 +29,21 @@ as imported. ``uninstall()`` removes the finder and puts back every original it 
 from __future__ import annotations
 
 import builtins
-import enum
-import fnmatch
-import functools
 import importlib.abc
 import logging
-import os
-import re
-import site
 import sys
-import sysconfig
 import threading
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from types import FunctionType, ModuleType
-from typing import Any, Final
+from typing import Any
 
-from tracer._core.decorator import TRACED_MARK, traced
+from tracer._core.decorator import TRACED_MARK
+from tracer._core.traced import traced
+from tracer.run.patterns import IncludePatterns, Verdict, is_external, module_origin
 
 log = logging.getLogger("tracer")
-
-_WILDCARD_CHARS: Final = frozenset("*?[")
-_OWN_PACKAGE: Final = "tracer"
-_PATTERN_CHARS: Final = re.compile(r"[\w.*?\[\]!-]+")
-
-
-class _Verdict(enum.Enum):
-    NO = 0
-    YES = 1
-    UNLESS_EXTERNAL = 2  # matched by a wildcard: only when the module is not stdlib/site-packages
-
-
-class IncludePatterns:
-    """Module-name globs, compiled once (the rules are in this module's docstring)."""
-
-    def __init__(self, patterns: Iterable[str]) -> None:
-        self.patterns = tuple(pattern for pattern in patterns if pattern)
-        self._exact: set[str] = set()
-        self._packages: list[str] = []
-        globs: list[str] = []
-        for pattern in self.patterns:
-            stem = pattern.removesuffix(".*")
-            if not _WILDCARD_CHARS.intersection(stem):
-                if stem == pattern:
-                    self._exact.add(stem)
-                else:
-                    self._packages.append(stem)
-            else:
-                globs.append(fnmatch.translate(pattern))
-                if stem != pattern:
-                    globs.append(fnmatch.translate(stem))
-        self._glob = re.compile("|".join(globs)) if globs else None
-
-    def __repr__(self) -> str:
-        return f"IncludePatterns({list(self.patterns)!r})"
-
-    def matches(self, name: str, *, external: bool = False) -> bool:
-        """Whether module ``name`` is to be traced; ``external``: it lives in the standard
-        library or a site-packages directory."""
-        verdict = self._verdict(name)
-        return verdict is _Verdict.YES or (verdict is _Verdict.UNLESS_EXTERNAL and not external)
-
-    def _verdict(self, name: str) -> _Verdict:
-        if name == _OWN_PACKAGE or name.startswith(_OWN_PACKAGE + "."):
-            return _Verdict.NO
-        if name in self._exact or any(
-            name == package or name.startswith(package + ".") for package in self._packages
-        ):
-            return _Verdict.YES
-        if self._glob is not None and self._glob.match(name):
-            return _Verdict.UNLESS_EXTERNAL
-        return _Verdict.NO
-
-
-def parse_patterns(values: Iterable[str]) -> tuple[str, ...]:
-    """Patterns a user typed: each value may hold several, separated by commas.
-
-    Raises ValueError, with a one-line message, for something that is not a module-name pattern
-    (a file path, say)."""
-    patterns: list[str] = []
-    for value in values:
-        for raw in value.split(","):
-            pattern = raw.strip()
-            if not pattern:
-                raise ValueError(f"empty include pattern in {value!r}")
-            if "/" in pattern or "\\" in pattern or pattern.endswith(".py"):
-                raise ValueError(
-                    f"include pattern {pattern!r} looks like a file: patterns match dotted module "
-                    "names, like 'shop' or 'shop.*'"
-                )
-            if not _PATTERN_CHARS.fullmatch(pattern):
-                raise ValueError(
-                    f"include pattern {pattern!r} is not a dotted module name or glob, like "
-                    "'shop' or 'shop.*'"
-                )
-            patterns.append(pattern)
-    return tuple(patterns)
-
-
-# -- where a module lives ---------------------------------------------------------------------
-
-
-@functools.cache
-def _external_roots() -> tuple[str, ...]:
-    """Directories of the standard library and of installed packages, each ending in a separator."""
-    paths = sysconfig.get_paths()
-    candidates = [paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")]
-    candidates += getattr(site, "getsitepackages", list)()
-    candidates.append(site.getusersitepackages() if site.ENABLE_USER_SITE else None)
-    candidates += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
-    roots = {os.path.join(os.path.realpath(c), "") for c in candidates if c}
-    return tuple(sorted(roots))
-
-
-def is_external(origin: str | None) -> bool:
-    """Whether a module with this spec origin belongs to the standard library or to an installed
-    package (built-in, frozen and namespace modules, which have no file, count as external)."""
-    if not origin or origin in ("built-in", "frozen"):
-        return True
-    path = os.path.realpath(origin)
-    return any(path.startswith(root) for root in _external_roots())
-
-
-def module_origin(module: ModuleType) -> str | None:
-    spec = getattr(module, "__spec__", None)
-    origin = getattr(spec, "origin", None) or getattr(module, "__file__", None)
-    return origin if isinstance(origin, str) else None
-
 
 # -- wrapping what a module defines -------------------------------------------------------------
 
@@ -358,8 +236,8 @@ class _Finder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        verdict = self.patterns._verdict(fullname)
-        if verdict is _Verdict.NO or getattr(self._busy, "active", False):
+        verdict = self.patterns.verdict(fullname)
+        if verdict is Verdict.NO or getattr(self._busy, "active", False):
             return None
         self._busy.active = True  # a finder behind us looking up the same name: no recursion
         try:
@@ -370,7 +248,7 @@ class _Finder:
         if spec is None or spec.loader is None or spec.origin is None:
             return spec  # not found, or a namespace package: nothing to wrap
         try:
-            if verdict is _Verdict.UNLESS_EXTERNAL and is_external(spec.origin):
+            if verdict is Verdict.UNLESS_EXTERNAL and is_external(spec.origin):
                 return spec
             if hasattr(spec.loader, "exec_module"):
                 spec.loader = _WrappingLoader(spec.loader)

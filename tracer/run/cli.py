@@ -25,17 +25,16 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 import tracer
+from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
 from tracer import _runtime as runtime
 from tracer.config import ENV_ENDPOINT, ConfigError
 from tracer.run import autowrap, bootstrap, launch
 from tracer.run.embedded import EmbeddedRepository, RepositoryError
 from tracer.run.launch import Program, ProgramNotFoundError
+from tracer.run.patterns import parse_patterns
 from tracer.run.summary import ReportOptions, render_report
 
 _WIDTH = 96
-#: Where the embedded repository stores, as ``cmr``'s commands default to it.
-ENV_DB = "INVOSEQ_DB"
-DEFAULT_DB = "./.invoseq/cmr.sqlite"
 _VALUE_OPTIONS = frozenset({"--include", "--endpoint", "--db"})
 
 _PATTERN_RULES = """\
@@ -167,7 +166,7 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--db",
         metavar="PATH",
-        help="the embedded repository's file (default: $INVOSEQ_DB, else ./.invoseq/cmr.sqlite)",
+        help=f"the embedded repository's file (default: ${DB_ENV}, else {DEFAULT_DB_PATH})",
     )
     parser.add_argument(
         "--no-report", dest="report", action="store_false", help="print nothing after the run"
@@ -184,7 +183,7 @@ def parse_run(tokens: list[str]) -> RunOptions:
         raise UsageError("nothing to run: give a script (tracer run app.py) or -m module")
     program = Program(script=script, module=module, args=tuple(program_args))
     try:
-        patterns = autowrap.parse_patterns(parsed.include) or program.default_patterns()
+        patterns = parse_patterns(parsed.include) or program.default_patterns()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     endpoint = parsed.endpoint or os.environ.get(ENV_ENDPOINT) or None
@@ -229,7 +228,7 @@ def run(options: RunOptions) -> int:
     if endpoint is None:
         # Not cmr.store.default_db_path(): importing cmr before the program would put it among
         # the modules already loaded, which a '*' pattern wraps. Same rule, kept in step.
-        db = os.path.abspath(options.db or os.environ.get(ENV_DB) or DEFAULT_DB)
+        db = os.path.abspath(options.db or os.environ.get(DB_ENV) or DEFAULT_DB_PATH)
         try:
             repository = EmbeddedRepository.start(db)
         except RepositoryError as exc:

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Final
 
-#: What ``cmr serve`` prints once it is bound, followed by the endpoint.
-READY_PREFIX: Final = "cmr: listening on "
+from cmr.defaults import READY_PREFIX
+
 #: How long the repository may take to start, and to stop once asked.
 START_TIMEOUT_S: Final = 15.0
 STOP_TIMEOUT_S: Final = 10.0

@@ -28,7 +28,8 @@ from types import CodeType, FrameType, ModuleType, TracebackType
 from typing import Final
 
 from tracer._core.frames import WRAPPER_CODES
-from tracer.run.autowrap import DefiningNamespace, IncludePatterns, is_external
+from tracer.run.autowrap import DefiningNamespace
+from tracer.run.patterns import IncludePatterns, is_external
 
 
 class ProgramNotFoundError(Exception):

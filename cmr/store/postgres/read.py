@@ -3,12 +3,17 @@ run inside a transaction the caller holds (``PostgresStore``), with the rules of
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Final
 
 import msgspec
 
-from cmr.store._samples import SampleRow, ThreadKey, Window, read_windows, sample_windows
+from cmr.store._samples import (
+    ThreadKey,
+    Window,
+    load_samplers,
+    load_samples,
+    sample_windows,
+)
 from cmr.store._shared import (
     RemoteEntries,
     RootCandidate,
@@ -24,7 +29,6 @@ from cmr.store.base import (
     MethodRecord,
     ProcessRecord,
     SampleRecord,
-    SamplerRecord,
     SequenceData,
     SequenceSummary,
     StoreStats,
@@ -150,12 +154,7 @@ def stats(conn: Conn, now: int) -> StoreStats:
             f"SELECT {PROCESS_COLUMNS} FROM processes ORDER BY last_seen_ns DESC, puid"
         )
     ]
-    samplers = {
-        puid: SamplerRecord(*report)
-        for puid, *report in conn.execute(
-            "SELECT puid, mode, interval_ms, ticks, late_ticks, cost_ns FROM samplers ORDER BY puid"
-        )
-    }
+    samplers = load_samplers(conn.execute)
     return StoreStats(
         batches=int(batches),
         duplicate_batches=int(duplicates),
@@ -196,34 +195,7 @@ def _attributes(conn: Conn, params: dict[str, Any]) -> dict[tuple[int, int], Att
 def _samples(
     conn: Conn, windows: dict[ThreadKey, list[Window]]
 ) -> tuple[list[SampleRecord], dict[tuple[int, int], FrameRecord]]:
-    """As ``sqlite_samples.load_samples``: by thread then time, each sample once."""
-
-    def longest(puid: int, tid: int) -> int | None:
-        row = conn.execute(
-            "SELECT longest_ns FROM sample_threads WHERE puid = %s AND tid = %s", (puid, tid)
-        ).fetchone()
-        return None if row is None else int(row[0])
-
-    def in_window(params: dict[str, Any]) -> Iterable[SampleRow]:
-        return conn.execute(SAMPLES_IN_WINDOW, params)
-
-    samples = read_windows(windows, longest, in_window)
-    return samples, _frames(conn, samples)
-
-
-def _frames(conn: Conn, samples: Iterable[SampleRecord]) -> dict[tuple[int, int], FrameRecord]:
-    wanted: dict[int, set[int]] = {}
-    for sample in samples:
-        wanted.setdefault(sample.puid, set()).update(sample.frames)
-    frames: dict[tuple[int, int], FrameRecord] = {}
-    for puid, ids in sorted(wanted.items()):
-        for frame, file, function, line in conn.execute(
-            "SELECT frame, file, function, line FROM frames WHERE puid = %s AND frame = ANY(%s) "
-            "ORDER BY frame",
-            (puid, sorted(ids)),
-        ):
-            frames[puid, frame] = FrameRecord(file, function, line)
-    return frames
+    return load_samples(conn.execute, windows, mark="%s", in_window_sql=SAMPLES_IN_WINDOW)
 
 
 def _one(conn: Conn, query: str, params: dict[str, Any] | None = None) -> Any:

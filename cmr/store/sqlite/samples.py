@@ -6,12 +6,12 @@ caller holds (``SQLiteStore``), on its connection.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
-from typing import Any, Final
 
 import msgspec
 
-from cmr.store._samples import SampleRow, ThreadKey, Window, read_windows
+from cmr.store._samples import ThreadKey, Window
+from cmr.store._samples import load_samplers as shared_load_samplers
+from cmr.store._samples import load_samples as shared_load_samples
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
 from cmr.store.sqlite.schema import (
     SAMPLES_IN_WINDOW,
@@ -19,9 +19,6 @@ from cmr.store.sqlite.schema import (
     UPSERT_SAMPLER,
 )
 from tracer.wire import Batch
-
-#: Bound parameters per ``IN (...)`` list, well under SQLite's limit.
-_CHUNK: Final = 500
 
 _encode_stack = msgspec.msgpack.Encoder().encode
 
@@ -78,47 +75,9 @@ def store_samples(conn: sqlite3.Connection, batch: Batch, records: list[SampleRe
 def load_samples(
     conn: sqlite3.Connection, windows: dict[ThreadKey, list[Window]]
 ) -> tuple[list[SampleRecord], dict[tuple[int, int], FrameRecord]]:
-    """The samples overlapping ``windows`` (per thread, sorted and disjoint), by thread then
-    time, each once even when it spans two windows; and the frames they use."""
-
-    def longest(puid: int, tid: int) -> int | None:
-        row = conn.execute(
-            "SELECT longest_ns FROM sample_threads WHERE puid = ? AND tid = ?", (puid, tid)
-        ).fetchone()
-        return None if row is None else int(row[0])
-
-    def in_window(params: dict[str, Any]) -> Iterable[SampleRow]:
-        return conn.execute(SAMPLES_IN_WINDOW, params)
-
-    samples = read_windows(windows, longest, in_window)
-    return samples, _frames(conn, samples)
-
-
-def _frames(
-    conn: sqlite3.Connection, samples: Iterable[SampleRecord]
-) -> dict[tuple[int, int], FrameRecord]:
-    wanted: dict[int, set[int]] = {}
-    for sample in samples:
-        wanted.setdefault(sample.puid, set()).update(sample.frames)
-    frames: dict[tuple[int, int], FrameRecord] = {}
-    for puid, ids in wanted.items():
-        ordered = sorted(ids)
-        for at in range(0, len(ordered), _CHUNK):
-            chunk = ordered[at : at + _CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            for frame, file, function, line in conn.execute(
-                f"SELECT frame, file, function, line FROM frames "
-                f"WHERE puid = ? AND frame IN ({marks})",
-                (puid, *chunk),
-            ):
-                frames[puid, frame] = FrameRecord(file, function, line)
-    return frames
+    """The samples overlapping ``windows`` and their frames (``_samples.load_samples``)."""
+    return shared_load_samples(conn.execute, windows, mark="?", in_window_sql=SAMPLES_IN_WINDOW)
 
 
 def load_samplers(conn: sqlite3.Connection) -> dict[int, SamplerRecord]:
-    return {
-        puid: SamplerRecord(*report)
-        for puid, *report in conn.execute(
-            "SELECT puid, mode, interval_ms, ticks, late_ticks, cost_ns FROM samplers ORDER BY puid"
-        )
-    }
+    return shared_load_samplers(conn.execute)

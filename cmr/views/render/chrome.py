@@ -21,8 +21,8 @@ from typing import Any, Final
 
 import msgspec
 
-from cmr.views.calltree import STATUS_ERROR, Node, SequenceTree
 from cmr.views.lanes import Layout, Slice, Track, lay_out
+from cmr.views.model import STATUS_ERROR, Node, SequenceTree
 
 EXPORTER: Final = "invoseq cmr"
 #: Categories: calls (by node kind: measured, estimated), errors, and hand-off arrows.

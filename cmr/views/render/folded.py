@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from cmr.views.calltree import Node, SequenceTree, walk
+from cmr.views.model import Node, SequenceTree, walk
 
 WEIGHT_SAMPLES: Final = "samples"
 WEIGHT_TIME: Final = "time"

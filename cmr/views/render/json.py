@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from cmr.store.base import ProcessRecord, SamplerRecord, SequenceSummary, StoreStats
-from cmr.views.calltree import Handoff, Node, SequenceTree
+from cmr.views.model import Handoff, Node, SequenceTree
 from cmr.views.processors import ThreadActivity
 from cmr.views.profile import Profile, ProfileNode
 

@@ -11,7 +11,7 @@ margin every GUIDE_BLOCK levels, so a deep recursion stays readable and fast.
 
 from __future__ import annotations
 
-from cmr.views.calltree import KIND_ESTIMATED
+from cmr.views.model import KIND_ESTIMATED
 from cmr.views.profile import KIND_THREAD, Profile, ProfileNode
 from cmr.views.render.text import (
     ANSI,

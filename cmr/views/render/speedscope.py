@@ -20,8 +20,8 @@ from typing import Any, Final
 import msgspec
 
 from cmr.store.base import FrameRecord, SampleRecord, SequenceData
-from cmr.views.calltree import UNKNOWN_THREAD, Node, SequenceTree
 from cmr.views.lanes import Track, lay_out
+from cmr.views.model import UNKNOWN_THREAD, Node, SequenceTree
 
 SCHEMA_URL: Final = "https://www.speedscope.app/file-format-schema.json"
 EXPORTER: Final = "invoseq cmr"

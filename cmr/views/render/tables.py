@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from cmr.store.base import SequenceSummary, StoreStats
-from cmr.views.calltree import SequenceTree
+from cmr.views.model import SequenceTree
 from cmr.views.processors import ThreadActivity
 from cmr.views.render.text import format_duration, render_header
 

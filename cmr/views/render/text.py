@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from cmr.store.base import PROCESS_ENDED, PROCESS_LOST
 from cmr.views.budget import Fold, Selection, choose, fits
-from cmr.views.calltree import (
+from cmr.views.model import (
     KIND_ESTIMATED,
     KIND_SYNTHETIC,
     STATUS_ERROR,

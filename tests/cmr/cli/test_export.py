@@ -12,7 +12,7 @@ import pytest
 from cmr.cli import main
 from cmr.exports import sequence_tree
 from cmr.store import open_store
-from cmr.views.calltree import KIND_SYNTHETIC, walk
+from cmr.views.model import KIND_SYNTHETIC, walk
 from tests.cmr.export_support import MS, SEQ, fill
 
 SCHEMA = Path(__file__).resolve().parents[2] / "data" / "speedscope-schema.json"

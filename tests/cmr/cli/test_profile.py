@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from cmr.cli.profile import parse_since
+from cmr.cli._support import parse_since
 from cmr.store import open_store
 from tests.cmr.cli_helpers import one_line_error, run
 from tracer import wire
@@ -251,7 +251,10 @@ def test_a_bad_since_is_a_usage_error(repo, capsys, since):
     code, out, err = run(capsys, "--db", repo, "profile", "--method", "x", f"--since={since}")
 
     assert (code, out) == (2, "")
-    assert "expected a duration like 30m, 1h or 2d, or an ISO time" in one_line_error(err)
+    assert (
+        "expected an age (a number and a unit s, m, h, d or w (90m, 1.5h, 7d, 2w)) or an ISO time"
+        in one_line_error(err)
+    )
 
 
 @pytest.mark.parametrize(

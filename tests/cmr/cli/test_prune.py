@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cmr.cli.prune import parse_age
+from cmr.cli._support import parse_age
 from cmr.store import open_store
 from tests.cmr.cli_helpers import one_line_error, run
 from tests.cmr.conftest import BatchFactory
@@ -79,18 +79,28 @@ def test_prune_never_creates_a_repository(
     assert not path.exists()
 
 
-@pytest.mark.parametrize("age", ["7", "7w", "1.5h", "d", "1d2h", ""])
+@pytest.mark.parametrize("age", ["7", "7y", "1.5", "d", "1d2h", ""])
 def test_a_bad_age_is_a_one_line_usage_error(
     repo: str, capsys: pytest.CaptureFixture[str], age: str
 ) -> None:
     code, _, err = run(capsys, "prune", "--older-than", age, "--db", repo)
 
     assert code == 2
-    assert "expected a whole number and a unit s, m, h or d" in one_line_error(err)
+    assert "expected an age: a number and a unit s, m, h, d or w" in one_line_error(err)
 
 
 @pytest.mark.parametrize(
-    ("age", "seconds"), [("30s", 30), ("15m", 900), ("12h", 43_200), ("7d", 604_800)]
+    ("age", "seconds"),
+    [
+        ("30s", 30),
+        ("15m", 900),
+        ("12h", 43_200),
+        ("7d", 604_800),
+        ("2w", 1_209_600),
+        ("1.5h", 5400),
+    ],
 )
-def test_ages_take_seconds_minutes_hours_and_days(age: str, seconds: int) -> None:
+def test_ages_take_the_cli_s_one_grammar_weeks_and_fractions_included(
+    age: str, seconds: int
+) -> None:
     assert parse_age(age) == seconds * 10**9

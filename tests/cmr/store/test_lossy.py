@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from cmr.store import Store, UnknownSequenceError
-from tests.cmr.store.test_contract import seq_id, start
+from tests.cmr.store.records import seq_id, start
 from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]

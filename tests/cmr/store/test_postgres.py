@@ -20,7 +20,7 @@ from cmr.store.postgres.migrate import migrate
 from cmr.store.postgres.partitions import DAY_NS, FUTURE, PAST_DAYS, partition_name
 from cmr.store.postgres.schema import SCHEMA_VERSION
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
-from tests.cmr.store.test_contract import BatchFactory, seq_id, start
+from tests.cmr.store.records import BatchFactory, seq_id, start
 from tracer import wire
 
 pytestmark = pytest.mark.postgres

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cmr.store import Store, UnknownSequenceError
-from tests.cmr.store.test_contract import BatchFactory, handoff, seq_id, start
+from tests.cmr.store.records import BatchFactory, handoff, seq_id, start
 from tracer import wire
 
 OLD = seq_id("01d")

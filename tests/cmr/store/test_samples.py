@@ -20,7 +20,7 @@ from cmr.store import (
 )
 from cmr.store.sqlite.schema import SAMPLES_IN_WINDOW
 from tests.cmr.conftest import FakeClock
-from tests.cmr.store.test_contract import older_schema, seq_id, start, user_version
+from tests.cmr.store.records import older_schema, seq_id, start, user_version
 from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]

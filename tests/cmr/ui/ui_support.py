@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cmr.defaults import READY_PREFIX
 from tests.support import read_line, traced_env, write_script
-
-READY_PREFIX = "cmr: listening on "
 
 
 @dataclass

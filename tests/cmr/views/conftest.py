@@ -16,7 +16,7 @@ from cmr.store.base import (
     SequenceData,
     ThreadRecord,
 )
-from cmr.views.calltree import SequenceTree, walk
+from cmr.views.model import SequenceTree, walk
 
 SEQ = bytes.fromhex("0123456789abcdef0123456789abcdef")
 PUID = 0x1111

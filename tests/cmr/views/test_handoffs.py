@@ -3,7 +3,8 @@ invocation that submitted it, with how long it waited."""
 
 from __future__ import annotations
 
-from cmr.views.calltree import Handoff, build_tree, walk
+from cmr.views.calltree import build_tree
+from cmr.views.model import Handoff, walk
 
 MS = 1_000_000
 

@@ -8,8 +8,9 @@ import json
 
 import msgspec
 
-from cmr.views.calltree import KIND_ESTIMATED, Node, SequenceTree, build_tree, walk
+from cmr.views.calltree import build_tree
 from cmr.views.lanes import Track, lay_out
+from cmr.views.model import KIND_ESTIMATED, Node, SequenceTree, walk
 from cmr.views.render.chrome import render_chrome
 from cmr.views.render.speedscope import render_speedscope, track_name
 

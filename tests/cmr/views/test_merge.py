@@ -3,8 +3,9 @@ cut, how stacks merge, and how their time is counted. Every expected tree is wri
 
 from __future__ import annotations
 
-from cmr.views.calltree import KIND_ESTIMATED, KIND_MEASURED, SequenceTree, build_tree, walk
+from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
+from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, SequenceTree, walk
 
 S = 1_000_000_000
 

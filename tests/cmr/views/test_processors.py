@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cmr.views.calltree import build_tree, walk
+from cmr.views.calltree import build_tree
+from cmr.views.model import walk
 from cmr.views.processors import drop_shorter_than, limit_depth, subtree_size
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cmr.views.calltree import ProcessRef, ThreadRef, build_tree
+from cmr.views.calltree import build_tree
+from cmr.views.model import ProcessRef, ThreadRef
 from cmr.views.processors import ThreadActivity, limit_depth, thread_activity
 from cmr.views.render.tables import render_thread_activity
 

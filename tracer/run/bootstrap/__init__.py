@@ -40,6 +40,7 @@ from tracer._core import recorder
 from tracer._patching import processes
 from tracer.config import ENV_INSTRUMENT
 from tracer.run import autowrap, launch
+from tracer.run.patterns import is_external, module_origin, parse_patterns
 
 #: The include patterns, comma-separated: set, it asks a Python child to trace like its parent.
 ENV_RUN_INCLUDE: Final = "INVOSEQ_RUN_INCLUDE"
@@ -89,7 +90,7 @@ def start(environ: Mapping[str, str] = os.environ) -> bool:
     if not text:
         return False
     try:
-        patterns = autowrap.parse_patterns([text])
+        patterns = parse_patterns([text])
         if not patterns:
             return False
         autowrap.install(patterns, wrap_loaded=True)
@@ -155,7 +156,7 @@ def _fixup_from_name(original: Callable[[str], None]) -> Callable[[str], None]:
         before = sys.modules.get("__mp_main__")
         original(mod_name)
         main = sys.modules.get("__mp_main__")
-        external = autowrap.is_external(None if main is None else autowrap.module_origin(main))
+        external = is_external(None if main is None else module_origin(main))
         _trace_mp_main(before, mod_name, external=external, script=True)
 
     return fixup
@@ -225,6 +226,6 @@ def _traced_module(name: str) -> launch.Program | None:
         spec = launch.main_spec(name)
     except launch.ProgramNotFoundError:
         return None
-    if not patterns.matches(spec.name, external=autowrap.is_external(spec.origin)):
+    if not patterns.matches(spec.name, external=is_external(spec.origin)):
         return None
     return launch.Program(script=None, module=name, args=tuple(sys.argv[1:]))

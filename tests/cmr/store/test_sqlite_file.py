@@ -1,0 +1,238 @@
+"""The SQLite repository as a file, and opening repositories: reopening, read-only use, schema
+versions and upgrades, refused files, the default location."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from cmr.store import (
+    StoreError,
+    default_db_path,
+    open_store,
+)
+from cmr.store.sqlite.schema import (
+    METHODS_BY_RECENT_SEQUENCE,
+    SCHEMA_VERSION,
+    SEQUENCE_BATCHES,
+)
+from tests.cmr.conftest import FakeClock
+from tests.cmr.store.records import (
+    BatchFactory,
+    H,
+    S,
+    handoff,
+    older_schema,
+    seq_id,
+    start,
+    user_version,
+)
+from tracer import wire
+
+
+def test_sqlite_repository_survives_reopening(tmp_path: Path, make_batch: BatchFactory) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    batch = make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]})
+    store = open_store(path)
+    store.ingest(batch, 1)
+    store.record_rejected("garbage")
+    before = store.load_sequence(S)
+    store.close()
+
+    reopened = open_store(path)
+    try:
+        assert reopened.load_sequence(S) == before
+        assert reopened.ingest(batch, 2) is False  # still knows the batch after a restart
+        stats = reopened.stats()
+        assert (stats.batches, stats.duplicate_batches, stats.rejected) == (1, 1, {"garbage": 1})
+    finally:
+        reopened.close()
+
+
+def test_readonly_store_reads_while_a_writer_has_the_file_open(
+    tmp_path: Path, make_batch: BatchFactory
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    writer = open_store(path)
+    reader = open_store(path, readonly=True)
+    try:
+        writer.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 1)
+        assert reader.resolve_sequence("5e") == S
+        writer.ingest(make_batch(7, 2, {1: [wire.End(1, 200)]}), 2)
+        assert reader.list_sequences(1)[0].status == "complete"
+        with pytest.raises(StoreError, match="readonly"):
+            reader.record_rejected("garbage")
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_readonly_open_of_a_missing_repository_fails_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "none" / "cmr.sqlite"
+
+    with pytest.raises(StoreError, match=r"^no repository at .*cmr\.sqlite \(run `cmr serve`"):
+        open_store(str(path), readonly=True)
+    assert not path.parent.exists()
+
+
+def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    open_store(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    conn.close()
+
+    with pytest.raises(StoreError, match=r"schema version 99, newer than .* upgrade invoseq"):
+        open_store(path)
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, version: int
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    older_schema(path, version)
+
+    store = open_store(path, clock=clock)
+    try:
+        # What was stored before survives, and its processes promised no heartbeat.
+        (old,) = store.load_sequence(S).processes.values()
+        assert (old.host, old.last_seen_ns, old.heartbeat_ms, old.state) == ("old", 123, 0, "alive")
+        assert store.list_sequences(1)[0].status == "running"
+
+        other = seq_id("07e")
+        events = [start(1, 100, other), handoff(H, 1, 110, other)]
+        store.ingest(make_batch(8, 1, {1: events}, heartbeat_ms=250, lost_seqs=[S]), 1)
+        assert list(store.load_sequence(other).handoffs) == [H]
+        assert store.load_sequence(other).processes[8].heartbeat_ms == 250
+        assert store.load_sequence(S).lost_by == {8}
+        assert [s.lossy for s in store.list_sequences(2)] == [False, True]
+    finally:
+        store.close()
+    assert user_version(path) == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+def test_an_older_repository_is_not_read_before_it_is_upgraded(
+    tmp_path: Path, version: int
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    older_schema(path, version)
+
+    with pytest.raises(
+        StoreError,
+        match=rf"schema version {version}, older than .* \(6\): run `cmr serve` or `tracer run`",
+    ):
+        open_store(path, readonly=True)
+    assert user_version(path) == version
+
+
+@pytest.mark.parametrize("query", [SEQUENCE_BATCHES, METHODS_BY_RECENT_SEQUENCE])
+def test_reading_a_sequence_looks_up_its_batches_by_index_and_never_scans_a_table(
+    tmp_path: Path, query: str
+) -> None:
+    # `cmr show` and `cmr ls` read a sequence's batches: the cost must not grow with the
+    # repository, only with the sequence.
+    path = str(tmp_path / "cmr.sqlite")
+    open_store(path).close()
+    params = {"since": 0} if query == METHODS_BY_RECENT_SEQUENCE else (S,)
+    with sqlite3.connect(path) as conn:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
+    conn.close()
+
+    assert plan
+    assert not [step for step in plan if step.startswith("SCAN")], plan
+
+
+def test_an_upgrade_moves_every_stored_call_and_late_end(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, clock_offset_ns: int
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    older_schema(path, 5)
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO starts VALUES (7, 2, ?, 1, 0, 2, 1, 150)", (S,))
+        conn.execute("INSERT INTO ends VALUES (7, 2, 170, 'KeyError')")
+        conn.execute("INSERT INTO ends VALUES (7, 3, 190, NULL)")  # its Start never arrived
+    conn.close()
+
+    store = open_store(path, clock=clock)
+    try:
+        # The End of iid 3 is kept: its Start may still come, from the same process.
+        store.ingest(make_batch(7, 1, {1: [start(3, 180 - clock_offset_ns, S, parent=1)]}), 1)
+        records = store.load_sequence(S).invocations
+    finally:
+        store.close()
+    assert [(r.iid, r.parent, r.tid, r.start_ns, r.end_ns, r.error) for r in records] == [
+        (1, 0, 1, 100, None, None),
+        (2, 1, 2, 150, 170, "KeyError"),
+        (3, 1, 1, 180, 190, None),
+    ]
+    with sqlite3.connect(path) as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    assert not tables & {"starts", "ends"}
+
+
+def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "other.sqlite")
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    conn.close()
+
+    with pytest.raises(StoreError, match="is not an invoseq repository"):
+        open_store(path)
+
+
+def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello, this is not SQLite\n" * 100)
+
+    with pytest.raises(StoreError, match="is not an invoseq repository"):
+        open_store(str(path))
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_an_unreachable_postgresql_server_fails_in_one_line_without_the_password(
+    scheme: str,
+) -> None:
+    with socket.socket() as probe:  # a loopback port nothing listens on once it is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    with pytest.raises(StoreError) as failure:
+        open_store(f"{scheme}://invoseq:s3cret@127.0.0.1:{port}/invoseq")
+
+    message = str(failure.value)
+    assert message.startswith(f"cannot connect to postgresql://invoseq@127.0.0.1:{port}/invoseq")
+    assert "\n" not in message
+    assert "s3cret" not in message
+
+
+def test_an_unknown_url_scheme_is_refused() -> None:
+    with pytest.raises(StoreError, match="unsupported repository 'mysql://db': give a file path"):
+        open_store("mysql://db")
+
+
+def test_default_repository_is_under_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("INVOSEQ_DB", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_db_path() == "./.invoseq/cmr.sqlite"
+
+    open_store().close()
+
+    assert (tmp_path / ".invoseq" / "cmr.sqlite").is_file()
+
+
+def test_invoseq_db_names_the_default_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "elsewhere.sqlite"
+    monkeypatch.setenv("INVOSEQ_DB", str(path))
+    assert default_db_path() == str(path)
+
+    open_store().close()

@@ -1,0 +1,40 @@
+"""What the tests of the two hot-path implementations share: whether the C accelerator is built
+and active, and running a script under either."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracer._core import decorator
+
+try:
+    _speedups: Any = importlib.import_module("tracer._core._speedups")
+except ImportError:
+    _speedups = None
+
+C_ACTIVE = decorator.IMPLEMENTATION == "c"
+needs_c_build = pytest.mark.skipif(_speedups is None, reason="the C accelerator is not built")
+needs_c_path = pytest.mark.skipif(not C_ACTIVE, reason="the suite runs the pure-Python path")
+
+
+def run(script: Path, *, pure: bool, timeout: float = 120) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "INVOSEQ_PURE"}
+    if pure:
+        env["INVOSEQ_PURE"] = "1"
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

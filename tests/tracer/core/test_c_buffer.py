@@ -1,0 +1,126 @@
+"""The C accelerator's event buffer: nothing allocated per event once it has grown, msgspec's
+bytes exactly, and a taken buffer that keeps recording."""
+
+from __future__ import annotations
+
+import tracemalloc
+from typing import Any
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tracer
+from tests.tracer.core.implementations import _speedups, needs_c_path
+from tracer._core import recorder
+from tracer.testing import capture
+
+
+@tracer.traced
+def add(x: int, y: int = 1) -> int:
+    return x + y
+
+
+@needs_c_path
+def test_recording_allocates_nothing_per_event_once_the_buffer_has_grown() -> None:
+    events = recorder.thread_events()
+    assert isinstance(events, _speedups.EventBuffer)
+
+    def record(calls: int) -> None:
+        for i in range(calls):
+            add(i)
+
+    quiet = {"flush_interval_ms": 3_600_000, "heartbeat_ms": 3_600_000, "sample_interval_ms": 0}
+    with capture(**quiet):  # no other thread drains or allocates meanwhile
+        for _ in range(2):  # grows the array, then the spare one
+            record(5000)
+            events.take()
+        tracemalloc.start()
+        try:
+            record(1)  # first-call effects out of the measurement
+            before, _ = tracemalloc.get_traced_memory()
+            record(5000)
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert len(events) >= 10_000
+    assert held - before < 5000  # under a byte per event: they wait in preallocated records
+
+
+ints = st.one_of(
+    st.integers(0, 300),
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63, -32, -33]),
+    st.sampled_from([-128, -129, -32768, -32769, -(2**31), -(2**31) - 1]),
+)
+ids_ = st.integers(0, 2**64 - 1)
+names = st.text(max_size=40) | st.text(min_size=250, max_size=300) | st.sampled_from(["a" * 70000])
+seqs = st.binary(min_size=16, max_size=16) | st.binary(max_size=20)
+starts = st.tuples(st.just(0), ids_, ids_, ids_, ids_, ints, seqs)
+ends = st.tuples(st.just(1), ids_, ints)
+errors = st.tuples(st.just(2), ids_, ints, names)
+handoffs = st.tuples(st.just(3), ids_, ids_, names, ids_, ints, seqs)
+odd = st.one_of(
+    st.tuples(st.sampled_from([0, 1, 2, 3, True, -1, 9]), ints),
+    st.lists(st.integers(0, 5), max_size=3),
+    st.none(),
+    st.tuples(st.just(1), st.booleans(), ints),
+)
+any_events = st.lists(st.one_of(starts, ends, errors, handoffs, odd), max_size=60)
+
+
+@needs_c_path
+@settings(max_examples=300, deadline=None)
+@given(events=any_events, cut=st.tuples(st.integers(-70, 70), st.integers(-70, 70)))
+def test_the_c_encoding_is_msgspecs_byte_for_byte(events: list[Any], cut: tuple[int, int]) -> None:
+    buffer = _speedups.EventBuffer()
+    for event in events:
+        buffer.append(event)
+    assert len(buffer) == len(events)
+    taken = buffer.take()
+    assert len(buffer) == 0
+    if not events:
+        assert taken is None
+        return
+    assert len(taken) == len(events)
+    assert taken.msgpack() == msgspec.msgpack.encode(events)
+    start, stop = cut
+    assert taken[start:stop].msgpack() == msgspec.msgpack.encode(events[start:stop])
+    assert len(taken[start:stop]) == len(events[start:stop])
+    decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(events))
+    assert list(taken) == decoded  # indexing decodes an event (its tuple's items, as a list)
+    assert list(reversed(taken[start:stop])) == decoded[start:stop][::-1]
+    assert taken[-1] == decoded[-1]
+
+
+@needs_c_path
+def test_a_taken_buffer_keeps_recording_into_its_spare_array() -> None:
+    buffer = _speedups.EventBuffer()
+    seq = bytes(range(16))
+    for round_ in range(3):
+        events = [(1, i, round_) for i in range(1000)] + [(0, 1, 2, 3, 4, 5, seq)]
+        for event in events:
+            buffer.append(event)
+        taken = buffer.take()
+        assert taken is not None
+        assert taken.msgpack() == msgspec.msgpack.encode(events)
+    assert buffer.take() is None
+
+
+@needs_c_path
+def test_a_buffer_gives_the_sender_exactly_the_events_it_counted() -> None:
+    buffer = _speedups.EventBuffer()
+    events = [(1, i, i) for i in range(3000)]  # past the size where arrays are mapped
+    for event in events[:2000]:
+        buffer.append(event)
+    counted = len(buffer)
+    for event in events[2000:]:  # recorded after the sender counted: they stay, in order
+        buffer.append(event)
+    taken = buffer.take(counted)
+    assert taken is not None
+    assert taken.msgpack() == msgspec.msgpack.encode(events[:2000])
+    assert len(buffer) == 1000
+    rest = buffer.take()
+    assert rest is not None
+    assert rest.msgpack() == msgspec.msgpack.encode(events[2000:])
+    assert buffer.take(5) is None
