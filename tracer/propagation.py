@@ -259,7 +259,7 @@ def inject(
     *,
     setter: Setter[CarrierT] | None = None,
     name: str = REMOTE_CALL,
-    kind: str = "remote",
+    kind: wire.HandoffKind = "remote",
 ) -> bool:
     """Write a fresh hand-off from the current invocation into ``carrier`` (outgoing headers).
 
@@ -298,7 +298,7 @@ def continue_from(
 
 
 def inject_env(
-    env: MutableMapping[str, str], *, name: str = SUBPROCESS, kind: str = "process"
+    env: MutableMapping[str, str], *, name: str = SUBPROCESS, kind: wire.HandoffKind = "process"
 ) -> bool:
     """Write a fresh hand-off into a child process's environment (``TRACEPARENT``/``TRACESTATE``):
     ``env = dict(os.environ); inject_env(env); subprocess.run(..., env=env)``."""

@@ -12,7 +12,7 @@ has a type and a size limit: the repository treats whatever arrives as untrusted
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 
@@ -54,6 +54,7 @@ __all__ = [
     "Event",
     "FrameInfo",
     "Handoff",
+    "HandoffKind",
     "Id63",
     "MethodInfo",
     "Name",
@@ -90,7 +91,8 @@ TAG_HANDOFF: Final = 3
 TAG_ATTRS: Final = 4
 
 #: Hand-off kinds: where the work went.
-HANDOFF_KINDS: Final = ("thread", "task", "process", "remote")
+HandoffKind: TypeAlias = Literal["thread", "task", "process", "remote"]
+HANDOFF_KINDS: Final[tuple[HandoffKind, ...]] = ("thread", "task", "process", "remote")
 
 # Size limits, enforced by typed decoding in the repository.
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 import msgspec
 
@@ -64,6 +64,7 @@ class ThreadRecord:
 
 
 #: Process states (``ProcessRecord.state``): still sending, shut down cleanly, or gone silent.
+ProcessState: TypeAlias = Literal["alive", "ended", "lost"]
 PROCESS_ALIVE: Final = "alive"
 PROCESS_ENDED: Final = "ended"
 PROCESS_LOST: Final = "lost"
@@ -89,7 +90,7 @@ class ProcessRecord:
     lost: bool = False
 
     @property
-    def state(self) -> str:
+    def state(self) -> ProcessState:
         """``ended`` wins over ``lost``: a process that said goodbye did not die."""
         if self.ended:
             return PROCESS_ENDED

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-from cmr.store.base import PROCESS_ALIVE, MethodRecord
+from cmr.store.base import PROCESS_ALIVE, MethodRecord, ProcessState
 
 #: How a call ended, or that it has not: still running, or never will (its process ended or
 #: was lost first).
@@ -47,7 +47,7 @@ class ProcessRef:
     puid: int
     pid: int
     host: str
-    state: str = PROCESS_ALIVE
+    state: ProcessState = PROCESS_ALIVE
     last_seen_ns: int = 0
 
 
