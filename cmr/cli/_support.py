@@ -145,14 +145,22 @@ def colour_wanted() -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
-def non_negative_int(text: str) -> int:
+def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    return _whole_number(text, 0)
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1)
 
 
 def milliseconds(text: str) -> int:

@@ -20,6 +20,7 @@ from cmr.cli._support import (
     emit,
     open_for_reading,
     parse_since,
+    positive_int,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def add_forward(commands: Commands) -> None:
     parser.add_argument("--all", action="store_true", help="every sequence in the repository")
     parser.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_BATCH_SIZE,
         metavar="N",
         help=f"spans per request (default: {DEFAULT_BATCH_SIZE})",
@@ -151,16 +152,6 @@ def _chosen(store: Store, args: argparse.Namespace) -> list[bytes]:
         if len(recent) < limit or recent[-1].start_ns < since:
             return [summary.seq for summary in reversed(recent) if summary.start_ns >= since]
         limit *= 2
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
 
 
 def _seconds(text: str) -> float:

@@ -19,7 +19,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import tracer
 from tests.support import write_script
-from tests.tracer.core.implementations import needs_c_build, run
+from tests.tracer.core.implementations import RAW_TRANSPORT, needs_c_build, run
 from tracer import wire
 from tracer._core import decorator, ids, recorder
 from tracer.testing import Capture, capture
@@ -201,7 +201,8 @@ def test_adoption_can_be_turned_off_by_replacing_the_source(
 
 # -- both implementations side by side ---------------------------------------------------------
 
-ADOPTING_PROGRAM = """
+ADOPTING_PROGRAM = (
+    """
 import asyncio, itertools, json, threading
 import msgspec
 from opentelemetry import trace
@@ -232,23 +233,9 @@ class Counting(IdGenerator):
 provider = TracerProvider(id_generator=Counting())
 provider.add_span_processor(InvocationSpanProcessor())
 spans = provider.get_tracer("demo.scope")
-bodies = []
-
-class RawTransport:
-    def __init__(self):
-        self.acks = []
-    def send(self, body):
-        bodies.append(body.hex())
-        puid, batch_no = (msgspec.msgpack.decode(raw) for raw in
-                          msgspec.msgpack.decode(body, type=list[msgspec.Raw])[:2])
-        self.acks.append(wire.Ack(puid, batch_no))
-        return True
-    def receive_acks(self, timeout_ms):
-        acks, self.acks = self.acks, []
-        return acks
-    def close(self):
-        pass
-
+"""
+    + RAW_TRANSPORT
+    + """
 @tracer.traced
 def leaf(x):
     return x + 1
@@ -267,7 +254,6 @@ def remote(span_id):
                           trace_flags=TraceFlags(span_id % 2))
     return trace.use_span(NonRecordingSpan(context), end_on_exit=False)
 
-runtime._transport_factory = lambda config: RawTransport()
 tracer.configure(flush_interval_ms=3_600_000, heartbeat_ms=3_600_000, batch_events=4,
                  spool_bytes=0, sample_interval_ms=0)
 leaf(0)                                  # no span: a sequence of its own
@@ -286,6 +272,7 @@ assert runtime.flush(30)
 tracer.shutdown(30)
 print(json.dumps({"implementation": decorator.IMPLEMENTATION, "bodies": bodies}))
 """
+)
 
 
 @needs_c_build

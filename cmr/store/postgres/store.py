@@ -93,7 +93,8 @@ class PostgresStore(Store):
         received_ns: int,
     ) -> bool:
         window = day_window(self._clock())
-        try:
+
+        def write() -> bool:
             with conn.transaction():
                 return write_batch(
                     conn,
@@ -104,18 +105,12 @@ class PostgresStore(Store):
                     window=window,
                     node=self._node,
                 )
+
+        try:
+            return write()
         except _NO_PARTITION:
             create_partitions(conn, needed_days(rows, samples, window))
-            with conn.transaction():
-                return write_batch(
-                    conn,
-                    batch,
-                    rows=rows,
-                    samples=samples,
-                    received_ns=received_ns,
-                    window=window,
-                    node=self._node,
-                )
+            return write()
 
     def record_rejected(self, reason: str, count: int = 1) -> None:
         def record(conn: Conn) -> None:

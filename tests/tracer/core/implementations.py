@@ -38,3 +38,28 @@ def run(script: Path, *, pure: bool, timeout: float = 120) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+#: Program text for a traced subprocess (after ``import msgspec`` and ``from tracer import
+#: _runtime as runtime, wire``): the batches it sends go, hex, into ``bodies``, each acknowledged
+#: at once, instead of over ZeroMQ; installed through the runtime's transport hook.
+RAW_TRANSPORT = """
+bodies = []
+
+class RawTransport:
+    def __init__(self):
+        self.acks = []
+    def send(self, body):
+        bodies.append(body.hex())
+        puid, batch_no = (msgspec.msgpack.decode(raw) for raw in
+                          msgspec.msgpack.decode(body, type=list[msgspec.Raw])[:2])
+        self.acks.append(wire.Ack(puid, batch_no))
+        return True
+    def receive_acks(self, timeout_ms):
+        acks, self.acks = self.acks, []
+        return acks
+    def close(self):
+        pass
+
+runtime.set_transport_factory(lambda config: RawTransport())
+"""

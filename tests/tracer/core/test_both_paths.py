@@ -10,12 +10,13 @@ import msgspec
 import pytest
 
 from tests.support import write_script
-from tests.tracer.core.implementations import needs_c_build, run
+from tests.tracer.core.implementations import RAW_TRANSPORT, needs_c_build, run
 from tracer import wire
 
 # -- both implementations side by side ---------------------------------------------------------
 
-DETERMINISTIC_PROGRAM = """
+DETERMINISTIC_PROGRAM = (
+    """
 import asyncio, itertools, json, threading
 import msgspec
 import tracer
@@ -34,23 +35,9 @@ ids.new_id63 = lambda: next(hids)
 ids._identity = ids.ProcessIdentity(1, 2, "host", "platform", 0, 0, ("prog",))
 threading.get_native_id = lambda: 7
 
-bodies = []
-
-class RawTransport:
-    def __init__(self):
-        self.acks = []
-    def send(self, body):
-        bodies.append(body.hex())
-        puid, batch_no = (msgspec.msgpack.decode(raw) for raw in
-                          msgspec.msgpack.decode(body, type=list[msgspec.Raw])[:2])
-        self.acks.append(wire.Ack(puid, batch_no))
-        return True
-    def receive_acks(self, timeout_ms):
-        acks, self.acks = self.acks, []
-        return acks
-    def close(self):
-        pass
-
+"""
+    + RAW_TRANSPORT
+    + """
 LongError = type("Ünïcode" + "e" * 1100, (Exception,), {})
 
 @tracer.traced
@@ -97,7 +84,6 @@ def root():
     finally:
         context.current.reset(token)
 
-runtime._transport_factory = lambda config: RawTransport()
 tracer.configure(
     flush_interval_ms=3_600_000, heartbeat_ms=3_600_000, batch_events=5, spool_bytes=0,
     sample_interval_ms=0,
@@ -108,6 +94,7 @@ assert runtime.flush(30)
 tracer.shutdown(30)
 print(json.dumps({"implementation": decorator.IMPLEMENTATION, "bodies": bodies}))
 """
+)
 
 
 @needs_c_build
