@@ -1,0 +1,177 @@
+"""Invocations that an integration measures: a request a server handles, a request a client sends.
+
+A traced function's wrapper knows its name when it is decorated; an integration often learns the
+name of what it measures only part of the way in (a server's route is matched after the request
+began). So a measured invocation is begun (its id drawn, its start time read, its context value
+ready for the code inside it), *opened* once its name is known (the Start event written, with the
+start time read at ``begin``), and finished (attributes, then End or Error; opened first under
+its fallback name if it never was)::
+
+    call = measured.begin(remote)              # None: not recording, or past the memory bound
+    token = context.current.set(call.value)    # the code inside runs under it
+    ...
+    call.open(measured.method("flask", "GET /price/<item>"))
+    ...
+    call.finish(fallback, {"http.status_code": 200}, error=None)
+
+Names are interned once each; past ``MAX_NAMES`` distinct names a module's further names share
+``OTHER_NAMES`` (the name itself stays in the attributes), so a route or URL with ids in it cannot
+grow the method table without bound. Nothing here raises into the program: a failure is counted as
+the tracer's internal error and the call goes on unmeasured.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Final
+
+from tracer._core import adoption, budget, context, decorator, ids, recorder
+from tracer.wire import (
+    MAX_ATTRIBUTE_VALUE,
+    MAX_ATTRIBUTES,
+    TAG_ATTRS,
+    TAG_END,
+    TAG_ERROR,
+    TAG_START,
+)
+
+MAX_NAMES: Final = 4096
+_I64: Final = 2**63
+OTHER_NAMES: Final = "<other names>"
+
+AttributeValue = str | int | float | bool
+
+_lock = threading.Lock()
+_methods: dict[tuple[str, str], int] = {}
+_counts: dict[str, int] = {}  # names interned per module
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def method(module: str, name: str) -> int:
+    """The interned method id of ``module``'s ``name`` (``"flask"``, ``"GET /price/<item>"``);
+    past ``MAX_NAMES`` names of one module, its ``OTHER_NAMES``."""
+    key = (module, name)
+    found = _methods.get(key)
+    if found is not None:
+        return found
+    with _lock:
+        found = _methods.get(key)
+        if found is None:
+            if _counts.get(module, 0) >= MAX_NAMES:
+                key = (module, OTHER_NAMES)
+                found = _methods.get(key)
+                if found is not None:
+                    return found
+            _counts[module] = _counts.get(module, 0) + 1
+            found = _methods[key] = recorder.register_method(module, key[1], "", 0)
+    return found
+
+
+def interned(module: str, name: str) -> bool:
+    """Whether ``name`` has a method of its own (else it was named ``OTHER_NAMES``)."""
+    return (module, name) in _methods
+
+
+class Measured:
+    """One measured invocation between ``begin`` and ``finish`` (module docstring)."""
+
+    __slots__ = ("hid", "iid", "opened", "parent", "seq", "started_ns", "value")
+
+    def __init__(self, seq: bytes, parent: int, hid: int, iid: int, started_ns: int) -> None:
+        self.seq = seq
+        self.parent = parent
+        self.hid = hid
+        self.iid = iid
+        self.started_ns = started_ns
+        self.opened = False
+        #: The context value the code inside the invocation runs with.
+        self.value: context.Current = (seq, iid, 0)
+
+    def open(self, method_id: int) -> None:
+        """Write the Start (with the time ``begin`` read), named by ``method_id``; once."""
+        if self.opened:
+            return
+        self.opened = True
+        try:
+            recorder.thread_events().append(
+                (TAG_START, self.iid, self.parent, self.hid, method_id, self.started_ns, self.seq)
+            )
+        except Exception as exc:
+            recorder.internal_error(exc)
+
+    def finish(
+        self,
+        fallback_method: int,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        *,
+        error: str | None = None,
+    ) -> None:
+        """Write the attributes and the End (or the Error named ``error``); open it first,
+        named ``fallback_method``, if it never was."""
+        self.open(fallback_method)
+        try:
+            events = recorder.thread_events()
+            if attributes:
+                events.append((TAG_ATTRS, self.iid, clip(attributes)))
+            now = decorator.now()
+            if error is None:
+                events.append((TAG_END, self.iid, now))
+            else:
+                events.append((TAG_ERROR, self.iid, now, error[:1024]))
+        except Exception as exc:
+            recorder.internal_error(exc)
+
+
+def begin(start_from: context.Current | None = None) -> Measured | None:
+    """Begin an invocation under ``start_from`` (a remote caller's context value), else under the
+    current invocation, else as a root (joining a current OpenTelemetry span, or a new sequence).
+    None when the tracer is not recording or the memory bound is reached (counted)."""
+    if not decorator.recording():
+        return None
+    try:
+        events = recorder.thread_events()
+        current = start_from if start_from is not None else context.current.get()
+        if len(events) >= events.limit and not budget.refill(events, current):
+            return None
+        if current is None:
+            current = adoption.adopt()
+        seq, parent, hid = (ids.new_seq(), 0, 0) if current is None else current
+        if not seq:  # the untraced marker of a call past the memory bound
+            return None
+        return Measured(seq, parent, hid, decorator.next_iid(), decorator.now())
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return None
+
+
+def clip(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """Attributes within the wire's limits (``wire.Attrs``): at most ``MAX_ATTRIBUTES``, text cut
+    to ``MAX_ATTRIBUTE_VALUE`` characters."""
+    clipped: dict[str, AttributeValue] = {}
+    for key, value in attributes.items():
+        if len(clipped) >= MAX_ATTRIBUTES:
+            break
+        if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_VALUE:
+            clipped[key[:1024]] = value[:MAX_ATTRIBUTE_VALUE]
+        elif isinstance(value, int) and not -_I64 <= value < _I64:
+            clipped[key[:1024]] = str(value)  # the wire's integers are signed 64-bit
+        else:
+            clipped[key[:1024]] = value
+    return clipped
+
+
+def add_attributes(iid: int, attributes: Mapping[str, AttributeValue]) -> None:
+    """Record attributes of invocation ``iid`` (a later value of a key wins: ``wire.Attrs``)."""
+    try:
+        recorder.thread_events().append((TAG_ATTRS, iid, clip(attributes)))
+    except Exception as exc:
+        recorder.internal_error(exc)

@@ -1,0 +1,172 @@
+"""Integrations with the libraries real services are built from, each patched only once the
+program imports it.
+
+Every integration is one module here with a ``HOOKS`` table: the name of a module of the library
+(``"flask.app"``) and a function that takes that module once it is imported and returns the
+patches to make, ``(owner, attribute, make_replacement)``, the same triples as the thread and
+process patches. ``install`` patches the modules already imported and watches the import system
+(a finder first on ``sys.meta_path``) for the others, so nothing of Flask is imported at start-up.
+A hook that fails (a library version it does not know) skips its integration, logged once; the
+host program never sees the failure.
+
+``INTEGRATIONS`` lists every name; ``INVOSEQ_DISABLED_INTEGRATIONS=flask,requests`` or
+``instrument(disable=[...])`` leaves some out. docs/guide.md, "Web services".
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
+from typing import Any, Final
+
+log = logging.getLogger("tracer")
+
+#: Every integration, by the name ``disable`` takes, in the order hooks of one module apply.
+INTEGRATIONS: Final = (
+    "wsgi",
+    "flask",
+    "django",
+    "asgi",
+    "starlette",
+    "fastapi",
+    "aiohttp_server",
+    "requests",
+    "urllib3",
+    "httpx",
+    "aiohttp_client",
+    "http_client",
+)
+DISABLED_ENV: Final = "INVOSEQ_DISABLED_INTEGRATIONS"
+
+PatchSpec = tuple[Any, str, Callable[[Any], Any]]
+Hook = Callable[[ModuleType], Iterable[PatchSpec]]
+#: Applies the patches of one hook (the caller's patch list keeps the originals).
+Apply = Callable[[Iterable[PatchSpec]], None]
+
+
+class UnknownIntegrationError(ValueError):
+    """A name ``disable`` does not know."""
+
+
+def disabled_names(disable: Iterable[str] | None) -> frozenset[str]:
+    """The integrations to leave out: ``disable`` and the environment's list. An unknown name in
+    ``disable`` raises; in the environment it is logged (a setting must not stop the program)."""
+    names = set()
+    for name in disable or ():
+        if name not in INTEGRATIONS:
+            raise UnknownIntegrationError(
+                f"unknown integration {name!r}; known: {', '.join(INTEGRATIONS)}"
+            )
+        names.add(name)
+    for name in os.environ.get(DISABLED_ENV, "").replace(" ", "").split(","):
+        if not name:
+            continue
+        if name in INTEGRATIONS:
+            names.add(name)
+        else:
+            _warn_once(f"{DISABLED_ENV}: unknown integration {name!r} ignored")
+    return frozenset(names)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("invoseq: %s", message)
+
+
+def _hooks(enabled: Sequence[str]) -> dict[str, list[tuple[str, Hook]]]:
+    """Module name -> [(integration, hook)] for the enabled integrations."""
+    table: dict[str, list[tuple[str, Hook]]] = {}
+    for name in enabled:
+        integration = importlib.import_module(f"{__name__}.{name}")
+        for module_name, hook in integration.HOOKS.items():
+            table.setdefault(module_name, []).append((name, hook))
+    return table
+
+
+class Watcher(importlib.abc.MetaPathFinder):
+    """Runs the hooks of a module right after the import system executes it."""
+
+    def __init__(self, hooks: dict[str, list[tuple[str, Hook]]], apply: Apply) -> None:
+        self.hooks = hooks
+        self.apply = apply
+        self.active = True
+        self._finding = threading.local()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not self.active or fullname not in self.hooks or getattr(self._finding, "on", False):
+            return None
+        self._finding.on = True
+        try:
+            spec = importlib.util.find_spec(fullname)  # the finders after this one
+        except Exception:
+            return None
+        finally:
+            self._finding.on = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _HookedLoader(spec.loader, self)
+        return spec
+
+    def run_hooks(self, module: ModuleType) -> None:
+        if self.active:
+            run_hooks(module, self.hooks.get(module.__name__, ()), self.apply)
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, watcher: Watcher) -> None:
+        self.loader = loader
+        self.watcher = watcher
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        created: ModuleType | None = self.loader.create_module(spec)
+        return created
+
+    def exec_module(self, module: ModuleType) -> None:
+        if module.__spec__ is not None:  # the module keeps its own loader afterwards
+            module.__spec__.loader = self.loader
+        module.__loader__ = self.loader
+        self.loader.exec_module(module)
+        self.watcher.run_hooks(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, is_package, get_resource_reader ...
+        return getattr(self.loader, name)
+
+
+def run_hooks(module: ModuleType, hooks: Iterable[tuple[str, Hook]], apply: Apply) -> None:
+    for name, hook in hooks:
+        try:
+            apply(list(hook(module)))
+        except Exception as exc:
+            _warn_once(f"integration {name} skipped for {module.__name__}: {exc!r}")
+
+
+def install(disabled: frozenset[str], apply: Apply) -> Watcher:
+    """Patch what is imported already, watch for the rest; returns the watcher to ``remove``."""
+    hooks = _hooks([name for name in INTEGRATIONS if name not in disabled])
+    watcher = Watcher(hooks, apply)
+    sys.meta_path.insert(0, watcher)
+    for module_name, module_hooks in hooks.items():
+        module = sys.modules.get(module_name)
+        if module is not None:
+            run_hooks(module, module_hooks, apply)
+    return watcher
+
+
+def remove(watcher: Watcher) -> None:
+    watcher.active = False
+    while watcher in sys.meta_path:
+        sys.meta_path.remove(watcher)

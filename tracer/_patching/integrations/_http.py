@@ -1,0 +1,194 @@
+"""What every HTTP integration shares: a request served, a request sent.
+
+A server request continues the caller's sequence from ``traceparent``/``tracestate``
+(``propagation.extract``), or else the current invocation's, or else starts one; it is named
+``"GET /price/{item}"`` once the framework has matched the route (``ServerRequest.name``), or
+just ``"GET"`` when no route matched. A 5xx status or an exception marks it an error.
+
+A client request is one invocation named ``"GET host/path"`` that injects a fresh hand-off into
+the outgoing headers; a library that sends through another one we patch (requests through urllib3,
+urllib3 through http.client) makes one invocation, not two: the outermost client call marks the
+context (``_sending``) and the inner ones pass straight through. A request that already carries
+a ``traceparent`` (the caller propagated it on purpose) keeps it.
+
+Attribute names follow OpenTelemetry's HTTP semantic conventions.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from opentelemetry.propagators.textmap import Getter, Setter
+
+from tracer import propagation
+from tracer._core import context, measured, recorder
+
+METHOD: Final = "http.request.method"
+ROUTE: Final = "http.route"
+STATUS: Final = "http.response.status_code"
+PATH: Final = "url.path"
+URL: Final = "url.full"
+SERVER: Final = "server.address"
+ERROR_TYPE: Final = "error.type"
+
+_sending: contextvars.ContextVar[bool] = contextvars.ContextVar("invoseq_sending", default=False)
+_set = context.current.set
+_reset = context.current.reset
+
+
+def error_name(status: int | None, exc: BaseException | None) -> str | None:
+    """The Error event's name: the exception's type, else ``HTTP 503`` for a 5xx status."""
+    if exc is not None:
+        return type(exc).__name__
+    if status is not None and status >= 500:
+        return f"HTTP {status}"
+    return None
+
+
+class ServerRequest:
+    """One request a server handles (module docstring). The integration attaches ``value`` (the
+    context the handler runs under) around the code that serves the request."""
+
+    __slots__ = ("attributes", "call", "framework", "verb")
+
+    def __init__(self, framework: str, verb: str, call: measured.Measured, path: str) -> None:
+        self.framework = framework
+        self.verb = verb
+        self.call = call
+        self.attributes: dict[str, measured.AttributeValue] = {METHOD: verb, PATH: path}
+
+    @property
+    def value(self) -> context.Current:
+        return self.call.value
+
+    def name(self, route: str | None) -> None:
+        """Open the invocation named by the matched route (first call wins)."""
+        if self.call.opened:
+            return
+        if route:
+            self.attributes[ROUTE] = route
+            self.call.open(measured.method(self.framework, f"{self.verb} {route}"))
+        else:
+            self.call.open(measured.method(self.framework, self.verb))
+
+    def finish(self, status: int | None, exc: BaseException | None = None) -> None:
+        if status is not None:
+            self.attributes[STATUS] = status
+        error = error_name(status, exc)
+        if error is not None:
+            self.attributes[ERROR_TYPE] = error
+        self.call.finish(measured.method(self.framework, self.verb), self.attributes, error=error)
+
+
+def begin_server(
+    framework: str, verb: str, path: str, carrier: Any, getter: Getter[Any] | None = None
+) -> ServerRequest | None:
+    """Begin a served request from its headers; None when not recording (never raises)."""
+    try:
+        remote = propagation.extract(carrier, getter=getter)
+        call = measured.begin(remote)
+        if call is None:
+            return None
+        return ServerRequest(framework, verb.upper(), call, path)
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return None
+
+
+def serving() -> contextvars.Token[bool]:
+    """Mark the code of a served request as outside any client call (an in-process test client
+    calling the app must not hide the app's own outgoing requests); undo with ``done_serving``."""
+    return _sending.set(False)
+
+
+def done_serving(token: contextvars.Token[bool]) -> None:
+    _sending.reset(token)
+
+
+class ClientRequest:
+    """One request a client sends: ``inject`` writes the hand-off, ``finish`` ends it."""
+
+    __slots__ = ("attributes", "call", "hop", "library", "name", "sending", "token")
+
+    def __init__(
+        self, library: str, name: str, hop: str, call: measured.Measured, url: str
+    ) -> None:
+        self.library = library
+        self.name = name
+        self.hop = hop  # the hand-off's name: one per verb and host, so a bounded set
+        self.call = call
+        self.attributes: dict[str, measured.AttributeValue] = {URL: url}
+        self.token = _set(call.value)
+        self.sending = _sending.set(True)
+
+    def inject(self, carrier: Any, setter: Setter[Any] | None = None) -> None:
+        """Write a fresh hand-off from this call into ``carrier`` unless it has a traceparent."""
+        try:
+            if propagation.HEADERS.get(carrier, propagation.TRACEPARENT):
+                return
+            propagation.inject(carrier, setter=setter, name=self.hop)
+        except Exception as exc:
+            recorder.internal_error(exc)
+
+    def finish(self, status: int | None, exc: BaseException | None = None) -> None:
+        """End the call (in the context that began it: it detaches the call's context)."""
+        try:
+            _sending.reset(self.sending)
+            _reset(self.token)
+        except (ValueError, RuntimeError):  # finished in another context: leave them be
+            pass
+        if status is not None:
+            self.attributes[STATUS] = status
+        error = error_name(status, exc)
+        if error is not None:
+            self.attributes[ERROR_TYPE] = error
+        self.call.finish(self.call_method(), self.attributes, error=error)
+
+    def call_method(self) -> int:
+        return measured.method(self.library, self.name)
+
+
+def begin_client(library: str, verb: str, url: str) -> ClientRequest | None:
+    """Begin a request sent to ``url``, opened at once and attached as the current invocation;
+    None inside another client's call or when not recording (never raises)."""
+    if _sending.get():
+        return None
+    try:
+        call = measured.begin()
+        if call is None:
+            return None
+        parts = urlsplit(url)
+        verb = verb.upper()
+        name = f"{verb} {parts.netloc}{parts.path or '/'}"
+        request = ClientRequest(library, name, f"{verb} {parts.netloc}", call, url)
+        call.open(request.call_method())
+        return request
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return None
+
+
+def send(library: str, verb: str, url: str, carrier: Any, do: Callable[[], Any]) -> Any:
+    """Send a request the simple way: begin, inject into ``carrier``, run ``do()`` and finish
+    with the ``status_code``/``status`` of what it returns, or with the exception it raises."""
+    request = begin_client(library, verb, url)
+    if request is None:
+        return do()
+    request.inject(carrier)
+    try:
+        response = do()
+    except BaseException as exc:
+        request.finish(None, exc)
+        raise
+    request.finish(status_of(response))
+    return response
+
+
+def status_of(response: Any) -> int | None:
+    status = getattr(response, "status_code", None)
+    if status is None:
+        status = getattr(response, "status", None)
+    return status if isinstance(status, int) else None

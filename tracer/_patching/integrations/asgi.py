@@ -1,0 +1,7 @@
+"""Integration: asgi (to be written)."""
+
+from __future__ import annotations
+
+from tracer._patching.integrations import Hook
+
+HOOKS: dict[str, Hook] = {}
