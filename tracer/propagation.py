@@ -3,7 +3,7 @@
 A hop to another process is a hand-off like any other. ``inject`` records a Handoff from the
 current invocation and writes it into the outgoing carrier::
 
-    traceparent: 00-<sequence: 32 hex>-<hand-off id: 16 hex>-01
+    traceparent: 00-<sequence: 32 hex>-<hand-off id: 16 hex>-<the sequence's trace-flags>
     tracestate:  invoseq=<sending process's puid, hex>,<the other vendors' entries>
 
 ``extract`` on the receiving side returns the context value ``(seq, 0, hid)`` and
@@ -12,9 +12,15 @@ repository hangs it under the injecting invocation, whichever process that ran i
 written by another tracing system joins its trace-id as the sequence, under a parent the repository
 does not know.
 
-Parsing follows W3C Trace Context Level 2 (https://www.w3.org/TR/trace-context-2/, sections cited
-as §) and never raises: an invalid traceparent is ignored, so the next traced call starts a new
-sequence; an invalid tracestate is discarded and never affects the traceparent (§3.3).
+What the context value cannot carry (the hot path never sees it) waits in a side table keyed by
+the sequence: the incoming trace-flags and the other vendors' tracestate entries, which every
+``inject`` in that sequence sends on. It holds the last ``MAX_SEQUENCES`` sequences seen, least
+recently used first out; a forgotten sequence is sent like one invoseq started.
+
+Parsing (``tracer._tracecontext``) follows W3C Trace Context Level 2
+(https://www.w3.org/TR/trace-context-2/, sections cited as §) and never raises: an invalid
+traceparent is ignored, its tracestate with it (§3.3), so the next traced call starts a new
+sequence; an invalid tracestate is discarded and never affects the traceparent.
 
 One implementation serves three carriers: HTTP-style headers (names in any case), a child
 process's environment (``TRACEPARENT``/``TRACESTATE``, OpenTelemetry's convention for environment
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Final, NamedTuple, TypeAlias, cast
 
@@ -39,13 +45,33 @@ from opentelemetry.propagators.textmap import (
     default_getter,
     default_setter,
 )
+from opentelemetry.trace import get_current_span
 
 from tracer import wire
 from tracer._core import context, handoff, ids
+from tracer._tracecontext import (
+    KNOWN_FLAGS,
+    LARGE_ENTRY_CHARS,
+    MAX_MEMBERS,
+    MAX_TRACESTATE_CHARS,
+    RANDOM,
+    SAMPLED,
+    Traceparent,
+    fit_tracestate,
+    format_traceparent,
+    parse_traceparent,
+    parse_tracestate,
+)
 
 __all__ = [
     "ENVIRONMENT",
     "HEADERS",
+    "LARGE_ENTRY_CHARS",
+    "MAX_MEMBERS",
+    "MAX_SEQUENCES",
+    "MAX_TRACESTATE_CHARS",
+    "RANDOM",
+    "SAMPLED",
     "TRACEPARENT",
     "TRACESTATE",
     "EnvironmentCarrier",
@@ -75,85 +101,22 @@ TRACESTATE: Final = "tracestate"
 VENDOR_KEY: Final = "invoseq"  # our tracestate entry: the puid of the process that injected
 REMOTE_CALL: Final = "<remote call>"
 SUBPROCESS: Final = "<subprocess>"
-MAX_MEMBERS: Final = 32  # §3.3.2: at most 32 list-members
-MAX_TRACESTATE_CHARS: Final = 512  # what we send at most (§3.3.3.1: propagate at least 512)
-LARGE_ENTRY_CHARS: Final = 128  # §3.3.3.1: entries longer than this are dropped first
-
-_OWS: Final = " \t"  # RFC 9110 §5.6.3: optional whitespace is spaces and horizontal tabs
-
-# §3.2.2: version "-" trace-id "-" parent-id "-" trace-flags, lowercase hex only (HEXDIGLC).
-# §3.2.4: a higher version may append fields, each introduced by "-".
-_TRACEPARENT: Final = re.compile(
-    r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?", re.DOTALL
-)
-# §3.3.2.2.1: key = ( lcalpha / DIGIT ) 0*255 ( keychar ); "@" may appear anywhere after the first
-# character (Level 2; the Level 1 REC split it into tenant-id "@" system-id).
-_KEY: Final = re.compile(r"[a-z0-9][a-z0-9_\-*/@]{0,255}")
-# §3.3.2.2.2: value = 0*255(chr) nblk-chr: printable ASCII except "," and "=", no trailing space.
-_VALUE: Final = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+#: The flags of a sequence invoseq started: sampled (it records every call of a traced function)
+#: and random: ``ids.new_seq`` draws the right-most 7 bytes uniformly at random (§3.2.2.5.2; the
+#: bit that keeps an id from being all zero is left of them, ``ids.NONZERO_BIT``).
+LOCAL_FLAGS: Final = SAMPLED | RANDOM
+#: The side table's bound: the incoming context of this many sequences at most (each at most
+#: ~2 KB, a tracestate being cut to 512 characters: under 10 MB in all).
+MAX_SEQUENCES: Final = 4096
 
 _get = context.current.get
 _set = context.current.set
 _reset = context.current.reset
 
 
-class Traceparent(NamedTuple):
-    version: int
-    trace_id: bytes  # 16 bytes, never all zero
-    parent_id: int  # as sent: 64 bits, never 0
-    flags: int
-
-
-def parse_traceparent(value: object) -> Traceparent | None:
-    """The fields of a ``traceparent`` value, or None when the spec says to ignore it."""
-    if not isinstance(value, str):
-        return None
-    # An HTTP field value excludes surrounding whitespace (RFC 9110 §5.5); the W3C test suite
-    # (test_traceparent_ows_handling) expects a traceparent with leading or trailing OWS to hold.
-    match = _TRACEPARENT.fullmatch(value.strip(_OWS))
-    if match is None:
-        return None
-    version, trace_id, parent_id, flags, more = match.groups()
-    if version == "ff":  # §3.2.2.1: version ff is invalid
-        return None
-    if version == "00" and more is not None:  # §3.2.2.2: version 00 has exactly four fields
-        return None
-    trace, parent = int(trace_id, 16), int(parent_id, 16)
-    if not trace or not parent:  # §3.2.2.3, §3.2.2.4: all zeroes is invalid
-        return None
-    return Traceparent(int(version, 16), bytes.fromhex(trace_id), parent, int(flags, 16))
-
-
-def parse_tracestate(value: object) -> list[tuple[str, str]] | None:
-    """The list-members of a ``tracestate`` value in order, or None when it is invalid as a whole.
-
-    Empty and whitespace-only members are allowed and skipped; they do not count towards the 32
-    members (§3.3.2: they arise from combining several tracestate fields)."""
-    if not isinstance(value, str):
-        return None
-    members: dict[str, str] = {}
-    for raw in value.split(","):
-        member = raw.strip(_OWS)  # §3.3.2: whitespace surrounding list-members is ignored
-        if not member:
-            continue
-        key, equals, entry = member.partition("=")
-        if not equals or not _KEY.fullmatch(key) or not _VALUE.fullmatch(entry):
-            return None
-        if key in members:  # §3.3.3: only one entry per key is allowed
-            return None
-        members[key] = entry
-        if len(members) > MAX_MEMBERS:
-            return None
-    return list(members.items())
-
-
 #: The hand-off id a parent-id stands for (defined in tracer._core.ids, where adoption finds it
 #: too).
 as_hid: Final = ids.as_hid
-
-
-def format_traceparent(seq: bytes, hid: int) -> str:
-    return f"00-{seq.hex()}-{hid:016x}-01"
 
 
 class HeaderCarrier(Getter[Any], Setter[Any]):
@@ -204,18 +167,61 @@ HEADERS: Final = HeaderCarrier()
 ENVIRONMENT: Final = EnvironmentCarrier()
 
 
-def _tracestate(existing: list[str] | None) -> str:
-    """Our entry first (§3.5: a modified or added key moves to the left), then the other vendors'
-    entries as received, if they were valid; at most 32 members and 512 characters, dropping whole
-    entries: those over 128 characters first, then from the right (§3.3.3.1)."""
-    others = parse_tracestate(",".join(existing)) if existing else None
-    entries = [f"{VENDOR_KEY}={ids.identity().puid:x}"]
-    entries += [f"{key}={value}" for key, value in others or () if key != VENDOR_KEY]
-    del entries[MAX_MEMBERS:]
-    while len(",".join(entries)) > MAX_TRACESTATE_CHARS and len(entries) > 1:
-        large = [i for i, entry in enumerate(entries) if i and len(entry) > LARGE_ENTRY_CHARS]
-        del entries[large[-1] if large else -1]
-    return ",".join(entries)
+class Incoming(NamedTuple):
+    """What a sequence received besides its ids, sent on by every ``inject`` in it."""
+
+    flags: int  # the incoming traceparent's known trace-flags (SAMPLED, RANDOM)
+    members: tuple[str, ...]  # the other vendors' tracestate entries ("key=value"), in order
+
+
+_LOCAL: Final = Incoming(LOCAL_FLAGS, ())
+
+#: The side table: sequence id (= W3C trace-id) -> its incoming context, least recently used first.
+#: Each operation on it is one C call, atomic under the GIL, so no lock (two threads at worst
+#: evict one sequence too many). A forked child keeps a copy.
+_incoming: Final[OrderedDict[bytes, Incoming]] = OrderedDict()
+
+
+def _remember(seq: bytes, flags: int, tracestate: list[str] | None) -> None:
+    """Keep what a valid traceparent brings for its sequence (the latest wins), the tracestate cut
+    to what we send on; past ``MAX_SEQUENCES``, forget the least recently used sequence."""
+    members = parse_tracestate(",".join(tracestate)) if tracestate else None
+    kept = fit_tracestate([_ours(), *(f"{k}={v}" for k, v in members or () if k != VENDOR_KEY)])[1:]
+    _incoming[seq] = Incoming(flags & KNOWN_FLAGS, tuple(kept))
+    with contextlib.suppress(KeyError):  # another thread evicted it, or emptied the table
+        _incoming.move_to_end(seq)
+        while len(_incoming) > MAX_SEQUENCES:
+            _incoming.popitem(last=False)
+
+
+def _recall(seq: bytes) -> Incoming:
+    """A sequence's incoming context: from the side table; else the current OpenTelemetry span's
+    when the sequence is its trace (adopted: tracer._core.adoption); else a local sequence's."""
+    found = _incoming.get(seq)
+    if found is not None:
+        with contextlib.suppress(KeyError):
+            _incoming.move_to_end(seq)
+        return found
+    span = get_current_span().get_span_context()
+    if span.is_valid and span.trace_id == int.from_bytes(seq, "big"):
+        members = tuple(f"{k}={v}" for k, v in span.trace_state.items() if k != VENDOR_KEY)
+        return Incoming(span.trace_flags & KNOWN_FLAGS, members)
+    return _LOCAL
+
+
+def _ours() -> str:
+    return f"{VENDOR_KEY}={ids.identity().puid:x}"
+
+
+def _tracestate(existing: list[str] | None, incoming: Incoming) -> str:
+    """Our entry first (§3.5: a modified or added key moves to the left); then the entries of the
+    outgoing carrier's own tracestate, if valid (another vendor in this process wrote them, after
+    the sequence came in); then the sequence's incoming entries. A key stays where it first came."""
+    carrier = parse_tracestate(",".join(existing)) if existing else None
+    entries = {VENDOR_KEY: _ours()}
+    for entry in [*(f"{k}={v}" for k, v in carrier or ()), *incoming.members]:
+        entries.setdefault(entry.partition("=")[0], entry)
+    return ",".join(fit_tracestate(list(entries.values())))
 
 
 def _inject(
@@ -238,19 +244,23 @@ def _inject(
     if value is None:
         return False
     seq, _, hid = value
+    incoming = _recall(seq)
     existing = getter.get(carrier, TRACESTATE)
-    setter.set(carrier, TRACEPARENT, format_traceparent(seq, hid))
-    setter.set(carrier, TRACESTATE, _tracestate(existing))
+    setter.set(carrier, TRACEPARENT, format_traceparent(seq, hid, incoming.flags))
+    setter.set(carrier, TRACESTATE, _tracestate(existing, incoming))
     return True
 
 
 def _extract(carrier: Any, getter: Getter[Any]) -> SequenceContext | None:
+    """The context value a valid traceparent gives (its flags and the tracestate go to the side
+    table), or None: then the tracestate is not even parsed (§3.3)."""
     values = getter.get(carrier, TRACEPARENT)
     if not values or len(values) != 1:  # absent, or sent twice: not a list field
         return None
     parsed = parse_traceparent(values[0])
     if parsed is None:
         return None
+    _remember(parsed.trace_id, parsed.flags, getter.get(carrier, TRACESTATE))
     return (parsed.trace_id, 0, as_hid(parsed.parent_id))
 
 

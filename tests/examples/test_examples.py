@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.support import cmr_json, run_python
 
@@ -65,6 +66,48 @@ def test_services_example_is_one_tree_through_both_processes(tmp_path: Path) -> 
     assert root["name"] == "__main__.checkout"
     calls = root["children"]
     assert [c["name"] for c in calls] == ["__main__.check_stock"] * 3
-    lookups = [c["children"][0] for c in calls]
+    # Under tracer run, urllib's request is measured too (the http_client integration); the
+    # traceparent the example wrote itself is kept, so the lookup hangs under check_stock.
+    for call in calls:
+        assert [c["name"].split(" ")[0] for c in call["children"]] == [
+            "http.client.GET",
+            "__main__.lookup",
+        ]
+    lookups = [c["children"][1] for c in calls]
     assert {(n["name"], n["handoff"]["kind"]) for n in lookups} == {("__main__.lookup", "remote")}
     assert {n["process"]["pid"] for n in lookups} != {root["process"]["pid"]}
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node["children"] for n in _nodes(child))]
+
+
+def test_web_shop_example_is_one_tree_per_order_across_both_servers(tmp_path: Path) -> None:
+    """Flask under gunicorn -w 2 → FastAPI under uvicorn --workers 2 → Flask again: each order
+    one tree, with the routes, the view functions and the clients' calls."""
+    example = str(EXAMPLES / "web_shop.py")
+    plain = run_python(tmp_path, example, INVOSEQ_ENABLED="0")
+    traced = run_python(tmp_path, "-m", "tracer", "run", "--include", "storefront,pricing", example)
+    assert plain.returncode == 0, plain.stderr
+    assert traced.returncode == 0, traced.stderr
+    assert traced.stdout == plain.stdout
+    summaries = cmr_json(tmp_path / "cmr.sqlite", "ls")
+    assert len(summaries) == 3
+    for summary in summaries:
+        assert summary["status"] == "complete"
+        assert summary["processes"] >= 3  # the script, a gunicorn worker, a uvicorn worker
+        root = cmr_json(tmp_path / "cmr.sqlite", "show", summary["seq"])["root"]
+        assert root["name"].endswith("/checkout")  # the script's urllib request
+        names = [node["name"] for node in _nodes(root)]
+        for name in (
+            "flask.GET /checkout",
+            "storefront.checkout",
+            "storefront.quote_cart",
+            "pricing.quote",
+            "pricing.in_stock",
+            "storefront.stock_level",
+        ):
+            assert name in names, (name, names)
+        assert any(name.endswith("GET /quote") for name in names)
+        assert any(name.endswith("GET /stock/<item>") for name in names)
+        assert len({node["process"]["pid"] for node in _nodes(root)}) >= 3

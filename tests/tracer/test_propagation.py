@@ -83,7 +83,7 @@ def test_a_served_call_continues_the_sequence_under_the_injected_hand_off(trace:
     (hop,) = handoffs(trace)
     names = method_names(trace)
     assert (hop.kind, hop.parent, names[hop.method]) == ("remote", client.iid, "POST /pay")
-    assert headers["traceparent"] == f"00-{client.seq}-{hop.hid:016x}-01"
+    assert headers["traceparent"] == f"00-{client.seq}-{hop.hid:016x}-03"
     assert dict(parse_tracestate(headers["tracestate"]) or ()) == {
         "invoseq": f"{ids.identity().puid:x}"
     }
@@ -293,7 +293,7 @@ def test_the_environment_carries_the_hand_off_to_a_child(trace: Capture) -> None
     (root,) = trace.invocations()
     (hop,) = handoffs(trace)
     assert (hop.kind, method_names(trace)[hop.method]) == ("process", "worker.py")
-    assert env["TRACEPARENT"] == f"00-{root.seq}-{hop.hid:016x}-01"
+    assert env["TRACEPARENT"] == f"00-{root.seq}-{hop.hid:016x}-03"
     assert env["TRACESTATE"] == f"invoseq={ids.identity().puid:x},congo=t61rcWkgMzE"
     assert propagation.extract_env(env) == (bytes.fromhex(root.seq), 0, hop.hid)
     assert propagation.extract_env({"traceparent": VALID}) is None  # variable names are exact

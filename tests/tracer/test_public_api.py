@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 PUBLIC = ["tracer", "tracer.config", "tracer.wire", "tracer.propagation", "tracer.otel"]
-PUBLIC += ["tracer.testing"]
+PUBLIC += ["tracer.testing", "tracer.web"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)

@@ -6,11 +6,17 @@ Spec references (§) are to W3C Trace Context Level 2, https://www.w3.org/TR/tra
 
 from __future__ import annotations
 
+import http.client
+import json
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 import tracer
+from tests.tracer.w3c_service import W3CServiceHandler
 from tracer import propagation
 from tracer._core import ids
 from tracer.propagation import parse_traceparent, parse_tracestate
@@ -209,3 +215,166 @@ def test_our_entry_goes_first_and_other_vendors_entries_follow(trace: Capture) -
     kept = call_with({"tracestate": long_state})["tracestate"]
     assert len(kept) <= 512
     assert members({"tracestate": kept}) == ["invoseq"] + [f"k{i:02d}" for i in range(10)]
+
+
+# -- over HTTP: the scenarios of the official test suite, through tests/tracer/w3c_service.py ------
+# The suite (w3c/trace-context, test/) is not part of this repository; docs/protocol.md says how
+# to run it. Here our own harness asks the same service for callbacks and reads their headers.
+
+Fields = list[tuple[str, str]]
+
+
+class CallbackHandler(BaseHTTPRequestHandler):
+    """The harness's side: keeps the header fields of each callback, by path."""
+
+    server: CallbackServer
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.received[self.path] = list(self.headers.items())
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class CallbackServer(ThreadingHTTPServer):
+    received: dict[str, Fields]
+
+
+@dataclass
+class Harness:
+    service: tuple[str, int]
+    callbacks: CallbackServer
+
+    def request(self, fields: Fields, count: int = 1) -> list[Fields]:
+        """POST to the service with these header fields (a name may repeat) and ask it for
+        ``count`` callbacks; the header fields of each callback."""
+        base = f"http://127.0.0.1:{self.callbacks.server_address[1]}"
+        paths = [f"/callback/{id(fields)}.{i}" for i in range(count)]
+        body = json.dumps([{"url": base + path, "arguments": []} for path in paths]).encode()
+        connection = http.client.HTTPConnection(*self.service, timeout=30)
+        try:
+            connection.putrequest("POST", "/test")
+            for name, value in fields:
+                connection.putheader(name, value)
+            connection.putheader("Content-Type", "application/json")
+            connection.putheader("Content-Length", str(len(body)))
+            connection.endheaders(body)
+            response = connection.getresponse()
+            assert (response.status, response.read()) == (200, json.dumps([200] * count).encode())
+        finally:
+            connection.close()
+        return [self.callbacks.received.pop(path) for path in paths]
+
+
+def serving(server: ThreadingHTTPServer) -> threading.Thread:
+    serve = server.serve_forever
+    thread = threading.Thread(target=serve, args=(0.01,), name="w3c-test-server", daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(name="harness")
+def _harness(trace: Capture) -> Iterator[Harness]:
+    service = ThreadingHTTPServer(("127.0.0.1", 0), W3CServiceHandler)
+    callbacks = CallbackServer(("127.0.0.1", 0), CallbackHandler)
+    callbacks.received = {}
+    threads = [serving(service), serving(callbacks)]
+    try:
+        yield Harness(("127.0.0.1", service.server_address[1]), callbacks)
+    finally:
+        for server in (service, callbacks):
+            server.shutdown()
+            server.server_close()
+        for thread in threads:
+            thread.join(30)
+
+
+def context_of(fields: Fields) -> tuple[str, str, str, str]:
+    """(trace-id, parent-id, trace-flags, tracestate after our entry) of a callback: exactly one
+    traceparent, in version 00, and our entry first."""
+    (value,) = [v for k, v in fields if k.lower() == "traceparent"]
+    version, trace_id, parent_id, flags = value.split("-")
+    state = ",".join(v for k, v in fields if k.lower() == "tracestate")
+    assert version == "00"
+    assert state == f"invoseq={ids.identity().puid:x}" or state.startswith("invoseq=")
+    return trace_id, parent_id, flags, state.partition(",")[2]
+
+
+T33 = ",".join(f"bar{i:02d}={i:02d}" for i in range(1, 34))
+SCENARIOS = [  # (incoming header fields, continued: (flags, tracestate after ours) | None, why)
+    ([], None, "no traceparent: a new trace"),
+    ([("traceparent", f"00-{T}-{P}-00")], ("00", ""), "§3.2 continued: flags kept"),
+    ([("TrAcEpArEnT", f"00-{T}-{P}-03")], ("03", ""), "§3.2.1 the name in any case"),
+    ([("trace-parent", VALID)], None, "§3.2.1 another name"),
+    ([("traceparent", VALID), ("traceparent", f"00-{T}-{'1' * 16}-01")], None, "§3.2 twice"),
+    ([("traceparent", f"ff-{T}-{P}-01")], None, "§3.2.2.1 version ff"),
+    ([("traceparent", f"00-{T}-{P}-01.")], None, "§3.2.2.2 version 00: 55 characters"),
+    ([("traceparent", f"00-{'0' * 32}-{P}-01")], None, "§3.2.2.3 all-zero trace-id"),
+    ([("traceparent", f"00-{T}-{P.upper()}-01")], None, "§3.2.2.4 uppercase parent-id"),
+    ([("traceparent", f"00-{T}-{P}-0.")], None, "§3.2.2.5 flags not hex"),
+    ([("traceparent", f"cc-{T}-{P}-01-what-the-future")], ("01", ""), "§3.2.4 higher version"),
+    ([("traceparent", f"cc-{T}-{P}-01.what")], None, "§3.2.4 higher version: no dash"),
+    ([("traceparent", f"\t {VALID} ")], ("01", ""), "RFC 9110 §5.5 OWS around traceparent"),
+    ([("tracestate", "foo=1")], None, "§3.3 tracestate without traceparent: ignored"),
+    (
+        [("traceparent", f"00-{T}-{P}-00"), ("TraceState", "foo=1,bar=2")],
+        ("00", "foo=1,bar=2"),
+        "§3.5 tracestate kept behind ours",
+    ),
+    (
+        [
+            ("traceparent", VALID),
+            ("tracestate", "foo=1,bar=2"),
+            ("tracestate", ""),
+            ("tracestate", "rojo=1 \t, congo=2"),
+        ],
+        ("01", "foo=1,bar=2,rojo=1,congo=2"),
+        "§3.3.2 fields combined, empty and OWS skipped",
+    ),
+    ([("traceparent", VALID), ("trace-state", "foo=1")], ("01", ""), "§3.3.1 another name"),
+    (
+        [("traceparent", VALID), ("tracestate", "foo=1"), ("tracestate", "foo=2")],
+        ("01", ""),
+        "§3.3.3 a duplicate key across fields",
+    ),
+    ([("traceparent", VALID), ("tracestate", T33)], ("01", ""), "§3.3.2 33 members"),
+    ([("traceparent", VALID), ("tracestate", "foo=,bar=3")], ("01", ""), "§3.3.2.2.2 empty"),
+    (
+        [("traceparent", VALID), ("tracestate", "foo@=1,bar=2")],
+        ("01", "foo@=1,bar=2"),
+        "§3.3.2.2.1 Level 2: a key may end in @",
+    ),
+    ([("traceparent", VALID), ("tracestate", "@foo=1,bar=2")], ("01", ""), "§3.3.2.2.1 @ first"),
+]
+
+
+@pytest.mark.system
+@pytest.mark.parametrize(
+    ("fields", "continued"), [pytest.param(*row[:2], id=row[2]) for row in SCENARIOS]
+)
+def test_the_w3c_test_service_continues_valid_contexts_only(
+    harness: Harness, fields: Fields, continued: tuple[str, str] | None
+) -> None:
+    (callback,) = harness.request(fields)
+    trace_id, parent_id, flags, others = context_of(callback)
+    if continued is None:
+        assert (trace_id != T, flags, others) == (True, "03", "")  # ours: sampled, random
+    else:
+        assert (trace_id, flags, others) == (T, *continued)
+        assert parent_id != P
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("fields", [[("traceparent", f"00-{T}-{P}-02")], []], ids=["valid", "none"])
+def test_every_callback_of_a_request_is_a_hand_off_of_its_own(
+    harness: Harness, fields: Fields
+) -> None:
+    contexts = [context_of(callback) for callback in harness.request(fields, count=3)]
+    assert len({trace_id for trace_id, *_ in contexts}) == 1
+    assert len({parent_id for _, parent_id, *_ in contexts}) == 3
+    if fields:
+        assert {(trace_id, flags) for trace_id, _, flags, _ in contexts} == {(T, "02")}

@@ -976,7 +976,9 @@ rng_seed(void)
     }
 }
 
-/* A random 128-bit sequence id that is never zero (a valid W3C trace id), as ids.new_seq. */
+/* A random 128-bit sequence id that is never zero (a valid W3C trace id), as ids.new_seq: the
+ * lowest bit of the 9th byte set, so the right-most 7 bytes stay uniformly random (the W3C
+ * "random" trace-flag, Level 2 §3.2.2.5.2). */
 static PyObject *
 draw_seq(void)
 {
@@ -993,7 +995,7 @@ draw_seq(void)
         bytes[i] = (uint8_t)(high >> (56 - 8 * i));
         bytes[8 + i] = (uint8_t)(low >> (56 - 8 * i));
     }
-    bytes[15] |= 1;
+    bytes[8] |= 1; /* ids.NONZERO_BIT */
     return seq;
 }
 

@@ -27,6 +27,9 @@ from tracer.wire import TAG_HANDOFF
 log = logging.getLogger("tracer")
 
 BOUND_MARK: Final = "__invoseq_bound__"
+#: On a function that runs what it is given in a context it was given (an integration marks
+#: asgiref's ``SyncToAsync.thread_handler``): ``bind`` leaves a callable built on it alone.
+CARRIES_CONTEXT_MARK: Final = "__invoseq_carries_context__"
 
 _get = context.current.get
 _set = context.current.set
@@ -112,14 +115,38 @@ def record(kind: str, fn: Any, current: context.Current | None = None) -> contex
         return None
 
 
+def _is_context_run(fn: Any) -> bool:
+    return isinstance(getattr(fn, "__self__", None), contextvars.Context) or getattr(
+        getattr(fn, "__func__", fn), CARRIES_CONTEXT_MARK, False
+    )
+
+
+def carries_context(fn: Any) -> bool:
+    """Whether ``fn`` runs in a context it carries: ``ctx.run`` itself, a partial holding one, or
+    a partial of a function marked ``CARRIES_CONTEXT_MARK`` (asgiref's ``sync_to_async`` hands its
+    executor ``partial(thread_handler, ..., func, child)``, ``func`` entering a context copied
+    when it was called). Its code runs under that context, exact already, so a hand-off of ours
+    would only add an empty node beside it."""
+    for _ in range(4):  # bounded: a partial of a partial of ...
+        if _is_context_run(fn):
+            return True
+        if not isinstance(fn, functools.partial):
+            return False
+        if any(_is_context_run(arg) for arg in fn.args):
+            return True
+        fn = fn.func
+    return False
+
+
 def bind(
     fn: Callable[..., Any], kind: str = "thread", *, named_after: Any = None
 ) -> Callable[..., Any]:
-    """``fn`` as it should run on the other side of a hop (``fn`` itself outside a sequence).
+    """``fn`` as it should run on the other side of a hop (``fn`` itself outside a sequence, or
+    when it carries a context of its own: ``carries_context``).
 
     ``named_after`` is what the hand-off is named after when ``fn`` only runs it (a thread's
     ``run`` running its target)."""
-    if getattr(fn, BOUND_MARK, False):
+    if getattr(fn, BOUND_MARK, False) or carries_context(fn):
         return fn
     target = fn if named_after is None else named_after
     value = record(kind, target)

@@ -25,9 +25,16 @@ def _reseed() -> None:
     _rng.seed(os.urandom(32))
 
 
+#: The bit ``new_seq`` sets so that an id is never all zero: the lowest of the 9th byte, left of
+#: the right-most 7 bytes, which stay uniformly random as W3C Trace Context Level 2 asks of a
+#: trace-id sent with the ``random`` flag (§3.2.2.5.2).
+NONZERO_BIT: Final = 1 << 56
+
+
 def new_seq() -> bytes:
-    """A random 128-bit sequence id (a valid W3C trace-id: never all zero)."""
-    return (_rng.getrandbits(128) | 1).to_bytes(16, "big")
+    """A random 128-bit sequence id (a valid W3C trace-id: never all zero; its right-most 7 bytes
+    uniformly random)."""
+    return (_rng.getrandbits(128) | NONZERO_BIT).to_bytes(16, "big")
 
 
 def new_id63() -> int:

@@ -51,8 +51,16 @@ include patterns (matched against dotted module names):
 what is traced in a matching module:
   functions defined in it, and the methods (plain, static, class, async, generator) of classes
   defined in it; not dunder methods except __call__, not properties, not lambdas, not functions
-  defined inside other functions. Functions a decorator registered while the module ran (routes,
-  callbacks) keep the untraced original: decorate those with @tracer.traced."""
+  defined inside other functions. The routes of Flask, Django, Starlette, FastAPI and aiohttp
+  apps are traced by the web integrations (each request, its route and its view function);
+  other functions a decorator registered while the module ran (callbacks) keep the untraced
+  original: decorate those with @tracer.traced.
+
+web services (docs/guide.md, "Web services"):
+  Servers (WSGI, Flask, Django, ASGI, Starlette, FastAPI, aiohttp) continue the caller's
+  sequence from its traceparent header; clients (requests, urllib3, httpx, aiohttp,
+  urllib/http.client) send one. INVOSEQ_DISABLED_INTEGRATIONS=flask,requests turns some off.
+  tracer run --include app -m gunicorn -w 2 app:app   # each worker traced, a tree per request"""
 
 _RUN_EXAMPLES = """\
 examples:

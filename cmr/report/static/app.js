@@ -204,14 +204,45 @@
       const [file, fn, line] = raw.frame[i];
       rows.push(["frame", "frame", fn + " (" + file + ":" + line + ")"]);
     }
+    const logs = logLines(raw.attributes[i]);
+    if (logs.length) rows.push(["logs", "log records", lineList(logs)]);
     rows.push(["attributes", "attributes", attributes(raw.attributes[i])]);
     return rows;
   }
 
+  /* The log records the tracer recorded on a call are attributes log.0, log.1, … (in the order
+   * they were made) and log.dropped (how many more there were): cmr/views/render/logs.py. */
+  const LOG_DROPPED = "log.dropped";
+  const isLogKey = (key) => key === LOG_DROPPED || /^log\.[0-9]{1,9}$/.test(key);
+
+  function logLines(values) {
+    if (!values) return [];
+    const lines = Object.keys(values)
+      .filter((key) => key !== LOG_DROPPED && isLogKey(key))
+      .sort((a, b) => Number(a.slice(4)) - Number(b.slice(4)))
+      .map((key) => "⚠ " + String(values[key]));
+    const dropped = values[LOG_DROPPED];
+    if (typeof dropped === "number" && dropped > 0) {
+      lines.push("… " + dropped + " more log record" + (dropped === 1 ? "" : "s") + " dropped");
+    }
+    return lines;
+  }
+
+  function lineList(lines) {
+    const list = document.createElement("div");
+    for (const line of lines) {
+      const row = document.createElement("div");
+      row.textContent = line;
+      list.append(row);
+    }
+    return list;
+  }
+
   function attributes(values) {
-    if (!values || !Object.keys(values).length) return "—";
+    const keys = values ? Object.keys(values).filter((key) => !isLogKey(key)) : [];
+    if (!keys.length) return "—";
     const table = document.createElement("table");
-    for (const key of Object.keys(values).sort()) {
+    for (const key of keys.sort()) {
       const tr = table.insertRow();
       tr.insertCell().textContent = key;
       tr.insertCell().textContent = JSON.stringify(values[key]);

@@ -5,11 +5,12 @@ saying why: its process ended, or was lost and when it was last heard from), the
 self time, the thread, the process (``host:pid``: on every line when the sequence spans several
 processes, else on the root's only), a hop mark when the call was handed off to it
 (``→ thread "pool-0_1", queued 3.20 ms``), a mark when the call raised, and the first few of its
-attributes when it has any (an OpenTelemetry span's: ``{http.method=GET, …}``). Once samples
-are merged in, a call says how many fell in it, and the frames estimated from them are drawn
-apart: dim, marked ``~``, with their file and line (``~8.00 ms  parse  shop/io.py:12  self 2.00 ms
-12 samples``). Lines are built iteratively and joined once, so a 100,000-call tree or a
-10,000-deep chain renders quickly and without recursion.
+attributes when it has any (an OpenTelemetry span's: ``{http.method=GET, …}``); beneath it, a
+line for each log record the tracer recorded on the call (``⚠ WARNING app.pricing: stock low``,
+``cmr.views.render.logs``). Once samples are merged in, a call says how many fell in it, and the
+frames estimated from them are drawn apart: dim, marked ``~``, with their file and line
+(``~8.00 ms  parse  shop/io.py:12  self 2.00 ms  12 samples``). Lines are built iteratively and
+joined once, so a 100,000-call tree or a 10,000-deep chain renders quickly and without recursion.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cmr.views.model import (
     ProcessRef,
     SequenceTree,
 )
+from cmr.views.render.logs import is_log_key, log_lines, severe
 
 _UNITS = ((1_000, "µs"), (1_000_000, "ms"))
 
@@ -158,6 +160,7 @@ def render_text(tree: SequenceTree, *, color: bool = False, max_nodes: int = 0) 
     lines = [render_header(tree, palette), _describe(tree.root, None, total, palette, True)]
     stack: list[_Entry] = []
     _push_children(stack, tree.root, 0, "", selection)
+    _append_logs(lines, tree.root, "", bool(stack), palette)
     while stack:
         item, depth, prefix, last, caller = stack.pop()
         block = (depth - 1) // GUIDE_BLOCK * GUIDE_BLOCK
@@ -174,10 +177,26 @@ def render_text(tree: SequenceTree, *, color: bool = False, max_nodes: int = 0) 
         lines.append(guide + _describe(item, caller.process, total, palette, labelled))
         # A new block of levels starts flush left again, so a line never outgrows the screen.
         child_prefix = "" if depth % GUIDE_BLOCK == 0 else prefix + (SPACE if last else PIPE)
+        pending = len(stack)
         _push_children(stack, item, depth, child_prefix, selection)
+        if item.attributes:  # its log lines go where its children's guides do
+            block = depth // GUIDE_BLOCK * GUIDE_BLOCK
+            marker = f"{palette.dim}[+{block}]{palette.reset} " if block else ""
+            _append_logs(lines, item, marker + child_prefix, len(stack) > pending, palette)
     if selection is not None:
         lines.append(f"{palette.dim}{_closing_line(selection, max_nodes)}{palette.reset}")
     return "\n".join(lines)
+
+
+def _append_logs(lines: list[str], node: Node, prefix: str, more: bool, palette: Palette) -> None:
+    """The node's log records, a line each under it; ``more``: its children's lines follow, so
+    the guide goes on down to them."""
+    if not node.attributes:
+        return
+    indent = prefix + (PIPE if more else SPACE)
+    for line in log_lines(node.attributes):
+        colour = palette.dim if line[0] == "…" else palette.red if severe(line) else palette.yellow
+        lines.append(f"{indent}{colour}{line}{palette.reset}")
 
 
 def describe_fold(fold: Fold) -> str:
@@ -272,14 +291,19 @@ def _describe(
 #: Attributes shown on a line at most, and characters of each value; ``--json`` has them all.
 SHOWN_ATTRIBUTES = 4
 ATTRIBUTE_WIDTH = 40
-#: Keys left off the line: the span identity InvocationSpanProcessor adds (in --json).
+#: Keys left off the line: the span identity InvocationSpanProcessor adds (in --json); the log
+#: records (``is_log_key``) have lines of their own.
 _QUIET_PREFIX = "otel."
 
 
 def format_attributes(attributes: dict[str, str | int | float | bool]) -> str:
     """A compact ``{http.method=GET, http.status_code=200, … 3 more}``: the first few keys,
     long values cut."""
-    shown = [(k, v) for k, v in attributes.items() if not k.startswith(_QUIET_PREFIX)]
+    shown = [
+        (k, v)
+        for k, v in attributes.items()
+        if not k.startswith(_QUIET_PREFIX) and not is_log_key(k)
+    ]
     if not shown:
         return ""
     items = []

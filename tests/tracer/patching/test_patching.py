@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -251,6 +253,25 @@ def test_queue_wait_covers_the_time_the_pool_was_saturated(trace: Capture) -> No
     assert waited.handoff == "thread"
     assert waited.queued_ns is not None
     assert waited.queued_ns >= held
+
+
+@tracer.traced
+def submit_in_a_copied_context(pool: ThreadPoolExecutor) -> int:
+    copied = contextvars.copy_context()
+    return (
+        pool.submit(copied.run, fetch, 5).result()
+        + pool.submit(functools.partial(copied.run, fetch), 6).result()
+    )
+
+
+def test_work_that_carries_its_own_context_gets_no_hand_off_of_ours(trace: Capture) -> None:
+    """``pool.submit(ctx.run, fn)`` runs ``fn`` in the context copied in the traced call, exact
+    already: no hop node beside it (``handoff.carries_context``)."""
+    with ThreadPoolExecutor(1) as pool:
+        assert submit_in_a_copied_context(pool) == 22
+    assert trace.trees(strip=M) == [
+        {"name": "submit_in_a_copied_context", "children": [FETCH, FETCH]}
+    ]
 
 
 def test_work_outside_any_sequence_is_left_alone(trace: Capture) -> None:

@@ -114,30 +114,47 @@ class ClientRequest:
     __slots__ = ("attributes", "call", "hop", "library", "name", "sending", "token")
 
     def __init__(
-        self, library: str, name: str, hop: str, call: measured.Measured, url: str
+        self,
+        library: str,
+        name: str,
+        hop: str,
+        call: measured.Measured,
+        url: str,
+        *,
+        attach: bool = True,
     ) -> None:
         self.library = library
         self.name = name
         self.hop = hop  # the hand-off's name: one per verb and host, so a bounded set
         self.call = call
         self.attributes: dict[str, measured.AttributeValue] = {URL: url}
-        self.token = _set(call.value)
-        self.sending = _sending.set(True)
+        self.token = _set(call.value) if attach else None
+        self.sending = _sending.set(True) if attach else None
 
     def inject(self, carrier: Any, setter: Setter[Any] | None = None) -> None:
         """Write a fresh hand-off from this call into ``carrier`` unless it has a traceparent."""
         try:
             if propagation.HEADERS.get(carrier, propagation.TRACEPARENT):
                 return
-            propagation.inject(carrier, setter=setter, name=self.hop)
+            if self.token is not None:
+                propagation.inject(carrier, setter=setter, name=self.hop)
+                return
+            token = _set(self.call.value)  # not attached: hand off from this call all the same
+            try:
+                propagation.inject(carrier, setter=setter, name=self.hop)
+            finally:
+                _reset(token)
         except Exception as exc:
             recorder.internal_error(exc)
 
     def finish(self, status: int | None, exc: BaseException | None = None) -> None:
-        """End the call (in the context that began it: it detaches the call's context)."""
+        """End the call (in the context that began it, when attached: it detaches the call's
+        context)."""
         try:
-            _sending.reset(self.sending)
-            _reset(self.token)
+            if self.sending is not None:
+                _sending.reset(self.sending)
+            if self.token is not None:
+                _reset(self.token)
         except (ValueError, RuntimeError):  # finished in another context: leave them be
             pass
         if status is not None:
@@ -151,9 +168,12 @@ class ClientRequest:
         return measured.method(self.library, self.name)
 
 
-def begin_client(library: str, verb: str, url: str) -> ClientRequest | None:
+def begin_client(library: str, verb: str, url: str, *, attach: bool = True) -> ClientRequest | None:
     """Begin a request sent to ``url``, opened at once and attached as the current invocation;
-    None inside another client's call or when not recording (never raises)."""
+    None inside another client's call or when not recording (never raises). ``attach=False``
+    leaves the caller's context attached (a library whose request and response are separate
+    calls, http.client): ``finish`` may then run in any context, and the code in between is not
+    inside the client's call."""
     if _sending.get():
         return None
     try:
@@ -163,7 +183,7 @@ def begin_client(library: str, verb: str, url: str) -> ClientRequest | None:
         parts = urlsplit(url)
         verb = verb.upper()
         name = f"{verb} {parts.netloc}{parts.path or '/'}"
-        request = ClientRequest(library, name, f"{verb} {parts.netloc}", call, url)
+        request = ClientRequest(library, name, f"{verb} {parts.netloc}", call, url, attach=attach)
         call.open(request.call_method())
         return request
     except Exception as exc:

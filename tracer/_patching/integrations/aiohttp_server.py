@@ -1,7 +1,132 @@
-"""Integration: aiohttp_server (to be written)."""
+"""Integration: the aiohttp web server. Each request an application serves is one invocation,
+named by its method and the route's canonical template (``"aiohttp.GET /price/{item}"``), the
+handler a traced child.
+
+- ``Application._handle``, the coroutine aiohttp's server calls for each request (it takes the
+  application's bound method when a runner sets the server up, so an application created before
+  ``instrument()`` is measured too; one whose server was already set up is not): the request
+  continues the caller's sequence from ``traceparent``/``tracestate`` (or starts one) and runs with
+  its context value attached. The status is the returned response's, or the status of a raised
+  ``web.HTTPException`` (a 404 is no error); another exception is a 500 as aiohttp answers it
+  (504 for a timeout), an error named by its type, re-raised. A 5xx is an error.
+- ``UrlMappingMatchInfo.handler``, which ``_handle`` reads once the router resolved the request:
+  names the request by ``route.resource.canonical`` (a sub-application's routes carry its prefix)
+  and returns the handler traced (``_endpoints.endpoint``, one wrapper per handler, so aiohttp's
+  cache of middleware chains keyed by handler still hits), whenever it was registered (``add_get``,
+  ``add_route``, a ``RouteTableDef``). A class-based view is not traced (a class, not a function);
+  an unmatched request (404, 405) stays named by its verb alone.
+
+``INVOSEQ_DISABLED_INTEGRATIONS=aiohttp_server`` leaves the server alone.
+"""
 
 from __future__ import annotations
 
-from tracer._patching.integrations import Hook
+import contextvars
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Any, Final
 
-HOOKS: dict[str, Hook] = {}
+from tracer._core import context, recorder
+from tracer._patching.integrations import Hook, PatchSpec, _endpoints, _http
+
+FRAMEWORK: Final = "aiohttp"
+
+#: The request ``Application._handle`` is serving in this context.
+_serving: contextvars.ContextVar[_http.ServerRequest | None] = contextvars.ContextVar(
+    "invoseq_aiohttp_serving", default=None
+)
+_set = context.current.set
+_reset = context.current.reset
+
+Handle = Callable[[Any, Any], Awaitable[Any]]
+
+
+def patch_handle(http_exception: type[BaseException]) -> Callable[[Handle], Handle]:
+    """``make_replacement`` of ``Application._handle``; ``http_exception`` is
+    ``web.HTTPException``, which carries the status aiohttp answers with."""
+
+    def make(original: Handle) -> Handle:
+        async def _handle(self: Any, request: Any) -> Any:
+            served = _http.begin_server(
+                FRAMEWORK, str(request.method), str(request.path), request.headers
+            )
+            if served is None:
+                return await original(self, request)
+            token = _set(served.value)
+            serving = _http.serving()
+            current = _serving.set(served)
+            try:
+                response = await original(self, request)
+            except http_exception as exc:
+                status = getattr(exc, "status", None)
+                status = status if isinstance(status, int) else 500
+                served.finish(status, exc if status >= 500 else None)
+                raise
+            except TimeoutError as exc:
+                served.finish(504, exc)
+                raise
+            except Exception as exc:
+                served.finish(500, exc)
+                raise
+            except BaseException as exc:  # cancelled: the client went away
+                served.finish(None, exc)
+                raise
+            finally:
+                _serving.reset(current)
+                _http.done_serving(serving)
+                _reset(token)
+            served.finish(_http.status_of(response))
+            return response
+
+        _handle.__qualname__ = getattr(original, "__qualname__", "_handle")
+        _handle.__doc__ = original.__doc__
+        return _handle
+
+    return make
+
+
+def patch_handler(original: property) -> property:
+    """``make_replacement`` of the ``UrlMappingMatchInfo.handler`` property."""
+    getter = original.fget
+    if getter is None:
+        raise TypeError("UrlMappingMatchInfo.handler has no getter")
+
+    def handler(self: Any) -> Any:
+        found = getter(self)
+        served = _serving.get()
+        if served is None:
+            return found
+        try:
+            resource = getattr(self.route, "resource", None)
+            if resource is None:  # a SystemRoute: 404, 405
+                return found
+            served.name(str(resource.canonical))
+            return _endpoints.endpoint(found)
+        except Exception as exc:
+            recorder.internal_error(exc)
+            return found
+
+    return property(handler, original.fset, original.fdel, original.__doc__)
+
+
+def _web_app(module: ModuleType) -> list[PatchSpec]:
+    from aiohttp import web_exceptions
+
+    application = module.Application
+    if not callable(getattr(application, "_handle", None)):
+        raise TypeError("aiohttp.web_app.Application has no _handle")
+    return [(application, "_handle", patch_handle(web_exceptions.HTTPException))]
+
+
+def _web_urldispatcher(module: ModuleType) -> list[PatchSpec]:
+    match_info = module.UrlMappingMatchInfo
+    handler = vars(match_info).get("handler")
+    if not isinstance(handler, property):
+        raise TypeError(f"UrlMappingMatchInfo.handler is not a property: {handler!r}")
+    return [(match_info, "handler", patch_handler)]
+
+
+HOOKS: dict[str, Hook] = {
+    "aiohttp.web_app": _web_app,
+    "aiohttp.web_urldispatcher": _web_urldispatcher,
+}

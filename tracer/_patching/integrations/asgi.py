@@ -1,7 +1,137 @@
-"""Integration: asgi (to be written)."""
+"""Integration: ASGI. ``InvoseqMiddleware`` measures each HTTP request an ASGI application serves;
+the Starlette and FastAPI integrations put it outermost in every application's middleware stack,
+and a program may wrap any other ASGI application in it by hand::
+
+    app = InvoseqMiddleware(app)
+
+A request continues the caller's sequence from its ``traceparent``/``tracestate`` headers (or
+starts one, ``_http.begin_server``), runs the application with its context value attached, and
+ends when the application returns, after the last body message: the status is the one the
+``http.response.start`` message sent, a 5xx or an exception (re-raised) marks it an error.
+``lifespan`` and ``websocket`` scopes pass through untouched.
+
+Never twice: the request is kept in the scope (``REQUEST_KEY``), and a middleware that finds one
+there, a hand-added one inside the framework's, or a mounted application's, only passes the request
+on. Whoever matches the route names the request through ``name_route`` (the framework
+integrations; one that matches nothing leaves it named by its verb alone, ``"GET"``).
+
+This integration patches nothing itself (``HOOKS`` is empty): disabling ``asgi`` changes nothing;
+disable ``starlette`` and ``fastapi`` to leave their applications alone.
+"""
 
 from __future__ import annotations
 
-from tracer._patching.integrations import Hook
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from opentelemetry.propagators.textmap import Getter
+
+from tracer._core import context, recorder
+from tracer._patching.integrations import Hook, _http
+
+__all__ = ["HEADERS", "PREFIX_KEY", "REQUEST_KEY", "InvoseqMiddleware", "name_route"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: The scope key holding the request's ``_http.ServerRequest``.
+REQUEST_KEY: Final = "invoseq.request"
+#: The scope key holding the route templates of the mounts matched so far (``"/api/{version}"``).
+PREFIX_KEY: Final = "invoseq.prefix"
+#: The scope key holding the route to name the request by when nothing more specific matched
+#: (a mount's ``"/static/{path}"``).
+FALLBACK_KEY: Final = "invoseq.fallback_route"
+
+_set = context.current.set
+_reset = context.current.reset
+
+
+class ScopeHeaders(Getter[Scope]):
+    """An ASGI scope's ``headers``: ``(name, value)`` byte pairs, one pair per header line (two
+    ``tracestate`` lines are two items); names match in any case."""
+
+    def get(self, carrier: Scope, key: str) -> list[str] | None:
+        found = [
+            value.decode("latin-1")
+            for name, value in carrier.get("headers") or ()
+            if name.decode("latin-1").lower() == key
+        ]
+        return found or None
+
+    def keys(self, carrier: Scope) -> list[str]:
+        return [name.decode("latin-1") for name, _ in carrier.get("headers") or ()]
+
+
+HEADERS: Final = ScopeHeaders()
+
+
+def name_route(scope: Scope, route: str | None) -> None:
+    """Name the scope's request by ``route`` (a template, ``"/price/{item}"``), after the mounts it
+    went through; the first name wins. Nothing without a request, never raises."""
+    request = scope.get(REQUEST_KEY)
+    if not isinstance(request, _http.ServerRequest) or not route:
+        return
+    try:
+        request.name(str(scope.get(PREFIX_KEY, "")) + route)
+    except Exception as exc:
+        recorder.internal_error(exc)
+
+
+class InvoseqMiddleware:
+    """ASGI middleware: each HTTP request one invocation, named ``"GET /price/{item}"`` (module
+    docstring). ``framework`` names the module of the invocations (``"starlette"``); ``app`` is the
+    application it wraps (frameworks walk their middleware stacks through it)."""
+
+    def __init__(self, app: ASGIApp, *, framework: str = "asgi") -> None:
+        self.app = app
+        self.framework = framework
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") != "http" or REQUEST_KEY in scope:
+            await self.app(scope, receive, send)
+            return
+        request = _http.begin_server(
+            self.framework, str(scope.get("method", "")), str(scope.get("path", "")), scope, HEADERS
+        )
+        if request is None:
+            await self.app(scope, receive, send)
+            return
+        scope[REQUEST_KEY] = request
+        status: int | None = None
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message.get("type") == "http.response.start":
+                found = message.get("status")
+                status = found if isinstance(found, int) else None
+            await send(message)
+
+        token = _set(request.value)
+        serving = _http.serving()
+        try:
+            await self.app(scope, receive, send_status)
+        except BaseException as exc:
+            _finish(request, scope, status, exc)
+            raise
+        finally:
+            _http.done_serving(serving)
+            _reset(token)
+        _finish(request, scope, status, None)
+
+
+def _finish(
+    request: _http.ServerRequest, scope: Scope, status: int | None, exc: BaseException | None
+) -> None:
+    try:
+        fallback = scope.get(FALLBACK_KEY)
+        if isinstance(fallback, str) and not request.call.opened:
+            request.name(fallback)
+        request.finish(status, exc)
+    except Exception as error:
+        recorder.internal_error(error)
+
 
 HOOKS: dict[str, Hook] = {}

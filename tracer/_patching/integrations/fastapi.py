@@ -1,7 +1,97 @@
-"""Integration: fastapi (to be written)."""
+"""Integration: FastAPI. Each HTTP request is one invocation named by its method and route
+template (``"fastapi.GET /price/{item}"``), the endpoint function a traced child; the rest of the
+request (middleware, Starlette routes, mounts) is the ``starlette`` integration's.
+
+- ``FastAPI.build_middleware_stack``, when FastAPI overrides Starlette's (it does today):
+  the stack is wrapped in ``asgi.InvoseqMiddleware``, outermost. The stack is built at the first
+  request, so an application created before ``instrument()`` is measured too.
+- ``fastapi.routing._route_selected`` (FastAPI's own hook for its telemetry, where there is one)
+  names the request by the selected route's template, prefixes of included routers in it; older
+  releases name it through Starlette's ``Route.handle``.
+- ``fastapi.routing.run_endpoint_function`` runs ``dependant.call``, the endpoint, traced
+  (``_endpoints.endpoint``, one wrapper per function) through a view of the dependant, so
+  FastAPI's signature and dependency introspection, done when the route was created, never sees
+  the wrapper. A sync endpoint runs in anyio's thread pool in a copy of the request's context:
+  its parent is the request.
+
+``INVOSEQ_DISABLED_INTEGRATIONS=fastapi`` leaves FastAPI alone.
+"""
 
 from __future__ import annotations
 
-from tracer._patching.integrations import Hook
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Any, Final
 
-HOOKS: dict[str, Hook] = {}
+from tracer._core import recorder
+from tracer._patching.integrations import Hook, PatchSpec, _endpoints, asgi, starlette
+
+FRAMEWORK: Final = "fastapi"
+
+
+class _TracedDependant:
+    """A dependant seen through with ``call`` traced."""
+
+    __slots__ = ("_dependant", "call")
+
+    def __init__(self, dependant: Any, call: Callable[..., Any]) -> None:
+        self._dependant = dependant
+        self.call = call
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._dependant, name)
+
+
+def patch_run_endpoint(
+    original: Callable[..., Awaitable[Any]],
+) -> Callable[..., Awaitable[Any]]:
+    async def run_endpoint_function(*args: Any, **kwargs: Any) -> Any:
+        dependant = kwargs.get("dependant")
+        call = getattr(dependant, "call", None)
+        if call is not None:
+            traced = _endpoints.endpoint(call)
+            if traced is not call:
+                kwargs["dependant"] = _TracedDependant(dependant, traced)
+        return await original(*args, **kwargs)
+
+    starlette.copy_names(run_endpoint_function, original)
+    return run_endpoint_function
+
+
+def patch_route_selected(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _route_selected(*args: Any, **kwargs: Any) -> Any:
+        try:
+            scope = kwargs.get("scope")
+            path = kwargs.get("path")
+            # A mount adds its prefix in Starlette's Mount.handle, called next.
+            if isinstance(scope, dict) and isinstance(path, str) and not kwargs.get("mount"):
+                asgi.name_route(scope, path)
+        except Exception as exc:
+            recorder.internal_error(exc)
+        return original(*args, **kwargs)
+
+    starlette.copy_names(_route_selected, original)
+    return _route_selected
+
+
+def _applications(module: ModuleType) -> list[PatchSpec]:
+    fastapi = module.FastAPI
+    if "build_middleware_stack" not in vars(fastapi):
+        return []  # Starlette's, which the starlette integration wraps
+    return [(fastapi, "build_middleware_stack", starlette.wrap_stack(FRAMEWORK))]
+
+
+def _routing(module: ModuleType) -> list[PatchSpec]:
+    if not callable(module.run_endpoint_function):
+        raise TypeError("fastapi.routing.run_endpoint_function is not callable")
+    patches: list[PatchSpec] = [(module, "run_endpoint_function", patch_run_endpoint)]
+    if callable(getattr(module, "_route_selected", None)):
+        patches.append((module, "_route_selected", patch_route_selected))
+    return patches
+
+
+HOOKS: dict[str, Hook] = {
+    "fastapi.applications": _applications,
+    "fastapi.routing": _routing,
+    "anyio._backends._asyncio": _endpoints.detach_anyio_workers,
+}

@@ -1,7 +1,104 @@
-"""Integration: flask (to be written)."""
+"""Integration: flask.
+
+Patches the class ``flask.app.Flask`` (so an application created before ``instrument()``, or from
+``from flask import Flask`` run earlier, is measured as well):
+
+- ``wsgi_app`` and ``__call__`` measure the request (``wsgi.serve``; ``__call__`` too, so a
+  middleware the program put on ``app.wsgi_app`` before instrumenting counts in the request);
+  under a WSGI server the ``wsgi`` integration measures already, the request is measured once;
+- ``full_dispatch_request`` names it once Flask matched the URL, before the ``before_request``
+  functions run: ``"GET /price/<item>"`` (the rule as written, blueprint prefix included),
+  ``"GET"`` when nothing matched (a 404, a 405);
+- ``ensure_sync``, through which ``dispatch_request`` calls the view of the matched endpoint, runs
+  that view as a traced child named after the user's function (``shop.views.price``) or, for a
+  class-based view (``View``, ``MethodView``), its class; a view already ``@traced`` is left be.
+  Every route is covered however it was registered (``@app.route``, blueprints,
+  ``add_url_rule``), before or after instrumenting: ``app.view_functions`` is never changed;
+- ``handle_exception`` keeps the unhandled exception, so the 500 it becomes is an error named by
+  the exception's type.
+
+The status is an attribute (``http.response.status_code``), as are the route and the method.
+"""
 
 from __future__ import annotations
 
-from tracer._patching.integrations import Hook
+import contextvars
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
 
-HOOKS: dict[str, Hook] = {}
+from tracer._patching.integrations import Hook, PatchSpec, _served, wsgi
+
+if TYPE_CHECKING:
+    pass
+
+FRAMEWORK: Final = "flask"
+PATCHED: Final = (
+    "wsgi_app",
+    "__call__",
+    "full_dispatch_request",
+    "ensure_sync",
+    "handle_exception",
+)
+
+#: The view of the endpoint being dispatched (what ``ensure_sync`` is about to get).
+_view: contextvars.ContextVar[Any] = contextvars.ContextVar("invoseq_flask_view", default=None)
+
+
+_measure = wsgi.measuring(FRAMEWORK)
+
+
+def _hook(module: ModuleType) -> list[PatchSpec]:
+    flask = module.Flask
+    request = module.request  # the proxy of the request being served
+    for name in PATCHED:
+        if not callable(getattr(flask, name, None)):
+            raise TypeError(f"flask.Flask has no {name}()")
+
+    def full_dispatch_request(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def naming(self: Any) -> Any:
+            served = _served.served_in(request.environ)
+            if served is None:
+                return original(self)
+            rule = request.url_rule
+            served.name(FRAMEWORK, getattr(rule, "rule", None))
+            endpoint = getattr(rule, "endpoint", None)
+            token = _view.set(None if endpoint is None else self.view_functions.get(endpoint))
+            try:
+                return original(self)
+            finally:
+                _view.reset(token)
+
+        return functools.update_wrapper(naming, original)
+
+    def ensure_sync(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        def tracing(self: Any, func: Any) -> Any:
+            call = original(self, func)
+            view = _view.get()
+            if view is None or func is not view:
+                return call
+            _view.set(None)  # the view, once: not the error handler that may be the same
+            return _served.trace_call(view, call)
+
+        return functools.update_wrapper(tracing, original)
+
+    def handle_exception(original: Callable[[Any, Exception], Any]) -> Callable[..., Any]:
+        def keeping(self: Any, e: Exception) -> Any:
+            served = _served.served_in(request.environ)
+            if served is not None:
+                served.exception = e
+            return original(self, e)
+
+        return functools.update_wrapper(keeping, original)
+
+    return [
+        (flask, "wsgi_app", _measure),
+        (flask, "__call__", _measure),
+        (flask, "full_dispatch_request", full_dispatch_request),
+        (flask, "ensure_sync", ensure_sync),
+        (flask, "handle_exception", handle_exception),
+    ]
+
+
+HOOKS: dict[str, Hook] = {"flask.app": _hook}

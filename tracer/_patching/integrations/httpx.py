@@ -1,7 +1,63 @@
-"""Integration: httpx (to be written)."""
+"""httpx: ``Client.send`` and ``AsyncClient.send`` are one invocation per request,
+``"GET host/path"``.
+
+``send`` takes the ``Request`` that goes on the wire (``client.get`` and ``client.stream`` build
+one and send it); the hand-off is written into its headers (``_clients``: a request object sent
+again gets a fresh one). Redirects and authentication retries inside ``send`` are the same
+invocation, whose status is the final response's; the redirected requests carry the same
+hand-off. The invocation ends when ``send`` returns: with ``stream=True`` (``client.stream``),
+once the response headers are in, before the body is read.
+"""
 
 from __future__ import annotations
 
-from tracer._patching.integrations import Hook
+import functools
+from collections.abc import Callable, Coroutine
+from types import ModuleType
+from typing import Any, Final
 
-HOOKS: dict[str, Hook] = {}
+from tracer._patching.integrations import Hook, PatchSpec, _clients
+
+LIBRARY: Final = "httpx"
+
+
+def _describe(request: Any) -> Callable[[], tuple[str, str]]:
+    return lambda: (request.method, str(request.url))
+
+
+def patch_send(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def send(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        client = _clients.begin(LIBRARY, _describe(request))
+        if client is None:
+            return original(self, request, *args, **kwargs)
+        _clients.inject_request(client, request)
+        return _clients.call(client, lambda: original(self, request, *args, **kwargs))
+
+    return send
+
+
+def patch_async_send(
+    original: Callable[..., Coroutine[Any, Any, Any]],
+) -> Callable[..., Coroutine[Any, Any, Any]]:
+    @functools.wraps(original)
+    async def send(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        client = _clients.begin(LIBRARY, _describe(request))
+        if client is None:
+            return await original(self, request, *args, **kwargs)
+        _clients.inject_request(client, request)
+        return await _clients.call_async(client, lambda: original(self, request, *args, **kwargs))
+
+    return send
+
+
+def _hook(module: ModuleType) -> list[PatchSpec]:
+    _clients.require(module.Client, "send", ("self", "request"))
+    _clients.require(module.AsyncClient, "send", ("self", "request"))
+    return [
+        (module.Client, "send", patch_send),
+        (module.AsyncClient, "send", patch_async_send),
+    ]
+
+
+HOOKS: dict[str, Hook] = {"httpx": _hook}

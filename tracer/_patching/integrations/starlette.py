@@ -1,7 +1,159 @@
-"""Integration: starlette (to be written)."""
+"""Integration: Starlette. Each HTTP request an application serves is one invocation, named by its
+method and route template (``"starlette.GET /price/{item}"``), the endpoint a traced child.
+
+- ``Starlette.build_middleware_stack``: what it returns is wrapped in ``asgi.InvoseqMiddleware``,
+  so the middleware is outermost, outside Starlette's ``ServerErrorMiddleware`` (which turns an
+  exception into a 500 and re-raises it) and the program's own middleware. Starlette builds the
+  stack at the first request, so an application created before ``instrument()`` is measured too.
+- ``Route.handle`` names the request by the route's template (``path_format``, after the templates
+  of the mounts it went through) and, when the route runs a view function through Starlette's
+  ``request_response``, runs an equivalent application whose function is the traced one
+  (``_endpoints.endpoint``), built once per route. A sync function runs in anyio's thread pool in
+  a copy of the request's context: its parent is the request. A route with middleware of its own
+  keeps its endpoint untraced (the function is out of reach inside the middleware).
+- ``Mount.handle`` adds the mount's template to the prefix of the routes it leads to, and names
+  the request ``"/static/{path}"`` when nothing inside it does (a mounted ``StaticFiles``).
+- anyio's worker threads start with no context (``_endpoints.detach_anyio_workers``).
+
+``INVOSEQ_DISABLED_INTEGRATIONS=starlette`` leaves Starlette alone (FastAPI's own pieces are the
+``fastapi`` integration's).
+"""
 
 from __future__ import annotations
 
-from tracer._patching.integrations import Hook
+import weakref
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final
 
-HOOKS: dict[str, Hook] = {}
+from tracer._core import recorder
+from tracer._patching.integrations import Hook, PatchSpec, _endpoints, asgi
+
+FRAMEWORK: Final = "starlette"
+_UNTRACED: Final = object()
+
+Handle = Callable[[Any, asgi.Scope, asgi.Receive, asgi.Send], Any]
+
+
+def wrap_stack(framework: str) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+    """``make_replacement`` of a ``build_middleware_stack``: the stack wrapped in the middleware
+    measuring ``framework``'s requests (``"fastapi"`` for a FastAPI application that inherits
+    Starlette's, as releases of FastAPI that do not override it do)."""
+
+    def make(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def build_middleware_stack(self: Any) -> Any:
+            named = framework
+            if any(c.__module__.startswith("fastapi.") for c in type(self).__mro__):
+                named = "fastapi"
+            return asgi.InvoseqMiddleware(original(self), framework=named)
+
+        copy_names(build_middleware_stack, original)
+        return build_middleware_stack
+
+    return make
+
+
+def copy_names(replacement: Any, original: Any) -> None:
+    """Give a replacement the names of the function it replaces (tracebacks, ``repr``)."""
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        if hasattr(original, name):
+            setattr(replacement, name, getattr(original, name))
+
+
+async def _probe(request: Any) -> None:
+    """An endpoint to learn from (``patch_route_handle``), never called."""
+
+
+class _WithApp:
+    """A route seen through with another ``app``: the original ``Route.handle`` runs it as the
+    route's own (the method check first, as always)."""
+
+    __slots__ = ("_route", "app")
+
+    def __init__(self, route: Any, app: Any) -> None:
+        self._route = route
+        self.app = app
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._route, name)
+
+
+def patch_route_handle(request_response: Callable[[Any], Any]) -> Callable[[Handle], Handle]:
+    """``make_replacement`` of ``Route.handle``; ``request_response`` is Starlette's own, which
+    builds the application running the traced endpoint."""
+    # The code of the applications request_response makes: a route whose app runs it calls its
+    # endpoint as request_response(endpoint) would, so request_response(traced) can stand in.
+    app_code = getattr(request_response(_probe), "__code__", None)
+    if app_code is None:
+        raise TypeError("starlette.routing.request_response does not return a function")
+    # The route's own application -> the one running its endpoint traced (_UNTRACED: none).
+    traced_apps: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+    def traced_app(route: Any) -> Any:
+        """The route's application with its endpoint traced, or None to run the route's own."""
+        app = getattr(route, "app", None)
+        if getattr(app, "__code__", None) is not app_code:
+            return None  # an ASGI endpoint, a route's own middleware, FastAPI's APIRoute
+        try:
+            found = traced_apps.get(app)
+            if found is None:
+                endpoint = route.endpoint
+                traced = _endpoints.endpoint(endpoint)
+                found = _UNTRACED if traced is endpoint else request_response(traced)
+                traced_apps[app] = found
+            return None if found is _UNTRACED else found
+        except Exception as exc:
+            recorder.internal_error(exc)
+            return None
+
+    def make(original: Handle) -> Handle:
+        async def handle(
+            self: Any, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send
+        ) -> None:
+            if scope.get(asgi.REQUEST_KEY) is not None and scope.get("type") == "http":
+                asgi.name_route(scope, getattr(self, "path_format", None))
+                app = traced_app(self)
+                if app is not None:
+                    await original(_WithApp(self, app), scope, receive, send)
+                    return
+            await original(self, scope, receive, send)
+
+        copy_names(handle, original)
+        return handle
+
+    return make
+
+
+def patch_mount_handle(original: Handle) -> Handle:
+    async def handle(self: Any, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
+        if scope.get(asgi.REQUEST_KEY) is not None:
+            template = getattr(self, "path_format", None)
+            if isinstance(template, str):
+                prefix = str(scope.get(asgi.PREFIX_KEY, "")) + template.removesuffix("/{path}")
+                scope[asgi.PREFIX_KEY] = prefix
+                scope[asgi.FALLBACK_KEY] = prefix + "/{path}"
+        await original(self, scope, receive, send)
+
+    copy_names(handle, original)
+    return handle
+
+
+def _applications(module: ModuleType) -> list[PatchSpec]:
+    return [(module.Starlette, "build_middleware_stack", wrap_stack(FRAMEWORK))]
+
+
+def _routing(module: ModuleType) -> list[PatchSpec]:
+    request_response = module.request_response
+    if not callable(request_response):
+        raise TypeError(f"starlette.routing.request_response is not callable: {request_response!r}")
+    return [
+        (module.Route, "handle", patch_route_handle(request_response)),
+        (module.Mount, "handle", patch_mount_handle),
+    ]
+
+
+HOOKS: dict[str, Hook] = {
+    "starlette.applications": _applications,
+    "starlette.routing": _routing,
+    "anyio._backends._asyncio": _endpoints.detach_anyio_workers,
+}

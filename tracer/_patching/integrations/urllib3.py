@@ -1,7 +1,102 @@
-"""Integration: urllib3 (to be written)."""
+"""urllib3: ``PoolManager.urlopen`` and ``HTTPConnectionPool.urlopen`` are one invocation per
+request, ``"GET host/path"``.
+
+Both are patched: a ``PoolManager`` (``urllib3.request``, ``PoolManager().request``) follows
+redirects across hosts itself, one pool call per hop, and a pool used directly (as requests' adapter
+uses it) retries and redirects inside its own ``urlopen``. Either way the outermost call is the
+invocation and the calls inside it pass through (``_http``: one client call at a time), so
+retries and redirects are one invocation with the final status, their requests carrying the same
+hand-off; a ``MaxRetryError`` marks it an error. The invocation ends when ``urlopen`` returns,
+which with ``preload_content=False`` is before the body is read.
+
+The hand-off goes into a copy of the headers (the caller's dict, or the pool's or manager's
+default headers when the call names none): a dict the caller passes again is never changed.
+"""
 
 from __future__ import annotations
 
-from tracer._patching.integrations import Hook
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final
 
-HOOKS: dict[str, Hook] = {}
+from tracer._core import recorder
+from tracer._patching.integrations import Hook, PatchSpec, _clients
+from tracer._patching.integrations._http import ClientRequest
+
+LIBRARY: Final = "urllib3"
+#: ``HTTPConnectionPool.urlopen(method, url, body, headers, ...)``: where ``headers`` is in the
+#: positional arguments after ``url`` (urllib3's own retries pass it positionally).
+_HEADERS_AT: Final = 1
+
+
+def _with_headers(
+    client: ClientRequest,
+    default: Callable[[], Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    positional: bool,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments with the headers replaced by a copy carrying the hand-off (unchanged when
+    that fails). ``default()``: the headers the library sends when the call names none."""
+    try:
+        at = positional and len(args) > _HEADERS_AT
+        given = args[_HEADERS_AT] if at else kwargs.get("headers")
+        headers = _clients.copy_headers(default() if given is None else given)
+        _clients.inject(client, headers)
+        if at:
+            return (*args[:_HEADERS_AT], headers, *args[_HEADERS_AT + 1 :]), kwargs
+        return args, {**kwargs, "headers": headers}
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return args, kwargs
+
+
+def patch_pool_urlopen(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def urlopen(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        client = _clients.begin(
+            LIBRARY, lambda: (method, _clients.target_url(self.scheme, self.host, self.port, url))
+        )
+        if client is None:
+            return original(self, method, url, *args, **kwargs)
+        args, kwargs = _with_headers(client, lambda: self.headers, args, kwargs, positional=True)
+        return _clients.call(client, lambda: original(self, method, url, *args, **kwargs))
+
+    return urlopen
+
+
+def patch_manager_urlopen(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def urlopen(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        client = _clients.begin(LIBRARY, lambda: (method, url))
+        if client is None:
+            return original(self, method, url, *args, **kwargs)
+        # The manager sends its default headers only when the call names none at all (a pool
+        # the manager made has no headers of its own for an explicit None).
+        named = "headers" in kwargs
+        args, kwargs = _with_headers(
+            client, lambda: None if named else self.headers, args, kwargs, positional=False
+        )
+        return _clients.call(client, lambda: original(self, method, url, *args, **kwargs))
+
+    return urlopen
+
+
+def _pool_hook(module: ModuleType) -> list[PatchSpec]:
+    pool = module.HTTPConnectionPool
+    _clients.require(pool, "urlopen", ("self", "method", "url", "body", "headers"))
+    return [(pool, "urlopen", patch_pool_urlopen)]
+
+
+def _manager_hook(module: ModuleType) -> list[PatchSpec]:
+    manager = module.PoolManager
+    _clients.require(manager, "urlopen", ("self", "method", "url"))
+    return [(manager, "urlopen", patch_manager_urlopen)]
+
+
+HOOKS: dict[str, Hook] = {
+    "urllib3.connectionpool": _pool_hook,
+    "urllib3.poolmanager": _manager_hook,
+}

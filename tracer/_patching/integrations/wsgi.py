@@ -1,7 +1,267 @@
-"""Integration: wsgi (to be written)."""
+"""Integration: wsgi, any WSGI application, and the WSGI half of the Flask and Django integrations.
+
+``serve`` measures one request: it continues the caller's sequence from the ``traceparent`` and
+``tracestate`` headers of the environ (``HTTP_TRACEPARENT``) or starts one, runs the application
+under the request's context, takes the status from ``start_response``, and hands the server a
+response iterable that produces each chunk under that context too: the request ends when the
+server closes it (a streamed body counts), or when it is exhausted if the application's own
+iterable has no ``close``. An exception from the application, or a 5xx status, marks it an error.
+A ``wsgi.file_wrapper`` the application returns stays one (the server may still send the file
+with ``sendfile``): the request ends at its ``close``.
+
+``InvoseqMiddleware(app)`` wraps an application by hand. The hooks wrap every application that
+``wsgiref`` runs (``wsgiref.handlers.BaseHandler.run``: ``wsgiref.simple_server``, Django's
+``runserver``) and that gunicorn's WSGI workers load (``gunicorn.workers.base.Worker.load_wsgi``;
+its ASGI and tornado workers are left alone); such a request, with no route known, is named by its
+verb alone (``wsgi`` ``"GET"``), unless a framework inside names it (``_served``). Flask and
+Django reuse ``serve``; a request is measured once however many of these layers see it.
+"""
 
 from __future__ import annotations
 
-from tracer._patching.integrations import Hook
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-HOOKS: dict[str, Hook] = {}
+from opentelemetry.propagators.textmap import Getter
+
+from tracer._core import context
+from tracer._patching.integrations import Hook, PatchSpec, _http, _served
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+FRAMEWORK: Final = "wsgi"
+#: Marks the patches of this module: an application a server hook wrapped for good (gunicorn's)
+#: measures only while one is installed.
+PATCH_MARK: Final = "__invoseq_wsgi__"
+#: The gunicorn workers that call their ``wsgi`` as a WSGI application, by module.
+GUNICORN_WSGI_WORKERS: Final = frozenset(
+    {"gunicorn.workers.sync", "gunicorn.workers.gthread", "gunicorn.workers.base_async"}
+)
+
+_set = context.current.set
+_reset = context.current.reset
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class EnvironHeaders(Getter["WSGIEnvironment"]):
+    """A WSGI environ as a carrier: header ``trace-state`` is ``HTTP_TRACE_STATE``; the fields
+    of a repeated header arrive joined by ``,`` in one value, as one field of a list does."""
+
+    def get(self, carrier: WSGIEnvironment, key: str) -> list[str] | None:
+        value = carrier.get("HTTP_" + key.upper().replace("-", "_"))
+        return [value] if isinstance(value, str) else None
+
+    def keys(self, carrier: WSGIEnvironment) -> list[str]:
+        return [k[5:].lower().replace("_", "-") for k in carrier if k.startswith("HTTP_")]
+
+
+ENVIRON: Final = EnvironHeaders()
+
+
+def status_code(status: object) -> int | None:
+    """The code of a WSGI status line (``"404 Not Found"``), or None."""
+    if not isinstance(status, str):
+        return None
+    code = status[:3]
+    return int(code) if code.isdigit() else None
+
+
+def serve(
+    framework: str,
+    app: WSGIApplication,
+    environ: WSGIEnvironment,
+    start_response: StartResponse,
+) -> Iterable[bytes]:
+    """Run ``app`` for one request, measured as ``framework``'s (module docstring); just run it
+    when an outer layer measures the request already or the tracer is not recording."""
+    served = _served.begin(
+        environ,
+        framework,
+        str(environ.get("REQUEST_METHOD") or "GET"),
+        str(environ.get("SCRIPT_NAME") or "") + str(environ.get("PATH_INFO") or ""),
+        ENVIRON,
+    )
+    if served is None:
+        return app(environ, start_response)
+
+    def start(
+        status: str,
+        headers: list[tuple[str, str]],
+        exc_info: tuple[type[BaseException], BaseException, TracebackType]
+        | tuple[None, None, None]
+        | None = None,
+    ) -> Callable[[bytes], object]:
+        served.status = status_code(status)
+        if exc_info is None:
+            return start_response(status, headers)
+        return start_response(status, headers, exc_info)
+
+    with _served.attached(served):
+        result = app(environ, start)
+    return _response(result, served, environ)
+
+
+def _response(result: Iterable[bytes], served: _served.Served, environ: Any) -> Iterable[bytes]:
+    """What the server gets: the application's file wrapper, its ``close`` ending the request,
+    else a ``Body``."""
+    file_wrapper = environ.get("wsgi.file_wrapper")
+    if isinstance(file_wrapper, type) and isinstance(result, file_wrapper):
+        close = getattr(result, "close", None)
+
+        def close_file() -> None:
+            with _served.attached(served):
+                if close is not None:
+                    close()
+            served.finish()
+
+        try:
+            result.close = close_file  # type: ignore[attr-defined]
+            return result
+        except (AttributeError, TypeError):  # slots: iterate it ourselves
+            pass
+    return Body(result, served)
+
+
+class Body:
+    """The response iterable of a measured request (module docstring)."""
+
+    __slots__ = ("_failed", "_iterator", "_result", "_served")
+
+    def __init__(self, result: Iterable[bytes], served: _served.Served) -> None:
+        self._result = result
+        self._served = served
+        self._iterator: Iterator[bytes] | None = None
+        self._failed: BaseException | None = None  # raised while producing: the request's end
+
+    def __iter__(self) -> Body:
+        return self
+
+    def __next__(self) -> bytes:
+        served = self._served
+        token = _set(served.request.value)
+        serving = _http.serving()
+        try:
+            if self._iterator is None:
+                self._iterator = iter(self._result)
+            return next(self._iterator)
+        except StopIteration:
+            if not hasattr(self._result, "close"):
+                served.finish()
+            raise
+        except BaseException as exc:
+            self._failed = exc
+            if not hasattr(self._result, "close"):
+                served.finish(exc)
+            raise
+        finally:
+            _http.done_serving(serving)
+            _reset(token)
+
+    def __bool__(self) -> bool:
+        return True  # not by ``__len__``: most bodies have no length
+
+    def __len__(self) -> int:
+        """The application's count of chunks, where it has one (wsgiref sets Content-Length by
+        it); a TypeError otherwise, as for any unsized iterable."""
+        return len(self._result)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        served = self._served
+        close = getattr(self._result, "close", None)
+        if close is not None:
+            with _served.attached(served):
+                close()
+        served.finish(self._failed)
+
+
+def measuring(
+    framework: str,
+) -> Callable[[Callable[..., Iterable[bytes]]], Callable[..., Iterable[bytes]]]:
+    """A patch's maker: a WSGI application method (``Flask.wsgi_app``, Django's
+    ``WSGIHandler.__call__``) measuring ``framework``'s requests, unless an outer layer does."""
+
+    def make(original: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+        def measured(
+            self: Any, environ: WSGIEnvironment, start_response: StartResponse
+        ) -> Iterable[bytes]:
+            if _served.KEY in environ:
+                return original(self, environ, start_response)
+            return serve(framework, functools.partial(original, self), environ, start_response)
+
+        return functools.update_wrapper(measured, original)
+
+    return make
+
+
+class InvoseqMiddleware:
+    """A WSGI application measured: ``app.wsgi_app = InvoseqMiddleware(app.wsgi_app)``, or
+    around any WSGI application (module docstring). ``framework`` names the module of the
+    request's name (``"wsgi.GET"``)."""
+
+    def __init__(self, app: WSGIApplication, framework: str = FRAMEWORK) -> None:
+        self.app = app
+        self.framework = framework
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        return serve(self.framework, self.app, environ, start_response)
+
+
+class _Loaded(InvoseqMiddleware):
+    """An application a server hook wrapped for as long as the server runs: it measures only
+    while ``owner.name`` is a patch of this module (after ``uninstrument`` it passes through)."""
+
+    def __init__(self, app: WSGIApplication, owner: Any, name: str) -> None:
+        super().__init__(app)
+        self.owner = owner
+        self.name = name
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if not getattr(getattr(self.owner, self.name, None), PATCH_MARK, False):
+            return self.app(environ, start_response)
+        return serve(self.framework, self.app, environ, start_response)
+
+
+def _marked(replacement: F, original: Any) -> F:
+    """``replacement`` named as ``original`` and marked as this module's patch."""
+    functools.update_wrapper(replacement, original)
+    setattr(replacement, PATCH_MARK, True)
+    return replacement
+
+
+def _wsgiref(module: ModuleType) -> list[PatchSpec]:
+    handler = module.BaseHandler
+    if not callable(getattr(handler, "run", None)):
+        raise TypeError("wsgiref.handlers.BaseHandler has no run()")
+
+    def make(original: Callable[[Any, WSGIApplication], None]) -> Callable[..., None]:
+        def run(self: Any, application: WSGIApplication) -> None:
+            original(self, functools.partial(serve, FRAMEWORK, application))
+
+        return _marked(run, original)
+
+    return [(handler, "run", make)]
+
+
+def _gunicorn(module: ModuleType) -> list[PatchSpec]:
+    worker = module.Worker
+    if not callable(getattr(worker, "load_wsgi", None)):
+        raise TypeError("gunicorn.workers.base.Worker has no load_wsgi()")
+
+    def make(original: Callable[[Any], None]) -> Callable[[Any], None]:
+        def load_wsgi(self: Any) -> None:
+            original(self)
+            kinds = {cls.__module__ for cls in type(self).__mro__}
+            app = getattr(self, "wsgi", None)
+            if kinds & GUNICORN_WSGI_WORKERS and callable(app) and not isinstance(app, _Loaded):
+                self.wsgi = _Loaded(app, worker, "load_wsgi")
+
+        return _marked(load_wsgi, original)
+
+    return [(worker, "load_wsgi", make)]
+
+
+HOOKS: dict[str, Hook] = {"wsgiref.handlers": _wsgiref, "gunicorn.workers.base": _gunicorn}

@@ -1,0 +1,95 @@
+"""What the server integrations of the asyncio frameworks share beyond ``_http``: the program's
+view functions as traced children of the request, and anyio's worker threads started with no
+context.
+
+``endpoint(fn)`` is ``fn`` traced under its own name (``module.qualname``), as ``@traced`` would
+trace it, its method interned once per function (``handoff.method_for``) and its wrapper kept (at
+most ``MAX_WRAPPERS`` of them), so a framework asking for it on every request costs one lookup. A
+function the program traced itself comes back unchanged (it is the child already), and so does
+anything that is not a function or a method (a class, a callable object): its shape (sync or
+coroutine) cannot be known from outside.
+
+anyio runs the sync endpoints of Starlette and FastAPI in its worker threads, and starts one from
+the task that first needs it: through the thread patch that thread would carry that request's
+context for its whole life, recorded as an invocation of its ``run`` under the first request it
+served. ``detach_anyio_workers`` marks each worker's ``run`` as bound already, so the workers start
+with no context, as a ``ThreadPoolExecutor``'s do. Each call still runs in a copy of its caller's
+context (anyio copies it), so a sync endpoint has its request as exact parent.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final
+
+from tracer._core import decorator, handoff, recorder
+from tracer._patching.integrations import PatchSpec
+
+MAX_WRAPPERS: Final = 4096
+_DETACHED_MARK: Final = "__invoseq_detached__"
+
+_wrappers: dict[Any, Callable[..., Any]] = {}
+
+
+def endpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as a traced call of its own (module docstring); never raises."""
+    try:
+        found = _wrappers.get(fn)
+        hashable = True
+    except TypeError:  # a bound method of an unhashable object
+        found, hashable = None, False
+    if found is not None:
+        return found
+    wrapped = _wrap(fn)
+    if hashable and len(_wrappers) < MAX_WRAPPERS:
+        _wrappers[fn] = wrapped
+    return wrapped
+
+
+def _wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if getattr(target, decorator.TRACED_MARK, False) or getattr(fn, decorator.TRACED_MARK, False):
+        return fn
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        return fn
+    try:
+        wrapper = decorator.wrapper_for(fn, handoff.method_for(fn))
+        functools.update_wrapper(wrapper, fn)
+        setattr(wrapper, decorator.TRACED_MARK, True)
+        return wrapper
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return fn
+
+
+def detach_anyio_workers(module: ModuleType) -> list[PatchSpec]:
+    """The hook of ``anyio._backends._asyncio``: its ``WorkerThread`` starts with no context."""
+    worker = module.WorkerThread
+    if not (isinstance(worker, type) and issubclass(worker, threading.Thread)):
+        raise TypeError(f"anyio's WorkerThread is not a thread class: {worker!r}")
+    return [(worker, "__init__", _detached_init)]
+
+
+def _detached_init(original: Callable[..., None]) -> Callable[..., None]:
+    if getattr(original, _DETACHED_MARK, False):  # the other integration patched it already
+        return original
+
+    @functools.wraps(original)
+    def init(self: threading.Thread, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        run = self.run
+
+        def run_detached() -> None:
+            run()
+
+        setattr(run_detached, handoff.BOUND_MARK, True)  # the thread patch leaves it as it is
+        self.run = run_detached  # type: ignore[method-assign]
+
+    setattr(init, _DETACHED_MARK, True)
+    return init

@@ -1,0 +1,186 @@
+"""What the server integrations of WSGI, Flask and Django share: the request in service, and the
+view functions they trace.
+
+A request is measured once, by the outermost layer that sees it (a WSGI server's hook, a
+framework's entry point, a user's middleware): that layer begins it and stores a ``Served`` in the
+WSGI environ (or the ASGI scope) under ``KEY``; every inner layer finds it there and passes
+straight through, and the framework only names it (``Served.name``) once it matched the route.
+
+The view a request runs is a traced child named after the user's function (``module.qualname``),
+or after its class for a class-based view (``view_class``, as Flask's and Django's ``as_view``
+set it). Views are wrapped where the framework calls them, never in the application's own tables,
+so nothing of the program's state changes; the wrappers are cached per view, a bounded number.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, Final
+
+from opentelemetry.propagators.textmap import Getter
+
+from tracer._core import context, decorator, handoff, recorder
+from tracer._patching.integrations import _http
+
+_set = context.current.set
+_reset = context.current.reset
+
+#: The environ's (or scope's) key of the ``Served`` request.
+KEY: Final = "invoseq.served"
+#: Views remembered at most (wrappers and method ids); past it the cache starts again.
+MAX_VIEWS: Final = 1024
+
+
+class Served:
+    """One request in service (module docstring): its ``ServerRequest``, the status sent, and the
+    exception the framework turned into a response (counted when that response is a 5xx)."""
+
+    __slots__ = ("done", "exception", "request", "status")
+
+    def __init__(self, request: _http.ServerRequest) -> None:
+        self.request = request
+        self.status: int | None = None
+        self.exception: BaseException | None = None
+        self.done = False
+
+    def name(self, framework: str, route: str | None) -> None:
+        """Open the invocation as ``framework``'s ``"GET /route"`` (``"GET"`` for no route)."""
+        try:
+            if not self.request.call.opened:  # the first name wins, and its framework
+                self.request.framework = framework
+                self.request.name(route)
+        except Exception as exc:
+            recorder.internal_error(exc)
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        """End the invocation (once): an exception, or a 5xx status, marks it an error."""
+        if self.done:
+            return
+        self.done = True
+        if exc is None and self.status is not None and self.status >= 500:
+            exc = self.exception
+        try:
+            self.request.finish(self.status, exc)
+        except Exception as inner:
+            recorder.internal_error(inner)
+
+
+@contextlib.contextmanager
+def attached(served: Served) -> Iterator[None]:
+    """The request's context attached for the block, which is outside any client call; an
+    exception leaving the block ends the request as an error (and goes on)."""
+    token = _set(served.request.value)
+    serving = _http.serving()
+    try:
+        yield
+    except BaseException as exc:
+        served.finish(exc)
+        raise
+    finally:
+        _http.done_serving(serving)
+        _reset(token)
+
+
+def begin(
+    holder: MutableMapping[str, Any],
+    framework: str,
+    verb: str,
+    path: str,
+    getter: Getter[Any],
+) -> Served | None:
+    """Begin the request ``holder`` (an environ, a scope) stands for and store it there; None when
+    an outer layer measures it already or the tracer is not recording."""
+    if KEY in holder:
+        return None
+    request = _http.begin_server(framework, verb, path, holder, getter)
+    if request is None:
+        return None
+    served = holder[KEY] = Served(request)
+    return served
+
+
+def served_in(holder: Any) -> Served | None:
+    """The request an environ or a scope carries, if a layer measures it."""
+    served = holder.get(KEY) if isinstance(holder, dict) else None
+    return served if isinstance(served, Served) else None
+
+
+_methods: dict[Any, int] = {}
+_wrappers: dict[Any, Callable[..., Any]] = {}
+_lock = threading.Lock()
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    with _lock:
+        if len(cache) >= MAX_VIEWS:
+            cache.clear()
+        cache[key] = value
+
+
+def view_method(view: Any) -> int:
+    """The interned method naming ``view``: its class for a class-based view, else itself."""
+    found = _methods.get(view)
+    if found is None:
+        view_class = getattr(view, "view_class", None)
+        found = handoff.method_for(view_class if isinstance(view_class, type) else view)
+        _remember(_methods, view, found)
+    return found
+
+
+def is_traced(view: Any) -> bool:
+    return bool(getattr(view, decorator.TRACED_MARK, False))
+
+
+def trace_call(view: Any, call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` (what the framework runs for ``view``, a sync callable) as a traced child named
+    after ``view``; ``call`` itself when ``view`` is traced already (or on a failure here)."""
+    try:
+        if is_traced(view):
+            return call
+        if call is view:
+            cached = _wrappers.get(view)
+            if cached is not None:
+                return cached
+        wrapper = decorator.wrap_with_method(call, view_method(view))
+        if call is view:
+            _remember(_wrappers, view, wrapper)
+        return wrapper
+    except Exception as exc:  # an unhashable callable, a C callable we cannot wrap
+        recorder.internal_error(exc)
+        return call
+
+
+def trace_view(view: Any, is_async: Callable[[Any], bool]) -> Callable[..., Any]:
+    """``view`` as a traced child of the same kind (``is_async`` as the framework decides it:
+    a function only marked as a coroutine function gets a coroutine wrapper) that carries the
+    view's attributes (``csrf_exempt``, ``view_class``, ...); ``view`` itself when traced."""
+    try:
+        if is_traced(view):
+            return view  # type: ignore[no-any-return]
+        cached = _wrappers.get(view)
+        if cached is not None:
+            return cached
+        target = view
+        if is_async(view) and not inspect.iscoroutinefunction(view):
+            target = _awaiting(view)
+        wrapper = decorator.wrapper_for(target, view_method(view))
+        functools.update_wrapper(wrapper, view)
+        _remember(_wrappers, view, wrapper)
+        return wrapper
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return view  # type: ignore[no-any-return]
+
+
+def _awaiting(view: Callable[..., Any]) -> Callable[..., Any]:
+    """A coroutine function awaiting ``view``, a function only marked as one (what returns a
+    coroutine without being ``async def``: a class-based view's ``as_view``)."""
+
+    async def awaiting(*args: Any, **kwargs: Any) -> Any:
+        return await view(*args, **kwargs)
+
+    return awaiting
