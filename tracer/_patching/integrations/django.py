@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 FRAMEWORK: Final = "django"
 
 
-
 def _holder(request: Any) -> Any:
     """The environ (WSGIRequest) or scope (ASGIRequest) a Django request was built from."""
     holder = getattr(request, "environ", None)
