@@ -125,7 +125,7 @@ def ensure_started() -> None:
             _config = resolve({}, strict=False)
             decorator.set_enabled(_config.enabled)
             decorator.set_max_buffered(_config.max_buffered_bytes)
-            if _config.instrument:
+            if _config.instrument and not patching.instrumented():  # tracer run's bootstrap did
                 patching.instrument()
         _start(_config)
 

@@ -172,6 +172,21 @@ def test_uninstrument_restores_every_patched_attribute() -> None:
     assert [a is b for a, b in zip(patched(), originals, strict=True)] == [True, True]
 
 
+def test_after_uninstrument_a_server_set_up_before_is_no_longer_measured(
+    servers: list[Aiohttp],
+) -> None:
+    """The server holds the patched ``_handle`` it was set up with; it passes through now."""
+    with capture(instrument=True) as trace:
+        server = Aiohttp(make_app())
+        servers.append(server)
+        assert server.get("/price/4") == (200, b"item 4")
+        measured = [i.name for i in trace.invocations()]
+        tracer.uninstrument()
+        assert server.get("/price/5") == (200, b"item 5")
+        assert [i.name for i in trace.invocations()] == [*measured, MODULE + "work"]
+    assert measured == ["aiohttp.GET /price/{item}", MODULE + "price", MODULE + "work"]
+
+
 def test_the_integration_is_switched_off_by_name(
     servers: list[Aiohttp], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -364,6 +364,22 @@ def test_uninstrument_restores_every_patched_attribute() -> None:
     assert [name for name in originals if _patched()[name] is not originals[name]] == []
 
 
+@pytest.mark.parametrize("make_app", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
+def test_after_uninstrument_an_app_already_serving_is_no_longer_measured(
+    servers: list[Uvicorn], make_app: Any
+) -> None:
+    """Its middleware stack, built while instrumented, stays with it and passes through."""
+    with capture(instrument=True) as trace:
+        server = Uvicorn(make_app())
+        servers.append(server)
+        assert server.get("/price/1")[0] == 200
+        measured = [i.name for i in trace.invocations()]
+        tracer.uninstrument()
+        assert server.get("/price/2")[0] == 200
+        assert [i.name for i in trace.invocations()] == [*measured, MODULE + "work"]
+    assert measured[0].endswith(".GET /price/{item}")
+
+
 @pytest.mark.parametrize(
     ("disabled", "make_app"),
     [("starlette", starlette_app), ("fastapi", fastapi_app)],

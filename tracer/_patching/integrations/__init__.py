@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 log = logging.getLogger("tracer")
 
@@ -47,9 +47,28 @@ INTEGRATIONS: Final = (
 DISABLED_ENV: Final = "INVOSEQ_DISABLED_INTEGRATIONS"
 
 PatchSpec = tuple[Any, str, Callable[[Any], Any]]
+_F = TypeVar("_F")
 Hook = Callable[[ModuleType], Iterable[PatchSpec]]
 #: Applies the patches of one hook (the caller's patch list keeps the originals).
 Apply = Callable[[Iterable[PatchSpec]], None]
+
+
+#: On a replacement an integration made: something that outlives ``uninstrument`` (a server's
+#: bound handler, a middleware stack an application built) checks with ``installed`` that the
+#: patch it came from is still in place, and passes through when it is not.
+PATCH_MARK: Final = "__invoseq_patch__"
+
+
+def mark(replacement: _F) -> _F:
+    """``replacement``, marked as a patch of an integration (``installed``)."""
+    setattr(replacement, PATCH_MARK, True)
+    return replacement
+
+
+def installed(owner: Any, name: str) -> bool:
+    """Whether ``owner.name`` is (still) a replacement an integration made (any instrument())."""
+    stored = vars(owner).get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    return bool(getattr(stored, PATCH_MARK, False))
 
 
 class UnknownIntegrationError(ValueError):

@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import context, recorder
-from tracer._patching.integrations import Hook, PatchSpec, _endpoints, _http
+from tracer._patching.integrations import Hook, PatchSpec, _endpoints, _http, installed, mark
 
 FRAMEWORK: Final = "aiohttp"
 
@@ -41,12 +41,15 @@ _reset = context.current.reset
 Handle = Callable[[Any, Any], Awaitable[Any]]
 
 
-def patch_handle(http_exception: type[BaseException]) -> Callable[[Handle], Handle]:
-    """``make_replacement`` of ``Application._handle``; ``http_exception`` is
-    ``web.HTTPException``, which carries the status aiohttp answers with."""
+def patch_handle(http_exception: type[BaseException], owner: type) -> Callable[[Handle], Handle]:
+    """``make_replacement`` of ``owner._handle`` (``Application``); ``http_exception`` is
+    ``web.HTTPException``, which carries the status aiohttp answers with. A server set up while
+    instrumented holds the bound replacement: after ``uninstrument`` it passes through."""
 
     def make(original: Handle) -> Handle:
         async def _handle(self: Any, request: Any) -> Any:
+            if not installed(owner, "_handle"):  # uninstrumented since
+                return await original(self, request)
             served = _http.begin_server(
                 FRAMEWORK, str(request.method), str(request.path), request.headers
             )
@@ -80,7 +83,7 @@ def patch_handle(http_exception: type[BaseException]) -> Callable[[Handle], Hand
 
         _handle.__qualname__ = getattr(original, "__qualname__", "_handle")
         _handle.__doc__ = original.__doc__
-        return _handle
+        return mark(_handle)
 
     return make
 
@@ -115,7 +118,7 @@ def _web_app(module: ModuleType) -> list[PatchSpec]:
     application = module.Application
     if not callable(getattr(application, "_handle", None)):
         raise TypeError("aiohttp.web_app.Application has no _handle")
-    return [(application, "_handle", patch_handle(web_exceptions.HTTPException))]
+    return [(application, "_handle", patch_handle(web_exceptions.HTTPException, application))]
 
 
 def _web_urldispatcher(module: ModuleType) -> list[PatchSpec]:

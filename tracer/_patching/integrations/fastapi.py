@@ -78,7 +78,7 @@ def _applications(module: ModuleType) -> list[PatchSpec]:
     fastapi = module.FastAPI
     if "build_middleware_stack" not in vars(fastapi):
         return []  # Starlette's, which the starlette integration wraps
-    return [(fastapi, "build_middleware_stack", starlette.wrap_stack(FRAMEWORK))]
+    return [(fastapi, "build_middleware_stack", starlette.wrap_stack(FRAMEWORK, fastapi))]
 
 
 def _routing(module: ModuleType) -> list[PatchSpec]:

@@ -27,7 +27,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import recorder
-from tracer._patching.integrations import Hook, PatchSpec, _endpoints, asgi
+from tracer._patching.integrations import Hook, PatchSpec, _endpoints, asgi, installed, mark
 
 FRAMEWORK: Final = "starlette"
 _UNTRACED: Final = object()
@@ -35,22 +35,41 @@ _UNTRACED: Final = object()
 Handle = Callable[[Any, asgi.Scope, asgi.Receive, asgi.Send], Any]
 
 
-def wrap_stack(framework: str) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
-    """``make_replacement`` of a ``build_middleware_stack``: the stack wrapped in the middleware
-    measuring ``framework``'s requests (``"fastapi"`` for a FastAPI application that inherits
-    Starlette's, as releases of FastAPI that do not override it do)."""
+def wrap_stack(
+    framework: str, owner: type
+) -> Callable[[Callable[[Any], Any]], Callable[[Any], Any]]:
+    """``make_replacement`` of ``owner.build_middleware_stack``: the stack wrapped in the
+    middleware measuring ``framework``'s requests (``"fastapi"`` for a FastAPI application that
+    inherits Starlette's, as releases of FastAPI that do not override it do). A stack built while
+    instrumented stays with its application: after ``uninstrument`` its middleware passes every
+    request through (the patch is no longer in place), and measures again if it is put back."""
 
     def make(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def build_middleware_stack(self: Any) -> Any:
             named = framework
             if any(c.__module__.startswith("fastapi.") for c in type(self).__mro__):
                 named = "fastapi"
-            return asgi.InvoseqMiddleware(original(self), framework=named)
+            return _Installed(original(self), framework=named, owner=owner)
 
         copy_names(build_middleware_stack, original)
-        return build_middleware_stack
+        return mark(build_middleware_stack)
 
     return make
+
+
+class _Installed(asgi.InvoseqMiddleware):
+    """The middleware a patched ``build_middleware_stack`` put in place: it measures while
+    ``owner.build_middleware_stack`` is patched (by any ``instrument()``), else passes through."""
+
+    def __init__(self, app: asgi.ASGIApp, *, framework: str, owner: type) -> None:
+        super().__init__(app, framework=framework)
+        self.owner = owner
+
+    async def __call__(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
+        if not installed(self.owner, "build_middleware_stack"):
+            await self.app(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def copy_names(replacement: Any, original: Any) -> None:
@@ -139,7 +158,8 @@ def patch_mount_handle(original: Handle) -> Handle:
 
 
 def _applications(module: ModuleType) -> list[PatchSpec]:
-    return [(module.Starlette, "build_middleware_stack", wrap_stack(FRAMEWORK))]
+    starlette = module.Starlette
+    return [(starlette, "build_middleware_stack", wrap_stack(FRAMEWORK, starlette))]
 
 
 def _routing(module: ModuleType) -> list[PatchSpec]:
