@@ -46,6 +46,7 @@ def _subclass(original: type[asyncio.Task[Any]]) -> type[asyncio.Task[Any]]:
             loop: asyncio.AbstractEventLoop | None = None,
             name: str | None = None,
             context: contextvars.Context | None = None,
+            **options: Any,  # eager_start (3.12+) and whatever later Pythons add
         ) -> None:
             current = _get() if context is None else context.get(_var)
             if current is not None:
@@ -53,7 +54,7 @@ def _subclass(original: type[asyncio.Task[Any]]) -> type[asyncio.Task[Any]]:
                 if value is not None:
                     context = contextvars.copy_context() if context is None else context.copy()
                     context.run(_set, value)
-            super().__init__(coro, loop=loop, name=name, context=context)
+            super().__init__(coro, loop=loop, name=name, context=context, **options)
 
     Task.__qualname__ = Task.__name__ = original.__name__
     Task.__module__ = original.__module__

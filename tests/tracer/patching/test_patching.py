@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -185,6 +186,24 @@ def test_task_group_and_create_task_are_task_hand_offs(trace: Capture) -> None:
                 {"name": M + "step", "handoff": "task"},
                 {"name": M + "step", "handoff": "task"},
             ],
+        }
+    ]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="eager_start is new in Python 3.12")
+def test_an_eagerly_started_task_is_a_task_hand_off(trace: Capture) -> None:
+    """``asyncio.Task(coro, eager_start=True)``, as aiohttp's server starts each request."""
+
+    @tracer.traced
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.Task(step(3), loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+
+    asyncio.run(main())
+    assert trace.trees(strip=M) == [
+        {
+            "name": "test_an_eagerly_started_task_is_a_task_hand_off.<locals>.main",
+            "children": [{"name": "step", "handoff": "task"}],
         }
     ]
 
