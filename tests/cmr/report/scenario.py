@@ -1,11 +1,12 @@
 """A known sequence across threads and processes, for the report's browser tests and the guide's
-screenshots: ``checkout`` hands items to a thread pool (one of them raises, caught) and tax
-computations to a process pool, and busy-loops in untraced code so the sampler has frames to
-merge."""
+screenshots: ``checkout`` hands items to a thread pool (one of them logs a warning and raises,
+caught) and tax computations to a process pool, and busy-loops in untraced code so the sampler has
+frames to merge."""
 
 from __future__ import annotations
 
 SCRIPT = """
+import logging
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -33,6 +34,7 @@ def load_cart(n):
 def price_item(item):
     spin(0.006)
     if item == 3:
+        logging.getLogger("shop.pricing").warning("no price for item %d", item)
         raise LookupError(f"no price for item {item}")
     return item * 10
 

@@ -110,6 +110,8 @@ def test_clicking_a_bar_shows_its_details(page: Any, shop: Shop, artifacts: Path
     assert detail("thread") == f"{node['thread']['name']} ({node['thread']['tid']})"
     assert detail("duration").endswith(("ms", "µs"))
     assert detail("self").endswith(("ms", "µs", "ns"))
+    assert detail("logs") == "⚠ WARNING shop.pricing: no price for item 3"
+    assert "log.0" not in detail("attributes")  # shown as a log record, not an attribute
     save_screenshot(page, artifacts, "report-details.png")
 
 
