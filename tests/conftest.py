@@ -46,7 +46,7 @@ ORIGINALS = {(owner, name): _stored(owner, name) for owner, name in PATCHED}
 
 
 #: Folders whose every test starts real processes: each of their tests is marked ``system``.
-SYSTEM_FOLDERS = ("reliability", "processes", "examples", "integrations")
+SYSTEM_FOLDERS = ("reliability", "processes", "examples", "integrations", "queues")
 
 
 def pytest_configure(config: pytest.Config) -> None:

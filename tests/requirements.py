@@ -4,7 +4,7 @@ A developer without PostgreSQL or Chromium still runs the suite: the tests that 
 saying what is missing and how to get it. CI provides both, so there a missing one is a broken
 machine, not a reason to skip: ``INVOSEQ_REQUIRE`` lists what must be there (comma-separated:
 ``postgres``, ``browser``), and a test that needs a listed requirement fails instead, with the same
-explanation. ``.ci/run`` sets ``INVOSEQ_REQUIRE=postgres,browser``.
+explanation. ``.ci/run`` sets ``INVOSEQ_REQUIRE=postgres,browser,redis``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ ENV_REQUIRE = "INVOSEQ_REQUIRE"
 REQUIREMENTS = {
     "postgres": "a PostgreSQL server named by INVOSEQ_TEST_PG (.ci/postgres.sh starts one)",
     "browser": "Debian's chromium (.ci/chromium.sh) and the playwright package",
+    "redis": "Debian's redis-server (.ci/redis.sh installs it; the tests start their own)",
 }
 
 #: The environment variable naming the PostgreSQL server tests may use (a libpq URI).
@@ -33,6 +34,7 @@ PG_HINT = (
     f"run .ci/postgres.sh and set {ENV_TEST_PG}=postgresql://invoseq:invoseq@127.0.0.1:5432/invoseq"
 )
 CHROMIUM = Path("/usr/bin/chromium")
+REDIS_SERVER = "redis-server"
 
 
 def required() -> frozenset[str]:
@@ -105,3 +107,13 @@ def chromium() -> Path:
     if importlib.util.find_spec("playwright") is None:
         unavailable("browser", "the playwright package is missing: pip install -e '.[test]'")
     return CHROMIUM
+
+
+def redis_server() -> str:
+    """The path of Debian's ``redis-server``; else the test ends through ``unavailable``."""
+    import shutil
+
+    found = shutil.which(REDIS_SERVER)
+    if found is None:
+        unavailable("redis", "no redis-server on PATH: run .ci/redis.sh (as root)")
+    return found

@@ -187,6 +187,12 @@ class TracerStats:
     acked_by_endpoint: dict[str, int] = field(default_factory=dict)
 
 
+def current_config() -> Config:
+    """The settings in force: those ``configure`` set, else the environment's."""
+    config = _config
+    return config if config is not None else resolve({}, strict=False)
+
+
 def stats() -> TracerStats:
     """Counters of the current (or last) sender: what was acknowledged, spooled, dropped."""
     sender = _sender or _last
@@ -236,6 +242,8 @@ def _after_fork_in_child() -> None:
 
 recorder.on_new_thread = ensure_started
 os.register_at_fork(after_in_child=_after_fork_in_child)
-lifecycle.install(flush=flush, shutdown=shutdown, child_settings=child_settings)
+lifecycle.install(
+    flush=flush, shutdown=shutdown, child_settings=child_settings, config=current_config
+)
 atexit.register(shutdown)
 adopt_environment()

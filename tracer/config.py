@@ -14,10 +14,12 @@ from tracer.wire import DEFAULT_ENDPOINT
 __all__ = [
     "DEFAULT_ENDPOINT",
     "SAMPLE_MODES",
+    "TASK_SEQUENCES",
     "Config",
     "ConfigError",
     "SampleMode",
     "Settings",
+    "TaskSequences",
     "environment",
     "resolve",
     "split_endpoints",
@@ -48,6 +50,11 @@ ENV_MAX_BUFFERED_BYTES: Final = "INVOSEQ_MAX_BUFFERED_BYTES"
 ENV_CURVE_SERVER_KEY: Final = "INVOSEQ_CURVE_SERVER_KEY"
 ENV_CURVE_CLIENT_KEY: Final = "INVOSEQ_CURVE_CLIENT_KEY"
 ENV_FLUSH_ON_SIGTERM: Final = "INVOSEQ_FLUSH_ON_SIGTERM"
+ENV_TASK_SEQUENCES: Final = "INVOSEQ_TASK_SEQUENCES"
+#: What a queued task (Celery, RQ) is to the request that queued it: a child in its sequence, or
+#: the root of a sequence of its own, linked to the call that queued it.
+TaskSequences: TypeAlias = Literal["one", "linked"]
+TASK_SEQUENCES: Final[tuple[TaskSequences, ...]] = ("one", "linked")
 
 
 def default_spool_dir() -> str:
@@ -85,6 +92,9 @@ class Config:
     sample_interval_ms: int = 10
     #: "wall": every chosen thread; "cpu": only threads that are running.
     sample_mode: SampleMode = "wall"
+    #: "one": a queued task runs in the sequence that queued it; "linked": in a sequence of its
+    #: own, linked to the call that queued it (fan-outs that would grow one tree without bound).
+    task_sequences: TaskSequences = "one"
     #: Sample only threads inside a traced call (the ones whose samples can be placed in a tree).
     sample_only_active: bool = True
     #: The most threads sampled in one tick, chosen at random.
@@ -128,6 +138,7 @@ class Settings(TypedDict, total=False):
     heartbeat_ms: int
     sample_interval_ms: int
     sample_mode: SampleMode
+    task_sequences: TaskSequences
     sample_only_active: bool
     max_threads_per_tick: int
     spool_dir: str
@@ -151,6 +162,7 @@ _ENV_NAMES: Final = {
     "heartbeat_ms": ENV_HEARTBEAT_MS,
     "sample_interval_ms": ENV_SAMPLE_INTERVAL_MS,
     "sample_mode": ENV_SAMPLE_MODE,
+    "task_sequences": ENV_TASK_SEQUENCES,
     "sample_only_active": ENV_SAMPLE_ONLY_ACTIVE,
     "max_threads_per_tick": ENV_MAX_THREADS_PER_TICK,
     "spool_dir": ENV_SPOOL_DIR,
@@ -217,6 +229,7 @@ _CHECKS: Final[dict[str, Callable[[Any], Any]]] = {
     "heartbeat_ms": _positive,
     "sample_interval_ms": lambda v: v if v >= 0 else _positive(v),
     "sample_mode": lambda v: _one_of(v, SAMPLE_MODES),
+    "task_sequences": lambda v: _one_of(v, TASK_SEQUENCES),
     "max_threads_per_tick": _positive,
     "spool_bytes": lambda v: v if v >= 0 else _positive(v),
     "max_inflight_batches": _positive,

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["child_settings", "flush", "install", "shutdown"]
+from tracer.config import Config
+
+__all__ = ["child_settings", "config", "flush", "install", "shutdown"]
 
 
 def flush(timeout_s: float | None = None) -> bool:
@@ -28,17 +30,24 @@ def child_settings() -> dict[str, str]:
     return _child_settings()
 
 
+def config() -> Config:
+    """The settings in force (the environment's until ``configure`` is called)."""
+    return _config()
+
+
 def install(
     *,
     flush: Callable[[float | None], bool],
     shutdown: Callable[[], bool],
     child_settings: Callable[[], dict[str, str]],
+    config: Callable[[], Config],
 ) -> None:
     """The runtime's implementations (called once, when it is imported)."""
-    global _flush, _shutdown, _child_settings
-    _flush, _shutdown, _child_settings = flush, shutdown, child_settings
+    global _flush, _shutdown, _child_settings, _config
+    _flush, _shutdown, _child_settings, _config = flush, shutdown, child_settings, config
 
 
 _flush: Callable[[float | None], bool] = lambda timeout_s: True  # noqa: E731 (replaced)
 _shutdown: Callable[[], bool] = lambda: True  # noqa: E731 (replaced by the runtime)
 _child_settings: Callable[[], dict[str, str]] = dict
+_config: Callable[[], Config] = Config
