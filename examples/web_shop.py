@@ -1,8 +1,11 @@
 """Two web services, one tree per request: a Flask storefront under ``gunicorn -w 2`` and a
-FastAPI pricing service under ``uvicorn --workers 2``, with no code change.
+FastAPI pricing service under ``uvicorn --workers 2``, with no code change; with ``--tasks``, a
+third tier: a Celery worker (prefork, Debian's ``redis-server`` as its broker) that the pricing
+service has compute the tax of every quote.
 
-    pip install flask fastapi uvicorn gunicorn httpx requests
+    pip install flask fastapi uvicorn gunicorn httpx requests 'celery[redis]'
     tracer run --include storefront,pricing examples/web_shop.py
+    tracer run --include storefront,pricing,tasks examples/web_shop.py --tasks
 
 This script starts both services (from ``examples/web/``) the way their users start them,
 places three orders at the storefront and stops the services. Under ``tracer run`` every Python
@@ -10,17 +13,21 @@ process it starts is traced too, so each order is one tree across three processe
 order placed here (urllib's request), the storefront's ``GET /checkout`` in a gunicorn worker,
 its ``requests`` call to the pricing service's ``GET /quote`` in a uvicorn worker, whose
 ``httpx`` calls come back to the storefront's ``GET /stock/<item>`` in either gunicorn worker.
-``cmr show`` draws it.
+With ``--tasks`` the quote's tax is a Celery task: the tree goes on from the uvicorn worker into a
+prefork child of the Celery worker, the hop showing the task's queue wait. ``cmr show`` draws it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -55,7 +62,20 @@ def place_order(storefront: str, cart: list[str]) -> dict[str, object]:
         return order
 
 
+def start_redis(directory: str) -> tuple[subprocess.Popen[bytes], int]:
+    """Debian's redis-server on a free port, for Celery's broker and results."""
+    server = shutil.which("redis-server")
+    if server is None:
+        raise SystemExit("--tasks needs redis-server on PATH (apt install redis-server)")
+    port = free_port()
+    command = [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", directory]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL), port
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", action="store_true", help="add the Celery tier")
+    with_tasks = parser.parse_args().tasks
     store_port, pricing_port = free_port(), free_port()
     env = dict(
         os.environ,
@@ -63,29 +83,34 @@ def main() -> None:
         STOREFRONT_URL=f"http://127.0.0.1:{store_port}",
     )
     python = sys.executable
-    services = [
-        subprocess.Popen(
-            [python, "-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{store_port}",
-             "--log-level", "warning", "storefront:app"],
-            cwd=SERVICES, env=env,
-        ),
-        subprocess.Popen(
-            [python, "-m", "uvicorn", "--workers", "2", "--host", "127.0.0.1",
-             "--port", str(pricing_port), "--log-level", "warning", "pricing:app"],
-            cwd=SERVICES, env=env,
-        ),
-    ]  # fmt: skip
+    services: list[tuple[subprocess.Popen[bytes], int | None]] = []
+    scratch = tempfile.mkdtemp(prefix="web-shop-")
     try:
-        for port, service in zip((store_port, pricing_port), services, strict=True):
-            wait_until_listening(port, service, timeout_s=60)
+        if with_tasks:
+            redis, redis_port = start_redis(scratch)
+            services.append((redis, redis_port))
+            env["TASKS_BROKER_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+            worker = [python, "-m", "celery", "-A", "tasks", "--quiet", "worker",
+                      "--pool=prefork", "-c", "2", "--loglevel=warning"]  # fmt: skip
+            started = subprocess.Popen(worker, cwd=SERVICES, env=env, stdout=subprocess.DEVNULL)
+            services.append((started, None))
+        storefront = [python, "-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{store_port}",
+                      "--log-level", "warning", "storefront:app"]  # fmt: skip
+        pricing = [python, "-m", "uvicorn", "--workers", "2", "--host", "127.0.0.1", "--port",
+                   str(pricing_port), "--log-level", "warning", "pricing:app"]  # fmt: skip
+        services.append((subprocess.Popen(storefront, cwd=SERVICES, env=env), store_port))
+        services.append((subprocess.Popen(pricing, cwd=SERVICES, env=env), pricing_port))
+        for service, port in services:
+            if port is not None:
+                wait_until_listening(port, service, timeout_s=60)
         for cart in CARTS:
             order = place_order(f"http://127.0.0.1:{store_port}", cart)
             print(f"{','.join(cart)}: total {order['total']}, unavailable {order['unavailable']}")
     finally:
-        for service in services:
-            service.send_signal(signal.SIGTERM)  # both stop gracefully, flushing what they traced
-        for service in services:
+        for service, _ in reversed(services):  # redis last: the worker drains from it
+            service.send_signal(signal.SIGTERM)  # each stops gracefully, flushing what it traced
             service.wait(60)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

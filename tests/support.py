@@ -20,7 +20,9 @@ from cmr.defaults import READY_PREFIX
 
 
 def read_line(process: subprocess.Popen[str], timeout_s: float) -> str:
-    """One line of the process's stdout, waiting at most ``timeout_s`` (no sleeping)."""
+    """One line of the process's stdout, waiting at most ``timeout_s`` (no sleeping). For a
+    handshake line: the wait watches the pipe, so a line already read into the stream's buffer
+    with an earlier one is not seen (to find one line among many, wait on the server itself)."""
     assert process.stdout is not None
     with selectors.DefaultSelector() as selector:
         selector.register(process.stdout, selectors.EVENT_READ)

@@ -1,11 +1,13 @@
 """The pricing service: a FastAPI app (run by ``uvicorn --workers 2`` in ``examples/web_shop.py``).
 
 ``GET /quote?items=apple,mug`` prices each item and asks the storefront whether it is in stock
-(``httpx``, asynchronously). Nothing here mentions the tracer.
+(``httpx``, asynchronously); with ``TASKS_BROKER_URL`` set (``web_shop.py --tasks``) it also has a
+Celery worker compute the tax. Nothing here mentions the tracer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import httpx
@@ -27,7 +29,16 @@ async def quote(items: str) -> dict[str, object]:
                 total += price(item)
             else:
                 unavailable.append(item)
+    if os.environ.get("TASKS_BROKER_URL"):
+        total += await asyncio.to_thread(tax_of, total)
     return {"total": total, "unavailable": unavailable}
+
+
+def tax_of(total: float) -> float:
+    from tasks import tax  # the Celery app, only when there is a broker
+
+    result: float = tax.delay(total).get(timeout=30)
+    return result
 
 
 async def in_stock(storefront: httpx.AsyncClient, item: str) -> bool:

@@ -35,7 +35,7 @@ from tests.integrations.wsgi_servers import (
     named,
     one,
 )
-from tests.support import read_line
+from tests.processes.web_support import free_port, wait_until_listening
 from tracer import traced
 from tracer._patching import integrations
 from tracer._patching.integrations import wsgi
@@ -334,7 +334,8 @@ def test_a_plain_application_under_gunicorn_is_measured_with_no_code_change(
         PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]),
     )
     command = [sys.executable, "-m", "gunicorn", "-c", "gunicorn_conf.py", "-k", kind]
-    command += ["-w", "1", "-b", "127.0.0.1:0", "plain_app:app"]
+    port = free_port()
+    command += ["-w", "1", "-b", f"127.0.0.1:{port}", "plain_app:app"]
     with subprocess.Popen(
         command,
         cwd=tmp_path,
@@ -345,7 +346,8 @@ def test_a_plain_application_under_gunicorn_is_measured_with_no_code_change(
         start_new_session=True,
     ) as process:
         try:
-            url = _listening(process)
+            wait_until_listening(port, process, timeout_s=60)
+            url = f"http://127.0.0.1:{port}"
             assert get(url + "/a", {"traceparent": TRACEPARENT}) == (200, b"/a")
             assert get(url + "/busy") == (503, b"/busy")
         finally:
@@ -369,11 +371,3 @@ def test_a_plain_application_under_gunicorn_is_measured_with_no_code_change(
         "url.path": "/a",
         "http.response.status_code": 200,
     }
-
-
-def _listening(process: subprocess.Popen[str]) -> str:
-    """The URL gunicorn reports it listens at (it accepts from then on)."""
-    while line := read_line(process, 60):
-        if "Listening at: " in line:
-            return line.split("Listening at: ", 1)[1].split()[0]
-    raise AssertionError("gunicorn did not report where it listens")
