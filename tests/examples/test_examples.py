@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests import requirements
 from tests.support import cmr_json, run_python
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -82,21 +83,32 @@ def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [node, *(n for child in node["children"] for n in _nodes(child))]
 
 
-def test_web_shop_example_is_one_tree_per_order_across_both_servers(tmp_path: Path) -> None:
-    """Flask under gunicorn -w 2 → FastAPI under uvicorn --workers 2 → Flask again: each order
-    one tree, with the routes, the view functions and the clients' calls."""
+def web_shop_orders(tmp_path: Path, include: str, *args: str) -> list[dict[str, Any]]:
+    """``examples/web_shop.py *args`` plainly, then under ``tracer run --include INCLUDE``: the
+    same output; the root of each of the three orders' sequences, each complete."""
     example = str(EXAMPLES / "web_shop.py")
-    plain = run_python(tmp_path, example, INVOSEQ_ENABLED="0")
-    traced = run_python(tmp_path, "-m", "tracer", "run", "--include", "storefront,pricing", example)
+    plain = run_python(tmp_path, example, *args, INVOSEQ_ENABLED="0")
+    traced = run_python(tmp_path, "-m", "tracer", "run", "--include", include, example, *args)
     assert plain.returncode == 0, plain.stderr
     assert traced.returncode == 0, traced.stderr
     assert traced.stdout == plain.stdout
     summaries = cmr_json(tmp_path / "cmr.sqlite", "ls")
     assert len(summaries) == 3
-    for summary in summaries:
-        assert summary["status"] == "complete"
-        assert summary["processes"] >= 3  # the script, a gunicorn worker, a uvicorn worker
-        root = cmr_json(tmp_path / "cmr.sqlite", "show", summary["seq"])["root"]
+    assert {summary["status"] for summary in summaries} == {"complete"}
+    return [
+        {**cmr_json(tmp_path / "cmr.sqlite", "show", s["seq"])["root"], "summary": s}
+        for s in summaries
+    ]
+
+
+def test_web_shop_example_is_one_tree_per_order_across_both_servers(tmp_path: Path) -> None:
+    """Flask under gunicorn -w 2 → FastAPI under uvicorn --workers 2 → Flask again: each order
+    one tree, with the routes, the view functions and the clients' calls."""
+    warnings = []
+    for root in web_shop_orders(tmp_path, "storefront,pricing"):
+        assert root["summary"]["processes"] >= 3  # the script, a gunicorn worker, a uvicorn one
+        logged = [node["attributes"] or {} for node in _nodes(root)]
+        warnings += [attributes["log.0"] for attributes in logged if "log.0" in attributes]
         assert root["name"].endswith("/checkout")  # the script's urllib request
         names = [node["name"] for node in _nodes(root)]
         for name in (
@@ -111,3 +123,17 @@ def test_web_shop_example_is_one_tree_per_order_across_both_servers(tmp_path: Pa
         assert any(name.endswith("GET /quote") for name in names)
         assert any(name.endswith("GET /stock/<item>") for name in names)
         assert len({node["process"]["pid"] for node in _nodes(root)}) >= 3
+    assert warnings == ["WARNING storefront: unavailable: coffee"]  # on storefront.checkout
+
+
+def test_web_shop_with_tasks_puts_each_tax_task_in_its_order_s_tree(tmp_path: Path) -> None:
+    """The third tier: the pricing service has a Celery worker (prefork, redis-server broker)
+    compute the tax; each order is one tree across four processes or more, with the task's
+    queue wait on its hop."""
+    requirements.redis_server()
+    for root in web_shop_orders(tmp_path, "storefront,pricing,tasks", "--tasks"):
+        assert root["summary"]["processes"] >= 4  # script, gunicorn, uvicorn, a celery child
+        [task] = [node for node in _nodes(root) if node["name"] == "tasks.tax"]
+        assert task["handoff"]["kind"] == "remote"
+        assert task["handoff"]["queued_ns"] > 0
+        assert [child["name"] for child in task["children"]] == ["tasks.rate"]

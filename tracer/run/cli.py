@@ -56,10 +56,11 @@ what is traced in a matching module:
   other functions a decorator registered while the module ran (callbacks) keep the untraced
   original: decorate those with @tracer.traced.
 
-web services (docs/guide.md, "Web services"):
-  Servers (WSGI, Flask, Django, ASGI, Starlette, FastAPI, aiohttp) continue the caller's
+services, task queues and RPC (docs/guide.md, "Web services", "Task queues and RPC"):
+  Servers (WSGI, Flask, Django, ASGI, Starlette, FastAPI, aiohttp, gRPC) continue the caller's
   sequence from its traceparent header; clients (requests, urllib3, httpx, aiohttp,
-  urllib/http.client) send one. INVOSEQ_DISABLED_INTEGRATIONS=flask,requests turns some off.
+  urllib/http.client, gRPC) send one; Celery tasks and RQ jobs run in the sequence that queued
+  them. INVOSEQ_DISABLED_INTEGRATIONS=flask,requests turns some off.
   tracer run --include app -m gunicorn -w 2 app:app   # each worker traced, a tree per request"""
 
 _RUN_EXAMPLES = """\

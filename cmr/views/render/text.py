@@ -5,12 +5,14 @@ saying why: its process ended, or was lost and when it was last heard from), the
 self time, the thread, the process (``host:pid``: on every line when the sequence spans several
 processes, else on the root's only), a hop mark when the call was handed off to it
 (``→ thread "pool-0_1", queued 3.20 ms``), a mark when the call raised, and the first few of its
-attributes when it has any (an OpenTelemetry span's: ``{http.method=GET, …}``); beneath it, a
-line for each log record the tracer recorded on the call (``⚠ WARNING app.pricing: stock low``,
-``cmr.views.render.logs``). Once samples are merged in, a call says how many fell in it, and the
-frames estimated from them are drawn apart: dim, marked ``~``, with their file and line
-(``~8.00 ms  parse  shop/io.py:12  self 2.00 ms  12 samples``). Lines are built iteratively and
-joined once, so a 100,000-call tree or a 10,000-deep chain renders quickly and without recursion.
+attributes when it has any (an OpenTelemetry span's: ``{http.method=GET, …}``); beneath it, the
+call that queued it when it is the root of a linked sequence (``↪ linked from 4a1b2c3d4e5f:…``,
+``cmr.views.render.links``) and a line for each log record the tracer recorded on the call
+(``⚠ WARNING app.pricing: stock low``, ``cmr.views.render.logs``). Once samples are merged in, a
+call says how many fell in it, and the frames estimated from them are drawn apart: dim, marked
+``~``, with their file and line (``~8.00 ms  parse  shop/io.py:12  self 2.00 ms  12 samples``).
+Lines are built iteratively and joined once, so a 100,000-call tree or a 10,000-deep chain renders
+quickly and without recursion.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from cmr.views.model import (
     ProcessRef,
     SequenceTree,
 )
+from cmr.views.render.links import is_link_key, link_lines
 from cmr.views.render.logs import is_log_key, log_lines, severe
 
 _UNITS = ((1_000, "µs"), (1_000_000, "ms"))
@@ -189,11 +192,13 @@ def render_text(tree: SequenceTree, *, color: bool = False, max_nodes: int = 0) 
 
 
 def _append_logs(lines: list[str], node: Node, prefix: str, more: bool, palette: Palette) -> None:
-    """The node's log records, a line each under it; ``more``: its children's lines follow, so
-    the guide goes on down to them."""
+    """The node's link to the call that queued it, then its log records, a line each under it;
+    ``more``: its children's lines follow, so the guide goes on down to them."""
     if not node.attributes:
         return
     indent = prefix + (PIPE if more else SPACE)
+    for line in link_lines(node.attributes):
+        lines.append(f"{indent}{palette.cyan}{line}{palette.reset}")
     for line in log_lines(node.attributes):
         colour = palette.dim if line[0] == "…" else palette.red if severe(line) else palette.yellow
         lines.append(f"{indent}{colour}{line}{palette.reset}")
@@ -292,7 +297,7 @@ def _describe(
 SHOWN_ATTRIBUTES = 4
 ATTRIBUTE_WIDTH = 40
 #: Keys left off the line: the span identity InvocationSpanProcessor adds (in --json); the log
-#: records (``is_log_key``) have lines of their own.
+#: records (``is_log_key``) and a link (``is_link_key``) have lines of their own.
 _QUIET_PREFIX = "otel."
 
 
@@ -302,7 +307,7 @@ def format_attributes(attributes: dict[str, str | int | float | bool]) -> str:
     shown = [
         (k, v)
         for k, v in attributes.items()
-        if not k.startswith(_QUIET_PREFIX) and not is_log_key(k)
+        if not k.startswith(_QUIET_PREFIX) and not is_log_key(k) and not is_link_key(k)
     ]
     if not shown:
         return ""

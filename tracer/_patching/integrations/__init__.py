@@ -43,6 +43,10 @@ INTEGRATIONS: Final = (
     "httpx",
     "aiohttp_client",
     "http_client",
+    "rq",
+    "celery",
+    "grpc_server",
+    "grpc_client",
 )
 DISABLED_ENV: Final = "INVOSEQ_DISABLED_INTEGRATIONS"
 

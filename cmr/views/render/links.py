@@ -1,0 +1,54 @@
+"""The link a call carries to the call that queued it, as a line of its own (for the text renderer).
+
+A task queued with ``task_sequences="linked"`` (``INVOSEQ_TASK_SEQUENCES=linked``) runs as the
+root of a sequence of its own; the tracer records on that root which invocation queued it, as
+attributes: ``link.seq`` (the producer's sequence, 32 hex digits), ``link.iid`` (its invocation,
+16 hex digits), ``link.puid`` (its process) and ``link.kind`` (the integration: ``celery``). They
+stay in the attributes (``--json``); ``cmr show`` draws them under their call, the sequence cut
+to the prefix ``cmr ls`` prints (which ``cmr show`` accepts)::
+
+    4.10 ms  tasks.charge  MainThread (1)
+       ↪ linked from 4a1b2c3d4e5f:00000000000000a7 (celery)
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SEQ: Final = "link.seq"
+IID: Final = "link.iid"
+PUID: Final = "link.puid"
+KIND: Final = "link.kind"
+KEYS: Final = frozenset({SEQ, IID, PUID, KIND})
+MARK: Final = "↪"
+#: The characters of the sequence drawn: the prefix ``cmr ls`` prints (``tables.SEQ_PREFIX_LEN``,
+#: which imports this module through ``text``).
+SEQ_PREFIX_LEN: Final = 12
+#: Characters of a link's invocation id or kind drawn at most (a well-formed id has 16).
+_WIDTH: Final = 32
+
+
+def is_link_key(key: str) -> bool:
+    """Whether an attribute is part of a link the tracer wrote."""
+    return key in KEYS
+
+
+def link_lines(attributes: dict[str, str | int | float | bool]) -> list[str]:
+    """``↪ linked from 4a1b2c3d4e5f:00000000000000a7 (celery)`` for a call that carries a link,
+    else []."""
+    seq = attributes.get(SEQ)
+    if not isinstance(seq, str) or not seq:
+        return []
+    text = f"{MARK} linked from {_clean(seq[:SEQ_PREFIX_LEN])}"
+    iid = attributes.get(IID)
+    if isinstance(iid, str) and iid:
+        text += f":{_clean(iid)}"
+    kind = attributes.get(KIND)
+    if isinstance(kind, str) and kind:
+        text += f" ({_clean(kind)})"
+    return [text]
+
+
+def _clean(text: str) -> str:
+    """At most ``_WIDTH`` characters, a control character drawn as a replacement character."""
+    return "".join(c if c.isprintable() else "\N{REPLACEMENT CHARACTER}" for c in text[:_WIDTH])
