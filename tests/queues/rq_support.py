@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -90,7 +89,8 @@ print(json.dumps({"seq": seq, "iid": iid, "pid": os.getpid()}))
 #: How RQ's worker logs its start: the process that forks the horses.
 STARTED = re.compile(r"started with PID (\d+)")
 #: ``rq worker`` as users start it under ``tracer run``: as a module, or its console script.
-LAUNCHERS = {"module": ["-m", "rq.cli"], "script": [shutil.which("rq") or "rq"]}
+#: The worker as ``python -m rq.cli`` or as the ``rq`` script installed beside this Python.
+LAUNCHERS = {"module": ["-m", "rq.cli"], "script": [str(Path(sys.executable).with_name("rq"))]}
 
 
 @dataclass(frozen=True, slots=True)
