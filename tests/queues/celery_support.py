@@ -5,6 +5,7 @@ headers were."""
 
 from __future__ import annotations
 
+import logging
 import queue
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,9 +66,15 @@ def make_app(url: str) -> Celery:
 @contextmanager
 def worker(app: Celery) -> Iterator[None]:
     """A worker consuming the app's queue in a thread of this process (no context attached to
-    it), stopped after the block."""
-    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=TIMEOUT_S):
-        yield
+    it), stopped after the block, the root logger's level and handlers restored."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=TIMEOUT_S):
+            yield
+    finally:  # the worker sets the root logger up for itself: the next test gets it back as it was
+        root.setLevel(level)
+        root.handlers[:] = handlers
 
 
 @contextmanager
