@@ -46,7 +46,7 @@ from opentelemetry.trace import SpanContext, StatusCode
 
 from tracer import _runtime as runtime
 from tracer import wire
-from tracer._core import adoption, budget, context, decorator, ids, recorder
+from tracer._core import adoption, budget, context, decorator, ids, recorder, stack
 
 #: Distinct (instrumentation scope, span name) pairs interned as methods; past this many, a span
 #: is named ``OTHER_SPANS`` (its name stays in its attributes), so a span name with an id in it
@@ -123,7 +123,7 @@ class SequenceIdGenerator(RandomIdGenerator):
 
     def generate_trace_id(self) -> int:
         current = context.current.get()
-        if current is not None and len(current[0]) == 16:
+        if current is not None and len(current[0]) == 16:  # the sequence: any item 0 will do
             return int.from_bytes(current[0], "big")
         return super().generate_trace_id()
 
@@ -135,7 +135,7 @@ def _start(span: Span) -> None:
     if not own.is_valid:
         return
     events = recorder.thread_events()
-    current = context.current.get()
+    current = stack.capture()
     if len(events) >= events.limit and not budget.refill(events, current):
         return  # past the memory bound, as a traced call: untraced, counted as dropped
     if current is None:

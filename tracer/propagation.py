@@ -48,7 +48,7 @@ from opentelemetry.propagators.textmap import (
 from opentelemetry.trace import get_current_span
 
 from tracer import wire
-from tracer._core import context, handoff, ids
+from tracer._core import context, handoff, ids, stack
 from tracer._tracecontext import (
     KNOWN_FLAGS,
     LARGE_ENTRY_CHARS,
@@ -110,6 +110,7 @@ LOCAL_FLAGS: Final = SAMPLED | RANDOM
 MAX_SEQUENCES: Final = 4096
 
 _get = context.current.get
+_capture = stack.capture  # the exact current invocation (tracer._core.stack)
 _set = context.current.set
 _reset = context.current.reset
 
@@ -237,7 +238,7 @@ def _inject(
     if kind not in wire.HANDOFF_KINDS:  # the repository would reject the whole batch
         raise ValueError(f"hand-off kind must be one of {', '.join(wire.HANDOFF_KINDS)}: {kind!r}")
     if current is None:
-        current = _get()
+        current = _capture()
     if current is None or len(current[0]) != 16:
         return False
     value = handoff.record(kind, name, current)
@@ -356,7 +357,7 @@ class InvoseqPropagator(TextMapPropagator):
         context: Context | None = None,
         setter: Setter[CarrierT] = default_setter,
     ) -> None:
-        current = _get()
+        current = _capture()
         if current is None:
             current = from_otel_context(context)
         if setter is default_setter:

@@ -44,6 +44,7 @@
 #define TAG_END 1
 #define TAG_ERROR 2
 #define TAG_HANDOFF 3
+#define TAG_ATTRS 4
 
 #define MAX_NAME 1024         /* tracer.wire.MAX_NAME: an error's type name is cut to this */
 #define INITIAL_RECORDS 64    /* records preallocated per thread (4.5 KiB) */
@@ -577,14 +578,27 @@ records_free(Record *records, Py_ssize_t capacity)
     }
 }
 
+/* An open synchronous invocation on the thread's invocation stack (see begin() below). */
+typedef struct {
+    uint64_t iid;
+    PyObject *strand; /* strong: the ContextVar value the invocation began under */
+    uint8_t seq[16];  /* its sequence (the strand's, copied: nested Starts need no lookup) */
+    int exotic;       /* the strand fits no record layout: nested Starts read it as objects */
+} StackEntry;
+
+#define INITIAL_STACK 32
+
 typedef struct {
     PyObject_HEAD
     Record *records;
     Py_ssize_t count, capacity;
     Record *spare; /* the array take() swaps in next (the previous take's, reused) */
     Py_ssize_t spare_capacity;
-    Py_ssize_t active; /* TracedFunction calls in flight on the thread (they leave no frame) */
-    Py_ssize_t limit;  /* the allowance: a Start past it asks g_refill (budget.py writes it) */
+    /* The thread's open TracedFunction calls, innermost last: `depth` of them (they leave no
+     * frame, so the sampler asks for this count as `active`). */
+    StackEntry *stack;
+    Py_ssize_t depth, stack_capacity;
+    Py_ssize_t limit; /* the allowance: a Start past it asks g_refill (budget.py writes it) */
 } EventBuffer;
 
 static PyTypeObject EventBufferType;
@@ -650,6 +664,10 @@ buffer_dealloc(EventBuffer *self)
         g_spare_records -= self->spare_capacity;
         records_free(self->spare, self->spare_capacity);
     }
+    for (Py_ssize_t i = 0; i < self->depth; i++) { /* a thread that ended inside a call */
+        Py_DECREF(self->stack[i].strand);
+    }
+    PyMem_Free(self->stack);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -851,7 +869,7 @@ static PyMethodDef buffer_methods[] = {
 };
 
 static PyMemberDef buffer_members[] = {
-    {"active", T_PYSSIZET, offsetof(EventBuffer, active), READONLY,
+    {"active", T_PYSSIZET, offsetof(EventBuffer, depth), READONLY,
      "How many TracedFunction calls are in flight on the thread (the sampler asks)."},
     {"limit", T_PYSSIZET, offsetof(EventBuffer, limit), 0,
      "The thread's allowance, in events: a Start past it asks the refill callback."},
@@ -979,6 +997,17 @@ rng_seed(void)
 /* A random 128-bit sequence id that is never zero (a valid W3C trace id), as ids.new_seq: the
  * lowest bit of the 9th byte set, so the right-most 7 bytes stay uniformly random (the W3C
  * "random" trace-flag, Level 2 §3.2.2.5.2). */
+static void
+draw_seq_bytes(uint8_t *bytes)
+{
+    uint64_t high = rng_next(), low = rng_next();
+    for (int i = 0; i < 8; i++) {
+        bytes[i] = (uint8_t)(high >> (56 - 8 * i));
+        bytes[8 + i] = (uint8_t)(low >> (56 - 8 * i));
+    }
+    bytes[8] |= 1; /* ids.NONZERO_BIT */
+}
+
 static PyObject *
 draw_seq(void)
 {
@@ -989,15 +1018,76 @@ draw_seq(void)
     if (seq == NULL) {
         return NULL;
     }
-    uint8_t *bytes = (uint8_t *)PyBytes_AS_STRING(seq);
-    uint64_t high = rng_next(), low = rng_next();
-    for (int i = 0; i < 8; i++) {
-        bytes[i] = (uint8_t)(high >> (56 - 8 * i));
-        bytes[8 + i] = (uint8_t)(low >> (56 - 8 * i));
-    }
-    bytes[8] |= 1; /* ids.NONZERO_BIT */
+    draw_seq_bytes((uint8_t *)PyBytes_AS_STRING(seq));
     return seq;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * RootValue: what a synchronous root puts in the ContextVar, (seq, iid, 0, ORIGIN_SYNC_ROOT) as
+ * a sequence of four, in one allocation with no references (so no GC tracking): a root's cost
+ * is mostly what it allocates. Python code reads it as it reads the tuples strands use.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t iid;
+    uint8_t seq[16];
+} RootValue;
+
+static PyTypeObject RootValueType;
+
+static Py_ssize_t
+root_value_length(PyObject *self)
+{
+    return 4;
+}
+
+static PyObject *
+root_value_item(PyObject *self, Py_ssize_t index)
+{
+    RootValue *value = (RootValue *)self;
+    switch (index) {
+    case 0:
+        return PyBytes_FromStringAndSize((const char *)value->seq, 16);
+    case 1:
+        return PyLong_FromUnsignedLongLong(value->iid);
+    case 2:
+        return PyLong_FromLong(0);
+    case 3:
+        return PyLong_FromLong(-1); /* ORIGIN_SYNC_ROOT */
+    default:
+        PyErr_SetString(PyExc_IndexError, "a context value has 4 items");
+        return NULL;
+    }
+}
+
+static PyObject *
+root_value_repr(PyObject *self)
+{
+    PyObject *seq = root_value_item(self, 0);
+    if (seq == NULL) {
+        return NULL;
+    }
+    PyObject *repr = PyUnicode_FromFormat("RootValue(%R, %llu, 0, -1)", seq,
+                                          (unsigned long long)((RootValue *)self)->iid);
+    Py_DECREF(seq);
+    return repr;
+}
+
+static PySequenceMethods root_value_as_sequence = {
+    .sq_length = root_value_length,
+    .sq_item = root_value_item,
+};
+
+static PyTypeObject RootValueType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.RootValue",
+    .tp_doc = "A synchronous root's context value: (seq, iid, 0, -1).",
+    .tp_basicsize = sizeof(RootValue),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_as_sequence = &root_value_as_sequence,
+    .tp_repr = root_value_repr,
+};
 
 /* ---------------------------------------------------------------------------------------------
  * TracedFunction: the sync call wrapper.
@@ -1014,10 +1104,22 @@ typedef struct {
 
 /* An invocation in flight: what the wrapper needs after the call. */
 typedef struct {
-    PyObject *buffer; /* strong: ends go to the buffer the start went to, as in traced_call */
-    PyObject *token;
+    PyObject *buffer; /* strong: the end goes where the start went, and pops its stack */
+    PyObject *token;  /* a root's: it set the ContextVar, and resets it at the end */
     uint64_t iid;
+    Py_ssize_t index; /* its entry on the buffer's stack */
 } Invocation;
+
+/* The 4th item of a context value: where the value was set, so a Start that takes its parent
+ * from the ContextVar knows whether that parent is exact (docs/architecture.md, "The invocation
+ * stack"). A synchronous root's value says ORIGIN_SYNC_ROOT: its nested calls never set the
+ * ContextVar, so a context copied inside one of them (by code we do not patch) still names the
+ * root; a Start that finds such a value in the ContextVar, rather than on its thread's stack,
+ * has the root for parent, an ancestor of the exact one, and is marked approximate. A strand's
+ * value (a coroutine's, a generator's, a hand-off's runner) names the thread it runs on: on that
+ * thread it is exact, on another the context travelled without a hand-off of ours. A 3-tuple
+ * (integrations, remote contexts) is exact wherever it is found. */
+#define ORIGIN_SYNC_ROOT (-1)
 
 /* The tracer failed in one of its own steps (the error is set). An Exception is counted and
  * logged once by recorder.internal_error and cleared: the caller goes on (1). Anything else
@@ -1074,13 +1176,10 @@ adoption_wanted(void)
     return wanted;
 }
 
-/* The event tuple for a Start that fits no record (a context value of unexpected types). */
+/* Append an event tuple built by Py_BuildValue (a Start that fits no record, an Attrs). */
 static int
-record_start_object(PyObject *buffer, uint64_t iid, PyObject *parent, PyObject *hid,
-                    uint64_t method, int64_t t_ns, PyObject *seq)
+append_built(PyObject *buffer, PyObject *event)
 {
-    PyObject *event = Py_BuildValue("(iKOOKLO)", TAG_START, (unsigned long long)iid, parent, hid,
-                                    (unsigned long long)method, (long long)t_ns, seq);
     if (event == NULL) {
         return -1;
     }
@@ -1090,36 +1189,251 @@ record_start_object(PyObject *buffer, uint64_t iid, PyObject *parent, PyObject *
     return result == NULL ? -1 : 0;
 }
 
-/* The start of an invocation: as traced_call's first try block. -1 with an error set on failure,
- * and then nothing is left behind (the context is as it was). */
+/* What a new invocation begins from: its Start's parent, hand-off and sequence. */
+typedef struct {
+    PyObject *strand;        /* new ref: the context value it runs under (NULL: a root's, made) */
+    PyObject *seq, *parent, *hid; /* new refs, for a strand that fits no record */
+    PyObject *seq_object;         /* new ref: a root's sequence id, as bytes (NULL: not drawn) */
+    uint64_t parent_iid, hid_id;
+    uint8_t seq_bytes[16];
+    int exotic;
+    int approximate;
+} Beginning;
+
+static void
+beginning_clear(Beginning *b)
+{
+    Py_CLEAR(b->strand);
+    Py_CLEAR(b->seq);
+    Py_CLEAR(b->parent);
+    Py_CLEAR(b->hid);
+    Py_CLEAR(b->seq_object);
+}
+
+/* The parent of an invocation starting now on this thread, exactly: the innermost open
+ * synchronous invocation of the stack when it began under the ContextVar value that is current
+ * now (the same strand), else the value itself. `current` is that value (a new reference, given
+ * to `b`); None leaves b->strand NULL: a root. 0, or -1 with an error set. */
+static int
+find_parent(EventBuffer *buffer, PyObject *current, Beginning *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->strand = current;
+    if (buffer != NULL && buffer->depth > 0 && buffer->stack[buffer->depth - 1].strand == current) {
+        StackEntry *top = &buffer->stack[buffer->depth - 1];
+        b->parent_iid = top->iid;
+        memcpy(b->seq_bytes, top->seq, 16);
+        if (top->exotic) {
+            b->exotic = 1;
+            b->seq = PySequence_GetItem(current, 0);
+            b->parent = PyLong_FromUnsignedLongLong(top->iid);
+            b->hid = PyLong_FromLong(0);
+            if (b->seq == NULL || b->parent == NULL || b->hid == NULL) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (current == Py_None) {
+        Py_CLEAR(b->strand);
+        return 0;
+    }
+    if (Py_IS_TYPE(current, &RootValueType)) {
+        /* a root's value, found in the ContextVar and not on this thread's stack: the context
+         * was copied inside the root, maybe in a call nested in it (ORIGIN_SYNC_ROOT) */
+        b->parent_iid = ((RootValue *)current)->iid;
+        memcpy(b->seq_bytes, ((RootValue *)current)->seq, 16);
+        b->approximate = 1;
+        return 0;
+    }
+    PyObject *items = PySequence_Tuple(current); /* `seq, parent, hid, *origin = current` */
+    if (items == NULL) {
+        return -1;
+    }
+    Py_ssize_t size = PyTuple_GET_SIZE(items);
+    if (size != 3 && size != 4) {
+        PyErr_Format(PyExc_ValueError, "the invocation context has %zd values, not 3 or 4", size);
+        Py_DECREF(items);
+        return -1;
+    }
+    b->seq = Py_NewRef(PyTuple_GET_ITEM(items, 0));
+    b->parent = Py_NewRef(PyTuple_GET_ITEM(items, 1));
+    b->hid = Py_NewRef(PyTuple_GET_ITEM(items, 2));
+    if (size == 4) {
+        long long origin = PyLong_AsLongLong(PyTuple_GET_ITEM(items, 3));
+        if (origin == -1 && PyErr_Occurred()) {
+            Py_DECREF(items);
+            return -1;
+        }
+        b->approximate = origin == ORIGIN_SYNC_ROOT
+            || (unsigned long long)origin != (unsigned long long)PyThread_get_thread_ident();
+    }
+    Py_DECREF(items);
+    b->exotic = !(fits_u64(b->parent, &b->parent_iid) && fits_u64(b->hid, &b->hid_id)
+                  && fits_seq(b->seq, b->seq_bytes));
+    if (!b->exotic) {
+        Py_CLEAR(b->seq);
+        Py_CLEAR(b->parent);
+        Py_CLEAR(b->hid);
+    }
+    return 0;
+}
+
+/* A root: a sequence of its own, or the trace already current that it adopts (OpenTelemetry's,
+ * tracer._core.adoption.adopt). Fills b as find_parent does, b->strand left NULL. */
+static int
+find_root(Beginning *b)
+{
+    if (g_adopt != NULL && adoption_wanted()) {
+        PyObject *adopted = PyObject_CallNoArgs(g_adopt);
+        if (adopted == NULL) {
+            return -1;
+        }
+        if (adopted != Py_None) {
+            if (find_parent(NULL, adopted, b) < 0) {
+                return -1;
+            }
+            b->approximate = 0;
+            Py_CLEAR(b->strand);
+            if (b->exotic) {
+                PyErr_SetString(PyExc_ValueError, "an adopted context fits no record");
+                return -1;
+            }
+            return 0;
+        }
+        Py_DECREF(adopted);
+    }
+    if (g_new_seq == NULL) {
+        draw_seq_bytes(b->seq_bytes);
+        return 0;
+    }
+    b->seq_object = draw_seq();
+    if (b->seq_object == NULL) {
+        return -1;
+    }
+    if (!fits_seq(b->seq_object, b->seq_bytes)) {
+        PyErr_SetString(PyExc_ValueError, "a sequence id is 16 bytes");
+        return -1;
+    }
+    return 0;
+}
+
+/* A root's context value, (seq, iid, 0, ORIGIN_SYNC_ROOT) for a synchronous root, (seq, iid, 0,
+ * this thread) for a strand's: what a context copied inside it carries. Steals `seq`. */
+static PyObject *
+strand_value(PyObject *seq, uint64_t iid, long origin)
+{
+    PyObject *value = PyTuple_New(4);
+    PyObject *iid_object = PyLong_FromUnsignedLongLong(iid);
+    PyObject *origin_object = PyLong_FromLong(origin);
+    if (value == NULL || iid_object == NULL || origin_object == NULL || seq == NULL) {
+        Py_XDECREF(value);
+        Py_XDECREF(iid_object);
+        Py_XDECREF(origin_object);
+        Py_XDECREF(seq);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(value, 0, seq);
+    PyTuple_SET_ITEM(value, 1, iid_object);
+    PyTuple_SET_ITEM(value, 2, PyLong_FromLong(0));
+    PyTuple_SET_ITEM(value, 3, origin_object);
+    return value;
+}
+
+/* The sequence id of a beginning, as an object (a new reference). */
+static PyObject *
+beginning_seq(const Beginning *b)
+{
+    PyObject *seq = b->seq_object != NULL ? b->seq_object : b->seq;
+    if (seq != NULL) {
+        return Py_NewRef(seq);
+    }
+    return PyBytes_FromStringAndSize((const char *)b->seq_bytes, 16);
+}
+
+/* The Start record (and, when the parent is approximate, the Attrs that says so). */
+static int
+record_start(PyObject *buffer, const Beginning *b, uint64_t iid, uint64_t method, int64_t t_ns)
+{
+    if (b->exotic) {
+        if (append_built(buffer, Py_BuildValue("(iKOOKLO)", TAG_START, (unsigned long long)iid,
+                                               b->parent, b->hid, (unsigned long long)method,
+                                               (long long)t_ns, b->seq))
+            < 0) {
+            return -1;
+        }
+    }
+    else {
+        Record *slot = buffer_next_slot((EventBuffer *)buffer);
+        if (slot == NULL) {
+            return -1;
+        }
+        slot->kind = REC_START;
+        slot->a = iid;
+        slot->b = b->parent_iid;
+        slot->c = b->hid_id;
+        slot->d = method;
+        slot->t_ns = t_ns;
+        memcpy(slot->seq, b->seq_bytes, 16);
+    }
+    if (b->approximate) {
+        return append_built(buffer, Py_BuildValue("(iK{ss})", TAG_ATTRS, (unsigned long long)iid,
+                                                  "invoseq.parent", "approximate"));
+    }
+    return 0;
+}
+
+static int
+stack_push(EventBuffer *buffer, uint64_t iid, PyObject *strand, const Beginning *b)
+{
+    if (buffer->depth == buffer->stack_capacity) {
+        Py_ssize_t capacity = buffer->stack_capacity ? buffer->stack_capacity * 2 : INITIAL_STACK;
+        StackEntry *stack = PyMem_Realloc(buffer->stack, capacity * sizeof(StackEntry));
+        if (stack == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        buffer->stack = stack;
+        buffer->stack_capacity = capacity;
+    }
+    StackEntry *entry = &buffer->stack[buffer->depth++];
+    entry->iid = iid;
+    entry->strand = Py_NewRef(strand);
+    memcpy(entry->seq, b->seq_bytes, 16);
+    entry->exotic = b->exotic;
+    return 0;
+}
+
+/* Close the invocation's entry and any left above it (a stack switched under us, as greenlets
+ * do, never leaves entries behind); an entry already closed is left alone. */
+static void
+stack_pop(EventBuffer *buffer, Py_ssize_t index, uint64_t iid)
+{
+    if (index >= buffer->depth || buffer->stack[index].iid != iid) {
+        return;
+    }
+    while (buffer->depth > index) {
+        buffer->depth--;
+        Py_DECREF(buffer->stack[buffer->depth].strand);
+    }
+}
+
+/* The start of a synchronous invocation. 0: begun; 1: past the memory bound, run untraced;
+ * -1 with an error set, and then nothing is left behind (the context is as it was). A nested
+ * call touches no ContextVar beyond one cached read and allocates nothing: it pushes an entry
+ * on the thread's stack. A root sets the ContextVar, so contexts copied inside it carry the
+ * sequence. */
 static int
 begin(uint64_t method, Invocation *inv)
 {
-    PyObject *current = NULL, *seq = NULL, *parent = NULL, *hid = NULL, *value = NULL;
+    PyObject *current = NULL, *value = NULL;
+    Beginning b = {0};
     inv->token = NULL;
     inv->buffer = current_buffer();
     if (inv->buffer == NULL) {
         return -1;
     }
-    if (((EventBuffer *)inv->buffer)->count >= ((EventBuffer *)inv->buffer)->limit
-        && g_refill != NULL) {
-        /* Past the thread's allowance: budget.refill reserves more, or counts this call as
-         * overflow (dropped, its sequence lossy) and it runs untraced, Start and End alike. */
-        int granted = -1;
-        PyObject *seen = NULL;
-        if (PyContextVar_Get(g_context_var, Py_None, &seen) == 0) {
-            PyObject *result = PyObject_CallFunctionObjArgs(g_refill, inv->buffer, seen, NULL);
-            Py_DECREF(seen);
-            if (result != NULL) {
-                granted = PyObject_IsTrue(result);
-                Py_DECREF(result);
-            }
-        }
-        if (granted <= 0) {
-            Py_CLEAR(inv->buffer);
-            return granted == 0 ? 1 : -1; /* -1: an error, as the Python wrapper's */
-        }
-    }
+    EventBuffer *buffer = (EventBuffer *)inv->buffer;
     if (PyContextVar_Get(g_context_var, NULL, &current) < 0) {
         goto failed;
     }
@@ -1127,82 +1441,50 @@ begin(uint64_t method, Invocation *inv)
         PyErr_SetObject(PyExc_LookupError, g_context_var);
         goto failed;
     }
+    if (buffer->count >= buffer->limit && g_refill != NULL) {
+        /* Past the thread's allowance: budget.refill reserves more, or counts this call as
+         * overflow (dropped, its sequence lossy) and it runs untraced, Start and End alike. */
+        PyObject *result = PyObject_CallFunctionObjArgs(g_refill, inv->buffer, current, NULL);
+        int granted = result == NULL ? -1 : PyObject_IsTrue(result);
+        Py_XDECREF(result);
+        if (granted <= 0) {
+            Py_DECREF(current);
+            Py_CLEAR(inv->buffer);
+            return granted == 0 ? 1 : -1; /* -1: an error, as the Python wrapper's */
+        }
+    }
     if (take_iid(&inv->iid) < 0) {
         goto failed;
     }
-    if (current == Py_None && g_adopt != NULL && adoption_wanted()) {
-        /* A root: it may join a trace already current (tracer._core.adoption.adopt). */
-        PyObject *adopted = PyObject_CallNoArgs(g_adopt);
-        if (adopted == NULL) {
-            goto failed;
-        }
-        Py_SETREF(current, adopted);
-    }
-    if (current == Py_None) {
-        seq = draw_seq();
-        if (seq == NULL) {
-            goto failed;
-        }
-        parent = PyLong_FromLong(0);
-        hid = PyLong_FromLong(0);
-    }
-    else if (PyTuple_CheckExact(current) && PyTuple_GET_SIZE(current) == 3) {
-        seq = Py_NewRef(PyTuple_GET_ITEM(current, 0));
-        parent = Py_NewRef(PyTuple_GET_ITEM(current, 1));
-        hid = Py_NewRef(PyTuple_GET_ITEM(current, 2));
-    }
-    else {
-        PyObject *items = PySequence_Tuple(current); /* `seq, parent, hid = current` */
-        if (items == NULL) {
-            goto failed;
-        }
-        if (PyTuple_GET_SIZE(items) != 3) {
-            PyErr_Format(PyExc_ValueError, "the invocation context has %zd values, not 3",
-                         PyTuple_GET_SIZE(items));
-            Py_DECREF(items);
-            goto failed;
-        }
-        seq = Py_NewRef(PyTuple_GET_ITEM(items, 0));
-        parent = Py_NewRef(PyTuple_GET_ITEM(items, 1));
-        hid = Py_NewRef(PyTuple_GET_ITEM(items, 2));
-        Py_DECREF(items);
-    }
-    value = PyTuple_New(3);
-    if (value == NULL) {
+    int found = find_parent(buffer, current, &b);
+    current = NULL; /* b owns it */
+    if (found < 0) {
         goto failed;
     }
-    PyObject *iid_object = PyLong_FromUnsignedLongLong(inv->iid);
-    if (iid_object == NULL) {
-        goto failed;
-    }
-    PyTuple_SET_ITEM(value, 0, Py_NewRef(seq));
-    PyTuple_SET_ITEM(value, 1, iid_object);
-    PyTuple_SET_ITEM(value, 2, PyLong_FromLong(0));
-    inv->token = PyContextVar_Set(g_context_var, value);
-    if (inv->token == NULL) {
-        goto failed;
+    if (b.strand == NULL) {
+        if (find_root(&b) < 0) {
+            goto failed;
+        }
+        value = (PyObject *)PyObject_New(RootValue, &RootValueType);
+        if (value == NULL) {
+            goto failed;
+        }
+        ((RootValue *)value)->iid = inv->iid;
+        memcpy(((RootValue *)value)->seq, b.seq_bytes, 16);
+        inv->token = PyContextVar_Set(g_context_var, value);
+        if (inv->token == NULL) {
+            goto failed;
+        }
+        b.strand = value;
+        value = NULL;
     }
     int64_t t_ns;
-    if (read_clock(&t_ns) < 0) {
+    if (read_clock(&t_ns) < 0 || record_start(inv->buffer, &b, inv->iid, method, t_ns) < 0
+        || stack_push(buffer, inv->iid, b.strand, &b) < 0) {
         goto failed;
     }
-    Record r = {.kind = REC_START, .a = inv->iid, .d = method, .t_ns = t_ns};
-    if (fits_u64(parent, &r.b) && fits_u64(hid, &r.c) && fits_seq(seq, r.seq)) {
-        Record *slot = buffer_next_slot((EventBuffer *)inv->buffer);
-        if (slot == NULL) {
-            goto failed;
-        }
-        *slot = r;
-    }
-    else if (record_start_object(inv->buffer, inv->iid, parent, hid, method, t_ns, seq) < 0) {
-        goto failed;
-    }
-    ((EventBuffer *)inv->buffer)->active++;
-    Py_DECREF(current);
-    Py_DECREF(seq);
-    Py_DECREF(parent);
-    Py_DECREF(hid);
-    Py_DECREF(value);
+    inv->index = buffer->depth - 1;
+    beginning_clear(&b);
     return 0;
 
 failed:
@@ -1217,21 +1499,20 @@ failed:
     }
     Py_CLEAR(inv->buffer);
     Py_XDECREF(current);
-    Py_XDECREF(seq);
-    Py_XDECREF(parent);
-    Py_XDECREF(hid);
     Py_XDECREF(value);
+    beginning_clear(&b);
     return -1;
 }
 
-/* Record the end (or the error, when error_type is set) and restore the caller's context,
- * even when recording failed. */
+/* Record the end (or the error, when error_type is set), pop the stack and, for a root, restore
+ * the caller's context, even when recording failed. */
 static int
 finish(Invocation *inv, PyTypeObject *error_type)
 {
     int64_t t_ns;
     Record r = {.kind = REC_END, .a = inv->iid};
-    ((EventBuffer *)inv->buffer)->active--;
+    EventBuffer *buffer = (EventBuffer *)inv->buffer;
+    stack_pop(buffer, inv->index, inv->iid);
     int result = read_clock(&t_ns);
     r.t_ns = t_ns;
     if (result == 0 && error_type != NULL) {
@@ -1249,7 +1530,7 @@ finish(Invocation *inv, PyTypeObject *error_type)
         }
     }
     if (result == 0) {
-        Record *slot = buffer_next_slot((EventBuffer *)inv->buffer);
+        Record *slot = buffer_next_slot(buffer);
         if (slot != NULL) {
             *slot = r;
         }
@@ -1260,21 +1541,23 @@ finish(Invocation *inv, PyTypeObject *error_type)
             result = -1;
         }
     }
-    PyObject *type = NULL, *error = NULL, *traceback = NULL;
-    if (result < 0) {
-        PyErr_Fetch(&type, &error, &traceback);
-    }
-    int reset = PyContextVar_Reset(g_context_var, inv->token);
-    if (result < 0) {
-        if (reset < 0) {
-            PyErr_Clear();
+    if (inv->token != NULL) {
+        PyObject *type = NULL, *error = NULL, *traceback = NULL;
+        if (result < 0) {
+            PyErr_Fetch(&type, &error, &traceback);
         }
-        PyErr_Restore(type, error, traceback);
+        int reset = PyContextVar_Reset(g_context_var, inv->token);
+        if (result < 0) {
+            if (reset < 0) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, error, traceback);
+        }
+        else if (reset < 0) {
+            result = -1;
+        }
+        Py_CLEAR(inv->token);
     }
-    else if (reset < 0) {
-        result = -1;
-    }
-    Py_CLEAR(inv->token);
     Py_CLEAR(inv->buffer);
     return result;
 }
@@ -1541,6 +1824,143 @@ new_seq(PyObject *module, PyObject *Py_UNUSED(ignored))
     return seq;
 }
 
+/* (seq, the innermost open invocation, 0) when the top of this thread's stack began under
+ * `current`, the value the ContextVar holds now; else None. NULL with an error set. */
+static PyObject *
+innermost(PyObject *current)
+{
+    if (current == Py_None) {
+        Py_RETURN_NONE; /* no sequence: no stack entry can match (entries never hold None) */
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        return NULL;
+    }
+    EventBuffer *events = (EventBuffer *)buffer;
+    PyObject *result = Py_None;
+    if (events->depth > 0 && events->stack[events->depth - 1].strand == current) {
+        PyObject *seq = PySequence_GetItem(current, 0); /* the strand's sequence is the entry's */
+        result = seq == NULL ? NULL
+                             : Py_BuildValue("(NKi)", seq,
+                                             (unsigned long long)events->stack[events->depth - 1].iid,
+                                             0);
+    }
+    else {
+        Py_INCREF(result);
+    }
+    Py_DECREF(buffer);
+    return result;
+}
+
+/* The ContextVar's value, a new reference (None when unset or before configure()). */
+static PyObject *
+context_value(void)
+{
+    PyObject *current = NULL;
+    if (g_context_var == NULL) {
+        Py_RETURN_NONE;
+    }
+    return PyContextVar_Get(g_context_var, Py_None, &current) < 0 ? NULL : current;
+}
+
+/* The exact current context, for whatever hands work on (tracer._core.stack.capture): the
+ * innermost open invocation when it is on this thread's stack in this strand, else the
+ * ContextVar's value, its first three items; None outside any sequence. */
+static PyObject *
+capture(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *current = context_value();
+    if (current == NULL) {
+        return NULL;
+    }
+    PyObject *result = innermost(current);
+    if (result == Py_None && current != Py_None) {
+        Py_DECREF(result);
+        if (PyTuple_CheckExact(current) && PyTuple_GET_SIZE(current) == 3) {
+            result = Py_NewRef(current);
+        }
+        else {
+            PyObject *items = PySequence_Tuple(current);
+            result = items == NULL ? NULL : PyTuple_GetSlice(items, 0, 3);
+            if (result != NULL && PyTuple_GET_SIZE(result) != 3) {
+                PyErr_SetString(PyExc_ValueError, "the invocation context has under 3 values");
+                Py_CLEAR(result);
+            }
+            Py_XDECREF(items);
+        }
+    }
+    Py_DECREF(current);
+    return result;
+}
+
+/* The innermost open invocation when it is on this thread's stack in this strand, else None
+ * (the ContextVar's value is then as exact as a context copied now can be): what a context
+ * copied now should carry (tracer._patching.contexts). */
+static PyObject *
+nested(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *current = context_value();
+    if (current == NULL) {
+        return NULL;
+    }
+    PyObject *result = t_cache.buffer == NULL ? Py_NewRef(Py_None) : innermost(current);
+    Py_DECREF(current);
+    return result;
+}
+
+/* The start of a strand's invocation (a coroutine's, a generator's: the Python wrappers): its
+ * Start recorded with the exact parent, as begin() finds it, and the context value it runs
+ * under returned, (seq, iid, 0, this thread); None past the memory bound (it runs untraced).
+ * Its wrapper sets the ContextVar at each step of its own; nothing is pushed on the stack. */
+static PyObject *
+start(PyObject *module, PyObject *method_object)
+{
+    uint64_t method;
+    if (!fits_u64(method_object, &method)) {
+        PyErr_SetString(PyExc_TypeError, "start(method): an interned method id");
+        return NULL;
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        return NULL;
+    }
+    EventBuffer *events = (EventBuffer *)buffer;
+    PyObject *current = NULL, *value = NULL;
+    Beginning b = {0};
+    uint64_t iid;
+    if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        goto done;
+    }
+    if (events->count >= events->limit && g_refill != NULL) {
+        PyObject *result = PyObject_CallFunctionObjArgs(g_refill, buffer, current, NULL);
+        int granted = result == NULL ? -1 : PyObject_IsTrue(result);
+        Py_XDECREF(result);
+        if (granted <= 0) {
+            value = granted == 0 ? Py_NewRef(Py_None) : NULL;
+            goto done;
+        }
+    }
+    if (take_iid(&iid) < 0) {
+        goto done;
+    }
+    int found = find_parent(events, current, &b);
+    current = NULL;
+    if (found < 0 || (b.strand == NULL && find_root(&b) < 0)) {
+        goto done;
+    }
+    int64_t t_ns;
+    if (read_clock(&t_ns) < 0 || record_start(buffer, &b, iid, method, t_ns) < 0) {
+        goto done;
+    }
+    value = strand_value(beginning_seq(&b), iid, (long)PyThread_get_thread_ident());
+
+done:
+    Py_XDECREF(current);
+    beginning_clear(&b);
+    Py_DECREF(buffer);
+    return value;
+}
+
 static PyObject *
 after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
@@ -1564,6 +1984,12 @@ static PyMethodDef module_methods[] = {
     {"next_iid", next_iid, METH_NOARGS, "The next invocation id of this process."},
     {"clock", clock_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns: time.perf_counter_ns on Linux."},
     {"new_seq", new_seq, METH_NOARGS, "A random 16-byte sequence id, never zero."},
+    {"capture", capture, METH_NOARGS,
+     "The exact current context (seq, innermost invocation, hand-off), or None."},
+    {"nested", nested, METH_NOARGS,
+     "(seq, innermost invocation, 0) when it is on this thread's stack in this strand, or None."},
+    {"start", start, METH_O,
+     "start(method): record a strand's Start; its context value, or None past the bound."},
     {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
     {NULL},
 };
@@ -1580,6 +2006,7 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     if (PyType_Ready(&TracedFunctionType) < 0 || PyType_Ready(&EventBufferType) < 0
+        || PyType_Ready(&RootValueType) < 0
         || PyType_Ready(&EncodedEventsType) < 0) {
         return NULL;
     }

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, TypeAlias
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from tracer._core import accel as _accel
 from tracer.config import Config
@@ -78,7 +78,7 @@ def configure(max_bytes: int) -> None:
         _busy = False
 
 
-def refill(sink: Sink, current: tuple[bytes, int, int] | None) -> bool:
+def refill(sink: Sink, current: Sequence[Any] | None) -> bool:
     """The slow path of a Start whose thread reached its allowance: reserve another chunk and
     return True, or count the call as overflow (it runs untraced) and return False."""
     global _busy
@@ -182,7 +182,7 @@ _overflow_seqs: set[bytes] = set()
 _MAX_OVERFLOW_SEQS: Final = 1024
 
 
-def overflow(current: tuple[bytes, int, int] | None) -> None:
+def overflow(current: Sequence[Any] | None) -> None:
     """A traced call ran untraced because the process's bound was reached (the sender cannot
     keep up): count its two events, and remember its sequence (when it had one) as lossy."""
     global _overflow_calls

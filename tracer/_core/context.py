@@ -1,11 +1,13 @@
-"""The invocation context: one ContextVar holding one immutable value.
+"""The invocation context: one ContextVar holding one immutable value per strand.
 
-The value is a tuple ``(seq, parent, hid)``: the sequence id (16 bytes), the current invocation's
-id in this process, and a pending hand-off id (0 for none). The next traced call records a Start
-with that parent and hand-off, then runs with ``(seq, its own iid, 0)``: a hand-off is consumed by
-the first invocation on the other side of a hop. ``None`` means no sequence is active, so the next
-traced call starts one. A tuple is the cheapest immutable value to build on the hot path;
-attach/detach use ContextVar tokens, so a ``try/finally`` always restores exactly what was there.
+The value is a tuple ``(seq, parent, hid)``: the sequence id (16 bytes), an invocation's id in
+this process, and a pending hand-off id (0 for none); a fourth item, ``origin``, says where it
+was set (``tracer._core.stack``). It is set where a strand begins or crosses (a root, a coroutine,
+a hand-off, a request): nested synchronous calls find their parent on their thread's invocation
+stack (``tracer._core.stack``) and leave the ContextVar as it is, so read the current invocation
+with ``stack.capture()``, never from here. ``None`` means no sequence is active, so the next
+traced call starts one. Attach/detach use ContextVar tokens, so a ``try/finally`` always
+restores exactly what was there.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from collections.abc import Iterator
 from typing import Final
 
 Current = tuple[bytes, int, int]
+#: What the ContextVar holds: a ``Current``, or one with its ``origin`` (a synchronous root's
+#: value is a C ``RootValue`` with the C accelerator: a sequence of the same four items).
+Value = Current | tuple[bytes, int, int, int]
 
-current: Final[contextvars.ContextVar[Current | None]] = contextvars.ContextVar(
+current: Final[contextvars.ContextVar[Value | None]] = contextvars.ContextVar(
     "invoseq_current", default=None
 )
 

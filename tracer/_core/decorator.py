@@ -32,7 +32,8 @@ from typing import Any, Final
 
 from tracer._core import accel as _accel
 from tracer._core import adoption, budget, context, frames, ids, recorder
-from tracer.wire import TAG_END, TAG_ERROR, TAG_START
+from tracer._core import stack as stack_module
+from tracer.wire import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 
 TRACED_MARK: Final = "__invoseq_traced__"
 #: "c" when the C accelerator records events, "python" otherwise (INVOSEQ_PURE=1 forces it).
@@ -51,6 +52,8 @@ _get = context.current.get
 _set = context.current.set
 _reset = context.current.reset
 _clock = time.perf_counter_ns
+_start = stack_module.start  # a strand's Start, with the exact parent; its context value
+_begin_from = stack_module.begin_from
 
 _disabled = False
 _UNTRACED: context.Current = (b"", 0, 0)
@@ -110,31 +113,43 @@ class _Module(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Module
+stack_module.use_sources(sys.modules[__name__])
 _sync_sources()  # the C wrapper's roots adopt through the same callback
 
 
-def _begin(method: int) -> tuple[int, context.Current]:
-    """Record a Start and return (iid, the context value of the new invocation); iid 0: past
-    the memory bound, the call runs untraced (counted)."""
-    try:
-        events = _tls.events
-    except AttributeError:
-        events = _register_thread()
-    current = _get()
-    if len(events) >= events.limit and not _refill(events, current):
-        return 0, _UNTRACED
-    iid = _next_iid()
+def _begin(method: int) -> tuple[int, Any]:
+    """A strand's invocation begins (coroutine, generator): (iid, the context value its steps
+    run under); iid 0 past the memory bound, the call runs untraced (counted)."""
+    value = _start(method)
+    return (0, _UNTRACED) if value is None else (value[1], value)
+
+
+def _open(events: Any, stack: list[Any], current: Any, iid: int, method: int) -> Any:
+    """A sync invocation that does not nest in the top of its thread's stack: a root (it sets
+    the ContextVar; the token is returned) or the first call under a value a strand set."""
+    seq, parent, hid, approx = _begin_from(stack, current)
+    token = None
     if current is None:
-        current = _adopt()
-        if current is None:
-            seq = _new_seq()
-            parent = hid = 0
-        else:
-            seq, parent, hid = current
-    else:
-        seq, parent, hid = current
-    events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
-    return iid, (seq, iid, 0)
+        current = (seq, iid, 0, stack_module.ORIGIN_SYNC_ROOT)
+        token = _set(current)
+    try:
+        events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
+        if approx:
+            events.append((TAG_ATTRS, iid, dict(stack_module.APPROXIMATE)))
+    except BaseException:
+        if token is not None:
+            _reset(token)  # nothing of a failed start stays behind
+        raise
+    stack.append((current, iid, seq))
+    return token
+
+
+def _close(stack: list[Any], iid: int) -> None:
+    """Pop the invocation's entry, and any left above it (a stack switched under us)."""
+    for index in range(len(stack) - 1, -1, -1):
+        if stack[index][1] == iid:
+            del stack[index:]
+            return
 
 
 def _end(iid: int) -> None:
@@ -162,52 +177,52 @@ def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:  # no
         if _disabled:
             return fn(*args, **kwargs)
         try:
-            # Inlined _begin: this is the path every traced call takes.
+            # Inlined: this is the path every traced call takes. A call nested in the top of its
+            # thread's stack (the same strand) pushes an entry and touches no ContextVar.
             try:
                 events = _tls.events
             except AttributeError:
                 events = _register_thread()
             current = _get()
             if len(events) >= events.limit and not _refill(events, current):
-                token = None  # past the memory bound: untraced, counted with its sequence
+                stack = None  # past the memory bound: untraced, counted with its sequence
             else:
                 iid = _next_iid()
-                if current is None:
-                    current = _adopt()
-                    if current is None:
-                        seq = _new_seq()
-                        parent = hid = 0
-                    else:
-                        seq, parent, hid = current
+                stack = events.stack
+                if stack and stack[-1][0] is current:
+                    seq = stack[-1][2]
+                    events.append((TAG_START, iid, stack[-1][1], 0, method, _clock(), seq))
+                    stack.append((current, iid, seq))
+                    token = None
                 else:
-                    seq, parent, hid = current
-                token = _set((seq, iid, 0))
-                try:
-                    events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
-                except BaseException:
-                    _reset(token)  # nothing of a failed start stays behind
-                    raise
+                    token = _open(events, stack, current, iid, method)
         except Exception as exc:
             _internal_error(exc)
             return fn(*args, **kwargs)
-        if token is None:
+        if stack is None:
             return fn(*args, **kwargs)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
             try:
+                if stack.pop()[1] != iid:
+                    _close(stack, iid)
                 try:
                     events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
                 finally:
-                    _reset(token)
+                    if token is not None:
+                        _reset(token)
             except Exception as inner:
                 _internal_error(inner)
             raise
         try:
+            if stack.pop()[1] != iid:
+                _close(stack, iid)
             try:
                 events.append((TAG_END, iid, _clock()))
             finally:
-                _reset(token)
+                if token is not None:
+                    _reset(token)
         except Exception as inner:
             _internal_error(inner)
         return result

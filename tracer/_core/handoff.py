@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from tracer._core import context, decorator, frames, ids, recorder
+from tracer._core import context, decorator, frames, ids, recorder, stack
 from tracer.wire import TAG_HANDOFF
 
 log = logging.getLogger("tracer")
@@ -93,15 +93,15 @@ def method_for(fn: Any) -> int:
     return method
 
 
-def record(kind: str, fn: Any, current: context.Current | None = None) -> context.Current | None:
+def record(kind: str, fn: Any, current: context.Value | None = None) -> context.Current | None:
     """Record a hand-off of ``fn`` from the current invocation (or from ``current``); return the
     context value for the other side, or None outside any sequence."""
     if current is None:
-        current = _get()
+        current = stack.capture()
         if current is None:
             return None
     try:
-        seq, parent, _ = current
+        seq, parent = current[0], current[1]
         hid = ids.new_id63()
         method = method_for(fn)
         try:
@@ -158,7 +158,7 @@ def bind(
         runner = decorator.wrap_with_method(fn, method_for(target))
 
     def run_handed_off(*args: Any, **kwargs: Any) -> Any:
-        token = _set(value)
+        token = _set(stack.new_value(*value))  # set on this thread: exact here
         try:
             return runner(*args, **kwargs)
         finally:

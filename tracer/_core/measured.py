@@ -27,7 +27,7 @@ import threading
 from collections.abc import Mapping
 from typing import Final
 
-from tracer._core import adoption, budget, context, decorator, ids, recorder
+from tracer._core import adoption, budget, context, decorator, ids, recorder, stack
 from tracer.wire import (
     MAX_ATTRIBUTE_VALUE,
     MAX_ATTRIBUTES,
@@ -139,7 +139,7 @@ def begin(start_from: context.Current | None = None) -> Measured | None:
         return None
     try:
         events = recorder.thread_events()
-        current = start_from if start_from is not None else context.current.get()
+        current = start_from if start_from is not None else stack.capture()
         if len(events) >= events.limit and not budget.refill(events, current):
             return None
         if current is None:

@@ -47,15 +47,18 @@ FrameTuple = tuple[int, str, str, int]
 
 
 class EventList(list[EventTuple]):
-    """A thread's events on the pure-Python path, with its allowance (``tracer._core.budget``)."""
+    """A thread's events on the pure-Python path, with its allowance (``tracer._core.budget``)
+    and its invocation stack (``tracer._core.stack``): (strand, iid, seq) per open sync call."""
 
-    __slots__ = ("limit",)
+    __slots__ = ("limit", "stack")
     limit: int
+    stack: list[tuple[Any, int, Any]]
 
 
 def _new_event_list() -> EventList:
     events = EventList()
     events.limit = 0  # the first Start reserves
+    events.stack = []
     return events
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tracer._patching import integrations, logs, processes, tasks, threads
+from tracer._patching import contexts, integrations, logs, processes, tasks, threads
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
@@ -62,7 +62,7 @@ def instrument(*, disable: Iterable[str] | None = None) -> None:
     disabled = integrations.disabled_names(disable)
     with _lock:
         _uninstall()
-        _apply((*threads.PATCHES, *tasks.PATCHES, *processes.PATCHES))
+        _apply((*threads.PATCHES, *tasks.PATCHES, *processes.PATCHES, *contexts.PATCHES))
         processes.set_fork_hooks(True)
         logs.install()
         _watcher = integrations.install(disabled, _apply)

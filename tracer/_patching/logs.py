@@ -39,7 +39,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from tracer._core import budget, context, decorator, measured, recorder
+from tracer._core import budget, context, decorator, measured, recorder, stack
 
 #: The value of ``invoseq_seq`` and ``invoseq_iid`` when there is none.
 PLACEHOLDER: Final = "-"
@@ -56,7 +56,7 @@ KEY_DROPPED: Final = "log.dropped"
 
 Factory = Callable[..., logging.LogRecord]
 
-_get = context.current.get
+_capture = stack.capture  # the exact current invocation
 # Reentrant: a signal handler on a thread inside ``_count`` may log a warning too.
 _lock = threading.RLock()
 _counts: dict[int, int] = {}  # iid -> records at WARNING or above seen, oldest first
@@ -124,7 +124,7 @@ def _annotate(record: logging.LogRecord) -> None:
     seq = iid = PLACEHOLDER
     current = None
     try:
-        value = _get()
+        value = _capture()
         if value is not None and value[0]:  # an empty seq: a call past the memory bound
             seq = value[0].hex()
             if value[1] and not value[2]:  # no hand-off pending: the invocation is this side's

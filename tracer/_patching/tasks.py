@@ -18,11 +18,12 @@ import functools
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
-from tracer._core import context, handoff
+from tracer._core import context, handoff, stack
 
 T = TypeVar("T")
 
 _get = context.current.get
+_capture = stack.capture  # the exact current invocation
 _set = context.current.set
 
 
@@ -48,12 +49,12 @@ def _subclass(original: type[asyncio.Task[Any]]) -> type[asyncio.Task[Any]]:
             context: contextvars.Context | None = None,
             **options: Any,  # eager_start (3.12+) and whatever later Pythons add
         ) -> None:
-            current = _get() if context is None else context.get(_var)
+            current = _capture() if context is None else context.get(_var)
             if current is not None:
                 value = handoff.record("task", coro, current)
                 if value is not None:
                     context = contextvars.copy_context() if context is None else context.copy()
-                    context.run(_set, value)
+                    context.run(_set, stack.new_value(*value))  # exact on the loop's thread
             super().__init__(coro, loop=loop, name=name, context=context, **options)
 
     Task.__qualname__ = Task.__name__ = original.__name__

@@ -47,6 +47,8 @@ INTEGRATIONS: Final = (
     "celery",
     "grpc_server",
     "grpc_client",
+    "asgiref",
+    "anyio",
 )
 DISABLED_ENV: Final = "INVOSEQ_DISABLED_INTEGRATIONS"
 

@@ -38,7 +38,7 @@ def link_from(current: context.Current | None) -> str | None:
     any sequence (or in a call run untraced past the memory bound)."""
     if current is None or len(current[0]) != 16:
         return None
-    seq, iid, _ = current
+    seq, iid = current[0], current[1]
     return f"{seq.hex()}-{iid:016x}-{ids.identity().puid:016x}"
 
 

@@ -51,7 +51,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer import propagation
-from tracer._core import context, handoff, ids, lifecycle, measured, recorder
+from tracer._core import context, handoff, ids, lifecycle, measured, recorder, stack
 from tracer._patching.integrations import Hook, PatchSpec, _links
 
 #: The message header of a link (linked mode).
@@ -107,7 +107,7 @@ class Run:
         self.method = method  # the task's function
         self.error: str | None = None  # what ``task_failure`` or ``task_retry`` names
         #: The context and the run found at the start, restored at the end.
-        self.token: contextvars.Token[context.Current | None] | None = None
+        self.token: contextvars.Token[context.Value | None] | None = None
         self.outer: contextvars.Token[Run | None] | None = None
 
     def attach(self) -> None:
@@ -180,7 +180,7 @@ def before_task_publish(sender: Any = None, headers: Any = None, **_: Any) -> No
 def _handoff_headers(task_name: str) -> dict[str, str] | None:
     """A fresh hand-off from the current invocation, or in linked mode a link to it; None
     outside any sequence."""
-    current = context.current.get()
+    current = stack.capture()
     if current is None:
         return None
     if _links.linked():

@@ -44,7 +44,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer import propagation
-from tracer._core import context, decorator, handoff, lifecycle, measured, recorder
+from tracer._core import context, decorator, handoff, lifecycle, measured, recorder, stack
 from tracer._patching.integrations import Hook, PatchSpec, _clients, _links
 
 LIBRARY: Final = "rq"
@@ -88,7 +88,7 @@ def hand_off(job: Any) -> None:
     """Write the current sequence into ``job.meta``, a copy of it (module docstring): a hand-off,
     or in linked mode a link. Nothing outside any sequence; never raises."""
     try:
-        current = context.current.get()
+        current = stack.capture()
         meta = job.meta
         if current is None or len(current[0]) != 16 or not isinstance(meta, dict):
             return

@@ -1,0 +1,149 @@
+"""The invocation stack: where a new invocation finds its parent (docs/architecture.md, "The
+invocation stack").
+
+A synchronous traced call cannot be interleaved with other code on its thread, so its thread
+keeps the open ones on a stack: a nested call pushes an entry (its iid, its sequence, and the
+ContextVar value it began under, its *strand*) and pops it at the end, and touches the ContextVar
+only to read it. The ContextVar (``tracer._core.context.current``) is set only where a strand
+begins or crosses: a root, a coroutine's or generator's invocation, a hand-off's runner, a
+remote context continued. A new invocation's parent is the top of its thread's stack when that
+entry began under the value the ContextVar holds now (same strand), else the value itself.
+
+A context value is ``(seq, parent, hid)`` or ``(seq, parent, hid, origin)``. ``origin`` says
+where it was set, so a Start that takes its parent from the ContextVar rather than from its
+thread's stack knows whether that parent is exact: ``ORIGIN_SYNC_ROOT`` (a synchronous root's:
+its nested calls never set the ContextVar, so a context copied inside one of them names the
+root, an ancestor of the exact parent) or the thread a strand runs on (exact there; elsewhere the
+context travelled without a hand-off of ours). Such a Start is followed by an ``Attrs`` event,
+``{"invoseq.parent": "approximate"}``. A 3-tuple (an integration's, a remote context) is exact
+wherever it is found.
+
+With the C accelerator the stack lives in the thread's ``EventBuffer`` and ``capture``/``start``
+are C; this module is the pure-Python path, which keeps the stack on the thread's event list.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Final
+
+from tracer._core import accel as _accel
+from tracer._core import budget, context, recorder
+from tracer.wire import TAG_ATTRS, TAG_START
+
+#: The 4th item of a synchronous root's context value.
+ORIGIN_SYNC_ROOT: Final = -1
+#: The attribute an approximate parent is marked with, and its value.
+APPROXIMATE: Final = {"invoseq.parent": "approximate"}
+
+_tls = recorder.tls
+_register_thread = recorder.register_thread
+_get = context.current.get
+_get_ident = threading.get_ident
+#: Where the sources are read (``tracer._core.decorator``, which registers itself: tests replace
+#: its clock, counters and adoption, and both paths must obey).
+_sources: Any = None
+
+
+def use_sources(module: Any) -> None:
+    global _sources
+    _sources = module
+
+
+def approximate(value: Any) -> bool:
+    """Whether a context value found in the ContextVar (not on this thread's stack) names an
+    ancestor of the exact parent rather than the parent itself."""
+    if len(value) != 4:
+        return False
+    origin = value[3]
+    return bool(origin == ORIGIN_SYNC_ROOT or origin != _get_ident())
+
+
+def _capture() -> context.Current | None:
+    """The exact current context: (seq, the innermost open invocation, 0) when the top of this
+    thread's stack began under the ContextVar's value, else that value's first three items;
+    None outside any sequence."""
+    current = _get()
+    if current is None:
+        return None  # entries never hold None: no stack entry can match
+    try:
+        stack = _tls.events.stack
+    except AttributeError:
+        stack = []
+    if stack and stack[-1][0] is current:
+        return (current[0], stack[-1][1], 0)
+    return (current[0], current[1], current[2])
+
+
+def _nested() -> context.Current | None:
+    """(seq, the innermost open invocation, 0) when the top of this thread's stack began under
+    the ContextVar's value, else None: what a context copied now should carry."""
+    current = _get()
+    if current is None:
+        return None
+    try:
+        stack = _tls.events.stack
+    except AttributeError:
+        return None
+    if stack and stack[-1][0] is current:
+        return (current[0], stack[-1][1], 0)
+    return None
+
+
+def _start(method: int) -> tuple[Any, ...] | None:
+    """A strand's invocation (a coroutine's, a generator's) begins: its Start recorded with the
+    exact parent, and the context value it runs under returned, ``(seq, iid, 0, this thread)``;
+    None past the memory bound (it runs untraced)."""
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    current = _get()
+    if len(events) >= events.limit and not budget.refill(events, current):
+        return None
+    iid = _sources._next_iid()
+    seq, parent, hid, approx = begin_from(events.stack, current)
+    events.append((TAG_START, iid, parent, hid, method, _sources._clock(), seq))
+    if approx:
+        events.append((TAG_ATTRS, iid, dict(APPROXIMATE)))
+    return (seq, iid, 0, _get_ident())
+
+
+def begin_from(stack: list[Any], current: Any) -> tuple[Any, int, int, bool]:
+    """(seq, parent, hid, approximate) of an invocation beginning with ``current`` in the
+    ContextVar: from the stack's top when it began under ``current``, else from ``current``;
+    a root (``current`` None) adopts a trace already current or draws a new sequence."""
+    if stack and stack[-1][0] is current:
+        top = stack[-1]
+        return top[2], top[1], 0, False
+    if current is None:
+        adopted = _sources._adopt()
+        if adopted is None:
+            return _sources._new_seq(), 0, 0, False
+        seq, parent, hid = adopted
+        return seq, parent, hid, False
+    seq, parent, hid, *_ = current
+    return seq, parent, hid, approximate(current)
+
+
+capture: Any
+nested: Any
+start: Any
+if _accel.speedups is not None:
+    capture = _accel.speedups.capture
+    nested = _accel.speedups.nested
+    start = _accel.speedups.start
+else:
+    capture = _capture
+    nested = _nested
+    start = _start
+
+
+def new_value(seq: bytes, parent: int, hid: int) -> tuple[bytes, int, int, int]:
+    """A context value set on this thread for a strand (a hand-off's runner): exact here,
+    approximate where a context copied from it by code we do not patch is found."""
+    return (seq, parent, hid, _get_ident())
+
+
+__all__ = ["APPROXIMATE", "ORIGIN_SYNC_ROOT", "approximate", "begin_from", "capture", "new_value"]
+__all__ += ["nested", "start", "use_sources"]

@@ -1,0 +1,90 @@
+"""Contexts copied inside a synchronous call carry that call (docs/architecture.md, "The
+invocation stack").
+
+A nested synchronous call does not set the ContextVar (``tracer._core.stack``), so a plain copy of
+the context taken inside it names the strand it runs in (the root, the coroutine), an ancestor.
+``contextvars.copy_context`` is patched: inside a call nested on this thread's stack, the copy
+carries that call, ``Copied((seq, iid, 0))``, exact wherever it runs. Everything that copies
+through the module attribute gets this: asyncio's callbacks (``loop.call_soon``),
+``asyncio.to_thread``, asgiref in both directions. anyio binds ``copy_context`` at import: its
+integration patches the name there (``copy_context_in``).
+
+asgiref carries the variables a callee changed back to its caller (``_restore_context``); the
+value a copy was given is not a change of the callee's, so it is never carried back
+(``restore_context``), or it would outlive the call it names.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final
+
+from tracer._core import context, recorder, stack
+
+_var: Final = context.current
+_get = context.current.get
+_set = context.current.set
+_nested = stack.nested
+_COPIED_MARK: Final = "__invoseq_exact_copy__"
+
+
+class Copied(tuple[bytes, int, int]):
+    """The context value a copy taken inside a nested call carries; ``source`` is the value the
+    ContextVar held where it was copied."""
+
+    source: Any
+
+
+def exact_copy(original: Callable[[], contextvars.Context]) -> Callable[[], contextvars.Context]:
+    if getattr(original, _COPIED_MARK, False):
+        return original
+
+    @functools.wraps(original)
+    def copy_context() -> contextvars.Context:
+        copied = original()
+        try:
+            exact = _nested()
+            if exact is not None:
+                value = Copied(exact)
+                value.source = _get()
+                copied.run(_set, value)
+        except Exception as exc:
+            recorder.internal_error(exc)
+        return copied
+
+    setattr(copy_context, _COPIED_MARK, True)
+    return copy_context
+
+
+def copy_context_in(module: ModuleType) -> list[tuple[Any, str, Callable[[Any], Any]]]:
+    """The patch of a module that bound ``copy_context`` at import (anyio's backends)."""
+    if not callable(getattr(module, "copy_context", None)):
+        raise TypeError(f"{module.__name__} has no copy_context")
+    return [(module, "copy_context", exact_copy)]
+
+
+def restore_context(original: Callable[[contextvars.Context], None]) -> Callable[..., None]:
+    """asgiref's ``_restore_context(context)``: ours is never carried back to where the copy
+    was taken."""
+
+    @functools.wraps(original)
+    def restore(copied: contextvars.Context, *args: Any, **kwargs: Any) -> None:
+        try:
+            value = copied.get(_var)
+            if isinstance(value, Copied) and value.source is _get():
+                copied.run(_set, value.source)
+        except Exception as exc:
+            recorder.internal_error(exc)
+        original(copied, *args, **kwargs)
+
+    return restore
+
+
+PATCHES: tuple[tuple[Any, str, Callable[[Any], Any]], ...] = (
+    (contextvars, "copy_context", exact_copy),
+)
+
+__all__ = ["PATCHES", "Copied", "copy_context_in", "exact_copy", "restore_context"]
