@@ -605,7 +605,7 @@ static PyTypeObject EventBufferType;
 
 /* The slot for the next record, growing the array when it is full (amortised: no allocation per
  * event). The caller fills the slot at once, with no Python call in between. */
-static Record *
+static inline Record *
 buffer_next_slot(EventBuffer *self)
 {
     if (self->count == self->capacity) {
@@ -918,10 +918,10 @@ current_buffer(void)
     return buffer;
 }
 
-static int
+static inline int
 read_clock(int64_t *t_ns)
 {
-    if (g_clock == NULL) {
+    if (__builtin_expect(g_clock == NULL, 1)) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         *t_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
@@ -1406,7 +1406,7 @@ stack_push(EventBuffer *buffer, uint64_t iid, PyObject *strand, const Beginning 
 
 /* Close the invocation's entry and any left above it (a stack switched under us, as greenlets
  * do, never leaves entries behind); an entry already closed is left alone. */
-static void
+static inline void
 stack_pop(EventBuffer *buffer, Py_ssize_t index, uint64_t iid)
 {
     if (index >= buffer->depth || buffer->stack[index].iid != iid) {
@@ -1509,35 +1509,42 @@ failed:
 static int
 finish(Invocation *inv, PyTypeObject *error_type)
 {
-    int64_t t_ns;
-    Record r = {.kind = REC_END, .a = inv->iid};
     EventBuffer *buffer = (EventBuffer *)inv->buffer;
     stack_pop(buffer, inv->index, inv->iid);
+    int64_t t_ns;
     int result = read_clock(&t_ns);
-    r.t_ns = t_ns;
+    uint8_t kind = REC_END;
+    PyObject *name = NULL;
+    const char *cname = NULL;
     if (result == 0 && error_type != NULL) {
         if (error_type->tp_flags & Py_TPFLAGS_HEAPTYPE) {
             /* `type(exc).__name__` is the heap type's ht_name; a str subclass is copied to a str */
-            r.kind = REC_ERROR;
-            r.u.obj = PyUnicode_Substring(((PyHeapTypeObject *)error_type)->ht_name, 0,
-                                          PY_SSIZE_T_MAX);
-            result = r.u.obj == NULL ? -1 : 0;
+            kind = REC_ERROR;
+            name = PyUnicode_Substring(((PyHeapTypeObject *)error_type)->ht_name, 0,
+                                       PY_SSIZE_T_MAX);
+            result = name == NULL ? -1 : 0;
         }
         else {
-            const char *name = strrchr(error_type->tp_name, '.');
-            r.kind = REC_ERROR_CNAME;
-            r.u.cname = name != NULL ? name + 1 : error_type->tp_name;
+            const char *dot = strrchr(error_type->tp_name, '.');
+            kind = REC_ERROR_CNAME;
+            cname = dot != NULL ? dot + 1 : error_type->tp_name;
         }
     }
     if (result == 0) {
         Record *slot = buffer_next_slot(buffer);
         if (slot != NULL) {
-            *slot = r;
+            slot->kind = kind;
+            slot->a = inv->iid;
+            slot->t_ns = t_ns;
+            if (kind == REC_ERROR) {
+                slot->u.obj = name;
+            }
+            else if (kind == REC_ERROR_CNAME) {
+                slot->u.cname = cname;
+            }
         }
         else {
-            if (r.kind == REC_ERROR) {
-                Py_DECREF(r.u.obj);
-            }
+            Py_XDECREF(name);
             result = -1;
         }
     }
@@ -1562,6 +1569,62 @@ finish(Invocation *inv, PyTypeObject *error_type)
     return result;
 }
 
+/* begin() for the common case, inlined: a call nested in the top of its thread's stack (the
+ * ContextVar holds the value that entry began under), with the default sources, under the
+ * thread's allowance. 0: begun; 2: not this case, and nothing done (begin() takes it). */
+static inline int
+begin_nested(uint64_t method, Invocation *inv)
+{
+    if (g_next_iid != NULL || g_clock != NULL || t_cache.buffer == NULL
+        || t_cache.generation != g_generation
+        || t_cache.tstate_id != PyThreadState_GetID(PyThreadState_Get())) {
+        return 2;
+    }
+    EventBuffer *buffer = (EventBuffer *)t_cache.buffer;
+    Py_ssize_t depth = buffer->depth;
+    if (depth == 0 || depth == buffer->stack_capacity || buffer->count >= buffer->limit
+        || buffer->stack[depth - 1].exotic) {
+        return 2;
+    }
+    PyObject *current = NULL;
+    if (PyContextVar_Get(g_context_var, NULL, &current) < 0) {
+        PyErr_Clear(); /* begin() meets it again, and reports it */
+        return 2;
+    }
+    StackEntry *top = &buffer->stack[depth - 1];
+    if (current != top->strand) {
+        Py_XDECREF(current);
+        return 2;
+    }
+    Record *slot = buffer_next_slot(buffer);
+    if (slot == NULL) {
+        PyErr_Clear();
+        Py_DECREF(current);
+        return 2;
+    }
+    uint64_t iid = ++g_last_iid;
+    int64_t t_ns;
+    read_clock(&t_ns); /* the default clock: it cannot fail */
+    slot->kind = REC_START;
+    slot->a = iid;
+    slot->b = top->iid;
+    slot->c = 0;
+    slot->d = method;
+    slot->t_ns = t_ns;
+    memcpy(slot->seq, top->seq, 16);
+    StackEntry *entry = top + 1;
+    entry->iid = iid;
+    entry->strand = current; /* the reference PyContextVar_Get gave */
+    memcpy(entry->seq, top->seq, 16);
+    entry->exotic = 0;
+    buffer->depth = depth + 1;
+    inv->buffer = Py_NewRef((PyObject *)buffer);
+    inv->token = NULL;
+    inv->iid = iid;
+    inv->index = depth;
+    return 0;
+}
+
 static PyObject *
 traced_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1570,7 +1633,10 @@ traced_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     }
     Invocation inv;
-    int begun = begin(self->method, &inv);
+    int begun = begin_nested(self->method, &inv);
+    if (begun == 2) {
+        begun = begin(self->method, &inv);
+    }
     if (begun == 1) {
         return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     }
