@@ -122,7 +122,7 @@ class SequenceIdGenerator(RandomIdGenerator):
     """
 
     def generate_trace_id(self) -> int:
-        current = context.current.get()
+        current = stack.live(context.current.get())
         if current is not None and len(current[0]) == 16:  # the sequence: any item 0 will do
             return int.from_bytes(current[0], "big")
         return super().generate_trace_id()

@@ -1024,17 +1024,103 @@ draw_seq(void)
 
 /* ---------------------------------------------------------------------------------------------
  * RootValue: what a synchronous root puts in the ContextVar, (seq, iid, 0, ORIGIN_SYNC_ROOT) as
- * a sequence of four, in one allocation with no references (so no GC tracking): a root's cost
- * is mostly what it allocates. Python code reads it as it reads the tuples strands use.
+ * a sequence of four, in one allocation with no references (so no GC tracking). Python code
+ * reads it as it reads the tuples strands use.
+ *
+ * Setting and resetting the ContextVar is most of what a root costs (two new HAMTs, nodes and a
+ * token: about 135 ns here). So a root that ends while its value can be reached through its own
+ * context alone (no copy of the context, no other mapping holds it: held_only_here) does not
+ * reset the ContextVar: it marks the value closed, which every reader takes for None, and the
+ * next root in that context opens the same value again, with no ContextVar write at all. A value
+ * anything else may hold is never reopened: that copy keeps seeing the root it was made in.
  */
 
 typedef struct {
     PyObject_HEAD
     uint64_t iid;
     uint8_t seq[16];
+    char closed; /* its root ended: no sequence (it may be opened again: see above) */
 } RootValue;
 
 static PyTypeObject RootValueType;
+
+/* Mirrors of CPython's private layouts of a Context and its HAMT (Include/internal/
+ * pycore_context.h and pycore_hamt.h, the same in 3.11 to 3.13), checked against a real
+ * context at import (layouts_known); when they do not match, roots always set and reset. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ctx_prev;
+    PyObject *ctx_vars;
+    PyObject *ctx_weakreflist;
+    int ctx_entered;
+} ContextMirror;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *h_root;
+    PyObject *h_weakreflist;
+    Py_ssize_t h_count;
+} HamtMirror;
+
+static int g_reuse_roots;             /* the layouts matched at import */
+static PyTypeObject *g_bitmap_node;   /* the type of a HAMT's single-level node */
+
+static int
+is_closed(PyObject *value)
+{
+    return Py_IS_TYPE(value, &RootValueType) && ((RootValue *)value)->closed;
+}
+
+/* Whether `value`, the ContextVar's value in the current context, can be reached only through
+ * that context: the context's HAMT is a single node, and neither the HAMT, nor the node, nor the
+ * value has another holder (a copy of the context shares the HAMT; a mapping derived from it
+ * copies the node's entries, taking a reference to the value). `extra` references to the value
+ * are the caller's own. */
+static int
+held_only_here(PyObject *value, Py_ssize_t extra)
+{
+    if (!g_reuse_roots) {
+        return 0;
+    }
+    ContextMirror *context = (ContextMirror *)PyThreadState_Get()->context;
+    if (context == NULL || context->ctx_vars == NULL) {
+        return 0;
+    }
+    HamtMirror *vars = (HamtMirror *)context->ctx_vars;
+    return Py_REFCNT(vars) == 1 && vars->h_root != NULL && Py_IS_TYPE(vars->h_root, g_bitmap_node)
+        && Py_REFCNT(vars->h_root) == 1 && Py_REFCNT(value) == 1 + extra;
+}
+
+/* At import: whether the mirrors above match this CPython (one variable set in a new context:
+ * a "hamt" of one entry in a "hamt_bitmap_node", the context entered). */
+static int
+layouts_known(void)
+{
+#if defined(Py_GIL_DISABLED) || PY_VERSION_HEX >= 0x030E0000
+    return 0; /* without the GIL, reference counts say nothing; later versions: unchecked */
+#else
+    int known = 0;
+    PyObject *var = PyContextVar_New("invoseq_layout_probe", NULL);
+    PyObject *context = PyContext_New();
+    if (var != NULL && context != NULL && PyContext_Enter(context) == 0) {
+        PyObject *token = PyContextVar_Set(var, Py_True);
+        ContextMirror *mirror = (ContextMirror *)context;
+        HamtMirror *vars = (HamtMirror *)mirror->ctx_vars;
+        known = token != NULL && mirror->ctx_entered == 1 && vars != NULL
+            && strcmp(Py_TYPE(vars)->tp_name, "hamt") == 0 && vars->h_count == 1
+            && vars->h_root != NULL && strcmp(Py_TYPE(vars->h_root)->tp_name, "hamt_bitmap_node") == 0;
+        if (known) {
+            g_bitmap_node = Py_TYPE(vars->h_root);
+        }
+        Py_XDECREF(token);
+        PyContext_Exit(context);
+    }
+    Py_XDECREF(var);
+    Py_XDECREF(context);
+    PyErr_Clear();
+    return known;
+#endif
+}
 
 static Py_ssize_t
 root_value_length(PyObject *self)
@@ -1074,6 +1160,12 @@ root_value_repr(PyObject *self)
     return repr;
 }
 
+static PyMemberDef root_value_members[] = {
+    {"closed", T_BOOL, offsetof(RootValue, closed), READONLY,
+     "Its root ended: the ContextVar holding it means no sequence."},
+    {NULL},
+};
+
 static PySequenceMethods root_value_as_sequence = {
     .sq_length = root_value_length,
     .sq_item = root_value_item,
@@ -1086,6 +1178,7 @@ static PyTypeObject RootValueType = {
     .tp_basicsize = sizeof(RootValue),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_as_sequence = &root_value_as_sequence,
+    .tp_members = root_value_members,
     .tp_repr = root_value_repr,
 };
 
@@ -1108,6 +1201,7 @@ typedef struct {
     PyObject *token;  /* a root's: it set the ContextVar, and resets it at the end */
     uint64_t iid;
     Py_ssize_t index; /* its entry on the buffer's stack */
+    PyObject *root;   /* borrowed: a root's RootValue (in the ContextVar while it runs), or NULL */
 } Invocation;
 
 /* The 4th item of a context value: where the value was set, so a Start that takes its parent
@@ -1234,7 +1328,7 @@ find_parent(EventBuffer *buffer, PyObject *current, Beginning *b)
         }
         return 0;
     }
-    if (current == Py_None) {
+    if (current == Py_None || is_closed(current)) {
         Py_CLEAR(b->strand);
         return 0;
     }
@@ -1429,6 +1523,7 @@ begin(uint64_t method, Invocation *inv)
     PyObject *current = NULL, *value = NULL;
     Beginning b = {0};
     inv->token = NULL;
+    inv->root = NULL;
     inv->buffer = current_buffer();
     if (inv->buffer == NULL) {
         return -1;
@@ -1444,7 +1539,8 @@ begin(uint64_t method, Invocation *inv)
     if (buffer->count >= buffer->limit && g_refill != NULL) {
         /* Past the thread's allowance: budget.refill reserves more, or counts this call as
          * overflow (dropped, its sequence lossy) and it runs untraced, Start and End alike. */
-        PyObject *result = PyObject_CallFunctionObjArgs(g_refill, inv->buffer, current, NULL);
+        PyObject *seen = is_closed(current) ? Py_None : current;
+        PyObject *result = PyObject_CallFunctionObjArgs(g_refill, inv->buffer, seen, NULL);
         int granted = result == NULL ? -1 : PyObject_IsTrue(result);
         Py_XDECREF(result);
         if (granted <= 0) {
@@ -1456,8 +1552,10 @@ begin(uint64_t method, Invocation *inv)
     if (take_iid(&inv->iid) < 0) {
         goto failed;
     }
+    /* a closed value of this context, which nothing else holds: the root opens it again */
+    PyObject *reusable = is_closed(current) && held_only_here(current, 1) ? current : NULL;
     int found = find_parent(buffer, current, &b);
-    current = NULL; /* b owns it */
+    current = NULL; /* b owns it (or, for a root, it is let go: reusable stays in the context) */
     if (found < 0) {
         goto failed;
     }
@@ -1465,15 +1563,24 @@ begin(uint64_t method, Invocation *inv)
         if (find_root(&b) < 0) {
             goto failed;
         }
-        value = (PyObject *)PyObject_New(RootValue, &RootValueType);
-        if (value == NULL) {
-            goto failed;
+        if (reusable != NULL) {
+            value = Py_NewRef(reusable);
+        }
+        else {
+            value = (PyObject *)PyObject_New(RootValue, &RootValueType);
+            if (value == NULL) {
+                goto failed;
+            }
         }
         ((RootValue *)value)->iid = inv->iid;
         memcpy(((RootValue *)value)->seq, b.seq_bytes, 16);
-        inv->token = PyContextVar_Set(g_context_var, value);
-        if (inv->token == NULL) {
-            goto failed;
+        ((RootValue *)value)->closed = 0;
+        inv->root = value;
+        if (reusable == NULL) {
+            inv->token = PyContextVar_Set(g_context_var, value);
+            if (inv->token == NULL) {
+                goto failed;
+            }
         }
         b.strand = value;
         value = NULL;
@@ -1488,6 +1595,9 @@ begin(uint64_t method, Invocation *inv)
     return 0;
 
 failed:
+    if (inv->root != NULL && inv->token == NULL) {
+        ((RootValue *)inv->root)->closed = 1; /* reopened, and closed again: as it was */
+    }
     if (inv->token != NULL) {
         PyObject *type, *error, *traceback;
         PyErr_Fetch(&type, &error, &traceback);
@@ -1502,6 +1612,35 @@ failed:
     Py_XDECREF(value);
     beginning_clear(&b);
     return -1;
+}
+
+/* A root's end: its value is closed where it stays reachable through this context alone, so
+ * the next root here opens it again; else the ContextVar is reset (set to None when the value
+ * was reopened: closed means None, and a copy made during the root keeps it, open). */
+static int
+end_root(Invocation *inv)
+{
+    PyObject *root = inv->root, *current = NULL;
+    inv->root = NULL;
+    if (PyContextVar_Get(g_context_var, NULL, &current) < 0) {
+        current = NULL;
+        PyErr_Clear();
+    }
+    int in_place = current == root && held_only_here(root, 1);
+    Py_XDECREF(current);
+    if (in_place) {
+        ((RootValue *)root)->closed = 1;
+        Py_CLEAR(inv->token);
+        return 0;
+    }
+    if (inv->token != NULL) {
+        int reset = PyContextVar_Reset(g_context_var, inv->token);
+        Py_CLEAR(inv->token);
+        return reset;
+    }
+    PyObject *token = PyContextVar_Set(g_context_var, Py_None);
+    Py_XDECREF(token);
+    return token == NULL ? -1 : 0;
 }
 
 /* Record the end (or the error, when error_type is set), pop the stack and, for a root, restore
@@ -1548,12 +1687,12 @@ finish(Invocation *inv, PyTypeObject *error_type)
             result = -1;
         }
     }
-    if (inv->token != NULL) {
+    if (inv->root != NULL) {
         PyObject *type = NULL, *error = NULL, *traceback = NULL;
         if (result < 0) {
             PyErr_Fetch(&type, &error, &traceback);
         }
-        int reset = PyContextVar_Reset(g_context_var, inv->token);
+        int reset = end_root(inv);
         if (result < 0) {
             if (reset < 0) {
                 PyErr_Clear();
@@ -1563,17 +1702,17 @@ finish(Invocation *inv, PyTypeObject *error_type)
         else if (reset < 0) {
             result = -1;
         }
-        Py_CLEAR(inv->token);
     }
     Py_CLEAR(inv->buffer);
     return result;
 }
 
-/* begin() for the common case, inlined: a call nested in the top of its thread's stack (the
- * ContextVar holds the value that entry began under), with the default sources, under the
- * thread's allowance. 0: begun; 2: not this case, and nothing done (begin() takes it). */
+/* begin() for the common cases, inlined, with the default sources and under the thread's
+ * allowance: a call nested in the top of its thread's stack (the ContextVar holds the value that
+ * entry began under), or a root that opens its context's closed value again (RootValue). 0:
+ * begun; 2: not one of these, and nothing done (begin() takes it). */
 static inline int
-begin_nested(uint64_t method, Invocation *inv)
+begin_fast(uint64_t method, Invocation *inv)
 {
     if (g_next_iid != NULL || g_clock != NULL || t_cache.buffer == NULL
         || t_cache.generation != g_generation
@@ -1582,8 +1721,7 @@ begin_nested(uint64_t method, Invocation *inv)
     }
     EventBuffer *buffer = (EventBuffer *)t_cache.buffer;
     Py_ssize_t depth = buffer->depth;
-    if (depth == 0 || depth == buffer->stack_capacity || buffer->count >= buffer->limit
-        || buffer->stack[depth - 1].exotic) {
+    if (depth == buffer->stack_capacity || buffer->count >= buffer->limit) {
         return 2;
     }
     PyObject *current = NULL;
@@ -1591,8 +1729,21 @@ begin_nested(uint64_t method, Invocation *inv)
         PyErr_Clear(); /* begin() meets it again, and reports it */
         return 2;
     }
-    StackEntry *top = &buffer->stack[depth - 1];
-    if (current != top->strand) {
+    StackEntry *top = depth > 0 ? &buffer->stack[depth - 1] : NULL;
+    uint64_t parent = 0;
+    const uint8_t *seq;
+    RootValue *root = NULL;
+    if (top != NULL && current == top->strand && !top->exotic) {
+        parent = top->iid;
+        seq = top->seq;
+    }
+    else if (current != NULL && is_closed(current) && g_new_seq == NULL
+             && held_only_here(current, 1) && !(g_adopt != NULL && adoption_wanted())) {
+        root = (RootValue *)current;
+        draw_seq_bytes(root->seq);
+        seq = root->seq;
+    }
+    else {
         Py_XDECREF(current);
         return 2;
     }
@@ -1603,23 +1754,28 @@ begin_nested(uint64_t method, Invocation *inv)
         return 2;
     }
     uint64_t iid = ++g_last_iid;
+    if (root != NULL) {
+        root->iid = iid;
+        root->closed = 0;
+    }
     int64_t t_ns;
     read_clock(&t_ns); /* the default clock: it cannot fail */
     slot->kind = REC_START;
     slot->a = iid;
-    slot->b = top->iid;
+    slot->b = parent;
     slot->c = 0;
     slot->d = method;
     slot->t_ns = t_ns;
-    memcpy(slot->seq, top->seq, 16);
-    StackEntry *entry = top + 1;
+    memcpy(slot->seq, seq, 16);
+    StackEntry *entry = &buffer->stack[depth];
     entry->iid = iid;
     entry->strand = current; /* the reference PyContextVar_Get gave */
-    memcpy(entry->seq, top->seq, 16);
+    memcpy(entry->seq, seq, 16);
     entry->exotic = 0;
     buffer->depth = depth + 1;
     inv->buffer = Py_NewRef((PyObject *)buffer);
     inv->token = NULL;
+    inv->root = (PyObject *)root;
     inv->iid = iid;
     inv->index = depth;
     return 0;
@@ -1633,7 +1789,7 @@ traced_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     }
     Invocation inv;
-    int begun = begin_nested(self->method, &inv);
+    int begun = begin_fast(self->method, &inv);
     if (begun == 2) {
         begun = begin(self->method, &inv);
     }
@@ -1895,7 +2051,7 @@ new_seq(PyObject *module, PyObject *Py_UNUSED(ignored))
 static PyObject *
 innermost(PyObject *current)
 {
-    if (current == Py_None) {
+    if (current == Py_None || is_closed(current)) {
         Py_RETURN_NONE; /* no sequence: no stack entry can match (entries never hold None) */
     }
     PyObject *buffer = current_buffer();
@@ -1940,7 +2096,7 @@ capture(PyObject *module, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     PyObject *result = innermost(current);
-    if (result == Py_None && current != Py_None) {
+    if (result == Py_None && current != Py_None && !is_closed(current)) {
         Py_DECREF(result);
         if (PyTuple_CheckExact(current) && PyTuple_GET_SIZE(current) == 3) {
             result = Py_NewRef(current);
@@ -2071,6 +2227,7 @@ static struct PyModuleDef speedups_module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+    g_reuse_roots = layouts_known();
     if (PyType_Ready(&TracedFunctionType) < 0 || PyType_Ready(&EventBufferType) < 0
         || PyType_Ready(&RootValueType) < 0
         || PyType_Ready(&EncodedEventsType) < 0) {

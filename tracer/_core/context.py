@@ -30,7 +30,9 @@ current: Final[contextvars.ContextVar[Value | None]] = contextvars.ContextVar(
 def current_sequence() -> str | None:
     """The active sequence id as 32 hex digits, or None outside any traced call."""
     value = current.get()
-    return None if value is None else value[0].hex()
+    if value is None or getattr(value, "closed", False):  # a closed root's (tracer._core.stack)
+        return None
+    return str(value[0].hex())
 
 
 @contextlib.contextmanager

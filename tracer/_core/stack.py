@@ -139,6 +139,20 @@ else:
     start = _start
 
 
+def live(value: Any) -> Any:
+    """A value read from the ContextVar (or a given Context) as a sequence: None for none, which
+    a root's value the root has closed also means (the C accelerator leaves a closed value in
+    place for the next root of its context to open again)."""
+    if value is None or getattr(value, "closed", False):
+        return None
+    return value
+
+
+def active() -> bool:
+    """Whether a sequence is current (cheaper than ``capture() is not None``)."""
+    return live(_get()) is not None
+
+
 def new_value(seq: bytes, parent: int, hid: int) -> tuple[bytes, int, int, int]:
     """A context value set on this thread for a strand (a hand-off's runner): exact here,
     approximate where a context copied from it by code we do not patch is found."""
@@ -146,4 +160,4 @@ def new_value(seq: bytes, parent: int, hid: int) -> tuple[bytes, int, int, int]:
 
 
 __all__ = ["APPROXIMATE", "ORIGIN_SYNC_ROOT", "approximate", "begin_from", "capture", "new_value"]
-__all__ += ["nested", "start", "use_sources"]
+__all__ += ["active", "live", "nested", "start", "use_sources"]

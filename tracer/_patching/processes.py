@@ -33,7 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from tracer import propagation
-from tracer._core import context, decorator, frames, handoff, lifecycle, recorder
+from tracer._core import context, decorator, frames, handoff, lifecycle, recorder, stack
 
 _get = context.current.get
 _set = context.current.set
@@ -93,7 +93,7 @@ def _record(fn: Any) -> context.Current | None:
 
 def patch_process_start(original: Callable[..., None]) -> Callable[..., None]:
     def start(self: multiprocessing.process.BaseProcess) -> None:
-        if _get() is not None:
+        if stack.active():
             target = getattr(self, "_target", None)
             if target is not None:
                 self._target = _runner(target, _record(target))  # type: ignore[attr-defined]
@@ -178,7 +178,7 @@ def patch_executor_map(original: Callable[..., Any]) -> Callable[..., Any]:
 def patch_popen_init(original: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(original)
     def popen_init(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
-        if _get() is not None:
+        if stack.active():
             kwargs["env"] = child_environment(kwargs.get("env"), args)
         original(self, args, *rest, **kwargs)
 
@@ -231,7 +231,7 @@ _fork_value: context.Current | None = None
 
 def _before_fork() -> None:
     global _fork_value
-    _fork_value = handoff.record("process", "<fork>") if _get() is not None else None
+    _fork_value = handoff.record("process", "<fork>") if stack.active() else None
 
 
 def _after_fork_in_parent() -> None:

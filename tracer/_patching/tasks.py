@@ -49,7 +49,7 @@ def _subclass(original: type[asyncio.Task[Any]]) -> type[asyncio.Task[Any]]:
             context: contextvars.Context | None = None,
             **options: Any,  # eager_start (3.12+) and whatever later Pythons add
         ) -> None:
-            current = _capture() if context is None else context.get(_var)
+            current = _capture() if context is None else stack.live(context.get(_var))
             if current is not None:
                 value = handoff.record("task", coro, current)
                 if value is not None:

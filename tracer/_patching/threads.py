@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from tracer._core import context, handoff
+from tracer._core import context, handoff, stack
 
 _set = context.current.set
 _reset = context.current.reset
@@ -33,7 +33,7 @@ def _thread_target(thread: threading.Thread) -> Any:
 
 def patch_thread_start(original: Callable[[threading.Thread], None]) -> Callable[..., None]:
     def start(self: threading.Thread) -> None:
-        if context.current.get() is not None:
+        if stack.active():
             run = handoff.bind(self.run, "thread", named_after=_thread_target(self))
             self.run = run  # type: ignore[method-assign]
         original(self)

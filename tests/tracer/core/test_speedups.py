@@ -268,7 +268,7 @@ def test_a_failing_clock_is_counted_and_leaves_no_context_behind(
         with monkeypatch.context() as patch:
             patch.setattr(decorator, "_clock", broken_clock)
             assert add(2) == 3
-            assert context.current.get() is None
+            assert context.current_sequence() is None  # no sequence left behind
         assert tracer.stats().internal_errors == 1
         assert add(3) == 4  # the real clock is back, in C too
         assert [i.status for i in trace.invocations()] == ["ok"]
