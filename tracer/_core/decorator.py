@@ -31,7 +31,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, Final
 
 from tracer._core import accel as _accel
-from tracer._core import adoption, budget, context, frames, ids, recorder
+from tracer._core import adoption, bodies, budget, context, frames, ids, recorder, shaped
 from tracer._core import stack as stack_module
 from tracer.wire import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 
@@ -52,8 +52,8 @@ _get = context.current.get
 _set = context.current.set
 _reset = context.current.reset
 _clock = time.perf_counter_ns
-_start = stack_module.start  # a strand's Start, with the exact parent; its context value
-_begin_from = stack_module.begin_from
+_ORIGIN_SYNC_ROOT: Final = stack_module.ORIGIN_SYNC_ROOT
+_PAST_BOUND: Final = object()  # a call past the memory bound runs untraced (counted)
 
 _disabled = False
 _UNTRACED: context.Current = (b"", 0, 0)
@@ -113,43 +113,71 @@ class _Module(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Module
-stack_module.use_sources(sys.modules[__name__])
 _sync_sources()  # the C wrapper's roots adopt through the same callback
 
 
-def _begin(method: int) -> tuple[int, Any]:
-    """A strand's invocation begins (coroutine, generator): (iid, the context value its steps
-    run under); iid 0 past the memory bound, the call runs untraced (counted)."""
-    value = _start(method)
+def _begin_c(method: int) -> tuple[int, Any]:
+    value = _accel.speedups.start(method)  # type: ignore[union-attr]
     return (0, _UNTRACED) if value is None else (value[1], value)
 
 
-def _open(events: Any, stack: list[Any], current: Any, iid: int, method: int) -> Any:
-    """A sync invocation that does not nest in the top of its thread's stack: a root (it sets
-    the ContextVar; the token is returned) or the first call under a value a strand set."""
-    seq, parent, hid, approx = _begin_from(stack, current)
-    token = None
+def _begin_python(method: int) -> tuple[int, Any]:
+    """A strand's invocation begins (coroutine, generator): its Start, with the exact parent, and
+    (iid, the context value its steps run under: ``(seq, iid, 0, this thread)``); iid 0 past the
+    memory bound, the call runs untraced (counted)."""
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    current = _get()
+    if len(events) >= events.limit and not _refill(events, current):
+        return 0, _UNTRACED
+    iid = _next_iid()
+    top = events.top
+    if top is not None and top[0] is current:
+        seq = top[2]
+        events.append((TAG_START, iid, top[1], 0, method, _clock(), seq))
+    else:
+        seq = _record_start(events, current, iid, method)
+    return iid, (seq, iid, 0, events.ident)
+
+
+_begin: Final = _begin_python if _accel.speedups is None else _begin_c
+
+
+def _record_start(events: Any, current: Any, iid: int, method: int) -> Any:
+    """The Start of an invocation that does not nest in the top of its thread's stack: a root's
+    (it adopts a trace already current, or draws a sequence) or the first under a value a strand
+    set (marked when that value makes its parent approximate). Its sequence id."""
     if current is None:
-        current = (seq, iid, 0, stack_module.ORIGIN_SYNC_ROOT)
-        token = _set(current)
+        adopted = _adopt()
+        seq, parent, hid = (_new_seq(), 0, 0) if adopted is None else adopted
+        events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
+        return seq
+    seq = current[0]
+    events.append((TAG_START, iid, current[1], current[2], method, _clock(), seq))
+    if len(current) == 4 and (current[3] == _ORIGIN_SYNC_ROOT or current[3] != events.ident):
+        events.append((TAG_ATTRS, iid, dict(stack_module.APPROXIMATE)))
+    return seq
+
+
+def _open(events: Any, current: Any, iid: int, method: int) -> Any:
+    """A sync invocation that does not nest in the top of its thread's stack: its Start, and it
+    becomes the top; a root sets the ContextVar (the token is returned)."""
+    if current is not None:
+        events.top = (current, iid, _record_start(events, current, iid, method))
+        return None
+    adopted = _adopt()
+    seq, parent, hid = (_new_seq(), 0, 0) if adopted is None else adopted
+    current = (seq, iid, 0, _ORIGIN_SYNC_ROOT)
+    token = _set(current)
     try:
         events.append((TAG_START, iid, parent, hid, method, _clock(), seq))
-        if approx:
-            events.append((TAG_ATTRS, iid, dict(stack_module.APPROXIMATE)))
     except BaseException:
-        if token is not None:
-            _reset(token)  # nothing of a failed start stays behind
+        _reset(token)  # nothing of a failed start stays behind
         raise
-    stack.append((current, iid, seq))
+    events.top = (current, iid, seq)
     return token
-
-
-def _close(stack: list[Any], iid: int) -> None:
-    """Pop the invocation's entry, and any left above it (a stack switched under us)."""
-    for index in range(len(stack) - 1, -1, -1):
-        if stack[index][1] == iid:
-            del stack[index:]
-            return
 
 
 def _end(iid: int) -> None:
@@ -168,97 +196,17 @@ def _fail(iid: int, exc: BaseException) -> None:
     events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
 
 
-def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:  # noqa: PLR0915 (inlined hot path)
+def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
     if _accel.speedups is not None:
         wrapper: Callable[..., Any] = _accel.speedups.TracedFunction(fn, method)
         return wrapper
-
-    def traced_call(*args: Any, **kwargs: Any) -> Any:  # noqa: PLR0912 (inlined: the hot path)
-        if _disabled:
-            return fn(*args, **kwargs)
-        try:
-            # Inlined: this is the path every traced call takes. A call nested in the top of its
-            # thread's stack (the same strand) pushes an entry and touches no ContextVar.
-            try:
-                events = _tls.events
-            except AttributeError:
-                events = _register_thread()
-            current = _get()
-            if len(events) >= events.limit and not _refill(events, current):
-                stack = None  # past the memory bound: untraced, counted with its sequence
-            else:
-                iid = _next_iid()
-                stack = events.stack
-                if stack and stack[-1][0] is current:
-                    seq = stack[-1][2]
-                    events.append((TAG_START, iid, stack[-1][1], 0, method, _clock(), seq))
-                    stack.append((current, iid, seq))
-                    token = None
-                else:
-                    token = _open(events, stack, current, iid, method)
-        except Exception as exc:
-            _internal_error(exc)
-            return fn(*args, **kwargs)
-        if stack is None:
-            return fn(*args, **kwargs)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            try:
-                if stack.pop()[1] != iid:
-                    _close(stack, iid)
-                try:
-                    events.append((TAG_ERROR, iid, _clock(), type(exc).__name__[:1024]))
-                finally:
-                    if token is not None:
-                        _reset(token)
-            except Exception as inner:
-                _internal_error(inner)
-            raise
-        try:
-            if stack.pop()[1] != iid:
-                _close(stack, iid)
-            try:
-                events.append((TAG_END, iid, _clock()))
-            finally:
-                if token is not None:
-                    _reset(token)
-        except Exception as inner:
-            _internal_error(inner)
-        return result
-
-    return traced_call
+    return shaped.make(bodies.SYNC, "traced_call", globals(), fn, method)
 
 
 def _wrap_coroutine(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
-    async def traced_coroutine(*args: Any, **kwargs: Any) -> Any:
-        if _disabled:
-            return await fn(*args, **kwargs)
-        try:
-            iid, value = _begin(method)
-            token = _set(value) if iid else None
-        except Exception as exc:
-            _internal_error(exc)
-            return await fn(*args, **kwargs)
-        if token is None:
-            return await fn(*args, **kwargs)
-        try:
-            result = await fn(*args, **kwargs)
-        except BaseException as exc:
-            try:
-                _fail(iid, exc)
-                _reset(token)
-            except Exception as inner:
-                _internal_error(inner)
-            raise
-        try:
-            _end(iid)
-            _reset(token)
-        except Exception as inner:
-            _internal_error(inner)
-        return result
-
-    return traced_coroutine
+    return shaped.make(
+        bodies.COROUTINE, "traced_coroutine", globals(), fn, method, kind="async def"
+    )
 
 
 def _wrap_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:

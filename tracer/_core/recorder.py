@@ -48,17 +48,20 @@ FrameTuple = tuple[int, str, str, int]
 
 class EventList(list[EventTuple]):
     """A thread's events on the pure-Python path, with its allowance (``tracer._core.budget``)
-    and its invocation stack (``tracer._core.stack``): (strand, iid, seq) per open sync call."""
+    and the top of its invocation stack (``tracer._core.stack``): (strand, iid, seq) of the
+    innermost open sync call, or None; each call keeps the one below in its frame."""
 
-    __slots__ = ("limit", "stack")
+    __slots__ = ("ident", "limit", "top")
+    ident: int  # the thread's threading.get_ident(): where a strand's value was set
     limit: int
-    stack: list[tuple[Any, int, Any]]
+    top: tuple[Any, int, Any] | None
 
 
 def _new_event_list() -> EventList:
     events = EventList()
     events.limit = 0  # the first Start reserves
-    events.stack = []
+    events.top = None
+    events.ident = threading.get_ident()
     return events
 
 

@@ -18,8 +18,9 @@ context travelled without a hand-off of ours). Such a Start is followed by an ``
 ``{"invoseq.parent": "approximate"}``. A 3-tuple (an integration's, a remote context) is exact
 wherever it is found.
 
-With the C accelerator the stack lives in the thread's ``EventBuffer`` and ``capture``/``start``
-are C; this module is the pure-Python path, which keeps the stack on the thread's event list.
+With the C accelerator the stack lives in the thread's ``EventBuffer`` and ``capture``/``nested``
+are C; on the pure-Python path the thread's event list holds the top entry and every open call
+keeps the one below it in its frame (``tracer._core.decorator``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ import threading
 from typing import Any, Final
 
 from tracer._core import accel as _accel
-from tracer._core import budget, context, recorder
-from tracer.wire import TAG_ATTRS, TAG_START
+from tracer._core import context, recorder
 
 #: The 4th item of a synchronous root's context value.
 ORIGIN_SYNC_ROOT: Final = -1
@@ -37,17 +37,8 @@ ORIGIN_SYNC_ROOT: Final = -1
 APPROXIMATE: Final = {"invoseq.parent": "approximate"}
 
 _tls = recorder.tls
-_register_thread = recorder.register_thread
 _get = context.current.get
 _get_ident = threading.get_ident
-#: Where the sources are read (``tracer._core.decorator``, which registers itself: tests replace
-#: its clock, counters and adoption, and both paths must obey).
-_sources: Any = None
-
-
-def use_sources(module: Any) -> None:
-    global _sources
-    _sources = module
 
 
 def approximate(value: Any) -> bool:
@@ -66,12 +57,9 @@ def _capture() -> context.Current | None:
     current = _get()
     if current is None:
         return None  # entries never hold None: no stack entry can match
-    try:
-        stack = _tls.events.stack
-    except AttributeError:
-        stack = []
-    if stack and stack[-1][0] is current:
-        return (current[0], stack[-1][1], 0)
+    top = getattr(getattr(_tls, "events", None), "top", None)
+    if top is not None and top[0] is current:
+        return (current[0], top[1], 0)
     return (current[0], current[1], current[2])
 
 
@@ -79,64 +67,20 @@ def _nested() -> context.Current | None:
     """(seq, the innermost open invocation, 0) when the top of this thread's stack began under
     the ContextVar's value, else None: what a context copied now should carry."""
     current = _get()
-    if current is None:
-        return None
-    try:
-        stack = _tls.events.stack
-    except AttributeError:
-        return None
-    if stack and stack[-1][0] is current:
-        return (current[0], stack[-1][1], 0)
+    top = getattr(getattr(_tls, "events", None), "top", None)
+    if current is not None and top is not None and top[0] is current:
+        return (current[0], top[1], 0)
     return None
-
-
-def _start(method: int) -> tuple[Any, ...] | None:
-    """A strand's invocation (a coroutine's, a generator's) begins: its Start recorded with the
-    exact parent, and the context value it runs under returned, ``(seq, iid, 0, this thread)``;
-    None past the memory bound (it runs untraced)."""
-    try:
-        events = _tls.events
-    except AttributeError:
-        events = _register_thread()
-    current = _get()
-    if len(events) >= events.limit and not budget.refill(events, current):
-        return None
-    iid = _sources._next_iid()
-    seq, parent, hid, approx = begin_from(events.stack, current)
-    events.append((TAG_START, iid, parent, hid, method, _sources._clock(), seq))
-    if approx:
-        events.append((TAG_ATTRS, iid, dict(APPROXIMATE)))
-    return (seq, iid, 0, _get_ident())
-
-
-def begin_from(stack: list[Any], current: Any) -> tuple[Any, int, int, bool]:
-    """(seq, parent, hid, approximate) of an invocation beginning with ``current`` in the
-    ContextVar: from the stack's top when it began under ``current``, else from ``current``;
-    a root (``current`` None) adopts a trace already current or draws a new sequence."""
-    if stack and stack[-1][0] is current:
-        top = stack[-1]
-        return top[2], top[1], 0, False
-    if current is None:
-        adopted = _sources._adopt()
-        if adopted is None:
-            return _sources._new_seq(), 0, 0, False
-        seq, parent, hid = adopted
-        return seq, parent, hid, False
-    seq, parent, hid, *_ = current
-    return seq, parent, hid, approximate(current)
 
 
 capture: Any
 nested: Any
-start: Any
 if _accel.speedups is not None:
     capture = _accel.speedups.capture
     nested = _accel.speedups.nested
-    start = _accel.speedups.start
 else:
     capture = _capture
     nested = _nested
-    start = _start
 
 
 def live(value: Any) -> Any:
@@ -159,5 +103,5 @@ def new_value(seq: bytes, parent: int, hid: int) -> tuple[bytes, int, int, int]:
     return (seq, parent, hid, _get_ident())
 
 
-__all__ = ["APPROXIMATE", "ORIGIN_SYNC_ROOT", "approximate", "begin_from", "capture", "new_value"]
-__all__ += ["active", "live", "nested", "start", "use_sources"]
+__all__ = ["APPROXIMATE", "ORIGIN_SYNC_ROOT", "active", "approximate", "capture", "live"]
+__all__ += ["nested", "new_value"]

@@ -1,0 +1,103 @@
+"""The bodies of the pure-Python wrappers of sync functions and coroutines, compiled by
+``tracer._core.shaped`` with the wrapped function's own parameters, in the namespace of
+``tracer._core.decorator``: they read its globals (``_disabled``, the sources, ``_open``,
+``_begin``, ...), so a source replaced there reaches every wrapper. ``{call}`` is the call of
+the function, ``_ivq_0`` the interned method; every other name of theirs starts with ``_ivq_``.
+Event tags are written as numbers (``tracer.wire``: Start 0, End 1, Error 2).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tracer.wire import TAG_END, TAG_ERROR, TAG_START
+
+#: The sync wrapper's body (``tracer._core.shaped`` gives it the function's own
+#: parameters). Inlined: this is the path every traced call takes. A call nested in the top of its
+#: thread's stack (the same strand) becomes the top, keeps the one below in ``_ivq_top``, and
+#: touches no ContextVar; anything else (a root, the first call of a strand) takes ``_open``.
+SYNC: Final = """\
+if _disabled:
+    return {call}
+try:
+    try:
+        _ivq_events = _tls.events
+    except AttributeError:
+        _ivq_events = _register_thread()
+    _ivq_current = _get()
+    if len(_ivq_events) >= _ivq_events.limit and not _refill(_ivq_events, _ivq_current):
+        _ivq_token = _PAST_BOUND  # untraced, counted with its sequence
+    else:
+        _ivq_iid = _next_iid()
+        _ivq_top = _ivq_events.top
+        if _ivq_top is not None and _ivq_top[0] is _ivq_current:
+            _ivq_seq = _ivq_top[2]
+            _ivq_events.append((0, _ivq_iid, _ivq_top[1], 0, _ivq_0, _clock(), _ivq_seq))
+            _ivq_events.top = (_ivq_current, _ivq_iid, _ivq_seq)
+            _ivq_token = None
+        else:
+            _ivq_token = _open(_ivq_events, _ivq_current, _ivq_iid, _ivq_0)
+except Exception as _ivq_exc:
+    _internal_error(_ivq_exc)
+    return {call}
+if _ivq_token is _PAST_BOUND:
+    return {call}
+try:
+    _ivq_result = {call}
+except BaseException as _ivq_exc:
+    try:
+        _ivq_events.top = _ivq_top
+        try:
+            _ivq_events.append((2, _ivq_iid, _clock(), type(_ivq_exc).__name__[:1024]))
+        finally:
+            if _ivq_token is not None:
+                _reset(_ivq_token)
+    except Exception as _ivq_inner:
+        _internal_error(_ivq_inner)
+    raise
+try:
+    _ivq_events.top = _ivq_top
+    try:
+        _ivq_events.append((1, _ivq_iid, _clock()))
+    finally:
+        if _ivq_token is not None:
+            _reset(_ivq_token)
+except Exception as _ivq_inner:
+    _internal_error(_ivq_inner)
+return _ivq_result
+"""
+
+
+#: The coroutine wrapper's body: the invocation is the whole ``await``; its steps run under its
+#: own context value, set once (the task's context keeps it between steps).
+COROUTINE: Final = """\
+if _disabled:
+    return await {call}
+try:
+    _ivq_iid, _ivq_value = _begin(_ivq_0)
+    _ivq_token = _set(_ivq_value) if _ivq_iid else None
+except Exception as _ivq_exc:
+    _internal_error(_ivq_exc)
+    return await {call}
+if _ivq_token is None:
+    return await {call}
+try:
+    _ivq_result = await {call}
+except BaseException as _ivq_exc:
+    try:
+        _fail(_ivq_iid, _ivq_exc)
+        _reset(_ivq_token)
+    except Exception as _ivq_inner:
+        _internal_error(_ivq_inner)
+    raise
+try:
+    _end(_ivq_iid)
+    _reset(_ivq_token)
+except Exception as _ivq_inner:
+    _internal_error(_ivq_inner)
+return _ivq_result
+"""
+
+assert (TAG_START, TAG_END, TAG_ERROR) == (0, 1, 2)  # as the bodies write them
+
+__all__ = ["COROUTINE", "SYNC"]
