@@ -1,4 +1,5 @@
-"""The link a call carries to the call that queued it, as a line of its own (for the text renderer).
+"""Where a call came from, when its tree alone does not say it, as lines of their own (for the
+text renderer): the link to the call that queued it, and a parent that is approximate.
 
 A task queued with ``task_sequences="linked"`` (``INVOSEQ_TASK_SEQUENCES=linked``) runs as the
 root of a sequence of its own; the tracer records on that root which invocation queued it, as
@@ -9,6 +10,13 @@ to the prefix ``cmr ls`` prints (which ``cmr show`` accepts)::
 
     4.10 ms  tasks.charge  MainThread (1)
        ↪ linked from 4a1b2c3d4e5f:00000000000000a7 (celery)
+
+A call whose context reached it without a hand-off of the tracer's (copied by code it does not
+patch, inside a call nested in a root) has that root, or the strand it ran in, for parent: an
+ancestor of the exact parent. The tracer marks it ``invoseq.parent = approximate``
+(docs/architecture.md, "The invocation stack"), drawn as::
+
+       ≈ parent approximate (the context came without a hand-off)
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ SEQ: Final = "link.seq"
 IID: Final = "link.iid"
 PUID: Final = "link.puid"
 KIND: Final = "link.kind"
-KEYS: Final = frozenset({SEQ, IID, PUID, KIND})
+PARENT: Final = "invoseq.parent"
+APPROXIMATE: Final = "approximate"
+KEYS: Final = frozenset({SEQ, IID, PUID, KIND, PARENT})
 MARK: Final = "↪"
 #: The characters of the sequence drawn: the prefix ``cmr ls`` prints (``tables.SEQ_PREFIX_LEN``,
 #: which imports this module through ``text``).
@@ -35,10 +45,13 @@ def is_link_key(key: str) -> bool:
 
 def link_lines(attributes: dict[str, str | int | float | bool]) -> list[str]:
     """``↪ linked from 4a1b2c3d4e5f:00000000000000a7 (celery)`` for a call that carries a link,
-    else []."""
+    ``≈ parent approximate …`` for one whose parent is approximate; else []."""
+    lines = []
+    if attributes.get(PARENT) == APPROXIMATE:
+        lines.append("≈ parent approximate (the context came without a hand-off)")
     seq = attributes.get(SEQ)
     if not isinstance(seq, str) or not seq:
-        return []
+        return lines
     text = f"{MARK} linked from {_clean(seq[:SEQ_PREFIX_LEN])}"
     iid = attributes.get(IID)
     if isinstance(iid, str) and iid:
@@ -46,7 +59,7 @@ def link_lines(attributes: dict[str, str | int | float | bool]) -> list[str]:
     kind = attributes.get(KIND)
     if isinstance(kind, str) and kind:
         text += f" ({_clean(kind)})"
-    return [text]
+    return [*lines, text]
 
 
 def _clean(text: str) -> str:

@@ -42,3 +42,18 @@ def test_a_link_without_a_sequence_draws_nothing_and_odd_values_stay_on_one_line
         f"↪ linked from abc\N{REPLACEMENT CHARACTER}def ({'x' + chr(0xFFFD) + 'y' * 30})"
     ]
     assert format_attributes({**LINK, "celery.task.id": "7"}) == "{celery.task.id=7}"
+
+
+def test_an_approximate_parent_is_said_under_the_call_and_left_off_its_line(builder: Any) -> None:
+    builder.process(pid=4242, host="box")
+    builder.call("app.handle", 1, start=0, end=4 * MS)
+    builder.call("app.copied", 2, 1, start=1 * MS, end=2 * MS)
+    tree = build_tree(builder.data())
+    [child] = tree.root.children
+    child.attributes = {"invoseq.parent": "approximate", "http.route": "/x"}
+    assert render_text(tree).splitlines()[1:] == [
+        "4.00 ms  app.handle  self 3.00 ms  T1 (1) box:4242",
+        "└─ 1.00 ms  app.copied  self 1.00 ms  T1 (1)  {http.route=/x}",
+        "      ≈ parent approximate (the context came without a hand-off)",
+    ]
+    assert link_lines({"invoseq.parent": "exact"}) == []
