@@ -21,11 +21,12 @@ Two phases, each interleaving its variants chunk by chunk:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,53 @@ def traced_top(x: int) -> None:
 
 
 TREE_CALLS = 111  # 1 root, 10 children, 100 leaves
+
+
+async def coroutine_f(x: int) -> int:
+    return x + 1
+
+
+traced_coroutine_f = traced(coroutine_f)
+
+
+def generator_f(x: int) -> Iterator[int]:
+    yield x + 1
+
+
+traced_generator_f = traced(generator_f)
+
+
+def drive(make: Callable[[int], Coroutine[Any, Any, int]], n: int) -> None:
+    """Create and run ``n`` coroutines to completion by hand (no event loop: its cost would
+    swamp the wrapper's)."""
+    for i in range(n):
+        with contextlib.suppress(StopIteration):
+            make(i).send(None)
+
+
+def loop_coroutine_bare(n: int) -> None:
+    drive(coroutine_f, n)
+
+
+@traced
+def coroutine_root(n: int) -> None:
+    """Every coroutine nests under this one invocation, as the flat shape's calls do."""
+    drive(traced_coroutine_f, n)
+
+
+def iterate(make: Callable[[int], Iterator[int]], n: int) -> None:
+    for i in range(n):
+        for _ in make(i):
+            pass
+
+
+def loop_generator_bare(n: int) -> None:
+    iterate(generator_f, n)
+
+
+@traced
+def generator_root(n: int) -> None:
+    iterate(traced_generator_f, n)
 
 
 def timed(
@@ -153,6 +201,7 @@ def recording_phase(params: dict[str, Any], notes: list[str]) -> dict[str, list[
     calls, budget = params["calls"], params["budget_s"]
     trees = max(1, calls // TREE_CALLS)
     otel_calls = max(100, calls // 20)
+    strands = max(100, calls // 4)  # a coroutine or generator costs several calls' time
     hour = 3_600_000
     with capture(flush_interval_ms=hour, heartbeat_ms=hour, sample_interval_ms=0) as trace:
 
@@ -175,6 +224,10 @@ def recording_phase(params: dict[str, Any], notes: list[str]) -> dict[str, list[
             "roots": traced_chunk(loop_traced, calls, 1),
             "tree_bare": lambda: timed(tree_chunk(bare_top), trees, trees * TREE_CALLS),
             "tree": traced_chunk(tree_chunk(traced_top), trees, TREE_CALLS),
+            "coroutine_bare": lambda: timed(loop_coroutine_bare, strands, strands),
+            "coroutine": traced_chunk(coroutine_root, strands, 1),
+            "generator_bare": lambda: timed(loop_generator_bare, strands, strands),
+            "generator": traced_chunk(generator_root, strands, 1),
             "otel": otel_variant(otel_calls),
         }
         viz = viztracer_variant(calls, notes)

@@ -1244,6 +1244,10 @@ absorb_failure(void)
 /* Whether a root asks g_adopt: with a guard, only when the guard's ContextVar holds a dict with
  * the key (OpenTelemetry's current Context has a span), so a root outside any span calls no
  * Python code. Raises nothing: when in doubt, the callback decides. */
+static PyObject *g_adopt_seen;  /* the guard's last mapping (a strong reference) ... */
+static int g_adopt_seen_wanted;  /* ... and whether it held the key: OpenTelemetry's Context is
+                                    immutable, so the answer stands while it is the same one */
+
 static int
 adoption_wanted(void)
 {
@@ -1258,12 +1262,20 @@ adoption_wanted(void)
     if (mapping == NULL) {
         return 0;
     }
+    if (mapping == g_adopt_seen) {
+        Py_DECREF(mapping);
+        return g_adopt_seen_wanted;
+    }
     int wanted = 1;
     if (PyDict_Check(mapping)) {
         wanted = PyDict_GetItemWithError(mapping, g_adopt_key) != NULL;
         if (PyErr_Occurred()) {
             PyErr_Clear();
             wanted = 1;
+        }
+        else if (strcmp(Py_TYPE(mapping)->tp_name, "Context") == 0) {
+            Py_XSETREF(g_adopt_seen, Py_NewRef(mapping)); /* OpenTelemetry's: immutable */
+            g_adopt_seen_wanted = wanted;
         }
     }
     Py_DECREF(mapping);
@@ -2013,6 +2025,7 @@ set_sources(PyObject *module, PyObject *args, PyObject *kwargs)
             return NULL;
         }
     }
+    Py_CLEAR(g_adopt_seen);
     Py_XSETREF(g_adopt_var, Py_XNewRef(guard_var));
     Py_XSETREF(g_adopt_key, Py_XNewRef(guard_key));
     Py_XSETREF(g_clock, clock == Py_None ? NULL : Py_NewRef(clock));

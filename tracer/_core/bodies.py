@@ -30,7 +30,7 @@ try:
     else:
         _ivq_iid = _next_iid()
         _ivq_top = _ivq_events.top
-        if _ivq_top is not None and _ivq_top[0] is _ivq_current:
+        if _ivq_top[0] is _ivq_current:
             _ivq_seq = _ivq_top[2]
             _ivq_events.append((0, _ivq_iid, _ivq_top[1], 0, _ivq_0, _clock(), _ivq_seq))
             _ivq_events.top = (_ivq_current, _ivq_iid, _ivq_seq)
@@ -98,6 +98,96 @@ except Exception as _ivq_inner:
 return _ivq_result
 """
 
+#: The generator wrapper's body. The invocation starts when the generator first runs and ends
+#: when it is exhausted, raises or is closed. Each resumption runs inside the invocation's
+#: context, and the caller's context is restored before every yield, so calls made between
+#: iterations belong to the caller.
+GENERATOR: Final = """\
+_ivq_inner = {call}
+if _disabled:
+    return (yield from _ivq_inner)
+try:
+    _ivq_iid, _ivq_value = _begin(_ivq_0)
+except Exception as _ivq_exc:
+    _internal_error(_ivq_exc)
+    _ivq_iid = 0
+if not _ivq_iid:
+    return (yield from _ivq_inner)
+_ivq_send = None
+_ivq_throw = None
+while True:
+    _ivq_token = _set(_ivq_value)
+    try:
+        if _ivq_throw is None:
+            _ivq_item = _ivq_inner.send(_ivq_send)
+        else:
+            _ivq_item = _ivq_inner.throw(_ivq_throw)
+    except StopIteration as _ivq_stop:
+        _end(_ivq_iid)
+        return _ivq_stop.value
+    except BaseException as _ivq_exc:
+        _fail(_ivq_iid, _ivq_exc)
+        raise
+    finally:
+        _reset(_ivq_token)
+    try:
+        _ivq_send, _ivq_throw = (yield _ivq_item), None
+    except GeneratorExit:
+        _ivq_token = _set(_ivq_value)
+        try:
+            _ivq_inner.close()
+        except BaseException as _ivq_exc:
+            _fail(_ivq_iid, _ivq_exc)
+            raise
+        finally:
+            _reset(_ivq_token)
+        _end(_ivq_iid)
+        raise
+    except BaseException as _ivq_exc:
+        _ivq_send, _ivq_throw = None, _ivq_exc
+"""
+
+#: The async generator wrapper's body: as the generator's; an untraced run (disabled, or a
+#: tracer failure) takes the same loop so ``asend``/``athrow``/``aclose`` always reach the
+#: user's generator.
+ASYNC_GENERATOR: Final = """\
+_ivq_inner = {call}
+_ivq_iid, _ivq_value = 0, _UNTRACED
+if not _disabled:
+    try:
+        _ivq_iid, _ivq_value = _begin(_ivq_0)
+    except Exception as _ivq_exc:
+        _internal_error(_ivq_exc)
+_ivq_send = None
+_ivq_throw = None
+while True:
+    _ivq_token = _set(_ivq_value) if _ivq_iid else None
+    try:
+        if _ivq_throw is None:
+            _ivq_item = await _ivq_inner.asend(_ivq_send)
+        else:
+            _ivq_item = await _ivq_inner.athrow(_ivq_throw)
+    except BaseException as _ivq_exc:
+        if _ivq_iid:
+            if isinstance(_ivq_exc, StopAsyncIteration):
+                _end(_ivq_iid)
+            else:
+                _fail(_ivq_iid, _ivq_exc)
+        if isinstance(_ivq_exc, StopAsyncIteration):
+            return
+        raise
+    finally:
+        if _ivq_token is not None:
+            _reset(_ivq_token)
+    try:
+        _ivq_send, _ivq_throw = (yield _ivq_item), None
+    except GeneratorExit:
+        await _close_async(_ivq_inner, _ivq_iid, _ivq_value)
+        raise
+    except BaseException as _ivq_exc:
+        _ivq_send, _ivq_throw = None, _ivq_exc
+"""
+
 assert (TAG_START, TAG_END, TAG_ERROR) == (0, 1, 2)  # as the bodies write them
 
-__all__ = ["COROUTINE", "SYNC"]
+__all__ = ["ASYNC_GENERATOR", "COROUTINE", "GENERATOR", "SYNC"]

@@ -27,7 +27,7 @@ import inspect
 import sys
 import time
 import types
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
 from tracer._core import accel as _accel
@@ -134,7 +134,7 @@ def _begin_python(method: int) -> tuple[int, Any]:
         return 0, _UNTRACED
     iid = _next_iid()
     top = events.top
-    if top is not None and top[0] is current:
+    if top[0] is current:
         seq = top[2]
         events.append((TAG_START, iid, top[1], 0, method, _clock(), seq))
     else:
@@ -210,93 +210,12 @@ def _wrap_coroutine(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
 
 
 def _wrap_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
-    """The invocation starts when the generator first runs and ends when it is exhausted, raises
-    or is closed. Each resumption runs inside the invocation's context, and the caller's context is
-    restored before every yield, so calls made between iterations belong to the caller."""
-
-    def traced_generator(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-        inner = fn(*args, **kwargs)
-        if _disabled:
-            return (yield from inner)
-        try:
-            iid, value = _begin(method)
-        except Exception as exc:
-            _internal_error(exc)
-            iid = 0
-        if not iid:
-            return (yield from inner)
-        to_send: Any = None
-        to_throw: BaseException | None = None
-        while True:
-            token = _set(value)
-            try:
-                item = inner.send(to_send) if to_throw is None else inner.throw(to_throw)
-            except StopIteration as stop:
-                _end(iid)
-                return stop.value
-            except BaseException as exc:
-                _fail(iid, exc)
-                raise
-            finally:
-                _reset(token)
-            try:
-                to_send, to_throw = (yield item), None
-            except GeneratorExit:
-                token = _set(value)
-                try:
-                    inner.close()
-                except BaseException as exc:
-                    _fail(iid, exc)
-                    raise
-                finally:
-                    _reset(token)
-                _end(iid)
-                raise
-            except BaseException as exc:
-                to_send, to_throw = None, exc
-
-    return traced_generator
+    return shaped.make(bodies.GENERATOR, "traced_generator", globals(), fn, method)
 
 
 def _wrap_async_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
-    """As ``_wrap_generator``; an untraced run (disabled, or a tracer failure) takes the same loop
-    so ``asend``/``athrow``/``aclose`` always reach the user's generator."""
-
-    async def traced_async_generator(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-        inner = fn(*args, **kwargs)
-        iid, value = 0, _UNTRACED
-        if not _disabled:
-            try:
-                iid, value = _begin(method)
-            except Exception as exc:
-                _internal_error(exc)
-        to_send: Any = None
-        to_throw: BaseException | None = None
-        while True:
-            token = _set(value) if iid else None
-            try:
-                if to_throw is None:
-                    item = await inner.asend(to_send)
-                else:
-                    item = await inner.athrow(to_throw)
-            except BaseException as exc:
-                if iid:
-                    _end(iid) if isinstance(exc, StopAsyncIteration) else _fail(iid, exc)
-                if isinstance(exc, StopAsyncIteration):
-                    return
-                raise
-            finally:
-                if token is not None:
-                    _reset(token)
-            try:
-                to_send, to_throw = (yield item), None
-            except GeneratorExit:
-                await _close_async(inner, iid, value)
-                raise
-            except BaseException as exc:
-                to_send, to_throw = None, exc
-
-    return traced_async_generator
+    body = bodies.ASYNC_GENERATOR
+    return shaped.make(body, "traced_async_generator", globals(), fn, method, kind="async def")
 
 
 async def _close_async(inner: AsyncGenerator[Any, Any], iid: int, value: Any) -> None:
@@ -314,7 +233,6 @@ async def _close_async(inner: AsyncGenerator[Any, Any], iid: int, value: Any) ->
         _end(iid)
 
 
-frames.register_factories(_wrap_sync, _wrap_coroutine, _wrap_generator, _wrap_async_generator)
 frames.register_wrappers(_close_async)
 
 

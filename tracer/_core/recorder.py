@@ -46,21 +46,25 @@ ThreadTuple = tuple[int, int, str]
 FrameTuple = tuple[int, str, str, int]
 
 
+#: The top of an empty stack: a strand no ContextVar value is (so nothing nests in it).
+NO_TOP: Final[tuple[Any, int, Any]] = (object(), 0, b"")
+
+
 class EventList(list[EventTuple]):
     """A thread's events on the pure-Python path, with its allowance (``tracer._core.budget``)
     and the top of its invocation stack (``tracer._core.stack``): (strand, iid, seq) of the
-    innermost open sync call, or None; each call keeps the one below in its frame."""
+    innermost open sync call, or ``NO_TOP``; each call keeps the one below in its frame."""
 
     __slots__ = ("ident", "limit", "top")
     ident: int  # the thread's threading.get_ident(): where a strand's value was set
     limit: int
-    top: tuple[Any, int, Any] | None
+    top: tuple[Any, int, Any]
 
 
 def _new_event_list() -> EventList:
     events = EventList()
     events.limit = 0  # the first Start reserves
-    events.top = None
+    events.top = NO_TOP
     events.ident = threading.get_ident()
     return events
 
