@@ -19,7 +19,9 @@ import anyio.to_thread
 import pytest
 
 import tracer
+from tests.tracer.core.implementations import needs_c_path
 from tracer import traced
+from tracer._core import context
 from tracer.testing import Capture, CapturedInvocation, capture
 
 MODULE = __name__ + "."
@@ -231,3 +233,24 @@ def test_a_copy_made_after_a_root_ended_starts_a_sequence_of_its_own(trace: Capt
     assert seen[0] is not None
     assert seen[0] != first
     assert [i.parent for i in trace.invocations()] == [0, 0]
+
+
+@needs_c_path
+def test_a_c_root_reopens_the_value_it_left_in_its_context_instead_of_setting_it_again(
+    trace: Capture,
+) -> None:
+    def body() -> None:
+        # Holding the value would keep it from being reopened: the test keeps its id only.
+        first_seq = leaf()
+        value_id = id(context.current.get())  # the root's value, left closed: no sequence
+        assert getattr(context.current.get(), "closed", False)
+        assert tracer.current_sequence() is None
+        second_seq = leaf()
+        assert id(context.current.get()) == value_id  # opened again and closed: no write
+        kept = _contextvars.copy_context()  # a copy holds it now: the next root sets its own
+        third_seq = leaf()
+        assert id(context.current.get()) != value_id
+        assert kept.run(tracer.current_sequence) is None
+        assert len({first_seq, second_seq, third_seq}) == 3
+
+    contextvars.Context().run(body)  # a context of its own, which nothing else copies
