@@ -41,15 +41,6 @@ _get = context.current.get
 _get_ident = threading.get_ident
 
 
-def approximate(value: Any) -> bool:
-    """Whether a context value found in the ContextVar (not on this thread's stack) names an
-    ancestor of the exact parent rather than the parent itself."""
-    if len(value) != 4:
-        return False
-    origin = value[3]
-    return bool(origin == ORIGIN_SYNC_ROOT or origin != _get_ident())
-
-
 def _capture() -> context.Current | None:
     """The exact current context: (seq, the innermost open invocation, 0) when the top of this
     thread's stack began under the ContextVar's value, else that value's first three items;
@@ -103,5 +94,4 @@ def new_value(seq: bytes, parent: int, hid: int) -> tuple[bytes, int, int, int]:
     return (seq, parent, hid, _get_ident())
 
 
-__all__ = ["APPROXIMATE", "ORIGIN_SYNC_ROOT", "active", "approximate", "capture", "live"]
-__all__ += ["nested", "new_value"]
+__all__ = ["APPROXIMATE", "ORIGIN_SYNC_ROOT", "active", "capture", "live", "nested", "new_value"]
