@@ -2,13 +2,17 @@
  *
  * Three types and a few functions:
  *
- * - TracedFunction: the sync call wrapper. It does what decorator._wrap_sync's traced_call does,
- *   step for step: the disabled check, the ContextVar get/set/reset (the same ContextVar object,
- *   tracer._core.context.current), an iid from the process-wide counter (next_iid() below is also the
- *   pure-Python code's counter), the monotonic clock (CLOCK_MONOTONIC, which is what
- *   time.perf_counter_ns reads on Linux), a Start and an End or Error record in the thread's
- *   buffer. A failure of the tracer's own steps goes to recorder.internal_error and the function
- *   still runs; the user's exceptions propagate unchanged, after an Error record.
+ * - TracedFunction: the sync call wrapper. It does what the pure-Python sync wrapper
+ *   (tracer._core.bodies.SYNC) does, step for step: the disabled check, a read of the ContextVar
+ *   (tracer._core.context.current) and the thread's invocation stack (its top is the parent when
+ *   it began under the value read: a nested call writes no ContextVar; a root sets it, or reopens
+ *   the value it left closed in its context: RootValue), an iid from the process-wide counter
+ *   (next_iid() below is also the pure-Python code's counter), the monotonic clock
+ *   (CLOCK_MONOTONIC, which is what time.perf_counter_ns reads on Linux), a Start and an End or
+ *   Error record in the thread's buffer. A failure of the tracer's own steps goes to
+ *   recorder.internal_error and the function still runs; the user's exceptions propagate
+ *   unchanged, after an Error record. capture(), nested() and start() give the Python side the
+ *   same parents (tracer._core.stack, the coroutine and generator wrappers).
  *
  * - EventBuffer: a thread's events, as fixed-size records in a preallocated array that grows by
  *   doubling: recording allocates nothing per event. append() takes the event tuples that the
