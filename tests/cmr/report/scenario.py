@@ -67,6 +67,9 @@ if __name__ == "__main__":
     with ThreadPoolExecutor(2, thread_name_prefix="pricer") as threads, ProcessPoolExecutor(
         2, mp_context=context
     ) as processes:
-        processes.submit(spin, 0).result()  # start the workers before the sequence
+        # Start both workers before the sequence: a pool spawns a worker only when none is idle,
+        # so two tasks at once, each busy for a while, make it start the second.
+        for started in [processes.submit(spin, 0.05) for _ in range(2)]:
+            started.result()
         print(checkout(threads, processes))
 """
