@@ -254,3 +254,30 @@ def test_a_c_root_reopens_the_value_it_left_in_its_context_instead_of_setting_it
         assert len({first_seq, second_seq, third_seq}) == 3
 
     contextvars.Context().run(body)  # a context of its own, which nothing else copies
+
+
+def test_asgiref_async_to_sync_in_a_nested_call_is_exact_and_leaves_its_caller_as_it_was(
+    trace: Capture,
+) -> None:
+    from asgiref.sync import async_to_sync
+
+    @traced
+    async def inside() -> str | None:
+        return leaf()
+
+    @traced
+    def bridge() -> str | None:
+        return async_to_sync(inside)()
+
+    @traced
+    def outer() -> tuple[str | None, str | None]:
+        return bridge(), leaf()  # the second leaf comes after asgiref restored the context
+
+    outer()
+    caller, bridging, coroutine = one(trace, "outer"), one(trace, "bridge"), one(trace, "inside")
+    leaves = sorted(
+        (i for i in trace.invocations() if i.name == MODULE + "leaf"), key=lambda i: i.iid
+    )
+    assert coroutine.parent == bridging.iid  # the context asgiref copied carries the exact call
+    assert [i.parent for i in leaves] == [coroutine.iid, caller.iid]  # not carried back to outer
+    assert len({i.seq for i in trace.invocations()}) == 1
