@@ -257,8 +257,8 @@ def test_queue_wait_covers_the_time_the_pool_was_saturated(trace: Capture) -> No
     def submit_while_busy(pool: ThreadPoolExecutor) -> int:
         first = pool.submit(blocker)
         assert busy.wait(60)
-        submitted = time.perf_counter_ns()
         queued = pool.submit(fetch, 1)
+        submitted = time.perf_counter_ns()  # after the hand-off was recorded, inside submit
         release.wait(0.05)  # hold the only worker busy for a while
         held = time.perf_counter_ns() - submitted
         release.set()
