@@ -1528,6 +1528,22 @@ stack_pop(EventBuffer *buffer, Py_ssize_t index, uint64_t iid)
     }
 }
 
+/* Whether the thread may record another Start: under its allowance, or budget.refill reserved
+ * more (1). Past it, refill counts the call as overflow (dropped, its sequence, read from
+ * `current`, lossy) and the call runs untraced, Start and End alike (0); -1: refill failed. */
+static int
+within_allowance(EventBuffer *buffer, PyObject *current)
+{
+    if (buffer->count < buffer->limit || g_refill == NULL) {
+        return 1;
+    }
+    PyObject *seen = is_closed(current) ? Py_None : current;
+    PyObject *result = PyObject_CallFunctionObjArgs(g_refill, (PyObject *)buffer, seen, NULL);
+    int granted = result == NULL ? -1 : PyObject_IsTrue(result);
+    Py_XDECREF(result);
+    return granted;
+}
+
 /* The start of a synchronous invocation. 0: begun; 1: past the memory bound, run untraced;
  * -1 with an error set, and then nothing is left behind (the context is as it was). A nested
  * call touches no ContextVar beyond one cached read and allocates nothing: it pushes an entry
@@ -1552,18 +1568,11 @@ begin(uint64_t method, Invocation *inv)
         PyErr_SetObject(PyExc_LookupError, g_context_var);
         goto failed;
     }
-    if (buffer->count >= buffer->limit && g_refill != NULL) {
-        /* Past the thread's allowance: budget.refill reserves more, or counts this call as
-         * overflow (dropped, its sequence lossy) and it runs untraced, Start and End alike. */
-        PyObject *seen = is_closed(current) ? Py_None : current;
-        PyObject *result = PyObject_CallFunctionObjArgs(g_refill, inv->buffer, seen, NULL);
-        int granted = result == NULL ? -1 : PyObject_IsTrue(result);
-        Py_XDECREF(result);
-        if (granted <= 0) {
-            Py_DECREF(current);
-            Py_CLEAR(inv->buffer);
-            return granted == 0 ? 1 : -1; /* -1: an error, as the Python wrapper's */
-        }
+    int granted = within_allowance(buffer, current); /* past it: untraced, counted */
+    if (granted <= 0) {
+        Py_DECREF(current);
+        Py_CLEAR(inv->buffer);
+        return granted == 0 ? 1 : -1; /* -1: an error, as the Python wrapper's */
     }
     if (take_iid(&inv->iid) < 0) {
         goto failed;
@@ -2170,14 +2179,10 @@ start(PyObject *module, PyObject *method_object)
     if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
         goto done;
     }
-    if (events->count >= events->limit && g_refill != NULL) {
-        PyObject *result = PyObject_CallFunctionObjArgs(g_refill, buffer, current, NULL);
-        int granted = result == NULL ? -1 : PyObject_IsTrue(result);
-        Py_XDECREF(result);
-        if (granted <= 0) {
-            value = granted == 0 ? Py_NewRef(Py_None) : NULL;
-            goto done;
-        }
+    int granted = within_allowance(events, current);
+    if (granted <= 0) {
+        value = granted == 0 ? Py_NewRef(Py_None) : NULL;
+        goto done;
     }
     if (take_iid(&iid) < 0) {
         goto done;
