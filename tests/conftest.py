@@ -7,6 +7,7 @@ import os
 import sys
 import tempfile
 import threading
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,12 +72,23 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"{requirements.ENV_REQUIRE}={listed}: tests that need them fail when they are missing"
 
 
+def _where(threads: list[threading.Thread]) -> str:
+    """Each thread's name and where it is stuck: what a failure in CI has to show."""
+    frames = sys._current_frames()
+    return "\n".join(
+        f"{t.name}:\n" + "".join(traceback.format_stack(frames[t.ident]))
+        if t.ident in frames
+        else t.name
+        for t in threads
+    )
+
+
 @pytest.fixture(autouse=True)
 def _no_tracer_leaks() -> Iterator[None]:
     yield
     tracer.shutdown(timeout_s=5)  # shutting down is what matters here, not its acknowledgement
-    leaked = [t.name for t in threading.enumerate() if t.name.startswith("invoseq-")]
-    assert not leaked, f"tracer threads left running: {leaked}"
+    leaked = [t for t in threading.enumerate() if t.name.startswith("invoseq-")]
+    assert not leaked, f"tracer threads left running: {_where(leaked)}"
     # The SIGTERM watchdog is a _thread thread, which threading.enumerate() does not list.
     assert not signals.watching(), "the SIGTERM watchdog is still running"
     assert not signals.installed(), "the tracer's SIGTERM handler is still installed"

@@ -71,7 +71,7 @@ STATUS_DESCRIPTION: Final = "otel.status_description"
 _EXTRA: Final = 8  # room kept for the processor's own attributes
 
 _I64: Final = 2**63
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a finalizer may intern too (recorder._lock)
 _methods: dict[tuple[str, str], int] = {}
 
 AttributeValue = str | int | float | bool
@@ -79,7 +79,7 @@ AttributeValue = str | int | float | bool
 
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

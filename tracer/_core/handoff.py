@@ -35,13 +35,13 @@ _get = context.current.get
 _set = context.current.set
 _reset = context.current.reset
 _clock = time.perf_counter_ns
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a finalizer may intern too (recorder._lock)
 _methods: dict[tuple[str, str, str, int], int] = {}
 
 
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -43,14 +43,14 @@ OTHER_NAMES: Final = "<other names>"
 
 AttributeValue = str | int | float | bool
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a finalizer may intern too (recorder._lock)
 _methods: dict[tuple[str, str], int] = {}
 _counts: dict[str, int] = {}  # names interned per module
 
 
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -105,7 +105,12 @@ class ThreadBuffer:
         return thread is not None and thread.is_alive()
 
 
-_lock = threading.Lock()
+#: Reentrant, and nothing under it allocates what could start a garbage collection where it can
+#: be helped: a collection runs finalizers on whichever thread allocated, and a finalizer may run
+#: traced code (a traced generator closed by the collector records its End), which registers its
+#: thread or interns a method here. With a plain lock that thread waited for itself, and the
+#: sender, draining, waited for it: the process's events stopped going out.
+_lock = threading.RLock()
 _buffers: list[ThreadBuffer] = []
 _sampled: dict[int, tuple[int, int]] = {}  # thread ident -> (tid, native id), for the sampler
 _frames: list[FrameTuple] = []
@@ -125,13 +130,19 @@ on_new_thread: Callable[[], None] = _no_op
 def register_thread() -> EventSink:
     """The slow path of a thread's first event: returns the buffer its events go to."""
     thread = threading.current_thread()
+    tid = _next_tid()
+    native_id = threading.get_native_id()
+    info = (tid, native_id, thread.name[:1024])
+    buffer = ThreadBuffer(tid, threading.get_ident(), info, weakref.ref(thread))
+    sampled = (tid, native_id)
+    # Building the buffer may have run a finalizer with traced code, which registered this
+    # thread itself: keep that buffer (its events are in it) and let this one go.
+    registered: EventSink | None = getattr(tls, "events", None)
+    if registered is not None:
+        return registered
     with _lock:
-        tid = _next_tid()
-        native_id = threading.get_native_id()
-        info = (tid, native_id, thread.name[:1024])
-        buffer = ThreadBuffer(tid, threading.get_ident(), info, weakref.ref(thread))
         _buffers.append(buffer)
-        _sampled[buffer.ident] = (tid, native_id)
+        _sampled[buffer.ident] = sampled
     tls.events = buffer.events
     try:
         on_new_thread()
@@ -153,9 +164,13 @@ def register_method(module: str, qualname: str, file: str, line: int) -> int:
     """Intern a method's metadata (at decoration time) and return its id."""
     if module == "__mp_main__":  # a spawned child imports the main script under this name
         module = "__main__"
+    module, qualname, file = module[:1024], qualname[:1024], file[:4096]
     with _lock:
-        _methods.append((len(_methods) + 1, module[:1024], qualname[:1024], file[:4096], line))
-        return len(_methods)
+        while True:  # the tuple's allocation may run a finalizer that interns a method first
+            method = (len(_methods) + 1, module, qualname, file, line)
+            if method[0] == len(_methods) + 1:
+                _methods.append(method)
+                return method[0]
 
 
 def methods_since(count: int) -> list[MethodTuple]:
@@ -167,18 +182,13 @@ def frame_id(code: CodeType) -> int:
     found = _frame_ids.get(code)
     if found is not None:
         return found
+    file, qualname = code.co_filename[:4096], code.co_qualname[:1024]
     with _lock:
-        found = _frame_ids.get(code)
-        if found is None:
-            _frames.append(
-                (
-                    len(_frames) + 1,
-                    code.co_filename[:4096],
-                    code.co_qualname[:1024],
-                    code.co_firstlineno,
-                )
-            )
-            found = _frame_ids[code] = len(_frames)
+        while (found := _frame_ids.get(code)) is None:  # as in register_method
+            frame = (len(_frames) + 1, file, qualname, code.co_firstlineno)
+            if frame[0] == len(_frames) + 1:
+                _frames.append(frame)
+                found = _frame_ids[code] = frame[0]
         return found
 
 
@@ -280,7 +290,7 @@ def _after_fork_in_child() -> None:
     """The child starts with no buffered events: the parent sends its own. Only the forking thread
     exists in the child, so its thread-local list is the only one to forget."""
     global _lock
-    _lock = threading.Lock()
+    _lock = threading.RLock()
     _buffers.clear()
     _sampled.clear()
     with contextlib.suppress(AttributeError):
