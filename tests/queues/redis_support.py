@@ -3,6 +3,7 @@ persistence, started by the test and stopped after it."""
 
 from __future__ import annotations
 
+import gc
 import socket
 import subprocess
 import time
@@ -44,6 +45,10 @@ def redis_url(directory: Path, timeout_s: float = 30) -> Iterator[str]:
             time.sleep(0.02)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
+        # Clients the block left in reference cycles (Celery's AsyncResult) are finalized now,
+        # while the server answers: collected later, on whichever thread allocated (the tracer's
+        # sampler or sender, seen in CI), their finalizers retry a dead server for 20 s.
+        gc.collect()
         process.terminate()
         try:
             process.wait(10)
