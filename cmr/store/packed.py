@@ -31,6 +31,7 @@ import msgspec
 
 from cmr.store._shared import HandoffRow, InvalidBatchError
 from cmr.store.base import InvocationRecord
+from cmr.store.summaries import SummaryCollector, SummaryParts
 from tracer.wire import Attrs, Batch, End, Error, Handoff, Start, ThreadChunk
 
 _COMMON: Final = (Start, End)
@@ -66,6 +67,7 @@ class PackedBatch:
     late_ends: list[LateEnd]
     late_attrs: list[LateAttrs]
     handoffs: list[HandoffRow]
+    summary: SummaryParts  # what the batch adds to its sequences' listing lines
 
 
 def pack(batch: Batch) -> PackedBatch:
@@ -83,6 +85,7 @@ def pack(batch: Batch) -> PackedBatch:
     rare: list[Error | Handoff | Attrs] = []
     times: list[int] = []
     events = 0
+    summary = SummaryCollector(puid, offset)
     for chunk in batch.chunks:
         chunk_events = chunk.events
         events += len(chunk_events)
@@ -96,7 +99,11 @@ def pack(batch: Batch) -> PackedBatch:
             continue
         start_times = [e.t_ns for e in starts]
         times += start_times
-        _note_earliest(starts, start_times, first_start)
+        earliest = _earliest(starts, start_times)
+        for seq, event in earliest.items():
+            known = first_start.get(seq)
+            first_start[seq] = event.t_ns if known is None else min(known, event.t_ns)
+        summary.add_chunk(chunk.tid, starts, earliest)
         seq_methods.update([(e.seq, e.method) for e in starts])
         start_iids.update([e.iid for e in starts])
     seqs = set(first_start)
@@ -131,6 +138,7 @@ def pack(batch: Batch) -> PackedBatch:
         late_ends=late_ends,
         late_attrs=late_attrs,
         handoffs=handoffs,
+        summary=summary.finish(ends, [e for e in rare if type(e) is Error]),
     )
 
 
@@ -234,19 +242,16 @@ def _first_wins(known: dict[Key, _V], new: dict[Key, _V]) -> None:
             known.setdefault(key, value)
 
 
-def _note_earliest(starts: list[Start], times: list[int], first_start: dict[bytes, int]) -> None:
-    """Lower ``first_start[seq]`` to the earliest of ``starts`` (``times`` are their times)."""
+def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:
+    """The earliest of ``starts`` (``times`` are their times) of each sequence."""
     if times == sorted(times):  # as a thread records them: a sequence's first is its earliest
-        earliest = {e.seq: e.t_ns for e in reversed(starts)}
-    else:
-        earliest = {}
-        for event in starts:
-            known = earliest.get(event.seq)
-            if known is None or event.t_ns < known:
-                earliest[event.seq] = event.t_ns
-    for seq, t_ns in earliest.items():
-        known = first_start.get(seq)
-        first_start[seq] = t_ns if known is None else min(known, t_ns)
+        return {e.seq: e for e in reversed(starts)}
+    earliest: dict[bytes, Start] = {}
+    for event in starts:
+        known = earliest.get(event.seq)
+        if known is None or event.t_ns < known.t_ns:
+            earliest[event.seq] = event
+    return earliest
 
 
 def methods_by_seq(pairs: set[tuple[bytes, int]]) -> dict[bytes, bytes]:

@@ -7,6 +7,8 @@ the two agree by construction on every rule the contract tests check.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import heapq
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +25,6 @@ from cmr.store._shared import (
     lost_rows,
     pick_match,
     seq_range,
-    summarize,
 )
 from cmr.store.base import (
     HandoffRecord,
@@ -41,9 +42,15 @@ from cmr.store.base import (
     names_method,
 )
 from cmr.store.memory.samples import MemorySamples
+from cmr.store.memory.summaries import MemorySummaries
 from tracer.wire import Batch
 
 Key = tuple[int, int]
+
+
+def _by_start(item: tuple[bytes, int]) -> tuple[int, bytes]:
+    """Listing order: by first start, then by id."""
+    return item[1], item[0]
 
 
 class MemoryStore(Store):
@@ -67,6 +74,7 @@ class MemoryStore(Store):
         self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
         self._seq_start: dict[bytes, int] = {}
         self._lost_by: dict[bytes, set[int]] = {}  # seq -> processes that dropped its events
+        self._summaries = MemorySummaries()
         self._rejected: dict[str, int] = {}
         self._samples = MemorySamples()
         self._batch_count = 0
@@ -93,10 +101,14 @@ class MemoryStore(Store):
             for t in batch.threads:
                 self._threads[puid, t.tid] = ThreadRecord(t.native_id, t.name)
             for start in rows.starts:
-                if self._starts.setdefault((start[0], start[1]), start) is start:
+                key = (start[0], start[1])
+                if self._starts.setdefault(key, start) is start:
                     self._by_seq.setdefault(start[2], []).append(start)
+                    self._summaries.started(start, key in self._ends)
             for end in rows.ends:
-                self._ends.setdefault((end[0], end[1]), end)
+                key = (end[0], end[1])
+                if self._ends.setdefault(key, end) is end:
+                    self._summaries.ended(key)
             for puid_, iid, attributes in rows.attrs:
                 self._attrs.setdefault((puid_, iid), {}).update(attributes)
             for handoff in rows.handoffs:
@@ -150,11 +162,18 @@ class MemoryStore(Store):
         now = self._clock()
         with self._lock:
             self._check_open()
-            recent = sorted(self._seq_start.items(), key=lambda item: (item[1], item[0]))
-            recent.reverse()
+            recent = heapq.nlargest(limit, self._seq_start.items(), key=_by_start)
             return [
-                summarize(self._data(seq, now, samples=False), start_ns)
-                for seq, start_ns in recent[:limit]
+                self._summaries.summary(
+                    seq,
+                    start_ns,
+                    ends=self._ends,
+                    methods=self._methods,
+                    handoffs=self._handoffs,
+                    lossy=bool(self._lost_by.get(seq)),
+                    process=functools.partial(self._process, now=now),
+                )
+                for seq, start_ns in recent
             ]
 
     def _process(self, puid: int, now: int) -> ProcessRecord:
@@ -268,6 +287,7 @@ class MemoryStore(Store):
                 for handoff in self._handoffs_by_seq.pop(seq, []):
                     self._handoffs.pop(handoff[0], None)
                 self._lost_by.pop(seq, None)
+                self._summaries.forget(seq)
                 del self._seq_start[seq]
             # An End before the cutoff belongs to a call that started before it (pruned above,
             # or its Start never arrived).

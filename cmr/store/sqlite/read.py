@@ -142,7 +142,17 @@ def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:
         "INSERT INTO temp.pruned SELECT seq FROM sequences WHERE start_ns < ?", (before_ns,)
     )
     (sequences,) = conn.execute("SELECT count(*) FROM temp.pruned").fetchone()
-    for table in ("batch_seqs", "seq_methods", "handoffs", "lost_seqs", "sequences"):
+    for table in (
+        "batch_seqs",
+        "seq_methods",
+        "handoffs",
+        "lost_seqs",
+        "sequences",
+        "seq_roots",
+        "seq_threads",
+        "seq_entries",
+        "open_calls",
+    ):
         conn.execute(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM temp.pruned)")
     # A batch goes once no sequence it holds is left (a batch may hold old and new sequences).
     conn.execute(

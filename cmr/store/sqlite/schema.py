@@ -4,14 +4,16 @@ Version 2 added hand-offs, version 3 each process's heartbeat interval, version 
 their frames and each process's sampler report, version 5 the sequences a process dropped events
 of: each purely additive. Version 6 stores events as their batches arrived (``cmr.store.packed``)
 instead of a row per Start and End; ``sqlite_migrate`` moves an older file's rows into that form
-when it is opened for writing (``UPGRADES`` then the move).
+when it is opened for writing (``UPGRADES`` then the move). Version 7 keeps each sequence's
+listing line at ingest (``cmr.store.summaries``); an older file's are computed when it is
+upgraded.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -104,6 +106,31 @@ PACKED_SCHEMA: Final = (
         PRIMARY KEY (puid, iid, batch_no)
     ) WITHOUT ROWID""",
 )
+#: Version 7: what a listing line needs, kept at ingest (``cmr.store.summaries``): each sequence's
+#: Start count and best root candidate, the threads it ran on, its entries that continue a
+#: hand-off, and its invocations still open (an End was not in the Start's batch).
+SUMMARY_SCHEMA: Final = (
+    "ALTER TABLE sequences ADD COLUMN invocations INTEGER NOT NULL DEFAULT 0",
+    """CREATE TABLE seq_roots (
+        seq BLOB PRIMARY KEY, untrue INTEGER NOT NULL, handed INTEGER NOT NULL,
+        start_ns INTEGER NOT NULL, puid INTEGER NOT NULL, iid INTEGER NOT NULL,
+        method INTEGER NOT NULL, end_ns INTEGER
+    ) WITHOUT ROWID""",
+    """CREATE TABLE seq_threads (
+        seq BLOB NOT NULL, puid INTEGER NOT NULL, tid INTEGER NOT NULL,
+        PRIMARY KEY (seq, puid, tid)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE seq_entries (
+        seq BLOB NOT NULL, puid INTEGER NOT NULL, iid INTEGER NOT NULL, hid INTEGER NOT NULL,
+        end_ns INTEGER,
+        PRIMARY KEY (seq, puid, iid)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE open_calls (
+        puid INTEGER NOT NULL, iid INTEGER NOT NULL, seq BLOB NOT NULL,
+        PRIMARY KEY (puid, iid)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX open_calls_by_seq ON open_calls (seq, puid)",
+)
 
 SCHEMA: Final = (
     """CREATE TABLE processes (
@@ -144,17 +171,26 @@ SCHEMA: Final = (
     *SAMPLES_SCHEMA,
     *LOST_SEQS_SCHEMA,
     *PACKED_SCHEMA,
+    *SUMMARY_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
 #: From each older version straight to SCHEMA_VERSION.
 #: From each older version to the packed tables (``sqlite_migrate`` then moves the rows).
 UPGRADES: Final = {
-    1: (*HANDOFFS_SCHEMA, *HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
-    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
-    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
-    4: (*LOST_SEQS_SCHEMA, *PACKED_SCHEMA),
-    5: PACKED_SCHEMA,
+    1: (
+        *HANDOFFS_SCHEMA,
+        *HEARTBEAT_SCHEMA,
+        *SAMPLES_SCHEMA,
+        *LOST_SEQS_SCHEMA,
+        *PACKED_SCHEMA,
+        *SUMMARY_SCHEMA,
+    ),
+    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA),
+    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA),
+    4: (*LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA),
+    5: (*PACKED_SCHEMA, *SUMMARY_SCHEMA),
+    6: SUMMARY_SCHEMA,
 }
 CURRENT_VERSION: Final = _CURRENT
 
@@ -172,8 +208,44 @@ UPSERT_PROCESS: Final = """
         heartbeat_ms = CASE WHEN excluded.last_seen_ns >= last_seen_ns
                             THEN excluded.heartbeat_ms ELSE heartbeat_ms END"""
 UPSERT_SEQUENCE: Final = """
-    INSERT INTO sequences VALUES (?, ?)
-    ON CONFLICT (seq) DO UPDATE SET start_ns = min(start_ns, excluded.start_ns)"""
+    INSERT INTO sequences (seq, start_ns, invocations) VALUES (?, ?, ?)
+    ON CONFLICT (seq) DO UPDATE SET
+        start_ns = min(start_ns, excluded.start_ns),
+        invocations = invocations + excluded.invocations"""
+#: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
+UPSERT_ROOT: Final = """
+    INSERT INTO seq_roots VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (seq) DO UPDATE SET
+        untrue = excluded.untrue, handed = excluded.handed, start_ns = excluded.start_ns,
+        puid = excluded.puid, iid = excluded.iid, method = excluded.method,
+        end_ns = excluded.end_ns
+    WHERE (excluded.untrue, excluded.handed, excluded.start_ns, excluded.puid, excluded.iid)
+        < (seq_roots.untrue, seq_roots.handed, seq_roots.start_ns, seq_roots.puid, seq_roots.iid)"""
+#: An invocation is opened unless its End came first (a late End already stored).
+OPEN_CALL: Final = """
+    INSERT OR IGNORE INTO open_calls SELECT ?1, ?2, ?3
+    WHERE NOT EXISTS (SELECT 1 FROM late_ends WHERE puid = ?1 AND iid = ?2)"""
+#: The listing lines' stored parts of the :limit most recent sequences, most recent first.
+RECENT_SUMMARIES: Final = """
+    SELECT s.seq, s.start_ns, s.invocations,
+           r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
+           coalesce(r.end_ns, l.end_ns),
+           m.module, m.qualname, m.file, m.line
+    FROM (SELECT seq, start_ns, invocations FROM sequences
+          ORDER BY start_ns DESC, seq DESC LIMIT :limit) s
+    JOIN seq_roots r ON r.seq = s.seq
+    LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
+    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method
+    ORDER BY s.start_ns DESC, s.seq DESC"""
+#: How many threads and processes a sequence ran on.
+THREAD_COUNTS: Final = "SELECT count(*), count(DISTINCT puid) FROM seq_threads WHERE seq = ?"
+#: A sequence's open invocations, per process.
+OPEN_BY_PROCESS: Final = "SELECT puid, count(*) FROM open_calls WHERE seq = ? GROUP BY puid"
+#: The entries of :seq whose hand-off nobody here recorded, with their ends.
+REMOTE_ENTRY_ENDS: Final = """
+    SELECT coalesce(e.end_ns, l.end_ns) FROM seq_entries e
+    LEFT JOIN late_ends l ON l.puid = e.puid AND l.iid = e.iid
+    WHERE e.seq = ? AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = e.hid)"""
 PROCESS_COLUMNS: Final = (
     "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
 )

@@ -27,7 +27,6 @@ from cmr.store._shared import (
     lost_rows,
     pick_match,
     seq_range,
-    summarize,
 )
 from cmr.store.base import (
     PruneResult,
@@ -40,6 +39,7 @@ from cmr.store.base import (
 )
 from cmr.store.packed import methods_of, pack
 from cmr.store.sqlite import read as sqlite_read
+from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
 from cmr.store.sqlite.migrate import move_legacy_rows
 from cmr.store.sqlite.samples import load_samplers, load_samples, store_samples
@@ -52,7 +52,6 @@ from cmr.store.sqlite.schema import (
     SCHEMA_VERSION,
     UPGRADES,
     UPSERT_PROCESS,
-    UPSERT_SEQUENCE,
 )
 from tracer.wire import Batch
 
@@ -124,6 +123,7 @@ class SQLiteStore(Store):
                 for statement in upgrade:
                     conn.execute(statement)
                 move_legacy_rows(conn)
+                sqlite_summaries.backfill(conn)
                 conn.execute(CURRENT_VERSION)
 
     # -- write side -----------------------------------------------------------------------
@@ -198,7 +198,7 @@ class SQLiteStore(Store):
                 conn.executemany(
                     "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", packed.handoffs
                 )
-            conn.executemany(UPSERT_SEQUENCE, packed.first_start.items())
+            sqlite_summaries.store(conn, packed)  # after the late Ends: they close calls
             if batch.lost_seqs:
                 conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
             store_samples(conn, batch, samples)
@@ -222,15 +222,7 @@ class SQLiteStore(Store):
         check_limit(limit)
         now = self._clock()
         with self._transaction("BEGIN") as conn:
-            recent = conn.execute(
-                "SELECT seq, start_ns FROM sequences ORDER BY start_ns DESC, seq DESC LIMIT ?",
-                (limit,),
-            ).fetchall()
-            cache: sqlite_read.BatchCache = {}  # sequences listed together often share batches
-            return [
-                summarize(self._load(conn, seq, now, samples=False, cache=cache), start_ns)
-                for seq, start_ns in recent
-            ]
+            return sqlite_summaries.recent(conn, limit, now)
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)

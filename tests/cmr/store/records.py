@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+import msgspec
+
 from cmr.store.sqlite.schema import (
     HANDOFFS_SCHEMA,
     HEARTBEAT_SCHEMA,
@@ -13,10 +15,12 @@ from cmr.store.sqlite.schema import (
     PACKED_SCHEMA,
     SAMPLES_SCHEMA,
     SCHEMA,
+    SUMMARY_SCHEMA,
 )
 from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
+encode = msgspec.msgpack.Encoder().encode
 
 
 def seq_id(hex_prefix: str) -> bytes:
@@ -41,13 +45,15 @@ H = 0x5EED_0000_0000_0001
 
 
 def older_schema(path: str, version: int) -> None:
-    """Write a repository as release ``version`` did: versions 1 to 5 kept a row per Start and End
-    instead of packed batches, version 4 had no lost sequences table, version 3 no sample tables
-    either, version 2 no heartbeat column either, version 1 no hand-offs table either. It holds
-    one process (seen at 123) and one running call."""
+    """Write a repository as release ``version`` did: version 6 kept no listing lines, versions 1
+    to 5 kept a row per Start and End instead of packed batches, version 4 had no lost sequences
+    table, version 3 no sample tables either, version 2 no heartbeat column either, version 1 no
+    hand-offs table either. It holds one process (seen at 123) and one running call."""
     left_out = (
-        PACKED_SCHEMA
+        SUMMARY_SCHEMA
+        + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
+            6: (),
             5: (),
             4: LOST_SEQS_SCHEMA,
             3: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA,
@@ -65,7 +71,13 @@ def older_schema(path: str, version: int) -> None:
             "started_ns, ended, dropped, last_seen_ns) "
             "VALUES (7, 4242, 'old', 'pf', '[\"old.py\"]', 0, 0, 0, 0, 123)"
         )
-        conn.execute("INSERT INTO starts VALUES (7, 1, ?, 0, 0, 1, 1, 100)", (S,))
+        if version < 6:
+            conn.execute("INSERT INTO starts VALUES (7, 1, ?, 0, 0, 1, 1, 100)", (S,))
+        else:
+            chunks = [wire.ThreadChunk(1, [start(1, 100, S)])]
+            conn.execute("INSERT INTO batches VALUES (7, 1, 123, 1, 0, ?)", (encode(chunks),))
+            conn.execute("INSERT INTO batch_seqs VALUES (?, 7, 1)", (S,))
+            conn.execute("INSERT INTO seq_methods VALUES (?, 7, 1, ?)", (S, encode([1])))
         conn.execute("INSERT INTO sequences VALUES (?, 100)", (S,))
     conn.close()
 

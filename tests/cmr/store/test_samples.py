@@ -18,7 +18,7 @@ from cmr.store import (
     StoreError,
     open_store,
 )
-from cmr.store.sqlite.schema import SAMPLES_IN_WINDOW
+from cmr.store.sqlite.schema import SAMPLES_IN_WINDOW, SCHEMA_VERSION
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import older_schema, seq_id, start, user_version
 from tracer import wire
@@ -222,7 +222,7 @@ def test_an_upgraded_repository_stores_samples(
         assert (store.stats().samples, list(store.stats().samplers)) == (1, [8])
     finally:
         store.close()
-    assert user_version(path) == 6
+    assert user_version(path) == SCHEMA_VERSION
 
 
 def test_a_window_reads_its_samples_by_index_range(tmp_path: Path) -> None:

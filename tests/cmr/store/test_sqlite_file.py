@@ -16,8 +16,13 @@ from cmr.store import (
 )
 from cmr.store.sqlite.schema import (
     METHODS_BY_RECENT_SEQUENCE,
+    OPEN_BY_PROCESS,
+    OPEN_CALL,
+    RECENT_SUMMARIES,
+    REMOTE_ENTRY_ENDS,
     SCHEMA_VERSION,
     SEQUENCE_BATCHES,
+    THREAD_COUNTS,
 )
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import (
@@ -89,7 +94,7 @@ def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
         open_store(path)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
 def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
     tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, version: int
 ) -> None:
@@ -115,7 +120,7 @@ def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
     assert user_version(path) == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
 def test_an_older_repository_is_not_read_before_it_is_upgraded(
     tmp_path: Path, version: int
 ) -> None:
@@ -124,7 +129,7 @@ def test_an_older_repository_is_not_read_before_it_is_upgraded(
 
     with pytest.raises(
         StoreError,
-        match=rf"schema version {version}, older than .* \(6\): run `cmr serve` or `tracer run`",
+        match=rf"schema version {version}, older than .* \({SCHEMA_VERSION}\): run `cmr serve`",
     ):
         open_store(path, readonly=True)
     assert user_version(path) == version
@@ -145,6 +150,58 @@ def test_reading_a_sequence_looks_up_its_batches_by_index_and_never_scans_a_tabl
 
     assert plan
     assert not [step for step in plan if step.startswith("SCAN")], plan
+
+
+@pytest.mark.parametrize(
+    "query", [RECENT_SUMMARIES, THREAD_COUNTS, OPEN_BY_PROCESS, REMOTE_ENTRY_ENDS, OPEN_CALL]
+)
+def test_a_listing_line_is_read_by_index_whatever_the_size_of_its_sequence(
+    tmp_path: Path, query: str
+) -> None:
+    # `cmr ls` must not grow with the sequences it lists: the only scan allowed is the walk down
+    # the start-time index that LIMIT stops.
+    path = str(tmp_path / "cmr.sqlite")
+    open_store(path).close()
+    params = {"limit": 5} if query == RECENT_SUMMARIES else (S, 1, 2)[: query.count("?") or 3]
+    with sqlite3.connect(path) as conn:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
+    conn.close()
+
+    allowed = {"SCAN sequences USING INDEX sequences_by_start", "SCAN s", "SCAN CONSTANT ROW"}
+    assert plan
+    assert not [step for step in plan if step.startswith("SCAN") and step not in allowed], plan
+
+
+def test_a_version_6_repository_gets_the_listing_lines_its_batches_give(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    other = seq_id("07e")
+    batches = [
+        make_batch(7, 1, {1: [start(1, 100, S), start(2, 110, S, parent=1), wire.End(2, 120)]}),
+        make_batch(7, 2, {2: [start(3, 130, other, hid=H), wire.End(1, 200)]}),
+    ]
+    store = open_store(path, clock=clock)
+    try:
+        for at, batch in enumerate(batches, start=1):
+            store.ingest(batch, at)
+        expected = store.list_sequences(10)
+    finally:
+        store.close()
+    with sqlite3.connect(path) as conn:  # back to what version 6 wrote: no listing lines
+        for table in ("seq_roots", "seq_threads", "seq_entries", "open_calls"):
+            conn.execute(f"DROP TABLE {table}")
+        conn.execute("ALTER TABLE sequences DROP COLUMN invocations")
+        conn.execute("PRAGMA user_version = 6")
+    conn.close()
+
+    store = open_store(path, clock=clock)
+    try:
+        assert store.list_sequences(10) == expected
+        assert [(s.invocations, s.status) for s in expected] == [(1, "running"), (2, "complete")]
+    finally:
+        store.close()
+    assert user_version(path) == SCHEMA_VERSION
 
 
 def test_an_upgrade_moves_every_stored_call_and_late_end(

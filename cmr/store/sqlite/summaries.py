@@ -1,0 +1,89 @@
+"""The SQLite backend's sequence summaries (``cmr.store.summaries``): kept at ingest, read by
+index for a listing, and computed once for the sequences of a file stored without them. On a
+connection inside a transaction the caller holds (``SQLiteStore``)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from cmr.store.base import MethodRecord, SequenceSummary
+from cmr.store.packed import PackedBatch
+from cmr.store.sqlite import read as sqlite_read
+from cmr.store.sqlite.schema import (
+    OPEN_BY_PROCESS,
+    OPEN_CALL,
+    RECENT_SUMMARIES,
+    REMOTE_ENTRY_ENDS,
+    THREAD_COUNTS,
+    UPSERT_ROOT,
+    UPSERT_SEQUENCE,
+)
+from cmr.store.summaries import StoredSummary, SummaryParts, parts_of, summary_from
+
+
+def store(conn: sqlite3.Connection, packed: PackedBatch) -> None:
+    """Add a batch's parts; its late Ends are stored already (they close open invocations)."""
+    parts = packed.summary
+    counts = parts.counts
+    conn.executemany(
+        UPSERT_SEQUENCE,
+        [(seq, start_ns, counts[seq]) for seq, start_ns in packed.first_start.items()],
+    )
+    if packed.late_ends:
+        conn.executemany(
+            "DELETE FROM open_calls WHERE puid = ? AND iid = ?",
+            [(puid, iid) for puid, iid, _end, _error in packed.late_ends],
+        )
+    _store_parts(conn, parts)
+
+
+def _store_parts(conn: sqlite3.Connection, parts: SummaryParts) -> None:
+    conn.executemany(UPSERT_ROOT, parts.roots)
+    conn.executemany("INSERT OR IGNORE INTO seq_threads VALUES (?, ?, ?)", sorted(parts.threads))
+    if parts.entries:
+        conn.executemany("INSERT OR IGNORE INTO seq_entries VALUES (?, ?, ?, ?, ?)", parts.entries)
+    if parts.opened:
+        conn.executemany(OPEN_CALL, parts.opened)
+
+
+def recent(conn: sqlite3.Connection, limit: int, now: int) -> list[SequenceSummary]:
+    """The listing lines of the ``limit`` most recent sequences: a few lookups each."""
+    stored: list[StoredSummary] = []
+    for row in conn.execute(RECENT_SUMMARIES, {"limit": limit}).fetchall():
+        seq, start_ns, invocations, *root, module, qualname, file, line = row
+        root_row = (seq, *root)
+        threads, processes = conn.execute(THREAD_COUNTS, (seq,)).fetchone()
+        open_by_process = dict(conn.execute(OPEN_BY_PROCESS, (seq,)).fetchall())
+        lossy = conn.execute("SELECT 1 FROM lost_seqs WHERE seq = ? LIMIT 1", (seq,)).fetchone()
+        untrue, handed = root[0], root[1]
+        remote = conn.execute(REMOTE_ENTRY_ENDS, (seq,)).fetchall() if untrue or handed else []
+        stored.append(
+            StoredSummary(
+                seq=seq,
+                start_ns=start_ns,
+                invocations=invocations,
+                root=root_row,
+                root_method=MethodRecord(module, qualname, file, line) if qualname else None,
+                threads=threads,
+                processes=processes,
+                open_by_process=open_by_process,
+                remote_ends=[end for (end,) in remote],
+                lossy=lossy is not None,
+            )
+        )
+    puids = {puid for s in stored for puid in s.open_by_process}
+    processes_by_puid = sqlite_read.processes(conn, puids, now)
+    return [summary_from(s, processes_by_puid) for s in stored]
+
+
+def backfill(conn: sqlite3.Connection) -> None:
+    """Compute the summaries of every stored sequence (upgrading a file from before them)."""
+    cache: sqlite_read.BatchCache = {}
+    for (seq,) in conn.execute("SELECT seq FROM sequences ORDER BY seq").fetchall():
+        records = sqlite_read.invocations(conn, seq, cache)
+        if not records:
+            continue
+        conn.execute("UPDATE sequences SET invocations = ? WHERE seq = ?", (len(records), seq))
+        _store_parts(conn, parts_of(seq, records))
+        if len(cache) > 256:  # sequences listed together share batches; bounded memory
+            cache.clear()

@@ -1,0 +1,214 @@
+"""Sequence summaries kept at ingest, so that listing never reads a sequence's events.
+
+A listing line (``SequenceSummary``) needs, per sequence: how many invocations, on how many
+threads and processes, which invocation is the root (``_shared.root_rank``) and when it ended,
+the parentless invocations that continue a hand-off nobody here recorded (a foreign system's
+request), and which invocations are still open, with their process (running or incomplete
+depends on the process's state when read). Each batch adds to these (``SummaryParts``, built in
+``packed.pack``'s pass over the events); a store keeps them in small tables next to the batches:
+
+- per sequence: its Start count and its best root candidate so far (the lowest rank wins);
+- per (sequence, puid, tid): that the sequence ran there;
+- per entry (parentless, continuing a hand-off): its hid and, when its End came in its batch, its
+  end; the store looks up a later End among the late Ends;
+- per open invocation (its End was not in its batch): (puid, iid, seq), removed when the End
+  arrives (an End that came first is never opened).
+
+Reading a summary is then a few index lookups whatever the size of the sequence
+(``summary_from``). Counts are of Starts as received: a forged batch that repeats another
+batch's Starts under a new batch number counts them twice in a listing (never in a tree, where
+the first write of an event key wins).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cmr.store._shared import (
+    RemoteEntries,
+    RootCandidate,
+    qualified_name,
+    root_rank,
+    sequence_status,
+    summary_root,
+)
+from cmr.store.base import InvocationRecord, MethodRecord, ProcessRecord, SequenceSummary
+from tracer.wire import End, Error, Start
+
+#: (seq, not a true root: parent != 0, continues a hand-off: hid != 0, start_ns, puid, iid,
+#: method, end_ns or None): the first six order candidates as ``root_rank`` does.
+RootRow = tuple[bytes, int, int, int, int, int, int, int | None]
+#: (seq, puid, iid, hid, end_ns or None): a parentless invocation continuing hand-off ``hid``.
+EntryRow = tuple[bytes, int, int, int, int | None]
+#: (puid, iid, seq): an invocation whose End was not in its batch.
+OpenRow = tuple[int, int, bytes]
+
+
+@dataclass(slots=True)
+class SummaryParts:
+    """What one batch adds to the summaries of its sequences (times are wall clock)."""
+
+    counts: Counter[bytes] = field(default_factory=Counter)  # seq -> Starts in the batch
+    threads: set[tuple[bytes, int, int]] = field(default_factory=set)  # (seq, puid, tid)
+    roots: list[RootRow] = field(default_factory=list)  # the best candidate of each sequence
+    entries: list[EntryRow] = field(default_factory=list)
+    opened: list[OpenRow] = field(default_factory=list)
+
+
+class SummaryCollector:
+    """Gathers ``SummaryParts`` chunk by chunk during ``pack``'s pass: per chunk a set of its
+    sequences and the Starts without a parent (few); per batch one pass over its Starts to find
+    those left open."""
+
+    __slots__ = ("_earliest", "_offset", "_parentless", "_puid", "_starts", "parts")
+
+    def __init__(self, puid: int, offset: int) -> None:
+        self._puid = puid
+        self._offset = offset
+        self._starts: list[Start] = []
+        self._parentless: list[Start] = []
+        self._earliest: dict[bytes, Start] = {}
+        self.parts = SummaryParts()
+
+    def add_chunk(self, tid: int, starts: list[Start], earliest: dict[bytes, Start]) -> None:
+        """A chunk's Starts, and the earliest of each of its sequences (``earliest``)."""
+        parts = self.parts
+        self._starts += starts
+        if len(earliest) == 1:
+            [seq] = earliest
+            parts.counts[seq] += len(starts)
+        else:
+            parts.counts.update([e.seq for e in starts])
+        parts.threads.update([(seq, self._puid, tid) for seq in earliest])
+        self._parentless += [e for e in starts if not e.parent]
+        known = self._earliest
+        for seq, event in earliest.items():
+            other = known.get(seq)
+            if other is None or (event.t_ns, event.iid) < (other.t_ns, other.iid):
+                known[seq] = event
+
+    def finish(self, ends: list[End], errors: Iterable[Error]) -> SummaryParts:
+        """The parts, once every chunk is added; ``ends`` and ``errors`` are the batch's."""
+        parts, puid, offset = self.parts, self._puid, self._offset
+        ended = {e.iid for e in ends}
+        ended.update(e.iid for e in errors)
+        parts.opened = [(puid, e.iid, e.seq) for e in self._starts if e.iid not in ended]
+        best: dict[bytes, Start] = {}
+        for event in self._parentless:  # true roots first, then entries, each by time
+            known = best.get(event.seq)
+            if known is None or _rank(event) < _rank(known):
+                best[event.seq] = event
+        for seq, event in self._earliest.items():
+            if seq not in best:
+                best[seq] = event if not event.hid else self._best_with_parent(seq)
+        chosen = {e.iid for e in best.values()}
+        chosen.update(e.iid for e in self._parentless if e.hid)
+        end_of = {e.iid: e.t_ns + offset for e in ends if e.iid in chosen}
+        end_of.update((e.iid, e.t_ns + offset) for e in errors if e.iid in chosen)
+        parts.roots = [
+            (
+                seq,
+                int(e.parent != 0),
+                int(e.hid != 0),
+                e.t_ns + offset,
+                puid,
+                e.iid,
+                e.method,
+                end_of.get(e.iid),
+            )
+            for seq, e in best.items()
+        ]
+        parts.entries = [
+            (e.seq, puid, e.iid, e.hid, end_of.get(e.iid)) for e in self._parentless if e.hid
+        ]
+        return parts
+
+    def _best_with_parent(self, seq: bytes) -> Start:
+        """The sequence's best candidate when all its Starts here have a parent and the earliest
+        continues a hand-off: one without a hand-off ranks first (rare: a scan)."""
+        return min((e for e in self._starts if e.seq == seq), key=_rank)
+
+
+def _rank(event: Start) -> tuple[bool, bool, int, int]:
+    """``root_rank`` within one batch (one process: puid is the same)."""
+    return (event.parent != 0, event.hid != 0, event.t_ns, event.iid)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    """A sequence's summary as a store keeps it, read by index (``summary_from`` turns it into
+    a listing line)."""
+
+    seq: bytes
+    start_ns: int
+    invocations: int
+    root: RootRow
+    root_method: MethodRecord | None
+    threads: int
+    processes: int
+    open_by_process: dict[int, int]  # puid -> invocations still open
+    # The parentless entries whose hand-off nobody here recorded, as (end_ns or None): read only
+    # when the root candidate is not a true root.
+    remote_ends: list[int | None]
+    lossy: bool
+
+
+def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> SequenceSummary:
+    """The listing line, by the rules ``_shared.summarize`` applies to a loaded sequence."""
+    running = incomplete = 0
+    for puid, count in stored.open_by_process.items():
+        process = processes.get(puid)
+        if process is not None and process.finished:
+            incomplete += count
+        else:
+            running += count
+    _seq, untrue, handed, _start, _puid, _iid, method_id, end_ns = stored.root
+    method = stored.root_method
+    best = RootCandidate(
+        parent=untrue,
+        hid=handed,
+        name=qualified_name(
+            method.module if method else None, method.qualname if method else None, method_id
+        ),
+        end_ns=end_ns,
+    )
+    ends = [end for end in stored.remote_ends if end is not None]
+    remote = RemoteEntries(
+        len(stored.remote_ends), len(stored.remote_ends) - len(ends), max(ends, default=None)
+    )
+    root, root_end_ns = summary_root(best, remote)
+    return SequenceSummary(
+        seq=stored.seq,
+        root=root,
+        start_ns=stored.start_ns,
+        end_ns=root_end_ns,
+        invocations=stored.invocations,
+        threads=stored.threads,
+        processes=stored.processes,
+        status=sequence_status(running, incomplete),
+        lossy=stored.lossy,
+    )
+
+
+def parts_of(seq: bytes, records: list[InvocationRecord]) -> SummaryParts:
+    """A whole sequence's parts from its records (upgrading a repository stored without them)."""
+    best = min(records, key=lambda r: root_rank(r.parent, r.hid, r.start_ns, r.puid, r.iid))
+    root: RootRow = (
+        seq,
+        int(best.parent != 0),
+        int(best.hid != 0),
+        best.start_ns,
+        best.puid,
+        best.iid,
+        best.method,
+        best.end_ns,
+    )
+    return SummaryParts(
+        counts=Counter({seq: len(records)}),
+        threads={(seq, r.puid, r.tid) for r in records},
+        roots=[root],
+        entries=[(seq, r.puid, r.iid, r.hid, r.end_ns) for r in records if not r.parent and r.hid],
+        opened=[(r.puid, r.iid, seq) for r in records if r.end_ns is None],
+    )
