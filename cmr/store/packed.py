@@ -22,10 +22,11 @@ whose wall times overflow a signed 64-bit integer is refused whole) are those of
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final
 
 import msgspec
 
@@ -35,7 +36,6 @@ from cmr.store.summaries import SummaryCollector, SummaryParts
 from tracer.wire import Attrs, Batch, End, Error, Handoff, Start, ThreadChunk
 
 _COMMON: Final = (Start, End)
-_NO_END: Final = (None, None)
 _RECORD_ORDER: Final = operator.attrgetter("start_ns", "puid", "iid")
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
@@ -158,88 +158,127 @@ def unpack(
     """The invocations of ``seq`` from its stored batches (in ascending (puid, batch_no) order,
     so the first write of an event key wins), completed with the late Ends and Attrs they lack.
     Sorted by (start_ns, puid, iid). ``cache`` keeps decoded batches for the next call (listing
-    many sequences that share batches decodes each batch once)."""
-    gathered = _Gathered()
+    many sequences that share batches decodes each batch once).
+
+    Built for a million calls: events are gathered per process, keyed by iid alone, and each
+    record is made once, straight from its Start."""
+    gathered: dict[int, _Gathered] = {}
     for puid, batch_no, offset, blob in batches:
         known = None if cache is None else cache.get((puid, batch_no))
         chunks = _decode_chunks(blob) if known is None else known
         if cache is not None:
             cache[puid, batch_no] = chunks
+        process = gathered.get(puid)
+        if process is None:
+            process = gathered[puid] = _Gathered()
         for chunk in chunks:
-            gathered.scan(seq, puid, offset, chunk)
-    starts, ends, attributes = gathered.starts, gathered.ends, gathered.attributes
-    missing = [key for key in starts if key not in ends]
-    if missing:
-        for puid, iid, end_ns, error in late_ends(missing):
-            ends.setdefault((puid, iid), (end_ns, error))
-    late = sorted(late_attrs({puid for puid, _iid in starts}), key=lambda row: row[2])
-    for puid, iid, _batch_no, blob in late:
-        if (puid, iid) in starts:
-            attributes.setdefault((puid, iid), {}).update(_decode_attributes(blob))
-    get_end, get_attributes = ends.get, attributes.get
-    records = [
-        InvocationRecord(key[0], key[1], parent, hid, tid, method, start_ns, *get_end(key, _NO_END))
-        for key, (tid, parent, hid, method, start_ns) in starts.items()
-    ]
-    if attributes:
-        records = [
-            msgspec.structs.replace(r, attributes=found)
-            if (found := get_attributes((r.puid, r.iid))) is not None
-            else r
-            for r in records
-        ]
-    records.sort(key=_RECORD_ORDER)
+            process.scan(seq, offset, chunk)
+    records: list[InvocationRecord] = []
+    for puid, process in gathered.items():
+        records += process.records(puid)
+    missing = [(r.puid, r.iid) for r in records if r.end_ns is None]
+    late = {(puid, iid): (end_ns, error) for puid, iid, end_ns, error in late_ends(missing)}
+    attributes: dict[Key, Attributes] = {
+        (puid, iid): found
+        for puid, process in gathered.items()
+        for iid, found in process.attributes.items()
+    }
+    for puid, iid, _batch_no, blob in sorted(late_attrs(set(gathered)), key=lambda row: row[2]):
+        attributes.setdefault((puid, iid), {}).update(_decode_attributes(blob))
+    if late or attributes:
+        records = [_completed(r, late, attributes) for r in records]
+    starts = [r.start_ns for r in records]
+    if not all(map(operator.lt, starts, itertools.islice(starts, 1, None))):
+        records.sort(key=_RECORD_ORDER)
     return records
 
 
+def _completed(
+    record: InvocationRecord, late: dict[Key, tuple[int, str | None]], attributes: dict[Key, Any]
+) -> InvocationRecord:
+    """``record`` with its late End and its Attrs, if it has any."""
+    key = (record.puid, record.iid)
+    end = late.get(key) if record.end_ns is None else None
+    found = attributes.get(key)
+    if end is None and found is None:
+        return record
+    if end is None:
+        return msgspec.structs.replace(record, attributes=found)
+    return msgspec.structs.replace(record, end_ns=end[0], error=end[1], attributes=found)
+
+
 Key = tuple[int, int]  # (puid, iid)
-_V = TypeVar("_V")
-#: (tid, parent, hid, method, start_ns) of a Start of the sequence.
-_Start = tuple[int, int, int, int, int]
 
 
 class _Gathered:
-    """What ``unpack`` collects from a sequence's stored chunks (the first write of a key wins)."""
+    """What ``unpack`` collects of one process from a sequence's stored chunks: the chunks' Starts
+    of the sequence, and every End, Error and Attrs (the first write of an iid wins)."""
 
-    __slots__ = ("attributes", "ends", "starts")
+    __slots__ = ("attributes", "ends", "errors", "starts")
 
     def __init__(self) -> None:
-        self.starts: dict[Key, _Start] = {}
-        self.ends: dict[Key, tuple[int, str | None]] = {}
-        self.attributes: dict[Key, Attributes] = {}
+        self.starts: list[tuple[int, int, list[Start]]] = []  # (tid, clock offset, Starts)
+        self.ends: dict[int, int] = {}  # iid -> end, wall clock
+        self.errors: dict[int, str] = {}  # iid -> exception type, for ends that were Errors
+        self.attributes: dict[int, Attributes] = {}
 
-    def scan(self, seq: bytes, puid: int, offset: int, chunk: ThreadChunk) -> None:
+    def scan(self, seq: bytes, offset: int, chunk: ThreadChunk) -> None:
         """Comprehensions over the chunk, one per kind of event (most chunks hold only Starts
-        and Ends); within the chunk the first event of a key wins (built from the reversed
-        list), and across chunks the earlier chunk's (``_first_wins``)."""
-        tid, events = chunk.tid, chunk.events
-        starts = {
-            (puid, e.iid): (tid, e.parent, e.hid, e.method, e.t_ns + offset)
-            for e in reversed(events)
-            if type(e) is Start and e.seq == seq
-        }
-        _first_wins(self.starts, starts)
-        ends: dict[Key, tuple[int, str | None]] = {
-            (puid, e.iid): (e.t_ns + offset, None) for e in reversed(events) if type(e) is End
-        }
+        and Ends); within the chunk the first End of an iid wins (built from the reversed list),
+        and across chunks the earlier chunk's."""
+        events = chunk.events
+        starts = [e for e in events if type(e) is Start and e.seq == seq]
+        if starts:
+            self.starts.append((chunk.tid, offset, starts))
+        ends = {e.iid: e.t_ns + offset for e in reversed(events) if type(e) is End}
+        errors: dict[int, str] = {}
         rare = [e for e in events if type(e) not in _COMMON]
-        if rare:  # Errors, Attrs, Handoffs
-            for event in rare:
-                if isinstance(event, Error):
-                    ends.setdefault((puid, event.iid), (event.t_ns + offset, event.error))
-                elif isinstance(event, Attrs):
-                    merged = self.attributes.setdefault((puid, event.iid), {})
-                    merged.update(event.attributes)
-        _first_wins(self.ends, ends)
+        for event in rare:  # Errors, Attrs, Handoffs
+            if isinstance(event, Error):
+                if event.iid not in ends:
+                    ends[event.iid] = event.t_ns + offset
+                    errors[event.iid] = event.error
+            elif isinstance(event, Attrs):
+                self.attributes.setdefault(event.iid, {}).update(event.attributes)
+        known = self.ends
+        if known.keys().isdisjoint(ends):
+            known.update(ends)
+            self.errors.update(errors)
+        else:
+            for iid, end_ns in ends.items():
+                if iid not in known:
+                    known[iid] = end_ns
+                    if iid in errors:
+                        self.errors[iid] = errors[iid]
 
-
-def _first_wins(known: dict[Key, _V], new: dict[Key, _V]) -> None:
-    """Add ``new`` to ``known`` where ``known`` has no value yet."""
-    if known.keys().isdisjoint(new):
-        known.update(new)
-    else:
-        for key, value in new.items():
-            known.setdefault(key, value)
+    def records(self, puid: int) -> list[InvocationRecord]:
+        """One record per iid (its first Start), with its End if one was gathered."""
+        get_end = self.ends.get
+        records: list[InvocationRecord] = []
+        for tid, offset, starts in self.starts:
+            records += [
+                InvocationRecord(
+                    puid,
+                    e.iid,
+                    e.parent,
+                    e.hid,
+                    tid,
+                    e.method,
+                    e.t_ns + offset,
+                    get_end(e.iid),
+                    None,
+                )
+                for e in starts
+            ]
+        if len({r.iid for r in records}) < len(records):  # a Start repeated: the first wins
+            records = list({r.iid: r for r in reversed(records)}.values())
+        errors = self.errors
+        if errors:
+            records = [
+                msgspec.structs.replace(r, error=errors[r.iid]) if r.iid in errors else r
+                for r in records
+            ]
+        return records
 
 
 def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:

@@ -64,7 +64,7 @@ def build_tree(data: SequenceData) -> SequenceTree:
 def _build(data: SequenceData) -> SequenceTree:
     records = data.invocations
     index = _index(records)
-    if len(index) < len(records):
+    if sum(len(iids) for iids in index.values()) < len(records):
         records = _unique(records)
         index = _index(records)
     nodes, parents, root_index, remote, threads, processes = _make_nodes(records, index, data)
@@ -82,7 +82,10 @@ def _build(data: SequenceData) -> SequenceTree:
         elif i != root_index:
             root.children.append(nodes[i])  # an orphan: keep it, under the root
 
-    if _count(root) < len(nodes) + (root.kind == KIND_SYNTHETIC):
+    # A parent that starts before its child (as every real one does) sits before it in start
+    # order: no cycle can then hide anything. Otherwise count what the root reaches.
+    acyclic = all(map(operator.lt, parents, range(len(parents)))) and _start_ordered(records)
+    if not acyclic and _count(root) < len(nodes) + (root.kind == KIND_SYNTHETIC):
         _break_cycles(root, nodes, parents)
     for node in nodes:
         duration = node.duration_ns
@@ -108,9 +111,16 @@ def _build(data: SequenceData) -> SequenceTree:
     )
 
 
-def _index(records: list[InvocationRecord]) -> dict[tuple[int, int], int]:
-    """Where each (puid, iid) sits in ``records`` (the last of repeated ones)."""
-    return {(r.puid, r.iid): i for i, r in enumerate(records)}
+def _index(records: list[InvocationRecord]) -> dict[int, dict[int, int]]:
+    """Where each iid of each process sits in ``records`` (the last of repeated ones): puid ->
+    iid -> position. Keyed by process, then iid: no tuple per record."""
+    puids = {r.puid for r in records}
+    if len(puids) == 1:
+        return {puids.pop(): {r.iid: i for i, r in enumerate(records)}}
+    index: dict[int, dict[int, int]] = {puid: {} for puid in puids}
+    for i, r in enumerate(records):
+        index[r.puid][r.iid] = i
+    return index
 
 
 def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
@@ -121,8 +131,8 @@ def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
     return list(seen.values())
 
 
-def _make_nodes(  # noqa: PLR0912, PLR0915 -- the hot loop, kept in one piece for speed
-    records: list[InvocationRecord], index: dict[tuple[int, int], int], data: SequenceData
+def _make_nodes(
+    records: list[InvocationRecord], index: dict[int, dict[int, int]], data: SequenceData
 ) -> tuple[list[Node], list[int], int | None, bool, int, int]:
     """The nodes, in record order; each one's parent's position (-1: none, or not here); the
     true root's position (None: there is none); whether, without one, some invocation came from a
@@ -135,99 +145,86 @@ def _make_nodes(  # noqa: PLR0912, PLR0915 -- the hot loop, kept in one piece fo
     beside one, it is an orphan of lost events). The true root is the earliest
     invocation with neither a parent nor a hand-off.
 
-    One loop does it all, with the per-process lookups cached: it runs once per invocation."""
-    handoffs = data.handoffs
-    nodes: list[Node] = []
-    parents: list[int] = []
-    per_process: dict[int, tuple[ProcessRef, bool, dict[int, ThreadRef], dict[int, str]]] = {}
-    thread_count = 0
-    remote: list[int] = []  # invocations continuing a hand-off nobody here recorded, no parent
-    root_index: int | None = None
-    root_order: tuple[int, int, int] | None = None
-    last_puid: int | None = None
-    process, finished = ProcessRef(0, 0, UNKNOWN_HOST), False
-    threads: dict[int, ThreadRef] = {}
-    names: dict[int, str] = {}
-    for i, r in enumerate(records):
-        puid = r.puid
-        if puid != last_puid:
-            last_puid = puid
-            cached = per_process.get(puid)
-            if cached is None:
-                info = data.processes.get(puid)
-                finished = info is not None and info.finished
-                cached = per_process[puid] = (_process_ref(puid, info), finished, {}, {})
-            process, finished, threads, names = cached
-        thread = threads.get(r.tid)
-        if thread is None:
-            thread_info = data.threads.get((puid, r.tid))
-            thread_name = thread_info.name if thread_info is not None else UNKNOWN_THREAD
-            thread = threads[r.tid] = ThreadRef(r.tid, thread_name)
-            thread_count += 1
-        name = names.get(r.method)
-        if name is None:
-            name = names[r.method] = method_name(data.methods, puid, r.method)
-        start, end, error = r.start_ns, r.end_ns, r.error
-        status: Status
-        if error is not None:
-            status = STATUS_ERROR
-        elif end is not None:
-            status = STATUS_OK
-        else:  # an open invocation is incomplete once its process ended or is lost
-            status = STATUS_INCOMPLETE if finished else STATUS_RUNNING
-        parent = -1
-        hop: Handoff | None = None
-        hid = r.hid
-        if hid:
-            handoff = handoffs.get(hid)
-            if handoff is not None:
-                submitted = handoff.submitted_ns
-                hop = Handoff(hid, handoff.kind, submitted, max(0, start - submitted))
-                if handoff.parent:
-                    parent = index.get((handoff.puid, handoff.parent), -1)
-                    if parent == i:
-                        parent = -1
-            elif not r.parent:
-                remote.append(i)
-        if r.parent:
-            if parent < 0:
-                parent = index.get((puid, r.parent), -1)
-                if parent == i:
-                    parent = -1
-        elif not hid:
-            order = (start, r.iid, puid)
-            if root_order is None or order < root_order:
-                root_index, root_order = i, order
-        duration = None if end is None else max(0, end - start)
-        nodes.append(
-            Node(
-                name,
-                start,
-                end,
-                duration,
-                None,
-                process,
-                thread,
-                status,
-                error,
-                r.iid,
-                KIND_MEASURED,
-                hop,
-                attributes=r.attributes,
-            )
+    A million calls make a million nodes, so the work is a few comprehensions over the records,
+    each a plain lookup per record, and loops only over the few with a hand-off or no parent."""
+    refs = {puid: _process_ref(puid, data.processes.get(puid)) for puid in index}
+    # An open invocation is incomplete once its process ended or is lost.
+    open_status: dict[int, Status] = {
+        puid: STATUS_INCOMPLETE
+        if (info := data.processes.get(puid)) and info.finished
+        else STATUS_RUNNING
+        for puid in index
+    }
+    names: dict[int, dict[int, str]] = {puid: {} for puid in index}
+    for puid, method in {(r.puid, r.method) for r in records}:
+        names[puid][method] = method_name(data.methods, puid, method)
+    threads: dict[int, dict[int, ThreadRef]] = {puid: {} for puid in index}
+    for puid, tid in {(r.puid, r.tid) for r in records}:
+        known = data.threads.get((puid, tid))
+        threads[puid][tid] = ThreadRef(tid, known.name if known is not None else UNKNOWN_THREAD)
+    nodes = [
+        Node(
+            names[r.puid][r.method],
+            r.start_ns,
+            r.end_ns,
+            None if r.end_ns is None else r.end_ns - r.start_ns if r.end_ns > r.start_ns else 0,
+            None,
+            refs[r.puid],
+            threads[r.puid][r.tid],
+            STATUS_ERROR
+            if r.error is not None
+            else STATUS_OK
+            if r.end_ns is not None
+            else open_status[r.puid],
+            r.error,
+            r.iid,
+            KIND_MEASURED,
+            None,
+            attributes=r.attributes,
         )
-        parents.append(parent)
+        for r in records
+    ]
+    parents = [index[r.puid].get(r.parent, -1) if r.parent else -1 for r in records]
+    for i in [i for i, parent in enumerate(parents) if parent == i]:
+        parents[i] = -1
+    handoffs = data.handoffs
+    remote: list[int] = []  # invocations continuing a hand-off nobody here recorded, no parent
+    for i in [i for i, r in enumerate(records) if r.hid]:
+        r = records[i]
+        handoff = handoffs.get(r.hid)
+        if handoff is None:
+            if not r.parent:
+                remote.append(i)
+            continue
+        submitted = handoff.submitted_ns
+        nodes[i].handoff = Handoff(r.hid, handoff.kind, submitted, max(0, r.start_ns - submitted))
+        if handoff.parent:
+            submitter = index.get(handoff.puid, {}).get(handoff.parent, -1)
+            if submitter >= 0 and submitter != i:
+                parents[i] = submitter
+    roots = [i for i, r in enumerate(records) if not r.parent and not r.hid]
+    root_index = (
+        min(roots, key=lambda i: (records[i].start_ns, records[i].iid, records[i].puid))
+        if roots
+        else None
+    )
     if root_index is None:  # beside a true root, they are orphans of lost events
         for i in remote:
             nodes[i].handoff = Handoff(records[i].hid, HANDOFF_REMOTE, None, None)
-    return nodes, parents, root_index, bool(remote), thread_count, len(per_process)
+    thread_count = sum(len(by_tid) for by_tid in threads.values())
+    return nodes, parents, root_index, bool(remote), thread_count, len(index)
+
+
+def _start_ordered(records: list[InvocationRecord]) -> bool:
+    """Whether the records are in (start, iid, puid) order already (strictly by start)."""
+    starts = [r.start_ns for r in records]
+    return all(map(operator.lt, starts, itertools.islice(starts, 1, None)))
 
 
 def _start_order_of(records: list[InvocationRecord]) -> Iterable[int]:
     """Record positions by (start, iid, puid): children appended in this order are sorted. Stores
     usually return records by start already, which costs one pass to confirm."""
-    starts = [r.start_ns for r in records]
-    if all(map(operator.lt, starts, itertools.islice(starts, 1, None))):
+    if _start_ordered(records):
         return range(len(records))
     keys = [(r.start_ns, r.iid, r.puid) for r in records]
     return sorted(range(len(records)), key=keys.__getitem__)
@@ -311,9 +308,10 @@ def _covered(node: Node, children: list[Node]) -> int:
     assert end is not None
     covered = 0
     span_start = span_end = node_start = node.start_ns
-    for child in children:
+    for child in children:  # comparisons rather than max(): this runs once per call
         start = child.start_ns
-        start = max(start, node_start)
+        if start < node_start:  # noqa: PLR1730 -- a call of max() costs more
+            start = node_start
         stop = child.end_ns
         if stop is None or stop > end:
             stop = end
@@ -322,7 +320,8 @@ def _covered(node: Node, children: list[Node]) -> int:
         if start > span_end:
             covered += span_end - span_start
             span_start = start
-        span_end = max(span_end, stop)
+        if stop > span_end:  # noqa: PLR1730 -- as above
+            span_end = stop
     return covered + span_end - span_start
 
 

@@ -14,6 +14,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from cmr.views.model import KIND_MEASURED, Node, ProcessRef, SequenceTree, ThreadRef, walk
 
 #: Decides, for a child at ``depth`` (root = 0), whether it stays in the view.
@@ -69,7 +71,7 @@ def _prune(tree: SequenceTree, keep: KeepChild) -> SequenceTree:
 
 
 def _copy(node: Node) -> Node:
-    return dataclasses.replace(node, children=[])
+    return msgspec.structs.replace(node, children=[])
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,6 @@ nested, at its true times; calls that overlap without nesting on an extra track.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import msgspec
@@ -114,7 +113,7 @@ def test_an_open_call_lasts_until_its_caller_ended_or_the_latest_time_shown(buil
 
 
 def estimated(name: str, start: int, end: int, duration: int, template: Node) -> Node:
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         template,
         name=name,
         start_ns=start,
