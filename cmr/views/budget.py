@@ -156,11 +156,10 @@ def _priority(node: Node) -> int:
 
 def _fold(left_out: list[Node]) -> Fold:
     beneath = 0
-    stack = [child for child in left_out if child.children]
-    while stack:
-        node = stack.pop()
-        beneath += len(node.children)
-        stack.extend(node.children)
+    level = [child for child in left_out if child.children]
+    while level:  # a level at a time: comprehensions, as a fold may hide most of a big tree
+        beneath += sum([len(node.children) for node in level])
+        level = [child for node in level for child in node.children if child.children]
     counts = Counter(child.name for child in left_out)
     repeated_names = {name for name, count in counts.items() if count > 1}
     totals = dict.fromkeys(repeated_names, 0)

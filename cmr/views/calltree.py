@@ -87,11 +87,8 @@ def _build(data: SequenceData) -> SequenceTree:
     acyclic = all(map(operator.lt, parents, range(len(parents)))) and _start_ordered(records)
     if not acyclic and _count(root) < len(nodes) + (root.kind == KIND_SYNTHETIC):
         _break_cycles(root, nodes, parents)
-    for node in nodes:
-        duration = node.duration_ns
-        if duration is not None:
-            children = node.children
-            node.self_ns = max(0, duration - _covered(node, children)) if children else duration
+    for node in [node for node in nodes if node.children and node.duration_ns is not None]:
+        node.self_ns = max(0, (node.duration_ns or 0) - _covered(node, node.children))
     statuses = {node.status for node in nodes}
     if root.kind == KIND_SYNTHETIC:
         _span_children(root, statuses)
@@ -167,8 +164,10 @@ def _make_nodes(
             names[r.puid][r.method],
             r.start_ns,
             r.end_ns,
-            None if r.end_ns is None else r.end_ns - r.start_ns if r.end_ns > r.start_ns else 0,
-            None,
+            duration := (
+                None if r.end_ns is None else r.end_ns - r.start_ns if r.end_ns > r.start_ns else 0
+            ),
+            duration,  # a leaf's self time; a caller's is set once its children are known
             refs[r.puid],
             threads[r.puid][r.tid],
             STATUS_ERROR
