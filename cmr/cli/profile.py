@@ -25,6 +25,7 @@ from cmr.cli._support import (
     parse_since,
 )
 from cmr.views._gc import paused_gc
+from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
 from cmr.views.model import Node
@@ -52,7 +53,9 @@ def add_profile(commands: Commands) -> None:
             "and off-CPU time as the samples measured it, and sample counts. Give a sequence, "
             "or --method NAME to profile every call of NAME (module.qualname as 'cmr show' "
             "prints it, or the bare qualname) in the most recent sequences that hold one, each "
-            "from that call down."
+            "from that call down. A big profile is cut to --max-nodes lines, the longest "
+            "first, the rest of each caller's lines folded into one ('… 12 more, total "
+            "3.20 ms'), and a last line saying how many are hidden."
         ),
         examples=[
             "cmr profile 3f2a9c",
@@ -60,6 +63,7 @@ def add_profile(commands: Commands) -> None:
             "cmr profile --method shop.checkout --since 1h",
             "cmr profile --method checkout --since 2026-05-01T09:00 --limit 20 --lines",
             "cmr profile --method shop.checkout --json > checkout.json",
+            "cmr profile 3f2a9c --max-nodes 0 | less   # every line, however many",
         ],
         handler=_profile,
     )
@@ -91,6 +95,15 @@ def add_profile(commands: Commands) -> None:
         action="store_true",
         help="tell a sampled function's lines apart (by the line each frame was executing)",
     )
+    parser.add_argument(
+        "--max-nodes",
+        type=non_negative_int,
+        default=DEFAULT_MAX_NODES,
+        metavar="N",
+        help=f"print at most N lines of profile, longest first, folding the rest of each "
+        f"caller's lines into one (default: {DEFAULT_MAX_NODES}; 0: no limit; --json always "
+        "writes every line)",
+    )
     add_read_options(parser)
 
 
@@ -115,7 +128,9 @@ def _profile(args: argparse.Namespace) -> int:
             profile, seq=seq, method=args.method, since_ns=args.since_ns, lines=args.lines
         )
     else:
-        text = render_profile(profile, _title(seq, args), color=colour_wanted())
+        text = render_profile(
+            profile, _title(seq, args), color=colour_wanted(), max_nodes=args.max_nodes
+        )
     emit(text)
     return 0
 

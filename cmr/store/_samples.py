@@ -10,7 +10,7 @@ treated as ``[t_ns, t_ns + 1)``. Both backends read them with ``load_samples``; 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final, cast
 
 import msgspec
@@ -73,9 +73,17 @@ def overlaps(sample: SampleRecord, window: Window) -> bool:
     return sample.t_ns < end and span_end(sample.t_ns, sample.duration_ns) > start
 
 
-def sample_windows(invocations: list[InvocationRecord]) -> dict[ThreadKey, list[Window]]:
+def sample_windows(
+    invocations: list[InvocationRecord], sampled: Collection[ThreadKey] | None = None
+) -> dict[ThreadKey, list[Window]]:
     """Per thread, the union of the windows of the invocations that ran there, as sorted disjoint
-    windows: a thread's samples are fetched once even where calls nest."""
+    windows: a thread's samples are fetched once even where calls nest. With ``sampled`` (the
+    threads the store holds samples of), only those threads': a sequence of threads never
+    sampled costs nothing, however many calls it has."""
+    if sampled is not None:
+        if not sampled:
+            return {}
+        invocations = [r for r in invocations if (r.puid, r.tid) in sampled]
     spans: dict[ThreadKey, list[Window]] = {}
     for record in invocations:
         end = OPEN_END if record.end_ns is None else max(record.end_ns, record.start_ns + 1)

@@ -73,7 +73,12 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
     parallel and takes nothing from it), all of its estimated subtree (durations and CPU times) is
     scaled down by the same factor to fit. The measured node's ``self_ns`` then drops by what its
     estimated children account for. Every node gets ``samples``, ``self_samples`` and
-    ``cpu_ns`` (subtree totals; ``cpu_ns`` None where no sample fell)."""
+    ``cpu_ns`` (subtree totals; ``cpu_ns`` None where no sample fell).
+
+    With no samples, a tree without estimated nodes is returned as it is: the copy would equal
+    it (a million calls, never sampled, cost no copy)."""
+    if not data.samples and not _has_estimated(tree.root):
+        return tree
     root, calls = _copy(tree.root, data)
     threads = index_threads(calls)
     merger = _Merger(data.frames, lines)
@@ -87,6 +92,16 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
             _grow(call.node, attributed.tallies)
     _total(root, {id(call.node): found for call, found in merger.attributed.items()})
     return dataclasses.replace(tree, root=root, samples_skipped=tree.samples_skipped + skipped)
+
+
+def _has_estimated(root: Node) -> bool:
+    """Whether an earlier merge left estimated nodes in the tree (a level at a time)."""
+    level = [root]
+    while level:
+        if any(node.kind == KIND_ESTIMATED for node in level):
+            return True
+        level = [child for node in level for child in node.children]
+    return False
 
 
 def _copy(root: Node, data: SequenceData) -> tuple[Node, list[Call]]:

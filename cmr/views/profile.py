@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cmr.store.base import SequenceData, names_method
-from cmr.views.model import KIND_MEASURED, KIND_SYNTHETIC, Node, SequenceTree, walk
+from cmr.views.model import KIND_MEASURED, KIND_SYNTHETIC, Node, SequenceTree
 
 KIND_THREAD = "thread"
 
@@ -120,12 +120,19 @@ def build_profile(
 
 
 def _known_times(root: Node) -> dict[int, int]:
+    """The time of each node without a duration yet (running, or incomplete): what its children
+    account for. Found a level at a time; most trees have none."""
+    open_nodes: list[Node] = []
+    level = [root]
+    while level:
+        open_nodes += [node for node in level if node.duration_ns is None]
+        level = [child for node in level for child in node.children]
     known: dict[int, int] = {}
-    for node, _depth in reversed(list(walk(root))):
-        if node.duration_ns is not None:
-            known[id(node)] = node.duration_ns
-        else:
-            known[id(node)] = sum(known[id(child)] for child in node.children)
+    for node in reversed(open_nodes):  # deeper levels first: an open child is known already
+        known[id(node)] = sum(
+            known[id(child)] if child.duration_ns is None else child.duration_ns
+            for child in node.children
+        )
     return known
 
 
@@ -138,30 +145,37 @@ def _fold(
     same_thread: bool,
 ) -> None:
     """Add ``source`` and its subtree under ``parent``; ``same_thread``: leave out children that
-    ran on another thread (and their samples, which ``source``'s totals include)."""
-    stack = [(source, parent)]
-    while stack:
-        node, into = stack.pop()
-        children = node.children
-        samples, cpu = node.samples, node.cpu_ns
-        if same_thread:
-            children = [c for c in children if _same_thread(c, node)]
-            for other in node.children:
-                if not _same_thread(other, node):
-                    samples -= other.samples
-                    if cpu is not None and other.cpu_ns is not None:
-                        cpu -= other.cpu_ns
-            if not samples and all(child.cpu_ns is None for child in children):
-                cpu = None  # every sample below it fell on other threads
-        target = children_of.get(into, node)
-        target.calls += 1
-        target.samples += samples
-        target.self_samples += node.self_samples
-        target.time_ns += known[id(node)]
-        target.self_ns += node.self_ns or 0
-        if cpu is not None:
-            target.cpu_ns = (target.cpu_ns or 0) + cpu
-        stack.extend((child, target) for child in reversed(children))
+    ran on another thread (and their samples, which ``source``'s totals include). A level of the
+    tree at a time, each node's children beside their profile node in a parallel list."""
+    nodes, targets = [source], [parent]
+    while nodes:
+        next_nodes: list[Node] = []
+        next_targets: list[ProfileNode] = []
+        for node, into in zip(nodes, targets, strict=True):
+            children = node.children
+            samples, cpu = node.samples, node.cpu_ns
+            if same_thread:
+                children = [c for c in children if _same_thread(c, node)]
+                for other in node.children:
+                    if not _same_thread(other, node):
+                        samples -= other.samples
+                        if cpu is not None and other.cpu_ns is not None:
+                            cpu -= other.cpu_ns
+                if not samples and all(child.cpu_ns is None for child in children):
+                    cpu = None  # every sample below it fell on other threads
+            target = children_of.get(into, node)
+            target.calls += 1
+            target.samples += samples
+            target.self_samples += node.self_samples
+            duration = node.duration_ns
+            target.time_ns += duration if duration is not None else known[id(node)]
+            target.self_ns += node.self_ns or 0
+            if cpu is not None:
+                target.cpu_ns = (target.cpu_ns or 0) + cpu
+            if children:
+                next_nodes += children
+                next_targets += [target] * len(children)
+        nodes, targets = next_nodes, next_targets
 
 
 def _same_thread(child: Node, parent: Node) -> bool:
@@ -172,13 +186,17 @@ class _Children:
     """Each profile node's children by signature, while profiles are folded."""
 
     def __init__(self) -> None:
-        self._index: dict[tuple[int, Signature], ProfileNode] = {}
+        self._index: dict[int, dict[str | Signature, ProfileNode]] = {}  # id(parent) -> ...
 
     def get(self, parent: ProfileNode, node: Node) -> ProfileNode:
-        key = (id(parent), (node.kind, node.name, node.frame))
-        child = self._index.get(key)
+        index = self._index.get(id(parent))
+        if index is None:
+            index = self._index[id(parent)] = {}
+        # A measured call is known by its name (it has no frame): no tuple per node.
+        key = node.name if node.kind == KIND_MEASURED else (node.kind, node.name, node.frame)
+        child = index.get(key)
         if child is None:
-            child = self._index[key] = ProfileNode(node.name, node.kind, node.frame)
+            child = index[key] = ProfileNode(node.name, node.kind, node.frame)
             parent.children.append(child)
         return child
 

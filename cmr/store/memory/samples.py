@@ -86,5 +86,9 @@ class MemorySamples:
         self.frames = {key: frame for key, frame in self.frames.items() if key[0] != puid}
         self.samplers.pop(puid, None)
 
+    def threads(self) -> set[ThreadKey]:
+        """The threads it holds samples of."""
+        return {key for key, times in self._times.items() if times}
+
     def holds(self, puid: int) -> bool:
         return any(key[0] == puid for key in self._times)

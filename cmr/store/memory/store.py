@@ -219,7 +219,9 @@ class MemoryStore(Store):
             if puid not in processes:
                 processes[puid] = self._process(puid, now)
         sampled, frames = (
-            self._samples.overlapping(sample_windows(invocations)) if samples else ([], {})
+            self._samples.overlapping(sample_windows(invocations, self._samples.threads()))
+            if samples
+            else ([], {})
         )
         return SequenceData(
             seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by

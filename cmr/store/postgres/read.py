@@ -132,7 +132,17 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
             params,
         )
     }
-    sampled, frames = _samples(conn, sample_windows(invocations)) if samples else ([], {})
+    sampled: list[SampleRecord] = []
+    frames: dict[tuple[int, int], FrameRecord] = {}
+    if samples:
+        threads_sampled = {
+            (puid, tid)
+            for puid, tid in conn.execute(
+                "SELECT puid, tid FROM sample_threads WHERE puid = ANY(%s)",
+                (sorted({r.puid for r in invocations}),),
+            )
+        }
+        sampled, frames = _samples(conn, sample_windows(invocations, threads_sampled))
     return SequenceData(
         seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
     )

@@ -6,6 +6,7 @@ caller holds (``SQLiteStore``), on its connection.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 
 import msgspec
 
@@ -77,6 +78,19 @@ def load_samples(
 ) -> tuple[list[SampleRecord], dict[tuple[int, int], FrameRecord]]:
     """The samples overlapping ``windows`` and their frames (``_samples.load_samples``)."""
     return shared_load_samples(conn.execute, windows, mark="?", in_window_sql=SAMPLES_IN_WINDOW)
+
+
+def sampled_threads(conn: sqlite3.Connection, puids: Iterable[int]) -> set[ThreadKey]:
+    """The threads of those processes that the store holds samples of."""
+    found: set[ThreadKey] = set()
+    wanted = sorted(set(puids))
+    for at in range(0, len(wanted), 400):
+        part = wanted[at : at + 400]
+        marks = ", ".join("?" * len(part))
+        found.update(
+            conn.execute(f"SELECT puid, tid FROM sample_threads WHERE puid IN ({marks})", part)
+        )
+    return found
 
 
 def load_samplers(conn: sqlite3.Connection) -> dict[int, SamplerRecord]:

@@ -42,7 +42,12 @@ from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
 from cmr.store.sqlite.migrate import move_legacy_rows
-from cmr.store.sqlite.samples import load_samplers, load_samples, store_samples
+from cmr.store.sqlite.samples import (
+    load_samplers,
+    load_samples,
+    sampled_threads,
+    store_samples,
+)
 from cmr.store.sqlite.schema import (
     CURRENT_VERSION,
     METHODS_BY_RECENT_SEQUENCE,
@@ -260,7 +265,11 @@ class SQLiteStore(Store):
         )
         puids = {r.puid for r in invocations} | {h.puid for h in handoffs.values()} | lost_by
         processes = sqlite_read.processes(conn, puids, now)
-        sampled, frames = load_samples(conn, sample_windows(invocations)) if samples else ([], {})
+        sampled, frames = (
+            load_samples(conn, sample_windows(invocations, sampled_threads(conn, puids)))
+            if samples
+            else ([], {})
+        )
         return SequenceData(
             seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
         )

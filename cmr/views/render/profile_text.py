@@ -7,9 +7,17 @@ they measured, off-CPU the rest of the time, spent waiting or sleeping) and the 
 Frames estimated from samples are dim and marked ``~``, with their file and line; a
 ``--by-thread`` root names its thread and process. Like ``cmr show``, guides restart at the left
 margin every GUIDE_BLOCK levels, so a deep recursion stays readable and fast.
+
+A big profile is cut to ``max_nodes`` lines as ``cmr show`` cuts a tree: the longest lines first,
+across the whole profile (a line is shown only under its caller's), and the rest of each caller's
+lines folded into one (``… 12 more, total 3.20 ms, 340 more beneath them``); a last line says how
+many are hidden. A profile that fits prints in full.
 """
 
 from __future__ import annotations
+
+import heapq
+import itertools
 
 from cmr.views.model import KIND_ESTIMATED
 from cmr.views.profile import KIND_THREAD, Profile, ProfileNode
@@ -28,32 +36,97 @@ from cmr.views.render.text import (
     short_path,
 )
 
-#: A node, its depth, the guide prefix, and whether it is the last of its siblings.
-_Entry = tuple[ProfileNode, int, str, bool]
+#: A node (or the lines of a caller left out), its depth, the guide prefix, and whether it is the
+#: last of its siblings.
+_Entry = tuple[ProfileNode | list[ProfileNode], int, str, bool]
 
 
-def render_profile(profile: Profile, title: str, *, color: bool = False) -> str:
-    """``title`` (what was profiled), a summary line, then the tree(s); no trailing newline."""
+def render_profile(profile: Profile, title: str, *, color: bool = False, max_nodes: int = 0) -> str:
+    """``title`` (what was profiled), a summary line, then the tree(s), within ``max_nodes``
+    lines of tree (0: no limit); no trailing newline."""
     palette = ANSI if color else PLAIN
     lines = [f"{palette.bold}{title}{palette.reset}", _summary(profile)]
     if not profile.roots:
         lines.append("nothing to profile")
         return "\n".join(lines)
+    shown = _choose(profile.roots, max_nodes) if max_nodes else None
     total = sum(root.time_ns for root in profile.roots)
+    hidden = 0
     for root in profile.roots:
         lines.append(_describe(root, total, palette))
         stack: list[_Entry] = []
-        _push_children(stack, root, 0, "")
+        _push_children(stack, root, 0, "", shown)
         while stack:
             node, depth, prefix, last = stack.pop()
             block = (depth - 1) // GUIDE_BLOCK * GUIDE_BLOCK
             marker = f"{palette.dim}[+{block}]{palette.reset} " if block else ""
-            lines.append(
-                marker + prefix + (LAST if last else BRANCH) + _describe(node, total, palette)
-            )
+            guide = marker + prefix + (LAST if last else BRANCH)
+            if isinstance(node, list):  # the lines of a caller that were left out
+                folded, beneath = len(node), _beneath(node)
+                hidden += folded + beneath
+                lines.append(guide + palette.dim + _describe_fold(node, beneath) + palette.reset)
+                continue
+            lines.append(guide + _describe(node, total, palette))
             child_prefix = "" if depth % GUIDE_BLOCK == 0 else prefix + (SPACE if last else PIPE)
-            _push_children(stack, node, depth, child_prefix)
+            _push_children(stack, node, depth, child_prefix, shown)
+    if hidden and shown is not None:
+        lines.append(
+            f"{palette.dim}… {hidden:,} of {len(shown) + hidden:,} lines hidden to keep within "
+            f"{max_nodes:,} (longest first): --max-nodes 0 shows them all, --json writes every "
+            f"one{palette.reset}"
+        )
     return "\n".join(lines)
+
+
+def _choose(roots: list[ProfileNode], max_lines: int) -> dict[int, int]:
+    """How many children (the longest, as they are sorted) of each shown line to show: the
+    longest lines first across the profile, each under its caller's, until ``max_lines`` lines
+    (the fold lines counted) are spent. Every root is shown."""
+    shown: dict[int, int] = {}
+    lines = 0
+    tiebreak = itertools.count()
+    heap: list[tuple[int, int, ProfileNode, int]] = []  # (-time, tiebreak, caller, position)
+    for root in roots:
+        shown[id(root)] = 0
+        lines += 2 if root.children else 1  # its line, and its fold while no child is shown
+        if root.children:
+            heap.append((-root.children[0].time_ns, next(tiebreak), root, 0))
+    heapq.heapify(heap)
+    while heap:
+        _, _, caller, position = heapq.heappop(heap)
+        children = caller.children
+        child = children[position]
+        last = position + 1 == len(children)  # the caller's fold line goes away
+        cost = (2 if child.children else 1) - last
+        if lines + cost > max_lines:
+            break
+        lines += cost
+        shown[id(caller)] = position + 1
+        shown[id(child)] = 0
+        if not last:
+            heapq.heappush(
+                heap, (-children[position + 1].time_ns, next(tiebreak), caller, position + 1)
+            )
+        if child.children:
+            heapq.heappush(heap, (-child.children[0].time_ns, next(tiebreak), child, 0))
+    return shown
+
+
+def _beneath(folded: list[ProfileNode]) -> int:
+    """How many lines hang below the folded ones (a level at a time)."""
+    count = 0
+    level = [node for node in folded if node.children]
+    while level:
+        count += sum([len(node.children) for node in level])
+        level = [child for node in level for child in node.children if child.children]
+    return count
+
+
+def _describe_fold(folded: list[ProfileNode], beneath: int) -> str:
+    text = f"… {len(folded):,} more, total {format_duration(sum(n.time_ns for n in folded))}"
+    if beneath:
+        text += f", {beneath:,} more beneath them"
+    return text
 
 
 def _summary(profile: Profile) -> str:
@@ -68,10 +141,17 @@ def _summary(profile: Profile) -> str:
     return " · ".join(parts)
 
 
-def _push_children(stack: list[_Entry], node: ProfileNode, depth: int, prefix: str) -> None:
+def _push_children(
+    stack: list[_Entry], node: ProfileNode, depth: int, prefix: str, shown: dict[int, int] | None
+) -> None:
+    """Push in reverse so the first child pops first; the fold of what is left out last."""
     children = node.children
-    for position in range(len(children) - 1, -1, -1):
-        stack.append((children[position], depth + 1, prefix, position == len(children) - 1))
+    count = len(children) if shown is None else shown.get(id(node), 0)
+    if count < len(children):
+        stack.append((children[count:], depth + 1, prefix, True))
+    for position in range(count - 1, -1, -1):
+        last = position == len(children) - 1
+        stack.append((children[position], depth + 1, prefix, last))
 
 
 def _describe(node: ProfileNode, total: int, palette: Palette) -> str:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
+from cmr.views.model import KIND_MEASURED
 from cmr.views.profile import (
     Profile,
     ProfileNode,
@@ -221,3 +223,57 @@ def test_profile_json_has_the_contract_keys(builder):
     assert (main["kind"], main["frame"], main["thread"]) == ("measured", None, None)
     assert wait["frame"] == {"file": "app.py", "function": "wait", "line": 400}
     assert wait["children"] == []
+
+
+def wide_profile(callers: int, callees: int) -> Profile:
+    """One root over ``callers`` lines, each over ``callees`` lines: times fall with position."""
+    callers_nodes = [
+        ProfileNode(
+            f"app.caller{c}",
+            KIND_MEASURED,
+            time_ns=1_000_000 - c * 1_000,
+            children=[
+                ProfileNode(f"app.callee{c}_{e}", KIND_MEASURED, time_ns=500 - e)
+                for e in range(callees)
+            ],
+        )
+        for c in range(callers)
+    ]
+    root = ProfileNode("app.main", KIND_MEASURED, time_ns=2_000_000, children=callers_nodes)
+    return Profile([root], sequences=1, samples_skipped=0)
+
+
+def test_a_big_profile_prints_its_longest_lines_within_the_budget_and_counts_the_rest():
+    profile = wide_profile(callers=30, callees=20)  # 1 + 30 + 600 lines
+    profile.roots[0].children[0].children[0].time_ns = 999_500  # longer than caller 1
+    text = render_profile(profile, "t", max_nodes=40).splitlines()
+    tree, closing = text[2:-1], text[-1]
+
+    assert len(tree) <= 40
+    shown = [line for line in tree if "app." in line]
+    assert "app.caller0" in shown[1]  # the longest line first,
+    assert "app.callee0_0" in shown[2]  # then the next longest (under its caller),
+    assert "app.caller1" in shown[3]  # longer than any other callee
+    folds = [line for line in tree if "… " in line]
+    assert folds
+    assert all(re.search(r"… [\d,]+ more, total ", line) for line in folds)
+    counts = [
+        re.search(r"… ([\d,]+) more, total [^,]+(?:, ([\d,]+) more beneath)?", f) for f in folds
+    ]
+    hidden = sum(
+        int(m[1].replace(",", "")) + int((m[2] or "0").replace(",", "")) for m in counts if m
+    )
+    assert closing == (
+        f"… {hidden:,} of 631 lines hidden to keep within 40 (longest first): "
+        "--max-nodes 0 shows them all, --json writes every one"
+    )
+    assert len(shown) + hidden == 631
+
+
+def test_a_profile_that_fits_or_has_no_limit_prints_every_line():
+    profile = wide_profile(callers=3, callees=2)  # 10 lines
+    for budget in (0, 10):
+        text = render_profile(profile, "t", max_nodes=budget).splitlines()
+        assert len(text) == 2 + 10
+        assert not [line for line in text if "…" in line]
+    assert len(render_profile(wide_profile(30, 20), "t", max_nodes=0).splitlines()) == 2 + 631
