@@ -8,12 +8,14 @@ restating them (SQL backends restate them in SQL, next to which the rule is name
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Final
 
 from cmr.store.base import (
     REMOTE_PARENT,
     AmbiguousSequenceError,
+    InvocationRecord,
     SequenceData,
     SequenceSummary,
     StoreError,
@@ -230,6 +232,20 @@ def qualified_name(module: str | None, qualname: str | None, method: int) -> str
     if qualname is None:
         return f"<unknown method {method}>"
     return f"{module}.{qualname}" if module else qualname
+
+
+_PUID: Final = operator.attrgetter("puid")
+
+
+def process_pairs(records: list[InvocationRecord], name: str) -> set[tuple[int, int]]:
+    """The distinct (puid, ``name`` field) pairs of ``records``: a million records of one process
+    (the usual case) cost a set of ints, not a tuple each."""
+    field = operator.attrgetter(name)
+    puids = set(map(_PUID, records))
+    if len(puids) == 1:
+        [puid] = puids
+        return {(puid, value) for value in set(map(field, records))}
+    return set(zip(map(_PUID, records), map(field, records), strict=True))
 
 
 def check_limit(limit: int) -> None:

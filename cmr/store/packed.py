@@ -36,6 +36,8 @@ from cmr.store.summaries import SummaryCollector, SummaryParts
 from tracer.wire import Attrs, Batch, End, Error, Handoff, Start, ThreadChunk
 
 _COMMON: Final = (Start, End)
+_COMMON_SET: Final = frozenset(_COMMON)
+_IID: Final = operator.attrgetter("iid")
 _RECORD_ORDER: Final = operator.attrgetter("start_ns", "puid", "iid")
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
@@ -227,12 +229,18 @@ class _Gathered:
         and Ends); within the chunk the first End of an iid wins (built from the reversed list),
         and across chunks the earlier chunk's."""
         events = chunk.events
-        starts = [e for e in events if type(e) is Start and e.seq == seq]
-        if starts:
-            self.starts.append((chunk.tid, offset, starts))
-        ends = {e.iid: e.t_ns + offset for e in reversed(events) if type(e) is End}
+        kinds = set(map(type, events))  # one pass at C speed: which comprehensions are needed
+        if Start in kinds:
+            starts = [e for e in events if type(e) is Start and e.seq == seq]
+            if starts:
+                self.starts.append((chunk.tid, offset, starts))
+        ends = (
+            {e.iid: e.t_ns + offset for e in reversed(events) if type(e) is End}
+            if End in kinds
+            else {}
+        )
         errors: dict[int, str] = {}
-        rare = [e for e in events if type(e) not in _COMMON]
+        rare = [e for e in events if type(e) not in _COMMON] if len(kinds - _COMMON_SET) else []
         for event in rare:  # Errors, Attrs, Handoffs
             if isinstance(event, Error):
                 if event.iid not in ends:
@@ -270,7 +278,7 @@ class _Gathered:
                 )
                 for e in starts
             ]
-        if len({r.iid for r in records}) < len(records):  # a Start repeated: the first wins
+        if len(set(map(_IID, records))) < len(records):  # a Start repeated: the first wins
             records = list({r.iid: r for r in reversed(records)}.values())
         errors = self.errors
         if errors:

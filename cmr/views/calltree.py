@@ -22,6 +22,7 @@ import itertools
 import operator
 from collections.abc import Iterable
 
+from cmr.store._shared import process_pairs
 from cmr.store.base import (
     REMOTE_PARENT,
     InvocationRecord,
@@ -153,10 +154,10 @@ def _make_nodes(
         for puid in index
     }
     names: dict[int, dict[int, str]] = {puid: {} for puid in index}
-    for puid, method in {(r.puid, r.method) for r in records}:
+    for puid, method in process_pairs(records, "method"):
         names[puid][method] = method_name(data.methods, puid, method)
     threads: dict[int, dict[int, ThreadRef]] = {puid: {} for puid in index}
-    for puid, tid in {(r.puid, r.tid) for r in records}:
+    for puid, tid in process_pairs(records, "tid"):
         known = data.threads.get((puid, tid))
         threads[puid][tid] = ThreadRef(tid, known.name if known is not None else UNKNOWN_THREAD)
     nodes = [

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from cmr.store._shared import is_lost
+from cmr.store._shared import is_lost, process_pairs
 from cmr.store.base import (
     HandoffRecord,
     InvocationRecord,
@@ -78,9 +78,9 @@ def names(
     found_handoffs: dict[int, HandoffRecord],
 ) -> tuple[dict[tuple[int, int], MethodRecord], dict[tuple[int, int], ThreadRecord]]:
     """The methods and threads the invocations and hand-offs name."""
-    wanted_methods = {(r.puid, r.method) for r in records}
+    wanted_methods = process_pairs(records, "method")
     wanted_methods.update((h.puid, h.method) for h in found_handoffs.values())
-    wanted_threads = {(r.puid, r.tid) for r in records}
+    wanted_threads = process_pairs(records, "tid")
     puids = sorted({puid for puid, _ in wanted_methods})
     methods: dict[tuple[int, int], MethodRecord] = {}
     threads: dict[tuple[int, int], ThreadRecord] = {}
