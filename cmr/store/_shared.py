@@ -9,6 +9,7 @@ restating them (SQL backends restate them in SQL, next to which the rule is name
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -237,7 +238,7 @@ def qualified_name(module: str | None, qualname: str | None, method: int) -> str
 _PUID: Final = operator.attrgetter("puid")
 
 
-def process_pairs(records: list[InvocationRecord], name: str) -> set[tuple[int, int]]:
+def process_pairs(records: Sequence[InvocationRecord], name: str) -> set[tuple[int, int]]:
     """The distinct (puid, ``name`` field) pairs of ``records``: a million records of one process
     (the usual case) cost a set of ints, not a tuple each."""
     field = operator.attrgetter(name)

@@ -19,10 +19,14 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final, Protocol, TypeVar
 
 from cmr.views._gc import paused_gc
 from cmr.views.model import Node
+
+T = TypeVar("T")
 
 #: Lines of tree ``cmr show`` prints unless told otherwise (``--max-nodes``).
 DEFAULT_MAX_NODES = 2_000
@@ -71,46 +75,86 @@ def fits(root: Node, max_lines: int) -> bool:
 def choose(root: Node, max_lines: int) -> Selection:
     """Spend ``max_lines`` lines (at least the root and its fold) on the longest calls first."""
     with paused_gc():  # a big tree is millions of live objects: a collection would scan them all
-        return _choose(root, max_lines)
+        shown, folds, count, hidden = select(root, max_lines, NODE_TREE)
+    selection = Selection(nodes=count, hidden=hidden)
+    selection.shown = {id(node): children for node, children in shown.items()}
+    selection.folds = {id(node): fold for node, fold in folds.items()}
+    return selection
 
 
-def _choose(root: Node, max_lines: int) -> Selection:
-    selection = Selection()
-    shown = selection.shown
-    lines = _own_lines(root)
-    shown[id(root)] = []
-    selection.nodes = 1
-    ranked: dict[int, tuple[list[Node], list[int]]] = {}  # id -> children, ranking
+class TreeAccess(Protocol[T]):
+    """How ``select`` reads a tree whose nodes are ``T`` (nodes, or positions in columns)."""
+
+    def children(self, node: T) -> Sequence[T]:
+        """In start order."""
+
+    def own_lines(self, node: T) -> int:
+        """Lines a newly shown node adds (``_own_lines``)."""
+
+    def priority(self, node: T) -> int:
+        """Its duration; ``_OPEN`` without one."""
+
+    def fold(self, left_out: list[T]) -> Fold: ...
+
+
+def select(
+    root: T, max_lines: int, tree: TreeAccess[T]
+) -> tuple[dict[T, list[T]], dict[T, Fold], int, int]:
+    """The budget's choice (module docstring) on any tree: per shown node its shown children in
+    start order, the folds, how many nodes are shown and how many are hidden. ``T`` must hash
+    by identity (a ``Node``, whose equality is identity, or a position)."""
+    shown: dict[T, list[T]] = {root: []}
+    folds: dict[T, Fold] = {}
+    lines = tree.own_lines(root)
+    count = 1
+    ranked: dict[T, tuple[Sequence[T], list[int]]] = {}  # caller -> children, ranking
     tiebreak = itertools.count()
-    heap: list[tuple[int, int, Node, int]] = []  # (-priority, tiebreak, caller, rank position)
-    _offer(heap, root, 0, ranked=ranked, max_lines=max_lines, tiebreak=tiebreak)
+    heap: list[tuple[int, int, int, T]] = []  # (-priority, tiebreak, rank position, caller)
+
+    def offer(caller: T, position: int) -> None:
+        """Push the caller's ``position``-th longest child, ranking its children on first use."""
+        entry = ranked.get(caller)
+        if entry is None:
+            children = tree.children(caller)
+            if not children:
+                return
+            entry = ranked[caller] = (
+                children,
+                _rank([tree.priority(c) for c in children], max_lines),
+            )
+        children, ranking = entry
+        if position < len(ranking):
+            child = children[ranking[position]]
+            heapq.heappush(heap, (-tree.priority(child), next(tiebreak), position, caller))
+
+    offer(root, 0)
     while heap:
-        _, _, caller, position = heapq.heappop(heap)
-        children, ranking = ranked[id(caller)]
+        _, _, position, caller = heapq.heappop(heap)
+        children, ranking = ranked[caller]
         child = children[ranking[position]]
-        siblings_shown = shown[id(caller)]
+        siblings_shown = shown[caller]
         last = len(siblings_shown) + 1 == len(children)  # the caller's fold line goes away
-        cost = _own_lines(child) - last
+        cost = tree.own_lines(child) - last
         if lines + cost > max_lines:
             break
         lines += cost
         siblings_shown.append(child)
-        shown[id(child)] = []
-        selection.nodes += 1
-        _offer(heap, caller, position + 1, ranked=ranked, max_lines=max_lines, tiebreak=tiebreak)
-        _offer(heap, child, 0, ranked=ranked, max_lines=max_lines, tiebreak=tiebreak)
-    for node_id, (children, _) in ranked.items():
-        kept = shown[node_id]
+        shown[child] = []
+        count += 1
+        offer(caller, position + 1)
+        offer(child, 0)
+    hidden = 0
+    for caller, (children, _) in ranked.items():
+        kept = shown[caller]
         if len(kept) < len(children):
-            ids = {id(child) for child in kept}
-            left_out = [child for child in children if id(child) not in ids]
-            fold = _fold(left_out)
-            selection.folds[node_id] = fold
-            selection.hidden += fold.calls + fold.beneath
+            kept_set = set(kept)
+            left_out = [child for child in children if child not in kept_set]
+            fold = folds[caller] = tree.fold(left_out)
+            hidden += fold.calls + fold.beneath
             if len(kept) > 1:  # chosen by length: draw them in start order again
-                order = {id(child): i for i, child in enumerate(children)}
-                kept.sort(key=lambda child: order[id(child)])
-    return selection
+                order = {child: i for i, child in enumerate(children)}
+                kept.sort(key=order.__getitem__)
+    return shown, folds, count, hidden
 
 
 def _own_lines(node: Node) -> int:
@@ -119,33 +163,10 @@ def _own_lines(node: Node) -> int:
     return 1 + (1 if node.children else 0) + (1 if node.hidden else 0)
 
 
-def _offer(
-    heap: list[tuple[int, int, Node, int]],
-    caller: Node,
-    position: int,
-    *,
-    ranked: dict[int, tuple[list[Node], list[int]]],
-    max_lines: int,
-    tiebreak: itertools.count[int],
-) -> None:
-    """Push the caller's ``position``-th longest child, ranking its children on first use."""
-    children = caller.children
-    if not children:
-        return
-    entry = ranked.get(id(caller))
-    if entry is None:
-        entry = ranked[id(caller)] = (children, _rank(children, max_lines))
-    ranking = entry[1]
-    if position < len(ranking):
-        child = children[ranking[position]]
-        heapq.heappush(heap, (-_priority(child), next(tiebreak), caller, position))
-
-
-def _rank(children: list[Node], limit: int) -> list[int]:
+def _rank(priorities: list[int], limit: int) -> list[int]:
     """Positions of the (at most ``limit``) longest children, longest first; ties by start."""
-    positions = range(len(children))
-    priorities = [_priority(child) for child in children]
-    if len(children) <= limit:
+    positions = range(len(priorities))
+    if len(priorities) <= limit:
         return sorted(positions, key=lambda i: -priorities[i])
     return heapq.nlargest(limit, positions, key=lambda i: (priorities[i], -i))
 
@@ -154,26 +175,51 @@ def _priority(node: Node) -> int:
     return _OPEN if node.duration_ns is None else node.duration_ns
 
 
+class _NodeTree:
+    """``TreeAccess`` of a tree of nodes."""
+
+    def children(self, node: Node) -> Sequence[Node]:
+        return node.children
+
+    def own_lines(self, node: Node) -> int:
+        return _own_lines(node)
+
+    def priority(self, node: Node) -> int:
+        return _priority(node)
+
+    def fold(self, left_out: list[Node]) -> Fold:
+        return _fold(left_out)
+
+
+NODE_TREE: Final = _NodeTree()
+
+
 def _fold(left_out: list[Node]) -> Fold:
+    """The fold of the left-out children of a tree of nodes."""
     beneath = 0
     level = [child for child in left_out if child.children]
     while level:  # a level at a time: comprehensions, as a fold may hide most of a big tree
         beneath += sum([len(node.children) for node in level])
         level = [child for node in level for child in node.children if child.children]
-    counts = Counter(child.name for child in left_out)
+    return make_fold([c.name for c in left_out], [c.duration_ns for c in left_out], beneath)
+
+
+def make_fold(names: list[str], durations: list[int | None], beneath: int) -> Fold:
+    """The fold of left-out calls with these names and durations (None: not ended), and
+    ``beneath`` calls under them."""
+    counts = Counter(names)
     repeated_names = {name for name, count in counts.items() if count > 1}
     totals = dict.fromkeys(repeated_names, 0)
     total = running = 0
-    for child in left_out:
-        duration = child.duration_ns
+    for name, duration in zip(names, durations, strict=True):
         if duration is None:
             running += 1
             continue
         total += duration
-        if child.name in totals:
-            totals[child.name] += duration
+        if name in totals:
+            totals[name] += duration
     repeated = sorted(
         ((name, counts[name], spent) for name, spent in totals.items()),
         key=lambda entry: (-entry[2], -entry[1], entry[0]),
     )[:FOLD_NAMES]
-    return Fold(len(left_out), beneath, total, running, tuple(repeated))
+    return Fold(len(names), beneath, total, running, tuple(repeated))

@@ -18,23 +18,17 @@ root also collects the orphans.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Iterable
 
-from cmr.store._shared import process_pairs
 from cmr.store.base import (
     REMOTE_PARENT,
     InvocationRecord,
-    ProcessRecord,
     SequenceData,
 )
 from cmr.views._gc import paused_gc
 from cmr.views.model import (
-    HANDOFF_REMOTE,
-    KIND_MEASURED,
     KIND_SYNTHETIC,
-    STATUS_ERROR,
     STATUS_INCOMPLETE,
     STATUS_OK,
     STATUS_RUNNING,
@@ -42,16 +36,15 @@ from cmr.views.model import (
     UNKNOWN_HOST,
     UNKNOWN_ROOT,
     UNKNOWN_THREAD,
-    Handoff,
     Node,
     ProcessRef,
     SequenceTree,
     Status,
     ThreadRef,
     TreeStatus,
-    method_name,
     walk,
 )
+from cmr.views.records import Naming, dropped_by, index_records, link, start_ordered
 
 
 def build_tree(data: SequenceData) -> SequenceTree:
@@ -64,11 +57,16 @@ def build_tree(data: SequenceData) -> SequenceTree:
 
 def _build(data: SequenceData) -> SequenceTree:
     records = data.invocations
-    index = _index(records)
+    index = index_records(records)
     if sum(len(iids) for iids in index.values()) < len(records):
         records = _unique(records)
-        index = _index(records)
-    nodes, parents, root_index, remote, threads, processes = _make_nodes(records, index, data)
+        index = index_records(records)
+    names = Naming(records, index, data)
+    nodes = names.nodes(records)
+    links = link(records, index, data.handoffs)
+    for i, hop in links.hops.items():
+        nodes[i].handoff = hop
+    parents, root_index, remote = links.parents, links.root_index, links.remote
 
     if root_index is not None:
         root = nodes[root_index]
@@ -85,7 +83,7 @@ def _build(data: SequenceData) -> SequenceTree:
 
     # A parent that starts before its child (as every real one does) sits before it in start
     # order: no cycle can then hide anything. Otherwise count what the root reaches.
-    acyclic = all(map(operator.lt, parents, range(len(parents)))) and _start_ordered(records)
+    acyclic = all(map(operator.lt, parents, range(len(parents)))) and start_ordered(records)
     if not acyclic and _count(root) < len(nodes) + (root.kind == KIND_SYNTHETIC):
         _break_cycles(root, nodes, parents)
     for node in [node for node in nodes if node.children and node.duration_ns is not None]:
@@ -98,27 +96,10 @@ def _build(data: SequenceData) -> SequenceTree:
         status=_tree_status(statuses | {root.status}),
         root=root,
         invocations=len(records),
-        threads=threads,
-        processes=processes,
-        dropped_by=tuple(
-            sorted(
-                (_process_ref(puid, data.processes.get(puid)) for puid in data.lost_by),
-                key=lambda p: (p.host, p.pid, p.puid),
-            )
-        ),
+        threads=names.thread_count,
+        processes=len(index),
+        dropped_by=dropped_by(data),
     )
-
-
-def _index(records: list[InvocationRecord]) -> dict[int, dict[int, int]]:
-    """Where each iid of each process sits in ``records`` (the last of repeated ones): puid ->
-    iid -> position. Keyed by process, then iid: no tuple per record."""
-    puids = {r.puid for r in records}
-    if len(puids) == 1:
-        return {puids.pop(): {r.iid: i for i, r in enumerate(records)}}
-    index: dict[int, dict[int, int]] = {puid: {} for puid in puids}
-    for i, r in enumerate(records):
-        index[r.puid][r.iid] = i
-    return index
 
 
 def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
@@ -129,102 +110,10 @@ def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:
     return list(seen.values())
 
 
-def _make_nodes(
-    records: list[InvocationRecord], index: dict[int, dict[int, int]], data: SequenceData
-) -> tuple[list[Node], list[int], int | None, bool, int, int]:
-    """The nodes, in record order; each one's parent's position (-1: none, or not here); the
-    true root's position (None: there is none); whether, without one, some invocation came from a
-    foreign system; how many threads and processes the calls ran on.
-
-    The submitter of a known hand-off wins over the Start's own parent (which names only the
-    same process); a link to a missing node, or to the node itself, is no link. An invocation
-    that continues a hand-off no process here recorded, and has no parent, came from a foreign
-    system: its hop is remote, with unknown submit and queue times (when there is no true root:
-    beside one, it is an orphan of lost events). The true root is the earliest
-    invocation with neither a parent nor a hand-off.
-
-    A million calls make a million nodes, so the work is a few comprehensions over the records,
-    each a plain lookup per record, and loops only over the few with a hand-off or no parent."""
-    refs = {puid: _process_ref(puid, data.processes.get(puid)) for puid in index}
-    # An open invocation is incomplete once its process ended or is lost.
-    open_status: dict[int, Status] = {
-        puid: STATUS_INCOMPLETE
-        if (info := data.processes.get(puid)) and info.finished
-        else STATUS_RUNNING
-        for puid in index
-    }
-    names: dict[int, dict[int, str]] = {puid: {} for puid in index}
-    for puid, method in process_pairs(records, "method"):
-        names[puid][method] = method_name(data.methods, puid, method)
-    threads: dict[int, dict[int, ThreadRef]] = {puid: {} for puid in index}
-    for puid, tid in process_pairs(records, "tid"):
-        known = data.threads.get((puid, tid))
-        threads[puid][tid] = ThreadRef(tid, known.name if known is not None else UNKNOWN_THREAD)
-    nodes = [
-        Node(
-            names[r.puid][r.method],
-            r.start_ns,
-            r.end_ns,
-            duration := (
-                None if r.end_ns is None else r.end_ns - r.start_ns if r.end_ns > r.start_ns else 0
-            ),
-            duration,  # a leaf's self time; a caller's is set once its children are known
-            refs[r.puid],
-            threads[r.puid][r.tid],
-            STATUS_ERROR
-            if r.error is not None
-            else STATUS_OK
-            if r.end_ns is not None
-            else open_status[r.puid],
-            r.error,
-            r.iid,
-            KIND_MEASURED,
-            None,
-            attributes=r.attributes,
-        )
-        for r in records
-    ]
-    parents = [index[r.puid].get(r.parent, -1) if r.parent else -1 for r in records]
-    for i in [i for i, parent in enumerate(parents) if parent == i]:
-        parents[i] = -1
-    handoffs = data.handoffs
-    remote: list[int] = []  # invocations continuing a hand-off nobody here recorded, no parent
-    for i in [i for i, r in enumerate(records) if r.hid]:
-        r = records[i]
-        handoff = handoffs.get(r.hid)
-        if handoff is None:
-            if not r.parent:
-                remote.append(i)
-            continue
-        submitted = handoff.submitted_ns
-        nodes[i].handoff = Handoff(r.hid, handoff.kind, submitted, max(0, r.start_ns - submitted))
-        if handoff.parent:
-            submitter = index.get(handoff.puid, {}).get(handoff.parent, -1)
-            if submitter >= 0 and submitter != i:
-                parents[i] = submitter
-    roots = [i for i, r in enumerate(records) if not r.parent and not r.hid]
-    root_index = (
-        min(roots, key=lambda i: (records[i].start_ns, records[i].iid, records[i].puid))
-        if roots
-        else None
-    )
-    if root_index is None:  # beside a true root, they are orphans of lost events
-        for i in remote:
-            nodes[i].handoff = Handoff(records[i].hid, HANDOFF_REMOTE, None, None)
-    thread_count = sum(len(by_tid) for by_tid in threads.values())
-    return nodes, parents, root_index, bool(remote), thread_count, len(index)
-
-
-def _start_ordered(records: list[InvocationRecord]) -> bool:
-    """Whether the records are in (start, iid, puid) order already (strictly by start)."""
-    starts = [r.start_ns for r in records]
-    return all(map(operator.lt, starts, itertools.islice(starts, 1, None)))
-
-
 def _start_order_of(records: list[InvocationRecord]) -> Iterable[int]:
     """Record positions by (start, iid, puid): children appended in this order are sorted. Stores
     usually return records by start already, which costs one pass to confirm."""
-    if _start_ordered(records):
+    if start_ordered(records):
         return range(len(records))
     keys = [(r.start_ns, r.iid, r.puid) for r in records]
     return sorted(range(len(records)), key=keys.__getitem__)
@@ -239,12 +128,6 @@ def _count(root: Node) -> int:
         extend(pop().children)
         count += 1
     return count
-
-
-def _process_ref(puid: int, info: ProcessRecord | None) -> ProcessRef:
-    if info is None:
-        return ProcessRef(puid, 0, UNKNOWN_HOST)
-    return ProcessRef(puid, info.pid, info.host, info.state, info.last_seen_ns)
 
 
 def _start_order(node: Node) -> tuple[int, int, int]:
