@@ -17,11 +17,10 @@ from cmr.cli._support import (
     open_for_reading,
 )
 from cmr.views.budget import DEFAULT_MAX_NODES
-from cmr.views.pipeline import view_sequence
+from cmr.views.pipeline import render_sequence, view_sequence
 from cmr.views.processors import thread_activity
 from cmr.views.render import json as json_render
 from cmr.views.render import tables
-from cmr.views.render.text import render_text
 
 
 def add_show(commands: Commands) -> None:
@@ -99,6 +98,19 @@ def _show(args: argparse.Namespace) -> int:
     store = open_for_reading(args.db)
     try:
         seq = store.resolve_sequence(args.seq)
+        if not args.threads and not args.json:
+            emit(
+                render_sequence(
+                    store,
+                    seq,
+                    depth=args.depth,
+                    min_duration_ns=args.min_duration_ns,
+                    color=colour_wanted(),
+                    samples=args.samples,
+                    max_nodes=args.max_nodes,
+                )
+            )
+            return 0
         tree = view_sequence(store, seq, args.depth, args.min_duration_ns, samples=args.samples)
     finally:
         store.close()
@@ -109,8 +121,5 @@ def _show(args: argparse.Namespace) -> int:
         else:
             emit(tables.render_thread_activity(tree, activity))
         return 0
-    if args.json:
-        emit_chunks(json_render.iter_tree_json(tree))
-    else:
-        emit(render_text(tree, color=colour_wanted(), max_nodes=args.max_nodes))
+    emit_chunks(json_render.iter_tree_json(tree))
     return 0

@@ -172,7 +172,12 @@ def _rank(priorities: list[int], limit: int) -> list[int]:
 
 
 def _priority(node: Node) -> int:
-    return _OPEN if node.duration_ns is None else node.duration_ns
+    return priority_of(node.duration_ns)
+
+
+def priority_of(duration_ns: int | None) -> int:
+    """A call's claim on the budget: its duration; one without a duration yet comes first."""
+    return _OPEN if duration_ns is None else duration_ns
 
 
 class _NodeTree:

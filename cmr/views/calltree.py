@@ -19,7 +19,8 @@ root also collects the orphans.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from cmr.store.base import (
     REMOTE_PARENT,
@@ -45,6 +46,15 @@ from cmr.views.model import (
     walk,
 )
 from cmr.views.records import Naming, dropped_by, index_records, link, start_ordered
+
+
+class Window(Protocol):
+    """A call's window: a node, or the record it is made of."""
+
+    @property
+    def start_ns(self) -> int: ...
+    @property
+    def end_ns(self) -> int | None: ...
 
 
 def build_tree(data: SequenceData) -> SequenceTree:
@@ -93,7 +103,7 @@ def _build(data: SequenceData) -> SequenceTree:
         _span_children(root, statuses)
     return SequenceTree(
         seq=data.seq,
-        status=_tree_status(statuses | {root.status}),
+        status=tree_status(statuses | {root.status}),
         root=root,
         invocations=len(records),
         threads=names.thread_count,
@@ -185,8 +195,9 @@ def covered_ns(node: Node, children: Iterable[Node]) -> int:
     return _covered(node, sorted(children, key=lambda c: c.start_ns))
 
 
-def _covered(node: Node, children: list[Node]) -> int:
-    """``covered_ns`` for children already in start order (as ``build_tree`` appends them)."""
+def _covered(node: Node, children: Sequence[Window]) -> int:
+    """``covered_ns`` for children already in start order (as ``build_tree`` appends them);
+    anything with a start and an end will do for them (a node, or the record it is made of)."""
     end = node.end_ns
     assert end is not None
     covered = 0
@@ -229,7 +240,10 @@ def _span_children(root: Node, statuses: set[Status]) -> None:
         _set_self_time(root)
 
 
-def _tree_status(statuses: set[Status]) -> TreeStatus:
+covered_in_order = _covered
+
+
+def tree_status(statuses: set[Status]) -> TreeStatus:
     if STATUS_RUNNING in statuses:
         return STATUS_RUNNING
     if STATUS_INCOMPLETE in statuses:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cmr.views._gc import paused_gc
+from cmr.views.bigtree import shown_tree
 from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
@@ -35,8 +36,17 @@ def render_sequence(
     """One sequence's tree as ``cmr show`` prints it (without a trailing newline); ``samples``
     merges the stack samples in, as ``cmr show --samples`` does; ``max_nodes`` bounds its lines
     as ``--max-nodes`` does (0: no limit)."""
-    tree = view_sequence(store, seq, depth, min_duration_ns, samples=samples)
-    return render_text(tree, color=color, max_nodes=max_nodes)
+    if depth is not None or min_duration_ns or samples or not max_nodes:
+        tree = view_sequence(store, seq, depth, min_duration_ns, samples=samples)
+        return render_text(tree, color=color, max_nodes=max_nodes)
+    with paused_gc():  # a plain view: a big tree is built only as far as it is shown
+        data = store.load_sequence(seq, samples=False)
+        shown = shown_tree(data, max_nodes)
+        if shown is None:
+            return render_text(build_tree(data), color=color, max_nodes=max_nodes)
+        del data  # a million records need not outlive the nodes drawn from them
+        tree, selection = shown
+        return render_text(tree, color=color, max_nodes=max_nodes, selection=selection)
 
 
 def view_sequence(

@@ -40,13 +40,18 @@ from cmr.views.model import (
     method_name,
 )
 
+_PUID = operator.attrgetter("puid")
+_IID = operator.attrgetter("iid")
+_PARENT = operator.attrgetter("parent")
+_START = operator.attrgetter("start_ns")
+
 
 def index_records(records: Sequence[InvocationRecord]) -> dict[int, dict[int, int]]:
     """Where each iid of each process sits in ``records`` (the last of repeated ones): puid ->
     iid -> position. Keyed by process, then iid: no tuple per record."""
-    puids = {r.puid for r in records}
-    if len(puids) == 1:
-        return {puids.pop(): {r.iid: i for i, r in enumerate(records)}}
+    puids = set(map(_PUID, records))
+    if len(puids) == 1:  # the usual case: built at C speed, no Python loop
+        return {puids.pop(): dict(zip(map(_IID, records), range(len(records)), strict=True))}
     index: dict[int, dict[int, int]] = {puid: {} for puid in puids}
     for i, r in enumerate(records):
         index[r.puid][r.iid] = i
@@ -55,7 +60,7 @@ def index_records(records: Sequence[InvocationRecord]) -> dict[int, dict[int, in
 
 def start_ordered(records: Sequence[InvocationRecord]) -> bool:
     """Whether the records are in (start, iid, puid) order already (strictly by start)."""
-    starts = [r.start_ns for r in records]
+    starts = list(map(_START, records))
     return all(map(operator.lt, starts, itertools.islice(starts, 1, None)))
 
 
@@ -73,7 +78,11 @@ def link(
     handoffs: dict[int, HandoffRecord],
 ) -> Links:
     """Each record's parent, the root, the foreign entries and the hops (module docstring)."""
-    parents = [index[r.puid].get(r.parent, -1) if r.parent else -1 for r in records]
+    if len(index) == 1:  # iid 0 is no invocation: a parent of 0 finds none
+        [positions] = index.values()
+        parents = list(map(positions.get, map(_PARENT, records), itertools.repeat(-1)))
+    else:
+        parents = [index[r.puid].get(r.parent, -1) if r.parent else -1 for r in records]
     for i in [i for i, parent in enumerate(parents) if parent == i]:
         parents[i] = -1
     remote: list[int] = []

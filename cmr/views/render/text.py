@@ -146,17 +146,24 @@ def _lossy_note(tree: SequenceTree, palette: Palette) -> str:
     )
 
 
-def render_text(tree: SequenceTree, *, color: bool = False, max_nodes: int = 0) -> str:
+def render_text(
+    tree: SequenceTree,
+    *,
+    color: bool = False,
+    max_nodes: int = 0,
+    selection: Selection | None = None,
+) -> str:
     """The header line, then the tree; no trailing newline.
 
     ``max_nodes`` (0: no limit) bounds the tree's lines: a bigger tree shows its longest calls
     first, folds the others of each caller into one line (``cmr.views.budget``) and ends with a
-    line telling how many calls are hidden and how to see them. A tree that fits prints in full."""
+    line telling how many calls are hidden and how to see them. A tree that fits prints in full.
+    ``selection``: the budget's choice made already (``bigtree``, for a tree built only as far
+    as it is shown)."""
     if max_nodes < 0:
         raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
     palette = ANSI if color else PLAIN
-    selection = None
-    if max_nodes and not fits(tree.root, max_nodes):
+    if selection is None and max_nodes and not fits(tree.root, max_nodes):
         selection = choose(tree.root, max_nodes)
     total = tree.root.duration_ns or 0
     every_process = tree.processes > 1

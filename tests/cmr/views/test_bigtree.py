@@ -1,0 +1,108 @@
+"""A big tree built only as far as it is shown (``cmr.views.bigtree``) prints exactly what the
+whole tree prints within the same line budget, and leaves the cases it does not take to it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import msgspec
+import pytest
+
+from cmr.store import open_store
+from cmr.store.base import SequenceData
+from cmr.views.bigtree import shown_tree
+from cmr.views.calltree import build_tree
+from cmr.views.pipeline import render_sequence
+from cmr.views.render.text import render_text
+from tests.cmr.views.conftest import PUID, SequenceBuilder
+from tracer import wire
+
+OTHER = 0x2222
+US = 1_000
+
+
+def in_start_order(data: SequenceData) -> SequenceData:
+    """As a store returns them."""
+    ordered = sorted(data.invocations, key=lambda r: (r.start_ns, r.puid, r.iid))
+    return dataclasses.replace(data, invocations=ordered)
+
+
+def service() -> SequenceData:
+    """A root over 30 steps of 20 calls (one in seven raised, some as long as each other), a
+    step handed to a pool thread after a queue wait, a call handed to another process that ended
+    with it still open, a call still running, log lines, an orphan of lost events and an entry
+    from a foreign system beside the root."""
+    b = SequenceBuilder()
+    b.process(OTHER, pid=5151, host="worker", ended=True)
+    b.call("app.main", 1, start=0, end=10_000 * US)
+    iid, t = 1, US
+    for _step in range(30):
+        iid += 1
+        step_iid = iid
+        b.call("app.step", step_iid, 1, start=t, end=t + 200 * US)
+        for call in range(20):
+            iid += 1
+            length = (call % 4 + 1) * US
+            error = "KeyError" if call % 7 == 3 else None
+            b.call(f"app.call{call % 5}", iid, step_iid, start=t + US + call * 5 * US,
+                   end=t + US + call * 5 * US + length, error=error)  # fmt: skip
+        t += 250 * US
+    b.handoff(0x10, 1, submitted=t, kind="thread")
+    b.call("app.pooled", iid + 1, start=t + 40 * US, end=t + 900 * US, tid=2, hid=0x10)
+    b.call("app.pooled_inner", iid + 2, iid + 1, start=t + 50 * US, end=t + 60 * US, tid=2)
+    b.handoff(0x20, 1, submitted=t + US, kind="process")
+    b.call("app.remote_work", 1, start=t + 70 * US, puid=OTHER, hid=0x20)
+    b.call("app.waiting", iid + 3, 1, start=t + 80 * US)
+    b.call("app.lost_parent", iid + 4, 999_999, start=t + 90 * US, end=t + 95 * US)
+    b.call("app.foreign", iid + 5, start=t + 100 * US, end=t + 120 * US, hid=0x30)
+    data = in_start_order(b.data())
+    logged = [r for r in data.invocations if r.iid == 2 and r.puid == PUID]
+    records = [
+        msgspec.structs.replace(r, attributes={"log.0": "WARNING app: slow step"})
+        if r in logged
+        else r
+        for r in data.invocations
+    ]
+    return dataclasses.replace(data, invocations=records)
+
+
+@pytest.mark.parametrize("budget", [3, 8, 30, 120, 600])
+@pytest.mark.parametrize("color", [False, True])
+def test_the_shown_part_prints_what_the_whole_tree_prints(budget: int, color: bool) -> None:
+    data = service()
+    shown = shown_tree(data, budget)
+    assert shown is not None
+    tree, selection = shown
+    assert selection.nodes < len(data.invocations)  # a node only for what is shown
+    whole = render_text(build_tree(data), color=color, max_nodes=budget)
+    assert render_text(tree, color=color, max_nodes=budget, selection=selection) == whole
+
+
+def test_a_tree_that_fits_or_is_not_the_common_case_is_left_to_the_whole_tree() -> None:
+    data = service()
+    assert shown_tree(data, len(data.invocations)) is None  # it fits: printed in full
+    assert shown_tree(data, 0) is None  # no budget
+    no_root = [r for r in data.invocations if r.iid != 1 or r.puid != PUID]
+    assert shown_tree(dataclasses.replace(data, invocations=no_root), 8) is None
+    twice = [*data.invocations, data.invocations[5]]
+    assert shown_tree(dataclasses.replace(data, invocations=twice), 8) is None
+    backwards = list(reversed(data.invocations))
+    assert shown_tree(dataclasses.replace(data, invocations=backwards), 8) is None
+
+
+def test_render_sequence_takes_the_shown_part_from_a_store_and_prints_the_same(
+    tmp_path, make_batch, clock_offset_ns
+) -> None:
+    seq = bytes.fromhex("b16b00b5" + "00" * 12)
+    events: list[wire.Event] = [wire.Start(1, 0, 0, 1, 0, seq)]
+    for n in range(2, 602):
+        events += [wire.Start(n, 1, 0, 2 + n % 3, n * 10, seq), wire.End(n, n * 10 + n % 7)]
+    events.append(wire.End(1, 10_000))
+    store = open_store(str(tmp_path / "cmr.sqlite"))
+    try:
+        store.ingest(make_batch(PUID, 1, {1: events}), clock_offset_ns)
+        whole = render_text(build_tree(store.load_sequence(seq)), max_nodes=50)
+        assert render_sequence(store, seq, max_nodes=50) == whole
+        assert " of 601 calls hidden to keep within 50 lines" in whole.splitlines()[-1]
+    finally:
+        store.close()
