@@ -40,12 +40,13 @@ the page turns each column into a typed array at once.
 from __future__ import annotations
 
 import datetime
-from typing import Final
+from typing import Final, NamedTuple
 
 from cmr.report.schema import Arrow, Bars, Flame, Lane, ReportModel, Summary
 from cmr.store.base import SequenceData
+from cmr.views._gc import paused_gc
 from cmr.views.lanes import Layout, Track, lay_out
-from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Node, walk
+from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Node
 from cmr.views.pipeline import sequence_tree  # the exports' tree: samples merged in
 from cmr.views.profile import ProfileNode, profile_sequence
 from cmr.views.render.folded import has_samples
@@ -61,16 +62,22 @@ Attributes = dict[str, str | int | float | bool]
 
 
 def build_model(data: SequenceData) -> ReportModel:
-    """The report model of one sequence (see the module's docstring)."""
+    """The report model of one sequence (see the module's docstring). The garbage collector
+    waits meanwhile: a big tree is many objects that all stay alive, scanned for nothing."""
+    with paused_gc():
+        return _build_model(data)
+
+
+def _build_model(data: SequenceData) -> ReportModel:
     tree = sequence_tree(data)
     layout = lay_out(tree)
-    nodes = [node for node, _ in walk(tree.root)]
+    nodes, depths, parents = _preorder(tree.root)
     origin = layout.start_ns if layout.tracks else _first_start(nodes)
     end = max(layout.end_ns, origin)
     names = _Names()
     lanes, lane_of, row_of = _lanes(layout, tree.root)
     bars = _bars(
-        nodes,
+        _Tree(nodes, depths, parents),
         layout,
         lane_of,
         row_of,
@@ -79,7 +86,7 @@ def build_model(data: SequenceData) -> ReportModel:
         names=names,
         attributes=_attributes(data),
     )
-    arrows = _arrows(nodes, layout, origin)
+    arrows = _arrows(nodes, parents, origin)
     summary: Summary = {
         "seq": tree.seq.hex(),
         "root": tree.root.name,
@@ -200,22 +207,33 @@ def _track_depth(track: Track) -> int:
     return max(deepest, 1)
 
 
-def _nesting(layout: Layout) -> dict[int, int]:
-    """id(node) -> how many calls of its track enclose it."""
-    nesting: dict[int, int] = {}
-    for track in layout.tracks:
-        depth = 0
-        for event in track.events:
-            if event.opening:
-                nesting[id(event.slice.node)] = depth
-                depth += 1
-            else:
-                depth -= 1
-    return nesting
+class _Tree(NamedTuple):
+    """The tree in preorder: its nodes, each one's depth and its caller's position (-1: none)."""
+
+    nodes: list[Node]
+    depths: list[int]
+    parents: list[int]
+
+
+def _preorder(root: Node) -> tuple[list[Node], list[int], list[int]]:
+    nodes: list[Node] = []
+    depths: list[int] = []
+    parents: list[int] = []
+    stack: list[tuple[Node, int, int]] = [(root, 0, -1)]
+    while stack:
+        node, depth, parent = stack.pop()
+        own = len(nodes)
+        nodes.append(node)
+        depths.append(depth)
+        parents.append(parent)
+        if node.children:
+            below = depth + 1
+            stack.extend([(child, below, own) for child in reversed(node.children)])
+    return nodes, depths, parents
 
 
 def _bars(
-    nodes: list[Node],
+    tree: _Tree,
     layout: Layout,
     lane_of: dict[int, int],
     row_of: dict[int, int],
@@ -225,71 +243,72 @@ def _bars(
     names: _Names,
     attributes: dict[tuple[int, int], Attributes],
 ) -> Bars:
-    slices = {id(piece.node): piece for track in layout.tracks for piece in track.slices}
-    nesting = _nesting(layout)
+    """Columns: where each call is drawn comes from its track's events (its lane, and the row
+    under the calls of its track that enclose it), the rest from the node itself."""
+    nodes = tree.nodes
+    count = len(nodes)
     index = {id(node): i for i, node in enumerate(nodes)}
-    bars = Bars(
-        name=[], kind=[], status=[], lane=[], row=[], depth=[], parent=[], start=[], end=[],
-        open=[], self=[], error=[], iid=[], handoff=[], samples=[], cpu=[], frame=[],
-        attributes=[],
-    )  # fmt: skip
-    depths: dict[int, int] = {}
-    for node in nodes:
-        parent = layout.parent_of.get(id(node))
-        depth = 0 if parent is None else depths[id(parent)] + 1
-        depths[id(node)] = depth
-        piece = slices.get(id(node))
-        track = layout.track_of.get(id(node))
-        if piece is None or track is None:  # a synthetic root: it spans its calls
-            lane, row, start, stop = (
-                0,
-                0,
-                node.start_ns,
-                end if node.end_ns is None else node.end_ns,
-            )
-            is_open = node.end_ns is None
-        else:
-            lane, row = lane_of[id(track)], row_of[id(track)] + nesting[id(node)]
-            start, stop, is_open = piece.start_ns, piece.end_ns, piece.open
-        measured = node.kind == KIND_MEASURED
-        bars["name"].append(names(node.name))
-        bars["kind"].append(KINDS.index(node.kind))
-        bars["status"].append(STATUSES.index(node.status))
-        bars["lane"].append(lane)
-        bars["row"].append(row)
-        bars["depth"].append(depth)
-        bars["parent"].append(-1 if parent is None else index[id(parent)])
-        bars["start"].append(start - origin)
-        bars["end"].append(max(start, stop) - origin)
-        bars["open"].append(is_open)
-        bars["self"].append(node.self_ns)
-        bars["error"].append(node.error)
-        bars["iid"].append(f"{node.iid:x}" if measured else None)
-        bars["handoff"].append(None if node.handoff is None else node.handoff.kind)
-        bars["samples"].append(node.samples)
-        bars["cpu"].append(node.cpu_ns)
-        bars["frame"].append(None if node.frame is None else list(node.frame))
-        bars["attributes"].append(
-            attributes.get((node.process.puid, node.iid)) if measured else None
-        )
-    return bars
+    lane, row, start, stop = [0] * count, [0] * count, [0] * count, [0] * count
+    is_open, placed = [False] * count, [False] * count
+    for track in layout.tracks:
+        track_lane, base, enclosing = lane_of[id(track)], row_of[id(track)], 0
+        for event in track.events:
+            if not event.opening:
+                enclosing -= 1
+                continue
+            piece = event.slice
+            i = index[id(piece.node)]
+            lane[i], row[i], placed[i], is_open[i] = track_lane, base + enclosing, True, piece.open
+            start[i] = piece.start_ns - origin
+            stop[i] = max(piece.start_ns, piece.end_ns) - origin
+            enclosing += 1
+    for i in [i for i, done in enumerate(placed) if not done]:  # a synthetic root: spans its calls
+        node = nodes[i]
+        ended = end if node.end_ns is None else node.end_ns
+        start[i], stop[i] = node.start_ns - origin, max(node.start_ns, ended) - origin
+        is_open[i] = node.end_ns is None
+    kind_of = {kind: i for i, kind in enumerate(KINDS)}
+    status_of = {status: i for i, status in enumerate(STATUSES)}
+    measured = [node.kind == KIND_MEASURED for node in nodes]
+    return Bars(
+        name=[names(node.name) for node in nodes],
+        kind=[kind_of[node.kind] for node in nodes],
+        status=[status_of[node.status] for node in nodes],
+        lane=lane,
+        row=row,
+        depth=tree.depths,
+        parent=tree.parents,
+        start=start,
+        end=stop,
+        open=is_open,
+        self=[node.self_ns for node in nodes],
+        error=[node.error for node in nodes],
+        iid=[f"{node.iid:x}" if m else None for node, m in zip(nodes, measured, strict=True)],
+        handoff=[None if node.handoff is None else node.handoff.kind for node in nodes],
+        samples=[node.samples for node in nodes],
+        cpu=[node.cpu_ns for node in nodes],
+        frame=[None if node.frame is None else list(node.frame) for node in nodes],
+        attributes=[
+            attributes.get((node.process.puid, node.iid)) if m else None
+            for node, m in zip(nodes, measured, strict=True)
+        ],
+    )
 
 
-def _arrows(nodes: list[Node], layout: Layout, origin: int) -> list[Arrow]:
+def _arrows(nodes: list[Node], parents: list[int], origin: int) -> list[Arrow]:
     """As the Chrome export draws them: one per call that continues a hand-off whose submit time
     is known, from the call that submitted it (never from a synthetic root)."""
-    index = {id(node): i for i, node in enumerate(nodes)}
     arrows: list[Arrow] = []
     for i, node in enumerate(nodes):
         handoff = node.handoff
-        parent = layout.parent_of.get(id(node))
-        if handoff is None or handoff.submitted_ns is None or parent is None:
+        parent = parents[i]
+        if handoff is None or handoff.submitted_ns is None or parent < 0:
             continue
-        if parent.kind == KIND_SYNTHETIC:
+        if nodes[parent].kind == KIND_SYNTHETIC:
             continue
         arrows.append(
             {
-                "from": index[id(parent)],
+                "from": parent,
                 "to": i,
                 "kind": handoff.kind,
                 "submitted": handoff.submitted_ns - origin,
@@ -301,25 +320,33 @@ def _arrows(nodes: list[Node], layout: Layout, origin: int) -> list[Arrow]:
 
 
 def _flame(*, tree_has_samples: bool, roots: list[ProfileNode], names: _Names) -> Flame:
-    flame = Flame(
-        weight="samples" if tree_has_samples else "time",
-        name=[], kind=[], parent=[], depth=[], value=[], time=[], self=[], samples=[], calls=[],
-    )  # fmt: skip
+    """The profile's lines in preorder (those with nothing to draw left out, with what is below
+    them), then each column in one comprehension."""
+    order: list[ProfileNode] = []
+    parents: list[int] = []
+    depths: list[int] = []
     stack: list[tuple[ProfileNode, int, int]] = [(root, -1, 0) for root in reversed(roots)]
     while stack:
         node, parent, depth = stack.pop()
-        value = node.samples if tree_has_samples else node.time_ns
-        if value <= 0:
+        if (node.samples if tree_has_samples else node.time_ns) <= 0:
             continue  # nothing to draw: no width
-        own = len(flame["name"])
-        flame["name"].append(names(node.name))
-        flame["kind"].append(KINDS.index(node.kind) if node.kind in KINDS else 0)
-        flame["parent"].append(parent)
-        flame["depth"].append(depth)
-        flame["value"].append(value)
-        flame["time"].append(node.time_ns)
-        flame["self"].append(node.self_ns)
-        flame["samples"].append(node.samples)
-        flame["calls"].append(node.calls)
-        stack.extend((child, own, depth + 1) for child in reversed(node.children))
-    return flame
+        own = len(order)
+        order.append(node)
+        parents.append(parent)
+        depths.append(depth)
+        if node.children:
+            below = depth + 1
+            stack.extend([(child, own, below) for child in reversed(node.children)])
+    kind_of = {kind: i for i, kind in enumerate(KINDS)}
+    return Flame(
+        weight="samples" if tree_has_samples else "time",
+        name=[names(node.name) for node in order],
+        kind=[kind_of.get(node.kind, 0) for node in order],
+        parent=parents,
+        depth=depths,
+        value=[node.samples if tree_has_samples else node.time_ns for node in order],
+        time=[node.time_ns for node in order],
+        self=[node.self_ns for node in order],
+        samples=[node.samples for node in order],
+        calls=[node.calls for node in order],
+    )

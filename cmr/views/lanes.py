@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from cmr.views.model import (
     KIND_ESTIMATED,
     KIND_SYNTHETIC,
@@ -34,9 +36,9 @@ from cmr.views.model import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Slice:
-    """A call on a track, with an end even when the call has none yet (then ``open`` is True)."""
+class Slice(msgspec.Struct, frozen=True, gc=False):
+    """A call on a track, with an end even when the call has none yet (then ``open`` is True).
+    Structs, not dataclasses, here and below: a layout makes one per call and two events."""
 
     node: Node
     start_ns: int
@@ -44,8 +46,7 @@ class Slice:
     open: bool
 
 
-@dataclass(frozen=True, slots=True)
-class TrackEvent:
+class TrackEvent(msgspec.Struct, frozen=True, gc=False):
     """A slice opening (``opening``) or closing at ``at_ns``; a track's events nest and their
     times never decrease."""
 
@@ -78,8 +79,7 @@ class Layout:
     parent_of: dict[int, Node]  # id(node) -> its caller in the tree (absent for the root)
 
 
-@dataclass(slots=True)
-class _Open:
+class _Open(msgspec.Struct, gc=False):
     slice: Slice
     first: int  # preorder number of the node
     last: int  # largest preorder number in its subtree
@@ -88,14 +88,12 @@ class _Open:
 def extent(tree: SequenceTree) -> tuple[int, int] | None:
     """The earliest start and the latest time (end, or start while open) of the tree's calls;
     None when it has none but a synthetic root."""
-    times = [
-        (node.start_ns, node.start_ns if node.end_ns is None else max(node.start_ns, node.end_ns))
-        for node, _ in walk(tree.root)
-        if node.kind != KIND_SYNTHETIC
-    ]
-    if not times:
+    nodes = [node for node, _ in walk(tree.root) if node.kind != KIND_SYNTHETIC]
+    if not nodes:
         return None
-    return min(start for start, _ in times), max(end for _, end in times)
+    starts = [node.start_ns for node in nodes]
+    ends = [node.end_ns for node in nodes if node.end_ns is not None]
+    return min(starts), max(starts + ends)
 
 
 def lay_out(tree: SequenceTree) -> Layout:

@@ -123,10 +123,14 @@ class SequenceTree:
 def walk(root: Node) -> Iterator[tuple[Node, int]]:
     """Every node with its depth (root = 0), parents before children, children in order."""
     stack: list[tuple[Node, int]] = [(root, 0)]
+    pop, extend = stack.pop, stack.extend
     while stack:
-        node, depth = stack.pop()
+        node, depth = pop()
         yield node, depth
-        stack.extend((child, depth + 1) for child in reversed(node.children))
+        children = node.children
+        if children:  # most nodes are leaves: no list for them
+            below = depth + 1
+            extend([(child, below) for child in reversed(children)])
 
 
 def method_name(methods: dict[tuple[int, int], MethodRecord], puid: int, method: int) -> str:

@@ -20,7 +20,9 @@ A call without a duration yet (running, or incomplete) counts the time its child
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import msgspec
 
 from cmr.store.base import SequenceData, names_method
 from cmr.views.model import KIND_MEASURED, KIND_SYNTHETIC, Node, SequenceTree
@@ -41,8 +43,10 @@ class ThreadOrigin:
     name: str
 
 
-@dataclass(slots=True, eq=False)
-class ProfileNode:
+class ProfileNode(msgspec.Struct, eq=False, gc=False):
+    """One line of a profile: the calls merged into it. A Struct, as ``Node`` is: a profile of
+    a big tree has as many lines as the tree has distinct paths."""
+
     name: str
     kind: str  # measured | estimated | synthetic | thread
     frame: tuple[str, str, int] | None = None  # an estimated frame's (file, function, line)
@@ -53,7 +57,7 @@ class ProfileNode:
     self_ns: int = 0
     cpu_ns: int | None = None  # None: no sample fell here
     thread: ThreadOrigin | None = None  # on by_thread roots
-    children: list[ProfileNode] = field(default_factory=list)
+    children: list[ProfileNode] = msgspec.field(default_factory=list)
 
     @property
     def off_cpu_ns(self) -> int | None:
@@ -148,6 +152,7 @@ def _fold(
     ran on another thread (and their samples, which ``source``'s totals include). A level of the
     tree at a time, each node's children beside their profile node in a parallel list."""
     nodes, targets = [source], [parent]
+    indexes = children_of.indexes
     while nodes:
         next_nodes: list[Node] = []
         next_targets: list[ProfileNode] = []
@@ -163,7 +168,15 @@ def _fold(
                             cpu -= other.cpu_ns
                 if not samples and all(child.cpu_ns is None for child in children):
                     cpu = None  # every sample below it fell on other threads
-            target = children_of.get(into, node)
+            # children_of.get(into, node), inline: this runs once per call of the tree
+            by_key = indexes.get(id(into))
+            if by_key is None:
+                by_key = indexes[id(into)] = {}
+            key = node.name if node.kind == KIND_MEASURED else (node.kind, node.name, node.frame)
+            target = by_key.get(key)
+            if target is None:
+                target = by_key[key] = ProfileNode(node.name, node.kind, node.frame)
+                into.children.append(target)
             target.calls += 1
             target.samples += samples
             target.self_samples += node.self_samples
@@ -186,12 +199,12 @@ class _Children:
     """Each profile node's children by signature, while profiles are folded."""
 
     def __init__(self) -> None:
-        self._index: dict[int, dict[str | Signature, ProfileNode]] = {}  # id(parent) -> ...
+        self.indexes: dict[int, dict[str | Signature, ProfileNode]] = {}  # id(parent) -> ...
 
     def get(self, parent: ProfileNode, node: Node) -> ProfileNode:
-        index = self._index.get(id(parent))
+        index = self.indexes.get(id(parent))
         if index is None:
-            index = self._index[id(parent)] = {}
+            index = self.indexes[id(parent)] = {}
         # A measured call is known by its name (it has no frame): no tuple per node.
         key = node.name if node.kind == KIND_MEASURED else (node.kind, node.name, node.frame)
         child = index.get(key)
