@@ -82,7 +82,7 @@ def pack(batch: Batch) -> PackedBatch:
     offset = batch.process.clock_offset_ns
     first_start: dict[bytes, int] = {}
     seq_methods: set[tuple[bytes, int]] = set()
-    start_iids: set[int] = set()
+    start_iids: dict[int, bytes] = {}  # iid -> sequence, of the batch's Starts
     ends: list[End] = []
     rare: list[Error | Handoff | Attrs] = []
     times: list[int] = []
@@ -107,7 +107,7 @@ def pack(batch: Batch) -> PackedBatch:
             first_start[seq] = event.t_ns if known is None else min(known, event.t_ns)
         summary.add_chunk(chunk.tid, starts, earliest)
         seq_methods.update([(e.seq, e.method) for e in starts])
-        start_iids.update([e.iid for e in starts])
+        start_iids.update([(e.iid, e.seq) for e in starts])
     seqs = set(first_start)
     late_ends: list[LateEnd] = [
         (puid, e.iid, e.t_ns + offset, None) for e in ends if e.iid not in start_iids
@@ -140,7 +140,7 @@ def pack(batch: Batch) -> PackedBatch:
         late_ends=late_ends,
         late_attrs=late_attrs,
         handoffs=handoffs,
-        summary=summary.finish(ends, [e for e in rare if type(e) is Error]),
+        summary=summary.finish(ends, [e for e in rare if type(e) is Error], start_iids),
     )
 
 

@@ -100,15 +100,13 @@ class MemoryStore(Store):
                 self._methods[puid, m.method] = MethodRecord(m.module, m.qualname, m.file, m.line)
             for t in batch.threads:
                 self._threads[puid, t.tid] = ThreadRecord(t.native_id, t.name)
-            for start in rows.starts:
-                key = (start[0], start[1])
-                if self._starts.setdefault(key, start) is start:
-                    self._by_seq.setdefault(start[2], []).append(start)
-                    self._summaries.started(start, key in self._ends)
-            for end in rows.ends:
-                key = (end[0], end[1])
-                if self._ends.setdefault(key, end) is end:
-                    self._summaries.ended(key)
+            stored = self._starts.setdefault
+            new_starts = [start for start in rows.starts if stored(start[:2], start) is start]
+            for start in new_starts:
+                self._by_seq.setdefault(start[2], []).append(start)
+            ended = self._ends.setdefault
+            new_ends = [end[:2] for end in rows.ends if ended(end[:2], end) is end]
+            self._summaries.add(new_starts, new_ends, self._ends)
             for puid_, iid, attributes in rows.attrs:
                 self._attrs.setdefault((puid_, iid), {}).update(attributes)
             for handoff in rows.handoffs:

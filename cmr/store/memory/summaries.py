@@ -4,8 +4,11 @@ module only of those."""
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
+from itertools import compress
 
 from cmr.store._shared import EndRow, StartRow, root_rank
 from cmr.store.base import MethodRecord, ProcessRecord, SequenceSummary
@@ -23,6 +26,15 @@ class _Summary:
     open: dict[int, set[int]] = field(default_factory=dict)  # puid -> iids without an End
 
 
+_PUID = operator.itemgetter(0)
+_IID = operator.itemgetter(1)
+
+
+def _untrue(root: StartRow | None) -> bool:
+    """No candidate yet, or one with a parent (a parentless one ranks before any such)."""
+    return root is None or bool(root[3])
+
+
 def _rank(row: StartRow) -> tuple[int, ...]:
     puid, iid, _seq, parent, hid, _tid, _method, start_ns = row
     return root_rank(parent, hid, start_ns, puid, iid)
@@ -35,27 +47,39 @@ class MemorySummaries:
         self._by_seq: dict[bytes, _Summary] = {}
         self._open_seq: dict[Key, bytes] = {}  # an open invocation's sequence
 
-    def started(self, row: StartRow, ended: bool) -> None:
-        """A Start stored for the first time; ``ended`` when its End is stored already."""
-        puid, iid, seq, parent, hid, tid, _method, _start = row
-        summary = self._by_seq.get(seq)
-        if summary is None:
-            summary = self._by_seq[seq] = _Summary()
-        summary.invocations += 1
-        summary.threads.add((puid, tid))
-        if summary.root is None or _rank(row) < _rank(summary.root):
-            summary.root = row
-        if not parent and hid:
-            summary.entries.append(row)
-        if not ended:
-            summary.open.setdefault(puid, set()).add(iid)
+    def add(self, starts: list[StartRow], ended: list[Key], ends: dict[Key, EndRow]) -> None:
+        """A batch's Starts and Ends stored for the first time (``ends``: every End stored, this
+        batch's included). Bulk operations; a look at each Start only where it may matter."""
+        by_seq = self._by_seq
+        for seq, count in Counter([row[2] for row in starts]).items():
+            summary = by_seq.get(seq)
+            if summary is None:
+                summary = by_seq[seq] = _Summary()
+            summary.invocations += count
+        for puid, tid, seq in {(row[0], row[5], row[2]) for row in starts}:
+            by_seq[seq].threads.add((puid, tid))
+        for row in [row for row in starts if not row[3]]:  # parentless: roots and entries
+            summary = by_seq[row[2]]
+            if summary.root is None or _rank(row) < _rank(summary.root):
+                summary.root = row
+            if row[4]:
+                summary.entries.append(row)
+        # A sequence with no parentless call so far: its best candidate among this batch's.
+        rootless = {seq for seq in {row[2] for row in starts} if _untrue(by_seq[seq].root)}
+        for seq in rootless:
+            best = min((row for row in starts if row[2] == seq), key=_rank)
+            summary = by_seq[seq]
+            if summary.root is None or _rank(best) < _rank(summary.root):
+                summary.root = best
+        keys = zip(map(_PUID, starts), map(_IID, starts), strict=True)
+        for row in compress(starts, map(operator.not_, map(ends.__contains__, keys))):
+            puid, iid, seq = row[0], row[1], row[2]
+            by_seq[seq].open.setdefault(puid, set()).add(iid)
             self._open_seq[puid, iid] = seq
-
-    def ended(self, key: Key) -> None:
-        """An End stored for the first time."""
-        seq = self._open_seq.pop(key, None)
-        if seq is not None:
-            self._by_seq[seq].open[key[0]].discard(key[1])
+        for key in ended:
+            open_seq = self._open_seq.pop(key, None)
+            if open_seq is not None:
+                by_seq[open_seq].open[key[0]].discard(key[1])
 
     def forget(self, seq: bytes) -> None:
         summary = self._by_seq.pop(seq, None)
