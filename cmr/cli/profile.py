@@ -25,6 +25,7 @@ from cmr.cli._support import (
     parse_since,
 )
 from cmr.views._gc import paused_gc
+from cmr.views.bigprofile import sequence_profile
 from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
@@ -138,6 +139,10 @@ def _profile(args: argparse.Namespace) -> int:
 def _sequence_profile(store: Store, seq: bytes, args: argparse.Namespace) -> Profile:
     with paused_gc():  # millions of objects that all stay alive: nothing for it to collect
         data = store.load_sequence(seq)
+        if not args.by_thread:  # without samples, read straight from the records
+            profile = sequence_profile(data)
+            if profile is not None:
+                return profile
         tree = merge_samples(build_tree(data), data, lines=args.lines)
         return profile_sequence(tree, by_thread=args.by_thread)
 

@@ -195,7 +195,7 @@ def covered_ns(node: Node, children: Iterable[Node]) -> int:
     return _covered(node, sorted(children, key=lambda c: c.start_ns))
 
 
-def _covered(node: Node, children: Sequence[Window]) -> int:
+def _covered(node: Window, children: Sequence[Window]) -> int:
     """``covered_ns`` for children already in start order (as ``build_tree`` appends them);
     anything with a start and an end will do for them (a node, or the record it is made of)."""
     end = node.end_ns

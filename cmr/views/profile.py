@@ -118,7 +118,7 @@ def build_profile(
     for root in roots:
         if root.kind == KIND_THREAD:
             _sum_children(root)
-        _sort(root)
+        sort_profile(root)
     roots.sort(key=_longest_first)
     return Profile(roots, sequences, skipped, by_thread)
 
@@ -244,12 +244,14 @@ def _sum_children(root: ProfileNode) -> None:
     root.cpu_ns = sum(cpu) if cpu else None
 
 
-def _sort(root: ProfileNode) -> None:
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        node.children.sort(key=_longest_first)
-        stack.extend(node.children)
+def sort_profile(root: ProfileNode) -> None:
+    """Every line's children, longest first (then by name and frame: a total order)."""
+    level = [root]
+    while level:  # a level at a time; a line with fewer than two children has nothing to sort
+        for node in level:
+            if len(node.children) > 1:
+                node.children.sort(key=_longest_first)
+        level = [child for node in level for child in node.children]
 
 
 def _longest_first(node: ProfileNode) -> tuple[int, str, tuple[str, str, int]]:

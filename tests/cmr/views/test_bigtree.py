@@ -1,5 +1,7 @@
 """A big tree built only as far as it is shown (``cmr.views.bigtree``) prints exactly what the
-whole tree prints within the same line budget, and leaves the cases it does not take to it."""
+whole tree prints within the same line budget, a profile read straight from the records
+(``cmr.views.bigprofile``) is the one the whole tree gives, and both leave the cases they do not
+take to the whole tree."""
 
 from __future__ import annotations
 
@@ -10,9 +12,14 @@ import pytest
 
 from cmr.store import open_store
 from cmr.store.base import SequenceData
+from cmr.views.bigprofile import sequence_profile
 from cmr.views.bigtree import shown_tree
 from cmr.views.calltree import build_tree
+from cmr.views.merge import merge_samples
 from cmr.views.pipeline import render_sequence
+from cmr.views.profile import profile_sequence
+from cmr.views.render.json import profile_to_json
+from cmr.views.render.profile_text import render_profile
 from cmr.views.render.text import render_text
 from tests.cmr.views.conftest import PUID, SequenceBuilder
 from tracer import wire
@@ -106,3 +113,27 @@ def test_render_sequence_takes_the_shown_part_from_a_store_and_prints_the_same(
         assert " of 601 calls hidden to keep within 50 lines" in whole.splitlines()[-1]
     finally:
         store.close()
+
+
+def test_a_profile_read_from_the_records_is_the_one_the_whole_tree_gives() -> None:
+    data = service()
+    quick = sequence_profile(data)
+    assert quick is not None
+    whole = profile_sequence(merge_samples(build_tree(data), data))
+    assert render_profile(quick, "t", max_nodes=0) == render_profile(whole, "t", max_nodes=0)
+    assert profile_to_json(quick, seq=data.seq, method=None, since_ns=None, lines=False) == (
+        profile_to_json(whole, seq=data.seq, method=None, since_ns=None, lines=False)
+    )
+    assert len(render_profile(quick, "t", max_nodes=0).splitlines()) > 10  # a real profile
+
+
+def test_a_profile_with_samples_or_without_a_first_root_is_left_to_the_whole_tree(
+    builder: SequenceBuilder,
+) -> None:
+    data = service()
+    no_root = [r for r in data.invocations if r.iid != 1 or r.puid != PUID]
+    assert sequence_profile(dataclasses.replace(data, invocations=no_root)) is None
+    builder.call("app.main", 1, start=0, end=100)
+    builder.frame(1, "main", line=1)
+    builder.sample(10, [1])
+    assert sequence_profile(builder.data()) is None
