@@ -83,6 +83,10 @@ def _running(native_id: int) -> bool | None:
     return bool(fields) and fields[0] == b"R"
 
 
+#: How long stopping waits for the sampler thread beyond the caller's timeout.
+STOP_GRACE_S: Final = 1.0
+
+
 class Sampler:
     def __init__(
         self,
@@ -124,9 +128,12 @@ class Sampler:
             self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop and wait for the thread: ``timeout_s`` and a grace of its own, as the sender
+        does. Waking it is local and a tick is short, but a flush timeout of 0 must not leave it
+        running after shutdown (CI saw it when the machine kept it off the CPU)."""
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout_s)
+            self._thread.join(timeout_s + STOP_GRACE_S)
 
     def drain(self) -> list[SampleTuple]:
         with self._lock:

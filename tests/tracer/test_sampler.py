@@ -248,3 +248,25 @@ def test_sampling_can_be_turned_off() -> None:
         trace.flush()
     assert all(b.sampler is None and not b.samples for b in trace.batches)
     assert not [t for t in threading.enumerate() if t.name == "invoseq-sampler"]
+
+
+def test_a_tick_in_progress_ends_before_shutdown_returns_even_with_no_flush_timeout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    ticking = threading.Event()
+    original = sampler_module.Sampler._tick
+
+    def slow_tick(self: sampler_module.Sampler, now: int) -> None:
+        original(self, now)
+        if not ticking.is_set():  # the first tick goes on past the start of the shutdown
+            ticking.set()
+            assert self._stop.wait(30)
+            for _ in range(2_000_000):  # then some more work (well within the grace), by count
+                pass
+
+    monkeypatch.setattr(sampler_module.Sampler, "_tick", slow_tick)
+    tracer.configure(endpoint=f"ipc://{tmp_path}/nobody", sample_interval_ms=1, flush_timeout_ms=0)
+    busy(0.01)  # the first traced call starts the sender and the sampler
+    assert ticking.wait(30)
+    tracer.shutdown()
+    assert not [t for t in threading.enumerate() if t.name == "invoseq-sampler"]
