@@ -22,6 +22,7 @@ whose wall times overflow a signed 64-bit integer is refused whole) are those of
 
 from __future__ import annotations
 
+import collections
 import itertools
 import operator
 from collections.abc import Callable, Iterable
@@ -163,7 +164,9 @@ def unpack(
     many sequences that share batches decodes each batch once).
 
     Built for a million calls: events are gathered per process, keyed by iid alone, and each
-    record is made once, straight from its Start."""
+    record is made once, straight from its Start, as soon as its batch is read: only the records
+    are kept, and the Ends not matched yet (a call that outlived its batch is completed at the
+    end)."""
     gathered: dict[int, _Gathered] = {}
     for puid, batch_no, offset, blob in batches:
         known = None if cache is None else cache.get((puid, batch_no))
@@ -175,6 +178,7 @@ def unpack(
             process = gathered[puid] = _Gathered()
         for chunk in chunks:
             process.scan(seq, offset, chunk)
+        process.make_records(puid)  # now: the batch's decoded events need not be kept
     records: list[InvocationRecord] = []
     for puid, process in gathered.items():
         records += process.records(puid)
@@ -213,16 +217,19 @@ Key = tuple[int, int]  # (puid, iid)
 
 
 class _Gathered:
-    """What ``unpack`` collects of one process from a sequence's stored chunks: the chunks' Starts
-    of the sequence, and every End, Error and Attrs (the first write of an iid wins)."""
+    """What ``unpack`` collects of one process from a sequence's stored chunks: its records (made
+    batch by batch), the Ends, Errors and Attrs not matched to one yet (the first write of an iid
+    wins), and the records still waiting for their End."""
 
-    __slots__ = ("attributes", "ends", "errors", "starts")
+    __slots__ = ("attributes", "ends", "errors", "made", "starts", "waiting")
 
     def __init__(self) -> None:
-        self.starts: list[tuple[int, int, list[Start]]] = []  # (tid, clock offset, Starts)
+        self.starts: list[tuple[int, int, list[Start]]] = []  # this batch's (tid, offset, Starts)
         self.ends: dict[int, int] = {}  # iid -> end, wall clock
         self.errors: dict[int, str] = {}  # iid -> exception type, for ends that were Errors
         self.attributes: dict[int, Attributes] = {}
+        self.made: list[InvocationRecord] = []
+        self.waiting: list[int] = []  # positions in ``made`` of records made without an End
 
     def scan(self, seq: bytes, offset: int, chunk: ThreadChunk) -> None:
         """Comprehensions over the chunk, one per kind of event (most chunks hold only Starts
@@ -259,12 +266,16 @@ class _Gathered:
                     if iid in errors:
                         self.errors[iid] = errors[iid]
 
-    def records(self, puid: int) -> list[InvocationRecord]:
-        """One record per iid (its first Start), with its End if one was gathered."""
-        get_end = self.ends.get
-        records: list[InvocationRecord] = []
+    def make_records(self, puid: int) -> None:
+        """A record for each Start scanned since the last call, with its End if one was read;
+        the Ends they took are let go (a record keeps its own)."""
+        if not self.starts:
+            return
+        ends, errors = self.ends, self.errors
+        get_end, get_error = ends.get, errors.get
+        first = len(self.made)
         for tid, offset, starts in self.starts:
-            records += [
+            self.made += [
                 InvocationRecord(
                     puid,
                     e.iid,
@@ -274,19 +285,31 @@ class _Gathered:
                     e.method,
                     e.t_ns + offset,
                     get_end(e.iid),
-                    None,
+                    get_error(e.iid),
                 )
                 for e in starts
             ]
-        if len(set(map(_IID, records))) < len(records):  # a Start repeated: the first wins
-            records = list({r.iid: r for r in reversed(records)}.values())
-        errors = self.errors
+        self.starts = []
+        made = self.made[first:]
+        self.waiting += [first + i for i, record in enumerate(made) if record.end_ns is None]
+        taken = list(map(_IID, made))
+        collections.deque(map(ends.pop, taken, itertools.repeat(None)), maxlen=0)
         if errors:
-            records = [
-                msgspec.structs.replace(r, error=errors[r.iid]) if r.iid in errors else r
-                for r in records
-            ]
-        return records
+            collections.deque(map(errors.pop, taken, itertools.repeat(None)), maxlen=0)
+
+    def records(self, puid: int) -> list[InvocationRecord]:
+        """One record per iid (its first Start), with its End if one was gathered."""
+        self.make_records(puid)
+        made, ends, errors = self.made, self.ends, self.errors
+        for i in self.waiting:  # an End read in a later batch than its Start
+            end_ns = ends.get(made[i].iid)
+            if end_ns is not None:
+                made[i] = msgspec.structs.replace(
+                    made[i], end_ns=end_ns, error=errors.get(made[i].iid)
+                )
+        if len(set(map(_IID, made))) < len(made):  # a Start repeated: the first wins
+            return list({r.iid: r for r in reversed(made)}.values())
+        return made
 
 
 def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:
