@@ -238,15 +238,22 @@ def qualified_name(module: str | None, qualname: str | None, method: int) -> str
 _PUID: Final = operator.attrgetter("puid")
 
 
-def process_pairs(records: Sequence[InvocationRecord], name: str) -> set[tuple[int, int]]:
-    """The distinct (puid, ``name`` field) pairs of ``records``: a million records of one process
-    (the usual case) cost a set of ints, not a tuple each."""
-    field = operator.attrgetter(name)
+def process_pairs(
+    records: Sequence[InvocationRecord], *names: str
+) -> tuple[set[tuple[int, int]], ...]:
+    """For each field in ``names``, the distinct (puid, field) pairs of ``records``: a million
+    records of one process (the usual case) cost a set of ints per field, not a tuple each, and
+    the processes are found once for every field."""
     puids = set(map(_PUID, records))
-    if len(puids) == 1:
-        [puid] = puids
-        return {(puid, value) for value in set(map(field, records))}
-    return set(zip(map(_PUID, records), map(field, records), strict=True))
+    found: list[set[tuple[int, int]]] = []
+    for name in names:
+        field = operator.attrgetter(name)
+        if len(puids) == 1:
+            [puid] = puids
+            found.append({(puid, value) for value in set(map(field, records))})
+        else:
+            found.append(set(zip(map(_PUID, records), map(field, records), strict=True)))
+    return tuple(found)
 
 
 def check_limit(limit: int) -> None:

@@ -152,10 +152,11 @@ class Naming:
             for puid in index
         }
         self.names: dict[int, dict[int, str]] = {puid: {} for puid in index}
-        for puid, method in process_pairs(records, "method"):
+        methods, threads = process_pairs(records, "method", "tid")
+        for puid, method in methods:
             self.names[puid][method] = method_name(data.methods, puid, method)
         self.threads: dict[int, dict[int, ThreadRef]] = {puid: {} for puid in index}
-        for puid, tid in process_pairs(records, "tid"):
+        for puid, tid in threads:
             known = data.threads.get((puid, tid))
             name = known.name if known is not None else UNKNOWN_THREAD
             self.threads[puid][tid] = ThreadRef(tid, name)

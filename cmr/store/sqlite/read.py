@@ -78,9 +78,8 @@ def names(
     found_handoffs: dict[int, HandoffRecord],
 ) -> tuple[dict[tuple[int, int], MethodRecord], dict[tuple[int, int], ThreadRecord]]:
     """The methods and threads the invocations and hand-offs name."""
-    wanted_methods = process_pairs(records, "method")
+    wanted_methods, wanted_threads = process_pairs(records, "method", "tid")
     wanted_methods.update((h.puid, h.method) for h in found_handoffs.values())
-    wanted_threads = process_pairs(records, "tid")
     puids = sorted({puid for puid, _ in wanted_methods})
     methods: dict[tuple[int, int], MethodRecord] = {}
     threads: dict[tuple[int, int], ThreadRecord] = {}

@@ -253,9 +253,8 @@ class SQLiteStore(Store):
         now: int,
         *,
         samples: bool,
-        cache: sqlite_read.BatchCache | None = None,
     ) -> SequenceData:
-        invocations = sqlite_read.invocations(conn, seq, cache)
+        invocations = sqlite_read.invocations(conn, seq)
         if not invocations:
             raise UnknownSequenceError(f"no sequence {seq.hex()}")
         handoffs = sqlite_read.handoffs(conn, seq, invocations)
