@@ -14,7 +14,6 @@ the caller folds the whole tree.
 
 from __future__ import annotations
 
-import collections
 import operator
 from collections import Counter
 
@@ -23,7 +22,14 @@ from cmr.views._gc import paused_gc
 from cmr.views.calltree import covered_in_order
 from cmr.views.model import KIND_MEASURED, KIND_SYNTHETIC
 from cmr.views.profile import Profile, ProfileNode, sort_profile
-from cmr.views.records import Naming, index_records, link, start_ordered
+from cmr.views.records import (
+    Naming,
+    children_lists,
+    held_under,
+    index_records,
+    link,
+    start_ordered,
+)
 
 
 def sequence_profile(data: SequenceData) -> Profile | None:
@@ -43,8 +49,7 @@ def _sequence_profile(data: SequenceData) -> Profile | None:
     links = link(records, index, data.handoffs)
     if links.root_index != 0 or not start_ordered(records):
         return None
-    held = [0 if parent < 0 else parent for parent in links.parents]  # orphans: under the root
-    held[0] = -1
+    held = held_under(links.parents, 0)
     if not all(map(operator.lt, held, range(count))):
         return None
     naming = Naming(records, index, data)
@@ -64,9 +69,7 @@ def _sequence_profile(data: SequenceData) -> Profile | None:
             lines[key[0]].children.append(lines[line])
         line_of[position] = line
 
-    children: list[list[int]] = [[] for _ in range(count + 1)]
-    held[0] = count  # the root is nobody's child
-    collections.deque(map(list.append, map(children.__getitem__, held), range(count)), maxlen=0)
+    children = children_lists(held)
     spent = [
         None if r.end_ns is None else r.end_ns - r.start_ns if r.end_ns > r.start_ns else 0
         for r in records

@@ -3,9 +3,9 @@
 ``cmr show`` of a million calls prints 2,000 lines: making a node of every call (and the self time
 of every caller) to print two thousand of them is most of its cost. ``shown_tree`` runs the line
 budget (``budget.select``) on positions in the records instead: each record's parent and the
-children of each position (one pass), each position's descendants (one pass backwards), and a
-call's duration and name read from its record when the budget asks. Only the calls it shows become
-nodes, with their self times; the folds are counted from the columns. The text is the one the
+children of each position (one pass at C speed), and a call's duration and name read from its
+record when the budget asks. Only the calls it shows become nodes, with their self times; a fold
+counts the calls beneath it a level at a time. The text is the one the
 whole tree would print, line for line (the tests compare them).
 
 It takes the common case only: records in start order, every parent before its child (so no
@@ -15,7 +15,6 @@ Anything else returns None and the caller builds the whole tree, whose rules cov
 
 from __future__ import annotations
 
-import collections
 import operator
 from collections.abc import Sequence
 
@@ -26,8 +25,10 @@ from cmr.views.calltree import covered_in_order, tree_status
 from cmr.views.model import SequenceTree, Status
 from cmr.views.records import (
     Naming,
+    children_lists,
     dropped_by,
     duration,
+    held_under,
     index_records,
     link,
     start_ordered,
@@ -105,13 +106,7 @@ class _Columns:
     ) -> None:
         self._records = records
         self.naming = naming
-        count = len(records)
-        held = [root if parent < 0 else parent for parent in parents]
-        held[root] = count  # the root is nobody's child: it goes to a list past the end
-        children: list[list[int]] = [[] for _ in range(count + 1)]
-        # children[held[i]].append(i) for every i, without a Python loop
-        collections.deque(map(list.append, map(children.__getitem__, held), range(count)), maxlen=0)
-        self._children = children
+        self._children = children_lists(held_under(parents, root))
 
     def children(self, node: int) -> Sequence[int]:
         return self._children[node]

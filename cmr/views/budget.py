@@ -201,12 +201,26 @@ NODE_TREE: Final = _NodeTree()
 
 def _fold(left_out: list[Node]) -> Fold:
     """The fold of the left-out children of a tree of nodes."""
-    beneath = 0
-    level = [child for child in left_out if child.children]
-    while level:  # a level at a time: comprehensions, as a fold may hide most of a big tree
-        beneath += sum([len(node.children) for node in level])
-        level = [child for node in level for child in node.children if child.children]
+    beneath = count_beneath(left_out)
     return make_fold([c.name for c in left_out], [c.duration_ns for c in left_out], beneath)
+
+
+class _Parent(Protocol):
+    """Anything with children of its own kind: a node, a profile line."""
+
+    @property
+    def children(self) -> Sequence[_Parent]: ...
+
+
+def count_beneath(parents: Sequence[_Parent]) -> int:
+    """How many nodes hang below ``parents``: a level at a time, in comprehensions, as a fold may
+    hide most of a big tree."""
+    count = 0
+    level = [node for node in parents if node.children]
+    while level:
+        count += sum([len(node.children) for node in level])
+        level = [child for node in level for child in node.children if child.children]
+    return count
 
 
 def make_fold(names: list[str], durations: list[int | None], beneath: int) -> Fold:

@@ -16,6 +16,7 @@ records with a plain lookup per record, and loops run only over the few with a h
 
 from __future__ import annotations
 
+import collections
 import itertools
 import operator
 from collections.abc import Iterable, Sequence
@@ -110,6 +111,24 @@ def link(
         for i in remote:
             hops[i] = Handoff(records[i].hid, HANDOFF_REMOTE, None, None)
     return Links(parents, root_index, remote, hops)
+
+
+def held_under(parents: list[int], root: int) -> list[int]:
+    """Each record's caller as the tree hangs it: its parent's position, an orphan (no parent
+    here) under the root, the root under none (-1)."""
+    held = [root if parent < 0 else parent for parent in parents]
+    held[root] = -1
+    return held
+
+
+def children_lists(held: list[int]) -> list[list[int]]:
+    """Per position, the positions it holds (``held_under``), in record order: built without a
+    Python loop (``children[held[i]].append(i)`` for every i, the root's -1 on a spare list)."""
+    count = len(held)
+    children: list[list[int]] = [[] for _ in range(count + 1)]
+    collections.deque(map(list.append, map(children.__getitem__, held), range(count)), maxlen=0)
+    del children[-1]
+    return children
 
 
 def process_ref(puid: int, info: ProcessRecord | None) -> ProcessRef:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from cmr.views.budget import count_beneath
 from cmr.views.model import KIND_ESTIMATED
 from cmr.views.profile import KIND_THREAD, Profile, ProfileNode
 from cmr.views.render.text import (
@@ -62,7 +63,7 @@ def render_profile(profile: Profile, title: str, *, color: bool = False, max_nod
             marker = f"{palette.dim}[+{block}]{palette.reset} " if block else ""
             guide = marker + prefix + (LAST if last else BRANCH)
             if isinstance(node, list):  # the lines of a caller that were left out
-                folded, beneath = len(node), _beneath(node)
+                folded, beneath = len(node), count_beneath(node)
                 hidden += folded + beneath
                 lines.append(guide + palette.dim + _describe_fold(node, beneath) + palette.reset)
                 continue
@@ -110,16 +111,6 @@ def _choose(roots: list[ProfileNode], max_lines: int) -> dict[int, int]:
         if child.children:
             heapq.heappush(heap, (-child.children[0].time_ns, next(tiebreak), child, 0))
     return shown
-
-
-def _beneath(folded: list[ProfileNode]) -> int:
-    """How many lines hang below the folded ones (a level at a time)."""
-    count = 0
-    level = [node for node in folded if node.children]
-    while level:
-        count += sum([len(node.children) for node in level])
-        level = [child for node in level for child in node.children if child.children]
-    return count
 
 
 def _describe_fold(folded: list[ProfileNode], beneath: int) -> str:
