@@ -40,7 +40,8 @@ the page turns each column into a typed array at once.
 from __future__ import annotations
 
 import datetime
-from typing import Final, NamedTuple
+from collections.abc import Callable
+from typing import Final, NamedTuple, TypeVar
 
 from cmr.report.schema import Arrow, Bars, Flame, Lane, ReportModel, Summary
 from cmr.store.base import SequenceData
@@ -71,7 +72,7 @@ def build_model(data: SequenceData) -> ReportModel:
 def _build_model(data: SequenceData) -> ReportModel:
     tree = sequence_tree(data)
     layout = lay_out(tree)
-    nodes, depths, parents = _preorder(tree.root)
+    nodes, depths, parents = _preorder([tree.root])
     origin = layout.start_ns if layout.tracks else _first_start(nodes)
     end = max(layout.end_ns, origin)
     names = _Names()
@@ -207,6 +208,9 @@ def _track_depth(track: Track) -> int:
     return max(deepest, 1)
 
 
+_T = TypeVar("_T", Node, ProfileNode)
+
+
 class _Tree(NamedTuple):
     """The tree in preorder: its nodes, each one's depth and its caller's position (-1: none)."""
 
@@ -215,13 +219,19 @@ class _Tree(NamedTuple):
     parents: list[int]
 
 
-def _preorder(root: Node) -> tuple[list[Node], list[int], list[int]]:
-    nodes: list[Node] = []
+def _preorder(
+    roots: list[_T], drawn: Callable[[_T], bool] | None = None
+) -> tuple[list[_T], list[int], list[int]]:
+    """The trees under ``roots`` in preorder (calls or profile lines): the nodes, each one's depth
+    and its caller's position (-1: none). A node ``drawn`` refuses is left out with all below it."""
+    nodes: list[_T] = []
     depths: list[int] = []
     parents: list[int] = []
-    stack: list[tuple[Node, int, int]] = [(root, 0, -1)]
+    stack: list[tuple[_T, int, int]] = [(root, 0, -1) for root in reversed(roots)]
     while stack:
         node, depth, parent = stack.pop()
+        if drawn is not None and not drawn(node):
+            continue
         own = len(nodes)
         nodes.append(node)
         depths.append(depth)
@@ -322,21 +332,11 @@ def _arrows(nodes: list[Node], parents: list[int], origin: int) -> list[Arrow]:
 def _flame(*, tree_has_samples: bool, roots: list[ProfileNode], names: _Names) -> Flame:
     """The profile's lines in preorder (those with nothing to draw left out, with what is below
     them), then each column in one comprehension."""
-    order: list[ProfileNode] = []
-    parents: list[int] = []
-    depths: list[int] = []
-    stack: list[tuple[ProfileNode, int, int]] = [(root, -1, 0) for root in reversed(roots)]
-    while stack:
-        node, parent, depth = stack.pop()
-        if (node.samples if tree_has_samples else node.time_ns) <= 0:
-            continue  # nothing to draw: no width
-        own = len(order)
-        order.append(node)
-        parents.append(parent)
-        depths.append(depth)
-        if node.children:
-            below = depth + 1
-            stack.extend([(child, own, below) for child in reversed(node.children)])
+
+    def drawn(node: ProfileNode) -> bool:  # one with nothing to draw has no width
+        return (node.samples if tree_has_samples else node.time_ns) > 0
+
+    order, depths, parents = _preorder(roots, drawn)
     kind_of = {kind: i for i, kind in enumerate(KINDS)}
     return Flame(
         weight="samples" if tree_has_samples else "time",
