@@ -10,17 +10,13 @@ in the sender's default batches of 4096 events.
 
 from __future__ import annotations
 
-import os
-import secrets
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Final
-from urllib.parse import quote
 
 import msgspec
 
-from benchmarks import synthetic
+from benchmarks import postgres, synthetic
 from benchmarks.harness import (
     CaseResult,
     Row,
@@ -31,14 +27,12 @@ from benchmarks.harness import (
     median_error,
     spread,
 )
+from benchmarks.postgres import scratch_schema
 from cmr.server.ingest import Ingest
 from cmr.store import Store, open_store
 from tracer import wire
 
 NAME: Final = "ingest"
-#: A PostgreSQL server to measure against (a libpq URI, as for the tests); without it the
-#: PostgreSQL variant is skipped with a note.
-PG_ENV: Final = "INVOSEQ_TEST_PG"
 TARGETS: Final = (Target("first", ">=", 500_000), Target("final", ">=", 2_000_000))
 
 
@@ -88,11 +82,11 @@ def run(settings: Settings) -> CaseResult:
         "sqlite": ingest_into(sqlite_store),
         "memory": ingest_into(memory_store),
     }
-    server = os.environ.get(PG_ENV)
+    server = postgres.server()
     if server:
         variants["postgres"] = _postgres_chunk(server, ingest_into)
     else:
-        result.notes.append(f"PostgreSQL ingest skipped: {PG_ENV} is not set")
+        result.notes.append(f"PostgreSQL ingest skipped: {postgres.PG_ENV} is not set")
     series = interleave(
         variants,
         rounds=3 if settings.quick else 12,
@@ -138,22 +132,9 @@ def _postgres_chunk(
 ) -> Callable[[], float]:
     """A chunk into a fresh schema of ``server`` (dropped after): one ``cmr serve`` node's
     ingest, each batch one committed transaction (synchronous_commit as the server has it)."""
-    import psycopg
-
-    @contextmanager
-    def schema() -> Iterator[str]:
-        name = f"bench_{secrets.token_hex(6)}"
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f"CREATE SCHEMA {name}")
-        try:
-            options = quote(f"-csearch_path={name}", safe="")
-            yield f"{server}{'&' if '?' in server else '?'}options={options}"
-        finally:
-            with psycopg.connect(server, autocommit=True) as admin:
-                admin.execute(f"DROP SCHEMA {name} CASCADE")
 
     def chunk() -> float:
-        with schema() as url:
+        with scratch_schema(server) as url:
             # The schema exists before timing starts; the first batch makes the day's
             # partitions, as a node's first batch of a day does.
             warm = open_store(url)

@@ -177,7 +177,7 @@ def otel_variant(calls: int) -> Callable[[], float]:
 
 def viztracer_variant(calls: int, notes: list[str]) -> Callable[[], float] | None:
     try:
-        from viztracer import VizTracer  # type: ignore[import-not-found, unused-ignore]
+        from viztracer import VizTracer  # type: ignore[import-not-found, import-untyped, unused-ignore]
     except ImportError:
         notes.append("VizTracer is not installed: its row is skipped (pip install viztracer)")
         return None

@@ -7,13 +7,16 @@ them, ``python -m cmr ...`` in a subprocess with the output thrown away, interle
 ``cmr ls --limit 1`` is timed too: it reads the listing line kept at ingest, so it must not grow
 with the sequence. Every row is a ratio to the floor, with issue 18's targets: ``ls`` within 2x
 the floor at every size; at 1 M invocations ``show`` within 12x (2 s on a quiet machine),
-``profile`` within 19x (3 s), and ``show``'s peak RSS within 300 MiB. The note says how the cost
+``profile`` within 19x (3 s), and ``show``'s peak RSS within 300 MiB. With ``INVOSEQ_TEST_PG``
+set, each size is also stored in a scratch schema of that PostgreSQL server and the same
+commands are timed on it, as a ratio to SQLite's (within 1.5x). The note says how the cost
 per node grew from the size below (linear would keep it). The 1 M case runs only without
 --quick; if building it takes too long it is capped, and the cap is reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -22,10 +25,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from benchmarks import synthetic
+from benchmarks import postgres, synthetic
 from benchmarks.harness import CaseResult, Row, Settings, Target, interleave, median, spread
 from benchmarks.processes import clean_environment
 from cmr.store import open_store
@@ -43,6 +47,9 @@ PROFILE_1M: Final = (
     Target("profile ≤ 19x floor", "<=", 19.0, on="ratio"),
     Target("profile ≤ 3 s", "<=", 3.0),
 )
+#: Issue 18: every read command on PostgreSQL as fast as on SQLite ±50 %.
+PG_READS: Final = (Target("PostgreSQL ≤ 1.5x SQLite", "<=", 1.5, on="ratio"),)
+COMMANDS: Final = ("ls", "show", "profile")
 #: Issue 18: peak RSS of `cmr show` on 1 M invocations.
 SHOW_1M_PEAK_MIB: Final = 300.0
 #: The longest the 1 M repository may take to build before it is capped.
@@ -51,7 +58,7 @@ BUILD_CAP_S: Final = 45.0
 COMMAND_TIMEOUT_S: Final = 300.0
 
 
-def build(path: Path, invocations: int, cap_s: float) -> tuple[bytes, int, float]:
+def build(path: Path | str, invocations: int, cap_s: float) -> tuple[bytes, int, float]:
     """A repository holding one sequence of ``invocations`` calls: (seq, invocations stored,
     seconds). Stops early, with the sequence cut short, once ``cap_s`` is spent."""
     started = time.perf_counter()
@@ -75,7 +82,7 @@ class Commands:
     A child's peak RSS starts from this process's own (it is inherited through fork), so a peak
     no higher than ours is not the command's: it is not recorded."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path | str) -> None:
         self.db = db
         self.peak_mib: dict[str, float] = {}
 
@@ -112,6 +119,10 @@ def run(settings: Settings) -> CaseResult:
     sizes = [10_000, 100_000] if settings.quick else [10_000, 100_000, 1_000_000]
     rounds = {10_000: 2, 100_000: 1} if settings.quick else {10_000: 3, 100_000: 2, 1_000_000: 1}
     measured: list[tuple[str, int, dict[str, list[float]], dict[str, float]]] = []
+    pg_server = postgres.server()
+    if pg_server is None:
+        result.notes.append(f"PostgreSQL reads skipped: {postgres.PG_ENV} is not set")
+    pg_rows: list[tuple[str, dict[str, float], dict[str, float]]] = []  # label, PG, SQLite
     for size in sizes:
         db = settings.workdir / f"views-{size}.sqlite"
         seq, stored, built_s = build(db, size, BUILD_CAP_S)
@@ -122,22 +133,44 @@ def run(settings: Settings) -> CaseResult:
                 f"{label}: building took over {BUILD_CAP_S:.0f} s, capped at {stored} invocations "
                 "(the sequence is cut short: its open calls show as running)"
             )
-        cmr = Commands(db)
-        series = interleave(
-            {
-                "floor": functools.partial(cmr.timed, "floor", "--help"),
-                "ls": functools.partial(cmr.timed, "ls", "ls", "--limit", "1"),
-                "show": functools.partial(cmr.timed, "show", "show", seq.hex()),
-                "profile": functools.partial(cmr.timed, "profile", "profile", seq.hex()),
-            },
-            rounds=rounds[size],
-            min_rounds=1,
-            budget_s=settings.budget_s / len(sizes),
-            warmup=size < 100_000 and not settings.quick,
-        )
+        with contextlib.ExitStack() as stack:
+            commands = {"": Commands(db)}
+            seqs = {"": seq}
+            if pg_server is not None:
+                url = stack.enter_context(postgres.scratch_schema(pg_server))
+                seqs["pg_"], pg_stored, pg_built_s = build(url, size, BUILD_CAP_S)
+                result.notes.append(
+                    f"{label}: PostgreSQL built in {pg_built_s:.1f} s ({pg_stored} stored)"
+                )
+                commands["pg_"] = Commands(url)
+            variants: dict[str, Callable[[], float]] = {
+                "floor": functools.partial(commands[""].timed, "floor", "--help")
+            }
+            for prefix, cmr in commands.items():
+                variants[f"{prefix}ls"] = functools.partial(cmr.timed, "ls", "ls", "--limit", "1")
+                shown = seqs[prefix].hex()
+                variants[f"{prefix}show"] = functools.partial(cmr.timed, "show", "show", shown)
+                variants[f"{prefix}profile"] = functools.partial(
+                    cmr.timed, "profile", "profile", shown
+                )
+            series = interleave(
+                variants,
+                rounds=rounds[size],
+                min_rounds=1,
+                budget_s=settings.budget_s / len(sizes),
+                warmup=size < 100_000 and not settings.quick,
+            )
         result.raw[label] = {"invocations": stored, "build_s": built_s, **series}
-        result.raw[label]["peak_rss_mib"] = cmr.peak_mib
-        measured.append((label, stored, series, cmr.peak_mib))
+        result.raw[label]["peak_rss_mib"] = commands[""].peak_mib
+        measured.append((label, stored, series, commands[""].peak_mib))
+        if "pg_" in commands:
+            pg_rows.append(
+                (
+                    label,
+                    {c: median(series[f"pg_{c}"]) for c in COMMANDS},
+                    {c: median(series[c]) for c in COMMANDS},
+                )
+            )
         for path in settings.workdir.glob(f"views-{size}.sqlite*"):
             os.unlink(path)
     # One floor for every size, from all its samples: a per-size floor of two or three
@@ -169,6 +202,21 @@ def run(settings: Settings) -> CaseResult:
                     value=show_peak,
                     unit="MiB",
                     targets=(Target("peak ≤ 300 MiB", "<=", SHOW_1M_PEAK_MIB),),
+                )
+            )
+    for label, on_pg, on_sqlite in pg_rows:
+        for command in COMMANDS:
+            shown = "ls --limit 1" if command == "ls" else command
+            result.rows.append(
+                Row(
+                    case=NAME,
+                    name=f"cmr {shown} on PostgreSQL, one sequence of {label} invocations",
+                    value=on_pg[command],
+                    unit="s",
+                    baseline=on_sqlite[command],
+                    baseline_name="the same command on SQLite",
+                    ratio=on_pg[command] / on_sqlite[command],
+                    targets=PG_READS,
                 )
             )
     return result

@@ -33,7 +33,7 @@ import msgspec
 
 from cmr.store._shared import HandoffRow, InvalidBatchError
 from cmr.store.base import InvocationRecord
-from cmr.store.summaries import SummaryCollector, SummaryParts
+from cmr.store.summaries import BatchCache, SummaryCollector, SummaryParts
 from tracer.wire import Attrs, Batch, End, Error, Handoff, Start, ThreadChunk
 
 _COMMON: Final = (Start, End)
@@ -58,6 +58,11 @@ LateEnd = tuple[int, int, int, str | None]
 LateAttrs = tuple[int, int, int, bytes]
 #: (puid, batch_no, clock_offset_ns, chunks blob): one stored batch.
 StoredBatch = tuple[int, int, int, bytes]
+#: The batch number of the batch holding a process's rows stored before batches were (a
+#: repository upgraded from a row per event), far above any batch a process sends.
+LEGACY_BATCH_NO: Final = 2**62
+#: (iid, seq, parent, hid, tid, method, start_ns, end_ns, error): an invocation stored as a row.
+LegacyRow = tuple[int, bytes, int, int, int, int, int, int | None, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +161,7 @@ def unpack(
     batches: Iterable[StoredBatch],
     late_ends: LateEnds,
     late_attrs: LateAttributes,
-    cache: dict[tuple[int, int], list[ThreadChunk]] | None = None,
+    cache: BatchCache | None = None,
 ) -> list[InvocationRecord]:
     """The invocations of ``seq`` from its stored batches (in ascending (puid, batch_no) order,
     so the first write of an event key wins), completed with the late Ends and Attrs they lack.
@@ -322,6 +327,48 @@ def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:
         if known is None or event.t_ns < known.t_ns:
             earliest[event.seq] = event
     return earliest
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyBatch:
+    """One process's invocations stored as rows, as one stored batch (clock offset 0: the times
+    are wall clock already) and its index."""
+
+    chunks: bytes
+    events: int
+    seqs: list[bytes]
+    seq_methods: dict[bytes, bytes]
+
+
+def legacy_batch(rows: Iterable[LegacyRow]) -> LegacyBatch:
+    """The batch of one process's invocation rows (each iid once), its Starts in each thread's
+    order of time."""
+    by_thread: dict[int, list[tuple[int, int, Start, End | Error | None]]] = {}
+    seq_methods: set[tuple[bytes, int]] = set()
+    events = 0
+    for iid, seq, parent, hid, tid, method, start_ns, end_ns, error in rows:
+        end: End | Error | None = None
+        if end_ns is not None:
+            end = Error(iid, end_ns, error) if error is not None else End(iid, end_ns)
+        start = Start(iid, parent, hid, method, start_ns, seq)
+        by_thread.setdefault(tid, []).append((start_ns, iid, start, end))
+        events += 1 if end is None else 2
+        seq_methods.add((seq, method))
+    chunks = []
+    for tid, calls in sorted(by_thread.items()):
+        calls.sort(key=operator.itemgetter(0, 1))
+        chunk_events: list[Start | End | Error] = []
+        for _t, _iid, start, end in calls:
+            chunk_events.append(start)
+            if end is not None:
+                chunk_events.append(end)
+        chunks.append(ThreadChunk(tid, chunk_events))  # type: ignore[arg-type]
+    return LegacyBatch(
+        chunks=encode_chunks(chunks),
+        events=events,
+        seqs=sorted({seq for seq, _ in seq_methods}),
+        seq_methods=methods_by_seq(seq_methods),
+    )
 
 
 def methods_by_seq(pairs: set[tuple[bytes, int]]) -> dict[bytes, bytes]:

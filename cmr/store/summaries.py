@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -36,7 +37,11 @@ from cmr.store._shared import (
     summary_root,
 )
 from cmr.store.base import InvocationRecord, MethodRecord, ProcessRecord, SequenceSummary
-from tracer.wire import End, Error, Start
+from tracer.wire import End, Error, Start, ThreadChunk
+
+#: Decoded stored batches by (puid, batch_no), kept while one pass reads many sequences
+#: (``packed.unpack``'s cache; defined here because packed imports this module).
+BatchCache = dict[tuple[int, int], list[ThreadChunk]]
 
 _IID = operator.attrgetter("iid")
 _PARENT = operator.attrgetter("parent")
@@ -218,3 +223,18 @@ def parts_of(seq: bytes, records: list[InvocationRecord]) -> SummaryParts:
         entries=[(seq, r.puid, r.iid, r.hid, r.end_ns) for r in records if not r.parent and r.hid],
         opened=[(r.puid, r.iid, seq) for r in records if r.end_ns is None],
     )
+
+
+def backfilled(
+    seqs: Iterable[bytes], records_of: Callable[[bytes, BatchCache], list[InvocationRecord]]
+) -> Iterator[tuple[bytes, int, SummaryParts]]:
+    """(seq, invocations, parts) of each sequence of a repository stored without summaries,
+    from its records (``records_of``, given a cache of decoded batches: sequences stored
+    together share batches; the cache is bounded)."""
+    cache: BatchCache = {}
+    for seq in seqs:
+        records = records_of(seq, cache)
+        if records:
+            yield seq, len(records), parts_of(seq, records)
+        if len(cache) > 256:
+            cache.clear()

@@ -1,10 +1,13 @@
 """Writing one batch into PostgreSQL, in the caller's transaction.
 
-The batch's key goes in first (``INSERT ... ON CONFLICT DO NOTHING`` on ``batches``): when two
-nodes receive the same batch, the second waits there for the first to commit, then finds the
-key and stores nothing. Event rows are streamed with binary COPY into temporary staging tables
-and moved into the day-partitioned tables by one ``INSERT ... SELECT ... ON CONFLICT DO
-NOTHING`` each, which computes every row's day and keeps the first write of an event key.
+The batch goes in first, as it arrived (``cmr.store.packed``: its thread chunks as one
+``bytea``, with its key, ``INSERT ... ON CONFLICT DO NOTHING`` on ``batches``): when two nodes
+receive the same batch, the second waits there for the first to commit, then finds the key and
+stores nothing. Then its small index and its sequences' listing lines (``postgres_summaries``),
+each one statement over arrays (``unnest``), sent in one pipeline: a batch costs a round trip or
+two, not one per statement. Hand-offs and samples are streamed with binary COPY into temporary
+staging tables and moved into the day-partitioned tables by one ``INSERT ... SELECT ... ON
+CONFLICT DO NOTHING`` each, which computes every row's day and keeps the first write of a key.
 
 Rows other batches may write at the same time are locked in one order by every node — the
 batch key, the process (and its methods, threads, frames), then sequences sorted by id — so two
@@ -19,8 +22,10 @@ from typing import Final
 
 import msgspec
 
-from cmr.store._shared import EventRows, lost_rows
+from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
+from cmr.store.packed import PackedBatch
+from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.partitions import day_of, day_sql
 from cmr.store.postgres.schema import (
@@ -28,7 +33,6 @@ from cmr.store.postgres.schema import (
     UPSERT_PROCESS,
     UPSERT_SAMPLE_THREADS,
     UPSERT_SAMPLER,
-    UPSERT_SEQUENCES,
 )
 from tracer.wire import Batch
 
@@ -69,23 +73,6 @@ class _Stage:
         return [kind for _, kind in self.columns]
 
 
-STARTS: Final = _Stage(
-    "starts",
-    (
-        ("puid", "int8"),
-        ("iid", "int8"),
-        ("seq", "bytea"),
-        ("parent", "int8"),
-        ("hid", "int8"),
-        ("tid", "int8"),
-        ("method", "int8"),
-        ("start_ns", "int8"),
-    ),
-    "start_ns",
-)
-ENDS: Final = _Stage(
-    "ends", (("puid", "int8"), ("iid", "int8"), ("end_ns", "int8"), ("error", "text")), "end_ns"
-)
 HANDOFFS: Final = _Stage(
     "handoffs",
     (
@@ -113,7 +100,7 @@ SAMPLES: Final = _Stage(
     ),
     "t_ns",
 )
-STAGES: Final = (STARTS, ENDS, HANDOFFS, SAMPLES)
+STAGES: Final = (HANDOFFS, SAMPLES)
 
 
 def create_stages(conn: Conn) -> None:
@@ -123,12 +110,10 @@ def create_stages(conn: Conn) -> None:
 
 
 def needed_days(
-    rows: EventRows, samples: list[SampleRecord], window: tuple[int, int]
+    packed: PackedBatch, samples: list[SampleRecord], window: tuple[int, int]
 ) -> set[tuple[str, int]]:
     """The (table, day) partitions the batch's rows go to (asked only when one was missing)."""
-    days = {("starts", day_of(r[7], window)) for r in rows.starts}
-    days |= {("ends", day_of(r[2], window)) for r in rows.ends}
-    days |= {("handoffs", day_of(r[6], window)) for r in rows.handoffs}
+    days = {("handoffs", day_of(row[6], window)) for row in packed.handoffs}
     days |= {("samples", day_of(r.t_ns, window)) for r in samples}
     return days
 
@@ -137,30 +122,37 @@ def write_batch(
     conn: Conn,
     batch: Batch,
     *,
-    rows: EventRows,
+    packed: PackedBatch,
     samples: list[SampleRecord],
     received_ns: int,
     window: tuple[int, int],
     node: int,
 ) -> bool:
     """Store the batch (False: it was stored before). Runs inside the caller's transaction."""
-    events = rows.count
+    puid, batch_no = batch.puid, batch.batch_no
     cursor = conn.execute(
-        "INSERT INTO batches VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-        (batch.puid, batch.batch_no, received_ns, events),
+        "INSERT INTO batches (puid, batch_no, received_ns, events, clock_offset_ns, chunks) "
+        "VALUES (%s, %s, %s, %s, %s, %b) ON CONFLICT DO NOTHING",
+        (puid, batch_no, received_ns, packed.events, batch.process.clock_offset_ns, packed.chunks),
     )
     if cursor.rowcount == 0:
         conn.execute(UPSERT_COUNTERS, (node, 0, 1, 0, 0))
         return False
-    _upsert_process(conn, batch, received_ns)
-    _upsert_infos(conn, batch)
-    if rows.first_start:
-        ordered = sorted(rows.first_start.items())
-        conn.execute(UPSERT_SEQUENCES, ([s for s, _ in ordered], [t for _, t in ordered]))
+    with conn.pipeline():
+        _upsert_process(conn, batch, received_ns)
+        _upsert_infos(conn, batch)
+        _store_index(conn, batch, packed)
+        summaries.store(conn, packed)  # after the late Ends: they close calls
+        if batch.lost_seqs:
+            lost = lost_rows(batch)
+            conn.execute(
+                "INSERT INTO lost_seqs SELECT * FROM unnest(%b::bytea[], %b::bigint[]) "
+                "ON CONFLICT DO NOTHING",
+                ([seq for seq, _ in lost], [puid for _, puid in lost]),
+            )
+        _store_sampler(conn, batch, samples)
     window_params = {"lowest": window[0], "highest": window[1]}
-    _move(conn, STARTS, rows.starts, window_params)
-    _move(conn, ENDS, rows.ends, window_params)
-    _move(conn, HANDOFFS, rows.handoffs, window_params)
+    _move(conn, HANDOFFS, packed.handoffs, window_params)
     stored_samples = _move(
         conn,
         SAMPLES,
@@ -170,17 +162,38 @@ def write_batch(
         ],
         window_params,
     )
-    _store_attributes(conn, batch, rows)
-    if batch.lost_seqs:
-        lost = lost_rows(batch)
-        conn.execute(
-            "INSERT INTO lost_seqs SELECT * FROM unnest(%s::bytea[], %s::bigint[]) "
-            "ON CONFLICT DO NOTHING",
-            ([seq for seq, _ in lost], [puid for _, puid in lost]),
-        )
-    _store_sampler(conn, batch, samples)
-    conn.execute(UPSERT_COUNTERS, (node, 1, 0, events, stored_samples))
+    conn.execute(UPSERT_COUNTERS, (node, 1, 0, packed.events, stored_samples))
     return True
+
+
+def _store_index(conn: Conn, batch: Batch, packed: PackedBatch) -> None:
+    """What lookups need of the batch: its sequences, the methods each ran, and the Ends and
+    Attrs whose Start is not in it (first write of an event key wins)."""
+    puid, batch_no = batch.puid, batch.batch_no
+    if packed.seqs:
+        conn.execute(
+            "INSERT INTO batch_seqs SELECT seq, %s, %s FROM unnest(%b::bytea[]) AS s (seq)",
+            (puid, batch_no, sorted(packed.seqs)),
+        )
+    if packed.seq_methods:
+        seqs = sorted(packed.seq_methods)
+        conn.execute(
+            "INSERT INTO seq_methods SELECT m.seq, %s, %s, m.methods "
+            "FROM unnest(%b::bytea[], %b::bytea[]) AS m (seq, methods)",
+            (puid, batch_no, seqs, [packed.seq_methods[seq] for seq in seqs]),
+        )
+    if packed.late_ends:
+        conn.execute(
+            "INSERT INTO late_ends SELECT * FROM unnest("
+            "%b::bigint[], %b::bigint[], %b::bigint[], %b::text[]) ON CONFLICT DO NOTHING",
+            [list(column) for column in zip(*packed.late_ends, strict=True)],
+        )
+    if packed.late_attrs:
+        conn.execute(
+            "INSERT INTO late_attrs SELECT * FROM unnest("
+            "%b::bigint[], %b::bigint[], %b::bigint[], %b::bytea[]) ON CONFLICT DO NOTHING",
+            [list(column) for column in zip(*packed.late_attrs, strict=True)],
+        )
 
 
 def _move(
@@ -255,29 +268,13 @@ def _upsert(
     key, *columns = key_and_columns
     ids = sorted(values)
     arrays: list[list[object]] = [[values[i][at] for i in ids] for at in range(len(columns))]
-    unnest = ", ".join(f"%s::{_TYPES[column]}[]" for column in columns)
+    unnest = ", ".join(f"%b::{_TYPES[column]}[]" for column in columns)
     updates = ", ".join(f"{column} = excluded.{column}" for column in columns)
     conn.execute(
         f"INSERT INTO {table} (puid, {key}, {', '.join(columns)}) "
-        f"SELECT %s, * FROM unnest(%s::bigint[], {unnest}) ORDER BY 2 "
+        f"SELECT %s, * FROM unnest(%b::bigint[], {unnest}) ORDER BY 2 "
         f"ON CONFLICT (puid, {key}) DO UPDATE SET {updates}",
         (puid, ids, *arrays),
-    )
-
-
-def _store_attributes(conn: Conn, batch: Batch, rows: EventRows) -> None:
-    """One row per invocation and batch; a key given twice in the batch keeps its latest value."""
-    if not rows.attrs:
-        return
-    merged: dict[int, dict[str, str | int | float | bool]] = {}
-    for _puid, iid, attributes in rows.attrs:
-        merged.setdefault(iid, {}).update(attributes)
-    iids = sorted(merged)
-    conn.execute(
-        "INSERT INTO attributes SELECT %s, iid, %s, attributes "
-        "FROM unnest(%s::bigint[], %s::bytea[]) AS a (iid, attributes) "
-        "ON CONFLICT DO NOTHING",
-        (batch.puid, batch.batch_no, iids, [_encode(merged[iid]) for iid in iids]),
     )
 
 

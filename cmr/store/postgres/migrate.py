@@ -13,7 +13,13 @@ from typing import Final
 
 from cmr.store.base import StoreError
 from cmr.store.postgres.connect import Conn
-from cmr.store.postgres.schema import MIGRATIONS, MIGRATIONS_TABLE, SCHEMA_VERSION
+from cmr.store.postgres.legacy import move_legacy_rows
+from cmr.store.postgres.schema import (
+    MIGRATIONS,
+    MIGRATIONS_TABLE,
+    PACKED_VERSION,
+    SCHEMA_VERSION,
+)
 
 #: The advisory lock migrations run under (``pg_advisory_xact_lock``); "ivsq" "migr".
 MIGRATION_LOCK: Final = 0x69767371_6D696772
@@ -56,6 +62,8 @@ def migrate(conn: Conn, name: str, *, upto: int = SCHEMA_VERSION) -> int:
             if version < migration.version <= upto:
                 for statement in migration.statements:
                     conn.execute(statement)
+                if migration.version == PACKED_VERSION:
+                    move_legacy_rows(conn)
                 conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),

@@ -1,10 +1,10 @@
 """Retention in PostgreSQL (``Store.prune``), in the caller's transaction.
 
-Whole day partitions older than the cutoff are dropped (no row is read or deleted one by one);
-only the remainder is deleted row by row: the sequences that started before the cutoff with
-invocations or hand-offs in a later partition, and samples, ends and batch records of the
-partial day. An End in a kept partition whose Start sat in a dropped one is left without its
-Start, unseen by every read, until its own partition is dropped.
+As in SQLite, the sequences that started before the cutoff go with their index rows, listing
+lines and hand-offs, and a stored batch goes once no sequence it holds is left (a batch may hold
+old and new sequences). Hand-offs and samples are partitioned by day: whole day partitions older
+than the cutoff are dropped (no row is read or deleted one by one) and only the partial day's
+rows are deleted one by one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,26 @@ from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.partitions import DAY_NS, FUTURE, PAST_DAYS, droppable
 
 #: What a process leaves behind once nothing else names it: deleted with it.
-_PROCESS_TABLES = ("methods", "threads", "frames", "sample_threads", "samplers", "attributes")
+_PROCESS_TABLES = (
+    "methods",
+    "threads",
+    "frames",
+    "sample_threads",
+    "samplers",
+    "late_ends",
+    "late_attrs",
+)
+#: What a sequence leaves behind, deleted with it.
+_SEQUENCE_TABLES = (
+    "batch_seqs",
+    "seq_methods",
+    "handoffs",
+    "lost_seqs",
+    "seq_roots",
+    "seq_threads",
+    "seq_entries",
+    "open_calls",
+)
 
 
 def prune(conn: Conn, before_ns: int, now_ns: int) -> PruneResult:
@@ -30,25 +49,17 @@ def prune(conn: Conn, before_ns: int, now_ns: int) -> PruneResult:
     ).rowcount
     conn.execute("ANALYZE pruned")
     if sequences:
-        # Attributes are few and not partitioned: found from their side, before their Starts go.
-        conn.execute(
-            "DELETE FROM attributes a WHERE EXISTS ("
-            "  SELECT 1 FROM starts s JOIN pruned p ON p.seq = s.seq"
-            "  WHERE s.puid = a.puid AND s.iid = a.iid)"
-        )
+        for table in _SEQUENCE_TABLES:
+            conn.execute(
+                sql.SQL("DELETE FROM {} t USING pruned p WHERE t.seq = p.seq").format(
+                    sql.Identifier(table)
+                )
+            )
     samples = 0
     for name in droppable(conn, before_ns):
         if name.startswith("samples_"):
             samples += _count(conn, name)
         conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
-    if sequences:
-        conn.execute(
-            "DELETE FROM ends e USING starts s, pruned p "
-            "WHERE s.seq = p.seq AND e.puid = s.puid AND e.iid = s.iid"
-        )
-        conn.execute("DELETE FROM starts s USING pruned p WHERE s.seq = p.seq")
-        conn.execute("DELETE FROM handoffs h USING pruned p WHERE h.seq = p.seq")
-        conn.execute("DELETE FROM lost_seqs l USING pruned p WHERE l.seq = p.seq")
     # Rows older than the cutoff sit in partitions up to its day, or up to the oldest day of
     # the window when they were clamped (postgres_partitions), or in FUTURE.
     last_day = max((before_ns - 1) // DAY_NS, now_ns // DAY_NS - PAST_DAYS)
@@ -58,10 +69,17 @@ def prune(conn: Conn, before_ns: int, now_ns: int) -> PruneResult:
         days,
     ).rowcount
     conn.execute(
-        "DELETE FROM ends WHERE end_ns < %(before)s AND (day <= %(last)s OR day = %(future)s)",
-        days,
+        "DELETE FROM batches b WHERE received_ns < %s AND NOT EXISTS (SELECT 1 FROM batch_seqs s "
+        "WHERE s.puid = b.puid AND s.batch_no = b.batch_no)",
+        (before_ns,),
     )
-    conn.execute("DELETE FROM batches WHERE received_ns < %s", (before_ns,))
+    # An End before the cutoff belongs to an invocation that started before it, so its sequence
+    # was pruned.
+    conn.execute("DELETE FROM late_ends WHERE end_ns < %s", (before_ns,))
+    conn.execute(
+        "DELETE FROM late_attrs a WHERE NOT EXISTS (SELECT 1 FROM batches b "
+        "WHERE b.puid = a.puid AND b.batch_no = a.batch_no)"
+    )
     processes = _prune_processes(conn, before_ns)
     return PruneResult(sequences=sequences, samples=samples, processes=processes)
 
@@ -72,7 +90,7 @@ def _prune_processes(conn: Conn, before_ns: int) -> int:
     gone = conn.execute(
         "WITH gone AS (DELETE FROM processes p WHERE p.puid IN ("
         "  SELECT puid FROM processes WHERE last_seen_ns < %s"
-        "    AND NOT EXISTS (SELECT 1 FROM starts s WHERE s.puid = processes.puid)"
+        "    AND NOT EXISTS (SELECT 1 FROM batch_seqs s WHERE s.puid = processes.puid)"
         "    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = processes.puid)"
         "    AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = processes.puid)"
         "    AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = processes.puid)"
@@ -82,7 +100,7 @@ def _prune_processes(conn: Conn, before_ns: int) -> int:
         (before_ns,),
     ).rowcount
     if gone:
-        for table in (*_PROCESS_TABLES, "ends"):
+        for table in _PROCESS_TABLES:
             conn.execute(
                 sql.SQL("DELETE FROM {} t USING pruned_processes g WHERE t.puid = g.puid").format(
                     sql.Identifier(table)

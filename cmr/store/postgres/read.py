@@ -1,11 +1,11 @@
-"""The PostgreSQL repository's read side: the queries behind ``ls``, ``show`` and ``stats``, each
-run inside a transaction the caller holds (``PostgresStore``), with the rules of ``_shared``."""
+"""The PostgreSQL repository's read side: a sequence's batches unpacked (``cmr.store.packed``),
+then the hand-offs, methods, threads and processes its invocations name, and ``stats``; each run
+inside a transaction the caller holds (``PostgresStore``), with the rules of ``_shared``."""
 
 from __future__ import annotations
 
-from typing import Any, Final
-
-import msgspec
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from cmr.store._samples import (
     ThreadKey,
@@ -14,14 +14,7 @@ from cmr.store._samples import (
     load_samples,
     sample_windows,
 )
-from cmr.store._shared import (
-    RemoteEntries,
-    RootCandidate,
-    is_lost,
-    qualified_name,
-    sequence_status,
-    summary_root,
-)
+from cmr.store._shared import is_lost, process_pairs
 from cmr.store.base import (
     FrameRecord,
     HandoffRecord,
@@ -30,108 +23,76 @@ from cmr.store.base import (
     ProcessRecord,
     SampleRecord,
     SequenceData,
-    SequenceSummary,
     StoreStats,
     ThreadRecord,
     UnknownSequenceError,
 )
+from cmr.store.packed import LateAttrs, LateEnd, StoredBatch, unpack
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.schema import (
-    ATTRIBUTES,
-    COUNTS,
-    INVOCATIONS,
-    LOSSY,
+    LATE_ENDS,
     PROCESS_COLUMNS,
-    REMOTE_ENTRIES,
-    ROOT,
     SAMPLES_IN_WINDOW,
-    WITH_HANDOFFS,
+    SEQUENCE_BATCHES,
+    SEQUENCE_HANDOFFS,
 )
-
-AttributeDict = dict[str, str | int | float | bool]
-_decode_attributes: Final = msgspec.msgpack.Decoder(AttributeDict).decode
+from cmr.store.summaries import BatchCache
 
 
-def summary(conn: Conn, seq: bytes, start_ns: int, now: int) -> SequenceSummary:
-    params = {"seq": seq, "now": now}
-    invocations, threads, processes, running, incomplete = _one(conn, COUNTS, params)
-    parent, hid, method, end_ns, module, qualname = _one(conn, ROOT, params)
-    best = RootCandidate(parent, hid, qualified_name(module, qualname, method), end_ns)
-    remote = RemoteEntries(0, 0, None)
-    if parent or hid:  # only a sequence without a true root looks for remote entries
-        remote = RemoteEntries(*_one(conn, REMOTE_ENTRIES, params))
-    root, root_end_ns = summary_root(best, remote)
-    lossy = conn.execute(LOSSY, params).fetchone() is not None
-    return SequenceSummary(
-        seq=seq,
-        root=root,
-        start_ns=start_ns,
-        end_ns=root_end_ns,
-        invocations=invocations,
-        threads=threads,
-        processes=processes,
-        status=sequence_status(running, incomplete),
-        lossy=lossy,
-    )
+def invocations(conn: Conn, seq: bytes, cache: BatchCache | None = None) -> list[InvocationRecord]:
+    """The sequence's invocations, from its batches and the late Ends and Attrs they lack."""
+
+    def stored() -> Iterator[StoredBatch]:
+        for puid, batch_no, offset, blob in conn.execute(SEQUENCE_BATCHES, {"seq": seq}):
+            yield puid, batch_no, offset, bytes(blob)
+
+    def late_ends(keys: list[tuple[int, int]]) -> Iterator[LateEnd]:
+        if keys:
+            yield from conn.execute(LATE_ENDS, ([k[0] for k in keys], [k[1] for k in keys]))
+
+    def late_attrs(puids: set[int]) -> Iterator[LateAttrs]:
+        for puid, iid, batch_no, blob in conn.execute(
+            "SELECT puid, iid, batch_no, attributes FROM late_attrs WHERE puid = ANY(%s)",
+            (sorted(puids),),
+        ):
+            yield puid, iid, batch_no, bytes(blob)
+
+    return unpack(seq, stored(), late_ends, late_attrs, cache)
 
 
 def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
-    params = {"seq": seq}
-    attributes = _attributes(conn, params)
-    invocations = [
-        InvocationRecord(
-            puid,
-            iid,
-            parent,
-            hid,
-            tid,
-            method,
-            start_ns,
-            end_ns,
-            error,
-            attributes=attributes.get((puid, iid)),
-        )
-        for puid, iid, parent, hid, tid, method, start_ns, end_ns, error in conn.execute(
-            INVOCATIONS, params
-        )
-    ]
-    if not invocations:
+    records = invocations(conn, seq)
+    if not records:
         raise UnknownSequenceError(f"no sequence {seq.hex()}")
-    invocations.sort(key=lambda r: (r.start_ns, r.puid, r.iid))
+    continued = sorted({r.hid for r in records if r.hid})
     handoffs = {
         row[0]: HandoffRecord(*row)
-        for row in conn.execute(f"{WITH_HANDOFFS} SELECT * FROM seq_handoffs", params)
+        for row in conn.execute(SEQUENCE_HANDOFFS, {"seq": seq, "hids": continued})
     }
+    wanted_methods, wanted_threads = process_pairs(records, "method", "tid")
+    wanted_methods.update((h.puid, h.method) for h in handoffs.values())
+    puids = sorted({puid for puid, _ in wanted_methods})
     methods = {
         (puid, method): MethodRecord(module, qualname, file, line)
         for puid, method, module, qualname, file, line in conn.execute(
-            f"{WITH_HANDOFFS} SELECT puid, method, module, qualname, file, line FROM methods "
-            "WHERE (puid, method) IN (SELECT puid, method FROM starts WHERE seq = %(seq)s "
-            "UNION SELECT puid, method FROM seq_handoffs)",
-            params,
+            "SELECT puid, method, module, qualname, file, line FROM methods WHERE puid = ANY(%s)",
+            (puids,),
         )
+        if (puid, method) in wanted_methods
     }
     threads = {
         (puid, tid): ThreadRecord(native_id, name)
         for puid, tid, native_id, name in conn.execute(
-            "SELECT puid, tid, native_id, name FROM threads "
-            "WHERE (puid, tid) IN (SELECT puid, tid FROM starts WHERE seq = %(seq)s)",
-            params,
+            "SELECT puid, tid, native_id, name FROM threads WHERE puid = ANY(%s)", (puids,)
         )
+        if (puid, tid) in wanted_threads
     }
     lost_by = frozenset(
-        puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = %(seq)s", params)
+        int(puid) for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = %s", (seq,))
     )
-    processes = {
-        row[0]: process_record(row, now)
-        for row in conn.execute(
-            f"{WITH_HANDOFFS} SELECT {PROCESS_COLUMNS} FROM processes WHERE puid IN "
-            "(SELECT puid FROM starts WHERE seq = %(seq)s "
-            "UNION SELECT puid FROM seq_handoffs "
-            "UNION SELECT puid FROM lost_seqs WHERE seq = %(seq)s)",
-            params,
-        )
-    }
+    processes_by_puid = processes(
+        conn, {r.puid for r in records} | {h.puid for h in handoffs.values()} | lost_by, now
+    )
     sampled: list[SampleRecord] = []
     frames: dict[tuple[int, int], FrameRecord] = {}
     if samples:
@@ -139,13 +100,22 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
             (puid, tid)
             for puid, tid in conn.execute(
                 "SELECT puid, tid FROM sample_threads WHERE puid = ANY(%s)",
-                (sorted({r.puid for r in invocations}),),
+                (sorted({r.puid for r in records}),),
             )
         }
-        sampled, frames = _samples(conn, sample_windows(invocations, threads_sampled))
+        sampled, frames = _samples(conn, sample_windows(records, threads_sampled))
     return SequenceData(
-        seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
+        seq, records, methods, threads, processes_by_puid, handoffs, sampled, frames, lost_by
     )
+
+
+def processes(conn: Conn, puids: Iterable[int], now: int) -> dict[int, ProcessRecord]:
+    return {
+        row[0]: process_record(row, now)
+        for row in conn.execute(
+            f"SELECT {PROCESS_COLUMNS} FROM processes WHERE puid = ANY(%s)", (sorted(set(puids)),)
+        )
+    }
 
 
 def stats(conn: Conn, now: int) -> StoreStats:
@@ -192,14 +162,6 @@ def process_record(row: Any, now: int) -> ProcessRecord:
             ended=bool(ended), heartbeat_ms=heartbeat_ms, last_seen_ns=last_seen_ns, now_ns=now
         ),
     )
-
-
-def _attributes(conn: Conn, params: dict[str, Any]) -> dict[tuple[int, int], AttributeDict]:
-    """Per invocation, its attributes merged in batch order: a later value of a key wins."""
-    merged: dict[tuple[int, int], AttributeDict] = {}
-    for puid, iid, encoded in conn.execute(ATTRIBUTES, params):
-        merged.setdefault((puid, iid), {}).update(_decode_attributes(encoded))
-    return merged
 
 
 def _samples(

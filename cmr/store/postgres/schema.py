@@ -4,21 +4,23 @@ Each migration is applied once, in order, inside one transaction, and recorded i
 ``schema_migrations``; ``postgres_migrate`` checks the list at every start. Never edit a
 migration that has shipped: append a new one.
 
-Event tables (``starts``, ``ends``, ``handoffs``, ``samples``) are partitioned by range on a
-``day`` column: the day (UTC, days since the epoch) of the row's own time, clamped into a window
-around the repository's clock (``postgres_partitions``). A partition is created the first time a
-row needs it and dropped whole by ``prune`` once every row in it is older than the cutoff. A key
-that includes ``day`` is all PostgreSQL can enforce on a partitioned table, so "the first write
-of an event key wins" holds within a day; readers take the earliest day's row when a forged
-duplicate sits in two.
+Since version 3, events are stored as their batches arrived (``cmr.store.packed``, as in
+SQLite): one ``bytea`` of thread chunks per batch in ``batches`` and the small index beside it,
+with each sequence's listing line kept at ingest (``cmr.store.summaries``). Version 1 stored a
+row per Start and End; ``postgres_legacy`` moves such rows into batches when it upgrades.
+
+Hand-offs and samples are partitioned by range on a ``day`` column: the day (UTC, days since
+the epoch) of the row's own time, clamped into a window around the repository's clock
+(``postgres_partitions``). A partition is created the first time a row needs it and dropped
+whole by ``prune`` once every row in it is older than the cutoff. A key that includes ``day`` is
+all PostgreSQL can enforce on a partitioned table, so "the first write of a key wins" holds
+within a day; readers take the earliest day's row when a forged duplicate sits in two.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Final
-
-from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +39,6 @@ MIGRATIONS_TABLE: Final = """CREATE TABLE IF NOT EXISTS schema_migrations (
 
 #: The tables partitioned by day, each with the column whose day routes a row.
 PARTITIONED: Final = {
-    "starts": "start_ns",
-    "ends": "end_ns",
     "handoffs": "submitted_ns",
     "samples": "t_ns",
 }
@@ -139,9 +139,70 @@ _ATTRIBUTES: Final = (
     )""",
 )
 
+#: Batches stored as they arrived (``cmr.store.packed``, as in SQLite) and each sequence's
+#: listing line kept at ingest (``cmr.store.summaries``). ``postgres_legacy`` moves the rows of
+#: ``starts``, ``ends`` and ``attributes`` into that form, then those tables are dropped.
+_PACKED: Final = (
+    """ALTER TABLE batches
+        ADD COLUMN clock_offset_ns bigint NOT NULL DEFAULT 0,
+        ADD COLUMN chunks bytea""",
+    # A batch's chunks (about 90 KB for 4,096 events) are compressed by lz4, not pglz: it
+    # stores a batch in a third of the time, nearly as small. A server built without lz4
+    # (or older than PostgreSQL 14) keeps pglz: the same data, only slower.
+    """DO $$ BEGIN
+        ALTER TABLE batches ALTER COLUMN chunks SET COMPRESSION lz4;
+    EXCEPTION WHEN OTHERS THEN NULL;
+    END $$""",
+    """CREATE TABLE batch_seqs (
+        seq bytea NOT NULL, puid bigint NOT NULL, batch_no bigint NOT NULL,
+        PRIMARY KEY (seq, puid, batch_no)
+    )""",
+    "CREATE INDEX batch_seqs_by_batch ON batch_seqs (puid, batch_no)",
+    """CREATE TABLE seq_methods (
+        seq bytea NOT NULL, puid bigint NOT NULL, batch_no bigint NOT NULL,
+        methods bytea NOT NULL,  -- msgpack array of the method ids its Starts in the batch ran
+        PRIMARY KEY (seq, puid, batch_no)
+    )""",
+    """CREATE TABLE late_ends (
+        puid bigint NOT NULL, iid bigint NOT NULL, end_ns bigint NOT NULL, error text,
+        PRIMARY KEY (puid, iid)
+    )""",
+    "CREATE INDEX late_ends_by_time ON late_ends (end_ns)",
+    """CREATE TABLE late_attrs (
+        puid bigint NOT NULL, iid bigint NOT NULL, batch_no bigint NOT NULL,
+        attributes bytea NOT NULL,  -- JSON object
+        PRIMARY KEY (puid, iid, batch_no)
+    )""",
+    "ALTER TABLE sequences ADD COLUMN invocations bigint NOT NULL DEFAULT 0",
+    """CREATE TABLE seq_roots (
+        seq bytea PRIMARY KEY, untrue integer NOT NULL, handed integer NOT NULL,
+        start_ns bigint NOT NULL, puid bigint NOT NULL, iid bigint NOT NULL,
+        method bigint NOT NULL, end_ns bigint
+    )""",
+    """CREATE TABLE seq_threads (
+        seq bytea NOT NULL, puid bigint NOT NULL, tid bigint NOT NULL,
+        PRIMARY KEY (seq, puid, tid)
+    )""",
+    """CREATE TABLE seq_entries (
+        seq bytea NOT NULL, puid bigint NOT NULL, iid bigint NOT NULL, hid bigint NOT NULL,
+        end_ns bigint,
+        PRIMARY KEY (seq, puid, iid)
+    )""",
+    """CREATE TABLE open_calls (
+        puid bigint NOT NULL, iid bigint NOT NULL, seq bytea NOT NULL,
+        PRIMARY KEY (puid, iid)
+    )""",
+    "CREATE INDEX open_calls_by_seq ON open_calls (seq, puid)",
+)
+
+#: The version whose migration also moves rows (``postgres_migrate`` runs the move after its
+#: statements, ``postgres_legacy`` drops the row tables once they are moved).
+PACKED_VERSION: Final = 3
+
 MIGRATIONS: Final = (
     Migration(1, "processes, events partitioned by day, samples, counters", _CORE),
     Migration(2, "invocation attributes", _ATTRIBUTES),
+    Migration(PACKED_VERSION, "batches stored as they arrived, listing lines", _PACKED),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
@@ -159,11 +220,6 @@ UPSERT_PROCESS: Final = """
         last_seen_ns = greatest(p.last_seen_ns, excluded.last_seen_ns),
         heartbeat_ms = CASE WHEN excluded.last_seen_ns >= p.last_seen_ns
                             THEN excluded.heartbeat_ms ELSE p.heartbeat_ms END"""
-#: Rows are sorted by seq, so concurrent nodes lock shared sequence rows in one order.
-UPSERT_SEQUENCES: Final = """
-    INSERT INTO sequences AS q
-    SELECT * FROM unnest(%s::bytea[], %s::bigint[]) ORDER BY 1
-    ON CONFLICT (seq) DO UPDATE SET start_ns = least(q.start_ns, excluded.start_ns)"""
 UPSERT_COUNTERS: Final = """
     INSERT INTO counters AS c VALUES (%s, %s, %s, %s, %s)
     ON CONFLICT (node) DO UPDATE SET
@@ -179,66 +235,82 @@ UPSERT_SAMPLER: Final = """
     WHERE excluded.ticks >= s.ticks"""
 UPSERT_SAMPLE_THREADS: Final = """
     INSERT INTO sample_threads AS t
-    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) ORDER BY 1, 2
+    SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[]) ORDER BY 1, 2
     ON CONFLICT (puid, tid) DO UPDATE
     SET longest_ns = greatest(t.longest_ns, excluded.longest_ns)"""
 
-INVOCATIONS: Final = """
-    SELECT DISTINCT ON (s.puid, s.iid)
-           s.puid, s.iid, s.parent, s.hid, s.tid, s.method, s.start_ns, e.end_ns, e.error
-    FROM starts s LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    WHERE s.seq = %(seq)s
-    ORDER BY s.puid, s.iid, s.day, e.day"""
-ATTRIBUTES: Final = """
-    SELECT a.puid, a.iid, a.attributes FROM attributes a
-    WHERE (a.puid, a.iid) IN (SELECT puid, iid FROM starts WHERE seq = %(seq)s)
-    ORDER BY a.puid, a.iid, a.batch_no"""
-#: _shared.is_lost in SQL, for the process ``p`` at the time bound to ``%(now)s``.
-FINISHED: Final = f"""(p.ended OR (
-    p.heartbeat_ms > 0
-    AND %(now)s - p.last_seen_ns
-        > ({MISSED_HEARTBEATS} * p.heartbeat_ms + {LOST_GRACE_MS})::bigint * 1000000
-))"""
-#: Invocations, threads, processes, open invocations that may still end, open ones that never
-#: will.
-COUNTS: Final = f"""
-    SELECT count(*), count(DISTINCT (s.puid, s.tid)), count(DISTINCT s.puid),
-           count(*) FILTER (WHERE e.iid IS NULL AND NOT {FINISHED}),
-           count(*) FILTER (WHERE e.iid IS NULL AND {FINISHED})
-    FROM starts s
-    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    JOIN processes p ON p.puid = s.puid
-    WHERE s.seq = %(seq)s"""
-# The ORDER BY restates _shared.root_rank.
-ROOT: Final = """
-    SELECT s.parent, s.hid, s.method, e.end_ns, m.module, m.qualname
-    FROM starts s
-    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    LEFT JOIN methods m ON m.puid = s.puid AND m.method = s.method
-    WHERE s.seq = %(seq)s
-    ORDER BY s.parent != 0, s.hid != 0, s.start_ns, s.puid, s.iid LIMIT 1"""
-#: _shared.RemoteEntries of a sequence: only asked when it has no true root.
-REMOTE_ENTRIES: Final = """
-    SELECT count(*), count(*) FILTER (WHERE e.iid IS NULL), max(e.end_ns)
-    FROM starts s
-    LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid
-    WHERE s.seq = %(seq)s AND s.parent = 0 AND s.hid != 0
-      AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = s.hid)"""
-LOSSY: Final = "SELECT 1 FROM lost_seqs WHERE seq = %(seq)s LIMIT 1"
+#: Rows are sorted by seq, so concurrent nodes lock shared sequence rows in one order. A
+#: sequence counts the Starts of every batch that brought some (``cmr.store.summaries``).
+UPSERT_SEQUENCES: Final = """
+    INSERT INTO sequences AS q
+    SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[]) ORDER BY 1
+    ON CONFLICT (seq) DO UPDATE SET
+        start_ns = least(q.start_ns, excluded.start_ns),
+        invocations = q.invocations + excluded.invocations"""
+#: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
+UPSERT_ROOTS: Final = """
+    INSERT INTO seq_roots AS r
+    SELECT * FROM unnest(%b::bytea[], %b::integer[], %b::integer[], %b::bigint[],
+                         %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[]) ORDER BY 1
+    ON CONFLICT (seq) DO UPDATE SET
+        untrue = excluded.untrue, handed = excluded.handed, start_ns = excluded.start_ns,
+        puid = excluded.puid, iid = excluded.iid, method = excluded.method,
+        end_ns = excluded.end_ns
+    WHERE (excluded.untrue, excluded.handed, excluded.start_ns, excluded.puid, excluded.iid)
+        < (r.untrue, r.handed, r.start_ns, r.puid, r.iid)"""
+#: An invocation is opened unless its End came first (a late End already stored).
+OPEN_CALLS: Final = """
+    INSERT INTO open_calls
+    SELECT o.puid, o.iid, o.seq
+    FROM unnest(%b::bigint[], %b::bigint[], %b::bytea[]) AS o (puid, iid, seq)
+    WHERE NOT EXISTS (SELECT 1 FROM late_ends l WHERE l.puid = o.puid AND l.iid = o.iid)
+    ORDER BY 1, 2
+    ON CONFLICT DO NOTHING"""
+#: The listing lines' stored parts of the %(limit)s most recent sequences, most recent first.
+RECENT_SUMMARIES: Final = """
+    SELECT s.seq, s.start_ns, s.invocations,
+           r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
+           coalesce(r.end_ns, l.end_ns),
+           m.module, m.qualname, m.file, m.line,
+           (SELECT count(*) FROM seq_threads t WHERE t.seq = s.seq),
+           (SELECT count(DISTINCT t.puid) FROM seq_threads t WHERE t.seq = s.seq),
+           EXISTS (SELECT 1 FROM lost_seqs x WHERE x.seq = s.seq)
+    FROM (SELECT seq, start_ns, invocations FROM sequences
+          ORDER BY start_ns DESC, seq DESC LIMIT %(limit)s) s
+    JOIN seq_roots r ON r.seq = s.seq
+    LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
+    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method
+    ORDER BY s.start_ns DESC, s.seq DESC"""
+#: The open invocations of each of the sequences %(seqs)s, per process.
+OPEN_BY_PROCESS: Final = """
+    SELECT seq, puid, count(*) FROM open_calls WHERE seq = ANY(%(seqs)s) GROUP BY seq, puid"""
+#: The entries of the sequences %(seqs)s whose hand-off nobody here recorded, with their ends.
+REMOTE_ENTRY_ENDS: Final = """
+    SELECT e.seq, coalesce(e.end_ns, l.end_ns) FROM seq_entries e
+    LEFT JOIN late_ends l ON l.puid = e.puid AND l.iid = e.iid
+    WHERE e.seq = ANY(%(seqs)s) AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = e.hid)"""
 PROCESS_COLUMNS: Final = (
     "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
 )
-#: The hand-offs a sequence's tree needs: those recorded in it, and those its invocations
-#: continue (found by hid alone); the earliest day's row of a hid wins.
-WITH_HANDOFFS: Final = """
-    WITH seq_handoffs AS (
-        SELECT DISTINCT ON (hid) hid, puid, parent, kind, method, submitted_ns FROM (
-            SELECT * FROM handoffs WHERE seq = %(seq)s
-            UNION ALL
-            SELECT h.* FROM starts s JOIN handoffs h ON h.hid = s.hid
-            WHERE s.seq = %(seq)s AND s.hid != 0
-        ) found ORDER BY hid, day
-    )"""
+#: The stored batches holding a sequence's Starts or Handoffs, in (puid, batch_no) order.
+SEQUENCE_BATCHES: Final = """
+    SELECT b.puid, b.batch_no, b.clock_offset_ns, b.chunks
+    FROM batch_seqs s JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
+    WHERE s.seq = %(seq)s ORDER BY s.puid, s.batch_no"""
+#: The late Ends of the invocations (puid, iid) given as two arrays.
+LATE_ENDS: Final = """
+    SELECT l.puid, l.iid, l.end_ns, l.error
+    FROM unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid)
+    JOIN late_ends l ON l.puid = k.puid AND l.iid = k.iid"""
+HANDOFF_COLUMNS: Final = "hid, puid, parent, kind, method, submitted_ns"
+#: The hand-offs recorded in the sequence, and those its invocations continue (found by hid
+#: alone, %(hids)s); the earliest day's row of a hid wins.
+SEQUENCE_HANDOFFS: Final = f"""
+    SELECT DISTINCT ON (hid) {HANDOFF_COLUMNS} FROM (
+        SELECT * FROM handoffs WHERE seq = %(seq)s
+        UNION ALL
+        SELECT * FROM handoffs WHERE hid = ANY(%(hids)s)
+    ) found ORDER BY hid, day"""
 #: _samples.overlaps in SQL (see sqlite_schema.SAMPLES_IN_WINDOW).
 SAMPLES_IN_WINDOW: Final = """
     SELECT DISTINCT ON (t_ns) t_ns, weight, duration_ns, cpu_ns, stack FROM samples
@@ -249,11 +321,8 @@ SAMPLES_IN_WINDOW: Final = """
 NAMED_METHODS: Final = """
     SELECT puid, method FROM methods
     WHERE qualname = %(name)s OR (module != '' AND module || '.' || qualname = %(name)s)"""
-SEQUENCES_WITH: Final = f"""
-    WITH wanted AS ({NAMED_METHODS})
-    SELECT q.seq FROM sequences q
-    WHERE q.start_ns >= %(since)s AND EXISTS (
-        SELECT 1 FROM starts s
-        WHERE s.seq = q.seq AND (s.puid, s.method) IN (SELECT puid, method FROM wanted)
-    )
-    ORDER BY q.start_ns DESC, q.seq DESC LIMIT %(limit)s"""
+#: The methods each sequence ran, most recent sequence first (from %(since)s):
+#: ``find_sequences`` reads it until it has found enough sequences running a wanted method.
+METHODS_BY_RECENT_SEQUENCE: Final = """
+    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN seq_methods m ON m.seq = q.seq
+    WHERE q.start_ns >= %(since)s ORDER BY q.start_ns DESC, q.seq DESC"""

@@ -20,14 +20,7 @@ import psycopg
 from psycopg import errors
 
 from cmr.store._samples import I64_MIN, sample_records
-from cmr.store._shared import (
-    SHOWN_MATCHES,
-    EventRows,
-    check_limit,
-    event_rows,
-    pick_match,
-    seq_range,
-)
+from cmr.store._shared import SHOWN_MATCHES, check_limit, pick_match, seq_range
 from cmr.store.base import (
     PruneResult,
     SampleRecord,
@@ -37,13 +30,15 @@ from cmr.store.base import (
     StoreError,
     StoreStats,
 )
+from cmr.store.packed import PackedBatch, methods_of, pack
+from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
 from cmr.store.postgres.migrate import check_readable, migrate
 from cmr.store.postgres.partitions import create_partitions, day_window
 from cmr.store.postgres.prune import prune
-from cmr.store.postgres.read import load, stats, summary
-from cmr.store.postgres.schema import SEQUENCES_WITH
+from cmr.store.postgres.read import load, stats
+from cmr.store.postgres.schema import METHODS_BY_RECENT_SEQUENCE, NAMED_METHODS
 from tracer.wire import Batch
 
 #: How often a transaction that lost a deadlock or a race for a new partition is retried.
@@ -80,15 +75,15 @@ class PostgresStore(Store):
     # -- write side -----------------------------------------------------------------------
 
     def ingest(self, batch: Batch, received_ns: int) -> bool:
-        rows = event_rows(batch)
+        packed = pack(batch)
         samples = sample_records(batch)
-        return self._retry(lambda conn: self._write(conn, batch, rows, samples, received_ns))
+        return self._retry(lambda conn: self._write(conn, batch, packed, samples, received_ns))
 
     def _write(
         self,
         conn: Conn,
         batch: Batch,
-        rows: EventRows,
+        packed: PackedBatch,
         samples: list[SampleRecord],
         received_ns: int,
     ) -> bool:
@@ -99,7 +94,7 @@ class PostgresStore(Store):
                 return write_batch(
                     conn,
                     batch,
-                    rows=rows,
+                    packed=packed,
                     samples=samples,
                     received_ns=received_ns,
                     window=window,
@@ -109,7 +104,7 @@ class PostgresStore(Store):
         try:
             return write()
         except _NO_PARTITION:
-            create_partitions(conn, needed_days(rows, samples, window))
+            create_partitions(conn, needed_days(packed, samples, window))
             return write()
 
     def record_rejected(self, reason: str, count: int = 1) -> None:
@@ -136,11 +131,7 @@ class PostgresStore(Store):
         check_limit(limit)
         now = self._clock()
         with self._reading() as conn:
-            recent = conn.execute(
-                "SELECT seq, start_ns FROM sequences ORDER BY start_ns DESC, seq DESC LIMIT %s",
-                (limit,),
-            ).fetchall()
-            return [summary(conn, seq, start_ns, now) for seq, start_ns in recent]
+            return summaries.recent(conn, limit, now)
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)
@@ -165,11 +156,27 @@ class PostgresStore(Store):
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
         check_limit(limit)
         since = I64_MIN if since_ns is None else since_ns
+        found: list[bytes] = []
         with self._reading() as conn:
-            found = conn.execute(
-                SEQUENCES_WITH, {"name": method, "since": since, "limit": limit}
-            ).fetchall()
-        return [bytes(seq) for (seq,) in found]
+            wanted = {
+                (int(puid), int(m))
+                for puid, m in conn.execute(NAMED_METHODS, {"name": method}).fetchall()
+            }
+            if not wanted or limit == 0:
+                return found
+            # A server-side cursor: only as many rows are fetched as are read.
+            with conn.cursor(name="methods_by_recent_sequence") as rows:
+                rows.itersize = 256
+                rows.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since})
+                for seq_value, puid, blob in rows:
+                    seq = bytes(seq_value)
+                    if found and found[-1] == seq:
+                        continue
+                    if any((puid, m) in wanted for m in methods_of(bytes(blob))):
+                        found.append(seq)
+                        if len(found) == limit:
+                            break
+        return found
 
     def stats(self) -> StoreStats:
         now = self._clock()

@@ -2,7 +2,7 @@
 
 Those versions kept a row per Start (``starts``) and per End (``ends``), in wall-clock time. Each
 process's rows become one stored batch, numbered far above any batch a process sends
-(``LEGACY_BATCH_NO``), whose clock offset is 0 (its times are already wall clock) and whose
+(``packed.LEGACY_BATCH_NO``), whose clock offset is 0 (its times are already wall clock) and whose
 index is built as ingest builds it; Ends whose Start was never stored become late Ends. The row
 tables are then dropped. Runs inside the upgrade's transaction: it happens whole or not at all.
 """
@@ -10,13 +10,8 @@ tables are then dropped. Runs inside the upgrade's transaction: it happens whole
 from __future__ import annotations
 
 import sqlite3
-from typing import Final
 
-from cmr.store.packed import encode_chunks, methods_by_seq
-from tracer.wire import End, Error, Event, Start, ThreadChunk
-
-#: The batch number of the batch holding a process's rows from before version 6.
-LEGACY_BATCH_NO: Final = 2**62
+from cmr.store.packed import LEGACY_BATCH_NO, legacy_batch
 
 
 def move_legacy_rows(conn: sqlite3.Connection) -> None:
@@ -38,40 +33,26 @@ def move_legacy_rows(conn: sqlite3.Connection) -> None:
 
 
 def _move_process(conn: sqlite3.Connection, puid: int) -> None:
-    by_thread: dict[int, list[Event]] = {}
-    seqs: set[bytes] = set()
-    seq_methods: set[tuple[bytes, int]] = set()
-    events = 0
-    for iid, seq, parent, hid, tid, method, start_ns, end_ns, error in conn.execute(
-        "SELECT s.iid, s.seq, s.parent, s.hid, s.tid, s.method, s.start_ns, e.end_ns, e.error "
-        "FROM starts s LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid "
-        "WHERE s.puid = ? ORDER BY s.tid, s.start_ns, s.iid",
-        (puid,),
-    ):
-        chunk = by_thread.setdefault(tid, [])
-        chunk.append(Start(iid, parent, hid, method, start_ns, seq))
-        events += 1
-        if end_ns is not None:
-            chunk.append(Error(iid, end_ns, error) if error is not None else End(iid, end_ns))
-            events += 1
-        seqs.add(seq)
-        seq_methods.add((seq, method))
+    moved = legacy_batch(
+        conn.execute(
+            "SELECT s.iid, s.seq, s.parent, s.hid, s.tid, s.method, s.start_ns, e.end_ns, e.error "
+            "FROM starts s LEFT JOIN ends e ON e.puid = s.puid AND e.iid = s.iid "
+            "WHERE s.puid = ?",
+            (puid,),
+        )
+    )
     (last_seen_ns,) = conn.execute(
         "SELECT coalesce(max(last_seen_ns), 0) FROM processes WHERE puid = ?", (puid,)
     ).fetchone()
-    chunks = [ThreadChunk(tid, chunk) for tid, chunk in sorted(by_thread.items())]
     conn.execute(
         "INSERT INTO batches VALUES (?, ?, ?, ?, 0, ?)",
-        (puid, LEGACY_BATCH_NO, last_seen_ns, events, encode_chunks(chunks)),
+        (puid, LEGACY_BATCH_NO, last_seen_ns, moved.events, moved.chunks),
     )
     conn.executemany(
         "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
-        [(seq, puid, LEGACY_BATCH_NO) for seq in sorted(seqs)],
+        [(seq, puid, LEGACY_BATCH_NO) for seq in moved.seqs],
     )
     conn.executemany(
         "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
-        [
-            (seq, puid, LEGACY_BATCH_NO, methods)
-            for seq, methods in methods_by_seq(seq_methods).items()
-        ],
+        [(seq, puid, LEGACY_BATCH_NO, methods) for seq, methods in moved.seq_methods.items()],
     )

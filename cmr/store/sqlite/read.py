@@ -21,10 +21,8 @@ from cmr.store.base import (
 )
 from cmr.store.packed import LateAttrs, LateEnd, unpack
 from cmr.store.sqlite.schema import PROCESS_COLUMNS, SEQUENCE_BATCHES
-from tracer.wire import ThreadChunk
+from cmr.store.summaries import BatchCache
 
-#: Decoded stored batches by (puid, batch_no), kept while one listing reads many sequences.
-BatchCache = dict[tuple[int, int], list[ThreadChunk]]
 #: Bound parameters per ``IN (...)`` list, well under SQLite's limit.
 _CHUNK: Final = 400
 

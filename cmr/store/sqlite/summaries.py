@@ -18,7 +18,7 @@ from cmr.store.sqlite.schema import (
     UPSERT_ROOT,
     UPSERT_SEQUENCE,
 )
-from cmr.store.summaries import StoredSummary, SummaryParts, parts_of, summary_from
+from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
 
 
 def store(conn: sqlite3.Connection, packed: PackedBatch) -> None:
@@ -78,12 +78,9 @@ def recent(conn: sqlite3.Connection, limit: int, now: int) -> list[SequenceSumma
 
 def backfill(conn: sqlite3.Connection) -> None:
     """Compute the summaries of every stored sequence (upgrading a file from before them)."""
-    cache: sqlite_read.BatchCache = {}
-    for (seq,) in conn.execute("SELECT seq FROM sequences ORDER BY seq").fetchall():
-        records = sqlite_read.invocations(conn, seq, cache)
-        if not records:
-            continue
-        conn.execute("UPDATE sequences SET invocations = ? WHERE seq = ?", (len(records), seq))
-        _store_parts(conn, parts_of(seq, records))
-        if len(cache) > 256:  # sequences listed together share batches; bounded memory
-            cache.clear()
+    seqs = [seq for (seq,) in conn.execute("SELECT seq FROM sequences ORDER BY seq").fetchall()]
+    for seq, invocations, parts in backfilled(
+        seqs, lambda seq, cache: sqlite_read.invocations(conn, seq, cache)
+    ):
+        conn.execute("UPDATE sequences SET invocations = ? WHERE seq = ?", (invocations, seq))
+        _store_parts(conn, parts)

@@ -10,6 +10,7 @@ import json
 import threading
 from collections.abc import Callable
 
+import msgspec
 import psycopg
 import pytest
 
@@ -17,10 +18,16 @@ from cmr.cli import main
 from cmr.store import Store, StoreError, open_store
 from cmr.store.postgres.connect import connect
 from cmr.store.postgres.migrate import migrate
-from cmr.store.postgres.partitions import DAY_NS, FUTURE, PAST_DAYS, partition_name
+from cmr.store.postgres.partitions import (
+    DAY_NS,
+    FUTURE,
+    PAST_DAYS,
+    create_partitions,
+    partition_name,
+)
 from cmr.store.postgres.schema import SCHEMA_VERSION
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
-from tests.cmr.store.records import BatchFactory, seq_id, start
+from tests.cmr.store.records import BatchFactory, handoff, seq_id, start
 from tracer import wire
 
 pytestmark = pytest.mark.postgres
@@ -156,6 +163,80 @@ def test_an_older_schema_is_upgraded_by_a_writer_and_refused_by_a_reader(
     assert record.attributes == {"k": 1.5}
 
 
+def _row_tables_of_version_2(url: str) -> None:
+    """A version 2 repository as its code stored events: a row per Start, End and invocation's
+    attributes, in day partitions. Sequence 5e: a root (1) that ended, a child (2) that raised,
+    a child (3) still open, a Start (2) forged again a day later (the earlier day's wins), an
+    End (9) whose Start had not arrived, and attributes of 1 from two batches."""
+    seq = seq_id("5e")
+    t0 = CLOCK_OFFSET_NS
+    with connect(url) as conn:
+        assert migrate(conn, "test", upto=2) == 2
+        create_partitions(conn, [("starts", TODAY), ("starts", TODAY + 1), ("ends", TODAY)])
+        conn.execute(
+            "INSERT INTO processes VALUES (7, 42, 'h', 'p', '{app.py}', 0, %s, false, 0, %s, 0)",
+            (t0, t0 + 10_000),
+        )
+        conn.execute("INSERT INTO methods VALUES (7, 1, 'app', 'm1', 'app.py', 1)")
+        conn.execute("INSERT INTO threads VALUES (7, 1, 101, 'MainThread')")
+        conn.execute("INSERT INTO sequences VALUES (%s, %s)", (seq, t0 + 100))
+        conn.execute("INSERT INTO batches VALUES (7, 1, %s, 9)", (t0 + 10_000,))
+        for iid, parent, start_ns, day in (
+            (1, 0, 100, TODAY),
+            (2, 1, 200, TODAY),
+            (3, 1, 300, TODAY),
+            (2, 1, 250, TODAY + 1),
+        ):
+            conn.execute(
+                "INSERT INTO starts VALUES (7, %s, %s, %s, 0, 1, 1, %s, %s)",
+                (iid, seq, parent, t0 + start_ns, day),
+            )
+        for iid, end_ns, error in ((1, 1_000, None), (2, 400, "ValueError"), (9, 500, None)):
+            conn.execute(
+                "INSERT INTO ends VALUES (7, %s, %s, %s, %s)", (iid, t0 + end_ns, error, TODAY)
+            )
+        for batch_no, attributes in ((1, {"k": 1, "a": "x"}), (2, {"k": 2})):
+            conn.execute(
+                "INSERT INTO attributes VALUES (7, 1, %s, %s)",
+                (batch_no, msgspec.msgpack.encode(attributes)),
+            )
+
+
+def test_a_version_2_repository_s_rows_become_stored_batches_with_listing_lines(
+    pg_url: str, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    _row_tables_of_version_2(pg_url)
+    seq = seq_id("5e")
+
+    store = open_store(pg_url, clock=clock)
+    try:
+        (line,) = store.list_sequences(10)
+        moved = {r.iid: r for r in store.load_sequence(seq).invocations}
+        # The End of 9 was stored before its Start: the Start finds it.
+        store.ingest(make_batch(7, 2, {1: [start(9, 450, seq, parent=1)]}), 1)
+        late = {r.iid: r for r in store.load_sequence(seq).invocations}[9]
+        (after,) = store.list_sequences(10)
+    finally:
+        store.close()
+
+    assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+    assert not {"starts", "ends", "attributes"} & _tables(pg_url)
+    t0 = CLOCK_OFFSET_NS
+    assert {iid: (r.parent, r.start_ns, r.end_ns, r.error) for iid, r in moved.items()} == {
+        1: (0, t0 + 100, t0 + 1_000, None),
+        2: (1, t0 + 200, t0 + 400, "ValueError"),
+        3: (1, t0 + 300, None, None),
+    }
+    assert moved[1].attributes == {"k": 2, "a": "x"}
+    assert (line.root, line.invocations, line.end_ns, line.status) == (
+        "app.m1",
+        3,
+        t0 + 1_000,
+        "running",
+    )
+    assert (late.end_ns, after.invocations) == (t0 + 500, 4)
+
+
 @pytest.mark.parametrize("readonly", [False, True])
 def test_a_newer_schema_is_refused(pg_url: str, readonly: bool) -> None:
     open_store(pg_url).close()
@@ -179,30 +260,36 @@ def test_prune_drops_whole_old_day_partitions_and_deletes_only_the_rest(
     pg_url: str, make_batch: BatchFactory, clock: FakeClock
 ) -> None:
     # One sequence per day, ten, nine and zero days ago (event times are relative to the
-    # process's clock offset, which make_batch sets to the repository's clock).
+    # process's clock offset, which make_batch sets to the repository's clock), each with a
+    # hand-off (partitioned by day).
     days = {10: seq_id("a10"), 9: seq_id("a09"), 0: seq_id("a00")}
     store = open_store(pg_url, clock=clock)
     try:
         for number, (ago, seq) in enumerate(sorted(days.items()), start=1):
             t = -ago * DAY_NS + 1_000
-            events = [start(number, t, seq), wire.End(number, t + 500)]
-            store.ingest(make_batch(7, number, {1: events}), CLOCK_OFFSET_NS)
+            events = [start(number, t, seq), handoff(number, number, t + 100, seq)]
+            events.append(wire.End(number, t + 500))
+            store.ingest(make_batch(7, number, {1: events}), CLOCK_OFFSET_NS + t)
         partitions = _tables(pg_url)
-        assert {partition_name("starts", TODAY - ago) for ago in days} <= partitions
+        assert {partition_name("handoffs", TODAY - ago) for ago in days} <= partitions
 
         # The cutoff falls inside the day nine days ago, after that day's sequence started.
         result = store.prune(CLOCK_OFFSET_NS - 9 * DAY_NS + 2_000)
         left = [s.seq for s in store.list_sequences(10)]
+        kept = store.load_sequence(days[0])
     finally:
         store.close()
 
     assert result.sequences == 2
     assert left == [days[0]]
+    assert set(kept.handoffs) == {1}  # today's sequence is the first batch's
     after = _tables(pg_url)
-    assert partition_name("starts", TODAY - 10) not in after
-    assert partition_name("ends", TODAY - 10) not in after
-    assert partition_name("starts", TODAY - 9) in after  # partly newer: only rows deleted
-    assert partition_name("starts", TODAY) in after
+    assert partition_name("handoffs", TODAY - 10) not in after
+    assert partition_name("handoffs", TODAY - 9) in after  # partly newer: only rows deleted
+    assert partition_name("handoffs", TODAY) in after
+    with connect(pg_url) as conn:
+        (batches,) = conn.execute("SELECT count(*) FROM batches").fetchone() or (None,)
+    assert batches == 1  # the batches received before the cutoff went with their sequences
 
 
 def test_times_far_from_the_repository_clock_do_not_make_a_partition_each(
@@ -214,10 +301,12 @@ def test_times_far_from_the_repository_clock_do_not_make_a_partition_each(
     store = open_store(pg_url, clock=clock)
     try:
         store.ingest(make_batch(7, 1, {1: events}), CLOCK_OFFSET_NS)
-        starts = {name for name in _tables(pg_url) if name.startswith("starts_")}
-        assert starts == {
-            partition_name("starts", TODAY - PAST_DAYS),
-            partition_name("starts", FUTURE),
+        moved = [handoff(1, 1, far_past, seq_id("01d")), handoff(2, 2, far_future, seq_id("f07"))]
+        store.ingest(make_batch(7, 2, {1: moved}), CLOCK_OFFSET_NS)
+        handoffs = {name for name in _tables(pg_url) if name.startswith("handoffs_")}
+        assert handoffs == {
+            partition_name("handoffs", TODAY - PAST_DAYS),
+            partition_name("handoffs", FUTURE),
         }
         # Retention still sees their own times.
         result = store.prune(CLOCK_OFFSET_NS)

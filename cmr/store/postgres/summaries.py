@@ -1,0 +1,108 @@
+"""The PostgreSQL backend's sequence summaries (``cmr.store.summaries``): kept at ingest, read by
+index for a listing (one query for the lines, two for what they share), and computed once for
+the sequences of a repository upgraded from rows. On a connection inside a transaction the
+caller holds (``PostgresStore``); rows other nodes may write too are sent sorted by key, so two
+nodes lock them in one order."""
+
+from __future__ import annotations
+
+from cmr.store.base import MethodRecord, SequenceSummary
+from cmr.store.packed import PackedBatch
+from cmr.store.postgres import read as postgres_read
+from cmr.store.postgres.connect import Conn
+from cmr.store.postgres.schema import (
+    OPEN_BY_PROCESS,
+    OPEN_CALLS,
+    RECENT_SUMMARIES,
+    REMOTE_ENTRY_ENDS,
+    UPSERT_ROOTS,
+    UPSERT_SEQUENCES,
+)
+from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
+
+
+def store(conn: Conn, packed: PackedBatch) -> None:
+    """Add a batch's parts; its late Ends are stored already (they close open invocations)."""
+    parts = packed.summary
+    counts = parts.counts
+    ordered = sorted(packed.first_start.items())
+    conn.execute(
+        UPSERT_SEQUENCES,
+        ([s for s, _ in ordered], [t for _, t in ordered], [counts[s] for s, _ in ordered]),
+    )
+    if packed.late_ends:
+        conn.execute(
+            "DELETE FROM open_calls o USING unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid) "
+            "WHERE o.puid = k.puid AND o.iid = k.iid",
+            ([row[0] for row in packed.late_ends], [row[1] for row in packed.late_ends]),
+        )
+    store_parts(conn, parts)
+
+
+def store_parts(conn: Conn, parts: SummaryParts) -> None:
+    if parts.roots:
+        roots = sorted(parts.roots, key=lambda row: row[0])
+        conn.execute(UPSERT_ROOTS, [list(column) for column in zip(*roots, strict=True)])
+    if parts.threads:
+        threads = sorted(parts.threads)
+        conn.execute(
+            "INSERT INTO seq_threads SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[])"
+            " ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING",
+            [list(column) for column in zip(*threads, strict=True)],
+        )
+    if parts.entries:
+        entries = sorted(parts.entries, key=lambda row: row[:3])
+        conn.execute(
+            "INSERT INTO seq_entries SELECT * FROM unnest(%b::bytea[], %b::bigint[], "
+            "%b::bigint[], %b::bigint[], %b::bigint[]) ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING",
+            [list(column) for column in zip(*entries, strict=True)],
+        )
+    if parts.opened:
+        conn.execute(OPEN_CALLS, [list(column) for column in zip(*parts.opened, strict=True)])
+
+
+def recent(conn: Conn, limit: int, now: int) -> list[SequenceSummary]:
+    """The listing lines of the ``limit`` most recent sequences: three queries in all."""
+    rows = conn.execute(RECENT_SUMMARIES, {"limit": limit}).fetchall()
+    seqs = [bytes(row[0]) for row in rows]
+    open_by_seq: dict[bytes, dict[int, int]] = {}
+    for seq, puid, count in conn.execute(OPEN_BY_PROCESS, {"seqs": seqs}):
+        open_by_seq.setdefault(bytes(seq), {})[int(puid)] = int(count)
+    remote: dict[bytes, list[int | None]] = {}
+    without_true_root = [bytes(row[0]) for row in rows if row[3] or row[4]]
+    if without_true_root:
+        for seq, end_ns in conn.execute(REMOTE_ENTRY_ENDS, {"seqs": without_true_root}):
+            remote.setdefault(bytes(seq), []).append(end_ns)
+    stored: list[StoredSummary] = []
+    for row in rows:
+        seq_value, start_ns, invocations, *root, module, qualname, file, line = row[:14]
+        threads, processes, lossy = row[14:]
+        seq = bytes(seq_value)
+        stored.append(
+            StoredSummary(
+                seq=seq,
+                start_ns=start_ns,
+                invocations=int(invocations),
+                root=(seq, *root),
+                root_method=MethodRecord(module, qualname, file, line) if qualname else None,
+                threads=int(threads),
+                processes=int(processes),
+                open_by_process=open_by_seq.get(seq, {}),
+                remote_ends=remote.get(seq, []),
+                lossy=bool(lossy),
+            )
+        )
+    puids = {puid for s in stored for puid in s.open_by_process}
+    processes_by_puid = postgres_read.processes(conn, puids, now)
+    return [summary_from(s, processes_by_puid) for s in stored]
+
+
+def backfill(conn: Conn) -> None:
+    """Compute the summaries of every stored sequence (upgrading a repository from rows)."""
+    rows = conn.execute("SELECT seq FROM sequences ORDER BY seq").fetchall()
+    for seq, invocations, parts in backfilled(
+        [bytes(seq) for (seq,) in rows],
+        lambda seq, cache: postgres_read.invocations(conn, seq, cache),
+    ):
+        conn.execute("UPDATE sequences SET invocations = %s WHERE seq = %s", (invocations, seq))
+        store_parts(conn, parts)
