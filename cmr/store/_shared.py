@@ -1,6 +1,6 @@
 """Rules every backend applies the same way, kept in one place so the backends cannot drift.
 
-Turning a batch into rows, parsing a sequence-id prefix, the one-line lookup errors, how a
+The sequences a batch reports lossy, parsing a sequence-id prefix, the one-line lookup errors, how a
 sequence's root is chosen, when a process counts as lost and how a sequence's status is derived:
 the contract tests check each backend against these, and both backends call them rather than
 restating them (SQL backends restate them in SQL, next to which the rule is named).
@@ -22,11 +22,9 @@ from cmr.store.base import (
     StoreError,
     UnknownSequenceError,
 )
-from tracer.wire import Attrs, Batch, End, Error, Handoff, Start
+from tracer.wire import Batch
 
 SEQ_HEX_DIGITS: Final = 32
-_I64_MIN: Final = -(2**63)
-_I64_MAX: Final = 2**63 - 1
 #: How many matches an ambiguous prefix lookup names in its message.
 SHOWN_MATCHES: Final = 5
 
@@ -41,34 +39,12 @@ RUNNING: Final = "running"
 INCOMPLETE: Final = "incomplete"
 COMPLETE: Final = "complete"
 
-#: (puid, iid, seq, parent, hid, tid, method, start_ns) — column order of the ``starts`` table.
-StartRow = tuple[int, int, bytes, int, int, int, int, int]
-#: (puid, iid, end_ns, error) — column order of the ``ends`` table.
-EndRow = tuple[int, int, int, str | None]
 #: (hid, seq, puid, parent, kind, method, submitted_ns) — column order of the ``handoffs`` table.
 HandoffRow = tuple[int, bytes, int, int, str, int, int]
-#: (puid, iid, attributes) — attributes recorded for an invocation.
-AttrsRow = tuple[int, int, dict[str, str | int | float | bool]]
 
 
 class InvalidBatchError(StoreError):
     """A batch that decoded but can never be stored (its times overflow once made wall-clock)."""
-
-
-@dataclass(frozen=True, slots=True)
-class EventRows:
-    """A batch's events as table rows, plus each sequence's earliest start in the batch."""
-
-    starts: list[StartRow]
-    ends: list[EndRow]
-    handoffs: list[HandoffRow]
-    first_start: dict[bytes, int]
-    attrs: list[AttrsRow]
-
-    @property
-    def count(self) -> int:
-        """How many events the rows hold (what ``stats`` counts)."""
-        return len(self.starts) + len(self.ends) + len(self.handoffs) + len(self.attrs)
 
 
 #: (seq, puid) — column order of the ``lost_seqs`` table: process puid dropped events of seq.
@@ -78,48 +54,6 @@ LostRow = tuple[bytes, int]
 def lost_rows(batch: Batch) -> list[LostRow]:
     """The sequences the batch's process reports it dropped events of, each once."""
     return [(seq, batch.puid) for seq in sorted(set(batch.lost_seqs))]
-
-
-def event_rows(batch: Batch) -> EventRows:
-    """Convert the events of ``batch`` to rows with wall-clock times.
-
-    This is the only per-event Python loop of ingest, so it builds plain tuples and nothing else.
-    Raises InvalidBatchError when a wall-clock time does not fit a signed 64-bit integer."""
-    puid = batch.puid
-    offset = batch.process.clock_offset_ns
-    starts: list[StartRow] = []
-    ends: list[EndRow] = []
-    handoffs: list[HandoffRow] = []
-    first_start: dict[bytes, int] = {}
-    attrs: list[AttrsRow] = []
-    for chunk in batch.chunks:
-        tid = chunk.tid
-        for event in chunk.events:
-            if isinstance(event, Attrs):
-                attrs.append((puid, event.iid, event.attributes))
-                continue
-            wall = event.t_ns + offset
-            if not _I64_MIN <= wall <= _I64_MAX:
-                raise InvalidBatchError(
-                    f"batch {batch.batch_no} of process {puid:x}: time out of range"
-                )
-            if isinstance(event, Start):
-                seq = event.seq
-                starts.append(
-                    (puid, event.iid, seq, event.parent, event.hid, tid, event.method, wall)
-                )
-                earliest = first_start.get(seq)
-                if earliest is None or wall < earliest:
-                    first_start[seq] = wall
-            elif isinstance(event, End):
-                ends.append((puid, event.iid, wall, None))
-            elif isinstance(event, Error):
-                ends.append((puid, event.iid, wall, event.error))
-            elif isinstance(event, Handoff):
-                handoffs.append(
-                    (event.hid, event.seq, puid, event.parent, event.kind, event.method, wall)
-                )
-    return EventRows(starts, ends, handoffs, first_start, attrs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,6 +71,7 @@ class PackedBatch:
     events: int
     first_start: dict[bytes, int]  # seq -> its earliest Start in the batch, wall clock
     seqs: set[bytes]  # every sequence with a Start or Handoff in the batch
+    method_pairs: set[tuple[bytes, int]]  # (seq, method) of every Start in the batch
     seq_methods: dict[bytes, bytes]  # seq -> msgpack array of the methods its Starts ran
     late_ends: list[LateEnd]
     late_attrs: list[LateAttrs]
@@ -78,9 +79,10 @@ class PackedBatch:
     summary: SummaryParts  # what the batch adds to its sequences' listing lines
 
 
-def pack(batch: Batch) -> PackedBatch:
+def pack(batch: Batch, *, encode: bool = True) -> PackedBatch:
     """The blob and index of ``batch``. Raises InvalidBatchError when a wall-clock time does not
-    fit a signed 64-bit integer (nothing of the batch may then be stored).
+    fit a signed 64-bit integer (nothing of the batch may then be stored). Without ``encode``
+    (a store that keeps the decoded chunks) the blob and ``seq_methods`` are left empty.
 
     Ingest's only pass over the events: comprehensions split each chunk by type, and set and
     dict operations do the rest, so the cost per event stays a small fraction of decoding it."""
@@ -138,11 +140,12 @@ def pack(batch: Batch) -> PackedBatch:
     if times and not (min(times) + offset >= _I64_MIN and max(times) + offset <= _I64_MAX):
         raise InvalidBatchError(f"batch {batch.batch_no} of process {puid:x}: time out of range")
     return PackedBatch(
-        chunks=encode_chunks(batch.chunks),
+        chunks=encode_chunks(batch.chunks) if encode else b"",
         events=events,
         first_start={seq: t_ns + offset for seq, t_ns in first_start.items()},
         seqs=seqs,
-        seq_methods=methods_by_seq(seq_methods),
+        method_pairs=seq_methods,
+        seq_methods=methods_by_seq(seq_methods) if encode else {},
         late_ends=late_ends,
         late_attrs=late_attrs,
         handoffs=handoffs,

@@ -1,7 +1,10 @@
-"""A repository that lives in dictionaries: for `tracer run`'s embedded repository and for tests.
+"""A repository that lives in dictionaries: for `tracer run --memory` and for tests.
 
-It keeps the same insert-only shape as the SQLite backend (Start and End rows joined on read) so
-the two agree by construction on every rule the contract tests check.
+It keeps batches as they arrived, as the SQL stores do (``cmr.store.packed``), but decoded: a
+batch's thread chunks are kept as the structs the server decoded, with the index and listing
+lines ``pack`` makes, so ingest costs ``pack``'s pass and a few dictionary updates, and a tree is
+``unpack`` of its own batches without decoding them again. The same functions as the SQL
+stores', so the three agree by construction on every rule the contract tests check.
 """
 
 from __future__ import annotations
@@ -16,14 +19,12 @@ from collections.abc import Callable
 from cmr.store._samples import sample_records, sample_windows
 from cmr.store._shared import (
     SHOWN_MATCHES,
-    EndRow,
     HandoffRow,
-    StartRow,
     check_limit,
-    event_rows,
     is_lost,
     lost_rows,
     pick_match,
+    process_pairs,
     seq_range,
 )
 from cmr.store.base import (
@@ -42,7 +43,9 @@ from cmr.store.base import (
     names_method,
 )
 from cmr.store.memory.samples import MemorySamples
-from cmr.store.memory.summaries import MemorySummaries
+from cmr.store.memory.summaries import LateEnd, MemorySummaries
+from cmr.store.packed import LateAttrs, pack, unpack
+from cmr.store.summaries import BatchCache
 from tracer.wire import Batch
 
 Key = tuple[int, int]
@@ -63,16 +66,17 @@ class MemoryStore(Store):
         self._lock = threading.Lock()
         self._closed = False
         self._batches: dict[Key, int] = {}  # (puid, batch_no) -> when it was received
+        self._chunks: BatchCache = {}  # (puid, batch_no) -> its thread chunks
+        self._offsets: dict[Key, int] = {}  # (puid, batch_no) -> its clock offset
         self._processes: dict[int, ProcessRecord] = {}
         self._methods: dict[Key, MethodRecord] = {}
         self._threads: dict[Key, ThreadRecord] = {}
-        self._starts: dict[Key, StartRow] = {}
-        self._ends: dict[Key, EndRow] = {}
-        self._attrs: dict[Key, dict[str, str | int | float | bool]] = {}
-        self._by_seq: dict[bytes, list[StartRow]] = {}
+        self._batch_seqs: dict[bytes, list[Key]] = {}  # seq -> its batches, as they arrived
+        self._seq_methods: dict[bytes, set[Key]] = {}  # seq -> (puid, method) its Starts ran
+        self._late_ends: dict[Key, LateEnd] = {}  # (puid, iid) -> (end_ns, error)
+        self._late_attrs: dict[int, list[LateAttrs]] = {}  # puid -> its late Attrs
         self._handoffs: dict[int, HandoffRow] = {}
         self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
-        self._seq_start: dict[bytes, int] = {}
         self._lost_by: dict[bytes, set[int]] = {}  # seq -> processes that dropped its events
         self._summaries = MemorySummaries()
         self._rejected: dict[str, int] = {}
@@ -84,42 +88,43 @@ class MemoryStore(Store):
     # -- write side -----------------------------------------------------------------------
 
     def ingest(self, batch: Batch, received_ns: int) -> bool:
-        rows = event_rows(batch)  # may raise; nothing below can, so a batch lands whole or not
+        packed = pack(batch, encode=False)  # may raise; nothing below can: a batch lands whole
         samples = sample_records(batch)
         lost = lost_rows(batch)
         with self._lock:
             self._check_open()
-            key = (batch.puid, batch.batch_no)
+            puid = batch.puid
+            key = (puid, batch.batch_no)
             if key in self._batches:
                 self._duplicate_count += 1
                 return False
             self._batches[key] = received_ns
+            self._chunks[key] = batch.chunks
+            self._offsets[key] = batch.process.clock_offset_ns
             self._merge_process(batch, received_ns)
-            puid = batch.puid
             for m in batch.methods:
                 self._methods[puid, m.method] = MethodRecord(m.module, m.qualname, m.file, m.line)
             for t in batch.threads:
                 self._threads[puid, t.tid] = ThreadRecord(t.native_id, t.name)
-            stored = self._starts.setdefault
-            new_starts = [start for start in rows.starts if stored(start[:2], start) is start]
-            for start in new_starts:
-                self._by_seq.setdefault(start[2], []).append(start)
-            ended = self._ends.setdefault
-            new_ends = [end[:2] for end in rows.ends if ended(end[:2], end) is end]
-            self._summaries.add(new_starts, new_ends, self._ends)
-            for puid_, iid, attributes in rows.attrs:
-                self._attrs.setdefault((puid_, iid), {}).update(attributes)
-            for handoff in rows.handoffs:
+            for seq in packed.seqs:
+                self._batch_seqs.setdefault(seq, []).append(key)
+            for seq, method in packed.method_pairs:
+                self._seq_methods.setdefault(seq, set()).add((puid, method))
+            late_ends = self._late_ends
+            for _puid, iid, end_ns, error in packed.late_ends:
+                late_ends.setdefault((puid, iid), (end_ns, error))  # first write wins
+            if packed.late_attrs:
+                self._late_attrs.setdefault(puid, []).extend(packed.late_attrs)
+            for handoff in packed.handoffs:
                 if self._handoffs.setdefault(handoff[0], handoff) is handoff:
                     self._handoffs_by_seq.setdefault(handoff[1], []).append(handoff)
-            for seq, start_ns in rows.first_start.items():
-                known = self._seq_start.get(seq)
-                self._seq_start[seq] = start_ns if known is None else min(known, start_ns)
-            for seq, puid in lost:
-                self._lost_by.setdefault(seq, set()).add(puid)
+            closed = [(puid, row[1]) for row in packed.late_ends]
+            self._summaries.add(packed.first_start, packed.summary, closed, late_ends)
+            for seq, lost_puid in lost:
+                self._lost_by.setdefault(seq, set()).add(lost_puid)
             self._samples.add(batch, samples)
             self._batch_count += 1
-            self._event_count += rows.count
+            self._event_count += packed.events
         return True
 
     def _merge_process(self, batch: Batch, received_ns: int) -> None:
@@ -160,18 +165,17 @@ class MemoryStore(Store):
         now = self._clock()
         with self._lock:
             self._check_open()
-            recent = heapq.nlargest(limit, self._seq_start.items(), key=_by_start)
+            recent = heapq.nlargest(limit, self._summaries.starts().items(), key=_by_start)
             return [
                 self._summaries.summary(
                     seq,
-                    start_ns,
-                    ends=self._ends,
+                    late_ends=self._late_ends,
                     methods=self._methods,
                     handoffs=self._handoffs,
                     lossy=bool(self._lost_by.get(seq)),
                     process=functools.partial(self._process, now=now),
                 )
-                for seq, start_ns in recent
+                for seq, _start_ns in recent
             ]
 
     def _process(self, puid: int, now: int) -> ProcessRecord:
@@ -189,7 +193,7 @@ class MemoryStore(Store):
         wanted = seq_range(prefix)
         with self._lock:
             self._check_open()
-            matches = sorted(seq for seq in self._seq_start if wanted.contains(seq))
+            matches = sorted(seq for seq in self._summaries.starts() if wanted.contains(seq))
         return pick_match(wanted, len(matches), matches[:SHOWN_MATCHES])
 
     def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
@@ -200,22 +204,17 @@ class MemoryStore(Store):
 
     def _data(self, seq: bytes, now: int, *, samples: bool) -> SequenceData:
         """``load_sequence`` under the lock the caller holds."""
-        starts = self._by_seq.get(seq)
-        if not starts:
+        invocations = self._invocations(seq)
+        if not invocations:
             raise UnknownSequenceError(f"no sequence {seq.hex()}")
-        invocations = [self._invocation(start) for start in starts]
-        invocations.sort(key=lambda r: (r.start_ns, r.puid, r.iid))
-        handoffs = self._sequence_handoffs(seq, starts)
-        used = [(s[0], s[6]) for s in starts] + [(h.puid, h.method) for h in handoffs.values()]
-        methods = {key: self._methods[key] for key in used if key in self._methods}
-        threads = {
-            (s[0], s[5]): self._threads[s[0], s[5]] for s in starts if (s[0], s[5]) in self._threads
-        }
+        handoffs = self._sequence_handoffs(seq, invocations)
+        wanted_methods, wanted_threads = process_pairs(invocations, "method", "tid")
+        wanted_methods.update((h.puid, h.method) for h in handoffs.values())
+        methods = {key: self._methods[key] for key in wanted_methods if key in self._methods}
+        threads = {key: self._threads[key] for key in wanted_threads if key in self._threads}
         lost_by = frozenset(self._lost_by.get(seq, ()))
-        processes = {s[0]: self._process(s[0], now) for s in starts}
-        for puid in [h.puid for h in handoffs.values()] + sorted(lost_by):
-            if puid not in processes:
-                processes[puid] = self._process(puid, now)
+        puids = {r.puid for r in invocations} | {h.puid for h in handoffs.values()} | lost_by
+        processes = {puid: self._process(puid, now) for puid in sorted(puids)}
         sampled, frames = (
             self._samples.overlapping(sample_windows(invocations, self._samples.threads()))
             if samples
@@ -223,6 +222,19 @@ class MemoryStore(Store):
         )
         return SequenceData(
             seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
+        )
+
+    def _invocations(self, seq: bytes) -> list[InvocationRecord]:
+        """The sequence's records, ``unpack``ed from its batches' kept chunks."""
+        late_ends = self._late_ends
+        offsets = self._offsets
+        stored = [(*key, offsets[key], b"") for key in sorted(self._batch_seqs.get(seq, ()))]
+        return unpack(
+            seq,
+            stored,
+            lambda keys: [(*key, *late_ends[key]) for key in keys if key in late_ends],
+            lambda puids: [row for puid in puids for row in self._late_attrs.get(puid, ())],
+            self._chunks,  # every batch is there: nothing is decoded
         )
 
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
@@ -237,7 +249,7 @@ class MemoryStore(Store):
             recent = sorted(
                 (
                     (start_ns, seq)
-                    for seq, start_ns in self._seq_start.items()
+                    for seq, start_ns in self._summaries.starts().items()
                     if since_ns is None or start_ns >= since_ns
                 ),
                 reverse=True,
@@ -246,60 +258,51 @@ class MemoryStore(Store):
             for _start_ns, seq in recent:
                 if len(found) >= limit:
                     break
-                if any((s[0], s[6]) in wanted for s in self._by_seq[seq]):
+                if not wanted.isdisjoint(self._seq_methods.get(seq, ())):
                     found.append(seq)
             return found
 
-    def _sequence_handoffs(self, seq: bytes, starts: list[StartRow]) -> dict[int, HandoffRecord]:
+    def _sequence_handoffs(
+        self, seq: bytes, invocations: list[InvocationRecord]
+    ) -> dict[int, HandoffRecord]:
         """Those recorded in the sequence, and those its invocations continue (by hid alone)."""
         rows = list(self._handoffs_by_seq.get(seq, ()))
-        rows += [self._handoffs[s[4]] for s in starts if s[4] and s[4] in self._handoffs]
+        rows += [self._handoffs[r.hid] for r in invocations if r.hid and r.hid in self._handoffs]
         return {
             hid: HandoffRecord(hid, puid, parent, kind, method, submitted_ns)
             for hid, _seq, puid, parent, kind, method, submitted_ns in rows
         }
 
-    def _invocation(self, start: StartRow) -> InvocationRecord:
-        puid, iid, _seq, parent, hid, tid, method, start_ns = start
-        end = self._ends.get((puid, iid))
-        return InvocationRecord(
-            puid=puid,
-            iid=iid,
-            parent=parent,
-            hid=hid,
-            tid=tid,
-            method=method,
-            start_ns=start_ns,
-            end_ns=end[2] if end else None,
-            error=end[3] if end else None,
-            attributes=self._attrs.get((puid, iid)),
-        )
-
     def prune(self, before_ns: int) -> PruneResult:
         with self._lock:
             self._check_open()
-            old = [seq for seq, start_ns in self._seq_start.items() if start_ns < before_ns]
+            starts = self._summaries.starts()
+            old = [seq for seq, start_ns in starts.items() if start_ns < before_ns]
             for seq in old:
-                for puid, iid, *_ in self._by_seq.pop(seq, []):
-                    self._starts.pop((puid, iid), None)
-                    self._ends.pop((puid, iid), None)
-                    self._attrs.pop((puid, iid), None)
+                self._batch_seqs.pop(seq, None)
+                self._seq_methods.pop(seq, None)
                 for handoff in self._handoffs_by_seq.pop(seq, []):
                     self._handoffs.pop(handoff[0], None)
                 self._lost_by.pop(seq, None)
                 self._summaries.forget(seq)
-                del self._seq_start[seq]
-            # An End before the cutoff belongs to a call that started before it (pruned above,
-            # or its Start never arrived).
-            for key in [key for key, end in self._ends.items() if end[2] < before_ns]:
-                del self._ends[key]
-            self._batches = {k: t for k, t in self._batches.items() if t >= before_ns}
+            # As in SQLite: a batch goes once no sequence it holds is left.
+            held = {key for keys in self._batch_seqs.values() for key in keys}
+            for key in [k for k, t in self._batches.items() if t < before_ns and k not in held]:
+                del self._batches[key]
+                self._chunks.pop(key, None)
+                self._offsets.pop(key, None)
+            # An End before the cutoff belongs to a call that started before it.
+            for key in [key for key, end in self._late_ends.items() if end[0] < before_ns]:
+                del self._late_ends[key]
+            for puid, rows in list(self._late_attrs.items()):
+                self._late_attrs[puid] = [row for row in rows if (puid, row[2]) in self._batches]
             samples = self._samples.prune(before_ns)
             gone = [puid for puid, p in self._processes.items() if self._is_gone(p, before_ns)]
             for puid in gone:
                 del self._processes[puid]
                 self._samples.forget(puid)
-                for table in (self._methods, self._threads, self._ends, self._attrs):
+                self._late_attrs.pop(puid, None)
+                for table in (self._methods, self._threads, self._late_ends):
                     for key in [key for key in table if key[0] == puid]:
                         del table[key]
         return PruneResult(sequences=len(old), samples=samples, processes=len(gone))
@@ -309,7 +312,6 @@ class MemoryStore(Store):
         puid = process.puid
         return (
             process.last_seen_ns < before_ns
-            and not any(key[0] == puid for key in self._starts)
             and not any(key[0] == puid for key in self._batches)
             and not any(row[2] == puid for row in self._handoffs.values())
             and not self._samples.holds(puid)

@@ -1,135 +1,124 @@
-"""The memory backend's sequence summaries (``cmr.store.summaries``), kept as Starts and Ends are
-stored: exact, since the memory store keeps the first write of each event key and tells this
-module only of those."""
+"""The memory backend's sequence summaries (``cmr.store.summaries``): each batch's parts kept in
+dictionaries, by the rules the SQL stores write in their tables (``sqlite_summaries``): the
+lowest-ranked root candidate wins, threads and entries are sets (first write wins), an
+invocation is open until its late End arrives and never opened when the End came first."""
 
 from __future__ import annotations
 
-import operator
 from collections import Counter
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
-from itertools import compress
 
-from cmr.store._shared import EndRow, StartRow, root_rank
 from cmr.store.base import MethodRecord, ProcessRecord, SequenceSummary
-from cmr.store.summaries import StoredSummary, summary_from
+from cmr.store.summaries import EntryRow, RootRow, StoredSummary, SummaryParts, summary_from
 
 Key = tuple[int, int]  # (puid, iid)
+#: (end_ns, error) of a late End.
+LateEnd = tuple[int, str | None]
 
 
 @dataclass(slots=True)
 class _Summary:
+    start_ns: int
     invocations: int = 0
-    threads: set[Key] = field(default_factory=set)  # (puid, tid)
-    root: StartRow | None = None
-    entries: list[StartRow] = field(default_factory=list)  # parentless, continuing a hand-off
-    open: dict[int, set[int]] = field(default_factory=dict)  # puid -> iids without an End
-
-
-_PUID = operator.itemgetter(0)
-_IID = operator.itemgetter(1)
-
-
-def _untrue(root: StartRow | None) -> bool:
-    """No candidate yet, or one with a parent (a parentless one ranks before any such)."""
-    return root is None or bool(root[3])
-
-
-def _rank(row: StartRow) -> tuple[int, ...]:
-    puid, iid, _seq, parent, hid, _tid, _method, start_ns = row
-    return root_rank(parent, hid, start_ns, puid, iid)
+    root: RootRow | None = None
+    threads: set[tuple[int, int]] = field(default_factory=set)  # (puid, tid)
+    entries: dict[Key, EntryRow] = field(default_factory=dict)
+    open: set[Key] = field(default_factory=set)
 
 
 class MemorySummaries:
-    """Per sequence: what its listing line needs, updated per stored Start and End."""
+    """Per sequence: what its listing line needs, updated per stored batch."""
 
     def __init__(self) -> None:
         self._by_seq: dict[bytes, _Summary] = {}
         self._open_seq: dict[Key, bytes] = {}  # an open invocation's sequence
 
-    def add(self, starts: list[StartRow], ended: list[Key], ends: dict[Key, EndRow]) -> None:
-        """A batch's Starts and Ends stored for the first time (``ends``: every End stored, this
-        batch's included). Bulk operations; a look at each Start only where it may matter."""
+    def starts(self) -> dict[bytes, int]:
+        """Each sequence's earliest start (the listing order); the caller must not change it."""
+        return {seq: summary.start_ns for seq, summary in self._by_seq.items()}
+
+    def start_of(self, seq: bytes) -> int | None:
+        summary = self._by_seq.get(seq)
+        return None if summary is None else summary.start_ns
+
+    def add(
+        self,
+        first_start: Mapping[bytes, int],
+        parts: SummaryParts,
+        closed: list[Key],
+        late_ends: Container[Key],
+    ) -> None:
+        """A batch's parts; ``closed`` are the invocations its late Ends end, ``late_ends``
+        every late End stored (this batch's included)."""
         by_seq = self._by_seq
-        for seq, count in Counter([row[2] for row in starts]).items():
+        for seq, start_ns in first_start.items():
             summary = by_seq.get(seq)
             if summary is None:
-                summary = by_seq[seq] = _Summary()
-            summary.invocations += count
-        for puid, tid, seq in {(row[0], row[5], row[2]) for row in starts}:
-            by_seq[seq].threads.add((puid, tid))
-        for row in [row for row in starts if not row[3]]:  # parentless: roots and entries
-            summary = by_seq[row[2]]
-            if summary.root is None or _rank(row) < _rank(summary.root):
+                by_seq[seq] = _Summary(start_ns, parts.counts[seq])
+            else:
+                summary.start_ns = min(summary.start_ns, start_ns)
+                summary.invocations += parts.counts[seq]
+        for key in closed:
+            closed_seq = self._open_seq.pop(key, None)
+            if closed_seq is not None:
+                by_seq[closed_seq].open.discard(key)
+        for row in parts.roots:
+            summary = by_seq[row[0]]
+            if summary.root is None or row[1:6] < summary.root[1:6]:
                 summary.root = row
-            if row[4]:
-                summary.entries.append(row)
-        # A sequence with no parentless call so far: its best candidate among this batch's.
-        rootless = {seq for seq in {row[2] for row in starts} if _untrue(by_seq[seq].root)}
-        for seq in rootless:
-            best = min((row for row in starts if row[2] == seq), key=_rank)
-            summary = by_seq[seq]
-            if summary.root is None or _rank(best) < _rank(summary.root):
-                summary.root = best
-        keys = zip(map(_PUID, starts), map(_IID, starts), strict=True)
-        for row in compress(starts, map(operator.not_, map(ends.__contains__, keys))):
-            puid, iid, seq = row[0], row[1], row[2]
-            by_seq[seq].open.setdefault(puid, set()).add(iid)
-            self._open_seq[puid, iid] = seq
-        for key in ended:
-            open_seq = self._open_seq.pop(key, None)
-            if open_seq is not None:
-                by_seq[open_seq].open[key[0]].discard(key[1])
+        for seq, puid, tid in parts.threads:
+            by_seq[seq].threads.add((puid, tid))
+        for entry in parts.entries:
+            by_seq[entry[0]].entries.setdefault((entry[1], entry[2]), entry)
+        open_seq = self._open_seq
+        for puid, iid, seq in parts.opened:
+            key = (puid, iid)
+            if key not in late_ends and key not in open_seq:
+                open_seq[key] = seq
+                by_seq[seq].open.add(key)
 
     def forget(self, seq: bytes) -> None:
         summary = self._by_seq.pop(seq, None)
         if summary is not None:
-            for puid, iids in summary.open.items():
-                for iid in iids:
-                    self._open_seq.pop((puid, iid), None)
+            for key in summary.open:
+                self._open_seq.pop(key, None)
 
     def summary(
         self,
         seq: bytes,
-        start_ns: int,
         *,
-        ends: dict[Key, EndRow],
-        methods: dict[Key, MethodRecord],
+        late_ends: Mapping[Key, LateEnd],
+        methods: Mapping[tuple[int, int], MethodRecord],
         handoffs: Container[int],
         lossy: bool,
         process: Callable[[int], ProcessRecord],
     ) -> SequenceSummary:
-        """The listing line: a look at each of the sequence's entries, nothing per invocation."""
+        """The listing line of a stored sequence (``process`` gives a process's record now)."""
         summary = self._by_seq[seq]
         root = summary.root
-        assert root is not None  # a sequence is known by its first Start
-        puid, iid, _seq, parent, hid, _tid, method, root_start = root
-        end = ends.get((puid, iid))
-        remote = (
-            [ends.get((e[0], e[1])) for e in summary.entries if e[4] not in handoffs]
-            if parent or hid
-            else []
-        )
-        open_by_process = {p: len(iids) for p, iids in summary.open.items() if iids}
+        assert root is not None  # every sequence here had a Start
+        end_ns = root[7]
+        if end_ns is None:
+            late = late_ends.get((root[4], root[5]))
+            end_ns = None if late is None else late[0]
+        remote_ends: list[int | None] = []
+        if root[1] or root[2]:  # no true root: the entries nobody here handed off
+            for _seq, puid, iid, hid, entry_end in summary.entries.values():
+                if hid not in handoffs:
+                    late = late_ends.get((puid, iid)) if entry_end is None else None
+                    remote_ends.append(entry_end if late is None else late[0])
+        open_by_process = Counter(puid for puid, _iid in summary.open)
         stored = StoredSummary(
             seq=seq,
-            start_ns=start_ns,
+            start_ns=summary.start_ns,
             invocations=summary.invocations,
-            root=(
-                seq,
-                int(parent != 0),
-                int(hid != 0),
-                root_start,
-                puid,
-                iid,
-                method,
-                None if end is None else end[2],
-            ),
-            root_method=methods.get((puid, method)),
+            root=(*root[:7], end_ns),
+            root_method=methods.get((root[4], root[6])),
             threads=len(summary.threads),
-            processes=len({p for p, _tid in summary.threads}),
-            open_by_process=open_by_process,
-            remote_ends=[None if e is None else e[2] for e in remote],
+            processes=len({puid for puid, _tid in summary.threads}),
+            open_by_process=dict(open_by_process),
+            remote_ends=remote_ends,
             lossy=lossy,
         )
-        return summary_from(stored, {p: process(p) for p in open_by_process})
+        return summary_from(stored, {puid: process(puid) for puid in open_by_process})
