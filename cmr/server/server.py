@@ -27,6 +27,7 @@ import zmq
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, READY_PREFIX
 from cmr.server.curve import CurveError, CurveKeys, Gatekeeper, curve_keys
 from cmr.server.ingest import AUTH, Ingest
+from cmr.server.workers import WorkerError, WorkerPool
 from cmr.store import Store, StoreError, open_store
 from tracer import wire
 
@@ -59,10 +60,13 @@ class Server:
         *,
         max_frame_bytes: int = wire.MAX_FRAME_BYTES,
         curve: CurveKeys | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.bind = bind
         self.max_frame_bytes = max_frame_bytes
         self.curve = curve
+        #: With a pool, its workers decode and store; ``store`` only counts refused handshakes.
+        self.pool = pool
         self._ingest = Ingest(store, max_frame_bytes=max_frame_bytes)
         self._encoder = msgspec.msgpack.Encoder()
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
@@ -119,19 +123,33 @@ class Server:
         monitor = gatekeeper.monitor if gatekeeper is not None else None
         if monitor is not None:
             poller.register(monitor, zmq.POLLIN)
+        pool = self.pool
+        if pool is not None:
+            poller.register(pool.socket, zmq.POLLIN)
         while not stop.is_set():
             ready = dict(poller.poll(POLL_MS))
             if monitor is not None and monitor in ready and gatekeeper is not None:
                 refused = gatekeeper.refusals()
                 if refused:
                     self._ingest.reject(AUTH, refused)
-            if sock not in ready:
-                continue
-            for _ in range(_DRAIN):
-                try:
-                    message = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
+            if pool is not None:
+                if pool.socket in ready:
+                    pool.answer(sock)
+                pool.supervise()
+            if sock in ready:
+                self._drain(sock)
+
+    def _drain(self, sock: zmq.Socket[bytes]) -> None:
+        """Handle (or hand to a worker) the messages waiting, up to _DRAIN."""
+        pool = self.pool
+        for _ in range(_DRAIN):
+            try:
+                message = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if pool is not None:
+                pool.forward(message)
+            else:
                 self._answer(sock, message)
 
     def _answer(self, sock: zmq.Socket[bytes], message: list[bytes]) -> None:
@@ -151,8 +169,11 @@ class Server:
             )
 
     def close(self) -> None:
-        """Close the socket and stop the authenticator (call from the thread that served it, or
-        after it stopped)."""
+        """Close the socket, stop the workers and the authenticator (call from the thread that
+        served it, or after it stopped)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
         if self._gatekeeper is not None:
             self._gatekeeper.unwatch()
         if self._socket is not None:
@@ -207,17 +228,27 @@ class ServerThread:
 
 
 def run_server(
-    store: Store, bind: str, ready_line: bool = True, *, curve: CurveKeys | None = None
+    store: Store,
+    bind: str,
+    ready_line: bool = True,
+    *,
+    curve: CurveKeys | None = None,
+    workers: int = 1,
+    db: str | None = None,
 ) -> int:
     """Serve until SIGINT or SIGTERM, then close ``store``; the exit code of `cmr serve`.
 
-    After binding, prints exactly one line, ``cmr: listening on <endpoint>``, that other tools
-    wait for. A bind failure prints a one-line error to stderr and returns 1."""
+    With ``workers`` > 1, that many processes open the repository ``db`` (``store`` must be
+    it) and store the batches (``cmr.server.workers``). After binding and starting them, prints
+    exactly one line, ``cmr: listening on <endpoint>``, that other tools wait for. A failure to
+    start prints a one-line error to stderr and returns 1."""
     server = Server(store, bind, curve=curve)
     try:
         try:
             server.start()
-        except ServerError as exc:
+            if workers > 1:
+                server.pool = _started_pool(workers, db, server.max_frame_bytes)
+        except (ServerError, WorkerError) as exc:
             print(f"cmr: {exc}", file=sys.stderr)
             return 1
         stop = threading.Event()
@@ -229,6 +260,14 @@ def run_server(
     finally:
         server.close()
         store.close()
+
+
+def _started_pool(workers: int, db: str | None, max_frame_bytes: int) -> WorkerPool:
+    if db is None:
+        raise ServerError("workers need the repository's path or URL")
+    pool = WorkerPool(workers, db, max_frame_bytes=max_frame_bytes)
+    pool.start()
+    return pool
 
 
 @contextlib.contextmanager

@@ -57,6 +57,7 @@ __all__ = [
     "UnknownSequenceError",
     "default_db_path",
     "open_store",
+    "repository_target",
 ]
 
 
@@ -66,6 +67,13 @@ _URL: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 def default_db_path() -> str:
     """INVOSEQ_DB if set, else DEFAULT_DB_PATH."""
     return os.environ.get(DB_ENV) or DEFAULT_DB_PATH
+
+
+def repository_target(db: str | None) -> str:
+    """What ``open_store(db)`` opens, as another process (in another directory) opens it: the
+    URL as given, a file path made absolute."""
+    target = db or default_db_path()
+    return target if _URL.match(target) else os.path.abspath(target)
 
 
 def open_store(
