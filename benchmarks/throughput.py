@@ -35,12 +35,16 @@ def run(settings: Settings) -> CaseResult:
     result.noise["raw"] = spread(series["raw"])
     raw = median(series["raw"])
     generation = median(measured["generation"])
-    for variant, label in (("sqlite", "SQLite"), ("memory", "memory")):
+    for variant, label in (
+        ("sqlite", "SQLite store"),
+        ("workers", "SQLite store, --workers 2"),
+        ("memory", "memory store"),
+    ):
         rate = median(series[variant])
         result.rows.append(
             Row(
                 case=NAME,
-                name=f"one traced process → cmr serve ({label} store)",
+                name=f"one traced process → cmr serve ({label})",
                 value=rate,
                 unit="events/s",
                 baseline=raw,
@@ -64,7 +68,8 @@ def run(settings: Settings) -> CaseResult:
             targets=(Target("none", "<=", 0),),
             note=(
                 f"{totals['sent_events']} events acknowledged, "
-                f"{totals['spooled_batches']} batches spooled"
+                f"{totals['spooled_batches']} batches spooled; dropped by variant: "
+                + ", ".join(f"{k} {v}" for k, v in measured["dropped_by"].items())
             ),
         )
     )

@@ -28,7 +28,7 @@ from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, READY_PREFIX
 from cmr.server.curve import CurveError, CurveKeys, Gatekeeper, curve_keys
 from cmr.server.ingest import AUTH, Ingest
 from cmr.server.workers import WorkerError, WorkerPool
-from cmr.store import Store, StoreError, open_store
+from cmr.store import Store, StoreError, open_store, repository_target
 from tracer import wire
 
 log = logging.getLogger(__name__)
@@ -305,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--memory", action="store_true", help="keep the repository in memory")
     parser.add_argument("--curve-secret", metavar="FILE", help="the repository's secret key file")
     parser.add_argument("--allowed-clients", metavar="DIR", help="the allowed client public keys")
+    parser.add_argument("--workers", type=int, default=1, help="processes storing (not --memory)")
     args = parser.parse_args(argv)
+    if args.workers < 1 or (args.memory and args.workers > 1):
+        parser.error("--workers takes 1 or more, and more than 1 needs --db")
     logging.basicConfig(format="cmr: %(message)s")
     try:
         curve = curve_keys(args.curve_secret, args.allowed_clients)
@@ -313,4 +316,5 @@ def main(argv: list[str] | None = None) -> int:
     except (CurveError, StoreError) as exc:
         print(f"cmr: {exc}", file=sys.stderr)
         return 1
-    return run_server(store, args.bind, curve=curve)
+    db = None if args.memory else repository_target(args.db)
+    return run_server(store, args.bind, curve=curve, workers=args.workers, db=db)
