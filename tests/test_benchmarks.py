@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import Row, Target
-from benchmarks.ingest import PG_ENV
+from benchmarks.postgres import PG_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,8 +60,8 @@ def test_an_unknown_case_is_a_one_line_error() -> None:
     done = run_benchmarks("--only", "nonsense")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, sampler, "
-        "views, memory)"
+        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
+        "sampler, views, memory)"
     ]
 
 
