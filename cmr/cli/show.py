@@ -17,10 +17,12 @@ from cmr.cli._support import (
     open_for_reading,
 )
 from cmr.views.budget import DEFAULT_MAX_NODES
+from cmr.views.critical import critical_path, describe_path, path_tree
 from cmr.views.pipeline import render_sequence, view_sequence
 from cmr.views.processors import thread_activity
 from cmr.views.render import json as json_render
 from cmr.views.render import tables
+from cmr.views.render.text import render_text
 
 
 def add_show(commands: Commands) -> None:
@@ -38,6 +40,9 @@ def add_show(commands: Commands) -> None:
             "'<remote parent>'. With --samples, the frames the stack sampler saw below each "
             "call are merged in, estimated from the samples and marked '~'. A sequence some of "
             "whose events a process had to drop is marked lossy under the header, naming it. "
+            "With --critical-path, only the chain of calls that set the sequence's end-to-end "
+            "time: from the root, each time the callee its caller waited for last (a hand-off's "
+            "queue wait included). "
             "A big tree is cut to --max-nodes lines: the longest calls first, the rest of each "
             "caller's calls folded into one line ('… 9,990 more calls, total 12.3 s'), names "
             "that repeat among them counted, and a last line saying how "
@@ -48,6 +53,7 @@ def add_show(commands: Commands) -> None:
             "cmr show 3f2a9c --depth 3 --min-duration 0.5",
             "cmr show 3f2a9c --samples",
             "cmr show 3f2a9c --threads",
+            "cmr show 3f2a9c --critical-path   # the calls that set its end-to-end time",
             "cmr show 3f2a9c --max-nodes 0 | less   # every call, however many",
             "cmr show 3f2a9c --json > tree.json",
         ],
@@ -79,6 +85,12 @@ def add_show(commands: Commands) -> None:
         help="merge in the stack samples: what ran below each call, estimated ('~')",
     )
     parser.add_argument(
+        "--critical-path",
+        action="store_true",
+        help="show only the critical path: from the root, each time the callee its caller "
+        "waited for last (the calls that set the end-to-end time, queue waits included)",
+    )
+    parser.add_argument(
         "--max-nodes",
         type=non_negative_int,
         default=DEFAULT_MAX_NODES,
@@ -91,14 +103,11 @@ def add_show(commands: Commands) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    if args.threads and (args.depth is not None or args.min_duration_ns):
-        raise CliError("--threads counts every call: leave out --depth and --min-duration")
-    if args.threads and args.samples:
-        raise CliError("--threads counts calls, not samples: leave out --samples")
+    _check_options(args)
     store = open_for_reading(args.db)
     try:
         seq = store.resolve_sequence(args.seq)
-        if not args.threads and not args.json:
+        if not (args.threads or args.json or args.critical_path):
             emit(
                 render_sequence(
                     store,
@@ -114,12 +123,33 @@ def _show(args: argparse.Namespace) -> int:
         tree = view_sequence(store, seq, args.depth, args.min_duration_ns, samples=args.samples)
     finally:
         store.close()
-    if args.threads:
+    if args.critical_path:
+        path = critical_path(tree.root)
+        if args.json:
+            emit(json_render.critical_path_to_json(tree, path))
+        else:
+            emit(
+                describe_path(path)
+                + "\n"
+                + render_text(path_tree(tree, path), color=colour_wanted())
+            )
+    elif args.threads:
         activity = thread_activity(tree)
         if args.json:
             emit(json_render.thread_activity_to_json(activity))
         else:
             emit(tables.render_thread_activity(tree, activity))
-        return 0
-    emit_chunks(json_render.iter_tree_json(tree))
+    else:
+        emit_chunks(json_render.iter_tree_json(tree))
     return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.threads and (args.depth is not None or args.min_duration_ns):
+        raise CliError("--threads counts every call: leave out --depth and --min-duration")
+    if args.threads and args.samples:
+        raise CliError("--threads counts calls, not samples: leave out --samples")
+    if args.critical_path and (args.threads or args.depth is not None or args.min_duration_ns):
+        raise CliError(
+            "--critical-path follows every call: leave out --threads, --depth and --min-duration"
+        )

@@ -31,6 +31,8 @@ the page turns each column into a typed array at once.
   ``frame`` (``[file, function, line]`` of an estimated frame) and ``attributes``.
 - ``arrows``: one per hand-off whose submitter and submit time are known: ``from`` and ``to``
   (bar indexes), ``kind``, ``submitted``, ``start`` and ``queued`` (the wait, ns).
+- ``critical``: the bars of the critical path (``cmr.views.critical``, what ``cmr show
+  --critical-path`` shows), in its order: the root first, then depth first in time order.
 - ``flame``: the sequence's profile (calls and estimated frames merged where the same function
   sits at the same place), columns ``name``, ``kind``, ``parent``, ``depth``, ``value`` (what a
   frame's width stands for: ``weight`` is ``samples`` when the sequence has samples, else
@@ -46,6 +48,7 @@ from typing import Final, NamedTuple, TypeVar
 from cmr.report.schema import Arrow, Bars, Flame, Lane, ReportModel, Summary
 from cmr.store.base import SequenceData
 from cmr.views._gc import paused_gc
+from cmr.views.critical import critical_path
 from cmr.views.lanes import Layout, Track, lay_out
 from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Node
 from cmr.views.pipeline import sequence_tree  # the exports' tree: samples merged in
@@ -111,6 +114,7 @@ def _build_model(data: SequenceData) -> ReportModel:
         "lanes": lanes,
         "bars": bars,
         "arrows": arrows,
+        "critical": _critical(tree.root, nodes),
         "flame": _flame(
             tree_has_samples=has_samples(tree), roots=profile_sequence(tree).roots, names=names
         ),
@@ -350,3 +354,9 @@ def _flame(*, tree_has_samples: bool, roots: list[ProfileNode], names: _Names) -
         samples=[node.samples for node in order],
         calls=[node.calls for node in order],
     )
+
+
+def _critical(root: Node, nodes: list[Node]) -> list[int]:
+    """The bar index of every call on the critical path, in the path's order."""
+    bar_of = {id(node): at for at, node in enumerate(nodes)}
+    return [bar_of[id(node)] for node in critical_path(root)]

@@ -101,7 +101,8 @@ _TEMPLATE: Final = """<!doctype html>
     <div id="legend">
       <i class="l-measured"></i>measured<i class="l-estimated"></i>estimated from samples
       <i class="l-synthetic"></i>made up<i class="l-error"></i>raised<i class="l-open"></i>not ended
-      <i class="l-wait"></i>queue wait, arrow: hand-off<i class="l-block"></i>calls under a pixel
+      <i class="l-wait"></i>queue wait, arrow: hand-off<i class="l-critical"></i>critical path
+      <i class="l-block"></i>calls under a pixel
       <span class="keys">wheel: zoom · drag: pan · click: details</span>
     </div>
     <div id="flame-note" hidden>Calls and sampled frames merged where the same function sits at

@@ -88,4 +88,5 @@ class ReportModel(TypedDict):
     lanes: list[Lane]
     bars: Bars
     arrows: list[Arrow]
+    critical: list[int]  # bar indexes of the critical path, in its order
     flame: Flame

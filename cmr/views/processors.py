@@ -26,7 +26,7 @@ def limit_depth(tree: SequenceTree, depth: int) -> SequenceTree:
     """Show ``depth`` levels below the root (0 shows the root alone)."""
     if depth < 0:
         raise ValueError(f"depth must be >= 0, got {depth}")
-    return _prune(tree, lambda _node, node_depth: node_depth <= depth)
+    return keep_only(tree, lambda _node, node_depth: node_depth <= depth)
 
 
 def drop_shorter_than(tree: SequenceTree, min_duration_ns: int) -> SequenceTree:
@@ -36,7 +36,7 @@ def drop_shorter_than(tree: SequenceTree, min_duration_ns: int) -> SequenceTree:
         raise ValueError(f"min_duration_ns must be >= 0, got {min_duration_ns}")
     if min_duration_ns == 0:
         return tree
-    return _prune(
+    return keep_only(
         tree, lambda node, _depth: node.duration_ns is None or node.duration_ns >= min_duration_ns
     )
 
@@ -52,7 +52,9 @@ def subtree_size(node: Node) -> int:
     return size
 
 
-def _prune(tree: SequenceTree, keep: KeepChild) -> SequenceTree:
+def keep_only(tree: SequenceTree, keep: KeepChild) -> SequenceTree:
+    """A copy of the tree with the calls ``keep`` keeps (and their callees it keeps); each call
+    left out is counted, with everything beneath it, on the caller it was cut from."""
     root = _copy(tree.root)
     hidden = 0
     stack: list[tuple[Node, Node, int]] = [(tree.root, root, 0)]

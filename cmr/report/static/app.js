@@ -191,6 +191,7 @@
       ["process", "host:pid", lane.puid === null ? "—" : lane.process + (lane.state && lane.state !== "alive" ? " (" + lane.state + ")" : "")],
       ["thread", "thread", lane.puid === null ? "—" : lane.thread + " (" + lane.tid + ")"],
     ];
+    if (b.critical[i]) rows.push(["critical", "critical path", "on it (it set the end-to-end time)"]);
     if (raw.handoff[i] !== null) {
       const arrow = data.arrows.find((a) => a.to === i);
       const wait = arrow ? ", queued " + Invoseq.formatDuration(arrow.queued) : "";
@@ -316,6 +317,7 @@
     readyAt: null,
     violations: violations,
     names: (i) => data.names[data.bars.name[i]],
+    critical: () => data.critical.slice(),
     select: (index) => {
       show("timeline");
       timeline.reveal(index);

@@ -28,8 +28,10 @@ Invoseq.decode = function decode(model) {
     start: Float64Array.from(b.start),
     end: Float64Array.from(b.end),
     open: Uint8Array.from(b.open, (v) => (v ? 1 : 0)),
+    critical: new Uint8Array(n), // 1 for a bar on the critical path
     raw: b,
   };
+  for (const i of model.critical) bars.critical[i] = 1;
   const lanes = model.lanes.map((lane) => ({ info: lane, rows: [] }));
   const counts = lanes.map((lane) => new Int32Array(Math.max(1, lane.info.rows)));
   for (let i = 0; i < n; i++) counts[bars.lane[i]][bars.row[i]]++;
@@ -80,6 +82,7 @@ Invoseq.decode = function decode(model) {
     bars: bars,
     lanes: lanes,
     arrows: model.arrows,
+    critical: model.critical,
     flame: flame,
     end: Math.max(1, model.summary.end_ns),
   };

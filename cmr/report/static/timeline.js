@@ -19,6 +19,7 @@
     blockMatch: "#f29e38",
     error: "#d62828",
     selected: "#111",
+    critical: "#7b2cbf",
     match: "#f29e38",
     wait: "rgba(80, 120, 220, 0.22)",
     arrow: "rgba(40, 70, 170, 0.85)",
@@ -215,6 +216,11 @@
         ctx.lineTo(x1 - 7, y + 1);
         ctx.lineTo(x1, y + 8);
         ctx.fill();
+      }
+      if (bars.critical[i] && w > 2) {
+        // The critical path: a band along the bar's top edge, under the other marks.
+        ctx.fillStyle = COLORS.critical;
+        ctx.fillRect(x0, y + 1, w, 3);
       }
       if (this.found && this.found.bars[i]) {
         ctx.strokeStyle = COLORS.match;

@@ -96,6 +96,12 @@ def iter_tree_json(tree: SequenceTree) -> Iterator[bytes]:
     yield b"".join(parts)
 
 
+def critical_path_to_json(tree: SequenceTree, path: list[Node]) -> str:
+    """``{"seq": ..., "path": [NODE, ...]}``: the critical path's calls from the root down,
+    each with ``show --json``'s node fields (without children)."""
+    return _encode({"seq": tree.seq.hex(), "path": [node_fields(node) for node in path]}).decode()
+
+
 def _node_children(node: Node) -> list[Node]:
     return node.children
 

@@ -221,3 +221,30 @@ def test_stats_show_each_process_state_and_heartbeat(remote_repo, capsys):
     doc = json.loads(run(capsys, "--db", remote_repo, "stats", "--json")[1])
     states = {p["puid"]: (p["heartbeat_ms"], p["ended"], p["state"]) for p in doc["processes"]}
     assert states == {API: (100, False, "lost"), JOBS: (0, False, "alive")}
+
+
+def test_show_critical_path_follows_what_the_caller_waited_for_last(handoff_repo, capsys):
+    code, out, _ = run(capsys, "--db", handoff_repo, "show", "d0d0", "--critical-path")
+
+    assert code == 0
+    assert out.splitlines() == [
+        "critical path: 3 calls, 20.0 ms end to end, 4.32 ms of it queued",
+        f"{SEQ_D.hex()}  complete  20.0 ms  4 calls · 2 threads · 1 process · 1 hidden",
+        "20.0 ms  shop.checkout  self 13.4 ms  thread-1 (1) testhost:4242",
+        '├─ 4.80 ms  shop.fetch  self 4.80 ms  thread-2 (2)  → thread "thread-2", queued 3.20 ms',
+        "├─ 880 µs  shop.audit  self 880 µs  thread-1 (1)  → task, queued 1.12 ms",
+        "└─ … 1 call hidden",
+    ]
+    doc = json.loads(
+        run(capsys, "--db", handoff_repo, "show", "d0", "--critical-path", "--json")[1]
+    )
+    assert doc["seq"] == SEQ_D.hex()
+    assert [step["name"] for step in doc["path"]] == ["shop.checkout", "shop.fetch", "shop.audit"]
+
+
+@pytest.mark.parametrize("other", [["--threads"], ["--depth", "1"], ["--min-duration", "1"]])
+def test_show_critical_path_refuses_options_that_hide_calls(handoff_repo, capsys, other):
+    code, _, err = run(capsys, "--db", handoff_repo, "show", "d0d0", "--critical-path", *other)
+
+    assert code == 1
+    assert one_line_error(err).startswith("cmr: --critical-path follows every call")

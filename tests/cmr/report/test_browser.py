@@ -28,6 +28,7 @@ class Shop:
     seq: str
     report: Path
     tree: dict[str, Any]  # `cmr show --samples --json`
+    critical: list[str]  # the names along `cmr show --samples --critical-path --json`
 
 
 def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -49,7 +50,8 @@ def fixture_shop(tmp_path_factory: pytest.TempPathFactory) -> Shop:
     report = tmp / "checkout.html"
     cmr(db, "report", summary["seq"][:8], "-o", str(report))
     tree = cmr_json(db, "show", summary["seq"], "--samples")
-    return Shop(summary["seq"], report, tree)
+    path = cmr_json(db, "show", summary["seq"], "--samples", "--critical-path")["path"]
+    return Shop(summary["seq"], report, tree, [step["name"] for step in path])
 
 
 @pytest.fixture(name="page")
@@ -113,6 +115,20 @@ def test_clicking_a_bar_shows_its_details(page: Any, shop: Shop, artifacts: Path
     assert detail("logs") == "⚠ WARNING shop.pricing: no price for item 3"
     assert "log.0" not in detail("attributes")  # shown as a log record, not an attribute
     save_screenshot(page, artifacts, "report-details.png")
+
+
+def test_the_critical_path_is_marked_and_said_in_the_details(page: Any, shop: Shop) -> None:
+    critical = hook(page, "critical()")
+    assert [hook(page, f"names({index})") for index in critical] == shop.critical
+    assert len(critical) >= 2
+    last = critical[-1]
+    page.evaluate(f"window.invoseqReport.select({last})")
+    assert page.get_by_test_id("detail-critical").inner_text().startswith("on it")
+    first_off = next(
+        i for i in range(page.evaluate("window.invoseqReport.barCount")) if i not in critical
+    )
+    page.evaluate(f"window.invoseqReport.select({first_off})")
+    assert page.get_by_test_id("detail-critical").count() == 0
 
 
 def test_search_highlights_the_calls_of_that_name(page: Any, shop: Shop, artifacts: Path) -> None:

@@ -75,6 +75,8 @@ def test_model_of_a_running_sequence(make_batch: BatchFactory) -> None:
         {"from": 0, "to": 1, "kind": "thread", "submitted": 1 * MS, "start": 3 * MS,
          "queued": 2 * MS},
     ]  # fmt: skip
+    # Running: the root waits for the call still running, and before it for the one that ended.
+    assert model["critical"] == [0, 1, 2]
     flame = model["flame"]
     assert flame["weight"] == "time"  # no samples: the flame graph weighs time
     # An open call weighs what its callees account for: wait (open, no callees) weighs nothing.
