@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from cmr.cli._support import DB_HELP, CliError, Handler, Parser, discard_stdout, examples_epilog
+from cmr.cli.diff import add_diff
 from cmr.cli.export import add_export
 from cmr.cli.forward import add_forward
 from cmr.cli.import_ import add_import
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ls(commands)
     add_show(commands)
     add_profile(commands)
+    add_diff(commands)
     add_stats(commands)
     add_export(commands)
     add_forward(commands)

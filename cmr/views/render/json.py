@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from cmr.store.base import ProcessRecord, SamplerRecord, SequenceSummary, StoreStats
+from cmr.views.diff import PathDelta
 from cmr.views.model import Handoff, Node, SequenceTree
 from cmr.views.processors import ThreadActivity
 from cmr.views.profile import Profile, ProfileNode
@@ -100,6 +101,17 @@ def critical_path_to_json(tree: SequenceTree, path: list[Node]) -> str:
     """``{"seq": ..., "path": [NODE, ...]}``: the critical path's calls from the root down,
     each with ``show --json``'s node fields (without children)."""
     return _encode({"seq": tree.seq.hex(), "path": [node_fields(node) for node in path]}).decode()
+
+
+def diff_to_json(rows: list[PathDelta]) -> str:
+    """``cmr diff --json``: ``[{"path", "a_ns", "b_ns", "delta_ns"}, ...]``, largest change
+    first."""
+    return _encode(
+        [
+            {"path": row.path, "a_ns": row.a_ns, "b_ns": row.b_ns, "delta_ns": row.delta_ns}
+            for row in rows
+        ]
+    ).decode()
 
 
 def _node_children(node: Node) -> list[Node]:
