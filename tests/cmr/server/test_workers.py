@@ -196,13 +196,14 @@ def test_a_killed_worker_is_replaced_and_nothing_is_lost(
 def test_workers_that_cannot_open_the_repository_fail_the_start_in_one_line(
     tmp_path: Path,
 ) -> None:
+    others = set(_workers_of(os.getpid()))  # what this process runs besides (other tests')
     pool = WorkerPool(2, str(tmp_path))  # a directory: no worker can open it
 
     with pytest.raises(WorkerError, match=r"^cannot open repository .*") as failed:
         pool.start()
 
     assert "\n" not in str(failed.value)
-    assert _workers_of(os.getpid()) == []  # the pool stopped the workers it had started
+    assert set(_workers_of(os.getpid())) <= others  # the pool stopped the workers it started
 
 
 @pytest.mark.parametrize(
