@@ -125,6 +125,7 @@ class RootCandidate:
     hid: int
     name: str
     end_ns: int | None
+    error: str | None = None  # the exception type it raised, if it did
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,18 +139,19 @@ class RemoteEntries:
     latest_end_ns: int | None
 
 
-def summary_root(best: RootCandidate, remote: RemoteEntries) -> tuple[str, int | None]:
-    """The root name and end a listing shows, agreeing with the tree ``cmr show`` builds.
+def summary_root(best: RootCandidate, remote: RemoteEntries) -> tuple[str, int | None, str | None]:
+    """The root name, end and exception a listing shows, agreeing with the tree ``cmr show``
+    builds.
 
     Precedence: a true root (no parent, no hand-off) is the root; without one, a sequence with
     remote entries was started by a foreign system and is rooted at REMOTE_PARENT, which ends when
     all of them have; otherwise (events were lost) the best candidate is named, as the best
     guess there is."""
     if best.parent == 0 and best.hid == 0:
-        return best.name, best.end_ns
+        return best.name, best.end_ns, best.error
     if remote.count:
-        return REMOTE_PARENT, None if remote.open else remote.latest_end_ns
-    return best.name, best.end_ns
+        return REMOTE_PARENT, None if remote.open else remote.latest_end_ns, None
+    return best.name, best.end_ns, best.error
 
 
 def sequence_status(running: int, incomplete: int) -> str:
@@ -215,13 +217,14 @@ def summarize(data: SequenceData, start_ns: int) -> SequenceSummary:
             method.module if method else None, method.qualname if method else None, first.method
         ),
         end_ns=first.end_ns,
+        error=first.error,
     )
     remote = RemoteEntries(0, 0, None)
     if best.parent or best.hid:  # no true root: look for remote entries
         entries = [r for r in invocations if r.parent == 0 and r.hid and r.hid not in data.handoffs]
         ends = [r.end_ns for r in entries if r.end_ns is not None]
         remote = RemoteEntries(len(entries), len(entries) - len(ends), max(ends, default=None))
-    root, root_end_ns = summary_root(best, remote)
+    root, root_end_ns, root_error = summary_root(best, remote)
     return SequenceSummary(
         seq=data.seq,
         root=root,
@@ -232,4 +235,5 @@ def summarize(data: SequenceData, start_ns: int) -> SequenceSummary:
         processes=len({r.puid for r in invocations}),
         status=sequence_status(running, incomplete),
         lossy=bool(data.lost_by),
+        error=root_error,
     )

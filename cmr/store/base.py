@@ -180,6 +180,7 @@ class SequenceSummary:
     processes: int
     status: str  # running | complete | incomplete
     lossy: bool = False  # a process reported dropping some of its events
+    error: str | None = None  # the exception type the root call raised, if it did
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,8 +47,9 @@ _IID = operator.attrgetter("iid")
 _PARENT = operator.attrgetter("parent")
 
 #: (seq, not a true root: parent != 0, continues a hand-off: hid != 0, start_ns, puid, iid,
-#: method, end_ns or None): the first six order candidates as ``root_rank`` does.
-RootRow = tuple[bytes, int, int, int, int, int, int, int | None]
+#: method, end_ns or None, the exception type it raised or None): the first six order
+#: candidates as ``root_rank`` does.
+RootRow = tuple[bytes, int, int, int, int, int, int, int | None, str | None]
 #: (seq, puid, iid, hid, end_ns or None): a parentless invocation continuing hand-off ``hid``.
 EntryRow = tuple[bytes, int, int, int, int | None]
 #: (puid, iid, seq): an invocation whose End was not in its batch.
@@ -118,6 +119,7 @@ class SummaryCollector:
         found: list[End | Error] = [*compress(ends, map(chosen.__contains__, map(_IID, ends)))]
         found += [e for e in errors if e.iid in chosen]
         end_of = {e.iid: e.t_ns + offset for e in found}
+        error_of = {e.iid: e.error for e in found if type(e) is Error}
         parts.roots = [
             (
                 seq,
@@ -128,6 +130,7 @@ class SummaryCollector:
                 e.iid,
                 e.method,
                 end_of.get(e.iid),
+                error_of.get(e.iid),
             )
             for seq, e in best.items()
         ]
@@ -175,7 +178,7 @@ def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> 
             incomplete += count
         else:
             running += count
-    _seq, untrue, handed, _start, _puid, _iid, method_id, end_ns = stored.root
+    _seq, untrue, handed, _start, _puid, _iid, method_id, end_ns, error = stored.root
     method = stored.root_method
     best = RootCandidate(
         parent=untrue,
@@ -184,12 +187,13 @@ def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> 
             method.module if method else None, method.qualname if method else None, method_id
         ),
         end_ns=end_ns,
+        error=error,
     )
     ends = [end for end in stored.remote_ends if end is not None]
     remote = RemoteEntries(
         len(stored.remote_ends), len(stored.remote_ends) - len(ends), max(ends, default=None)
     )
-    root, root_end_ns = summary_root(best, remote)
+    root, root_end_ns, root_error = summary_root(best, remote)
     return SequenceSummary(
         seq=stored.seq,
         root=root,
@@ -200,6 +204,7 @@ def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> 
         processes=stored.processes,
         status=sequence_status(running, incomplete),
         lossy=stored.lossy,
+        error=root_error,
     )
 
 
@@ -215,6 +220,7 @@ def parts_of(seq: bytes, records: list[InvocationRecord]) -> SummaryParts:
         best.iid,
         best.method,
         best.end_ns,
+        best.error,
     )
     return SummaryParts(
         counts=Counter({seq: len(records)}),

@@ -98,10 +98,10 @@ class MemorySummaries:
         summary = self._by_seq[seq]
         root = summary.root
         assert root is not None  # every sequence here had a Start
-        end_ns = root[7]
+        end_ns, error = root[7], root[8]
         if end_ns is None:
             late = late_ends.get((root[4], root[5]))
-            end_ns = None if late is None else late[0]
+            end_ns, error = (None, None) if late is None else late
         remote_ends: list[int | None] = []
         if root[1] or root[2]:  # no true root: the entries nobody here handed off
             for _seq, puid, iid, hid, entry_end in summary.entries.values():
@@ -113,7 +113,7 @@ class MemorySummaries:
             seq=seq,
             start_ns=summary.start_ns,
             invocations=summary.invocations,
-            root=(*root[:7], end_ns),
+            root=(*root[:7], end_ns, error),
             root_method=methods.get((root[4], root[6])),
             threads=len(summary.threads),
             processes=len({puid for puid, _tid in summary.threads}),

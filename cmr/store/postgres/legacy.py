@@ -5,8 +5,9 @@ attributes (``attributes``), partitioned by day. Each process's rows become one 
 numbered ``packed.LEGACY_BATCH_NO`` with clock offset 0 (the times are wall clock already) and
 indexed as ingest indexes a batch; Ends whose Start was never stored become late Ends and every
 attributes row a late Attrs (merged in batch order when read, as before). The row tables are
-then dropped and every sequence's listing line computed. Runs inside the migration's
-transaction: it happens whole or not at all.
+then dropped; the listing lines are computed by the migration after it (``postgres_migrate``),
+once every column they need is there. Runs inside the migration's transaction: it happens
+whole or not at all.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Final
 import msgspec
 
 from cmr.store.packed import LEGACY_BATCH_NO, legacy_batch
-from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn
 
 _decode_attributes: Final = msgspec.msgpack.Decoder(dict[str, str | int | float | bool]).decode
@@ -31,8 +31,7 @@ _PROCESS_ROWS: Final = """
 
 
 def move_legacy_rows(conn: Conn) -> None:
-    """Move the row tables' events into stored batches, drop those tables, and compute the
-    listing lines."""
+    """Move the row tables' events into stored batches and drop those tables."""
     puids = [int(p) for (p,) in conn.execute("SELECT DISTINCT puid FROM starts ORDER BY puid")]
     for puid in puids:
         _move_process(conn, puid)
@@ -56,7 +55,6 @@ def move_legacy_rows(conn: Conn) -> None:
         )
     for table in ("attributes", "ends", "starts"):
         conn.execute(f"DROP TABLE {table}")
-    summaries.backfill(conn)
 
 
 def _move_process(conn: Conn, puid: int) -> None:

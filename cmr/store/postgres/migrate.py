@@ -12,12 +12,14 @@ from __future__ import annotations
 from typing import Final
 
 from cmr.store.base import StoreError
+from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.legacy import move_legacy_rows
 from cmr.store.postgres.schema import (
     MIGRATIONS,
     MIGRATIONS_TABLE,
     PACKED_VERSION,
+    ROOT_ERROR_VERSION,
     SCHEMA_VERSION,
 )
 
@@ -64,6 +66,8 @@ def migrate(conn: Conn, name: str, *, upto: int = SCHEMA_VERSION) -> int:
                     conn.execute(statement)
                 if migration.version == PACKED_VERSION:
                     move_legacy_rows(conn)
+                if migration.version == ROOT_ERROR_VERSION:
+                    summaries.backfill(conn)
                 conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),

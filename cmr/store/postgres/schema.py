@@ -195,14 +195,20 @@ _PACKED: Final = (
     "CREATE INDEX open_calls_by_seq ON open_calls (seq, puid)",
 )
 
-#: The version whose migration also moves rows (``postgres_migrate`` runs the move after its
-#: statements, ``postgres_legacy`` drops the row tables once they are moved).
+#: The exception type the root candidate raised (NULL: it did not, or has not ended); the roots
+#: are computed again after it (``postgres_migrate``).
+_ROOT_ERROR: Final = ("ALTER TABLE seq_roots ADD COLUMN error text",)
+
+#: The versions whose migration also runs Python after its statements (``postgres_migrate``):
+#: moving the rows into batches, then computing the listing lines.
 PACKED_VERSION: Final = 3
+ROOT_ERROR_VERSION: Final = 4
 
 MIGRATIONS: Final = (
     Migration(1, "processes, events partitioned by day, samples, counters", _CORE),
     Migration(2, "invocation attributes", _ATTRIBUTES),
     Migration(PACKED_VERSION, "batches stored as they arrived, listing lines", _PACKED),
+    Migration(ROOT_ERROR_VERSION, "the exception the root raised, in listing lines", _ROOT_ERROR),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
@@ -251,11 +257,12 @@ UPSERT_SEQUENCES: Final = """
 UPSERT_ROOTS: Final = """
     INSERT INTO seq_roots AS r
     SELECT * FROM unnest(%b::bytea[], %b::integer[], %b::integer[], %b::bigint[],
-                         %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[]) ORDER BY 1
+                         %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::text[])
+    ORDER BY 1
     ON CONFLICT (seq) DO UPDATE SET
         untrue = excluded.untrue, handed = excluded.handed, start_ns = excluded.start_ns,
         puid = excluded.puid, iid = excluded.iid, method = excluded.method,
-        end_ns = excluded.end_ns
+        end_ns = excluded.end_ns, error = excluded.error
     WHERE (excluded.untrue, excluded.handed, excluded.start_ns, excluded.puid, excluded.iid)
         < (r.untrue, r.handed, r.start_ns, r.puid, r.iid)"""
 #: An invocation is opened unless its End came first (a late End already stored).
@@ -271,6 +278,7 @@ RECENT_SUMMARIES: Final = """
     SELECT s.seq, s.start_ns, s.invocations,
            r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
            coalesce(r.end_ns, l.end_ns),
+           CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
            m.module, m.qualname, m.file, m.line,
            (SELECT count(*) FROM seq_threads t WHERE t.seq = s.seq),
            (SELECT count(DISTINCT t.puid) FROM seq_threads t WHERE t.seq = s.seq),

@@ -75,8 +75,8 @@ def recent(conn: Conn, limit: int, now: int) -> list[SequenceSummary]:
             remote.setdefault(bytes(seq), []).append(end_ns)
     stored: list[StoredSummary] = []
     for row in rows:
-        seq_value, start_ns, invocations, *root, module, qualname, file, line = row[:14]
-        threads, processes, lossy = row[14:]
+        seq_value, start_ns, invocations, *root, module, qualname, file, line = row[:15]
+        threads, processes, lossy = row[15:]
         seq = bytes(seq_value)
         stored.append(
             StoredSummary(
@@ -98,7 +98,9 @@ def recent(conn: Conn, limit: int, now: int) -> list[SequenceSummary]:
 
 
 def backfill(conn: Conn) -> None:
-    """Compute the summaries of every stored sequence (upgrading a repository from rows)."""
+    """Compute the summaries of every stored sequence (upgrading a repository from before them,
+    or before their roots said what they raised: the roots are computed again)."""
+    conn.execute("DELETE FROM seq_roots")
     rows = conn.execute("SELECT seq FROM sequences ORDER BY seq").fetchall()
     for seq, invocations, parts in backfilled(
         [bytes(seq) for (seq,) in rows],

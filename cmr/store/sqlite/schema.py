@@ -6,14 +6,15 @@ of: each purely additive. Version 6 stores events as their batches arrived (``cm
 instead of a row per Start and End; ``sqlite_migrate`` moves an older file's rows into that form
 when it is opened for writing (``UPGRADES`` then the move). Version 7 keeps each sequence's
 listing line at ingest (``cmr.store.summaries``); an older file's are computed when it is
-upgraded.
+upgraded. Version 8 adds the exception the root raised to the listing line (its roots are
+computed again on upgrade).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -131,6 +132,8 @@ SUMMARY_SCHEMA: Final = (
     ) WITHOUT ROWID""",
     "CREATE INDEX open_calls_by_seq ON open_calls (seq, puid)",
 )
+#: Version 8: the exception type the root candidate raised (NULL: it did not, or has not ended).
+ROOT_ERROR_SCHEMA: Final = ("ALTER TABLE seq_roots ADD COLUMN error TEXT",)
 
 SCHEMA: Final = (
     """CREATE TABLE processes (
@@ -172,6 +175,7 @@ SCHEMA: Final = (
     *LOST_SEQS_SCHEMA,
     *PACKED_SCHEMA,
     *SUMMARY_SCHEMA,
+    *ROOT_ERROR_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
@@ -185,12 +189,21 @@ UPGRADES: Final = {
         *LOST_SEQS_SCHEMA,
         *PACKED_SCHEMA,
         *SUMMARY_SCHEMA,
+        *ROOT_ERROR_SCHEMA,
     ),
-    2: (*HEARTBEAT_SCHEMA, *SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA),
-    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA),
-    4: (*LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA),
-    5: (*PACKED_SCHEMA, *SUMMARY_SCHEMA),
-    6: SUMMARY_SCHEMA,
+    2: (
+        *HEARTBEAT_SCHEMA,
+        *SAMPLES_SCHEMA,
+        *LOST_SEQS_SCHEMA,
+        *PACKED_SCHEMA,
+        *SUMMARY_SCHEMA,
+        *ROOT_ERROR_SCHEMA,
+    ),
+    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA),
+    4: (*LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA),
+    5: (*PACKED_SCHEMA, *SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA),
+    6: (*SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA),
+    7: ROOT_ERROR_SCHEMA,
 }
 CURRENT_VERSION: Final = _CURRENT
 
@@ -214,11 +227,11 @@ UPSERT_SEQUENCE: Final = """
         invocations = invocations + excluded.invocations"""
 #: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
 UPSERT_ROOT: Final = """
-    INSERT INTO seq_roots VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    INSERT INTO seq_roots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (seq) DO UPDATE SET
         untrue = excluded.untrue, handed = excluded.handed, start_ns = excluded.start_ns,
         puid = excluded.puid, iid = excluded.iid, method = excluded.method,
-        end_ns = excluded.end_ns
+        end_ns = excluded.end_ns, error = excluded.error
     WHERE (excluded.untrue, excluded.handed, excluded.start_ns, excluded.puid, excluded.iid)
         < (seq_roots.untrue, seq_roots.handed, seq_roots.start_ns, seq_roots.puid, seq_roots.iid)"""
 #: An invocation is opened unless its End came first (a late End already stored).
@@ -230,6 +243,7 @@ RECENT_SUMMARIES: Final = """
     SELECT s.seq, s.start_ns, s.invocations,
            r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
            coalesce(r.end_ns, l.end_ns),
+           CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
            m.module, m.qualname, m.file, m.line
     FROM (SELECT seq, start_ns, invocations FROM sequences
           ORDER BY start_ns DESC, seq DESC LIMIT :limit) s

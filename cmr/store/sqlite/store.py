@@ -128,6 +128,7 @@ class SQLiteStore(Store):
                 for statement in upgrade:
                     conn.execute(statement)
                 move_legacy_rows(conn)
+                conn.execute("DELETE FROM seq_roots")  # version 7's lack the root's exception
                 sqlite_summaries.backfill(conn)
                 conn.execute(CURRENT_VERSION)
 

@@ -242,6 +242,7 @@ def summary_fields(summary: SequenceSummary) -> dict[str, Any]:
         "processes": summary.processes,
         "status": summary.status,
         "lossy": summary.lossy,
+        "error": summary.error,
     }
 
 

@@ -45,7 +45,7 @@ def render_sequence_list(summaries: list[SequenceSummary]) -> str:
             summary.seq.hex()[:SEQ_PREFIX_LEN],
             format_local_time(summary.start_ns),
             "-" if summary.end_ns is None else format_duration(summary.end_ns - summary.start_ns),
-            f"{summary.status}, lossy" if summary.lossy else summary.status,
+            _listed_status(summary),
             str(summary.invocations),
             str(summary.threads),
             str(summary.processes),
@@ -55,6 +55,15 @@ def render_sequence_list(summaries: list[SequenceSummary]) -> str:
     ]
     header = ["SEQ", "START", "DURATION", "STATUS", "CALLS", "THREADS", "PROCS", "ROOT"]
     return table(header, rows, right=frozenset({2, 4, 5, 6}))
+
+
+def _listed_status(summary: SequenceSummary) -> str:
+    """``complete``, ``running`` or ``incomplete``; ``error`` for a complete sequence whose root
+    raised; ``, lossy`` after it when a process dropped some of its events."""
+    status = (
+        "error" if summary.error is not None and summary.status == "complete" else summary.status
+    )
+    return f"{status}, lossy" if summary.lossy else status
 
 
 def render_thread_activity(tree: SequenceTree, activity: list[ThreadActivity]) -> str:

@@ -84,6 +84,7 @@ def test_ls_json_lists_sequences_newest_first(repo, capsys, clock_offset_ns):
         "processes": 1,
         "status": "complete",
         "lossy": False,
+        "error": None,
     }
     assert (doc[1]["status"], doc[1]["duration_ns"]) == ("running", None)
     assert (doc[0]["root"], doc[0]["status"], doc[0]["duration_ns"]) == (

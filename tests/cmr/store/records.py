@@ -13,6 +13,7 @@ from cmr.store.sqlite.schema import (
     LEGACY_EVENTS_SCHEMA,
     LOST_SEQS_SCHEMA,
     PACKED_SCHEMA,
+    ROOT_ERROR_SCHEMA,
     SAMPLES_SCHEMA,
     SCHEMA,
     SUMMARY_SCHEMA,
@@ -51,6 +52,7 @@ def older_schema(path: str, version: int) -> None:
     hand-offs table either. It holds one process (seen at 123) and one running call."""
     left_out = (
         SUMMARY_SCHEMA
+        + ROOT_ERROR_SCHEMA
         + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
             6: (),

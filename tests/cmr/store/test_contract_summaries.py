@@ -65,6 +65,21 @@ def test_a_tree_over_batches_is_counted_and_completes_when_its_late_root_end_arr
     assert (lines[-1][A].root, lines[-1][A].end_ns) == ("app.m1", lines[-1][A].start_ns + 100)
 
 
+@pytest.mark.parametrize("order", ["start first", "error first"])
+def test_the_exception_the_root_raised_is_on_its_line_in_any_order(
+    store: Store, make_batch: BatchFactory, order: str
+) -> None:
+    begun = {1: [start(1, 100, A), start(2, 110, A, parent=1), wire.Error(2, 120, "KeyError")]}
+    raised = {1: [wire.Error(1, 200, "TimeoutError")]}
+    fine = {1: [start(3, 300, B), wire.End(3, 400)]}
+    batches = [begun, raised, fine] if order == "start first" else [raised, begun, fine]
+
+    lines = ingest_each(store, [make_batch(7, n, ev) for n, ev in enumerate(batches, 1)])
+
+    assert (lines[-1][A].error, lines[-1][A].status) == ("TimeoutError", "complete")
+    assert lines[-1][B].error is None  # a callee's exception is not the root's
+
+
 def test_an_end_that_arrives_before_its_start_closes_it(
     store: Store, make_batch: BatchFactory
 ) -> None:

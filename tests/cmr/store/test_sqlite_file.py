@@ -120,6 +120,33 @@ def test_an_older_repository_is_upgraded_in_place_when_opened_for_writing(
     assert user_version(path) == SCHEMA_VERSION
 
 
+def test_a_version_7_file_gets_the_exception_its_roots_raised_when_upgraded(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+    raised, fine = seq_id("e77"), seq_id("0c")
+    events = [start(1, 100, raised), wire.Error(1, 200, "ValueError")]
+    events += [start(2, 300, fine), wire.End(2, 400)]
+    store = open_store(path, clock=clock)
+    try:
+        store.ingest(make_batch(7, 1, {1: events}), 1)
+    finally:
+        store.close()
+    with sqlite3.connect(path) as conn:  # as version 7 wrote it
+        conn.execute("ALTER TABLE seq_roots DROP COLUMN error")
+        conn.execute("PRAGMA user_version = 7")
+
+    store = open_store(path, clock=clock)
+    try:
+        lines = {line.seq: line for line in store.list_sequences(10)}
+    finally:
+        store.close()
+
+    assert user_version(path) == SCHEMA_VERSION
+    assert (lines[raised].error, lines[fine].error) == ("ValueError", None)
+    assert (lines[raised].invocations, lines[raised].status) == (1, "complete")
+
+
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
 def test_an_older_repository_is_not_read_before_it_is_upgraded(
     tmp_path: Path, version: int

@@ -14,7 +14,9 @@ from cmr.views.render.json import (
 
 def test_ls_document_is_an_array_of_summaries():
     summaries = [
-        SequenceSummary(bytes(range(16)), "shop.checkout", 1_000, 4_000, 12, 3, 2, "complete"),
+        SequenceSummary(
+            bytes(range(16)), "shop.checkout", 1_000, 4_000, 12, 3, 2, "complete", error="OSError"
+        ),
         SequenceSummary(b"\xff" * 16, "shop.poll", 5_000, None, 1, 1, 1, "running"),
     ]
 
@@ -31,6 +33,7 @@ def test_ls_document_is_an_array_of_summaries():
             "processes": 2,
             "status": "complete",
             "lossy": False,
+            "error": "OSError",
         },
         {
             "seq": "ff" * 16,
@@ -42,6 +45,7 @@ def test_ls_document_is_an_array_of_summaries():
             "processes": 1,
             "status": "running",
             "lossy": False,
+            "error": None,
         },
     ]
     assert list(doc[0]) == [
@@ -54,6 +58,7 @@ def test_ls_document_is_an_array_of_summaries():
         "processes",
         "status",
         "lossy",
+        "error",
     ]
     assert json.loads(summaries_to_json([])) == []
 
