@@ -1,17 +1,22 @@
-"""``cmr ls``: the most recent sequences, newest first."""
+"""``cmr ls``: the most recent sequences, newest first, or those a query asks for."""
 
 from __future__ import annotations
 
 import argparse
 
 from cmr.cli._support import (
+    AGE_GRAMMAR,
+    CliError,
     Commands,
     add_read_options,
     command,
     emit,
+    milliseconds,
     non_negative_int,
     open_for_reading,
+    parse_since,
 )
+from cmr.store.base import LISTED_STATUSES, SORT_DURATION, SORT_START, SequenceQuery
 from cmr.views.render import json as json_render
 from cmr.views.render import tables
 
@@ -20,13 +25,23 @@ def add_ls(commands: Commands) -> None:
     parser = command(
         commands,
         "ls",
-        summary="list recent sequences",
+        summary="list recent sequences, or those a query selects",
         description=(
-            "List the most recent sequences, newest first, with their duration, status and size. "
-            "A status ending in ', lossy' means a traced process had to drop some events of the "
-            "sequence. The SEQ column is a prefix of the id that 'cmr show' accepts."
+            "List the most recent sequences, newest first, with their duration, status and size, "
+            "or those the options select: the root's name, the duration, the status, when they "
+            "started, the host they ran on, newest or longest first. A status ending in ', "
+            "lossy' means a traced process had to drop some events of the sequence; 'error' "
+            "means the root call raised. The SEQ column is a prefix of the id that 'cmr show' "
+            "accepts."
         ),
-        examples=["cmr ls", "cmr ls --limit 100", "cmr ls --json | jq '.[0].seq'"],
+        examples=[
+            "cmr ls",
+            "cmr ls --limit 100",
+            "cmr ls --root 'shop.checkout*' --min-duration 500 --since 1h",
+            "cmr ls --status error --since 2026-11-26T09:00",
+            "cmr ls --sort duration --limit 10   # the ten slowest",
+            "cmr ls --json | jq '.[0].seq'",
+        ],
         handler=_ls,
     )
     parser.add_argument(
@@ -36,17 +51,94 @@ def add_ls(commands: Commands) -> None:
         metavar="N",
         help="how many sequences (default: 20)",
     )
+    add_query_options(parser)
+    parser.add_argument(
+        "--sort",
+        choices=(SORT_START, SORT_DURATION),
+        default=SORT_START,
+        help="start: newest first (the default); duration: longest first, running ones last",
+    )
     add_read_options(parser)
 
 
+def add_query_options(parser: argparse.ArgumentParser) -> None:
+    """The options that select sequences, as ``cmr ls``, ``cmr top`` and ``cmr tail`` take
+    them."""
+    parser.add_argument(
+        "--root",
+        metavar="PATTERN",
+        help="the root call's name matches PATTERN (shell-style, case-sensitive: 'shop.*')",
+    )
+    parser.add_argument(
+        "--min-duration",
+        type=milliseconds,
+        metavar="MS",
+        dest="min_duration_ns",
+        help="took at least MS milliseconds (fractions allowed; sequences not ended are left out)",
+    )
+    parser.add_argument(
+        "--max-duration",
+        type=milliseconds,
+        metavar="MS",
+        dest="max_duration_ns",
+        help="took at most MS milliseconds",
+    )
+    parser.add_argument(
+        "--status",
+        choices=LISTED_STATUSES,
+        help="complete, running, incomplete (it never will end: its process ended or was lost), "
+        "or error (complete, and the root call raised)",
+    )
+    parser.add_argument(
+        "--since",
+        type=parse_since,
+        metavar="AGE",
+        dest="since_ns",
+        help=f"started at most AGE ago ({AGE_GRAMMAR}), or at or after an ISO time",
+    )
+    parser.add_argument(
+        "--until",
+        type=parse_since,
+        metavar="AGE",
+        dest="until_ns",
+        help="started at least AGE ago, or at or before an ISO time",
+    )
+    parser.add_argument("--host", metavar="NAME", help="one of its processes ran on host NAME")
+
+
+def query_from(args: argparse.Namespace, sort: str = SORT_START) -> SequenceQuery:
+    """The query the options of ``add_query_options`` ask for."""
+    if (
+        args.min_duration_ns is not None
+        and args.max_duration_ns is not None
+        and args.min_duration_ns > args.max_duration_ns
+    ):
+        raise CliError("--min-duration is above --max-duration: nothing could match")
+    if args.since_ns is not None and args.until_ns is not None and args.since_ns > args.until_ns:
+        raise CliError("--since is after --until: nothing could match")
+    return SequenceQuery(
+        root=args.root,
+        min_duration_ns=args.min_duration_ns,
+        max_duration_ns=args.max_duration_ns,
+        status=args.status,
+        since_ns=args.since_ns,
+        until_ns=args.until_ns,
+        host=args.host,
+        sort=sort,
+    )
+
+
 def _ls(args: argparse.Namespace) -> int:
+    query = query_from(args, args.sort)
     store = open_for_reading(args.db)
     try:
-        summaries = store.list_sequences(args.limit)
+        summaries = store.list_sequences(args.limit, query)
     finally:
         store.close()
     if args.json:
         emit(json_render.summaries_to_json(summaries))
+    elif not summaries and query != SequenceQuery(sort=query.sort):
+        emit("no sequence matches")
     else:
         emit(tables.render_sequence_list(summaries))
     return 0

@@ -183,6 +183,41 @@ class SequenceSummary:
     error: str | None = None  # the exception type the root call raised, if it did
 
 
+SORT_START: Final = "start"
+SORT_DURATION: Final = "duration"
+#: ``SequenceQuery.status``: ``error`` is a complete sequence whose root raised; ``complete``
+#: one whose root did not.
+STATUS_ERROR: Final = "error"
+LISTED_STATUSES: Final = ("complete", "running", "incomplete", STATUS_ERROR)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceQuery:
+    """Which listing lines ``Store.list_sequences`` gives, and in which order. A store reads the
+    lines of the sequences that started in [since_ns, until_ns] and ran on ``host``, by index,
+    newest first, and ``summaries.wanted`` keeps those the other fields ask for."""
+
+    root: str | None = None  # an fnmatch pattern the root's name matches (case-sensitive)
+    min_duration_ns: int | None = None  # a sequence not ended has no duration: it never passes
+    max_duration_ns: int | None = None
+    status: str | None = None  # one of LISTED_STATUSES
+    since_ns: int | None = None  # it started at or after (wall clock)
+    until_ns: int | None = None  # it started at or before
+    host: str | None = None  # one of its processes ran on this host
+    sort: str = SORT_START  # SORT_START: newest first; SORT_DURATION: longest first
+
+    @property
+    def by_lines_only(self) -> bool:
+        """Whether only what the store reads by index selects (no field asks more)."""
+        return (
+            self.root is None
+            and self.min_duration_ns is None
+            and self.max_duration_ns is None
+            and self.status is None
+            and self.sort == SORT_START
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class StoreStats:
     batches: int
@@ -217,8 +252,11 @@ class Store(abc.ABC):
         """Count frames the server rejected, by reason (``garbage``, ``version``, ...)."""
 
     @abc.abstractmethod
-    def list_sequences(self, limit: int) -> list[SequenceSummary]:
-        """The most recent sequences first, by root start time."""
+    def list_sequences(
+        self, limit: int, query: SequenceQuery | None = None
+    ) -> list[SequenceSummary]:
+        """Up to ``limit`` listing lines, the most recent sequences first (by their first
+        start), or those ``query`` asks for in the order it asks."""
 
     @abc.abstractmethod
     def resolve_sequence(self, prefix: str) -> bytes:

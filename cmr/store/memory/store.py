@@ -34,6 +34,7 @@ from cmr.store.base import (
     ProcessRecord,
     PruneResult,
     SequenceData,
+    SequenceQuery,
     SequenceSummary,
     Store,
     StoreError,
@@ -42,6 +43,7 @@ from cmr.store.base import (
     UnknownSequenceError,
     names_method,
 )
+from cmr.store.listing import select_lines, window
 from cmr.store.memory.samples import MemorySamples
 from cmr.store.memory.summaries import LateEnd, MemorySummaries
 from cmr.store.packed import LateAttrs, pack, unpack
@@ -49,11 +51,6 @@ from cmr.store.summaries import BatchCache
 from tracer.wire import Batch
 
 Key = tuple[int, int]
-
-
-def _by_start(item: tuple[bytes, int]) -> tuple[int, bytes]:
-    """Listing order: by first start, then by id."""
-    return item[1], item[0]
 
 
 class MemoryStore(Store):
@@ -160,23 +157,41 @@ class MemoryStore(Store):
 
     # -- read side ------------------------------------------------------------------------
 
-    def list_sequences(self, limit: int) -> list[SequenceSummary]:
+    def list_sequences(
+        self, limit: int, query: SequenceQuery | None = None
+    ) -> list[SequenceSummary]:
         check_limit(limit)
         now = self._clock()
         with self._lock:
             self._check_open()
-            recent = heapq.nlargest(limit, self._summaries.starts().items(), key=_by_start)
-            return [
-                self._summaries.summary(
-                    seq,
-                    late_ends=self._late_ends,
-                    methods=self._methods,
-                    handoffs=self._handoffs,
-                    lossy=bool(self._lost_by.get(seq)),
-                    process=functools.partial(self._process, now=now),
-                )
-                for seq, _start_ns in recent
+            bounds = window(query)
+            since, until, host = bounds["since"], bounds["until"], bounds["host"]
+            in_window = [
+                (start_ns, seq)
+                for seq, start_ns in self._summaries.starts().items()
+                if since <= start_ns <= until  # type: ignore[operator]
+                and (host is None or host in self._hosts_of(seq))
             ]
+
+            def page(key: tuple[int, bytes], size: int) -> list[SequenceSummary]:
+                newest = heapq.nlargest(size, [k for k in in_window if k < key])
+                return [self._summary(seq, now) for _start_ns, seq in newest]
+
+            return select_lines(page, limit, query)
+
+    def _summary(self, seq: bytes, now: int) -> SequenceSummary:
+        return self._summaries.summary(
+            seq,
+            late_ends=self._late_ends,
+            methods=self._methods,
+            handoffs=self._handoffs,
+            lossy=bool(self._lost_by.get(seq)),
+            process=functools.partial(self._process, now=now),
+        )
+
+    def _hosts_of(self, seq: bytes) -> set[str]:
+        """The hosts of the processes the sequence ran on."""
+        return {self._processes[puid].host for puid in self._summaries.processes_of(seq)}
 
     def _process(self, puid: int, now: int) -> ProcessRecord:
         """The stored record with ``lost`` as of ``now``."""

@@ -38,9 +38,9 @@ class MemorySummaries:
         """Each sequence's earliest start (the listing order); the caller must not change it."""
         return {seq: summary.start_ns for seq, summary in self._by_seq.items()}
 
-    def start_of(self, seq: bytes) -> int | None:
-        summary = self._by_seq.get(seq)
-        return None if summary is None else summary.start_ns
+    def processes_of(self, seq: bytes) -> set[int]:
+        """The processes the sequence ran on."""
+        return {puid for puid, _tid in self._by_seq[seq].threads}
 
     def add(
         self,

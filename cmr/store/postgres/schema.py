@@ -273,7 +273,9 @@ OPEN_CALLS: Final = """
     WHERE NOT EXISTS (SELECT 1 FROM late_ends l WHERE l.puid = o.puid AND l.iid = o.iid)
     ORDER BY 1, 2
     ON CONFLICT DO NOTHING"""
-#: The listing lines' stored parts of the %(limit)s most recent sequences, most recent first.
+#: The listing lines' stored parts of the %(limit)s most recent sequences before
+#: (%(start)s, %(seq)s) that started in [%(since)s, %(until)s] and (unless %(host)s is NULL) ran
+#: on %(host)s, most recent first: a range of ``sequences_by_start``, read backwards.
 RECENT_SUMMARIES: Final = """
     SELECT s.seq, s.start_ns, s.invocations,
            r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
@@ -284,6 +286,11 @@ RECENT_SUMMARIES: Final = """
            (SELECT count(DISTINCT t.puid) FROM seq_threads t WHERE t.seq = s.seq),
            EXISTS (SELECT 1 FROM lost_seqs x WHERE x.seq = s.seq)
     FROM (SELECT seq, start_ns, invocations FROM sequences
+          WHERE start_ns BETWEEN %(since)s AND %(until)s
+            AND (start_ns, seq) < (%(start)s, %(seq)s)
+            AND (%(host)s::text IS NULL OR EXISTS (
+                SELECT 1 FROM seq_threads t JOIN processes p ON p.puid = t.puid
+                WHERE t.seq = sequences.seq AND p.host = %(host)s::text))
           ORDER BY start_ns DESC, seq DESC LIMIT %(limit)s) s
     JOIN seq_roots r ON r.seq = s.seq
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid

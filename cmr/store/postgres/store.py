@@ -25,11 +25,13 @@ from cmr.store.base import (
     PruneResult,
     SampleRecord,
     SequenceData,
+    SequenceQuery,
     SequenceSummary,
     Store,
     StoreError,
     StoreStats,
 )
+from cmr.store.listing import select_lines
 from cmr.store.packed import PackedBatch, methods_of, pack
 from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
@@ -127,11 +129,15 @@ class PostgresStore(Store):
 
     # -- read side ------------------------------------------------------------------------
 
-    def list_sequences(self, limit: int) -> list[SequenceSummary]:
+    def list_sequences(
+        self, limit: int, query: SequenceQuery | None = None
+    ) -> list[SequenceSummary]:
         check_limit(limit)
         now = self._clock()
         with self._reading() as conn:
-            return summaries.recent(conn, limit, now)
+            return select_lines(
+                lambda key, size: summaries.recent(conn, query, now, key, size), limit, query
+            )
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)

@@ -6,7 +6,8 @@ nodes lock them in one order."""
 
 from __future__ import annotations
 
-from cmr.store.base import MethodRecord, SequenceSummary
+from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
+from cmr.store.listing import window
 from cmr.store.packed import PackedBatch
 from cmr.store.postgres import read as postgres_read
 from cmr.store.postgres.connect import Conn
@@ -61,9 +62,12 @@ def store_parts(conn: Conn, parts: SummaryParts) -> None:
         conn.execute(OPEN_CALLS, [list(column) for column in zip(*parts.opened, strict=True)])
 
 
-def recent(conn: Conn, limit: int, now: int) -> list[SequenceSummary]:
-    """The listing lines of the ``limit`` most recent sequences: three queries in all."""
-    rows = conn.execute(RECENT_SUMMARIES, {"limit": limit}).fetchall()
+def recent(
+    conn: Conn, query: SequenceQuery | None, now: int, key: tuple[int, bytes], size: int
+) -> list[SequenceSummary]:
+    """A page of listing lines (``listing.Page``): three queries in all."""
+    params = window(query) | {"start": key[0], "seq": key[1], "limit": size}
+    rows = conn.execute(RECENT_SUMMARIES, params).fetchall()
     seqs = [bytes(row[0]) for row in rows]
     open_by_seq: dict[bytes, dict[int, int]] = {}
     for seq, puid, count in conn.execute(OPEN_BY_PROCESS, {"seqs": seqs}):

@@ -238,7 +238,9 @@ UPSERT_ROOT: Final = """
 OPEN_CALL: Final = """
     INSERT OR IGNORE INTO open_calls SELECT ?1, ?2, ?3
     WHERE NOT EXISTS (SELECT 1 FROM late_ends WHERE puid = ?1 AND iid = ?2)"""
-#: The listing lines' stored parts of the :limit most recent sequences, most recent first.
+#: The listing lines' stored parts of the :limit most recent sequences before (:start, :seq)
+#: that started in [:since, :until] and (unless :host is NULL) ran on :host, most recent first:
+#: a range of ``sequences_by_start``, read backwards.
 RECENT_SUMMARIES: Final = """
     SELECT s.seq, s.start_ns, s.invocations,
            r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
@@ -246,6 +248,11 @@ RECENT_SUMMARIES: Final = """
            CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
            m.module, m.qualname, m.file, m.line
     FROM (SELECT seq, start_ns, invocations FROM sequences
+          WHERE start_ns BETWEEN :since AND :until
+            AND (start_ns < :start OR (start_ns = :start AND seq < :seq))
+            AND (:host IS NULL OR EXISTS (
+                SELECT 1 FROM seq_threads t JOIN processes p ON p.puid = t.puid
+                WHERE t.seq = sequences.seq AND p.host = :host))
           ORDER BY start_ns DESC, seq DESC LIMIT :limit) s
     JOIN seq_roots r ON r.seq = s.seq
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid

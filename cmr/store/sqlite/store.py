@@ -31,12 +31,14 @@ from cmr.store._shared import (
 from cmr.store.base import (
     PruneResult,
     SequenceData,
+    SequenceQuery,
     SequenceSummary,
     Store,
     StoreError,
     StoreStats,
     UnknownSequenceError,
 )
+from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of, pack
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
@@ -224,11 +226,17 @@ class SQLiteStore(Store):
 
     # -- read side ------------------------------------------------------------------------
 
-    def list_sequences(self, limit: int) -> list[SequenceSummary]:
+    def list_sequences(
+        self, limit: int, query: SequenceQuery | None = None
+    ) -> list[SequenceSummary]:
         check_limit(limit)
         now = self._clock()
         with self._transaction("BEGIN") as conn:
-            return sqlite_summaries.recent(conn, limit, now)
+            return select_lines(
+                lambda key, size: sqlite_summaries.recent(conn, query, now, key, size),
+                limit,
+                query,
+            )
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from cmr.store.base import MethodRecord, SequenceSummary
+from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
+from cmr.store.listing import window
 from cmr.store.packed import PackedBatch
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
@@ -46,10 +47,17 @@ def _store_parts(conn: sqlite3.Connection, parts: SummaryParts) -> None:
         conn.executemany(OPEN_CALL, parts.opened)
 
 
-def recent(conn: sqlite3.Connection, limit: int, now: int) -> list[SequenceSummary]:
-    """The listing lines of the ``limit`` most recent sequences: a few lookups each."""
+def recent(
+    conn: sqlite3.Connection,
+    query: SequenceQuery | None,
+    now: int,
+    key: tuple[int, bytes],
+    size: int,
+) -> list[SequenceSummary]:
+    """A page of listing lines (``listing.Page``): a few lookups each."""
     stored: list[StoredSummary] = []
-    for row in conn.execute(RECENT_SUMMARIES, {"limit": limit}).fetchall():
+    params = window(query) | {"start": key[0], "seq": key[1], "limit": size}
+    for row in conn.execute(RECENT_SUMMARIES, params).fetchall():
         seq, start_ns, invocations, *root, module, qualname, file, line = row
         root_row = (seq, *root)
         threads, processes = conn.execute(THREAD_COUNTS, (seq,)).fetchone()

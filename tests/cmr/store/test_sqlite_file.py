@@ -189,7 +189,15 @@ def test_a_listing_line_is_read_by_index_whatever_the_size_of_its_sequence(
     # the start-time index that LIMIT stops.
     path = str(tmp_path / "cmr.sqlite")
     open_store(path).close()
-    params = {"limit": 5} if query == RECENT_SUMMARIES else (S, 1, 2)[: query.count("?") or 3]
+    page = {
+        "limit": 5,
+        "start": 2**62,
+        "seq": b"\xff" * 17,
+        "since": 0,
+        "until": 2**62,
+        "host": "h",
+    }
+    params = page if query == RECENT_SUMMARIES else (S, 1, 2)[: query.count("?") or 3]
     with sqlite3.connect(path) as conn:
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
     conn.close()

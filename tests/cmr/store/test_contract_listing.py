@@ -1,0 +1,99 @@
+"""The contract for listing by query (``list_sequences(limit, query)``), run against each
+backend: the root pattern, durations, status, start window, host and order select the lines
+the test's known sequences say they should, over more lines than one page."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from cmr.store import Store
+from cmr.store.base import SORT_DURATION, SequenceQuery
+from cmr.store.listing import PAGE_SIZE
+from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
+from tests.cmr.store.records import seq_id, start
+from tracer import wire
+
+BatchFactory = Callable[..., wire.Batch]
+MS = 1_000_000
+#: Sequences of the filler process: more than a page, all "app.poll", 1 ms each.
+FILLER = PAGE_SIZE + 44
+
+
+def _seq(n: int) -> bytes:
+    return seq_id(f"{n:04x}")
+
+
+@pytest.fixture(name="listed")
+def fixture_listed(store: Store, make_batch: BatchFactory, clock: FakeClock) -> Store:
+    """On host "web": checkout#1 (50 ms, raised ValueError), checkout#2 (300 ms), pay (120 ms),
+    and a checkout still running; on host "batch": FILLER polls of 1 ms, the newest ones."""
+    methods = {1: "shop.checkout", 2: "shop.pay", 3: "app.poll"}
+    web = [
+        start(1, 1_000 * MS, _seq(1)),
+        wire.Error(1, 1_050 * MS, "ValueError"),
+        start(2, 2_000 * MS, _seq(2)),
+        wire.End(2, 2_300 * MS),
+        start(3, 3_000 * MS, _seq(3), method=2),
+        wire.End(3, 3_120 * MS),
+        start(4, 4_000 * MS, _seq(4)),
+    ]
+    store.ingest(make_batch(7, 1, {1: web}, methods=methods, host="web"), 1)
+    polls: list[wire.Event] = []
+    for n in range(FILLER):
+        at = (5_000 + n) * MS
+        polls += [start(n + 1, at, _seq(100 + n), method=3), wire.End(n + 1, at + MS)]
+    store.ingest(make_batch(8, 1, {1: polls}, methods=methods, host="batch"), 1)
+    clock.now_ns = CLOCK_OFFSET_NS + 10_000 * MS
+    return store
+
+
+def _seqs(store: Store, limit: int = 1_000, **query: object) -> list[bytes]:
+    return [line.seq for line in store.list_sequences(limit, SequenceQuery(**query))]  # type: ignore[arg-type]
+
+
+def test_the_root_pattern_is_fnmatch_on_the_root_s_name(listed: Store) -> None:
+    assert _seqs(listed, root="shop.*") == [_seq(4), _seq(3), _seq(2), _seq(1)]
+    assert _seqs(listed, root="*.pay") == [_seq(3)]
+    assert _seqs(listed, root="Shop.*") == []  # case matters
+    assert len(_seqs(listed, root="app.poll")) == FILLER
+
+
+def test_durations_select_ended_sequences_only(listed: Store) -> None:
+    assert _seqs(listed, min_duration_ns=100 * MS) == [_seq(3), _seq(2)]
+    assert _seqs(listed, min_duration_ns=50 * MS, max_duration_ns=120 * MS) == [_seq(3), _seq(1)]
+    # The running checkout has no duration yet: no duration filter lets it through.
+    assert _seq(4) not in _seqs(listed, max_duration_ns=10**12)
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [("error", [1]), ("running", [4]), ("incomplete", []), ("complete", [3, 2])],
+)
+def test_status_error_is_a_root_that_raised(
+    listed: Store, status: str, expected: list[int]
+) -> None:
+    found = _seqs(listed, status=status, root="shop.*")
+    assert found == [_seq(n) for n in expected]
+
+
+def test_the_window_and_the_host_are_read_by_index(listed: Store) -> None:
+    t0 = CLOCK_OFFSET_NS
+    in_window = _seqs(listed, since_ns=t0 + 2_000 * MS, until_ns=t0 + 3_000 * MS)
+    assert in_window == [_seq(3), _seq(2)]
+    assert _seqs(listed, host="web") == [_seq(4), _seq(3), _seq(2), _seq(1)]
+    assert len(_seqs(listed, host="batch")) == FILLER
+    assert _seqs(listed, host="nowhere") == []
+
+
+def test_the_limit_reaches_past_a_page_of_lines_it_passes_over(listed: Store) -> None:
+    # The web sequences are the oldest: a page of polls comes first.
+    assert _seqs(listed, limit=2, root="shop.*") == [_seq(4), _seq(3)]
+    assert _seqs(listed, limit=2) == [_seq(100 + FILLER - 1), _seq(100 + FILLER - 2)]
+
+
+def test_sorted_by_duration_longest_first_with_running_ones_last(listed: Store) -> None:
+    assert _seqs(listed, limit=3, sort=SORT_DURATION) == [_seq(2), _seq(3), _seq(1)]
+    longest_web = _seqs(listed, sort=SORT_DURATION, host="web")
+    assert longest_web == [_seq(2), _seq(3), _seq(1), _seq(4)]
