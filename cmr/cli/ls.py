@@ -62,13 +62,8 @@ def add_ls(commands: Commands) -> None:
 
 
 def add_query_options(parser: argparse.ArgumentParser) -> None:
-    """The options that select sequences, as ``cmr ls``, ``cmr top`` and ``cmr tail`` take
-    them."""
-    parser.add_argument(
-        "--root",
-        metavar="PATTERN",
-        help="the root call's name matches PATTERN (shell-style, case-sensitive: 'shop.*')",
-    )
+    """The options that select sequences (``SequenceQuery``), but for the order."""
+    add_root_option(parser)
     parser.add_argument(
         "--min-duration",
         type=milliseconds,
@@ -104,6 +99,15 @@ def add_query_options(parser: argparse.ArgumentParser) -> None:
         help="started at least AGE ago, or at or before an ISO time",
     )
     parser.add_argument("--host", metavar="NAME", help="one of its processes ran on host NAME")
+
+
+def add_root_option(parser: argparse.ArgumentParser) -> None:
+    """``--root PATTERN``, as every command that selects sequences takes it."""
+    parser.add_argument(
+        "--root",
+        metavar="PATTERN",
+        help="the root call's name matches PATTERN (shell-style, case-sensitive: 'shop.*')",
+    )
 
 
 def query_from(args: argparse.Namespace, sort: str = SORT_START) -> SequenceQuery:

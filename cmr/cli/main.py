@@ -25,6 +25,8 @@ from cmr.cli.report import add_report
 from cmr.cli.serve import add_serve
 from cmr.cli.show import add_show
 from cmr.cli.stats import add_stats
+from cmr.cli.tail import add_tail
+from cmr.cli.top import add_top
 from cmr.cli.ui import add_ui
 from cmr.defaults import DEFAULT_ENDPOINT
 from cmr.store.base import StoreError
@@ -73,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_show(commands)
     add_profile(commands)
     add_diff(commands)
+    add_top(commands)
+    add_tail(commands)
     add_stats(commands)
     add_export(commands)
     add_forward(commands)

@@ -20,6 +20,7 @@ from cmr.views.diff import PathDelta
 from cmr.views.model import Handoff, Node, SequenceTree
 from cmr.views.processors import ThreadActivity
 from cmr.views.profile import Profile, ProfileNode
+from cmr.views.top import TopRow
 
 _encode = msgspec.json.Encoder().encode
 
@@ -112,6 +113,25 @@ def diff_to_json(rows: list[PathDelta]) -> str:
             for row in rows
         ]
     ).decode()
+
+
+def top_to_json(rows: list[TopRow], *, with_self: bool) -> str:
+    """``cmr top --json``: a list of rows, ``self_ns`` in each when per method."""
+    documents = []
+    for row in rows:
+        fields: dict[str, Any] = {
+            "name": row.name,
+            "count": row.count,
+            "errors": row.errors,
+            "p50_ns": row.percentile(0.5),
+            "p90_ns": row.percentile(0.9),
+            "p99_ns": row.percentile(0.99),
+            "max_ns": row.max_ns,
+        }
+        if with_self:
+            fields["self_ns"] = row.self_ns
+        documents.append(fields)
+    return _encode(documents).decode()
 
 
 def _node_children(node: Node) -> list[Node]:
@@ -244,6 +264,11 @@ def summary_fields(summary: SequenceSummary) -> dict[str, Any]:
         "lossy": summary.lossy,
         "error": summary.error,
     }
+
+
+def summary_to_json(summary: SequenceSummary) -> str:
+    """One listing line as one JSON object, as ``summaries_to_json`` writes each."""
+    return _encode(summary_fields(summary)).decode()
 
 
 def summaries_to_json(summaries: list[SequenceSummary]) -> str:

@@ -4,8 +4,10 @@ nothing to install."""
 from __future__ import annotations
 
 import datetime
+from typing import Final
 
 from cmr.store.base import SequenceSummary, StoreStats
+from cmr.store.listing import listed_status
 from cmr.views.model import SequenceTree
 from cmr.views.processors import ThreadActivity
 from cmr.views.render.text import format_duration, render_header
@@ -35,34 +37,49 @@ def table(header: list[str], rows: list[list[str]], right: frozenset[int] = froz
     return "\n".join(lines)
 
 
+SEQUENCE_HEADER: Final = ["SEQ", "START", "DURATION", "STATUS", "CALLS", "THREADS", "PROCS", "ROOT"]
+#: The columns of a sequence line aligned right (numbers).
+SEQUENCE_NUMBERS: Final = frozenset({2, 4, 5, 6})
+#: Column widths of a streamed sequence line (``cmr tail``): wide enough for most values.
+SEQUENCE_WIDTHS: Final = (12, 23, 9, 10, 6, 7, 5)
+
+
 def render_sequence_list(summaries: list[SequenceSummary]) -> str:
     """One line per sequence, most recent first (the order the store returns). A sequence some
     of whose events a process dropped says so in its status ("complete, lossy")."""
     if not summaries:
         return "no sequences recorded yet"
-    rows = [
-        [
-            summary.seq.hex()[:SEQ_PREFIX_LEN],
-            format_local_time(summary.start_ns),
-            "-" if summary.end_ns is None else format_duration(summary.end_ns - summary.start_ns),
-            _listed_status(summary),
-            str(summary.invocations),
-            str(summary.threads),
-            str(summary.processes),
-            summary.root,
-        ]
-        for summary in summaries
+    rows = [sequence_cells(summary) for summary in summaries]
+    return table(SEQUENCE_HEADER, rows, right=SEQUENCE_NUMBERS)
+
+
+def sequence_cells(summary: SequenceSummary) -> list[str]:
+    """The cells of a sequence's line, in SEQUENCE_HEADER's order."""
+    return [
+        summary.seq.hex()[:SEQ_PREFIX_LEN],
+        format_local_time(summary.start_ns),
+        "-" if summary.end_ns is None else format_duration(summary.end_ns - summary.start_ns),
+        _listed_status(summary),
+        str(summary.invocations),
+        str(summary.threads),
+        str(summary.processes),
+        summary.root,
     ]
-    header = ["SEQ", "START", "DURATION", "STATUS", "CALLS", "THREADS", "PROCS", "ROOT"]
-    return table(header, rows, right=frozenset({2, 4, 5, 6}))
+
+
+def fixed_line(cells: list[str]) -> str:
+    """A sequence line (or the header) in SEQUENCE_WIDTHS, for lines printed one at a time."""
+    padded = [
+        cell.rjust(width) if at in SEQUENCE_NUMBERS else cell.ljust(width)
+        for at, (cell, width) in enumerate(zip(cells, SEQUENCE_WIDTHS, strict=False))
+    ]
+    return "  ".join([*padded, *cells[len(SEQUENCE_WIDTHS) :]]).rstrip()
 
 
 def _listed_status(summary: SequenceSummary) -> str:
-    """``complete``, ``running`` or ``incomplete``; ``error`` for a complete sequence whose root
-    raised; ``, lossy`` after it when a process dropped some of its events."""
-    status = (
-        "error" if summary.error is not None and summary.status == "complete" else summary.status
-    )
+    """``listing.listed_status``, with ``, lossy`` after it when a process dropped some of the
+    sequence's events."""
+    status = listed_status(summary)
     return f"{status}, lossy" if summary.lossy else status
 
 
