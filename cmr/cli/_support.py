@@ -4,16 +4,14 @@ that survives a closed pipe, and the option parsers."""
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import math
 import os
-import re
 import sys
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, NoReturn, TypeAlias
 
+from cmr.ages import AGE_GRAMMAR, age_ns, moment_ns
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
 
 if TYPE_CHECKING:
@@ -180,21 +178,9 @@ def examples_epilog(*lines: str) -> str:
 
 #: Seconds per unit of an age (``--since 30m``, ``--older-than 7d``): one grammar for every
 #: command that takes one.
-AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
-AGE_GRAMMAR: Final = "a number and a unit s, m, h, d or w (90m, 1.5h, 7d, 2w)"
-_AGE: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-
-
-def _age_ns(text: str) -> int | None:
-    match = _AGE.match(text.strip())
-    if match is None:
-        return None
-    return round(float(match.group(1)) * AGE_UNITS[match.group(2)] * 1e9)
-
-
 def parse_age(text: str) -> int:
     """An age (``7d``), as nanoseconds: the argparse type of ``--older-than``."""
-    ns = _age_ns(text)
+    ns = age_ns(text)
     if ns is None:
         raise argparse.ArgumentTypeError(f"expected an age: {AGE_GRAMMAR}; got '{text}'")
     return ns
@@ -202,15 +188,7 @@ def parse_age(text: str) -> int:
 
 def parse_since(text: str, now_ns: int | None = None) -> int:
     """``--since``: an age (``30m`` ago) or an ISO time, as wall-clock nanoseconds."""
-    ago = _age_ns(text)
-    if ago is not None:
-        return (time.time_ns() if now_ns is None else now_ns) - ago
     try:
-        moment = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an age ({AGE_GRAMMAR}) or an ISO time, got '{text}'"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()  # a naive time is local time
-    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1_000
+        return moment_ns(text, now_ns)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from cmr.ages import AGE_GRAMMAR
 from cmr.cli._support import (
-    AGE_GRAMMAR,
     CliError,
     Commands,
     add_read_options,

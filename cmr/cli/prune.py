@@ -10,8 +10,8 @@ import argparse
 import json
 import time
 
+from cmr.ages import AGE_GRAMMAR
 from cmr.cli._support import (
-    AGE_GRAMMAR,
     DB_HELP,
     Commands,
     command,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Final
 
+from cmr.ages import AGE_GRAMMAR
 from cmr.cli._support import (
-    AGE_GRAMMAR,
     Commands,
     add_read_options,
     command,
@@ -17,11 +17,9 @@ from cmr.cli._support import (
 )
 from cmr.cli.ls import add_root_option
 from cmr.store.base import SequenceQuery
-from cmr.views.pipeline import view_sequence
 from cmr.views.render import json as json_render
 from cmr.views.render.tables import table
-from cmr.views.render.text import format_duration
-from cmr.views.top import TopRow, by_method, by_root
+from cmr.views.top import TopRow, row_cells, summed_up
 
 #: How many sequences --by root sums up at most (the newest of the window), unless --limit says.
 DEFAULT_ROOT_LIMIT: Final = 100_000
@@ -81,11 +79,7 @@ def _top(args: argparse.Namespace) -> int:
     limit = args.limit or (DEFAULT_METHOD_LIMIT if by_methods else DEFAULT_ROOT_LIMIT)
     store = open_for_reading(args.db)
     try:
-        lines = store.list_sequences(limit, query)
-        if by_methods:
-            rows = by_method(view_sequence(store, line.seq, None, 0) for line in lines)
-        else:
-            rows = by_root(lines)
+        rows = summed_up(store, query, args.by, limit)
     finally:
         store.close()
     if args.json:
@@ -98,25 +92,8 @@ def _top(args: argparse.Namespace) -> int:
 
 
 def _table(rows: list[TopRow], *, with_self: bool) -> str:
-    header = ["NAME", "COUNT", "ERRORS", "P50", "P90", "P99", "MAX"] + (
-        ["SELF"] if with_self else []
-    )
-    cells = []
-    for row in rows:
-        line = [
-            row.name,
-            f"{row.count:,}",
-            f"{row.errors:,}",
-            _time(row.percentile(0.5)),
-            _time(row.percentile(0.9)),
-            _time(row.percentile(0.99)),
-            _time(row.max_ns),
-        ]
-        if with_self:
-            line.append(_time(row.self_ns))
-        cells.append(line)
+    header = ["NAME", "COUNT", "ERRORS", "P50", "P90", "P99", "MAX"]
+    if with_self:
+        header.append("SELF")
+    cells = [[row.name, *row_cells(row, with_self=with_self)] for row in rows]
     return table(header, cells, right=frozenset(range(1, len(header))))
-
-
-def _time(ns: int | None) -> str:
-    return "-" if ns is None else format_duration(ns)

@@ -13,14 +13,15 @@ from typing import Final
 from urllib.parse import quote
 
 from cmr.store.base import SequenceSummary
-from cmr.ui.query import MAX_LIMIT, SCAN_WINDOW, STATUSES, SequenceFilter, lasted_ns
+from cmr.store.listing import listed_status
+from cmr.ui.query import MAX_LIMIT, SCAN_WINDOW, SORTS, STATUSES, SequenceFilter, lasted_ns
 from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
 from cmr.views.render.text import format_duration
 
 #: How often the page refreshes its table while a listed sequence is running.
 REFRESH_MS: Final = 2000
 
-_STYLE: Final = """
+STYLE: Final = """
 :root { color-scheme: light dark; --line: #8884; --muted: #888; --accent: #2a6fdb; }
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; }
 h1 { font-size: 1.3rem; margin: 0 0 .2rem; }
@@ -40,6 +41,7 @@ a { color: var(--accent); text-decoration: none; }
 a:hover { text-decoration: underline; }
 .status-running { color: #1b7f3b; font-weight: 600; }
 .status-incomplete { color: #b26a00; }
+.status-error { color: #c62828; font-weight: 600; }
 .lossy { color: #c62828; }
 #note { color: var(--muted); font-size: .8rem; }
 """
@@ -100,7 +102,7 @@ def render_list_page(
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<title>invoseq — sequences</title>",
         "<link rel='icon' href='data:,'>",  # no favicon request
-        f"<style>{_STYLE}</style></head><body>",
+        f"<style>{STYLE}</style></head><body>",
         "<h1>invoseq sequences</h1>",
         f"<p class='where'>repository {_text(repository)}</p>",
         _form(wanted),
@@ -121,13 +123,16 @@ def sequence_path(seq: bytes) -> str:
 
 
 def _form(wanted: SequenceFilter) -> str:
-    options = "".join(
-        f"<option value='{status}'{' selected' if status == wanted.status else ''}>"
-        f"{status}</option>"
-        for status in STATUSES
+    options = _options(STATUSES, wanted.status)
+    sorts = "".join(
+        f"<option value='{sort}'{' selected' if sort == wanted.sort else ''}>{label}</option>"
+        for sort, label in zip(SORTS, ("newest first", "longest first"), strict=True)
     )
     return (
         "<form id='filter' method='get' action='/'>"
+        "<label>Root (shell pattern)"
+        f"<input name='root' value='{_text(wanted.root)}' placeholder='shop.*'>"
+        "</label>"
         "<label>Method (module.qualname or qualname)"
         f"<input name='method' value='{_text(wanted.method)}' placeholder='shop.checkout'>"
         "</label>"
@@ -139,11 +144,29 @@ def _form(wanted: SequenceFilter) -> str:
         "</label>"
         f"<label>Status<select name='status'><option value=''>any</option>{options}</select>"
         "</label>"
+        "<label>Since (90m, 1d or ISO time)"
+        f"<input name='since' value='{_text(wanted.since)}' placeholder='1h'>"
+        "</label>"
+        "<label>Until"
+        f"<input name='until' value='{_text(wanted.until)}' placeholder='10m'>"
+        "</label>"
+        "<label>Host"
+        f"<input name='host' value='{_text(wanted.host)}' placeholder='web-1'>"
+        "</label>"
+        f"<label>Order<select name='sort'>{sorts}</select></label>"
         "<label>Show at most"
         f"<input name='limit' type='number' min='1' max='{MAX_LIMIT}' value='{wanted.limit}'>"
         "</label>"
         "<button type='submit'>Filter</button> <a href='/'>clear</a>"
+        " · <a href='/top'>top</a>"
         "</form>"
+    )
+
+
+def _options(values: tuple[str, ...], chosen: str) -> str:
+    return "".join(
+        f"<option value='{value}'{' selected' if value == chosen else ''}>{value}</option>"
+        for value in values
     )
 
 
@@ -166,6 +189,7 @@ def _table(summaries: list[SequenceSummary], now_ns: int) -> str:
 
 def _row(summary: SequenceSummary, now_ns: int) -> str:
     href = quote(sequence_path(summary.seq))
+    status = listed_status(summary)
     seq_hex = summary.seq.hex()
     cells = [
         f"<a href='{href}' title='{seq_hex}'>{seq_hex[:SEQ_PREFIX_LEN]}</a>",
@@ -175,7 +199,7 @@ def _row(summary: SequenceSummary, now_ns: int) -> str:
         str(summary.invocations),
         str(summary.threads),
         str(summary.processes),
-        f"<span class='status-{summary.status}'>{summary.status}</span>",
+        f"<span class='status-{status}'>{status}</span>",
         "<span class='lossy'>lossy</span>" if summary.lossy else "",
     ]
     tds = "".join(

@@ -1,11 +1,12 @@
 """Which sequences the list of ``cmr ui`` shows: its query parameters, checked, and the selection.
 
-The store lists the most recent sequences and finds those that called a method; the duration
-and status filters are applied here, to at most the ``SCAN_WINDOW`` most recent sequences, so
-a filter never walks a whole repository on a page load. A running sequence whose root has not
+The root pattern, status, start window, host and order are ``cmr ls``'s (a ``SequenceQuery`` the
+store answers); the store also finds the sequences that called a method. The duration filters
+are applied here, to at most the ``SCAN_WINDOW`` lines the store gives, so a filter never walks
+a whole repository on a page load. Unlike ``cmr ls``, a running sequence whose root has not
 ended counts as lasting until now: it passes a minimum once it has run that long, and fails a
-maximum once it has run longer. One that will never end (incomplete) has no duration: a
-duration filter leaves it out.
+maximum once it has run longer (a page watches what runs). One that will never end
+(incomplete) has no duration: a duration filter leaves it out.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from cmr.store.base import SequenceSummary, Store
+from cmr.ages import moment_ns
+from cmr.store.base import SORT_DURATION, SORT_START, SequenceQuery, SequenceSummary, Store
+from cmr.store.listing import listed_status
 
-#: The statuses a sequence can have (``SequenceSummary.status``), in the order the form offers.
+#: The statuses the form offers (``listing.listed_status``: error is a root that raised).
 RUNNING: Final = "running"
-STATUSES: Final = (RUNNING, "complete", "incomplete")
+STATUSES: Final = (RUNNING, "complete", "incomplete", "error")
+SORTS: Final = (SORT_START, SORT_DURATION)
 #: Sequences listed when no ``limit`` is given, and the most a request may ask for.
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 1000
@@ -29,7 +33,11 @@ FIRST_WINDOW: Final = 100
 #: The longest method name accepted (a longer one is a mistake, not a name).
 MAX_METHOD_LEN: Final = 1000
 
-_PARAMETERS: Final = frozenset({"method", "min_ms", "max_ms", "status", "limit"})
+_PARAMETERS: Final = frozenset(
+    {"method", "root", "min_ms", "max_ms", "status", "since", "until", "host", "sort", "limit"}
+)
+#: The longest root pattern or host name accepted.
+MAX_TEXT_LEN: Final = 1000
 
 
 class QueryError(ValueError):
@@ -45,16 +53,35 @@ class SequenceFilter:
     max_ns: int | None = None
     status: str = ""
     limit: int = DEFAULT_LIMIT
+    root: str = ""
+    since: str = ""  # as typed: an age or an ISO time (cmr ls --since)
+    until: str = ""
+    host: str = ""
+    sort: str = SORT_START
 
     @property
     def filters(self) -> bool:
         return (
-            bool(self.method or self.status) or self.min_ns is not None or self.max_ns is not None
+            bool(self.method or self.status or self.root or self.since or self.until or self.host)
+            or self.min_ns is not None
+            or self.max_ns is not None
+            or self.sort != SORT_START
+        )
+
+    def query(self, now_ns: int) -> SequenceQuery:
+        """What the store selects and orders (all but the method and the durations)."""
+        return SequenceQuery(
+            root=self.root or None,
+            status=self.status or None,
+            since_ns=moment_ns(self.since, now_ns) if self.since else None,
+            until_ns=moment_ns(self.until, now_ns) if self.until else None,
+            host=self.host or None,
+            sort=self.sort,
         )
 
     def matches(self, summary: SequenceSummary, now_ns: int) -> bool:
-        """Duration and status (the method is the store's business)."""
-        if self.status and summary.status != self.status:
+        """Duration and status (the rest is the store's business)."""
+        if self.status and listed_status(summary) != self.status:
             return False
         if self.min_ns is None and self.max_ns is None:
             return True
@@ -87,14 +114,37 @@ def parse_filter(query: Mapping[str, Sequence[str]]) -> SequenceFilter:
     method = values["method"]
     if len(method) > MAX_METHOD_LEN:
         raise QueryError(f"method: at most {MAX_METHOD_LEN} characters")
+    for name in ("root", "host"):
+        if len(values[name]) > MAX_TEXT_LEN:
+            raise QueryError(f"{name}: at most {MAX_TEXT_LEN} characters")
     status = values["status"]
     if status and status not in STATUSES:
         raise QueryError(f"status: expected one of {', '.join(STATUSES)}, got '{_shown(status)}'")
+    sort = values["sort"] or SORT_START
+    if sort not in SORTS:
+        raise QueryError(f"sort: expected one of {', '.join(SORTS)}, got '{_shown(sort)}'")
     min_ns = _milliseconds("min_ms", values["min_ms"])
     max_ns = _milliseconds("max_ms", values["max_ms"])
     if min_ns is not None and max_ns is not None and min_ns > max_ns:
         raise QueryError("min_ms is more than max_ms: nothing can match")
-    return SequenceFilter(method, min_ns, max_ns, status, _limit(values["limit"]))
+    for name in ("since", "until"):
+        if values[name]:
+            try:
+                moment_ns(values[name])
+            except ValueError as exc:
+                raise QueryError(f"{name}: {exc}") from None
+    return SequenceFilter(
+        method,
+        min_ns,
+        max_ns,
+        status,
+        _limit(values["limit"]),
+        root=values["root"],
+        since=values["since"],
+        until=values["until"],
+        host=values["host"],
+        sort=sort,
+    )
 
 
 def select_sequences(store: Store, wanted: SequenceFilter, now_ns: int) -> list[SequenceSummary]:
@@ -105,6 +155,7 @@ def select_sequences(store: Store, wanted: SequenceFilter, now_ns: int) -> list[
     too few match: a filter most sequences pass costs about what an unfiltered list does."""
     if not wanted.filters:
         return store.list_sequences(wanted.limit)
+    query = wanted.query(now_ns)
     found: set[bytes] | None = None
     if wanted.method:
         found = set(store.find_sequences(wanted.method, since_ns=None, limit=SCAN_WINDOW))
@@ -112,7 +163,7 @@ def select_sequences(store: Store, wanted: SequenceFilter, now_ns: int) -> list[
             return []
     window = min(SCAN_WINDOW, max(FIRST_WINDOW, 2 * wanted.limit))
     while True:
-        recent = store.list_sequences(window)
+        recent = store.list_sequences(window, query)
         candidates = recent if found is None else [s for s in recent if s.seq in found]
         selected = [summary for summary in candidates if wanted.matches(summary, now_ns)]
         if (

@@ -3,8 +3,9 @@
 Routes (GET only):
 
 - ``/`` — the list page, filtered by the query (see ``cmr.ui.query``);
-- ``/api/sequences?method=&min_ms=&max_ms=&status=&limit=`` — the same selection as JSON, in the
-  shape of ``cmr ls --json``;
+- ``/api/sequences?root=&method=&min_ms=&max_ms=&status=&since=&until=&host=&sort=&limit=`` —
+  the same selection as JSON, in the shape of ``cmr ls --json``;
+- ``/top?since=&root=&by=`` — ``cmr top``'s table (``cmr.ui.top``), and ``/api/top`` its JSON;
 - ``/seq/<hex>`` — the view of one sequence (``cmr.report``), which polls the next route while
   the sequence runs;
 - ``/api/seq/<hex>/model`` — the view's model of one sequence as JSON.
@@ -43,7 +44,8 @@ from cmr.store.base import (
 )
 from cmr.ui.listing import render_list_page, sequence_path
 from cmr.ui.query import QueryError, SequenceFilter, parse_filter, select_sequences
-from cmr.views.render.json import summary_fields
+from cmr.ui.top import TopQuery, parse_top, render_top_page, top_rows
+from cmr.views.render.json import summary_fields, top_fields
 
 #: The only address the UI listens on: the repository holds what the traced programs did.
 HOST: Final = UI_HOST
@@ -144,6 +146,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._list_page(parts.query)
         elif path == "/api/sequences":
             self._list_json(parts.query)
+        elif path == "/top":
+            self._top_page(parts.query)
+        elif path == "/api/top":
+            self._top_json(parts.query)
         elif match := _SEQ_VIEW.match(path):
             self._sequence_page(match.group(1))
         elif match := _SEQ_MODEL.match(path):
@@ -178,6 +184,30 @@ class _Handler(BaseHTTPRequestHandler):
         with self._store() as store:
             summaries = select_sequences(store, wanted, self.server.clock())
         self._send_json([summary_fields(summary) for summary in summaries])
+
+    def _top_page(self, query: str) -> None:
+        try:
+            wanted = parse_top(_parse_query(query))
+        except QueryError as exc:
+            page = render_top_page(
+                [], TopQuery(), repository=self.server.repository, error=str(exc)
+            )
+            self._send_html(HTTPStatus.BAD_REQUEST, page)
+            return
+        with self._store() as store:
+            rows = top_rows(store, wanted, self.server.clock())
+        self._send_html(
+            HTTPStatus.OK, render_top_page(rows, wanted, repository=self.server.repository)
+        )
+
+    def _top_json(self, query: str) -> None:
+        try:
+            wanted = parse_top(_parse_query(query))
+        except QueryError as exc:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        with self._store() as store:
+            rows = top_rows(store, wanted, self.server.clock())
+        self._send_json(top_fields(rows, with_self=wanted.by == "method"))
 
     def _sequence_page(self, prefix: str) -> None:
         from cmr.report import build_model, render_page  # the list pages never need it

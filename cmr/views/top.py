@@ -14,9 +14,11 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from cmr.store.base import SequenceSummary
+from cmr.store.base import SequenceQuery, SequenceSummary, Store
 from cmr.store.listing import duration_of
 from cmr.views.model import KIND_MEASURED, SequenceTree, walk
+from cmr.views.pipeline import view_sequence
+from cmr.views.render.text import format_duration
 
 
 @dataclass(slots=True)
@@ -74,3 +76,25 @@ def by_method(trees: Iterable[SequenceTree]) -> list[TopRow]:
 
 def _ordered(rows: dict[str, TopRow]) -> list[TopRow]:
     return sorted(rows.values(), key=lambda row: (-(row.percentile(0.99) or -1), row.name))
+
+
+def summed_up(store: Store, query: SequenceQuery, by: str, limit: int) -> list[TopRow]:
+    """The rows of the newest ``limit`` sequences ``query`` selects, per root (``by`` "root":
+    their listing lines) or per method ("method": their call trees)."""
+    lines = store.list_sequences(limit, query)
+    if by == "method":
+        return by_method(view_sequence(store, line.seq, None, 0) for line in lines)
+    return by_root(lines)
+
+
+def row_cells(row: TopRow, *, with_self: bool) -> list[str]:
+    """A row's cells as ``cmr top`` and ``cmr ui`` show them: count, errors, p50, p90, p99,
+    max (and self), times human-readable, "-" where there is none."""
+    times = [row.percentile(0.5), row.percentile(0.9), row.percentile(0.99), row.max_ns]
+    if with_self:
+        times.append(row.self_ns)
+    return [
+        f"{row.count:,}",
+        f"{row.errors:,}",
+        *("-" if t is None else format_duration(t) for t in times),
+    ]

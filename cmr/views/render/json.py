@@ -11,7 +11,7 @@ a thousand levels.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -20,9 +20,11 @@ from cmr.views.diff import PathDelta
 from cmr.views.model import Handoff, Node, SequenceTree
 from cmr.views.processors import ThreadActivity
 from cmr.views.profile import Profile, ProfileNode
-from cmr.views.top import TopRow
 
 _encode = msgspec.json.Encoder().encode
+
+if TYPE_CHECKING:  # cmr.views.top renders through the views that import this module
+    from cmr.views.top import TopRow
 
 #: Pieces (about one node each) a streamed document gathers before it hands them on.
 CHUNK_PARTS = 4096
@@ -117,6 +119,11 @@ def diff_to_json(rows: list[PathDelta]) -> str:
 
 def top_to_json(rows: list[TopRow], *, with_self: bool) -> str:
     """``cmr top --json``: a list of rows, ``self_ns`` in each when per method."""
+    return _encode(top_fields(rows, with_self=with_self)).decode()
+
+
+def top_fields(rows: list[TopRow], *, with_self: bool) -> list[dict[str, Any]]:
+    """The rows of ``cmr top --json`` as plain data."""
     documents = []
     for row in rows:
         fields: dict[str, Any] = {
@@ -131,7 +138,7 @@ def top_to_json(rows: list[TopRow], *, with_self: bool) -> str:
         if with_self:
             fields["self_ns"] = row.self_ns
         documents.append(fields)
-    return _encode(documents).decode()
+    return documents
 
 
 def _node_children(node: Node) -> list[Node]:

@@ -157,6 +157,38 @@ def test_status_filter(shop_ui: UI, listed: list[dict[str, Any]]) -> None:
     assert seqs(both) == seqs(listed, "checkout")[:2]
 
 
+def test_the_filters_of_cmr_ls_select_the_same(
+    shop_ui: UI, shop_db: Path, listed: list[dict[str, Any]]
+) -> None:
+    for query, options in [
+        ("root=*.check*", ["--root", "*.check*"]),
+        ("sort=duration&limit=3", ["--sort", "duration", "--limit", "3"]),
+        ("since=1d&root=__main__.browse", ["--since", "1d", "--root", "__main__.browse"]),
+        ("until=1d", ["--until", "1d"]),
+        ("host=nowhere", ["--host", "nowhere"]),
+    ]:
+        assert shop_ui.json(f"/api/sequences?{query}") == cmr_json(shop_db, "ls", *options), query
+    assert seqs(shop_ui.json("/api/sequences?root=__main__.brow*")) == seqs(listed, "browse")
+    page = shop_ui.get("/?root=shop.*&since=1h&sort=duration")
+    assert page.status == 200
+    assert "value='shop.*'" in page.body  # the form keeps what was asked
+    assert "<option value='duration' selected>" in page.body
+
+
+def test_the_top_page_sums_up_the_roots_as_cmr_top_does(shop_ui: UI, shop_db: Path) -> None:
+    assert shop_ui.json("/api/top") == cmr_json(shop_db, "top")
+    per_method = shop_ui.json("/api/top?by=method&root=__main__.checkout")
+    assert per_method == cmr_json(shop_db, "top", "--by", "method", "--root", "__main__.checkout")
+    rows = {row["name"]: row for row in per_method}
+    assert (rows["__main__.checkout"]["count"], rows["__main__.charge"]["count"]) == (17, 17)
+    page = shop_ui.get("/top?since=1d")
+    assert page.status == 200
+    assert "<tr data-name='__main__.checkout'>" in page.body
+    assert "href='/?root=__main__.checkout&amp;since=1d&amp;sort=duration'" in page.body
+    bad = shop_ui.get("/top?by=colour")
+    assert (bad.status, "by: expected root or method" in bad.body) == (400, True)
+
+
 @pytest.mark.parametrize(
     ("query", "message"),
     [
@@ -164,7 +196,9 @@ def test_status_filter(shop_ui: UI, listed: list[dict[str, Any]]) -> None:
         ("max_ms=-1", "max_ms: expected 0 or more milliseconds"),
         ("max_ms=nan", "max_ms: expected 0 or more milliseconds"),
         ("min_ms=5&max_ms=1", "min_ms is more than max_ms"),
-        ("status=finished", "status: expected one of running, complete, incomplete"),
+        ("status=finished", "status: expected one of running, complete, incomplete, error"),
+        ("sort=random", "sort: expected one of start, duration"),
+        ("since=yesterday", "since: expected an age"),
         ("limit=0", "limit: expected 1 to 1000"),
         ("limit=ten", "limit: expected a whole number"),
         ("colour=red", "unknown parameter 'colour'"),

@@ -1,0 +1,37 @@
+"""The one age grammar of the whole repository side: ``--since 90m``, ``--older-than 7d``, the
+``since`` of ``cmr ui``'s form. An age is a number and a unit (s, m, h, d, w); where a moment is
+wanted, an ISO time is taken too."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+from typing import Final
+
+AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+AGE_GRAMMAR: Final = "a number and a unit s, m, h, d or w (90m, 1.5h, 7d, 2w)"
+_AGE: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+
+
+def age_ns(text: str) -> int | None:
+    """An age (``7d``) in nanoseconds; None when ``text`` is not one."""
+    match = _AGE.match(text.strip())
+    if match is None:
+        return None
+    return round(float(match.group(1)) * AGE_UNITS[match.group(2)] * 1e9)
+
+
+def moment_ns(text: str, now_ns: int | None = None) -> int:
+    """An age ago (``30m``: now minus 30 minutes) or an ISO time (a naive one is local time), as
+    wall-clock nanoseconds. Raises ValueError saying what is expected."""
+    ago = age_ns(text)
+    if ago is not None:
+        return (time.time_ns() if now_ns is None else now_ns) - ago
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"expected an age ({AGE_GRAMMAR}) or an ISO time, got '{text}'") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1_000

@@ -1,0 +1,122 @@
+"""``cmr ui``'s top page: ``cmr top``'s table, one row per root or per traced method, over the
+sequences of a window; the form takes the same ``since``, ``root``, ``by`` and ``limit``."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import quote, urlencode
+
+from cmr.ages import moment_ns
+from cmr.store.base import SequenceQuery, Store
+from cmr.ui.listing import STYLE
+from cmr.ui.query import QueryError
+from cmr.views.top import TopRow, row_cells, summed_up
+
+BY: Final = ("root", "method")
+#: Sequences summed up per page: all of a window by root (up to this), the newest by method.
+ROOT_LIMIT: Final = 100_000
+METHOD_LIMIT: Final = 200
+_PARAMETERS: Final = frozenset({"since", "root", "by"})
+
+
+@dataclass(frozen=True, slots=True)
+class TopQuery:
+    since: str = ""
+    root: str = ""
+    by: str = "root"
+
+
+def parse_top(query: Mapping[str, Sequence[str]]) -> TopQuery:
+    """The top query a query string asks for. Raises QueryError."""
+    unknown = sorted(set(query) - _PARAMETERS)
+    if unknown:
+        raise QueryError(f"unknown parameter '{unknown[0][:40]}' (expected: by, root, since)")
+    values = {name: (query.get(name) or [""])[0].strip() for name in _PARAMETERS}
+    if values["by"] and values["by"] not in BY:
+        raise QueryError(f"by: expected root or method, got '{values['by'][:40]}'")
+    if values["since"]:
+        try:
+            moment_ns(values["since"])
+        except ValueError as exc:
+            raise QueryError(f"since: {exc}") from None
+    return TopQuery(values["since"], values["root"][:1000], values["by"] or "root")
+
+
+def top_rows(store: Store, wanted: TopQuery, now_ns: int) -> list[TopRow]:
+    """``cmr top``'s rows for the query."""
+    query = SequenceQuery(
+        root=wanted.root or None,
+        since_ns=moment_ns(wanted.since, now_ns) if wanted.since else None,
+    )
+    limit = METHOD_LIMIT if wanted.by == "method" else ROOT_LIMIT
+    return summed_up(store, query, wanted.by, limit)
+
+
+def render_top_page(
+    rows: list[TopRow], wanted: TopQuery, *, repository: str, error: str | None = None
+) -> str:
+    """The whole top page; ``error`` (a query the user got wrong) replaces the table."""
+    parts = [
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        "<title>invoseq — top</title><link rel='icon' href='data:,'>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>invoseq top</h1>",
+        f"<p class='where'>repository {_text(repository)} · <a href='/'>sequences</a></p>",
+        _form(wanted),
+    ]
+    if error is not None:
+        parts.append(f"<p id='count' class='error'>{_text(error)}</p>")
+    else:
+        parts.append(_table(rows, wanted))
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def _form(wanted: TopQuery) -> str:
+    options = "".join(
+        f"<option value='{by}'{' selected' if by == wanted.by else ''}>per {by}</option>"
+        for by in BY
+    )
+    return (
+        "<form id='top' method='get' action='/top'>"
+        "<label>Since (90m, 1d or ISO time)"
+        f"<input name='since' value='{_text(wanted.since)}' placeholder='1h'></label>"
+        "<label>Root (shell pattern)"
+        f"<input name='root' value='{_text(wanted.root)}' placeholder='shop.*'></label>"
+        f"<label>Rows<select name='by'>{options}</select></label>"
+        "<button type='submit'>Show</button></form>"
+    )
+
+
+def _table(rows: list[TopRow], wanted: TopQuery) -> str:
+    per_method = wanted.by == "method"
+    titles = ["Name", "Count", "Errors", "p50", "p90", "p99", "Max"] + (["Self"] * per_method)
+    head = "".join(
+        f"<th class='num'>{title}</th>" if at else f"<th>{title}</th>"
+        for at, title in enumerate(titles)
+    )
+    body = "".join(_row(row, wanted, per_method=per_method) for row in rows)
+    if not rows:
+        body = f"<tr><td colspan='{len(titles)}'>no sequences match</td></tr>"
+    return f"<table id='top-rows'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _row(row: TopRow, wanted: TopQuery, *, per_method: bool) -> str:
+    name = _text(row.name)
+    if not per_method:  # a root's row links to its sequences, slowest first
+        filters = {"root": row.name, "since": wanted.since, "sort": "duration"}
+        name = f"<a href='/?{_text(urlencode({k: v for k, v in filters.items() if v}))}'>{name}</a>"
+    cells = [name, *row_cells(row, with_self=per_method)]
+    tds = "".join(
+        f"<td class='num'>{cell}</td>" if at else f"<td>{cell}</td>"
+        for at, cell in enumerate(cells)
+    )
+    return f"<tr data-name='{_text(quote(row.name))}'>{tds}</tr>"
+
+
+def _text(value: str) -> str:
+    return html.escape(value, quote=True)
