@@ -338,6 +338,17 @@ def test_read_commands_and_prune_take_a_postgresql_url(
     assert main(["profile", "5e", "--db", pg_url]) == 0
     assert main(["export", "5e", "--format", "chrome", "--db", pg_url]) == 0
     capsys.readouterr()
+    # The commands that query many sequences, or follow one's critical path, read it too.
+    assert main(["ls", "--root", "app.*", "--status", "complete", "--json", "--db", pg_url]) == 0
+    assert [line["seq"] for line in json.loads(capsys.readouterr().out)] == [seq.hex()]
+    assert main(["top", "--json", "--db", pg_url]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["count"] == 1
+    assert main(["show", "5e", "--critical-path", "--json", "--db", pg_url]) == 0
+    assert [step["name"] for step in json.loads(capsys.readouterr().out)["path"]] == ["app.m1"]
+    assert main(["diff", "5e", "5e", "--json", "--db", pg_url]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"path": "app.m1", "a_ns": 200, "b_ns": 200, "delta_ns": 0}
+    ]
 
     # The sequence started at the test clock's epoch, long before now.
     assert main(["prune", "--older-than", "1d", "--json", "--db", pg_url]) == 0
