@@ -61,6 +61,19 @@ def add_read_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
 
 
+def add_all_option(parser: argparse.ArgumentParser) -> None:
+    """``--all``: keep the hand-offs to untraced code that ran nothing traced (``views.hops``
+    folds them into their caller's line by default)."""
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        dest="all_calls",
+        help="keep every call: hand-offs to untraced code that ran nothing traced (the thread "
+        "asyncio.run starts for its shutdown, a to_thread(sum, ...)) are otherwise folded into "
+        "the line of the call that handed them off",
+    )
+
+
 def open_for_reading(db: str | None) -> Store:
     """Read commands never create a repository: a wrong path fails with "no repository at …"."""
     from cmr.store import open_store

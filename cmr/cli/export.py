@@ -10,6 +10,7 @@ from cmr.cli._support import (
     STDIO,
     CliError,
     Commands,
+    add_all_option,
     command,
     open_for_reading,
     write_output,
@@ -63,17 +64,21 @@ def add_export(commands: Commands) -> None:
         help="folded only: 'samples' (self sample weight) or 'time' (self time in µs); "
         "default: samples when the sequence has them, else time",
     )
+    add_all_option(parser)
     parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
 
 
 def _export(args: argparse.Namespace) -> int:
     from cmr.exports import BUNDLE, OPEN_WITH, ExportError, export_sequence
+    from cmr.views.hops import fold_empty_hops
 
     store = open_for_reading(args.db)
     try:
         data = store.load_sequence(store.resolve_sequence(args.seq))
     finally:
         store.close()
+    if not args.all_calls and args.format != BUNDLE:  # a bundle moves the records as they are
+        data = fold_empty_hops(data)
     try:
         payload = export_sequence(data, args.format, weight=args.weight)
         write_output(args.output, payload, binary=args.format == BUNDLE)

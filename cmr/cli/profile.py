@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 from cmr.cli._support import (
     CliError,
     Commands,
+    add_all_option,
     add_read_options,
     colour_wanted,
     command,
@@ -28,6 +29,7 @@ from cmr.views._gc import paused_gc
 from cmr.views.bigprofile import sequence_profile
 from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree
+from cmr.views.hops import fold_empty_hops
 from cmr.views.merge import merge_samples
 from cmr.views.model import Node
 from cmr.views.profile import Profile, build_profile, method_subtrees, profile_sequence
@@ -105,6 +107,7 @@ def add_profile(commands: Commands) -> None:
         f"caller's lines into one (default: {DEFAULT_MAX_NODES}; 0: no limit; --json always "
         "writes every line)",
     )
+    add_all_option(parser)
     add_read_options(parser)
 
 
@@ -139,6 +142,8 @@ def _profile(args: argparse.Namespace) -> int:
 def _sequence_profile(store: Store, seq: bytes, args: argparse.Namespace) -> Profile:
     with paused_gc():  # millions of objects that all stay alive: nothing for it to collect
         data = store.load_sequence(seq)
+        if not args.all_calls:
+            data = fold_empty_hops(data)
         if not args.by_thread:  # without samples, read straight from the records
             profile = sequence_profile(data)
             if profile is not None:
@@ -158,6 +163,8 @@ def _method_profile(
         nonlocal skipped
         for seq in found:
             data = store.load_sequence(seq)
+            if not args.all_calls:
+                data = fold_empty_hops(data)
             tree = merge_samples(build_tree(data), data, lines=args.lines)
             skipped += tree.samples_skipped
             yield from method_subtrees(tree, data, method)

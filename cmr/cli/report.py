@@ -11,6 +11,7 @@ from cmr.cli._support import (
     DB_HELP,
     STDIO,
     Commands,
+    add_all_option,
     command,
     open_for_reading,
     write_output,
@@ -45,17 +46,21 @@ def add_report(commands: Commands) -> None:
         required=True,
         help="the HTML file to write ('-': standard output)",
     )
+    add_all_option(parser)
     parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=DB_HELP)
 
 
 def _report(args: argparse.Namespace) -> int:
     from cmr.report import build_model, render_page
+    from cmr.views.hops import fold_empty_hops
 
     store = open_for_reading(args.db)
     try:
         data = store.load_sequence(store.resolve_sequence(args.seq))
     finally:
         store.close()
+    if not args.all_calls:
+        data = fold_empty_hops(data)
     page = render_page(build_model(data))
     write_output(args.output, page.encode(), binary=False)
     if args.output != STDIO:

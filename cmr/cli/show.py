@@ -7,6 +7,7 @@ import argparse
 from cmr.cli._support import (
     CliError,
     Commands,
+    add_all_option,
     add_read_options,
     colour_wanted,
     command,
@@ -99,6 +100,7 @@ def add_show(commands: Commands) -> None:
         f"caller's calls into one line (default: {DEFAULT_MAX_NODES}; 0: no limit; --json "
         "always writes every call)",
     )
+    add_all_option(parser)
     add_read_options(parser)
 
 
@@ -117,10 +119,18 @@ def _show(args: argparse.Namespace) -> int:
                     color=colour_wanted(),
                     samples=args.samples,
                     max_nodes=args.max_nodes,
+                    all_calls=args.all_calls,
                 )
             )
             return 0
-        tree = view_sequence(store, seq, args.depth, args.min_duration_ns, samples=args.samples)
+        tree = view_sequence(
+            store,
+            seq,
+            args.depth,
+            args.min_duration_ns,
+            samples=args.samples,
+            all_calls=args.all_calls,
+        )
     finally:
         store.close()
     if args.critical_path:

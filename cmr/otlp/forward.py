@@ -31,6 +31,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from cmr.otlp.spans import KIND_SERVER, SCOPE_NAME, Trace, to_trace
 from cmr.store.base import Store
+from cmr.views.hops import fold_empty_hops
 from cmr.views.pipeline import sequence_tree
 
 #: The OTLP/HTTP path of traces, added to an endpoint given without a path.
@@ -134,7 +135,7 @@ def forward(
     sequences = spans = requests = 0
     pending: list[ReadableSpan] = []
     for seq in seqs:
-        data = store.load_sequence(seq)
+        data = fold_empty_hops(store.load_sequence(seq))
         pending.extend(sdk_spans(to_trace(sequence_tree(data), data)))
         sequences += 1
         while len(pending) >= batch_size:

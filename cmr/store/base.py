@@ -167,6 +167,9 @@ class SequenceData:
     # Processes that reported dropping events of this sequence (``Batch.lost_seqs``); each is
     # also in ``processes``. Not empty: the tree may miss calls.
     lost_by: frozenset[int] = frozenset()
+    # Calls a view left out (``cmr.views.hops``), counted on their caller: (puid, iid) -> count.
+    folded: dict[tuple[int, int], int] = field(default_factory=dict)
+    folded_threads: frozenset[tuple[int, int]] = frozenset()  # (puid, tid) they ran on
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from cmr.store.base import (
 from cmr.ui.listing import render_list_page, sequence_path
 from cmr.ui.query import QueryError, SequenceFilter, parse_filter, select_sequences
 from cmr.ui.top import TopQuery, parse_top, render_top_page, top_rows
+from cmr.views.hops import fold_empty_hops
 from cmr.views.render.json import summary_fields, top_fields
 
 #: The only address the UI listens on: the repository holds what the traced programs did.
@@ -225,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _load(self, prefix: str) -> SequenceData:
         try:
             with self._store() as store:
-                return store.load_sequence(store.resolve_sequence(prefix))
+                return fold_empty_hops(store.load_sequence(store.resolve_sequence(prefix)))
         except (UnknownSequenceError, AmbiguousSequenceError) as exc:
             raise _RequestError(HTTPStatus.NOT_FOUND, str(exc)) from None
 

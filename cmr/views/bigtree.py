@@ -68,6 +68,10 @@ def _shown_tree(
     positions = sorted(shown)
     made = columns.naming.nodes([records[i] for i in positions])
     node_at = dict(zip(positions, made, strict=True))
+    for (puid, iid), folded in data.folded.items():
+        at = index.get(puid, {}).get(iid)
+        if at is not None and at in node_at:
+            node_at[at].folded = folded
     for i, node in node_at.items():
         hop = links.hops.get(i)
         if hop is not None:
@@ -84,7 +88,7 @@ def _shown_tree(
         seq=data.seq,
         status=tree_status(statuses | {root_node.status}),
         root=root_node,
-        invocations=count,
+        invocations=count + sum(data.folded.values()),
         threads=columns.naming.thread_count,
         processes=len(index),
         dropped_by=dropped_by(data),

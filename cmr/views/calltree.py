@@ -76,6 +76,7 @@ def _build(data: SequenceData) -> SequenceTree:
     links = link(records, index, data.handoffs)
     for i, hop in links.hops.items():
         nodes[i].handoff = hop
+    mark_folded(nodes, index, data.folded)
     parents, root_index, remote = links.parents, links.root_index, links.remote
 
     if root_index is not None:
@@ -105,11 +106,22 @@ def _build(data: SequenceData) -> SequenceTree:
         seq=data.seq,
         status=tree_status(statuses | {root.status}),
         root=root,
-        invocations=len(records),
+        invocations=len(records) + sum(data.folded.values()),
         threads=names.thread_count,
         processes=len(index),
         dropped_by=dropped_by(data),
     )
+
+
+def mark_folded(
+    nodes: list[Node], index: dict[int, dict[int, int]], folded: dict[tuple[int, int], int]
+) -> None:
+    """Count on each node the calls folded beneath it (``SequenceData.folded``); ``nodes`` are
+    the records' nodes by position, as ``index`` places them."""
+    for (puid, iid), count in folded.items():
+        at = index.get(puid, {}).get(iid)
+        if at is not None:
+            nodes[at].folded = count
 
 
 def _unique(invocations: list[InvocationRecord]) -> list[InvocationRecord]:

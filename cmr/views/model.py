@@ -99,6 +99,8 @@ class Node(msgspec.Struct, eq=False, gc=False):
     frame: tuple[str, str, int] | None = None  # an estimated node's (file, function, line)
     # Key/value pairs recorded for the invocation (wire.Attrs: an OpenTelemetry span's), or None.
     attributes: dict[str, str | int | float | bool] | None = None
+    # Hand-offs to untraced code that ran nothing traced, left out beneath it (``views.hops``).
+    folded: int = 0
 
 
 @dataclass(frozen=True, slots=True)

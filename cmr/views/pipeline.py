@@ -12,6 +12,7 @@ from cmr.views._gc import paused_gc
 from cmr.views.bigtree import shown_tree
 from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree
+from cmr.views.hops import fold_empty_hops
 from cmr.views.merge import merge_samples
 from cmr.views.model import SequenceTree
 from cmr.views.processors import drop_shorter_than, limit_depth
@@ -32,15 +33,20 @@ def render_sequence(
     color: bool = False,
     samples: bool = False,
     max_nodes: int = DEFAULT_MAX_NODES,
+    all_calls: bool = False,
 ) -> str:
     """One sequence's tree as ``cmr show`` prints it (without a trailing newline); ``samples``
     merges the stack samples in, as ``cmr show --samples`` does; ``max_nodes`` bounds its lines
-    as ``--max-nodes`` does (0: no limit)."""
+    as ``--max-nodes`` does (0: no limit); ``all_calls`` keeps what ``views.hops`` folds."""
     if depth is not None or min_duration_ns or samples or not max_nodes:
-        tree = view_sequence(store, seq, depth, min_duration_ns, samples=samples)
+        tree = view_sequence(
+            store, seq, depth, min_duration_ns, samples=samples, all_calls=all_calls
+        )
         return render_text(tree, color=color, max_nodes=max_nodes)
     with paused_gc():  # a plain view: a big tree is built only as far as it is shown
         data = store.load_sequence(seq, samples=False)
+        if not all_calls:
+            data = fold_empty_hops(data)
         shown = shown_tree(data, max_nodes)
         if shown is None:
             return render_text(build_tree(data), color=color, max_nodes=max_nodes)
@@ -50,13 +56,22 @@ def render_sequence(
 
 
 def view_sequence(
-    store: Store, seq: bytes, depth: int | None, min_duration_ns: int, *, samples: bool = False
+    store: Store,
+    seq: bytes,
+    depth: int | None,
+    min_duration_ns: int,
+    *,
+    samples: bool = False,
+    all_calls: bool = False,
 ) -> SequenceTree:
     """The tree ``cmr show`` prints. Samples are read and merged only when asked for, so a plain
-    ``cmr show`` never pays for them. The garbage collector waits meanwhile: a big sequence is
+    ``cmr show`` never pays for them. Hand-offs that ran nothing traced are folded unless
+    ``all_calls`` (``views.hops``). The garbage collector waits meanwhile: a big sequence is
     millions of objects that all stay alive, which it would scan over and over."""
     with paused_gc():
         data = store.load_sequence(seq, samples=samples)
+        if not all_calls:
+            data = fold_empty_hops(data)
         tree = build_tree(data)
         if samples:
             tree = merge_samples(tree, data)

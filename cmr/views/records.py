@@ -179,7 +179,9 @@ class Naming:
             known = data.threads.get((puid, tid))
             name = known.name if known is not None else UNKNOWN_THREAD
             self.threads[puid][tid] = ThreadRef(tid, name)
-        self.thread_count = sum(len(by_tid) for by_tid in self.threads.values())
+        self.thread_count = sum(len(by_tid) for by_tid in self.threads.values()) + sum(
+            tid not in self.threads.get(puid, {}) for puid, tid in data.folded_threads
+        )  # the threads of calls a view folded count too, as in the listing
 
     def nodes(self, records: Sequence[InvocationRecord]) -> list[Node]:
         """A node per record, without children or hop; self time as if it had no children."""

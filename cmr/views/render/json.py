@@ -31,8 +31,9 @@ CHUNK_PARTS = 4096
 
 
 def node_fields(node: Node) -> dict[str, Any]:
-    """Everything about a node except its children, in contract order."""
-    return {
+    """Everything about a node except its children, in contract order; ``folded`` only on a
+    node under which hand-offs that ran nothing traced were folded."""
+    fields = {
         "name": node.name,
         "start_ns": node.start_ns,
         "end_ns": node.end_ns,
@@ -48,6 +49,9 @@ def node_fields(node: Node) -> dict[str, Any]:
         "frame": _frame(node.frame),
         "attributes": node.attributes,
     }
+    if node.folded:
+        fields["folded"] = node.folded
+    return fields
 
 
 def _samples(node: Node) -> dict[str, Any] | None:

@@ -294,6 +294,9 @@ def _describe(
         parts.append(f"{palette.cyan}{hop_mark(node, node.handoff)}{palette.reset}")
     if node.status == STATUS_ERROR:
         parts.append(f"{palette.red}✗ {node.error or 'error'}{palette.reset}")
+    if node.folded:
+        hops = plural(node.folded, "untraced hand-off")
+        parts.append(f"{palette.dim}+{hops} folded{palette.reset}")
     attributes = format_attributes(node.attributes) if node.attributes else ""
     if attributes:
         parts.append(f"{palette.dim}{attributes}{palette.reset}")

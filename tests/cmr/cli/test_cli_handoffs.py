@@ -248,3 +248,67 @@ def test_show_critical_path_refuses_options_that_hide_calls(handoff_repo, capsys
 
     assert code == 1
     assert one_line_error(err).startswith("cmr: --critical-path follows every call")
+
+
+SEQ_E = bytes.fromhex("e0e0" + "00" * 14)  # a hand-off to untraced code that ran nothing
+HID_SHUTDOWN = 0x7003
+
+
+@pytest.fixture(name="empty_hop_repo")
+def fixture_empty_hop_repo(tmp_path, make_batch) -> str:
+    """shop.main runs shop.step, then hands asyncio's _do_shutdown (untraced) to a thread: the
+    tracer times it as a call named by the hand-off's own method (9)."""
+    names = {1: "shop.main", 2: "shop.step", 9: "asyncio.base_events.BaseEventLoop._do_shutdown"}
+    events = {
+        1: [
+            wire.Start(1, 0, 0, 1, 0, SEQ_E),
+            wire.Start(2, 1, 0, 2, 1 * MS, SEQ_E),
+            wire.End(2, 5 * MS),
+            wire.Handoff(HID_SHUTDOWN, 1, "thread", 9, 6 * MS, SEQ_E),
+            wire.End(1, 10 * MS),
+        ],
+        2: [wire.Start(3, 1, HID_SHUTDOWN, 9, 7 * MS, SEQ_E), wire.End(3, 8 * MS)],
+    }
+    path = str(tmp_path / "hops.sqlite")
+    store = open_store(path)
+    try:
+        store.ingest(make_batch(SHOP, 1, events, methods=names), 0)
+    finally:
+        store.close()
+    return path
+
+
+def test_a_hand_off_that_ran_nothing_traced_is_folded_into_its_caller_s_line(
+    empty_hop_repo, capsys
+):
+    code, out, _ = run(capsys, "--db", empty_hop_repo, "show", "e0e0")
+
+    assert code == 0
+    assert out.splitlines() == [
+        f"{SEQ_E.hex()}  complete  10.0 ms  3 calls · 2 threads · 1 process",
+        "10.0 ms  shop.main  self 6.00 ms  thread-1 (1) testhost:4242  +1 untraced hand-off folded",
+        "└─ 4.00 ms  shop.step  self 4.00 ms  thread-1 (1)",
+    ]
+    doc = json.loads(run(capsys, "--db", empty_hop_repo, "show", "e0e0", "--json")[1])
+    assert doc["root"]["folded"] == 1
+    assert [child["name"] for child in doc["root"]["children"]] == ["shop.step"]
+    assert "folded" not in doc["root"]["children"][0]  # only where something was folded
+
+
+def test_all_shows_the_folded_hand_offs_in_every_view(empty_hop_repo, capsys, tmp_path):
+    shown = run(capsys, "--db", empty_hop_repo, "show", "e0e0", "--all")[1]
+    assert "_do_shutdown" in shown
+    assert "folded" not in shown
+    for command in (["export", "e0e0", "--format", "chrome"], ["profile", "e0e0"]):
+        folded = run(capsys, "--db", empty_hop_repo, *command)[1]
+        everything = run(capsys, "--db", empty_hop_repo, *command, "--all")[1]
+        assert "_do_shutdown" not in folded, command
+        assert "_do_shutdown" in everything, command
+    # A bundle moves the records as they are: imported elsewhere, --all still finds the call.
+    bundle, other = str(tmp_path / "e0.ivsq"), str(tmp_path / "other.sqlite")
+    assert (
+        run(capsys, "--db", empty_hop_repo, "export", "e0e0", "--format", "bundle", "-o", bundle)[0]
+        == 0
+    )
+    assert run(capsys, "--db", other, "import", bundle)[0] == 0
+    assert "_do_shutdown" in run(capsys, "--db", other, "show", "e0e0", "--all")[1]

@@ -59,12 +59,14 @@ def fixture_repo(tmp_path, make_batch, clock_offset_ns) -> str:
         {
             1: [
                 wire.Start(1, 0, 0, 2, 200 * MS, SEQ_Q),
-                wire.Handoff(HID, 1, "thread", 3, 201 * MS, SEQ_Q),
+                # The hand-off names the callable with an id of its own (6), as the tracer does
+                # for a traced function: fetch's Start carries the function's id (3).
+                wire.Handoff(HID, 1, "thread", 6, 201 * MS, SEQ_Q),
                 wire.End(1, 230 * MS),
             ],
             2: [wire.Start(2, 1, HID, 3, 205 * MS, SEQ_Q), wire.End(2, 225 * MS)],
         },
-        methods={2: "shop.price", 3: "shop.fetch"},  # first line 13 for fetch
+        methods={2: "shop.price", 3: "shop.fetch", 6: "shop.fetch"},  # first line 13 for fetch
         frames=[
             wire.FrameInfo(4, "/src/shop.py", "fetch", 13),
             wire.FrameInfo(5, "/usr/lib/python3.11/socket.py", "recv", 300),
