@@ -41,14 +41,17 @@ def fold_empty_hops(data: SequenceData) -> SequenceData:
         return data
     callers = {(r.puid, r.parent) for r in data.invocations if r.parent}
     callers.update((h.puid, h.parent) for h in handoffs.values())
+    present = {(r.puid, r.iid) for r in data.invocations}
     sampled = {(sample.puid, sample.tid) for sample in data.samples}
     empty = {
         (r.puid, r.iid)
         for r in hops
         if (r.puid, r.iid) not in callers
+        # its submitter is here to count it (never fold a call with no caller to hold it)
+        and (handoffs[r.hid].puid, handoffs[r.hid].parent) in present
         and ((r.puid, r.tid) not in sampled or not _sampled_within(data, r))
     }
-    if not empty:
+    if not empty or len(empty) == len(present):
         return data
     folded = Counter(
         (handoffs[r.hid].puid, handoffs[r.hid].parent) for r in hops if (r.puid, r.iid) in empty

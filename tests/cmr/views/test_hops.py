@@ -63,3 +63,14 @@ def test_without_folding_the_tree_is_the_whole_tree():
     tree = build_tree(shop().data())
     assert names(tree) == ["app.checkout", "app.pay", "app.untraced"]
     assert tree.root.folded == 0
+
+
+def test_a_hop_whose_submitter_is_not_in_the_sequence_stays():
+    builder = SequenceBuilder()
+    # The submitter (iid 1) ran in another sequence's records, or was lost: nothing to hold it.
+    builder.handoff(9, 1, submitted=3 * MS, callable_name="app.untraced")
+    builder.call("app.untraced", 3, start=4 * MS, end=5 * MS, tid=2, hid=9)
+    builder.call("app.other", 4, start=6 * MS, end=7 * MS)
+
+    data = builder.data()
+    assert fold_empty_hops(data) is data
