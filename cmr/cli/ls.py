@@ -64,13 +64,7 @@ def add_ls(commands: Commands) -> None:
 def add_query_options(parser: argparse.ArgumentParser) -> None:
     """The options that select sequences (``SequenceQuery``), but for the order."""
     add_root_option(parser)
-    parser.add_argument(
-        "--min-duration",
-        type=milliseconds,
-        metavar="MS",
-        dest="min_duration_ns",
-        help="took at least MS milliseconds (fractions allowed; sequences not ended are left out)",
-    )
+    add_min_duration_option(parser)
     parser.add_argument(
         "--max-duration",
         type=milliseconds,
@@ -84,13 +78,7 @@ def add_query_options(parser: argparse.ArgumentParser) -> None:
         help="complete, running, incomplete (it never will end: its process ended or was lost), "
         "or error (complete, and the root call raised)",
     )
-    parser.add_argument(
-        "--since",
-        type=parse_since,
-        metavar="AGE",
-        dest="since_ns",
-        help=f"started at most AGE ago ({AGE_GRAMMAR}), or at or after an ISO time",
-    )
+    add_since_option(parser)
     parser.add_argument(
         "--until",
         type=parse_since,
@@ -107,6 +95,28 @@ def add_root_option(parser: argparse.ArgumentParser) -> None:
         "--root",
         metavar="PATTERN",
         help="the root call's name matches PATTERN (shell-style, case-sensitive: 'shop.*')",
+    )
+
+
+def add_min_duration_option(parser: argparse.ArgumentParser) -> None:
+    """``--min-duration MS``, as ``cmr ls`` and ``cmr tail`` take it."""
+    parser.add_argument(
+        "--min-duration",
+        type=milliseconds,
+        metavar="MS",
+        dest="min_duration_ns",
+        help="took at least MS milliseconds (fractions allowed; sequences not ended are left out)",
+    )
+
+
+def add_since_option(parser: argparse.ArgumentParser) -> None:
+    """``--since AGE``, as ``cmr ls`` and ``cmr top`` take it."""
+    parser.add_argument(
+        "--since",
+        type=parse_since,
+        metavar="AGE",
+        dest="since_ns",
+        help=f"started at most AGE ago ({AGE_GRAMMAR}), or at or after an ISO time",
     )
 
 

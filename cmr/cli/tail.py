@@ -12,10 +12,9 @@ from cmr.cli._support import (
     Commands,
     add_read_options,
     command,
-    milliseconds,
     open_for_reading,
 )
-from cmr.cli.ls import add_root_option
+from cmr.cli.ls import add_min_duration_option, add_root_option
 from cmr.store.base import SequenceQuery, SequenceSummary, Store
 from cmr.views.render import json as json_render
 from cmr.views.render.tables import SEQUENCE_HEADER, fixed_line, sequence_cells
@@ -51,13 +50,7 @@ def add_tail(commands: Commands) -> None:
         handler=_tail,
     )
     add_root_option(parser)
-    parser.add_argument(
-        "--min-duration",
-        type=milliseconds,
-        metavar="MS",
-        dest="min_duration_ns",
-        help="only sequences that took at least MS milliseconds",
-    )
+    add_min_duration_option(parser)
     add_read_options(parser)
 
 

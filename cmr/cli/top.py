@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Final
 
-from cmr.ages import AGE_GRAMMAR
 from cmr.cli._support import (
     Commands,
     add_read_options,
     command,
     emit,
     open_for_reading,
-    parse_since,
     positive_int,
 )
-from cmr.cli.ls import add_root_option
+from cmr.cli.ls import add_root_option, add_since_option
 from cmr.store.base import SequenceQuery
 from cmr.views.render import json as json_render
 from cmr.views.render.tables import table
@@ -49,13 +47,7 @@ def add_top(commands: Commands) -> None:
         ],
         handler=_top,
     )
-    parser.add_argument(
-        "--since",
-        type=parse_since,
-        metavar="AGE",
-        dest="since_ns",
-        help=f"sequences that started at most AGE ago ({AGE_GRAMMAR}), or since an ISO time",
-    )
+    add_since_option(parser)
     add_root_option(parser)
     parser.add_argument(
         "--by",
