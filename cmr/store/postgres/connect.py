@@ -7,6 +7,7 @@ the repository in a schema of its own).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Final, TypeAlias
 
 import psycopg
@@ -32,6 +33,11 @@ def where(url: str) -> str:
     port = params.get("port") or 5432
     database = params.get("dbname") or user or ""
     return f"postgresql://{f'{user}@' if user else ''}{host}:{port}/{database}"
+
+
+def arrays(rows: Iterable[Sequence[object]]) -> list[list[object]]:
+    """``rows`` as the column arrays a statement over ``unnest(%b::type[], ...)`` binds."""
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 def connect(url: str) -> Conn:

@@ -26,7 +26,7 @@ from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
 from cmr.store.packed import PackedBatch
 from cmr.store.postgres import summaries
-from cmr.store.postgres.connect import Conn
+from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.partitions import day_of, day_sql
 from cmr.store.postgres.schema import (
     UPSERT_COUNTERS,
@@ -186,13 +186,13 @@ def _store_index(conn: Conn, batch: Batch, packed: PackedBatch) -> None:
         conn.execute(
             "INSERT INTO late_ends SELECT * FROM unnest("
             "%b::bigint[], %b::bigint[], %b::bigint[], %b::text[]) ON CONFLICT DO NOTHING",
-            [list(column) for column in zip(*packed.late_ends, strict=True)],
+            arrays(packed.late_ends),
         )
     if packed.late_attrs:
         conn.execute(
             "INSERT INTO late_attrs SELECT * FROM unnest("
             "%b::bigint[], %b::bigint[], %b::bigint[], %b::bytea[]) ON CONFLICT DO NOTHING",
-            [list(column) for column in zip(*packed.late_attrs, strict=True)],
+            arrays(packed.late_attrs),
         )
 
 

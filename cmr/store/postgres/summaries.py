@@ -10,7 +10,7 @@ from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import window
 from cmr.store.packed import PackedBatch
 from cmr.store.postgres import read as postgres_read
-from cmr.store.postgres.connect import Conn
+from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.schema import (
     OPEN_BY_PROCESS,
     OPEN_CALLS,
@@ -43,23 +43,23 @@ def store(conn: Conn, packed: PackedBatch) -> None:
 def store_parts(conn: Conn, parts: SummaryParts) -> None:
     if parts.roots:
         roots = sorted(parts.roots, key=lambda row: row[0])
-        conn.execute(UPSERT_ROOTS, [list(column) for column in zip(*roots, strict=True)])
+        conn.execute(UPSERT_ROOTS, arrays(roots))
     if parts.threads:
         threads = sorted(parts.threads)
         conn.execute(
             "INSERT INTO seq_threads SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[])"
             " ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING",
-            [list(column) for column in zip(*threads, strict=True)],
+            arrays(threads),
         )
     if parts.entries:
         entries = sorted(parts.entries, key=lambda row: row[:3])
         conn.execute(
             "INSERT INTO seq_entries SELECT * FROM unnest(%b::bytea[], %b::bigint[], "
             "%b::bigint[], %b::bigint[], %b::bigint[]) ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING",
-            [list(column) for column in zip(*entries, strict=True)],
+            arrays(entries),
         )
     if parts.opened:
-        conn.execute(OPEN_CALLS, [list(column) for column in zip(*parts.opened, strict=True)])
+        conn.execute(OPEN_CALLS, arrays(parts.opened))
 
 
 def recent(
