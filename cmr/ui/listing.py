@@ -104,11 +104,11 @@ def render_list_page(
         "<link rel='icon' href='data:,'>",  # no favicon request
         f"<style>{STYLE}</style></head><body>",
         "<h1>invoseq sequences</h1>",
-        f"<p class='where'>repository {_text(repository)}</p>",
+        f"<p class='where'>repository {escaped(repository)}</p>",
         _form(wanted),
     ]
     if error is not None:
-        parts.append(f"<p id='count' class='error'>{_text(error)}</p>")
+        parts.append(f"<p id='count' class='error'>{escaped(error)}</p>")
     else:
         parts.append(_count(len(summaries), wanted))
         parts.append(_table(summaries, now_ns))
@@ -131,10 +131,10 @@ def _form(wanted: SequenceFilter) -> str:
     return (
         "<form id='filter' method='get' action='/'>"
         "<label>Root (shell pattern)"
-        f"<input name='root' value='{_text(wanted.root)}' placeholder='shop.*'>"
+        f"<input name='root' value='{escaped(wanted.root)}' placeholder='shop.*'>"
         "</label>"
         "<label>Method (module.qualname or qualname)"
-        f"<input name='method' value='{_text(wanted.method)}' placeholder='shop.checkout'>"
+        f"<input name='method' value='{escaped(wanted.method)}' placeholder='shop.checkout'>"
         "</label>"
         "<label>Min duration (ms)"
         f"<input name='min_ms' type='number' min='0' step='any' value='{_ms(wanted.min_ns)}'>"
@@ -145,13 +145,13 @@ def _form(wanted: SequenceFilter) -> str:
         f"<label>Status<select name='status'><option value=''>any</option>{options}</select>"
         "</label>"
         "<label>Since (90m, 1d or ISO time)"
-        f"<input name='since' value='{_text(wanted.since)}' placeholder='1h'>"
+        f"<input name='since' value='{escaped(wanted.since)}' placeholder='1h'>"
         "</label>"
         "<label>Until"
-        f"<input name='until' value='{_text(wanted.until)}' placeholder='10m'>"
+        f"<input name='until' value='{escaped(wanted.until)}' placeholder='10m'>"
         "</label>"
         "<label>Host"
-        f"<input name='host' value='{_text(wanted.host)}' placeholder='web-1'>"
+        f"<input name='host' value='{escaped(wanted.host)}' placeholder='web-1'>"
         "</label>"
         f"<label>Order<select name='sort'>{sorts}</select></label>"
         "<label>Show at most"
@@ -193,7 +193,7 @@ def _row(summary: SequenceSummary, now_ns: int) -> str:
     seq_hex = summary.seq.hex()
     cells = [
         f"<a href='{href}' title='{seq_hex}'>{seq_hex[:SEQ_PREFIX_LEN]}</a>",
-        f"<a href='{href}'>{_text(summary.root)}</a>",
+        f"<a href='{href}'>{escaped(summary.root)}</a>",
         format_local_time(summary.start_ns),
         _duration(summary, now_ns),
         str(summary.invocations),
@@ -206,7 +206,7 @@ def _row(summary: SequenceSummary, now_ns: int) -> str:
         f"<td class='{css or name.lower()}'>{cell}</td>"
         for (name, css), cell in zip(_COLUMNS, cells, strict=True)
     )
-    return f"<tr data-seq='{seq_hex}' data-status='{_text(summary.status)}'>{tds}</tr>"
+    return f"<tr data-seq='{seq_hex}' data-status='{escaped(summary.status)}'>{tds}</tr>"
 
 
 def _duration(summary: SequenceSummary, now_ns: int) -> str:
@@ -222,5 +222,5 @@ def _ms(ns: int | None) -> str:
     return "" if ns is None else f"{ns / 1_000_000:.6f}".rstrip("0").rstrip(".")
 
 
-def _text(value: str) -> str:
+def escaped(value: str) -> str:
     return html.escape(value, quote=True)

@@ -3,7 +3,6 @@ sequences of a window; the form takes the same ``since``, ``root``, ``by`` and `
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -11,7 +10,7 @@ from urllib.parse import quote, urlencode
 
 from cmr.ages import moment_ns
 from cmr.store.base import SequenceQuery, Store
-from cmr.ui.listing import STYLE
+from cmr.ui.listing import STYLE, escaped
 from cmr.ui.query import QueryError
 from cmr.views.top import TopRow, row_cells, summed_up
 
@@ -65,11 +64,11 @@ def render_top_page(
         "<title>invoseq — top</title><link rel='icon' href='data:,'>",
         f"<style>{STYLE}</style></head><body>",
         "<h1>invoseq top</h1>",
-        f"<p class='where'>repository {_text(repository)} · <a href='/'>sequences</a></p>",
+        f"<p class='where'>repository {escaped(repository)} · <a href='/'>sequences</a></p>",
         _form(wanted),
     ]
     if error is not None:
-        parts.append(f"<p id='count' class='error'>{_text(error)}</p>")
+        parts.append(f"<p id='count' class='error'>{escaped(error)}</p>")
     else:
         parts.append(_table(rows, wanted))
     parts.append("</body></html>\n")
@@ -84,9 +83,9 @@ def _form(wanted: TopQuery) -> str:
     return (
         "<form id='top' method='get' action='/top'>"
         "<label>Since (90m, 1d or ISO time)"
-        f"<input name='since' value='{_text(wanted.since)}' placeholder='1h'></label>"
+        f"<input name='since' value='{escaped(wanted.since)}' placeholder='1h'></label>"
         "<label>Root (shell pattern)"
-        f"<input name='root' value='{_text(wanted.root)}' placeholder='shop.*'></label>"
+        f"<input name='root' value='{escaped(wanted.root)}' placeholder='shop.*'></label>"
         f"<label>Rows<select name='by'>{options}</select></label>"
         "<button type='submit'>Show</button></form>"
     )
@@ -106,17 +105,15 @@ def _table(rows: list[TopRow], wanted: TopQuery) -> str:
 
 
 def _row(row: TopRow, wanted: TopQuery, *, per_method: bool) -> str:
-    name = _text(row.name)
+    name = escaped(row.name)
     if not per_method:  # a root's row links to its sequences, slowest first
         filters = {"root": row.name, "since": wanted.since, "sort": "duration"}
-        name = f"<a href='/?{_text(urlencode({k: v for k, v in filters.items() if v}))}'>{name}</a>"
+        name = (
+            f"<a href='/?{escaped(urlencode({k: v for k, v in filters.items() if v}))}'>{name}</a>"
+        )
     cells = [name, *row_cells(row, with_self=per_method)]
     tds = "".join(
         f"<td class='num'>{cell}</td>" if at else f"<td>{cell}</td>"
         for at, cell in enumerate(cells)
     )
-    return f"<tr data-name='{_text(quote(row.name))}'>{tds}</tr>"
-
-
-def _text(value: str) -> str:
-    return html.escape(value, quote=True)
+    return f"<tr data-name='{escaped(quote(row.name))}'>{tds}</tr>"
