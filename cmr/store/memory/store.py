@@ -9,6 +9,7 @@ stores', so the three agree by construction on every rule the contract tests che
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import heapq
@@ -25,6 +26,7 @@ from cmr.store._shared import (
     lost_rows,
     pick_match,
     process_pairs,
+    qualified_name,
     seq_range,
 )
 from cmr.store.base import (
@@ -43,7 +45,17 @@ from cmr.store.base import (
     UnknownSequenceError,
     names_method,
 )
-from cmr.store.listing import select_lines, window
+from cmr.store.listing import (
+    LONGEST,
+    UNDECIDED,
+    ListingKeys,
+    PageKey,
+    PageKind,
+    candidate,
+    matching_names,
+    select_lines,
+    window,
+)
 from cmr.store.memory.samples import MemorySamples
 from cmr.store.memory.summaries import LateEnd, MemorySummaries
 from cmr.store.packed import LateAttrs, pack, unpack
@@ -116,7 +128,9 @@ class MemoryStore(Store):
                 if self._handoffs.setdefault(handoff[0], handoff) is handoff:
                     self._handoffs_by_seq.setdefault(handoff[1], []).append(handoff)
             closed = [(puid, row[1]) for row in packed.late_ends]
-            self._summaries.add(packed.first_start, packed.summary, closed, late_ends)
+            self._summaries.add(
+                packed.first_start, packed.summary, closed, late_ends, self._methods
+            )
             for seq, lost_puid in lost:
                 self._lost_by.setdefault(seq, set()).add(lost_puid)
             self._samples.add(batch, samples)
@@ -166,16 +180,61 @@ class MemoryStore(Store):
             self._check_open()
             bounds = window(query)
             since, until, host = bounds["since"], bounds["until"], bounds["host"]
-            in_window = [
-                (start_ns, seq)
-                for seq, start_ns in self._summaries.starts().items()
-                if since <= start_ns <= until  # type: ignore[operator]
-                and (host is None or host in self._hosts_of(seq))
-            ]
+            in_window = self._summaries.in_window(since, until)  # type: ignore[arg-type]
 
-            def page(key: tuple[int, bytes], size: int) -> list[SequenceSummary]:
-                newest = heapq.nlargest(size, [k for k in in_window if k < key])
-                return [self._summary(seq, now) for _start_ns, seq in newest]
+            names = None
+            if query is not None and query.root is not None:  # every method could be a root
+                known = {qualified_name(m.module, m.qualname, 0) for m in self._methods.values()}
+                names = matching_names(query.root, sorted(known), complete=True)
+
+            indexed = self._summaries.candidates(query, names)
+            # Candidates few beside the window are ordered whole; else the window is walked.
+            if indexed is not None and len(indexed) <= max(4096, len(in_window) // 16):
+                starts = self._summaries.starts_of(indexed)
+                in_window = sorted(
+                    (start_ns, seq)
+                    for seq, start_ns in starts.items()
+                    if since <= start_ns <= until  # type: ignore[operator]
+                )
+
+            def keys_of(seq: bytes) -> ListingKeys:
+                return self._summaries.keys(seq)
+
+            def passes(kind: PageKind, seq: bytes) -> bool:
+                return candidate(kind, query, names, keys_of(seq)) and (
+                    host is None or host in self._hosts_of(seq)
+                )
+
+            def page(kind: PageKind, key: PageKey, size: int) -> list[SequenceSummary]:
+                if kind == LONGEST:
+                    found: list[tuple[int, int, bytes]] = []
+                    for bucket in self._summaries.longest_first():  # enough: no later beats them
+                        for seq in bucket:
+                            keys = keys_of(seq)
+                            entry = ((keys.end_ns or 0) - keys.start_ns, keys.start_ns, seq)
+                            if (
+                                entry < key
+                                and since <= keys.start_ns <= until  # type: ignore[operator]
+                                and candidate(kind, query, names, keys)
+                                and (host is None or host in self._hosts_of(seq))
+                            ):
+                                found.append(entry)
+                        if len(found) >= size:
+                            break
+                    longest = heapq.nlargest(size, found)
+                    return [self._summary(seq, now) for _d, _s, seq in longest]
+                lines: list[SequenceSummary] = []
+                pool = in_window
+                if kind == UNDECIDED:  # those only, in start order
+                    starts = self._summaries.starts_of(self._summaries.undecided())
+                    pool = sorted((start, seq) for seq, start in starts.items())
+                before = pool[: bisect.bisect_left(pool, key)]
+                for _start_ns, seq in reversed(before):
+                    if len(lines) == size:
+                        break
+                    if passes(kind, seq):
+                        lines.append(self._summary(seq, now))
+                return lines
 
             return select_lines(page, limit, query)
 

@@ -5,11 +5,15 @@ invocation is open until its late End arrives and never opened when the End came
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from cmr.store.base import MethodRecord, ProcessRecord, SequenceSummary
+from cmr.store._shared import qualified_name
+from cmr.store.base import MethodRecord, ProcessRecord, SequenceQuery, SequenceSummary
+from cmr.store.listing import ListingKeys
+from cmr.store.memory.key_index import KeyIndex, RowKeys
 from cmr.store.summaries import EntryRow, RootRow, StoredSummary, SummaryParts, summary_from
 
 Key = tuple[int, int]  # (puid, iid)
@@ -33,10 +37,49 @@ class MemorySummaries:
     def __init__(self) -> None:
         self._by_seq: dict[bytes, _Summary] = {}
         self._open_seq: dict[Key, bytes] = {}  # an open invocation's sequence
+        self._by_start: list[tuple[int, bytes]] = []  # (start_ns, seq), in order
+        self._index = KeyIndex()
+
+    def in_window(self, since: int, until: int) -> list[tuple[int, bytes]]:
+        """(start_ns, seq) of the sequences that started in [since, until], oldest first (a
+        range of the start-ordered list, found by bisection)."""
+        by_start = self._by_start
+        low = bisect.bisect_left(by_start, (since, b""))
+        high = bisect.bisect_right(by_start, (until, b"\xff" * 17))
+        return by_start[low:high]
+
+    def keys(self, seq: bytes) -> ListingKeys:
+        """The sequence's listing keys, as the SQL stores keep them (``listing_sql``): set by
+        its batches; whether calls are still open, as of now."""
+        summary = self._by_seq[seq]
+        keys = self._index.keys(seq)
+        return ListingKeys(summary.start_ns, *keys, bool(summary.open))
+
+    def candidates(self, query: SequenceQuery | None, names: list[str] | None) -> set[bytes] | None:
+        """The sequences the indexes say a query may want (``KeyIndex.candidates``)."""
+        return self._index.candidates(query, names)
+
+    def _index_keys(
+        self,
+        seq: bytes,
+        late_ends: Mapping[Key, LateEnd],
+        methods: Mapping[tuple[int, int], MethodRecord],
+    ) -> None:
+        summary = self._by_seq[seq]
+        root, end_ns, error = _root_and_end(summary, late_ends)
+        method = methods.get((root[4], root[6]))
+        decided = not root[1] and not root[2] and method is not None
+        name = qualified_name(method.module, method.qualname, 0) if decided and method else None
+        self._index.put(seq, RowKeys(name, end_ns, error), summary.start_ns)
 
     def starts(self) -> dict[bytes, int]:
         """Each sequence's earliest start (the listing order); the caller must not change it."""
         return {seq: summary.start_ns for seq, summary in self._by_seq.items()}
+
+    def starts_of(self, seqs: set[bytes]) -> dict[bytes, int]:
+        """The earliest start of each of ``seqs``."""
+        by_seq = self._by_seq
+        return {seq: by_seq[seq].start_ns for seq in seqs}
 
     def processes_of(self, seq: bytes) -> set[int]:
         """The processes the sequence ran on."""
@@ -47,22 +90,26 @@ class MemorySummaries:
         first_start: Mapping[bytes, int],
         parts: SummaryParts,
         closed: list[Key],
-        late_ends: Container[Key],
+        late_ends: Mapping[Key, LateEnd],
+        methods: Mapping[tuple[int, int], MethodRecord],
     ) -> None:
         """A batch's parts; ``closed`` are the invocations its late Ends end, ``late_ends``
-        every late End stored (this batch's included)."""
+        every late End stored (this batch's included), ``methods`` every method described so
+        far. The listing keys of the sequences it touches are indexed again."""
         by_seq = self._by_seq
+        by_start = self._by_start
         for seq, start_ns in first_start.items():
             summary = by_seq.get(seq)
             if summary is None:
                 by_seq[seq] = _Summary(start_ns, parts.counts[seq])
+                bisect.insort(by_start, (start_ns, seq))
             else:
-                summary.start_ns = min(summary.start_ns, start_ns)
+                if start_ns < summary.start_ns:
+                    del by_start[bisect.bisect_left(by_start, (summary.start_ns, seq))]
+                    bisect.insort(by_start, (start_ns, seq))
+                    summary.start_ns = start_ns
                 summary.invocations += parts.counts[seq]
-        for key in closed:
-            closed_seq = self._open_seq.pop(key, None)
-            if closed_seq is not None:
-                by_seq[closed_seq].open.discard(key)
+        touched = set(first_start) | self._close(closed)
         for row in parts.roots:
             summary = by_seq[row[0]]
             if summary.root is None or row[1:6] < summary.root[1:6]:
@@ -77,10 +124,33 @@ class MemorySummaries:
             if key not in late_ends and key not in open_seq:
                 open_seq[key] = seq
                 by_seq[seq].open.add(key)
+        for seq in touched:
+            self._index_keys(seq, late_ends, methods)
+
+    def _close(self, closed: list[Key]) -> set[bytes]:
+        """Close invocations whose late End arrived; the sequences they were in."""
+        seqs: set[bytes] = set()
+        for key in closed:
+            seq = self._open_seq.pop(key, None)
+            if seq is not None:
+                self._by_seq[seq].open.discard(key)
+                seqs.add(seq)
+        return seqs
+
+    def undecided(self) -> set[bytes]:
+        """The sequences whose root is not decided (``listing_sql``); the caller must not
+        change the set."""
+        return self._index.undecided()
+
+    def longest_first(self) -> Iterator[set[bytes]]:
+        """The decided, ended sequences a duration bucket at a time, longest bucket first."""
+        return self._index.longest_first()
 
     def forget(self, seq: bytes) -> None:
         summary = self._by_seq.pop(seq, None)
         if summary is not None:
+            self._index.remove(seq)
+            del self._by_start[bisect.bisect_left(self._by_start, (summary.start_ns, seq))]
             for key in summary.open:
                 self._open_seq.pop(key, None)
 
@@ -96,12 +166,7 @@ class MemorySummaries:
     ) -> SequenceSummary:
         """The listing line of a stored sequence (``process`` gives a process's record now)."""
         summary = self._by_seq[seq]
-        root = summary.root
-        assert root is not None  # every sequence here had a Start
-        end_ns, error = root[7], root[8]
-        if end_ns is None:
-            late = late_ends.get((root[4], root[5]))
-            end_ns, error = (None, None) if late is None else late
+        root, end_ns, error = _root_and_end(summary, late_ends)
         remote_ends: list[int | None] = []
         if root[1] or root[2]:  # no true root: the entries nobody here handed off
             for _seq, puid, iid, hid, entry_end in summary.entries.values():
@@ -122,3 +187,16 @@ class MemorySummaries:
             lossy=lossy,
         )
         return summary_from(stored, {puid: process(puid) for puid in open_by_process})
+
+
+def _root_and_end(
+    summary: _Summary, late_ends: Mapping[Key, LateEnd]
+) -> tuple[RootRow, int | None, str | None]:
+    """The sequence's root candidate, with its end and exception (from its late End, if the
+    End was not in the Start's batch)."""
+    root = summary.root
+    assert root is not None  # every sequence here had a Start
+    if root[7] is not None:
+        return root, root[7], root[8]
+    end_ns, error = late_ends.get((root[4], root[5]), (None, None))
+    return root, end_ns, error

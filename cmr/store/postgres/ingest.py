@@ -10,8 +10,10 @@ staging tables and moved into the day-partitioned tables by one ``INSERT ... SEL
 CONFLICT DO NOTHING`` each, which computes every row's day and keeps the first write of a key.
 
 Rows other batches may write at the same time are locked in one order by every node — the
-batch key, the process (and its methods, threads, frames), then sequences sorted by id — so two
-nodes never wait on each other in a cycle.
+batch key, the process (and its methods, threads, frames), each summary table's rows sorted by
+key, then sequences sorted by id (those whose root a late End of the batch ends among them:
+the process's lock keeps its other batches from changing them meanwhile) — so two nodes never
+wait on each other in a cycle.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def write_batch(
         conn.execute(UPSERT_COUNTERS, (node, 0, 1, 0, 0))
         return False
     with conn.pipeline():
-        _upsert_process(conn, batch, received_ns)
+        _upsert_process(conn, batch, received_ns)  # this process's batches go one at a time
         _upsert_infos(conn, batch)
         _store_index(conn, batch, packed)
         summaries.store(conn, packed)  # after the late Ends: they close calls

@@ -199,6 +199,29 @@ _PACKED: Final = (
 #: are computed again after it (``postgres_migrate``).
 _ROOT_ERROR: Final = ("ALTER TABLE seq_roots ADD COLUMN error text",)
 
+#: A sequence's listing keys (``_LISTING_KEYS``) from its root candidate ``r``, its late End
+#: ``l`` and its method ``m``: root_name, end_ns, error.
+_KEYS: Final = """
+    CASE WHEN r.untrue = 0 AND r.handed = 0 AND m.qualname IS NOT NULL THEN
+        CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname ELSE m.qualname END
+    END,
+    coalesce(r.end_ns, l.end_ns),
+    CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END"""
+_KEYS_JOINS: Final = """
+    LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
+    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
+#: Each sequence's listing keys: its root's name when the root is a true root with a known
+#: method (NULL: the listing line decides), its end and the exception it raised; indexed for the
+#: root pattern, the duration and errors. Computed for the sequences stored before.
+_LISTING_KEYS: Final = (
+    "ALTER TABLE sequences ADD COLUMN root_name text, ADD COLUMN end_ns bigint, "
+    "ADD COLUMN error text",
+    "CREATE INDEX sequences_by_root ON sequences (root_name, start_ns, seq)",
+    "CREATE INDEX sequences_by_duration ON sequences ((end_ns - start_ns), start_ns, seq)",
+    "CREATE INDEX sequences_failed ON sequences (start_ns, seq) WHERE error IS NOT NULL",
+    f"""UPDATE sequences s SET (root_name, end_ns, error) = (
+        SELECT {_KEYS} FROM seq_roots r {_KEYS_JOINS} WHERE r.seq = s.seq)""",
+)
 #: The versions whose migration also runs Python after its statements (``postgres_migrate``):
 #: moving the rows into batches, then computing the listing lines.
 PACKED_VERSION: Final = 3
@@ -209,6 +232,7 @@ MIGRATIONS: Final = (
     Migration(2, "invocation attributes", _ATTRIBUTES),
     Migration(PACKED_VERSION, "batches stored as they arrived, listing lines", _PACKED),
     Migration(ROOT_ERROR_VERSION, "the exception the root raised, in listing lines", _ROOT_ERROR),
+    Migration(5, "listing keys on each sequence, indexed", _LISTING_KEYS),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
@@ -247,12 +271,29 @@ UPSERT_SAMPLE_THREADS: Final = """
 
 #: Rows are sorted by seq, so concurrent nodes lock shared sequence rows in one order. A
 #: sequence counts the Starts of every batch that brought some (``cmr.store.summaries``).
-UPSERT_SEQUENCES: Final = """
-    INSERT INTO sequences AS q
-    SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[]) ORDER BY 1
+UPSERT_SEQUENCES: Final = f"""
+    WITH batch AS (
+        SELECT seq, min(start_ns) AS start_ns, sum(invocations)::bigint AS invocations
+        FROM (
+            SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[])
+                AS b (seq, start_ns, invocations)
+            UNION ALL
+            SELECT o.seq, q.start_ns, 0
+            FROM unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid)
+            JOIN open_calls o ON o.puid = k.puid AND o.iid = k.iid
+            JOIN seq_roots r ON r.seq = o.seq AND r.puid = k.puid AND r.iid = k.iid
+            JOIN sequences q ON q.seq = o.seq
+        ) AS u
+        GROUP BY seq
+    )
+    INSERT INTO sequences AS q (seq, start_ns, invocations, root_name, end_ns, error)
+    SELECT b.seq, b.start_ns, b.invocations, {_KEYS}
+    FROM batch b JOIN seq_roots r ON r.seq = b.seq {_KEYS_JOINS}
+    ORDER BY 1
     ON CONFLICT (seq) DO UPDATE SET
         start_ns = least(q.start_ns, excluded.start_ns),
-        invocations = q.invocations + excluded.invocations"""
+        invocations = q.invocations + excluded.invocations,
+        root_name = excluded.root_name, end_ns = excluded.end_ns, error = excluded.error"""
 #: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
 UPSERT_ROOTS: Final = """
     INSERT INTO seq_roots AS r
@@ -273,10 +314,9 @@ OPEN_CALLS: Final = """
     WHERE NOT EXISTS (SELECT 1 FROM late_ends l WHERE l.puid = o.puid AND l.iid = o.iid)
     ORDER BY 1, 2
     ON CONFLICT DO NOTHING"""
-#: The listing lines' stored parts of the %(limit)s most recent sequences before
-#: (%(start)s, %(seq)s) that started in [%(since)s, %(until)s] and (unless %(host)s is NULL) ran
-#: on %(host)s, most recent first: a range of ``sequences_by_start``, read backwards.
-RECENT_SUMMARIES: Final = """
+#: The listing lines' stored parts of the sequences a page picks (``listing_sql.picked``: the
+#: statement is put in place of {picked}), in no order.
+SUMMARIES_OF_PICKED: Final = """
     SELECT s.seq, s.start_ns, s.invocations,
            r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
            coalesce(r.end_ns, l.end_ns),
@@ -285,17 +325,10 @@ RECENT_SUMMARIES: Final = """
            (SELECT count(*) FROM seq_threads t WHERE t.seq = s.seq),
            (SELECT count(DISTINCT t.puid) FROM seq_threads t WHERE t.seq = s.seq),
            EXISTS (SELECT 1 FROM lost_seqs x WHERE x.seq = s.seq)
-    FROM (SELECT seq, start_ns, invocations FROM sequences
-          WHERE start_ns BETWEEN %(since)s AND %(until)s
-            AND (start_ns, seq) < (%(start)s, %(seq)s)
-            AND (%(host)s::text IS NULL OR EXISTS (
-                SELECT 1 FROM seq_threads t JOIN processes p ON p.puid = t.puid
-                WHERE t.seq = sequences.seq AND p.host = %(host)s::text))
-          ORDER BY start_ns DESC, seq DESC LIMIT %(limit)s) s
+    FROM ({picked}) s
     JOIN seq_roots r ON r.seq = s.seq
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
-    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method
-    ORDER BY s.start_ns DESC, s.seq DESC"""
+    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
 #: The open invocations of each of the sequences %(seqs)s, per process.
 OPEN_BY_PROCESS: Final = """
     SELECT seq, puid, count(*) FROM open_calls WHERE seq = ANY(%(seqs)s) GROUP BY seq, puid"""

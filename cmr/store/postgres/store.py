@@ -10,15 +10,17 @@ is checked, and upgraded by a writer, when the store opens (``postgres_migrate``
 from __future__ import annotations
 
 import contextlib
+import functools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import errors
 
+from cmr.store import listing_sql
 from cmr.store._samples import I64_MIN, sample_records
 from cmr.store._shared import SHOWN_MATCHES, check_limit, pick_match, seq_range
 from cmr.store.base import (
@@ -135,9 +137,13 @@ class PostgresStore(Store):
         check_limit(limit)
         now = self._clock()
         with self._reading() as conn:
-            return select_lines(
-                lambda key, size: summaries.recent(conn, query, now, key, size), limit, query
+            plan = listing_sql.plan(
+                query,
+                listing_sql.POSTGRES,
+                lambda sql, params: conn.execute(sql, params).fetchall(),
             )
+            page = functools.partial(summaries.page, conn=conn, query=query, plan=plan, now=now)
+            return select_lines(page, limit, query)
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)
@@ -255,3 +261,10 @@ class PostgresStore(Store):
                     if not conn.broken or attempt == ATTEMPTS:
                         raise  # the connection lives: the statement itself failed
             raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _rows_of(conn: Conn) -> listing_sql.Rows:
+    def rows(sql: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
+        return conn.execute(sql, params).fetchall()
+
+    return rows

@@ -7,15 +7,16 @@ nodes lock them in one order."""
 from __future__ import annotations
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
-from cmr.store.listing import window
+from cmr.store.listing import PageKey, PageKind
+from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
 from cmr.store.packed import PackedBatch
 from cmr.store.postgres import read as postgres_read
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.schema import (
     OPEN_BY_PROCESS,
     OPEN_CALLS,
-    RECENT_SUMMARIES,
     REMOTE_ENTRY_ENDS,
+    SUMMARIES_OF_PICKED,
     UPSERT_ROOTS,
     UPSERT_SEQUENCES,
 )
@@ -23,21 +24,31 @@ from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary
 
 
 def store(conn: Conn, packed: PackedBatch) -> None:
-    """Add a batch's parts; its late Ends are stored already (they close open invocations)."""
+    """Add a batch's parts; its late Ends are stored already. Each sequence of the batch, and
+    each whose open root a late End of it ends, is written last, once, with its listing keys
+    from its root candidate as it now stands (rows locked in one order: ``UPSERT_SEQUENCES``).
+    Then the late Ends close the invocations they end."""
     parts = packed.summary
     counts = parts.counts
+    store_parts(conn, parts)
     ordered = sorted(packed.first_start.items())
+    late = packed.late_ends
     conn.execute(
         UPSERT_SEQUENCES,
-        ([s for s, _ in ordered], [t for _, t in ordered], [counts[s] for s, _ in ordered]),
+        (
+            [s for s, _ in ordered],
+            [t for _, t in ordered],
+            [counts[s] for s, _ in ordered],
+            [row[0] for row in late],
+            [row[1] for row in late],
+        ),
     )
-    if packed.late_ends:
+    if late:
         conn.execute(
             "DELETE FROM open_calls o USING unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid) "
             "WHERE o.puid = k.puid AND o.iid = k.iid",
-            ([row[0] for row in packed.late_ends], [row[1] for row in packed.late_ends]),
+            ([row[0] for row in late], [row[1] for row in late]),
         )
-    store_parts(conn, parts)
 
 
 def store_parts(conn: Conn, parts: SummaryParts) -> None:
@@ -62,12 +73,20 @@ def store_parts(conn: Conn, parts: SummaryParts) -> None:
         conn.execute(OPEN_CALLS, arrays(parts.opened))
 
 
-def recent(
-    conn: Conn, query: SequenceQuery | None, now: int, key: tuple[int, bytes], size: int
+def page(
+    kind: PageKind,
+    key: PageKey,
+    size: int,
+    *,
+    conn: Conn,
+    query: SequenceQuery | None,
+    plan: Plan,
+    now: int,
 ) -> list[SequenceSummary]:
     """A page of listing lines (``listing.Page``): three queries in all."""
-    params = window(query) | {"start": key[0], "seq": key[1], "limit": size}
-    rows = conn.execute(RECENT_SUMMARIES, params).fetchall()
+    picked_sql, params = picked(kind, query, plan, POSTGRES)
+    params |= key_params(kind, key, size)
+    rows = conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall()
     seqs = [bytes(row[0]) for row in rows]
     open_by_seq: dict[bytes, dict[int, int]] = {}
     for seq, puid, count in conn.execute(OPEN_BY_PROCESS, {"seqs": seqs}):

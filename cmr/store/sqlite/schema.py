@@ -7,14 +7,16 @@ instead of a row per Start and End; ``sqlite_migrate`` moves an older file's row
 when it is opened for writing (``UPGRADES`` then the move). Version 7 keeps each sequence's
 listing line at ingest (``cmr.store.summaries``); an older file's are computed when it is
 upgraded. Version 8 adds the exception the root raised to the listing line (its roots are
-computed again on upgrade).
+computed again on upgrade). Version 9 keeps each sequence's listing keys (its root's name, end
+and exception) on its row, indexed, so that ``cmr ls --root/--min-duration/--status/--sort
+duration`` are served by index (``cmr.store.listing``).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -134,6 +136,17 @@ SUMMARY_SCHEMA: Final = (
 )
 #: Version 8: the exception type the root candidate raised (NULL: it did not, or has not ended).
 ROOT_ERROR_SCHEMA: Final = ("ALTER TABLE seq_roots ADD COLUMN error TEXT",)
+#: Version 9: each sequence's listing keys (``cmr.store.listing``): its root's name when the root
+#: is a true root with a known method (NULL: the listing line decides), the root's end and the
+#: exception it raised; indexed for the root pattern, the duration (end - start) and errors.
+LISTING_KEYS_SCHEMA: Final = (
+    "ALTER TABLE sequences ADD COLUMN root_name TEXT",
+    "ALTER TABLE sequences ADD COLUMN end_ns INTEGER",
+    "ALTER TABLE sequences ADD COLUMN error TEXT",
+    "CREATE INDEX sequences_by_root ON sequences (root_name, start_ns, seq)",
+    "CREATE INDEX sequences_by_duration ON sequences (end_ns - start_ns, start_ns, seq)",
+    "CREATE INDEX sequences_failed ON sequences (start_ns, seq) WHERE error IS NOT NULL",
+)
 
 SCHEMA: Final = (
     """CREATE TABLE processes (
@@ -176,6 +189,7 @@ SCHEMA: Final = (
     *PACKED_SCHEMA,
     *SUMMARY_SCHEMA,
     *ROOT_ERROR_SCHEMA,
+    *LISTING_KEYS_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
@@ -190,6 +204,7 @@ UPGRADES: Final = {
         *PACKED_SCHEMA,
         *SUMMARY_SCHEMA,
         *ROOT_ERROR_SCHEMA,
+        *LISTING_KEYS_SCHEMA,
     ),
     2: (
         *HEARTBEAT_SCHEMA,
@@ -198,12 +213,27 @@ UPGRADES: Final = {
         *PACKED_SCHEMA,
         *SUMMARY_SCHEMA,
         *ROOT_ERROR_SCHEMA,
+        *LISTING_KEYS_SCHEMA,
     ),
-    3: (*SAMPLES_SCHEMA, *LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA),
-    4: (*LOST_SEQS_SCHEMA, *PACKED_SCHEMA, *SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA),
-    5: (*PACKED_SCHEMA, *SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA),
-    6: (*SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA),
-    7: ROOT_ERROR_SCHEMA,
+    3: (
+        *SAMPLES_SCHEMA,
+        *LOST_SEQS_SCHEMA,
+        *PACKED_SCHEMA,
+        *SUMMARY_SCHEMA,
+        *ROOT_ERROR_SCHEMA,
+        *LISTING_KEYS_SCHEMA,
+    ),
+    4: (
+        *LOST_SEQS_SCHEMA,
+        *PACKED_SCHEMA,
+        *SUMMARY_SCHEMA,
+        *ROOT_ERROR_SCHEMA,
+        *LISTING_KEYS_SCHEMA,
+    ),
+    5: (*PACKED_SCHEMA, *SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA),
+    6: (*SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA),
+    7: (*ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA),
+    8: LISTING_KEYS_SCHEMA,
 }
 CURRENT_VERSION: Final = _CURRENT
 
@@ -220,11 +250,26 @@ UPSERT_PROCESS: Final = """
         last_seen_ns = max(last_seen_ns, excluded.last_seen_ns),
         heartbeat_ms = CASE WHEN excluded.last_seen_ns >= last_seen_ns
                             THEN excluded.heartbeat_ms ELSE heartbeat_ms END"""
-UPSERT_SEQUENCE: Final = """
-    INSERT INTO sequences (seq, start_ns, invocations) VALUES (?, ?, ?)
+#: A sequence's listing keys (``LISTING_KEYS_SCHEMA``) from its root candidate ``r``, its late
+#: End ``l`` and its method ``m``, in the order the statements below set them.
+_KEYS: Final = """
+    CASE WHEN r.untrue = 0 AND r.handed = 0 AND m.qualname IS NOT NULL THEN
+        CASE WHEN m.module != '' THEN m.module || '.' || m.qualname ELSE m.qualname END
+    END,
+    coalesce(r.end_ns, l.end_ns),
+    CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END
+    FROM seq_roots r
+    LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
+    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
+#: A batch's sequence (?1: seq, ?2: its earliest Start, ?3: its Starts), written once per batch
+#: with its listing keys: run after the batch's root candidates and methods are stored.
+UPSERT_SEQUENCE: Final = f"""
+    INSERT INTO sequences (seq, start_ns, invocations, root_name, end_ns, error)
+    SELECT ?1, ?2, ?3, {_KEYS} WHERE r.seq = ?1
     ON CONFLICT (seq) DO UPDATE SET
         start_ns = min(start_ns, excluded.start_ns),
-        invocations = invocations + excluded.invocations"""
+        invocations = invocations + excluded.invocations,
+        root_name = excluded.root_name, end_ns = excluded.end_ns, error = excluded.error"""
 #: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
 UPSERT_ROOT: Final = """
     INSERT INTO seq_roots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -238,26 +283,29 @@ UPSERT_ROOT: Final = """
 OPEN_CALL: Final = """
     INSERT OR IGNORE INTO open_calls SELECT ?1, ?2, ?3
     WHERE NOT EXISTS (SELECT 1 FROM late_ends WHERE puid = ?1 AND iid = ?2)"""
-#: The listing lines' stored parts of the :limit most recent sequences before (:start, :seq)
-#: that started in [:since, :until] and (unless :host is NULL) ran on :host, most recent first:
-#: a range of ``sequences_by_start``, read backwards.
-RECENT_SUMMARIES: Final = """
+#: Every sequence's listing keys from its root candidate (upgrading a file).
+LISTING_KEYS: Final = f"""
+    UPDATE sequences SET (root_name, end_ns, error) = (
+        SELECT {_KEYS} WHERE r.seq = sequences.seq)"""
+#: A late End (:puid, :iid, :end, :error) that ends the root of an open sequence sets its end:
+#: run before the End closes the open invocation (the lookup goes through ``open_calls``).
+LATE_ROOT_END: Final = """
+    UPDATE sequences SET end_ns = :end, error = :error
+    WHERE seq = (SELECT o.seq FROM open_calls o
+                 JOIN seq_roots r ON r.seq = o.seq AND r.puid = o.puid AND r.iid = o.iid
+                 WHERE o.puid = :puid AND o.iid = :iid)"""
+#: The listing lines' stored parts of the sequences a page picks (``listing_sql.picked``: the
+#: statement is put in place of {picked}), in no order.
+SUMMARIES_OF_PICKED: Final = """
     SELECT s.seq, s.start_ns, s.invocations,
            r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
            coalesce(r.end_ns, l.end_ns),
            CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
            m.module, m.qualname, m.file, m.line
-    FROM (SELECT seq, start_ns, invocations FROM sequences
-          WHERE start_ns BETWEEN :since AND :until
-            AND (start_ns < :start OR (start_ns = :start AND seq < :seq))
-            AND (:host IS NULL OR EXISTS (
-                SELECT 1 FROM seq_threads t JOIN processes p ON p.puid = t.puid
-                WHERE t.seq = sequences.seq AND p.host = :host))
-          ORDER BY start_ns DESC, seq DESC LIMIT :limit) s
+    FROM ({picked}) s
     JOIN seq_roots r ON r.seq = s.seq
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
-    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method
-    ORDER BY s.start_ns DESC, s.seq DESC"""
+    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
 #: How many threads and processes a sequence ran on.
 THREAD_COUNTS: Final = "SELECT count(*), count(DISTINCT puid) FROM seq_threads WHERE seq = ?"
 #: A sequence's open invocations, per process.

@@ -12,13 +12,15 @@ and prefix lookup never scan the events. Stack samples live in tables of their o
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Final
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
 
+from cmr.store import listing_sql
 from cmr.store._samples import I64_MIN, sample_records, sample_windows
 from cmr.store._shared import (
     SHOWN_MATCHES,
@@ -130,8 +132,10 @@ class SQLiteStore(Store):
                 for statement in upgrade:
                     conn.execute(statement)
                 move_legacy_rows(conn)
-                conn.execute("DELETE FROM seq_roots")  # version 7's lack the root's exception
-                sqlite_summaries.backfill(conn)
+                if version < 8:
+                    conn.execute("DELETE FROM seq_roots")  # version 7's lack the root's exception
+                    sqlite_summaries.backfill(conn)
+                sqlite_summaries.backfill_keys(conn)
                 conn.execute(CURRENT_VERSION)
 
     # -- write side -----------------------------------------------------------------------
@@ -232,11 +236,11 @@ class SQLiteStore(Store):
         check_limit(limit)
         now = self._clock()
         with self._transaction("BEGIN") as conn:
-            return select_lines(
-                lambda key, size: sqlite_summaries.recent(conn, query, now, key, size),
-                limit,
-                query,
+            plan = listing_sql.plan(query, listing_sql.SQLITE, _rows_of(conn))
+            page = functools.partial(
+                sqlite_summaries.page, conn=conn, query=query, plan=plan, now=now
             )
+            return select_lines(page, limit, query)
 
     def resolve_sequence(self, prefix: str) -> bytes:
         wanted = seq_range(prefix)
@@ -371,3 +375,10 @@ def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
     if wanted.hi is None:
         return "seq >= ?", (wanted.lo,)
     return "seq >= ? AND seq < ?", (wanted.lo, wanted.hi)
+
+
+def _rows_of(conn: sqlite3.Connection) -> listing_sql.Rows:
+    def rows(sql: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
+        return conn.execute(sql, params).fetchall()
+
+    return rows

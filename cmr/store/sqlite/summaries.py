@@ -7,14 +7,17 @@ from __future__ import annotations
 import sqlite3
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
-from cmr.store.listing import window
+from cmr.store.listing import PageKey, PageKind
+from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
 from cmr.store.packed import PackedBatch
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
+    LATE_ROOT_END,
+    LISTING_KEYS,
     OPEN_BY_PROCESS,
     OPEN_CALL,
-    RECENT_SUMMARIES,
     REMOTE_ENTRY_ENDS,
+    SUMMARIES_OF_PICKED,
     THREAD_COUNTS,
     UPSERT_ROOT,
     UPSERT_SEQUENCE,
@@ -23,19 +26,28 @@ from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary
 
 
 def store(conn: sqlite3.Connection, packed: PackedBatch) -> None:
-    """Add a batch's parts; its late Ends are stored already (they close open invocations)."""
+    """Add a batch's parts; its late Ends are stored already (they close open invocations,
+    and set the end of a sequence whose root they end). Each sequence of the batch is written
+    last, once, with its listing keys from its root candidate as it now stands."""
     parts = packed.summary
     counts = parts.counts
-    conn.executemany(
-        UPSERT_SEQUENCE,
-        [(seq, start_ns, counts[seq]) for seq, start_ns in packed.first_start.items()],
-    )
     if packed.late_ends:
+        conn.executemany(
+            LATE_ROOT_END,
+            [
+                {"puid": puid, "iid": iid, "end": end, "error": error}
+                for puid, iid, end, error in packed.late_ends
+            ],
+        )
         conn.executemany(
             "DELETE FROM open_calls WHERE puid = ? AND iid = ?",
             [(puid, iid) for puid, iid, _end, _error in packed.late_ends],
         )
     _store_parts(conn, parts)
+    conn.executemany(
+        UPSERT_SEQUENCE,
+        [(seq, start_ns, counts[seq]) for seq, start_ns in packed.first_start.items()],
+    )
 
 
 def _store_parts(conn: sqlite3.Connection, parts: SummaryParts) -> None:
@@ -47,17 +59,21 @@ def _store_parts(conn: sqlite3.Connection, parts: SummaryParts) -> None:
         conn.executemany(OPEN_CALL, parts.opened)
 
 
-def recent(
+def page(
+    kind: PageKind,
+    key: PageKey,
+    size: int,
+    *,
     conn: sqlite3.Connection,
     query: SequenceQuery | None,
+    plan: Plan,
     now: int,
-    key: tuple[int, bytes],
-    size: int,
 ) -> list[SequenceSummary]:
     """A page of listing lines (``listing.Page``): a few lookups each."""
     stored: list[StoredSummary] = []
-    params = window(query) | {"start": key[0], "seq": key[1], "limit": size}
-    for row in conn.execute(RECENT_SUMMARIES, params).fetchall():
+    picked_sql, params = picked(kind, query, plan, SQLITE)
+    params |= key_params(kind, key, size)
+    for row in conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall():
         seq, start_ns, invocations, *root, module, qualname, file, line = row
         root_row = (seq, *root)
         threads, processes = conn.execute(THREAD_COUNTS, (seq,)).fetchone()
@@ -92,3 +108,8 @@ def backfill(conn: sqlite3.Connection) -> None:
     ):
         conn.execute("UPDATE sequences SET invocations = ? WHERE seq = ?", (invocations, seq))
         _store_parts(conn, parts)
+
+
+def backfill_keys(conn: sqlite3.Connection) -> None:
+    """Every sequence's listing keys from its stored root candidate (upgrading a file)."""
+    conn.execute(LISTING_KEYS)

@@ -7,10 +7,22 @@ from collections.abc import Callable
 
 import msgspec
 
+from cmr.store import Store
+from cmr.store.base import SORT_DURATION, SequenceQuery
+from cmr.store.listing import (
+    FIRST_KEY,
+    FIRST_LONGEST_KEY,
+    LONGEST,
+    NEWEST,
+    UNDECIDED,
+    UNENDED,
+)
+from cmr.store.listing_sql import Dialect, Plan, key_params, picked
 from cmr.store.sqlite.schema import (
     HANDOFFS_SCHEMA,
     HEARTBEAT_SCHEMA,
     LEGACY_EVENTS_SCHEMA,
+    LISTING_KEYS_SCHEMA,
     LOST_SEQS_SCHEMA,
     PACKED_SCHEMA,
     ROOT_ERROR_SCHEMA,
@@ -53,6 +65,7 @@ def older_schema(path: str, version: int) -> None:
     left_out = (
         SUMMARY_SCHEMA
         + ROOT_ERROR_SCHEMA
+        + LISTING_KEYS_SCHEMA
         + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
             6: (),
@@ -89,3 +102,73 @@ def user_version(path: str) -> int:
         version: int = conn.execute("PRAGMA user_version").fetchone()[0]
     conn.close()
     return version
+
+
+_RAISED, _SLOW, _RUNNING = seq_id("e77"), seq_id("510"), seq_id("7a")
+
+
+def keyed_batches(make_batch: BatchFactory) -> list[wire.Batch]:
+    """Three sequences whose listing keys an upgrade must compute: one whose root raised after
+    10 ms, one of 500 ms whose root a later batch ended, one still running."""
+    ms = 1_000_000
+    events = [start(1, 100 * ms, _RAISED), wire.Error(1, 110 * ms, "ValueError")]
+    events += [start(2, 300 * ms, _SLOW, method=2), start(3, 305 * ms, _RUNNING)]
+    methods = {1: "a.f", 2: "a.slow"}
+    return [
+        make_batch(7, 1, {1: events}, methods=methods),
+        make_batch(7, 2, {1: [wire.End(2, 800 * ms)]}, methods=methods),
+    ]
+
+
+def check_keys_computed_on_upgrade(
+    opened: Callable[[], Store], make_batch: BatchFactory, downgrade: Callable[[], None]
+) -> None:
+    """Store ``keyed_batches`` in the repository ``opened`` gives, ``downgrade`` it to the
+    schema before listing keys, open it again (which upgrades it) and query it."""
+    store = opened()
+    try:
+        for batch in keyed_batches(make_batch):
+            store.ingest(batch, 1)
+    finally:
+        store.close()
+    downgrade()
+    store = opened()
+    try:
+        check_keyed_sequences_found(store)
+    finally:
+        store.close()
+
+
+def check_keyed_sequences_found(store: Store) -> None:
+    """The queries the keys serve find ``keyed_batches``' sequences."""
+
+    def seqs(**query: object) -> list[bytes]:
+        lines = store.list_sequences(10, SequenceQuery(**query))  # type: ignore[arg-type]
+        return [line.seq for line in lines]
+
+    assert seqs(min_duration_ns=100_000_000) == [_SLOW]
+    assert seqs(status="error") == [_RAISED]
+    assert seqs(root="a.f") == [_RUNNING, _RAISED]
+    assert seqs(sort=SORT_DURATION) == [_SLOW, _RAISED, _RUNNING]
+
+
+def page_statements(query: SequenceQuery, dialect: Dialect) -> list[tuple[str, dict[str, object]]]:
+    """The statement and parameters of every kind of page ``query`` reads (first pages; the
+    pattern matching names ``a.f`` and ``a.g``, its duration range narrow), to see how a
+    database plans them."""
+    statements = []
+    for kind in (NEWEST, LONGEST, UNENDED, UNDECIDED):
+        sql, params = picked(kind, query, Plan(["a.f", "a.g"], few_durations=True), dialect)
+        key = FIRST_LONGEST_KEY if kind == LONGEST else FIRST_KEY
+        statements.append((sql, params | key_params(kind, key, 256)))
+    return statements
+
+
+#: Listing queries and the index each must be served by, in every database's plan.
+INDEXED_QUERIES: list[tuple[SequenceQuery, str]] = [
+    (SequenceQuery(root="a.*"), "sequences_by_root"),
+    (SequenceQuery(status="error"), "sequences_failed"),
+    (SequenceQuery(min_duration_ns=1), "sequences_by_duration"),
+    (SequenceQuery(sort=SORT_DURATION), "sequences_by_duration"),
+    (SequenceQuery(root="a.*", sort=SORT_DURATION), "sequences_by_root"),
+]

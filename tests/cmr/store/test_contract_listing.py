@@ -97,3 +97,70 @@ def test_sorted_by_duration_longest_first_with_running_ones_last(listed: Store) 
     assert _seqs(listed, limit=3, sort=SORT_DURATION) == [_seq(2), _seq(3), _seq(1)]
     longest_web = _seqs(listed, sort=SORT_DURATION, host="web")
     assert longest_web == [_seq(2), _seq(3), _seq(1), _seq(4)]
+
+
+# -- the keys a sequence's row keeps for the index change as its batches arrive ----------------
+
+
+def test_a_root_ended_by_a_later_batch_is_found_by_its_duration(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    methods = {1: "shop.checkout", 2: "shop.fetch"}
+    first = [start(1, 1_000 * MS, _seq(1)), start(2, 1_010 * MS, _seq(1), parent=1, method=2)]
+    store.ingest(make_batch(7, 1, {1: first}, methods=methods), 1)
+    assert _seqs(store, min_duration_ns=MS) == []  # not ended: no duration yet
+    later = [wire.End(2, 1_200 * MS), wire.End(1, 1_400 * MS)]
+    store.ingest(make_batch(7, 2, {1: later}, methods=methods), 1)
+
+    assert _seqs(store, min_duration_ns=300 * MS, root="shop.checkout") == [_seq(1)]
+    assert _seqs(store, max_duration_ns=300 * MS) == []
+    assert _seqs(store, sort=SORT_DURATION, status="complete") == [_seq(1)]
+
+
+def test_a_root_whose_end_arrived_before_its_start_is_found_by_its_duration(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    methods = {1: "shop.checkout"}
+    store.ingest(make_batch(7, 2, {1: [wire.Error(1, 1_500 * MS, "KeyError")]}), 1)
+    store.ingest(make_batch(7, 1, {1: [start(1, 1_000 * MS, _seq(1))]}, methods=methods), 1)
+
+    assert _seqs(store, min_duration_ns=500 * MS, status="error") == [_seq(1)]
+    assert _seqs(store, status="complete") == []
+
+
+def test_a_sequence_is_found_by_its_true_root_once_it_arrives(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    methods = {1: "shop.checkout", 2: "shop.fetch"}
+    child = [start(2, 1_010 * MS, _seq(1), parent=1, method=2), wire.End(2, 1_020 * MS)]
+    store.ingest(make_batch(7, 2, {1: child}, methods=methods), 1)
+    # Only a child so far: the line names it, as the best guess there is.
+    assert _seqs(store, root="shop.fetch") == [_seq(1)]
+    root = [start(1, 1_000 * MS, _seq(1)), wire.End(1, 1_100 * MS)]
+    store.ingest(make_batch(7, 1, {1: root}, methods=methods), 1)
+
+    assert _seqs(store, root="shop.fetch") == []
+    assert _seqs(store, root="shop.check*", min_duration_ns=100 * MS) == [_seq(1)]
+    assert _seqs(store, sort=SORT_DURATION, max_duration_ns=100 * MS) == [_seq(1)]
+
+
+def test_a_sequence_rooted_at_a_remote_parent_is_found_like_any_other(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    # Two requests a foreign system sent (a hand-off nobody here recorded), and one of ours.
+    methods = {1: "api.handle"}
+    events = [
+        start(1, 1_000 * MS, _seq(1), hid=0xF1),
+        wire.End(1, 1_900 * MS),
+        start(2, 2_000 * MS, _seq(2), hid=0xF2),
+        wire.End(2, 2_050 * MS),
+        start(3, 3_000 * MS, _seq(3)),
+        wire.End(3, 3_500 * MS),
+    ]
+    store.ingest(make_batch(7, 1, {1: events}, methods=methods), 1)
+
+    assert _seqs(store, root="<remote*") == [_seq(2), _seq(1)]
+    assert _seqs(store, root="api.*") == [_seq(3)]
+    assert _seqs(store, sort=SORT_DURATION) == [_seq(1), _seq(3), _seq(2)]
+    assert _seqs(store, min_duration_ns=400 * MS) == [_seq(3), _seq(1)]
+    assert _seqs(store, sort=SORT_DURATION, limit=1, root="<remote*") == [_seq(1)]

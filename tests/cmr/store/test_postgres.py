@@ -16,6 +16,8 @@ import pytest
 
 from cmr.cli import main
 from cmr.store import Store, StoreError, open_store
+from cmr.store.base import SequenceQuery
+from cmr.store.listing_sql import POSTGRES
 from cmr.store.postgres.connect import connect
 from cmr.store.postgres.migrate import migrate
 from cmr.store.postgres.partitions import (
@@ -27,7 +29,15 @@ from cmr.store.postgres.partitions import (
 )
 from cmr.store.postgres.schema import SCHEMA_VERSION
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
-from tests.cmr.store.records import BatchFactory, handoff, seq_id, start
+from tests.cmr.store.records import (
+    INDEXED_QUERIES,
+    BatchFactory,
+    check_keys_computed_on_upgrade,
+    handoff,
+    page_statements,
+    seq_id,
+    start,
+)
 from tracer import wire
 
 pytestmark = pytest.mark.postgres
@@ -235,6 +245,39 @@ def test_a_version_2_repository_s_rows_become_stored_batches_with_listing_lines(
         "running",
     )
     assert (late.end_ns, after.invocations) == (t0 + 500, 4)
+
+
+def test_a_version_4_repository_gets_its_listing_keys_and_queries_find_its_sequences(
+    pg_url: str, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    def downgrade() -> None:
+        with connect(pg_url) as conn:  # back to what version 4 wrote
+            conn.execute(
+                "DROP INDEX sequences_by_root, sequences_by_duration, sequences_failed; "
+                "ALTER TABLE sequences DROP COLUMN root_name, DROP COLUMN end_ns, "
+                "DROP COLUMN error; DELETE FROM schema_migrations WHERE version = 5"
+            )
+            conn.commit()
+
+    check_keys_computed_on_upgrade(lambda: open_store(pg_url, clock=clock), make_batch, downgrade)
+    assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+
+
+@pytest.mark.parametrize(("query", "index"), INDEXED_QUERIES)
+def test_each_listing_query_is_served_by_its_index(
+    pg_url: str, query: SequenceQuery, index: str
+) -> None:
+    # With sequential scans priced out, the planner must find an index for every page a query
+    # reads, and the one its field has.
+    open_store(pg_url).close()
+    plans: list[str] = []
+    with connect(pg_url) as conn:
+        conn.execute("SET enable_seqscan = off")
+        for sql, params in page_statements(query, POSTGRES):
+            rows = conn.execute(f"EXPLAIN {sql}", params).fetchall()
+            plans.append("\n".join(str(row[0]) for row in rows))
+    assert not [plan for plan in plans if "Seq Scan on sequences" in plan], plans
+    assert [plan for plan in plans if index in plan], plans
 
 
 @pytest.mark.parametrize("readonly", [False, True])

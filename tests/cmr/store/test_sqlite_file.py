@@ -14,23 +14,29 @@ from cmr.store import (
     default_db_path,
     open_store,
 )
+from cmr.store.base import SequenceQuery
+from cmr.store.listing import NEWEST
+from cmr.store.listing_sql import SQLITE, Plan, picked
 from cmr.store.sqlite.schema import (
     METHODS_BY_RECENT_SEQUENCE,
     OPEN_BY_PROCESS,
     OPEN_CALL,
-    RECENT_SUMMARIES,
     REMOTE_ENTRY_ENDS,
     SCHEMA_VERSION,
     SEQUENCE_BATCHES,
+    SUMMARIES_OF_PICKED,
     THREAD_COUNTS,
 )
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import (
+    INDEXED_QUERIES,
     BatchFactory,
     H,
     S,
+    check_keys_computed_on_upgrade,
     handoff,
     older_schema,
+    page_statements,
     seq_id,
     start,
     user_version,
@@ -133,6 +139,7 @@ def test_a_version_7_file_gets_the_exception_its_roots_raised_when_upgraded(
     finally:
         store.close()
     with sqlite3.connect(path) as conn:  # as version 7 wrote it
+        _drop_listing_keys(conn)
         conn.execute("ALTER TABLE seq_roots DROP COLUMN error")
         conn.execute("PRAGMA user_version = 7")
 
@@ -145,6 +152,29 @@ def test_a_version_7_file_gets_the_exception_its_roots_raised_when_upgraded(
     assert user_version(path) == SCHEMA_VERSION
     assert (lines[raised].error, lines[fine].error) == ("ValueError", None)
     assert (lines[raised].invocations, lines[raised].status) == (1, "complete")
+
+
+def _drop_listing_keys(conn: sqlite3.Connection) -> None:
+    """Make a file's sequences as version 8 wrote them: without their listing keys."""
+    for index in ("sequences_by_root", "sequences_by_duration", "sequences_failed"):
+        conn.execute(f"DROP INDEX {index}")
+    for column in ("root_name", "end_ns", "error"):
+        conn.execute(f"ALTER TABLE sequences DROP COLUMN {column}")
+
+
+def test_a_version_8_file_gets_its_listing_keys_when_upgraded_and_queries_find_its_sequences(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+
+    def downgrade() -> None:
+        with sqlite3.connect(path) as conn:
+            _drop_listing_keys(conn)
+            conn.execute("PRAGMA user_version = 8")
+        conn.close()
+
+    check_keys_computed_on_upgrade(lambda: open_store(path, clock=clock), make_batch, downgrade)
+    assert user_version(path) == SCHEMA_VERSION
 
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
@@ -179,6 +209,11 @@ def test_reading_a_sequence_looks_up_its_batches_by_index_and_never_scans_a_tabl
     assert not [step for step in plan if step.startswith("SCAN")], plan
 
 
+RECENT_SUMMARIES = SUMMARIES_OF_PICKED.format(
+    picked=picked(NEWEST, None, Plan(None, few_durations=False), SQLITE)[0]
+)
+
+
 @pytest.mark.parametrize(
     "query", [RECENT_SUMMARIES, THREAD_COUNTS, OPEN_BY_PROCESS, REMOTE_ENTRY_ENDS, OPEN_CALL]
 )
@@ -207,6 +242,26 @@ def test_a_listing_line_is_read_by_index_whatever_the_size_of_its_sequence(
     assert not [step for step in plan if step.startswith("SCAN") and step not in allowed], plan
 
 
+@pytest.mark.parametrize(("query", "index"), INDEXED_QUERIES)
+def test_each_listing_query_is_served_by_its_index(
+    tmp_path: Path, query: SequenceQuery, index: str
+) -> None:
+    # Every page a query reads searches an index (the start, the root name, the duration or
+    # the errors), never the table; the field the query asks for has its own.
+    path = str(tmp_path / "cmr.sqlite")
+    open_store(path).close()
+    plans: list[list[str]] = []
+    with sqlite3.connect(path) as conn:
+        for sql, params in page_statements(query, SQLITE):
+            plans.append([row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)])
+    conn.close()
+
+    reads = [step for plan in plans for step in plan if " sequences " in f"{step} "]
+    assert reads
+    assert all("USING INDEX" in step for step in reads), plans
+    assert [step for step in reads if index in step], plans
+
+
 def test_a_version_6_repository_gets_the_listing_lines_its_batches_give(
     tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
 ) -> None:
@@ -224,6 +279,7 @@ def test_a_version_6_repository_gets_the_listing_lines_its_batches_give(
     finally:
         store.close()
     with sqlite3.connect(path) as conn:  # back to what version 6 wrote: no listing lines
+        _drop_listing_keys(conn)
         for table in ("seq_roots", "seq_threads", "seq_entries", "open_calls"):
             conn.execute(f"DROP TABLE {table}")
         conn.execute("ALTER TABLE sequences DROP COLUMN invocations")

@@ -1,0 +1,230 @@
+"""The SQL both SQL stores pick a listing page's sequences with (``cmr.store.listing``): each
+field of a ``SequenceQuery`` that a sequence's own row can answer is answered by that row's
+indexes, never by reading listing lines the query does not want.
+
+A sequence's row keeps its listing keys (``root_name``, ``end_ns``, ``error``), set at ingest
+when its root candidate is a true root whose method is known: such a row is *decided*, and its
+keys are exactly what its listing line will show. Otherwise ``root_name`` is NULL (a sequence
+rooted at a remote parent, or whose root was lost: its line's root and end depend on hand-offs
+that may arrive later) and the line decides. A page is then two index reads merged in order:
+the decided rows the query's keys select (the root names its pattern matches, by
+``sequences_by_root``; the duration, by ``sequences_by_duration``; errors, by
+``sequences_failed``; the window, by ``sequences_by_start``) and the undecided rows of the
+window. Whether a sequence is complete is one lookup in ``open_calls_by_seq``.
+
+Both dialects bind named parameters (``Dialect``) and compare row values; the statements are
+otherwise the same text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+from cmr.store._shared import COMPLETE, INCOMPLETE, RUNNING
+from cmr.store.base import STATUS_ERROR, SequenceQuery
+from cmr.store.listing import LONGEST, UNDECIDED, UNENDED, PageKey, PageKind, matching_names
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    placeholder: str  # how a named parameter is written: "{}" becomes its name
+    #: How a condition few rows pass is written: SQLite plans without statistics on the
+    #: duration, and is told (``likelihood``); PostgreSQL has them.
+    selective: str
+
+    def __call__(self, name: str) -> str:
+        return self.placeholder.format(name)
+
+
+SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)")
+POSTGRES: Final = Dialect("%({})s", "{}")
+
+
+class Plan(NamedTuple):
+    """What a store asks its database once per listing query, before reading pages."""
+
+    names: list[str] | None  # the decided root names the pattern matches (``matching_names``)
+    few_durations: bool  # the duration range holds few rows: read them by their index
+
+
+#: Rows a statement with named parameters gives (a store's connection).
+Rows = Callable[[str, Mapping[str, object]], list[tuple[Any, ...]]]
+#: At most this many rows in the duration range and its index reads them all, then sorts
+#: (at most this many); more, and the start index is walked newest first until enough pass.
+FEW_DURATIONS: Final = 4096
+
+#: The distinct root names of decided rows, smallest first: one seek in ``sequences_by_root``
+#: per name (a loose index scan), whatever the number of sequences; at most %(limit)s.
+ROOT_NAMES: Final = """
+    WITH RECURSIVE names (name) AS (
+        SELECT min(root_name) FROM sequences
+        UNION ALL
+        SELECT (SELECT min(root_name) FROM sequences WHERE root_name > names.name)
+        FROM names WHERE names.name IS NOT NULL
+    )
+    SELECT name FROM names WHERE name IS NOT NULL LIMIT {limit}"""
+#: More distinct root names than this and a root pattern selects on the lines alone.
+MAX_ROOT_NAMES: Final = 4096
+
+_DURATION: Final = "(end_ns - start_ns)"
+_COLUMNS: Final = "seq, start_ns, invocations"
+_NEWEST_FIRST: Final = "ORDER BY start_ns DESC, seq DESC"
+_LONGEST_FIRST: Final = f"ORDER BY {_DURATION} DESC, start_ns DESC, seq DESC"
+_OPEN: Final = "EXISTS (SELECT 1 FROM open_calls o WHERE o.seq = sequences.seq)"
+
+
+def plan(query: SequenceQuery | None, dialect: Dialect, rows: Rows) -> Plan:
+    """The root names the query's pattern matches (a loose index scan), and whether its
+    duration range is narrow (a count in the duration index, stopped past FEW_DURATIONS)."""
+    names = None
+    if query is not None and query.root is not None:
+        limit = {"names_limit": MAX_ROOT_NAMES + 1}
+        found = [
+            str(name) for (name,) in rows(ROOT_NAMES.format(limit=dialect("names_limit")), limit)
+        ]
+        names = matching_names(query.root, found, complete=len(found) <= MAX_ROOT_NAMES)
+    few = False
+    if query is not None:
+        params: dict[str, object] = {}
+        within = _durations(query, dialect, params)
+        if within:
+            probe = (
+                f"SELECT count(*) FROM (SELECT 1 FROM sequences WHERE {' AND '.join(within)} "
+                f"LIMIT {FEW_DURATIONS + 1}) AS p"
+            )
+            [(count,)] = rows(probe, params)
+            few = int(count) <= FEW_DURATIONS
+    return Plan(names, few)
+
+
+def key_params(kind: PageKind, key: PageKey, size: int) -> dict[str, object]:
+    """The parameters binding a page's key and size (``picked``; a LONGEST page's key has
+    three parts)."""
+    if len(key) == 3:
+        duration, start, seq = key
+        return {"duration": duration, "start": start, "seq": seq, "limit": size}
+    start, seq = key
+    return {"start": start, "seq": seq, "limit": size}
+
+
+def picked(
+    kind: PageKind, query: SequenceQuery | None, plan: Plan, dialect: Dialect
+) -> tuple[str, dict[str, object]]:
+    """A statement selecting (seq, start_ns, invocations) of a page of ``kind``, and the
+    parameters it binds besides the key (``start``, ``seq``, and for the longest ``duration``)
+    and the page size (``limit``), as ``plan`` found the query."""
+    where = _window(query, dialect)
+    params: dict[str, object] = {}
+    if query is not None:
+        params |= {"since": query.since_ns, "until": query.until_ns, "host": query.host}
+    open_test = _open_test(query)
+    if open_test:
+        where.append(open_test)
+    decided = _decided(query, plan, dialect, params)
+    if kind == LONGEST:
+        after = f"({_DURATION}, start_ns, seq) < ({dialect('duration')}, {dialect('start')}, "
+        after += f"{dialect('seq')})"
+        ended = [*where, *_only_decided(decided), "end_ns IS NOT NULL", after]
+        return _select(ended, _LONGEST_FIRST, dialect), params
+    where.append(f"(start_ns, seq) < ({dialect('start')}, {dialect('seq')})")
+    undecided = _select([*where, "root_name IS NULL"], _NEWEST_FIRST, dialect)
+    if kind == UNDECIDED:
+        return undecided, params
+    if kind == UNENDED:
+        unended = [*where, *_only_decided(decided), "end_ns IS NULL"]
+        return _select(unended, _NEWEST_FIRST, dialect), params
+    if decided is None:  # NEWEST, where the keys do not matter
+        return _select(where, _NEWEST_FIRST, dialect), params
+    if not decided:  # a pattern matching no decided row's name
+        return undecided, params
+    return _union([_select([*where, *decided], _NEWEST_FIRST, dialect), undecided], dialect), params
+
+
+def _only_decided(decided: list[str] | None) -> list[str]:
+    """The conditions keeping the decided rows the keys select."""
+    if decided is None:
+        return ["root_name IS NOT NULL"]
+    return decided or ["1 = 0"]
+
+
+def _window(query: SequenceQuery | None, dialect: Dialect) -> list[str]:
+    if query is None:
+        return []
+    where: list[str] = []
+    if query.since_ns is not None:
+        where.append(f"start_ns >= {dialect('since')}")
+    if query.until_ns is not None:
+        where.append(f"start_ns <= {dialect('until')}")
+    if query.host is not None:
+        where.append(
+            "EXISTS (SELECT 1 FROM seq_threads t JOIN processes p ON p.puid = t.puid "
+            f"WHERE t.seq = sequences.seq AND p.host = {dialect('host')})"
+        )
+    return where
+
+
+def _open_test(query: SequenceQuery | None) -> str | None:
+    """Whether the sequence has an invocation still open, as the status asks (running and
+    incomplete differ by the process's state, which the line knows)."""
+    status = None if query is None else query.status
+    if status in (RUNNING, INCOMPLETE):
+        return _OPEN
+    if status in (COMPLETE, STATUS_ERROR):
+        return f"NOT {_OPEN}"
+    return None
+
+
+def _decided(
+    query: SequenceQuery | None, plan: Plan, dialect: Dialect, params: dict[str, object]
+) -> list[str] | None:
+    """The conditions on a decided row's keys (None: the query asks nothing of them; an empty
+    list: its pattern matches no decided row)."""
+    if query is None:
+        return None
+    where: list[str] = []
+    names = plan.names if query.root is not None else None
+    if names is not None:
+        if not names:
+            return []
+        placeholders = []
+        for at, name in enumerate(names):
+            params[f"name{at}"] = name
+            placeholders.append(dialect(f"name{at}"))
+        where.append(f"root_name IN ({', '.join(placeholders)})")
+    within = _durations(query, dialect, params)
+    where += [dialect.selective.format(c) for c in within] if plan.few_durations else within
+    if query.status == STATUS_ERROR:
+        where.append("error IS NOT NULL")
+    elif query.status == COMPLETE:
+        where.append("error IS NULL")
+    if not where:
+        return None
+    return where if names is not None else ["root_name IS NOT NULL", *where]
+
+
+def _durations(query: SequenceQuery, dialect: Dialect, params: dict[str, object]) -> list[str]:
+    """The query's duration bounds, as conditions ``sequences_by_duration`` serves."""
+    within: list[str] = []
+    if query.min_duration_ns is not None:
+        params["min_duration"] = query.min_duration_ns
+        within.append(f"{_DURATION} >= {dialect('min_duration')}")
+    if query.max_duration_ns is not None:
+        params["max_duration"] = query.max_duration_ns
+        within.append(f"{_DURATION} <= {dialect('max_duration')}")
+    return within
+
+
+def _select(where: list[str], order: str, dialect: Dialect) -> str:
+    condition = " AND ".join(where) if where else "TRUE"
+    return f"SELECT {_COLUMNS} FROM sequences WHERE {condition} {order} LIMIT {dialect('limit')}"
+
+
+def _union(branches: list[str], dialect: Dialect) -> str:
+    if len(branches) == 1:
+        return branches[0]
+    parts = " UNION ALL ".join(
+        f"SELECT {_COLUMNS} FROM ({branch}) AS b{at}" for at, branch in enumerate(branches)
+    )
+    return f"SELECT {_COLUMNS} FROM ({parts}) AS u {_NEWEST_FIRST} LIMIT {dialect('limit')}"
