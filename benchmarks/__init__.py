@@ -4,7 +4,7 @@ One module per area; each exposes ``run(Settings) -> CaseResult``. The overhead,
 sampler and memory cases measure in worker subprocesses (``*_worker.py``), each a clean traced
 interpreter. The budgets below bound the measuring loops of each case; setup comes on top, and
 ``views`` runs a fixed, small number of rounds per size (the 1 M tree alone takes over a
-minute). A full run takes about 4 minutes and a quick one under a minute on a 2-core machine.
+minute). A full run takes about 5 minutes and a quick one under a minute on a 2-core machine.
 docs/performance.md shows a full run and how to read it.
 """
 
@@ -41,4 +41,5 @@ CASES: Final = {
     "sampler": Case("sampler", "sampler overhead at 100 Hz with 32 threads", 35, 8),
     "views": Case("views", "cmr show / cmr profile on 10 k to 1 M invocations", 20, 6),
     "memory": Case("memory", "tracer RSS with the repository down", 20, 8),
+    "listing": Case("listing", "cmr ls queries over 200 k sequences against plain cmr ls", 15, 5),
 }

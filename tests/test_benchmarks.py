@@ -56,12 +56,23 @@ def test_a_quick_case_writes_json_and_a_markdown_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.system
+def test_the_listing_case_times_each_query_in_each_store(tmp_path: Path) -> None:
+    done = run_benchmarks("--quick", "--only", "listing", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "quick-listing.json").read_text())["cases"]["listing"]["rows"]
+    stores = ["SQLite", "memory", *(["PostgreSQL"] if os.environ.get(PG_ENV) else [])]
+    assert {row["name"].split(", ")[1] for row in rows} == set(stores)
+    assert len(rows) == 5 * len(stores)  # five queries each, against the plain listing
+    assert all(row["ratio"] == row["value"] / row["baseline"] for row in rows)
+
+
+@pytest.mark.system
 def test_an_unknown_case_is_a_one_line_error() -> None:
     done = run_benchmarks("--only", "nonsense")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
-        "sampler, views, memory)"
+        "sampler, views, memory, listing)"
     ]
 
 

@@ -143,13 +143,14 @@ def _first_wanted(
     """The first ``limit`` wanted lines of the pages of ``kind``, in the pages' order."""
     found: list[SequenceSummary] = []
     key: PageKey = FIRST_LONGEST_KEY if kind == LONGEST else FIRST_KEY
-    size = min(PAGE_SIZE, max(limit, 32))  # the index did most of the choosing
+    size = min(PAGE_SIZE, limit)  # the index did most of the choosing: often one page will do
     while True:
         lines = sorted(page(kind, key, size), key=key_of, reverse=True)
         found += [line for line in lines if wanted(line, query)]
         if len(found) >= limit or len(lines) < size:
             return found[:limit]
         key = key_of(lines[-1])
+        size = PAGE_SIZE
 
 
 def _newest_key(line: SequenceSummary) -> tuple[int, bytes]:

@@ -2,8 +2,9 @@
 each sequence's root name, end and exception as its batches set them, with a set of sequences
 per decided root name, per duration bucket (the duration's bit length: a bucket holds durations
 within a factor of two), of those whose root raised, and of those undecided. A query's
-candidates are the intersection of the sets its fields name (``candidates``); the store orders
-them itself, and the line has the last word (``listing.wanted``)."""
+candidates are the intersection of the sets its fields name (``candidates``: counted before
+built, and given up when too many to beat a walk by start); the store orders them itself, and
+the line has the last word (``listing.wanted``)."""
 
 from __future__ import annotations
 
@@ -76,26 +77,33 @@ class KeyIndex:
         for bucket in sorted(self._by_bucket, reverse=True):
             yield self._by_bucket[bucket]
 
-    def candidates(self, query: SequenceQuery | None, names: list[str] | None) -> set[bytes] | None:
+    def candidates(
+        self, query: SequenceQuery | None, names: list[str] | None, limit: int
+    ) -> set[bytes] | None:
         """The sequences the query's root names, durations and error status may want, the
-        undecided ones among them; None when no index narrows the query (walk by start)."""
+        undecided ones among them; None when no index narrows the query to ``limit`` or
+        fewer (walk by start instead). Sizes are counted before any set is built."""
         if query is None:
             return None
-        narrowed: list[set[bytes]] = []
+        fields: list[list[set[bytes]]] = []  # each field: the union of these sets
         if query.root is not None and names is not None:
-            narrowed.append(set().union(*(self._by_name.get(name, ()) for name in names)))
+            fields.append([self._by_name[name] for name in names if name in self._by_name])
         if query.min_duration_ns is not None or query.max_duration_ns is not None:
             low = _bucket(query.min_duration_ns or 0)
             high = max(self._by_bucket, default=0)
             if query.max_duration_ns is not None:
                 high = min(high, _bucket(query.max_duration_ns))
-            narrowed.append(
-                set().union(*(self._by_bucket.get(b, ()) for b in range(low, high + 1)))
+            fields.append(
+                [self._by_bucket[b] for b in range(low, high + 1) if b in self._by_bucket]
             )
         if query.status == STATUS_ERROR:
-            narrowed.append(self._failed)
-        if not narrowed:
+            fields.append([self._failed])
+        if not fields:
             return None
-        narrowed.sort(key=len)
-        found = narrowed[0].intersection(*narrowed[1:])
+        fields.sort(key=lambda sets: sum(map(len, sets)))
+        if sum(map(len, fields[0])) > limit:
+            return None
+        found: set[bytes] = set().union(*fields[0])
+        for other in fields[1:]:
+            found = {seq for seq in found if any(seq in sets for sets in other)}
         return found | self._undecided

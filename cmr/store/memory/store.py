@@ -9,10 +9,8 @@ stores', so the three agree by construction on every rule the contract tests che
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
-import heapq
 import threading
 import time
 from collections.abc import Callable
@@ -45,17 +43,8 @@ from cmr.store.base import (
     UnknownSequenceError,
     names_method,
 )
-from cmr.store.listing import (
-    LONGEST,
-    UNDECIDED,
-    ListingKeys,
-    PageKey,
-    PageKind,
-    candidate,
-    matching_names,
-    select_lines,
-    window,
-)
+from cmr.store.listing import matching_names, select_lines, window
+from cmr.store.memory.pages import MemoryPages
 from cmr.store.memory.samples import MemorySamples
 from cmr.store.memory.summaries import LateEnd, MemorySummaries
 from cmr.store.packed import LateAttrs, pack, unpack
@@ -180,62 +169,18 @@ class MemoryStore(Store):
             self._check_open()
             bounds = window(query)
             since, until, host = bounds["since"], bounds["until"], bounds["host"]
-            in_window = self._summaries.in_window(since, until)  # type: ignore[arg-type]
-
             names = None
             if query is not None and query.root is not None:  # every method could be a root
                 known = {qualified_name(m.module, m.qualname, 0) for m in self._methods.values()}
                 names = matching_names(query.root, sorted(known), complete=True)
-
-            indexed = self._summaries.candidates(query, names)
-            # Candidates few beside the window are ordered whole; else the window is walked.
-            if indexed is not None and len(indexed) <= max(4096, len(in_window) // 16):
-                starts = self._summaries.starts_of(indexed)
-                in_window = sorted(
-                    (start_ns, seq)
-                    for seq, start_ns in starts.items()
-                    if since <= start_ns <= until  # type: ignore[operator]
-                )
-
-            def keys_of(seq: bytes) -> ListingKeys:
-                return self._summaries.keys(seq)
-
-            def passes(kind: PageKind, seq: bytes) -> bool:
-                return candidate(kind, query, names, keys_of(seq)) and (
-                    host is None or host in self._hosts_of(seq)
-                )
-
-            def page(kind: PageKind, key: PageKey, size: int) -> list[SequenceSummary]:
-                if kind == LONGEST:
-                    found: list[tuple[int, int, bytes]] = []
-                    for bucket in self._summaries.longest_first():  # enough: no later beats them
-                        for seq in bucket:
-                            keys = keys_of(seq)
-                            entry = ((keys.end_ns or 0) - keys.start_ns, keys.start_ns, seq)
-                            if (
-                                entry < key
-                                and since <= keys.start_ns <= until  # type: ignore[operator]
-                                and candidate(kind, query, names, keys)
-                                and (host is None or host in self._hosts_of(seq))
-                            ):
-                                found.append(entry)
-                        if len(found) >= size:
-                            break
-                    longest = heapq.nlargest(size, found)
-                    return [self._summary(seq, now) for _d, _s, seq in longest]
-                lines: list[SequenceSummary] = []
-                pool = in_window
-                if kind == UNDECIDED:  # those only, in start order
-                    starts = self._summaries.starts_of(self._summaries.undecided())
-                    pool = sorted((start, seq) for seq, start in starts.items())
-                before = pool[: bisect.bisect_left(pool, key)]
-                for _start_ns, seq in reversed(before):
-                    if len(lines) == size:
-                        break
-                    if passes(kind, seq):
-                        lines.append(self._summary(seq, now))
-                return lines
-
+            page = MemoryPages(
+                self._summaries,
+                query,
+                names,
+                (since, until),  # type: ignore[arg-type]
+                on_host=lambda seq: host is None or host in self._hosts_of(seq),
+                line=lambda seq: self._summary(seq, now),
+            )
             return select_lines(page, limit, query)
 
     def _summary(self, seq: bytes, now: int) -> SequenceSummary:

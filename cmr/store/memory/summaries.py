@@ -40,13 +40,13 @@ class MemorySummaries:
         self._by_start: list[tuple[int, bytes]] = []  # (start_ns, seq), in order
         self._index = KeyIndex()
 
-    def in_window(self, since: int, until: int) -> list[tuple[int, bytes]]:
-        """(start_ns, seq) of the sequences that started in [since, until], oldest first (a
-        range of the start-ordered list, found by bisection)."""
+    def in_window(self, since: int, until: int) -> tuple[list[tuple[int, bytes]], int, int]:
+        """The start-ordered list of (start_ns, seq), and the range [low, high) of it that
+        started in [since, until] (found by bisection; the caller must not change the list)."""
         by_start = self._by_start
         low = bisect.bisect_left(by_start, (since, b""))
         high = bisect.bisect_right(by_start, (until, b"\xff" * 17))
-        return by_start[low:high]
+        return by_start, low, high
 
     def keys(self, seq: bytes) -> ListingKeys:
         """The sequence's listing keys, as the SQL stores keep them (``listing_sql``): set by
@@ -55,9 +55,11 @@ class MemorySummaries:
         keys = self._index.keys(seq)
         return ListingKeys(summary.start_ns, *keys, bool(summary.open))
 
-    def candidates(self, query: SequenceQuery | None, names: list[str] | None) -> set[bytes] | None:
+    def candidates(
+        self, query: SequenceQuery | None, names: list[str] | None, limit: int
+    ) -> set[bytes] | None:
         """The sequences the indexes say a query may want (``KeyIndex.candidates``)."""
-        return self._index.candidates(query, names)
+        return self._index.candidates(query, names, limit)
 
     def _index_keys(
         self,
