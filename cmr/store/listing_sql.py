@@ -10,7 +10,8 @@ that may arrive later) and the line decides. A page is then two index reads merg
 the decided rows the query's keys select (the root names its pattern matches, by
 ``sequences_by_root``; the duration, by ``sequences_by_duration``; errors, by
 ``sequences_failed``; the window, by ``sequences_by_start``) and the undecided rows of the
-window. Whether a sequence is complete is one lookup in ``open_calls_by_seq``.
+window. Whether a sequence is complete is one lookup in ``open_calls_by_seq``; those still
+running (or incomplete) are read from ``open_calls`` itself.
 
 Both dialects bind named parameters (``Dialect``) and compare row values; the statements are
 otherwise the same text.
@@ -73,6 +74,8 @@ _COLUMNS: Final = "seq, start_ns, invocations"
 _NEWEST_FIRST: Final = "ORDER BY start_ns DESC, seq DESC"
 _LONGEST_FIRST: Final = f"ORDER BY {_DURATION} DESC, start_ns DESC, seq DESC"
 _OPEN: Final = "EXISTS (SELECT 1 FROM open_calls o WHERE o.seq = sequences.seq)"
+#: The same, driven from ``open_calls`` (few rows: what still runs, or never will end).
+_AMONG_OPEN: Final = "seq IN (SELECT o.seq FROM open_calls o)"
 
 
 def plan(query: SequenceQuery | None, dialect: Dialect, rows: Rows) -> Plan:
@@ -170,7 +173,7 @@ def _open_test(query: SequenceQuery | None) -> str | None:
     incomplete differ by the process's state, which the line knows)."""
     status = None if query is None else query.status
     if status in (RUNNING, INCOMPLETE):
-        return _OPEN
+        return _AMONG_OPEN
     if status in (COMPLETE, STATUS_ERROR):
         return f"NOT {_OPEN}"
     return None

@@ -1,16 +1,18 @@
 """Which sequences the list of ``cmr ui`` shows: its query parameters, checked, and the selection.
 
-The root pattern, status, start window, host and order are ``cmr ls``'s (a ``SequenceQuery`` the
-store answers); the store also finds the sequences that called a method. The duration filters
-are applied here, to at most the ``SCAN_WINDOW`` lines the store gives, so a filter never walks
-a whole repository on a page load. Unlike ``cmr ls``, a running sequence whose root has not
-ended counts as lasting until now: it passes a minimum once it has run that long, and fails a
-maximum once it has run longer (a page watches what runs). One that will never end
-(incomplete) has no duration: a duration filter leaves it out.
+The root pattern, durations, status, start window, host and order are ``cmr ls``'s (a
+``SequenceQuery`` the store answers by index); the store also finds the sequences that called
+a method, and a method filter looks through at most the ``SCAN_WINDOW`` lines the others
+select. Unlike ``cmr ls``, a running sequence whose root has not ended counts as lasting until
+now: it passes a minimum once it has run that long, and fails a maximum once it has run longer
+(a page watches what runs). The store gives the ended ones; the running ones (few: those still
+open) are asked for apart and checked here. One that will never end (incomplete) has no
+duration: a duration filter leaves it out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,7 +112,7 @@ def parse_filter(query: Mapping[str, Sequence[str]]) -> SequenceFilter:
     if unknown:
         expected = ", ".join(sorted(_PARAMETERS))
         raise QueryError(f"unknown parameter '{_shown(unknown[0])}' (expected: {expected})")
-    values = {name: _single(query, name) for name in _PARAMETERS}
+    values = {name: single(query, name) for name in _PARAMETERS}
     method = values["method"]
     if len(method) > MAX_METHOD_LEN:
         raise QueryError(f"method: at most {MAX_METHOD_LEN} characters")
@@ -148,35 +150,56 @@ def parse_filter(query: Mapping[str, Sequence[str]]) -> SequenceFilter:
 
 
 def select_sequences(store: Store, wanted: SequenceFilter, now_ns: int) -> list[SequenceSummary]:
-    """The most recent sequences ``wanted`` selects, newest first, at most ``wanted.limit``.
-
-    A store summarises each sequence it lists, which costs, so a filtered list reads a small
-    window of the most recent sequences first and widens it (up to ``SCAN_WINDOW``) only while
-    too few match: a filter most sequences pass costs about what an unfiltered list does."""
+    """The sequences ``wanted`` selects, newest (or longest) first, at most ``wanted.limit``."""
     if not wanted.filters:
         return store.list_sequences(wanted.limit)
-    query = wanted.query(now_ns)
-    found: set[bytes] | None = None
     if wanted.method:
-        found = set(store.find_sequences(wanted.method, since_ns=None, limit=SCAN_WINDOW))
-        if not found:
-            return []
+        return _calling_method(store, wanted, now_ns)
+    query = wanted.query(now_ns)
+    if wanted.min_ns is None and wanted.max_ns is None:
+        return store.list_sequences(wanted.limit, query)
+    timed = dataclasses.replace(query, min_duration_ns=wanted.min_ns, max_duration_ns=wanted.max_ns)
+    ended = store.list_sequences(wanted.limit, timed)
+    if query.status not in (None, RUNNING):
+        return ended
+    seen = {summary.seq for summary in ended}
+    running = [
+        summary
+        for summary in store.list_sequences(SCAN_WINDOW, dataclasses.replace(query, status=RUNNING))
+        if summary.end_ns is None and summary.seq not in seen and wanted.matches(summary, now_ns)
+    ]
+    if wanted.sort == SORT_DURATION:
+        order = sorted(ended + running, key=lambda s: (-(lasted_ns(s, now_ns) or 0), -s.start_ns))
+    else:
+        order = sorted(ended + running, key=lambda s: -s.start_ns)
+    return order[: wanted.limit]
+
+
+def _calling_method(store: Store, wanted: SequenceFilter, now_ns: int) -> list[SequenceSummary]:
+    """The most recent sequences that called the method and pass the other filters: the store
+    reads a small window of the most recent sequences first and widens it (up to
+    ``SCAN_WINDOW``) only while too few match."""
+    query = wanted.query(now_ns)
+    found = set(store.find_sequences(wanted.method, since_ns=None, limit=SCAN_WINDOW))
+    if not found:
+        return []
     window = min(SCAN_WINDOW, max(FIRST_WINDOW, 2 * wanted.limit))
     while True:
         recent = store.list_sequences(window, query)
-        candidates = recent if found is None else [s for s in recent if s.seq in found]
+        candidates = [s for s in recent if s.seq in found]
         selected = [summary for summary in candidates if wanted.matches(summary, now_ns)]
         if (
             len(selected) >= wanted.limit
             or len(recent) < window  # the whole repository was read
             or window == SCAN_WINDOW
-            or (found is not None and len(candidates) == len(found))  # every caller was seen
+            or len(candidates) == len(found)  # every caller was seen
         ):
             return selected[: wanted.limit]
         window = min(SCAN_WINDOW, window * 4)
 
 
-def _single(query: Mapping[str, Sequence[str]], name: str) -> str:
+def single(query: Mapping[str, Sequence[str]], name: str) -> str:
+    """A parameter given at most once, stripped (blank when absent). Raises QueryError."""
     values = query.get(name, ())
     if len(values) > 1:
         raise QueryError(f"{name}: give it once")

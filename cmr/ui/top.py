@@ -11,7 +11,7 @@ from urllib.parse import quote, urlencode
 from cmr.ages import moment_ns
 from cmr.store.base import SequenceQuery, Store
 from cmr.ui.listing import STYLE, escaped
-from cmr.ui.query import QueryError
+from cmr.ui.query import QueryError, single
 from cmr.views.top import TopRow, row_cells, summed_up
 
 BY: Final = ("root", "method")
@@ -33,7 +33,7 @@ def parse_top(query: Mapping[str, Sequence[str]]) -> TopQuery:
     unknown = sorted(set(query) - _PARAMETERS)
     if unknown:
         raise QueryError(f"unknown parameter '{unknown[0][:40]}' (expected: by, root, since)")
-    values = {name: (query.get(name) or [""])[0].strip() for name in _PARAMETERS}
+    values = {name: single(query, name) for name in _PARAMETERS}
     if values["by"] and values["by"] not in BY:
         raise QueryError(f"by: expected root or method, got '{values['by'][:40]}'")
     if values["since"]:

@@ -171,4 +171,5 @@ INDEXED_QUERIES: list[tuple[SequenceQuery, str]] = [
     (SequenceQuery(min_duration_ns=1), "sequences_by_duration"),
     (SequenceQuery(sort=SORT_DURATION), "sequences_by_duration"),
     (SequenceQuery(root="a.*", sort=SORT_DURATION), "sequences_by_root"),
+    (SequenceQuery(status="running"), "open_calls_by_seq"),
 ]

@@ -58,11 +58,13 @@ def test_a_method_filter_finds_old_callers(store: Store) -> None:
     assert select_sequences(store, SequenceFilter(method="app.m99"), 0) == []
 
 
-def test_filters_look_no_further_than_the_scan_window(
+def test_durations_are_found_by_index_and_a_method_looks_no_further_than_the_scan_window(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The long sequences are the oldest, out of a window of the newest.
     monkeypatch.setattr(query, "SCAN_WINDOW", SEQUENCES - SPECIAL)
-    assert select_sequences(store, SequenceFilter(min_ns=LONG_NS // 2), 0) == []
+    long_ones = select_sequences(store, SequenceFilter(min_ns=LONG_NS // 2), 0)
+    assert [s.seq for s in long_ones] == oldest_first(SPECIAL)
     assert select_sequences(store, SequenceFilter(method="app.m3"), 0) == []
 
 

@@ -187,6 +187,8 @@ def test_the_top_page_sums_up_the_roots_as_cmr_top_does(shop_ui: UI, shop_db: Pa
     assert "href='/?root=__main__.checkout&amp;since=1d&amp;sort=duration'" in page.body
     bad = shop_ui.get("/top?by=colour")
     assert (bad.status, "by: expected root or method" in bad.body) == (400, True)
+    twice = shop_ui.get("/top?root=a&root=b")  # as the list page: a parameter given once
+    assert (twice.status, "root: give it once" in twice.body) == (400, True)
 
 
 @pytest.mark.parametrize(
