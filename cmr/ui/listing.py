@@ -12,7 +12,7 @@ import html
 from typing import Final
 from urllib.parse import quote
 
-from cmr.store.base import SequenceSummary
+from cmr.store.base import SORT_DURATION, SequenceSummary
 from cmr.store.listing import listed_status
 from cmr.ui.query import MAX_LIMIT, SCAN_WINDOW, SORTS, STATUSES, SequenceFilter, lasted_ns
 from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
@@ -172,8 +172,10 @@ def _options(values: tuple[str, ...], chosen: str) -> str:
 
 def _count(shown: int, wanted: SequenceFilter) -> str:
     noun = "sequence" if shown == 1 else "sequences"
-    scope = f", among the {SCAN_WINDOW} most recent" if wanted.filters else ""
-    return f"<p id='count'>{shown} {noun}, newest first{scope}</p>"
+    order = "longest first" if wanted.sort == SORT_DURATION else "newest first"
+    # Only the method filter looks through a window; the others are the repository's indexes.
+    scope = f", among the {SCAN_WINDOW} most recent" if wanted.method else ""
+    return f"<p id='count'>{shown} {noun}, {order}{scope}</p>"
 
 
 def _table(summaries: list[SequenceSummary], now_ns: int) -> str:

@@ -146,6 +146,6 @@ def test_in_a_browser_filter_open_a_running_sequence_and_watch_it_grow(
         )
         assert (
             listing.text_content("#count")
-            == "0 sequences, newest first, among the 2000 most recent"
+            == "0 sequences, newest first, among the 2000 most recent"  # as a method filter does
         )
         assert listing.evaluate("() => window.stillThisPage") is True

@@ -125,6 +125,8 @@ def test_method_filter_selects_the_sequences_that_called_it(
     assert page.status == 200
     assert page.body.count("<tr data-seq=") == CHECKOUTS
     assert "value='charge'" in page.body  # the form keeps what was asked
+    # The method filter alone looks through a window of the most recent; the page says so.
+    assert f"{CHECKOUTS} sequences, newest first, among the 2000 most recent" in page.body
 
 
 def test_duration_filters_split_at_a_threshold(shop_ui: UI, listed: list[dict[str, Any]]) -> None:
@@ -173,6 +175,7 @@ def test_the_filters_of_cmr_ls_select_the_same(
     assert page.status == 200
     assert "value='shop.*'" in page.body  # the form keeps what was asked
     assert "<option value='duration' selected>" in page.body
+    assert "<p id='count'>0 sequences, longest first</p>" in page.body  # the index answered
 
 
 def test_the_top_page_sums_up_the_roots_as_cmr_top_does(shop_ui: UI, shop_db: Path) -> None:
