@@ -41,6 +41,8 @@ def critical_path(root: Node) -> list[Node]:
 
 def _waited_for(node: Node) -> list[Node]:
     """The callees on the path of ``node``, the latest first."""
+    if not node.children:  # most calls of a big tree: nothing to sort
+        return []
     chosen: list[Node] = []
     cursor: int | None = node.end_ns  # None: no end yet, every callee may be waited for
     if cursor is None:
