@@ -51,13 +51,13 @@ _I64_MIN: Final = -(2**63)
 MAX_MATCHED_NAMES: Final = 256
 
 
-def window(query: SequenceQuery | None) -> dict[str, int | str | None]:
-    """The query's window and host as a SQL store binds them (``since``, ``until``, ``host``)."""
+def window(query: SequenceQuery | None) -> tuple[int, int]:
+    """The query's start window [since, until], open ends made the widest there is."""
     if query is None:
-        return {"since": _I64_MIN, "until": _I64_MAX, "host": None}
+        return _I64_MIN, _I64_MAX
     since = _I64_MIN if query.since_ns is None else query.since_ns
     until = _I64_MAX if query.until_ns is None else query.until_ns
-    return {"since": since, "until": until, "host": query.host}
+    return since, until
 
 
 class ListingKeys(NamedTuple):

@@ -102,7 +102,7 @@ def plan(query: SequenceQuery | None, dialect: Dialect, rows: Rows) -> Plan:
     return Plan(names, few)
 
 
-def key_params(kind: PageKind, key: PageKey, size: int) -> dict[str, object]:
+def key_params(key: PageKey, size: int) -> dict[str, object]:
     """The parameters binding a page's key and size (``picked``; a LONGEST page's key has
     three parts)."""
     if len(key) == 3:

@@ -88,6 +88,20 @@ _COLUMNS: Final = (
 )
 
 
+def page_start(name: str, where: str) -> list[str]:
+    """The head and heading every page of ``cmr ui`` opens with: ``name`` in its title and
+    heading, ``where`` (HTML) the line under the heading."""
+    return [
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>invoseq — {name}</title>",
+        "<link rel='icon' href='data:,'>",  # no favicon request
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>invoseq {name}</h1>",
+        f"<p class='where'>{where}</p>",
+    ]
+
+
 def render_list_page(
     summaries: list[SequenceSummary],
     wanted: SequenceFilter,
@@ -97,16 +111,7 @@ def render_list_page(
     error: str | None = None,
 ) -> str:
     """The whole front page. ``error`` (a query the user got wrong) replaces the table."""
-    parts = [
-        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        "<title>invoseq — sequences</title>",
-        "<link rel='icon' href='data:,'>",  # no favicon request
-        f"<style>{STYLE}</style></head><body>",
-        "<h1>invoseq sequences</h1>",
-        f"<p class='where'>repository {escaped(repository)}</p>",
-        _form(wanted),
-    ]
+    parts = [*page_start("sequences", f"repository {escaped(repository)}"), _form(wanted)]
     if error is not None:
         parts.append(f"<p id='count' class='error'>{escaped(error)}</p>")
     else:

@@ -168,6 +168,8 @@ def select_sequences(store: Store, wanted: SequenceFilter, now_ns: int) -> list[
         for summary in store.list_sequences(SCAN_WINDOW, dataclasses.replace(query, status=RUNNING))
         if summary.end_ns is None and summary.seq not in seen and wanted.matches(summary, now_ns)
     ]
+    if not running:
+        return ended
     if wanted.sort == SORT_DURATION:
         order = sorted(ended + running, key=lambda s: (-(lasted_ns(s, now_ns) or 0), -s.start_ns))
     else:

@@ -10,7 +10,7 @@ from urllib.parse import quote, urlencode
 
 from cmr.ages import moment_ns
 from cmr.store.base import SequenceQuery, Store
-from cmr.ui.listing import STYLE, escaped
+from cmr.ui.listing import escaped, page_start
 from cmr.ui.query import QueryError, single
 from cmr.views.top import TopRow, row_cells, summed_up
 
@@ -58,15 +58,8 @@ def render_top_page(
     rows: list[TopRow], wanted: TopQuery, *, repository: str, error: str | None = None
 ) -> str:
     """The whole top page; ``error`` (a query the user got wrong) replaces the table."""
-    parts = [
-        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        "<title>invoseq — top</title><link rel='icon' href='data:,'>",
-        f"<style>{STYLE}</style></head><body>",
-        "<h1>invoseq top</h1>",
-        f"<p class='where'>repository {escaped(repository)} · <a href='/'>sequences</a></p>",
-        _form(wanted),
-    ]
+    where = f"repository {escaped(repository)} · <a href='/'>sequences</a>"
+    parts = [*page_start("top", where), _form(wanted)]
     if error is not None:
         parts.append(f"<p id='count' class='error'>{escaped(error)}</p>")
     else:

@@ -47,15 +47,17 @@ class MemoryPages:
             )
             low, high = 0, len(ordered)
         self._newest = (ordered, low, high)
+        self._undecided: list[tuple[int, bytes]] | None = None  # sorted on the first such page
 
     def __call__(self, kind: PageKind, key: PageKey, size: int) -> list[SequenceSummary]:
         if kind == LONGEST:
             return self._longest(key, size)
         ordered, low, high = self._newest
         if kind == UNDECIDED:  # those only, in start order
-            starts = self._summaries.starts_of(self._summaries.undecided())
-            ordered = sorted((start, seq) for seq, start in starts.items())
-            low, high = 0, len(ordered)
+            if self._undecided is None:
+                starts = self._summaries.starts_of(self._summaries.undecided())
+                self._undecided = sorted((start, seq) for seq, start in starts.items())
+            ordered, low, high = self._undecided, 0, len(self._undecided)
         lines: list[SequenceSummary] = []
         at = bisect.bisect_left(ordered, key, low, high)
         while at > low and len(lines) < size:

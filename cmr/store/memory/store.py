@@ -167,8 +167,7 @@ class MemoryStore(Store):
         now = self._clock()
         with self._lock:
             self._check_open()
-            bounds = window(query)
-            since, until, host = bounds["since"], bounds["until"], bounds["host"]
+            host = None if query is None else query.host
             names = None
             if query is not None and query.root is not None:  # every method could be a root
                 known = {qualified_name(m.module, m.qualname, 0) for m in self._methods.values()}
@@ -177,7 +176,7 @@ class MemoryStore(Store):
                 self._summaries,
                 query,
                 names,
-                (since, until),  # type: ignore[arg-type]
+                window(query),
                 on_host=lambda seq: host is None or host in self._hosts_of(seq),
                 line=lambda seq: self._summary(seq, now),
             )

@@ -32,22 +32,23 @@ def store(conn: Conn, packed: PackedBatch) -> None:
     counts = parts.counts
     store_parts(conn, parts)
     ordered = sorted(packed.first_start.items())
-    late = packed.late_ends
+    late_puids = [row[0] for row in packed.late_ends]
+    late_iids = [row[1] for row in packed.late_ends]
     conn.execute(
         UPSERT_SEQUENCES,
         (
             [s for s, _ in ordered],
             [t for _, t in ordered],
             [counts[s] for s, _ in ordered],
-            [row[0] for row in late],
-            [row[1] for row in late],
+            late_puids,
+            late_iids,
         ),
     )
-    if late:
+    if late_puids:
         conn.execute(
             "DELETE FROM open_calls o USING unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid) "
             "WHERE o.puid = k.puid AND o.iid = k.iid",
-            ([row[0] for row in late], [row[1] for row in late]),
+            (late_puids, late_iids),
         )
 
 
@@ -85,7 +86,7 @@ def page(
 ) -> list[SequenceSummary]:
     """A page of listing lines (``listing.Page``): three queries in all."""
     picked_sql, params = picked(kind, query, plan, POSTGRES)
-    params |= key_params(kind, key, size)
+    params |= key_params(key, size)
     rows = conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall()
     seqs = [bytes(row[0]) for row in rows]
     open_by_seq: dict[bytes, dict[int, int]] = {}

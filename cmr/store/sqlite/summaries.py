@@ -72,7 +72,7 @@ def page(
     """A page of listing lines (``listing.Page``): a few lookups each."""
     stored: list[StoredSummary] = []
     picked_sql, params = picked(kind, query, plan, SQLITE)
-    params |= key_params(kind, key, size)
+    params |= key_params(key, size)
     for row in conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall():
         seq, start_ns, invocations, *root, module, qualname, file, line = row
         root_row = (seq, *root)

@@ -160,7 +160,7 @@ def page_statements(query: SequenceQuery, dialect: Dialect) -> list[tuple[str, d
     for kind in (NEWEST, LONGEST, UNENDED, UNDECIDED):
         sql, params = picked(kind, query, Plan(["a.f", "a.g"], few_durations=True), dialect)
         key = FIRST_LONGEST_KEY if kind == LONGEST else FIRST_KEY
-        statements.append((sql, params | key_params(kind, key, 256)))
+        statements.append((sql, params | key_params(key, 256)))
     return statements
 
 
