@@ -17,4 +17,13 @@ speedups = Extension(
     optional=True,
 )
 
-setup(ext_modules=[speedups] if sys.platform.startswith("linux") else [])
+#: The repository's read path: a sequence's invocations as column arrays (``cmr/store/columns.py``
+#: falls back to ``cmr/store/packed.py`` without it). Portable C; built wherever a compiler is.
+columns = Extension(
+    "cmr.store._columns",
+    sources=["cmr/store/_columns.c"],
+    extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    optional=True,
+)
+
+setup(ext_modules=([speedups] if sys.platform.startswith("linux") else []) + [columns])

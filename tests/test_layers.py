@@ -54,6 +54,10 @@ def find_modules() -> dict[str, Path]:
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             modules[name] = path
+        # A C extension is a module too, known by its stub: importing it imports nothing else.
+        for path in sorted((ROOT / package).rglob("*.pyi")):
+            if not path.with_suffix(".py").exists():
+                modules[".".join(path.relative_to(ROOT).with_suffix("").parts)] = path
     return modules
 
 

@@ -10,13 +10,14 @@ treated as ``[t_ns, t_ns + 1)``. Both backends read them with ``load_samples``; 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Final, cast
 
 import msgspec
 
 from cmr.store._shared import InvalidBatchError
 from cmr.store.base import FrameRecord, InvocationRecord, SampleRecord, SamplerRecord
+from cmr.store.columns import on_threads
 from tracer.wire import Batch
 
 I64_MIN: Final = -(2**63)
@@ -74,7 +75,7 @@ def overlaps(sample: SampleRecord, window: Window) -> bool:
 
 
 def sample_windows(
-    invocations: list[InvocationRecord], sampled: Collection[ThreadKey] | None = None
+    invocations: Sequence[InvocationRecord], sampled: Collection[ThreadKey] | None = None
 ) -> dict[ThreadKey, list[Window]]:
     """Per thread, the union of the windows of the invocations that ran there, as sorted disjoint
     windows: a thread's samples are fetched once even where calls nest. With ``sampled`` (the
@@ -83,7 +84,7 @@ def sample_windows(
     if sampled is not None:
         if not sampled:
             return {}
-        invocations = [r for r in invocations if (r.puid, r.tid) in sampled]
+        invocations = on_threads(invocations, sampled)
     spans: dict[ThreadKey, list[Window]] = {}
     for record in invocations:
         end = OPEN_END if record.end_ns is None else max(record.end_ns, record.start_ns + 1)

@@ -8,15 +8,12 @@ restating them (SQL backends restate them in SQL, next to which the rule is name
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from cmr.store.base import (
     REMOTE_PARENT,
     AmbiguousSequenceError,
-    InvocationRecord,
     SequenceData,
     SequenceSummary,
     StoreError,
@@ -169,27 +166,6 @@ def qualified_name(module: str | None, qualname: str | None, method: int) -> str
     if qualname is None:
         return f"<unknown method {method}>"
     return f"{module}.{qualname}" if module else qualname
-
-
-_PUID: Final = operator.attrgetter("puid")
-
-
-def process_pairs(
-    records: Sequence[InvocationRecord], *names: str
-) -> tuple[set[tuple[int, int]], ...]:
-    """For each field in ``names``, the distinct (puid, field) pairs of ``records``: a million
-    records of one process (the usual case) cost a set of ints per field, not a tuple each, and
-    the processes are found once for every field."""
-    puids = set(map(_PUID, records))
-    found: list[set[tuple[int, int]]] = []
-    for name in names:
-        field = operator.attrgetter(name)
-        if len(puids) == 1:
-            [puid] = puids
-            found.append({(puid, value) for value in set(map(field, records))})
-        else:
-            found.append(set(zip(map(_PUID, records), map(field, records), strict=True)))
-    return tuple(found)
 
 
 def check_limit(limit: int) -> None:

@@ -12,6 +12,7 @@ read computes it against the store's clock (``ProcessRecord.lost``).
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
@@ -155,7 +156,9 @@ class SequenceData:
     """Everything needed to rebuild one sequence's tree."""
 
     seq: bytes
-    invocations: list[InvocationRecord]
+    # In (start, puid, iid) order: a list, or ``columns.RecordColumns`` (a big tree's reader walks
+    # its arrays instead of the records).
+    invocations: Sequence[InvocationRecord]
     methods: dict[tuple[int, int], MethodRecord]  # (puid, method id)
     threads: dict[tuple[int, int], ThreadRecord]  # (puid, tid)
     processes: dict[int, ProcessRecord]  # puid

@@ -306,18 +306,39 @@ class _Gathered:
             collections.deque(map(errors.pop, taken, itertools.repeat(None)), maxlen=0)
 
     def records(self, puid: int) -> list[InvocationRecord]:
-        """One record per iid (its first Start), with its End if one was gathered."""
+        """One record per iid (its first Start), with its first End if one was gathered."""
         self.make_records(puid)
         made, ends, errors = self.made, self.ends, self.errors
+        if len(set(map(_IID, made))) < len(made):  # a Start repeated: the first wins
+            return self._first_of_each()
         for i in self.waiting:  # an End read in a later batch than its Start
             end_ns = ends.get(made[i].iid)
             if end_ns is not None:
                 made[i] = msgspec.structs.replace(
                     made[i], end_ns=end_ns, error=errors.get(made[i].iid)
                 )
-        if len(set(map(_IID, made))) < len(made):  # a Start repeated: the first wins
-            return list({r.iid: r for r in reversed(made)}.values())
         return made
+
+    def _first_of_each(self) -> list[InvocationRecord]:
+        """The first record of each iid, with the first End of that iid: the one the earliest
+        record made with an End took (each took the first End not taken yet), else the one
+        still gathered."""
+        made, ends, errors = self.made, self.ends, self.errors
+        waiting = set(self.waiting)
+        first: dict[int, InvocationRecord] = {}
+        taken: dict[int, tuple[int | None, str | None]] = {}
+        for i, record in enumerate(made):
+            first.setdefault(record.iid, record)
+            if i not in waiting:
+                taken.setdefault(record.iid, (record.end_ns, record.error))
+        for iid in [iid for iid in first if iid not in taken and iid in ends]:
+            taken[iid] = (ends[iid], errors.get(iid))
+        return [
+            msgspec.structs.replace(record, end_ns=taken[iid][0], error=taken[iid][1])
+            if iid in taken
+            else record
+            for iid, record in first.items()
+        ]
 
 
 def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -208,7 +208,7 @@ def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> 
     )
 
 
-def parts_of(seq: bytes, records: list[InvocationRecord]) -> SummaryParts:
+def parts_of(seq: bytes, records: Sequence[InvocationRecord]) -> SummaryParts:
     """A whole sequence's parts from its records (upgrading a repository stored without them)."""
     best = min(records, key=lambda r: root_rank(r.parent, r.hid, r.start_ns, r.puid, r.iid))
     root: RootRow = (
@@ -232,7 +232,7 @@ def parts_of(seq: bytes, records: list[InvocationRecord]) -> SummaryParts:
 
 
 def backfilled(
-    seqs: Iterable[bytes], records_of: Callable[[bytes, BatchCache], list[InvocationRecord]]
+    seqs: Iterable[bytes], records_of: Callable[[bytes, BatchCache], Sequence[InvocationRecord]]
 ) -> Iterator[tuple[bytes, int, SummaryParts]]:
     """(seq, invocations, parts) of each sequence of a repository stored without summaries,
     from its records (``records_of``, given a cache of decoded batches: sequences stored

@@ -14,22 +14,20 @@ the caller folds the whole tree.
 
 from __future__ import annotations
 
+import collections
 import operator
+from array import array
 from collections import Counter
+from collections.abc import Sequence
 
-from cmr.store.base import SequenceData
+from cmr.store.base import InvocationRecord, SequenceData
+from cmr.store.columns import RecordColumns, field, profile_lines
 from cmr.views._gc import paused_gc
 from cmr.views.calltree import covered_in_order
-from cmr.views.model import KIND_MEASURED, KIND_SYNTHETIC
+from cmr.views.model import KIND_MEASURED
 from cmr.views.profile import Profile, ProfileNode, sort_profile
-from cmr.views.records import (
-    Naming,
-    children_lists,
-    held_under,
-    index_records,
-    link,
-    start_ordered,
-)
+from cmr.views.records import Naming
+from cmr.views.shape import Shape, tree_shape
 
 
 def sequence_profile(data: SequenceData) -> Profile | None:
@@ -42,17 +40,22 @@ def sequence_profile(data: SequenceData) -> Profile | None:
 
 def _sequence_profile(data: SequenceData) -> Profile | None:
     records = data.invocations
+    shape = tree_shape(records, data.handoffs)
+    if shape is None or shape.root != 0:
+        return None
+    naming = Naming(records, sorted(set(field(records, "puid"))), data)
+    if isinstance(records, RecordColumns):
+        root = _column_lines(records, shape, naming)  # sorted as it is made
+    else:
+        root = _record_lines(records, shape, naming)
+        sort_profile(root)
+    return Profile([root], sequences=1, samples_skipped=0)
+
+
+def _record_lines(records: Sequence[InvocationRecord], shape: Shape, naming: Naming) -> ProfileNode:
+    """The root's line, from a list of records."""
     count = len(records)
-    index = index_records(records)
-    if sum(len(iids) for iids in index.values()) < count:
-        return None
-    links = link(records, index, data.handoffs)
-    if links.root_index != 0 or not start_ordered(records):
-        return None
-    held = held_under(links.parents, 0)
-    if not all(map(operator.lt, held, range(count))):
-        return None
-    naming = Naming(records, index, data)
+    held = shape.held
     names = naming.names
     by_name = [names[r.puid][r.method] for r in records]
 
@@ -69,7 +72,7 @@ def _sequence_profile(data: SequenceData) -> Profile | None:
             lines[key[0]].children.append(lines[line])
         line_of[position] = line
 
-    children = children_lists(held)
+    children = shape.callees
     spent = [
         None if r.end_ns is None else r.end_ns - r.start_ns if r.end_ns > r.start_ns else 0
         for r in records
@@ -77,10 +80,10 @@ def _sequence_profile(data: SequenceData) -> Profile | None:
     # A call not ended yet counts what its callees account for (the deepest first).
     times: list[int | None] = list(spent)
     for position in reversed([p for p, value in enumerate(spent) if value is None]):
-        times[position] = sum([times[child] or 0 for child in children[position]])
+        times[position] = sum([times[child] or 0 for child in children(position)])
     own = [0 if value is None else value for value in spent]  # a callee-less call: all its own
-    for position in [p for p in range(count) if children[p] and spent[p] is not None]:
-        below = [records[child] for child in children[position]]
+    for position in [p for p in range(count) if children(p) and spent[p] is not None]:
+        below = [records[child] for child in children(position)]
         own[position] = max(0, (spent[position] or 0) - covered_in_order(records[position], below))
 
     time_of, self_of = [0] * len(lines), [0] * len(lines)
@@ -90,7 +93,45 @@ def _sequence_profile(data: SequenceData) -> Profile | None:
     for line, calls in Counter(line_of).items():
         node = lines[line]
         node.calls, node.time_ns, node.self_ns = calls, time_of[line], self_of[line]
-    top = ProfileNode("", KIND_SYNTHETIC, children=[lines[0]])
-    for root in top.children:
-        sort_profile(root)
-    return Profile(top.children, sequences=1, samples_skipped=0)
+    return lines[0]
+
+
+def _column_lines(records: RecordColumns, shape: Shape, naming: Naming) -> ProfileNode:
+    """The root's line, from columns: the lines and their sums come from one C pass
+    (``profile_lines``, the rules of ``_record_lines``); only a line becomes an object."""
+    names = naming.names
+    name_ids: dict[str, int] = {}
+    id_of = {
+        (puid, method): name_ids.setdefault(name, len(name_ids))
+        for puid, by_method in names.items()
+        for method, name in by_method.items()
+    }
+    if len(names) == 1:
+        [puid] = names
+        by_method = {method: id_of[puid, method] for method in names[puid]}
+        row_names = array("q", map(by_method.__getitem__, records.method))
+    else:
+        row_names = array(
+            "q", map(id_of.__getitem__, zip(records.puid, records.method, strict=True))
+        )
+    text = list(name_ids)
+    ranks = array("q", [0] * len(text))
+    for rank, name_id in enumerate(sorted(range(len(text)), key=text.__getitem__)):
+        ranks[name_id] = rank
+    parent, name, calls, time_ns, self_ns, order = profile_lines(
+        records, shape.held, row_names, ranks
+    )
+    lines = [
+        ProfileNode(text[n], KIND_MEASURED, calls=c, time_ns=t, self_ns=o)
+        for n, c, t, o in zip(name, calls, time_ns, self_ns, strict=True)
+    ]
+    children = list(map(operator.attrgetter("children"), lines))
+    collections.deque(  # each line's children appended longest first: no sort left to do
+        map(
+            list.append,
+            map(children.__getitem__, map(parent.__getitem__, order)),
+            map(lines.__getitem__, order),
+        ),
+        maxlen=0,
+    )
+    return lines[0]

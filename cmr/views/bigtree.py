@@ -15,24 +15,16 @@ Anything else returns None and the caller builds the whole tree, whose rules cov
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 
 from cmr.store.base import InvocationRecord, SequenceData
+from cmr.store.columns import RecordColumns, field
 from cmr.views._gc import paused_gc
 from cmr.views.budget import Fold, Selection, make_fold, priority_of, select
 from cmr.views.calltree import covered_in_order, tree_status
 from cmr.views.model import SequenceTree, Status
-from cmr.views.records import (
-    Naming,
-    children_lists,
-    dropped_by,
-    duration,
-    held_under,
-    index_records,
-    link,
-    start_ordered,
-)
+from cmr.views.records import Naming, dropped_by
+from cmr.views.shape import Shape, tree_shape
 
 
 def shown_tree(data: SequenceData, max_lines: int) -> tuple[SequenceTree, Selection] | None:
@@ -47,50 +39,44 @@ def shown_tree(data: SequenceData, max_lines: int) -> tuple[SequenceTree, Select
 
 
 def _shown_tree(
-    data: SequenceData, records: list[InvocationRecord], max_lines: int
+    data: SequenceData, records: Sequence[InvocationRecord], max_lines: int
 ) -> tuple[SequenceTree, Selection] | None:
     count = len(records)
-    index = index_records(records)
-    if sum(len(iids) for iids in index.values()) < count:
+    shape = tree_shape(records, data.handoffs)
+    if shape is None:
         return None
-    links = link(records, index, data.handoffs)
-    root = links.root_index
-    parents = links.parents
-    if (
-        root is None
-        or not start_ordered(records)
-        or not all(map(operator.lt, parents, range(count)))
-    ):
-        return None
-    columns = _Columns(records, parents, root, Naming(records, index, data))
+    root = shape.root
+    naming = _naming(records, data)
+    columns = _Columns(records, shape, naming)
     shown, folds, nodes_shown, hidden = select(root, max_lines, columns)
 
     positions = sorted(shown)
-    made = columns.naming.nodes([records[i] for i in positions])
+    made = naming.nodes([records[i] for i in positions])
     node_at = dict(zip(positions, made, strict=True))
     for (puid, iid), folded in data.folded.items():
-        at = index.get(puid, {}).get(iid)
-        if at is not None and at in node_at:
+        at = shape.locate(puid, iid)
+        if at in node_at:
             node_at[at].folded = folded
+    hops = shape.links.hops
     for i, node in node_at.items():
-        hop = links.hops.get(i)
+        hop = hops.get(i)
         if hop is not None:
             node.handoff = hop
         node.children = [node_at[child] for child in shown[i]]
-        children = columns.children(i)
-        if children and node.duration_ns is not None:
-            below = [records[child] for child in children]
+        callees = shape.callees(i)
+        if len(callees) and node.duration_ns is not None:
+            below = [records[child] for child in callees]
             node.self_ns = max(0, node.duration_ns - covered_in_order(node, below))
-    open_status = columns.naming.open_status
-    statuses: set[Status] = {open_status[r.puid] for r in records if r.end_ns is None}
+    open_status = naming.open_status
+    statuses: set[Status] = {open_status[puid] for puid in _unended_processes(records)}
     root_node = node_at[root]
     tree = SequenceTree(
         seq=data.seq,
         status=tree_status(statuses | {root_node.status}),
         root=root_node,
         invocations=count + sum(data.folded.values()),
-        threads=columns.naming.thread_count,
-        processes=len(index),
+        threads=naming.thread_count,
+        processes=shape.processes,
         dropped_by=dropped_by(data),
     )
     selection = Selection(nodes=nodes_shown, hidden=hidden)
@@ -99,37 +85,39 @@ def _shown_tree(
     return tree, selection
 
 
+def _naming(records: Sequence[InvocationRecord], data: SequenceData) -> Naming:
+    return Naming(records, sorted(set(field(records, "puid"))), data)
+
+
+def _unended_processes(records: Sequence[InvocationRecord]) -> set[int]:
+    if isinstance(records, RecordColumns):
+        return {records.puid[i] for i in records.unended()}
+    return {r.puid for r in records if r.end_ns is None}
+
+
 class _Columns:
-    """The tree as positions in the records (``budget.TreeAccess``): children in start order
-    (orphans under the root, as ``build_tree`` hangs them), built at C speed."""
+    """The tree as positions in the records (``budget.TreeAccess``), from its ``Shape``."""
 
-    __slots__ = ("_children", "_records", "naming")
+    __slots__ = ("_records", "_shape", "naming")
 
-    def __init__(
-        self, records: list[InvocationRecord], parents: list[int], root: int, naming: Naming
-    ) -> None:
+    def __init__(self, records: Sequence[InvocationRecord], shape: Shape, naming: Naming) -> None:
         self._records = records
+        self._shape = shape
         self.naming = naming
-        self._children = children_lists(held_under(parents, root))
 
     def children(self, node: int) -> Sequence[int]:
-        return self._children[node]
+        return self._shape.callees(node)
 
     def own_lines(self, node: int) -> int:
-        return 2 if self._children[node] else 1
+        return 2 if len(self._shape.callees(node)) else 1
 
     def priority(self, node: int) -> int:
-        return priority_of(duration(self._records[node]))
+        return priority_of(self._shape.duration(node))
 
     def fold(self, left_out: list[int]) -> Fold:
-        records, names, children = self._records, self.naming.names, self._children
-        beneath = 0
-        level = left_out
-        while level:  # the calls under them, a level at a time
-            level = [child for position in level for child in children[position]]
-            beneath += len(level)
+        records, names = self._records, self.naming.names
         return make_fold(
             [names[records[i].puid][records[i].method] for i in left_out],
-            [duration(records[i]) for i in left_out],
-            beneath,
+            [self._shape.duration(i) for i in left_out],
+            self._shape.beneath(left_out),
         )

@@ -66,7 +66,7 @@ def build_tree(data: SequenceData) -> SequenceTree:
 
 
 def _build(data: SequenceData) -> SequenceTree:
-    records = data.invocations
+    records = list(data.invocations)  # columns become records once: every node needs one
     index = index_records(records)
     if sum(len(iids) for iids in index.values()) < len(records):
         records = _unique(records)
@@ -171,7 +171,7 @@ def _synthetic_root(name: str) -> Node:
     )
 
 
-def _break_cycles(root: Node, nodes: list[Node], parents: list[int]) -> None:
+def _break_cycles(root: Node, nodes: list[Node], parents: Sequence[int]) -> None:
     """Nodes on a parent cycle are unreachable from the root; cut each cycle at its earliest node
     and hang that node (with everything beneath it) under the root."""
     reached = {id(node) for node, _ in walk(root)}

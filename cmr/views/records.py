@@ -19,11 +19,11 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass
 
-from cmr.store._shared import process_pairs
 from cmr.store.base import HandoffRecord, InvocationRecord, ProcessRecord, SequenceData
+from cmr.store.columns import process_pairs
 from cmr.views.model import (
     HANDOFF_REMOTE,
     KIND_MEASURED,
@@ -67,7 +67,7 @@ def start_ordered(records: Sequence[InvocationRecord]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Links:
-    parents: list[int]  # each record's parent's position; -1: none, or not here
+    parents: MutableSequence[int]  # each record's parent's position; -1: none, or not here
     root_index: int | None  # the true root's position; None: there is none
     remote: list[int]  # continuing a hand-off nobody here recorded, without a parent
     hops: dict[int, Handoff]  # position -> how it was reached, for those handed off
@@ -86,9 +86,31 @@ def link(
         parents = [index[r.puid].get(r.parent, -1) if r.parent else -1 for r in records]
     for i in [i for i, parent in enumerate(parents) if parent == i]:
         parents[i] = -1
+    return linked(
+        records,
+        parents,
+        locate=lambda puid, iid: index.get(puid, {}).get(iid, -1),
+        handed=[i for i, r in enumerate(records) if r.hid],
+        roots=[i for i, r in enumerate(records) if not r.parent and not r.hid],
+        handoffs=handoffs,
+    )
+
+
+def linked(
+    records: Sequence[InvocationRecord],
+    parents: MutableSequence[int],
+    *,
+    locate: Callable[[int, int], int],
+    handed: list[int],
+    roots: list[int],
+    handoffs: dict[int, HandoffRecord],
+) -> Links:
+    """``link``'s rules for the few records with a hand-off (``handed``) and the root among
+    ``roots`` (no parent, no hand-off), given each record's parent in its own process
+    (``parents``, completed here) and the position of a (puid, iid) (``locate``, -1: none)."""
     remote: list[int] = []
     hops: dict[int, Handoff] = {}
-    for i in [i for i, r in enumerate(records) if r.hid]:
+    for i in handed:
         r = records[i]
         handoff = handoffs.get(r.hid)
         if handoff is None:
@@ -98,10 +120,9 @@ def link(
         submitted = handoff.submitted_ns
         hops[i] = Handoff(r.hid, handoff.kind, submitted, max(0, r.start_ns - submitted))
         if handoff.parent:
-            submitter = index.get(handoff.puid, {}).get(handoff.parent, -1)
+            submitter = locate(handoff.puid, handoff.parent)
             if submitter >= 0 and submitter != i:
                 parents[i] = submitter
-    roots = [i for i, r in enumerate(records) if not r.parent and not r.hid]
     root_index = (
         min(roots, key=lambda i: (records[i].start_ns, records[i].iid, records[i].puid))
         if roots

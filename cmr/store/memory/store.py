@@ -23,7 +23,6 @@ from cmr.store._shared import (
     is_lost,
     lost_rows,
     pick_match,
-    process_pairs,
     qualified_name,
     seq_range,
 )
@@ -43,6 +42,7 @@ from cmr.store.base import (
     UnknownSequenceError,
     names_method,
 )
+from cmr.store.columns import process_pairs
 from cmr.store.listing import matching_names, select_lines, window
 from cmr.store.memory.pages import MemoryPages
 from cmr.store.memory.samples import MemorySamples

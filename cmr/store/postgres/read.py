@@ -4,7 +4,7 @@ inside a transaction the caller holds (``PostgresStore``), with the rules of ``_
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from cmr.store._samples import (
@@ -14,7 +14,7 @@ from cmr.store._samples import (
     load_samples,
     sample_windows,
 )
-from cmr.store._shared import is_lost, process_pairs
+from cmr.store._shared import is_lost
 from cmr.store.base import (
     FrameRecord,
     HandoffRecord,
@@ -27,6 +27,7 @@ from cmr.store.base import (
     ThreadRecord,
     UnknownSequenceError,
 )
+from cmr.store.columns import columns_available, field, process_pairs, unpack_columns
 from cmr.store.packed import LateAttrs, LateEnd, StoredBatch, unpack
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.schema import (
@@ -39,7 +40,9 @@ from cmr.store.postgres.schema import (
 from cmr.store.summaries import BatchCache
 
 
-def invocations(conn: Conn, seq: bytes, cache: BatchCache | None = None) -> list[InvocationRecord]:
+def invocations(
+    conn: Conn, seq: bytes, cache: BatchCache | None = None
+) -> Sequence[InvocationRecord]:
     """The sequence's invocations, from its batches and the late Ends and Attrs they lack."""
 
     def stored() -> Iterator[StoredBatch]:
@@ -57,6 +60,8 @@ def invocations(conn: Conn, seq: bytes, cache: BatchCache | None = None) -> list
         ):
             yield puid, iid, batch_no, bytes(blob)
 
+    if cache is None and columns_available():
+        return unpack_columns(seq, stored(), late_ends, late_attrs)
     return unpack(seq, stored(), late_ends, late_attrs, cache)
 
 
@@ -64,7 +69,7 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
     records = invocations(conn, seq)
     if not records:
         raise UnknownSequenceError(f"no sequence {seq.hex()}")
-    continued = sorted({r.hid for r in records if r.hid})
+    continued = sorted(set(field(records, "hid")) - {0})
     handoffs = {
         row[0]: HandoffRecord(*row)
         for row in conn.execute(SEQUENCE_HANDOFFS, {"seq": seq, "hids": continued})
@@ -91,7 +96,7 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
         int(puid) for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = %s", (seq,))
     )
     processes_by_puid = processes(
-        conn, {r.puid for r in records} | {h.puid for h in handoffs.values()} | lost_by, now
+        conn, set(field(records, "puid")) | {h.puid for h in handoffs.values()} | lost_by, now
     )
     sampled: list[SampleRecord] = []
     frames: dict[tuple[int, int], FrameRecord] = {}
@@ -100,7 +105,7 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
             (puid, tid)
             for puid, tid in conn.execute(
                 "SELECT puid, tid FROM sample_threads WHERE puid = ANY(%s)",
-                (sorted({r.puid for r in records}),),
+                (sorted(set(field(records, "puid"))),),
             )
         }
         sampled, frames = _samples(conn, sample_windows(records, threads_sampled))

@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
-from cmr.store._shared import is_lost, process_pairs
+from cmr.store._shared import is_lost
 from cmr.store.base import (
     HandoffRecord,
     InvocationRecord,
@@ -19,6 +19,7 @@ from cmr.store.base import (
     PruneResult,
     ThreadRecord,
 )
+from cmr.store.columns import columns_available, field, process_pairs, unpack_columns
 from cmr.store.packed import LateAttrs, LateEnd, unpack
 from cmr.store.sqlite.schema import PROCESS_COLUMNS, SEQUENCE_BATCHES
 from cmr.store.summaries import BatchCache
@@ -29,7 +30,7 @@ _CHUNK: Final = 400
 
 def invocations(
     conn: sqlite3.Connection, seq: bytes, cache: BatchCache | None = None
-) -> list[InvocationRecord]:
+) -> Sequence[InvocationRecord]:
     """The sequence's invocations, from its batches and the late Ends and Attrs they lack."""
 
     def late_ends(keys: list[tuple[int, int]]) -> Iterator[LateEnd]:
@@ -49,11 +50,13 @@ def invocations(
                 part,
             )
 
+    if cache is None and columns_available():
+        return unpack_columns(seq, conn.execute(SEQUENCE_BATCHES, (seq,)), late_ends, late_attrs)
     return unpack(seq, conn.execute(SEQUENCE_BATCHES, (seq,)), late_ends, late_attrs, cache)
 
 
 def handoffs(
-    conn: sqlite3.Connection, seq: bytes, records: list[InvocationRecord]
+    conn: sqlite3.Connection, seq: bytes, records: Sequence[InvocationRecord]
 ) -> dict[int, HandoffRecord]:
     """The hand-offs recorded in the sequence, and those its invocations continue (found by hid
     alone, wherever they were recorded)."""
@@ -62,7 +65,7 @@ def handoffs(
         row[0]: HandoffRecord(*row)
         for row in conn.execute(f"SELECT {columns} FROM handoffs WHERE seq = ?", (seq,))
     }
-    continued = sorted({r.hid for r in records if r.hid and r.hid not in found})
+    continued = sorted(set(field(records, "hid")) - found.keys() - {0})
     for part in _chunks(continued):
         marks = ", ".join("?" * len(part))
         for row in conn.execute(f"SELECT {columns} FROM handoffs WHERE hid IN ({marks})", part):
@@ -72,7 +75,7 @@ def handoffs(
 
 def names(
     conn: sqlite3.Connection,
-    records: list[InvocationRecord],
+    records: Sequence[InvocationRecord],
     found_handoffs: dict[int, HandoffRecord],
 ) -> tuple[dict[tuple[int, int], MethodRecord], dict[tuple[int, int], ThreadRecord]]:
     """The methods and threads the invocations and hand-offs name."""

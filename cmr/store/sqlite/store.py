@@ -40,6 +40,7 @@ from cmr.store.base import (
     StoreStats,
     UnknownSequenceError,
 )
+from cmr.store.columns import field
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of, pack
 from cmr.store.sqlite import read as sqlite_read
@@ -275,7 +276,7 @@ class SQLiteStore(Store):
         lost_by = frozenset(
             puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
         )
-        puids = {r.puid for r in invocations} | {h.puid for h in handoffs.values()} | lost_by
+        puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
         processes = sqlite_read.processes(conn, puids, now)
         sampled, frames = (
             load_samples(conn, sample_windows(invocations, sampled_threads(conn, puids)))

@@ -6,12 +6,15 @@ take to the whole tree."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import msgspec
 import pytest
 
 from cmr.store import open_store
 from cmr.store.base import SequenceData
+from cmr.store.columns import columns_available, unpack_columns
+from cmr.store.packed import encode_chunks
 from cmr.views.bigprofile import sequence_profile
 from cmr.views.bigtree import shown_tree
 from cmr.views.calltree import build_tree
@@ -73,11 +76,50 @@ def service() -> SequenceData:
     return dataclasses.replace(data, invocations=records)
 
 
+def as_columns(data: SequenceData) -> SequenceData:
+    """``data`` with its records as the C reader gives them (``columns.RecordColumns``): each
+    process's records as one stored batch, a chunk per thread."""
+    by_thread: dict[int, dict[int, list[wire.Event]]] = {}
+    for r in data.invocations:
+        events = by_thread.setdefault(r.puid, {}).setdefault(r.tid, [])
+        events.append(wire.Start(r.iid, r.parent, r.hid, r.method, r.start_ns, data.seq))
+        if r.attributes:
+            events.append(wire.Attrs(r.iid, r.attributes))
+        if r.end_ns is not None:
+            end = r.end_ns
+            events.append(wire.Error(r.iid, end, r.error) if r.error else wire.End(r.iid, end))
+    batches = [
+        (puid, 1, 0, encode_chunks([wire.ThreadChunk(tid, e) for tid, e in threads.items()]))
+        for puid, threads in sorted(by_thread.items())
+    ]
+    columns = unpack_columns(data.seq, batches, lambda keys: [], lambda puids: [])
+    assert list(columns) == data.invocations  # the same records, as columns
+    return dataclasses.replace(data, invocations=columns)
+
+
+def as_records(data: SequenceData) -> SequenceData:
+    return data
+
+
+#: Both forms a store gives records in: a list (pure Python) and columns (the C reader).
+FORMS = [
+    pytest.param(as_records, id="records"),
+    pytest.param(
+        as_columns,
+        id="columns",
+        marks=pytest.mark.skipif(not columns_available(), reason="no C accelerator"),
+    ),
+]
+
+
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("budget", [3, 8, 30, 120, 600])
 @pytest.mark.parametrize("color", [False, True])
-def test_the_shown_part_prints_what_the_whole_tree_prints(budget: int, color: bool) -> None:
+def test_the_shown_part_prints_what_the_whole_tree_prints(
+    budget: int, color: bool, form: Callable[[SequenceData], SequenceData]
+) -> None:
     data = service()
-    shown = shown_tree(data, budget)
+    shown = shown_tree(form(data), budget)
     assert shown is not None
     tree, selection = shown
     assert selection.nodes < len(data.invocations)  # a node only for what is shown
@@ -115,9 +157,12 @@ def test_render_sequence_takes_the_shown_part_from_a_store_and_prints_the_same(
         store.close()
 
 
-def test_a_profile_read_from_the_records_is_the_one_the_whole_tree_gives() -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_a_profile_read_from_the_records_is_the_one_the_whole_tree_gives(
+    form: Callable[[SequenceData], SequenceData],
+) -> None:
     data = service()
-    quick = sequence_profile(data)
+    quick = sequence_profile(form(data))
     assert quick is not None
     whole = profile_sequence(merge_samples(build_tree(data), data))
     assert render_profile(quick, "t", max_nodes=0) == render_profile(whole, "t", max_nodes=0)
@@ -127,12 +172,14 @@ def test_a_profile_read_from_the_records_is_the_one_the_whole_tree_gives() -> No
     assert len(render_profile(quick, "t", max_nodes=0).splitlines()) > 10  # a real profile
 
 
+@pytest.mark.parametrize("form", FORMS)
 def test_a_profile_with_samples_or_without_a_first_root_is_left_to_the_whole_tree(
-    builder: SequenceBuilder,
+    builder: SequenceBuilder, form: Callable[[SequenceData], SequenceData]
 ) -> None:
     data = service()
     no_root = [r for r in data.invocations if r.iid != 1 or r.puid != PUID]
-    assert sequence_profile(dataclasses.replace(data, invocations=no_root)) is None
+    assert sequence_profile(form(dataclasses.replace(data, invocations=no_root))) is None
+    assert shown_tree(form(dataclasses.replace(data, invocations=no_root)), 8) is None
     builder.call("app.main", 1, start=0, end=100)
     builder.frame(1, "main", line=1)
     builder.sample(10, [1])

@@ -1,0 +1,1069 @@
+/* The repository's read path in C: a sequence's invocations as column arrays.
+ *
+ * `cmr show` of a million calls used to make a million InvocationRecord objects (and decode two
+ * million event Structs to make them). `gather` reads the stored batches' msgpack blobs directly,
+ * keeps the sequence's Starts as int64 columns, joins their Ends and Errors by (process, iid) in a
+ * hash table, and sorts the columns by (start, puid, iid): the records `cmr.store.packed.unpack`
+ * makes, with the same rules, and no object per call. The table it leaves behind (`Index`) answers
+ * "where is (puid, iid)" for the views (parents, hand-off submitters), and `children` lays the
+ * tree out as two arrays (CSR) instead of a list per call.
+ *
+ * The blobs were validated by typed decoding when their batches arrived; the parser still checks
+ * every length and type, and a blob it cannot read raises ValueError (a damaged file), never reads
+ * past its end.
+ *
+ * Rules (those of `unpack`, which is the reference; the tests compare both):
+ * - the first Start of a (puid, iid) in batch order wins;
+ * - the first End or Error of a (puid, iid) wins, except that within one chunk an End wins over an
+ *   Error whatever their order;
+ * - wall time = event time + the batch's clock offset (an overflow is a damaged batch);
+ * - Attrs events are returned raw (msgpack of the whole event) with their process, in order.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- msgpack reading */
+
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+} Reader;
+
+static int damaged(const char *what) {
+    PyErr_Format(PyExc_ValueError, "damaged batch: %s", what);
+    return -1;
+}
+
+static inline int need(Reader *r, size_t n) {
+    if ((size_t)(r->end - r->p) < n) return damaged("truncated");
+    return 0;
+}
+
+static inline uint64_t be(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+static int read_array(Reader *r, uint32_t *len) {
+    if (need(r, 1) < 0) return -1;
+    uint8_t b = *r->p++;
+    if ((b & 0xf0) == 0x90) {
+        *len = b & 0x0f;
+        return 0;
+    }
+    int n = b == 0xdc ? 2 : b == 0xdd ? 4 : 0;
+    if (!n) return damaged("array expected");
+    if (need(r, n) < 0) return -1;
+    *len = (uint32_t)be(r->p, n);
+    r->p += n;
+    return 0;
+}
+
+static int read_int(Reader *r, int64_t *out) {
+    if (need(r, 1) < 0) return -1;
+    uint8_t b = *r->p++;
+    if (b <= 0x7f) {
+        *out = b;
+        return 0;
+    }
+    if (b >= 0xe0) {
+        *out = (int8_t)b;
+        return 0;
+    }
+    int n;
+    int is_signed;
+    switch (b) {
+        case 0xcc: n = 1; is_signed = 0; break;
+        case 0xcd: n = 2; is_signed = 0; break;
+        case 0xce: n = 4; is_signed = 0; break;
+        case 0xcf: n = 8; is_signed = 0; break;
+        case 0xd0: n = 1; is_signed = 1; break;
+        case 0xd1: n = 2; is_signed = 1; break;
+        case 0xd2: n = 4; is_signed = 1; break;
+        case 0xd3: n = 8; is_signed = 1; break;
+        default: return damaged("integer expected");
+    }
+    if (need(r, n) < 0) return -1;
+    uint64_t v = be(r->p, n);
+    r->p += n;
+    if (!is_signed) {
+        if (v > (uint64_t)INT64_MAX) return damaged("integer out of range");
+        *out = (int64_t)v;
+    } else if (n == 8) {
+        *out = (int64_t)v;
+    } else {
+        int shift = 64 - 8 * n; /* sign-extend */
+        *out = (int64_t)(v << shift) >> shift;
+    }
+    return 0;
+}
+
+static int read_bytes(Reader *r, const uint8_t **data, uint32_t *len, int want_str) {
+    if (need(r, 1) < 0) return -1;
+    uint8_t b = *r->p++;
+    int n = 0;
+    if (want_str && (b & 0xe0) == 0xa0) {
+        *len = b & 0x1f;
+    } else {
+        if (want_str)
+            n = b == 0xd9 ? 1 : b == 0xda ? 2 : b == 0xdb ? 4 : 0;
+        else
+            n = b == 0xc4 ? 1 : b == 0xc5 ? 2 : b == 0xc6 ? 4 : 0;
+        if (!n) return damaged(want_str ? "string expected" : "bytes expected");
+        if (need(r, n) < 0) return -1;
+        *len = (uint32_t)be(r->p, n);
+        r->p += n;
+    }
+    if (need(r, *len) < 0) return -1;
+    *data = r->p;
+    r->p += *len;
+    return 0;
+}
+
+/* Skips one value of any type (an Attrs event's map); nesting is bounded. */
+static int skip(Reader *r, int depth) {
+    if (depth > 8) return damaged("nested too deeply");
+    if (need(r, 1) < 0) return -1;
+    uint8_t b = *r->p;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        r->p++;
+        return 0;
+    }
+    if ((b & 0xe0) == 0xa0 || b == 0xd9 || b == 0xda || b == 0xdb) {
+        const uint8_t *d;
+        uint32_t n;
+        return read_bytes(r, &d, &n, 1);
+    }
+    if (b == 0xc4 || b == 0xc5 || b == 0xc6) {
+        const uint8_t *d;
+        uint32_t n;
+        return read_bytes(r, &d, &n, 0);
+    }
+    if (b >= 0xcc && b <= 0xd3) {
+        int64_t v;
+        if (b == 0xcf) { /* a uint64 above INT64_MAX is still a value to skip */
+            r->p++;
+            if (need(r, 8) < 0) return -1;
+            r->p += 8;
+            return 0;
+        }
+        return read_int(r, &v);
+    }
+    if (b == 0xca || b == 0xcb) {
+        r->p++;
+        size_t n = b == 0xca ? 4 : 8;
+        if (need(r, n) < 0) return -1;
+        r->p += n;
+        return 0;
+    }
+    uint32_t len;
+    int map = 0;
+    if ((b & 0xf0) == 0x80 || b == 0xde || b == 0xdf) {
+        map = 1;
+        r->p++;
+        if ((b & 0xf0) == 0x80) {
+            len = b & 0x0f;
+        } else {
+            int n = b == 0xde ? 2 : 4;
+            if (need(r, n) < 0) return -1;
+            len = (uint32_t)be(r->p, n);
+            r->p += n;
+        }
+    } else if (read_array(r, &len) < 0) {
+        return -1;
+    }
+    uint64_t items = map ? 2 * (uint64_t)len : len;
+    for (uint64_t i = 0; i < items; i++)
+        if (skip(r, depth + 1) < 0) return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- growable int64 columns */
+
+typedef struct {
+    int64_t *data;
+    size_t len, cap;
+} Column;
+
+static int column_push(Column *c, int64_t v) {
+    if (c->len == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 4096;
+        int64_t *data = PyMem_Realloc(c->data, cap * sizeof(int64_t));
+        if (!data) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->data = data;
+        c->cap = cap;
+    }
+    c->data[c->len++] = v;
+    return 0;
+}
+
+static void column_free(Column *c) {
+    PyMem_Free(c->data);
+    c->data = NULL;
+    c->len = c->cap = 0;
+}
+
+/* ---------------------------------------------------------------- (process, iid) hash table */
+
+static inline uint64_t mix(uint64_t x) { /* splitmix64's finaliser */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* A process numbers its invocations in order, so a sequence's iids come in runs: a run of 16
+ * consecutive iids lands in consecutive slots (its Starts and Ends then touch a few cache lines,
+ * not one each), and the runs are scattered by a strong mix. Runs are kept short: a run placed
+ * over another's slots probes past them. */
+#define RUN_BITS 4
+
+static inline uint64_t key_hash(int32_t process, int64_t iid) {
+    uint64_t run = mix(((uint64_t)iid >> RUN_BITS) ^ ((uint64_t)(uint32_t)process << 52));
+    return (run << RUN_BITS) | ((uint64_t)iid & ((1u << RUN_BITS) - 1));
+}
+
+/* Entry.end: ENDLESS, ENDED, or (0 and up) the index of a FAILED end's exception name. */
+enum { ENDLESS = -2, ENDED = -1 };
+#define FAILED(e) ((e)->end >= 0)
+
+typedef struct {
+    int64_t iid;
+    int64_t end_ns;
+    int32_t process; /* -1: an empty slot */
+    int32_t start;   /* the Start's row, -1: none (yet) */
+    int32_t end;     /* ENDLESS, ENDED, or the index into the errors list of a FAILED end */
+    uint32_t chunk;  /* the chunk its end came from */
+} Entry;
+
+typedef struct {
+    Entry *slots;
+    size_t mask, used;
+} Table;
+
+static int table_init(Table *t, size_t capacity) {
+    size_t size = 1024;
+    while (size < capacity * 2) size <<= 1;
+    t->slots = PyMem_Malloc(size * sizeof(Entry));
+    if (!t->slots) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < size; i++) t->slots[i].process = -1;
+    t->mask = size - 1;
+    t->used = 0;
+    return 0;
+}
+
+static Entry *table_find(Table *t, int32_t process, int64_t iid) {
+    size_t i = key_hash(process, iid) & t->mask;
+    for (;;) {
+        Entry *e = &t->slots[i];
+        if (e->process < 0) return NULL;
+        if (e->iid == iid && e->process == process) return e;
+        i = (i + 1) & t->mask;
+    }
+}
+
+static int table_grow(Table *t) {
+    Table bigger;
+    if (table_init(&bigger, 2 * (t->mask + 1)) < 0) return -1; /* four times the slots */
+    for (size_t i = 0; i <= t->mask; i++) {
+        Entry *e = &t->slots[i];
+        if (e->process < 0) continue;
+        size_t j = key_hash(e->process, e->iid) & bigger.mask;
+        while (bigger.slots[j].process >= 0) j = (j + 1) & bigger.mask;
+        bigger.slots[j] = *e;
+    }
+    bigger.used = t->used;
+    PyMem_Free(t->slots);
+    *t = bigger;
+    return 0;
+}
+
+/* The entry of (process, iid), made (no start, no end) when absent; NULL on no memory. */
+static Entry *table_get(Table *t, int32_t process, int64_t iid) {
+    if ((t->used + 1) * 2 > t->mask + 1 && table_grow(t) < 0) return NULL; /* at most half full */
+    size_t i = key_hash(process, iid) & t->mask;
+    for (;;) {
+        Entry *e = &t->slots[i];
+        if (e->process < 0) {
+            e->process = process;
+            e->iid = iid;
+            e->start = -1;
+            e->end = ENDLESS;
+            e->end_ns = 0;
+            e->chunk = 0;
+            t->used++;
+            return e;
+        }
+        if (e->iid == iid && e->process == process) return e;
+        i = (i + 1) & t->mask;
+    }
+}
+
+/* ---------------------------------------------------------------- gathering */
+
+enum { C_PROCESS, C_IID, C_PARENT, C_HID, C_TID, C_METHOD, C_START, C_COUNT };
+
+typedef struct {
+    const uint8_t *seq;
+    Column col[C_COUNT]; /* C_PROCESS holds the process's index in `puids` */
+    Table table;
+    PyObject *puids;  /* list of the processes' puids, in order of first batch */
+    PyObject *errors; /* list of exception names, indexed by Entry.error */
+    PyObject *attrs;  /* list of (puid, raw Attrs event) */
+    uint32_t chunk;
+} Gather;
+
+static int add_time(int64_t t, int64_t offset, int64_t *out) {
+    if (__builtin_add_overflow(t, offset, out)) return damaged("time out of range");
+    return 0;
+}
+
+static int gather_event(Gather *g, Reader *r, int32_t process, int64_t tid, int64_t offset,
+                        PyObject *puid) {
+    const uint8_t *begin = r->p;
+    uint32_t len;
+    int64_t tag;
+    if (read_array(r, &len) < 0) return -1;
+    if (len < 1 || read_int(r, &tag) < 0) return len < 1 ? damaged("empty event") : -1;
+    if (tag == 0) { /* Start: iid, parent, hid, method, t_ns, seq */
+        int64_t iid, parent, hid, method, t;
+        const uint8_t *seq;
+        uint32_t seq_len;
+        if (len != 7 || read_int(r, &iid) < 0 || read_int(r, &parent) < 0 ||
+            read_int(r, &hid) < 0 || read_int(r, &method) < 0 || read_int(r, &t) < 0 ||
+            read_bytes(r, &seq, &seq_len, 0) < 0)
+            return PyErr_Occurred() ? -1 : damaged("bad Start");
+        if (seq_len != 16 || memcmp(seq, g->seq, 16) != 0) return 0;
+        Entry *e = table_get(&g->table, process, iid);
+        if (!e) return -1;
+        if (e->start >= 0) return 0; /* a repeated Start: the first wins */
+        int64_t wall;
+        if (add_time(t, offset, &wall) < 0) return -1;
+        if (g->col[C_IID].len >= INT32_MAX) return damaged("too many invocations");
+        e->start = (int32_t)g->col[C_IID].len;
+        int64_t row[C_COUNT] = {process, iid, parent, hid, tid, method, wall};
+        for (int c = 0; c < C_COUNT; c++)
+            if (column_push(&g->col[c], row[c]) < 0) return -1;
+        return 0;
+    }
+    if (tag == 1 || tag == 2) { /* End: iid, t_ns; Error: iid, t_ns, error */
+        int64_t iid, t;
+        const uint8_t *name = NULL;
+        uint32_t name_len = 0;
+        if (len != (tag == 1 ? 3u : 4u) || read_int(r, &iid) < 0 || read_int(r, &t) < 0 ||
+            (tag == 2 && read_bytes(r, &name, &name_len, 1) < 0))
+            return PyErr_Occurred() ? -1 : damaged("bad End");
+        Entry *e = table_get(&g->table, process, iid);
+        if (!e) return -1;
+        int take = e->end == ENDLESS || (tag == 1 && FAILED(e) && e->chunk == g->chunk);
+        if (!take) return 0;
+        int64_t wall;
+        if (add_time(t, offset, &wall) < 0) return -1;
+        e->end_ns = wall;
+        e->chunk = g->chunk;
+        e->end = ENDED;
+        if (tag == 2) {
+            PyObject *text = PyUnicode_DecodeUTF8((const char *)name, name_len, "strict");
+            if (!text) return -1;
+            Py_ssize_t at = PyList_GET_SIZE(g->errors);
+            int failed = PyList_Append(g->errors, text);
+            Py_DECREF(text);
+            if (failed < 0) return -1;
+            e->end = (int32_t)at;
+        }
+        return 0;
+    }
+    for (uint32_t i = 1; i < len; i++) /* Handoff (stored apart) or Attrs (returned raw) */
+        if (skip(r, 0) < 0) return -1;
+    if (tag == 4) {
+        PyObject *item = Py_BuildValue("(Oy#)", puid, begin, (Py_ssize_t)(r->p - begin));
+        if (!item) return -1;
+        int failed = PyList_Append(g->attrs, item);
+        Py_DECREF(item);
+        return failed;
+    }
+    return tag == 3 ? 0 : damaged("unknown event");
+}
+
+static int gather_blob(Gather *g, int32_t process, PyObject *puid, int64_t offset,
+                       const uint8_t *blob, Py_ssize_t size) {
+    Reader r = {blob, blob + size};
+    uint32_t chunks;
+    if (read_array(&r, &chunks) < 0) return -1;
+    for (uint32_t c = 0; c < chunks; c++) {
+        uint32_t fields, events;
+        int64_t tid;
+        if (read_array(&r, &fields) < 0) return -1;
+        if (fields != 2) return damaged("bad chunk");
+        if (read_int(&r, &tid) < 0 || read_array(&r, &events) < 0) return -1;
+        g->chunk++;
+        for (uint32_t i = 0; i < events; i++)
+            if (gather_event(g, &r, process, tid, offset, puid) < 0) return -1;
+    }
+    if (r.p != r.end) return damaged("trailing bytes");
+    return 0;
+}
+
+/* The index of `puid` in g->puids, appended when new. */
+static int32_t process_index(Gather *g, PyObject *puid) {
+    Py_ssize_t n = PyList_GET_SIZE(g->puids);
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        int equal = PyObject_RichCompareBool(PyList_GET_ITEM(g->puids, i), puid, Py_EQ);
+        if (equal < 0) return -1;
+        if (equal) return (int32_t)i;
+    }
+    if (n >= INT32_MAX || PyList_Append(g->puids, puid) < 0) return -1;
+    return (int32_t)n;
+}
+
+/* ---------------------------------------------------------------- the Index type */
+
+typedef struct {
+    PyObject_HEAD
+    Table table; /* (process, iid) -> row, in Entry.start; nothing else is kept */
+    PyObject *puids;
+    int64_t *puid_values; /* the same puids, for lookups from a puid column */
+    Py_ssize_t processes;
+    Py_ssize_t rows;
+} Index;
+
+static PyTypeObject IndexType;
+
+static void index_dealloc(Index *self) {
+    PyMem_Free(self->table.slots);
+    PyMem_Free(self->puid_values);
+    Py_XDECREF(self->puids);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int32_t index_process(Index *self, PyObject *puid) {
+    Py_ssize_t n = PyList_GET_SIZE(self->puids);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int equal = PyObject_RichCompareBool(PyList_GET_ITEM(self->puids, i), puid, Py_EQ);
+        if (equal < 0) return -2;
+        if (equal) return (int32_t)i;
+    }
+    return -1;
+}
+
+static PyObject *index_position(Index *self, PyObject *args) {
+    PyObject *puid;
+    long long iid;
+    if (!PyArg_ParseTuple(args, "OL:position", &puid, &iid)) return NULL;
+    int32_t process = index_process(self, puid);
+    if (process == -2) return NULL;
+    Entry *e = process < 0 ? NULL : table_find(&self->table, process, iid);
+    return PyLong_FromLong(e ? e->start : -1);
+}
+
+static int as_rows(PyObject *obj, Py_buffer *view, Py_ssize_t rows, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
+    if (view->len != rows * (Py_ssize_t)sizeof(int64_t)) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_ValueError, "%s: one int64 per row expected", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* parents(puids, parent_iids) -> bytes of int64: the row of each row's parent in its own
+ * process, -1 when it has none here (iid 0, not gathered, or itself). */
+static PyObject *index_parents(Index *self, PyObject *args) {
+    PyObject *processes, *parents;
+    if (!PyArg_ParseTuple(args, "OO:parents", &processes, &parents)) return NULL;
+    Py_buffer pv, av;
+    if (as_rows(processes, &pv, self->rows, "puids") < 0) return NULL;
+    if (as_rows(parents, &av, self->rows, "parents") < 0) {
+        PyBuffer_Release(&pv);
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, self->rows * (Py_ssize_t)sizeof(int64_t));
+    if (out) {
+        const int64_t *puid = pv.buf, *parent = av.buf;
+        int64_t *row = (int64_t *)PyBytes_AS_STRING(out);
+        int32_t process = 0;
+        for (Py_ssize_t i = 0; i < self->rows; i++) {
+            if (self->puid_values[process] != puid[i]) { /* rows of one process come together */
+                for (process = 0; process < self->processes - 1; process++)
+                    if (self->puid_values[process] == puid[i]) break;
+            }
+            Entry *e = parent[i] && self->puid_values[process] == puid[i]
+                           ? table_find(&self->table, process, parent[i])
+                           : NULL;
+            row[i] = e && e->start != i ? e->start : -1;
+        }
+    }
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&av);
+    return out;
+}
+
+static PyMethodDef index_methods[] = {
+    {"position", (PyCFunction)index_position, METH_VARARGS,
+     "position(puid, iid) -> the row of that invocation, -1 when it is not here."},
+    {"parents", (PyCFunction)index_parents, METH_VARARGS,
+     "parents(processes, parent_iids) -> int64 bytes: each row's parent row in its process, -1 "
+     "for none."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject IndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "cmr.store._columns.Index",
+    .tp_basicsize = sizeof(Index),
+    .tp_dealloc = (destructor)index_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Where each gathered (puid, iid) sits in the columns.",
+    .tp_methods = index_methods,
+};
+
+/* ---------------------------------------------------------------- gather() */
+
+static const int64_t *sort_start, *sort_iid;
+static const int64_t *sort_puid_of; /* puid value per process index */
+static const int64_t *sort_process;
+
+static int by_start(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (sort_start[i] != sort_start[j]) return sort_start[i] < sort_start[j] ? -1 : 1;
+    int64_t pi = sort_puid_of[sort_process[i]], pj = sort_puid_of[sort_process[j]];
+    if (pi != pj) return pi < pj ? -1 : 1;
+    return sort_iid[i] < sort_iid[j] ? -1 : sort_iid[i] > sort_iid[j];
+}
+
+static PyObject *column_bytes(const int64_t *values, const int32_t *order, size_t n) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+    if (!out) return NULL;
+    int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
+    if (order)
+        for (size_t i = 0; i < n; i++) dst[i] = values[order[i]];
+    else
+        memcpy(dst, values, n * sizeof(int64_t));
+    return out;
+}
+
+static void gather_free(Gather *g) {
+    for (int c = 0; c < C_COUNT; c++) column_free(&g->col[c]);
+    PyMem_Free(g->table.slots);
+    g->table.slots = NULL;
+    Py_XDECREF(g->puids);
+    Py_XDECREF(g->errors);
+    Py_XDECREF(g->attrs);
+}
+
+/* Builds the result once every batch is read: rows in (start, puid, iid) order. */
+static PyObject *gather_finish(Gather *g) {
+    size_t n = g->col[C_IID].len;
+    Py_ssize_t processes = PyList_GET_SIZE(g->puids);
+    int64_t *puid_of = PyMem_Calloc((size_t)processes + 1, sizeof(int64_t));
+    int32_t *order = NULL;
+    int64_t *ends = NULL, *row_ends = NULL;
+    uint8_t *ended = NULL;
+    PyObject *columns = NULL, *errors = NULL, *result = NULL;
+    Index *index = NULL;
+    if (!puid_of) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < processes; i++) {
+        puid_of[i] = PyLong_AsLongLong(PyList_GET_ITEM(g->puids, i));
+        if (puid_of[i] == -1 && PyErr_Occurred()) goto done;
+    }
+    const int64_t *start = g->col[C_START].data;
+    int sorted = 1;
+    for (size_t i = 1; i < n && sorted; i++) sorted = start[i - 1] < start[i];
+    if (!sorted) {
+        order = PyMem_Malloc(n * sizeof(int32_t));
+        if (!order) goto nomem;
+        for (size_t i = 0; i < n; i++) order[i] = (int32_t)i;
+        sort_start = start;
+        sort_iid = g->col[C_IID].data;
+        sort_process = g->col[C_PROCESS].data;
+        sort_puid_of = puid_of;
+        qsort(order, n, sizeof(int32_t), by_start);
+    }
+    /* Ends and errors per gathered row, then the rows' final positions in the index. */
+    row_ends = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
+    ended = PyMem_Calloc(n ? n : 1, 1);
+    int32_t *error_of = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
+    int32_t *final = PyMem_Malloc((n ? n : 1) * sizeof(int32_t)); /* gathered row -> row */
+    if (!row_ends || !ended || !error_of || !final) {
+        PyMem_Free(error_of);
+        PyMem_Free(final);
+        goto nomem;
+    }
+    for (size_t i = 0; i < n; i++) final[order ? order[i] : (int32_t)i] = (int32_t)i;
+    for (size_t i = 0; i <= g->table.mask; i++) {
+        Entry *e = &g->table.slots[i];
+        if (e->process < 0 || e->start < 0) continue;
+        row_ends[e->start] = e->end != ENDLESS ? e->end_ns : 0;
+        ended[e->start] = e->end != ENDLESS;
+        error_of[e->start] = FAILED(e) ? e->end : -1;
+    }
+    /* The index keeps only the rows' keys: a table sized for the rows, not the Ends. */
+    index = PyObject_New(Index, &IndexType);
+    if (!index) {
+        PyMem_Free(error_of);
+        PyMem_Free(final);
+        goto done;
+    }
+    index->puids = NULL;
+    index->puid_values = puid_of;
+    puid_of = NULL; /* the index owns it now */
+    index->processes = processes;
+    index->rows = (Py_ssize_t)n;
+    if (table_init(&index->table, n) < 0) {
+        index->table.slots = NULL;
+        PyMem_Free(error_of);
+        PyMem_Free(final);
+        goto done;
+    }
+    errors = PyDict_New();
+    uint8_t *ended_out = PyMem_Calloc(n ? n : 1, 1);
+    ends = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
+    if (!errors || !ended_out || !ends) {
+        PyMem_Free(ended_out);
+        PyMem_Free(error_of);
+        PyMem_Free(final);
+        if (errors) PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int32_t row = final[i];
+        ends[row] = row_ends[i];
+        ended_out[row] = ended[i];
+        Entry *e = table_get(&index->table, (int32_t)g->col[C_PROCESS].data[i], g->col[C_IID].data[i]);
+        e->start = row;
+        if (error_of[i] >= 0) {
+            PyObject *key = PyLong_FromLong(row);
+            int failed = !key || PyDict_SetItem(errors, key, PyList_GET_ITEM(g->errors, error_of[i]));
+            Py_XDECREF(key);
+            if (failed) {
+                PyMem_Free(ended_out);
+                PyMem_Free(error_of);
+                PyMem_Free(final);
+                goto done;
+            }
+        }
+    }
+    PyMem_Free(error_of);
+    PyMem_Free(final);
+    /* The puid column holds puids, not process indexes. */
+    for (size_t i = 0; i < n; i++)
+        g->col[C_PROCESS].data[i] = index->puid_values[g->col[C_PROCESS].data[i]];
+    columns = PyTuple_New(C_COUNT + 2);
+    if (!columns) {
+        PyMem_Free(ended_out);
+        goto done;
+    }
+    for (int c = 0; c < C_COUNT; c++) {
+        PyObject *col = column_bytes(g->col[c].data, order, n);
+        if (!col) {
+            PyMem_Free(ended_out);
+            goto done;
+        }
+        PyTuple_SET_ITEM(columns, c, col);
+        column_free(&g->col[c]); /* let each go as soon as it is copied */
+    }
+    PyObject *end_col = column_bytes(ends, NULL, n);
+    PyObject *ended_col = PyBytes_FromStringAndSize((const char *)ended_out, (Py_ssize_t)n);
+    PyMem_Free(ended_out);
+    if (!end_col || !ended_col) {
+        Py_XDECREF(end_col);
+        Py_XDECREF(ended_col);
+        goto done;
+    }
+    PyTuple_SET_ITEM(columns, C_COUNT, end_col);
+    PyTuple_SET_ITEM(columns, C_COUNT + 1, ended_col);
+    index->puids = g->puids;
+    Py_INCREF(g->puids);
+    result = Py_BuildValue("(OOOO)", columns, errors, g->attrs, (PyObject *)index);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    PyMem_Free(puid_of);
+    PyMem_Free(order);
+    PyMem_Free(ends);
+    PyMem_Free(row_ends);
+    PyMem_Free(ended);
+    Py_XDECREF(columns);
+    Py_XDECREF(errors);
+    Py_XDECREF((PyObject *)index);
+    return result;
+}
+
+static PyObject *gather(PyObject *module, PyObject *args) {
+    const uint8_t *seq;
+    Py_ssize_t seq_len;
+    PyObject *batches;
+    if (!PyArg_ParseTuple(args, "y#O:gather", &seq, &seq_len, &batches)) return NULL;
+    if (seq_len != 16) {
+        PyErr_SetString(PyExc_ValueError, "a sequence id is 16 bytes");
+        return NULL;
+    }
+    Gather g;
+    memset(&g, 0, sizeof(g));
+    g.seq = seq;
+    g.puids = PyList_New(0);
+    g.errors = PyList_New(0);
+    g.attrs = PyList_New(0);
+    PyObject *iterator = NULL, *result = NULL;
+    if (!g.puids || !g.errors || !g.attrs || table_init(&g.table, 1024) < 0) goto done;
+    iterator = PyObject_GetIter(batches);
+    if (!iterator) goto done;
+    PyObject *item;
+    while ((item = PyIter_Next(iterator))) {
+        PyObject *puid;
+        long long batch_no, offset;
+        Py_buffer blob;
+        int failed = !PyArg_ParseTuple(item, "OLLy*:gather", &puid, &batch_no, &offset, &blob);
+        if (!failed) {
+            int32_t process = process_index(&g, puid);
+            failed = process < 0 ||
+                     gather_blob(&g, process, puid, offset, blob.buf, blob.len) < 0;
+            PyBuffer_Release(&blob);
+        }
+        Py_DECREF(item);
+        if (failed) goto done;
+    }
+    if (PyErr_Occurred()) goto done;
+    result = gather_finish(&g);
+done:
+    Py_XDECREF(iterator);
+    gather_free(&g);
+    return result;
+}
+
+/* ---------------------------------------------------------------- children() */
+
+/* children(held) -> (starts, rows): the tree as two int64 arrays. `held` gives each row's caller
+ * (-1: none); the rows a row holds are rows[starts[row]:starts[row + 1]], in row order. */
+static PyObject *children(PyObject *module, PyObject *arg) {
+    Py_buffer hv;
+    if (PyObject_GetBuffer(arg, &hv, PyBUF_SIMPLE) < 0) return NULL;
+    if (hv.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyBuffer_Release(&hv);
+        PyErr_SetString(PyExc_ValueError, "children: int64 values expected");
+        return NULL;
+    }
+    Py_ssize_t n = hv.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *held = hv.buf;
+    PyObject *starts = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int64_t));
+    PyObject *rows = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    int64_t *fill = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+    if (!starts || !rows || !fill) {
+        Py_XDECREF(starts);
+        Py_XDECREF(rows);
+        PyMem_Free(fill);
+        PyBuffer_Release(&hv);
+        return starts && rows ? PyErr_NoMemory() : NULL;
+    }
+    int64_t *first = (int64_t *)PyBytes_AS_STRING(starts);
+    int64_t *out = (int64_t *)PyBytes_AS_STRING(rows);
+    memset(first, 0, (size_t)(n + 1) * sizeof(int64_t));
+    Py_ssize_t held_rows = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (held[i] >= n || held[i] < -1) {
+            Py_DECREF(starts);
+            Py_DECREF(rows);
+            PyMem_Free(fill);
+            PyBuffer_Release(&hv);
+            PyErr_SetString(PyExc_ValueError, "children: a caller out of range");
+            return NULL;
+        }
+        if (held[i] >= 0) first[held[i] + 1]++;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) first[i + 1] += first[i];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (held[i] < 0) continue;
+        out[first[held[i]] + fill[held[i]]++] = i;
+        held_rows++;
+    }
+    PyMem_Free(fill);
+    PyBuffer_Release(&hv);
+    if (_PyBytes_Resize(&rows, held_rows * (Py_ssize_t)sizeof(int64_t)) < 0) {
+        Py_DECREF(starts);
+        return NULL;
+    }
+    PyObject *result = PyTuple_Pack(2, starts, rows);
+    Py_DECREF(starts);
+    Py_DECREF(rows);
+    return result;
+}
+
+/* subtree_sizes(held) -> bytes of int64: per row, the rows beneath it. Every caller must come
+ * before the rows it holds (held[i] < i), as in a start-ordered tree. */
+static PyObject *subtree_sizes(PyObject *module, PyObject *arg) {
+    Py_buffer hv;
+    if (PyObject_GetBuffer(arg, &hv, PyBUF_SIMPLE) < 0) return NULL;
+    if (hv.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyBuffer_Release(&hv);
+        PyErr_SetString(PyExc_ValueError, "subtree_sizes: int64 values expected");
+        return NULL;
+    }
+    Py_ssize_t n = hv.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *held = hv.buf;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, hv.len);
+    if (!out) {
+        PyBuffer_Release(&hv);
+        return NULL;
+    }
+    int64_t *size = (int64_t *)PyBytes_AS_STRING(out);
+    memset(size, 0, (size_t)hv.len);
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        if (held[i] >= i) {
+            Py_DECREF(out);
+            PyBuffer_Release(&hv);
+            PyErr_SetString(PyExc_ValueError, "subtree_sizes: a caller after its callee");
+            return NULL;
+        }
+        if (held[i] >= 0) size[held[i]] += size[i] + 1;
+    }
+    PyBuffer_Release(&hv);
+    return out;
+}
+
+/* ---------------------------------------------------------------- profile_lines() */
+
+/* A profile line is a path of names from the root: (its caller's line, its name). */
+typedef struct {
+    int64_t parent; /* -1: an empty slot */
+    int64_t name;
+    int64_t line;
+} LineSlot;
+
+typedef struct {
+    const int64_t *v;
+    Py_ssize_t n;
+    Py_buffer view;
+} Ints;
+
+static int ints(PyObject *obj, Ints *out, Py_ssize_t n, size_t item, const char *what) {
+    if (PyObject_GetBuffer(obj, &out->view, PyBUF_SIMPLE) < 0) return -1;
+    if (out->view.len != n * (Py_ssize_t)item) {
+        PyBuffer_Release(&out->view);
+        PyErr_Format(PyExc_ValueError, "profile_lines: %s has the wrong length", what);
+        return -1;
+    }
+    out->v = out->view.buf;
+    out->n = n;
+    return 0;
+}
+
+static const int64_t *by_line_parent, *by_line_time, *by_line_rank;
+
+static int by_line(const void *a, const void *b) { /* caller, longest first, then name */
+    int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    if (by_line_parent[i] != by_line_parent[j]) return by_line_parent[i] < by_line_parent[j] ? -1 : 1;
+    if (by_line_time[i] != by_line_time[j]) return by_line_time[i] > by_line_time[j] ? -1 : 1;
+    return by_line_rank[i] < by_line_rank[j] ? -1 : by_line_rank[i] > by_line_rank[j];
+}
+
+/* profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, self,
+ * order), one int64 bytes column each, a row per line in order of first appearance; `order`
+ * lists the lines but the root's by caller, then longest first, then by the rank of their name
+ * (`ranks[name]`: names in text order), as `profile.sort_profile` orders a line's children. Row 0 is the root; every
+ * caller comes before its callees (held[i] < i). A call's time is its duration, or for one not
+ * ended what its callees account for; its self time is its duration less the union of its
+ * callees' windows within it (`calltree._covered`). */
+static PyObject *profile_lines(PyObject *module, PyObject *args) {
+    PyObject *held_obj, *starts_obj, *ends_obj, *ended_obj, *names_obj, *ranks_obj;
+    if (!PyArg_ParseTuple(args, "OOOOOO:profile_lines", &held_obj, &starts_obj, &ends_obj,
+                          &ended_obj, &names_obj, &ranks_obj))
+        return NULL;
+    Py_buffer rv;
+    if (PyObject_GetBuffer(ranks_obj, &rv, PyBUF_SIMPLE) < 0) return NULL;
+    Py_buffer hv;
+    if (PyObject_GetBuffer(held_obj, &hv, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t n = hv.len / (Py_ssize_t)sizeof(int64_t);
+    PyBuffer_Release(&hv);
+    Ints held, starts, ends, names, ended;
+    int got = 0;
+    PyObject *result = NULL;
+    int64_t *first = NULL, *kids = NULL, *fill = NULL, *time = NULL, *line_of = NULL;
+    int64_t *out[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    const int64_t *rank = rv.buf;
+    Py_ssize_t ranked = rv.len / (Py_ssize_t)sizeof(int64_t);
+    LineSlot *table = NULL;
+    if (ints(held_obj, &held, n, 8, "held") < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    got = 1;
+    if (ints(starts_obj, &starts, n, 8, "starts") < 0) goto release;
+    got = 2;
+    if (ints(ends_obj, &ends, n, 8, "ends") < 0) goto release;
+    got = 3;
+    if (ints(ended_obj, &ended, n, 1, "ended") < 0) goto release;
+    got = 4;
+    if (ints(names_obj, &names, n, 8, "names") < 0) goto release;
+    got = 5;
+    const uint8_t *is_ended = (const uint8_t *)ended.v;
+    if (n == 0 || held.v[0] != -1) {
+        PyErr_SetString(PyExc_ValueError, "profile_lines: row 0 must be the root");
+        goto release;
+    }
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (held.v[i] < 0 || held.v[i] >= i) {
+            PyErr_SetString(PyExc_ValueError, "profile_lines: a caller after its callee");
+            goto release;
+        }
+    /* Callees of each row, in row order (compressed sparse rows). */
+    first = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+    kids = PyMem_Malloc((size_t)n * sizeof(int64_t));
+    fill = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+    time = PyMem_Malloc((size_t)n * sizeof(int64_t));
+    line_of = PyMem_Malloc((size_t)n * sizeof(int64_t));
+    for (int c = 0; c < 6; c++) out[c] = PyMem_Calloc((size_t)n, sizeof(int64_t));
+    size_t size = 1024;
+    while (size < (size_t)n * 2) size <<= 1;
+    table = PyMem_Malloc(size * sizeof(LineSlot));
+    if (!first || !kids || !fill || !time || !line_of || !out[0] || !out[1] || !out[2] ||
+        !out[3] || !out[4] || !out[5] || !table) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    for (Py_ssize_t i = 1; i < n; i++) first[held.v[i] + 1]++;
+    for (Py_ssize_t i = 0; i < n; i++) first[i + 1] += first[i];
+    for (Py_ssize_t i = 1; i < n; i++) kids[first[held.v[i]] + fill[held.v[i]]++] = i;
+    /* Times: a duration, or (deepest first) what the callees of a call not ended account for. */
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        if (is_ended[i]) {
+            time[i] = ends.v[i] > starts.v[i] ? ends.v[i] - starts.v[i] : 0;
+            continue;
+        }
+        int64_t sum = 0;
+        for (int64_t k = first[i]; k < first[i + 1]; k++) sum += time[kids[k]];
+        time[i] = sum;
+    }
+    /* Lines: (caller's line, name) -> line, interned in order of first appearance. */
+    size_t mask = size - 1;
+    for (size_t i = 0; i < size; i++) table[i].parent = -1;
+    Py_ssize_t lines = 1;
+    line_of[0] = 0;
+    out[0][0] = -1;
+    out[1][0] = names.v[0];
+    for (Py_ssize_t i = 1; i < n; i++) {
+        int64_t parent = line_of[held.v[i]], name = names.v[i];
+        if (name < 0 || name >= ranked) {
+            PyErr_SetString(PyExc_ValueError, "profile_lines: a name without a rank");
+            goto release;
+        }
+        size_t h = mix((uint64_t)parent * 0x9e3779b97f4a7c15ULL ^ (uint64_t)name) & mask;
+        while (table[h].parent >= 0 && (table[h].parent != parent || table[h].name != name))
+            h = (h + 1) & mask;
+        if (table[h].parent < 0) {
+            table[h].parent = parent;
+            table[h].name = name;
+            table[h].line = lines;
+            out[0][lines] = parent;
+            out[1][lines] = name;
+            lines++;
+        }
+        line_of[i] = table[h].line;
+    }
+    /* Per line: calls, time, self time. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t line = line_of[i];
+        out[2][line] += 1;
+        out[3][line] += time[i];
+        if (!is_ended[i]) continue;
+        int64_t own = time[i];
+        if (first[i] < first[i + 1]) { /* less the union of the callees' windows within it */
+            int64_t end = ends.v[i], node_start = starts.v[i];
+            int64_t covered = 0, span_start = node_start, span_end = node_start;
+            for (int64_t k = first[i]; k < first[i + 1]; k++) {
+                int64_t child = kids[k];
+                int64_t start = starts.v[child] < node_start ? node_start : starts.v[child];
+                int64_t stop = !is_ended[child] || ends.v[child] > end ? end : ends.v[child];
+                if (stop <= start) continue;
+                if (start > span_end) {
+                    covered += span_end - span_start;
+                    span_start = start;
+                }
+                if (stop > span_end) span_end = stop;
+            }
+            covered += span_end - span_start;
+            own = own > covered ? own - covered : 0;
+        }
+        out[4][line] += own;
+    }
+    /* The lines but the root's, in the order their callers list them. */
+    int64_t *order = out[5], *line_rank = kids; /* kids is no longer needed: reuse it */
+    for (Py_ssize_t line = 0; line < lines; line++) line_rank[line] = rank[out[1][line]];
+    for (Py_ssize_t line = 1; line < lines; line++) order[line - 1] = line;
+    by_line_parent = out[0];
+    by_line_time = out[3];
+    by_line_rank = line_rank;
+    qsort(order, (size_t)(lines - 1), sizeof(int64_t), by_line);
+    result = PyTuple_New(6);
+    for (int c = 0; result && c < 6; c++) {
+        Py_ssize_t rows = c == 5 ? lines - 1 : lines;
+        PyObject *col =
+            PyBytes_FromStringAndSize((const char *)out[c], rows * (Py_ssize_t)sizeof(int64_t));
+        if (!col) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyTuple_SET_ITEM(result, c, col);
+    }
+release:
+    if (got >= 1) PyBuffer_Release(&held.view);
+    if (got >= 2) PyBuffer_Release(&starts.view);
+    if (got >= 3) PyBuffer_Release(&ends.view);
+    if (got >= 4) PyBuffer_Release(&ended.view);
+    if (got >= 5) PyBuffer_Release(&names.view);
+    PyBuffer_Release(&rv);
+    PyMem_Free(first);
+    PyMem_Free(kids);
+    PyMem_Free(fill);
+    PyMem_Free(time);
+    PyMem_Free(line_of);
+    for (int c = 0; c < 6; c++) PyMem_Free(out[c]);
+    PyMem_Free(table);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"profile_lines", profile_lines, METH_VARARGS,
+     "profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, "
+     "self, order): a start-ordered tree's profile lines as int64 columns."},
+    {"subtree_sizes", subtree_sizes, METH_O,
+     "subtree_sizes(held) -> int64 bytes: per row, the rows beneath it (callers first)."},
+    {"gather", gather, METH_VARARGS,
+     "gather(seq, batches) -> (columns, errors, attrs, index): a sequence's invocations from its "
+     "stored batches, (puid, batch_no, clock_offset_ns, blob) in ascending (puid, batch_no)."},
+    {"children", children, METH_O,
+     "children(held) -> (starts, rows): each row's callees as compressed sparse rows."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "cmr.store._columns",
+    .m_doc = "A sequence's invocations as column arrays, read straight from stored batches.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__columns(void) {
+    if (PyType_Ready(&IndexType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (!module) return NULL;
+    Py_INCREF(&IndexType);
+    if (PyModule_AddObject(module, "Index", (PyObject *)&IndexType) < 0) {
+        Py_DECREF(&IndexType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

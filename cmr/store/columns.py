@@ -1,0 +1,284 @@
+"""A sequence's invocations as column arrays: what ``cmr show`` of a million calls reads.
+
+``packed.unpack`` makes an ``InvocationRecord`` per call (and decodes an event Struct per event
+to make it): about a microsecond and two hundred bytes per call. With the C accelerator
+(``cmr/store/_columns.c``), ``unpack_columns`` reads the stored blobs directly into int64 columns
+by the same rules, and returns them as ``RecordColumns``: a sequence of records like the list
+``unpack`` returns (a record is made when one is asked for), whose columns and index the views
+read directly when they walk a big tree (``cmr/views/records.py``). The rare parts stay in
+Python: exceptions' names, attributes, and the late Ends and Attrs the store keeps apart.
+
+``INVOSEQ_PURE=1`` (as for the tracer's hot path), or no compiler at install time, leaves the
+accelerator out: ``columns_available()`` is then False and the stores call ``unpack``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+from array import array
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from types import ModuleType
+from typing import Final, overload
+
+import msgspec
+
+from cmr.store.base import InvocationRecord
+from cmr.store.packed import Attributes, LateAttributes, LateEnds, StoredBatch
+from tracer.wire import Attrs
+
+_decode_attrs = msgspec.msgpack.Decoder(Attrs).decode
+_decode_attributes = msgspec.json.Decoder(dict[str, str | int | float | bool]).decode
+_ENV_PURE: Final = "INVOSEQ_PURE"
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(_ENV_PURE, "").strip() == "1":
+        return None
+    try:
+        from cmr.store import _columns
+    except ImportError:
+        return None
+    return _columns
+
+
+_accel: Final = _load()
+
+
+def columns_available() -> bool:
+    """Whether the stores read sequences as columns (the C accelerator is built and wanted)."""
+    return _accel is not None
+
+
+class RecordColumns(Sequence[InvocationRecord]):
+    """A sequence's invocations in (start, puid, iid) order, one int64 array per field.
+
+    The arrays are named as the record's fields. ``ended[i]`` says whether row i has an end
+    (``end_ns[i]`` is then its time); ``errors`` and
+    ``attributes`` hold the few rows that have them. ``position(puid, iid)`` is the row of an
+    invocation (-1: not here); ``parent_rows()`` each row's parent's row in its process."""
+
+    __slots__ = (
+        "_index",
+        "attributes",
+        "end_ns",
+        "ended",
+        "errors",
+        "hid",
+        "iid",
+        "method",
+        "parent",
+        "puid",
+        "start_ns",
+        "tid",
+    )
+
+    def __init__(
+        self,
+        columns: tuple[bytes, ...],
+        errors: dict[int, str],
+        attributes: dict[int, Attributes],
+        index: object,
+    ) -> None:
+        puid, iid, parent, hid, tid, method, start, end, ended = columns
+        self.puid = array("q", puid)
+        self.iid = array("q", iid)
+        self.parent = array("q", parent)
+        self.hid = array("q", hid)
+        self.tid = array("q", tid)
+        self.method = array("q", method)
+        self.start_ns = array("q", start)
+        self.end_ns = array("q", end)
+        self.ended = bytearray(ended)
+        self.errors = errors
+        self.attributes = attributes
+        self._index = index
+
+    def __len__(self) -> int:
+        return len(self.iid)
+
+    def record(self, i: int) -> InvocationRecord:
+        return InvocationRecord(
+            self.puid[i],
+            self.iid[i],
+            self.parent[i],
+            self.hid[i],
+            self.tid[i],
+            self.method[i],
+            self.start_ns[i],
+            self.end_ns[i] if self.ended[i] else None,
+            self.errors.get(i),
+            self.attributes.get(i),
+        )
+
+    @overload
+    def __getitem__(self, i: int) -> InvocationRecord: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[InvocationRecord]: ...
+    def __getitem__(self, i: int | slice) -> InvocationRecord | list[InvocationRecord]:
+        if isinstance(i, slice):
+            return [self.record(j) for j in range(len(self))[i]]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("record index out of range")
+        return self.record(i)
+
+    def __iter__(self) -> Iterator[InvocationRecord]:
+        errors, attributes = self.errors, self.attributes
+        rows = range(len(self))
+        nothing = itertools.repeat(None)
+        return map(
+            InvocationRecord,
+            self.puid,
+            self.iid,
+            self.parent,
+            self.hid,
+            self.tid,
+            self.method,
+            self.start_ns,
+            map(_end_or_none, self.end_ns, self.ended),
+            map(errors.get, rows) if errors else nothing,
+            map(attributes.get, rows) if attributes else nothing,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(map(operator.eq, self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RecordColumns({len(self)} invocations)"
+
+    def position(self, puid: int, iid: int) -> int:
+        found: int = self._index.position(puid, iid)  # type: ignore[attr-defined]
+        return found
+
+    def parent_rows(self) -> array[int]:
+        """Each row's parent's row in the same process; -1: none (0, not here, or itself)."""
+        return array("q", self._index.parents(self.puid, self.parent))  # type: ignore[attr-defined]
+
+    def unended(self) -> list[int]:
+        """The rows without an end."""
+        if self.ended.find(0) < 0:
+            return []
+        return list(itertools.compress(range(len(self)), map(operator.not_, self.ended)))
+
+
+def _end_or_none(end: int, ended: int) -> int | None:
+    return end if ended else None
+
+
+def field(records: Sequence[InvocationRecord], name: str) -> Iterable[int]:
+    """One integer field of every record, in order: the column itself when ``records`` are
+    columns (``end_ns`` excepted: it has no None), else read from each record."""
+    if isinstance(records, RecordColumns):
+        found: array[int] = getattr(records, name)
+        return found
+    return map(operator.attrgetter(name), records)
+
+
+def process_pairs(
+    records: Sequence[InvocationRecord], *names: str
+) -> tuple[set[tuple[int, int]], ...]:
+    """For each field in ``names``, the distinct (puid, field) pairs of ``records``: a million
+    records of one process (the usual case) cost a set of ints per field, not a tuple each, and
+    the processes are found once for every field."""
+    puids = set(field(records, "puid"))
+    found: list[set[tuple[int, int]]] = []
+    for name in names:
+        if len(puids) == 1:
+            [puid] = puids
+            found.append({(puid, value) for value in set(field(records, name))})
+        else:
+            found.append(set(zip(field(records, "puid"), field(records, name), strict=True)))
+    return tuple(found)
+
+
+def on_threads(
+    records: Sequence[InvocationRecord], threads: Collection[tuple[int, int]]
+) -> Sequence[InvocationRecord]:
+    """The records that ran on the given (puid, tid) threads (all of them when that is all)."""
+    (present,) = process_pairs(records, "tid")
+    wanted = {thread for thread in present if thread in threads}
+    if wanted == present:
+        return records
+    if not wanted:
+        return []
+    pairs = zip(field(records, "puid"), field(records, "tid"), strict=True)
+    return [
+        records[i] for i in itertools.compress(range(len(records)), map(wanted.__contains__, pairs))
+    ]
+
+
+def handed_off(records: Sequence[InvocationRecord]) -> list[InvocationRecord]:
+    """The records that continue a hand-off (a non-zero ``hid``): a few, even in a big tree."""
+    if isinstance(records, RecordColumns):
+        return [records.record(i) for i in itertools.compress(range(len(records)), records.hid)]
+    return [r for r in records if r.hid]
+
+
+def subtree_sizes(held: array[int]) -> array[int]:
+    """Per row, the calls beneath it (``held``: each row's caller, which comes before it). Needs
+    the accelerator."""
+    assert _accel is not None
+    return array("q", _accel.subtree_sizes(held))
+
+
+def profile_lines(
+    records: RecordColumns, held: Sequence[int], names: array[int], ranks: array[int]
+) -> tuple[array[int], ...]:
+    """A start-ordered tree's profile lines (a line per distinct path of names from the root,
+    row 0; ``held``: each row's caller, ``names``: each row's name id): each line's parent
+    line, name id, calls, time and self time, in order of first appearance; then the lines but
+    the root by parent, longest first, then by ``ranks[name]`` (the order
+    ``profile.sort_profile`` gives a line's children). Needs the accelerator."""
+    assert _accel is not None
+    found = _accel.profile_lines(
+        held, records.start_ns, records.end_ns, records.ended, names, ranks
+    )
+    return tuple(array("q", column) for column in found)
+
+
+def children(held: array[int]) -> tuple[array[int], array[int]]:
+    """The rows each row holds (``held``: each row's caller, -1 for none), in row order: row r's
+    are ``rows[starts[r]:starts[r + 1]]``. Needs the accelerator."""
+    assert _accel is not None
+    starts, rows = _accel.children(held)
+    return array("q", starts), array("q", rows)
+
+
+def unpack_columns(
+    seq: bytes, batches: Iterable[StoredBatch], late_ends: LateEnds, late_attrs: LateAttributes
+) -> RecordColumns:
+    """``packed.unpack``'s records, as columns (module docstring). Needs the accelerator."""
+    assert _accel is not None
+    columns, errors, raw_attrs, index = _accel.gather(seq, batches)
+    merged: dict[tuple[int, int], Attributes] = {}
+    for puid, raw in raw_attrs:  # in each process's batch order: a later key wins
+        event = _decode_attrs(raw)
+        merged.setdefault((puid, event.iid), {}).update(event.attributes)
+    found = RecordColumns(columns, errors, {}, index)
+    del columns
+    puids = set(found.puid) if len(found) else set()
+    for puid, iid, _batch_no, blob in sorted(late_attrs(puids), key=lambda row: row[2]):
+        merged.setdefault((puid, iid), {}).update(_decode_attributes(blob))
+    for (puid, iid), attributes in merged.items():
+        row = found.position(puid, iid)
+        if row >= 0:
+            found.attributes[row] = attributes
+    missing = found.unended()
+    if missing:
+        keys = [(found.puid[i], found.iid[i]) for i in missing]
+        late = {(puid, iid): (end_ns, error) for puid, iid, end_ns, error in late_ends(keys)}
+        for (puid, iid), (end_ns, error) in late.items():
+            row = found.position(puid, iid)
+            if row >= 0 and not found.ended[row]:
+                found.end_ns[row] = end_ns
+                found.ended[row] = 1
+                if error is not None:
+                    found.errors[row] = error
+    return found

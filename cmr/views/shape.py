@@ -1,0 +1,133 @@
+"""The shape of a big tree, read without a node per call: who holds whom, from records or columns.
+
+``bigtree`` (``cmr show``) and ``bigprofile`` (``cmr profile``) walk a million-call tree by
+position. ``tree_shape`` gives them what they walk: each position's caller as the tree hangs it,
+its callees, the calls beneath a set of positions, a call's duration, and where a (puid, iid)
+sits. From a list of records (the pure-Python store path) it is made with comprehensions
+(``records``); from ``RecordColumns`` (the C accelerator's) with the columns' own index and two
+arrays (callees as compressed sparse rows), so a million calls cost a few arrays, not a million
+lists.
+
+Only the common case has a shape: every (puid, iid) once, a true root, records in start order,
+every caller before its callees (so no cycle). Otherwise ``tree_shape`` returns None and the
+caller builds the whole tree, whose rules cover every case.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from cmr.store.base import HandoffRecord, InvocationRecord
+from cmr.store.columns import RecordColumns, children, subtree_sizes
+from cmr.views.records import (
+    Links,
+    children_lists,
+    duration,
+    held_under,
+    index_records,
+    link,
+    linked,
+    start_ordered,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    links: Links
+    held: Sequence[int]  # each position's caller as the tree hangs it (the root's: -1)
+    processes: int
+    locate: Callable[[int, int], int]  # the position of (puid, iid); -1: not here
+    callees: Callable[[int], Sequence[int]]  # a position's callees, in start order
+    beneath: Callable[[list[int]], int]  # the calls below the given positions
+    duration: Callable[[int], int | None]  # a position's duration (None: not ended)
+
+    @property
+    def root(self) -> int:
+        root = self.links.root_index
+        assert root is not None
+        return root
+
+
+def tree_shape(
+    records: Sequence[InvocationRecord], handoffs: dict[int, HandoffRecord]
+) -> Shape | None:
+    """The tree's shape, or None when it is not the common case (module docstring)."""
+    if isinstance(records, RecordColumns):
+        return _columns_shape(records, handoffs)
+    count = len(records)
+    index = index_records(records)
+    if sum(len(iids) for iids in index.values()) < count:
+        return None
+    links = link(records, index, handoffs)
+    root = links.root_index
+    if root is None or not _ordered(links, start_ordered(records)):
+        return None
+    held = held_under(list(links.parents), root)
+    lists = children_lists(held)
+
+    def beneath(positions: list[int]) -> int:
+        below = 0
+        level = positions
+        while level:  # a level at a time
+            level = [child for position in level for child in lists[position]]
+            below += len(level)
+        return below
+
+    return Shape(
+        links,
+        held,
+        len(index),
+        lambda puid, iid: index.get(puid, {}).get(iid, -1),
+        lists.__getitem__,
+        beneath,
+        lambda position: duration(records[position]),
+    )
+
+
+def _ordered(links: Links, start_ordered: bool) -> bool:
+    parents = links.parents
+    return start_ordered and all(map(operator.lt, parents, range(len(parents))))
+
+
+def _columns_shape(records: RecordColumns, handoffs: dict[int, HandoffRecord]) -> Shape | None:
+    count = len(records)
+    rows = range(count)
+    parents = records.parent_rows()
+    handed = list(itertools.compress(rows, records.hid))
+    roots = list(
+        itertools.compress(rows, map(operator.not_, map(operator.or_, records.parent, records.hid)))
+    )
+    links = linked(
+        records, parents, locate=records.position, handed=handed, roots=roots, handoffs=handoffs
+    )
+    root = links.root_index
+    starts = records.start_ns
+    ordered = all(map(operator.lt, starts, itertools.islice(starts, 1, None)))
+    if root is None or not _ordered(links, ordered):
+        return None
+    held = array("q", parents)
+    for orphan in list(itertools.compress(rows, map(operator.lt, held, itertools.repeat(0)))):
+        held[orphan] = root
+    held[root] = -1
+    first, callees = children(held)
+    sizes = subtree_sizes(held)
+    ends, ended = records.end_ns, records.ended
+
+    def spent(position: int) -> int | None:
+        if not ended[position]:
+            return None
+        return max(0, ends[position] - starts[position])
+
+    return Shape(
+        links,
+        held,
+        len(set(records.puid)),
+        records.position,
+        lambda position: callees[first[position] : first[position + 1]],
+        lambda positions: sum(map(sizes.__getitem__, positions)),
+        spent,
+    )

@@ -1,0 +1,153 @@
+"""The C reader of stored batches (``cmr.store.columns``) gives the records ``packed.unpack``
+gives, whatever the batches hold, and refuses a damaged blob without reading past it."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cmr.store.columns import RecordColumns, columns_available, unpack_columns
+from cmr.store.packed import LateAttrs, LateEnd, StoredBatch, encode_chunks, unpack
+from tracer import wire
+
+pytestmark = pytest.mark.skipif(not columns_available(), reason="the C accelerator is not built")
+
+SEQ = bytes(range(16))
+OTHER = bytes(range(1, 17))
+PUIDS = (3, 7)
+
+iids = st.integers(1, 6)
+times = st.integers(-5, 5)  # few values: equal start times and reordered ends happen
+starts = st.builds(
+    wire.Start,
+    iids,
+    st.integers(0, 6),
+    st.sampled_from([0, 0, 9]),
+    st.integers(1, 3),
+    times,
+    st.sampled_from([SEQ, SEQ, OTHER]),
+)
+ends = st.builds(wire.End, iids, times)
+errors = st.builds(wire.Error, iids, times, st.sampled_from(["ValueError", "KeyError"]))
+values = st.integers(-3, 3) | st.text(max_size=3) | st.booleans() | st.floats(allow_nan=False)
+attrs = st.builds(wire.Attrs, iids, st.dictionaries(st.sampled_from("ab"), values, max_size=2))
+handoffs = st.builds(
+    wire.Handoff, st.integers(1, 3), iids, st.just("thread"), st.integers(1, 3), times, st.just(SEQ)
+)
+events = st.one_of(starts, starts, ends, ends, errors, attrs, handoffs)
+chunks = st.builds(wire.ThreadChunk, st.integers(1, 3), st.lists(events, max_size=12))
+batches = st.lists(st.lists(chunks, min_size=1, max_size=3), min_size=1, max_size=3)
+processes = st.dictionaries(st.sampled_from(PUIDS), batches, min_size=1)
+late_end_rows = st.lists(
+    st.tuples(st.sampled_from(PUIDS), iids, times, st.none() | st.just("OSError")), max_size=4
+)
+late_attr_rows = st.lists(
+    st.tuples(st.sampled_from(PUIDS), iids, st.integers(0, 5), st.just(b'{"late": 1}')),
+    max_size=3,
+)
+
+
+def stored(by_process: dict[int, list[list[wire.ThreadChunk]]], offset: int) -> list[StoredBatch]:
+    return [
+        (puid, batch_no, offset + batch_no, encode_chunks(chunks))
+        for puid in sorted(by_process)
+        for batch_no, chunks in enumerate(by_process[puid])
+    ]
+
+
+def both(
+    batches: list[StoredBatch], late_ends: list[LateEnd], late_attrs: list[LateAttrs]
+) -> tuple[RecordColumns, list[wire.Start]]:
+    def asked_ends(keys: list[tuple[int, int]]) -> list[LateEnd]:
+        return [row for row in late_ends if (row[0], row[1]) in set(keys)]
+
+    def asked_attrs(puids: set[int]) -> list[LateAttrs]:
+        return [row for row in late_attrs if row[0] in puids]
+
+    columns = unpack_columns(SEQ, iter(batches), asked_ends, asked_attrs)
+    records = unpack(SEQ, batches, asked_ends, asked_attrs)
+    return columns, records  # type: ignore[return-value]
+
+
+@settings(max_examples=300, deadline=None)
+@given(processes, st.sampled_from([0, 1_000, -7]), late_end_rows, late_attr_rows)
+def test_columns_hold_the_records_unpack_makes(
+    by_process: dict[int, list[list[wire.ThreadChunk]]],
+    offset: int,
+    late_ends: list[LateEnd],
+    late_attrs: list[LateAttrs],
+) -> None:
+    columns, records = both(stored(by_process, offset), late_ends, late_attrs)
+    assert list(columns) == records
+    assert len(columns) == len(records)
+    assert columns == records
+    for i, record in enumerate(records):
+        assert columns[i] == record
+        assert columns.position(record.puid, record.iid) == i
+    if records:
+        assert columns[-1] == records[-1]
+        assert columns[1:] == records[1:]
+    assert columns.position(PUIDS[0], 99) == -1
+
+
+def test_a_call_ended_in_a_later_batch_or_failed_then_returned_keeps_the_first_end() -> None:
+    batch_1 = [
+        wire.ThreadChunk(1, [wire.Start(1, 0, 0, 1, 10, SEQ), wire.Start(2, 1, 0, 2, 11, SEQ)]),
+        wire.ThreadChunk(2, [wire.Error(2, 15, "KeyError"), wire.End(2, 16)]),  # End wins here
+    ]
+    batch_2 = [wire.ThreadChunk(1, [wire.End(1, 30), wire.Error(1, 31, "ValueError")])]
+    batches = [(3, 0, 100, encode_chunks(batch_1)), (3, 1, 100, encode_chunks(batch_2))]
+    columns, records = both(batches, [], [])
+    assert [(r.iid, r.start_ns, r.end_ns, r.error) for r in columns] == [
+        (1, 110, 130, None),
+        (2, 111, 116, None),
+    ]
+    assert list(columns) == records
+
+
+def test_a_repeated_start_keeps_the_first_start_and_the_first_end() -> None:
+    first = [wire.ThreadChunk(1, [wire.Start(1, 0, 0, 1, 10, SEQ)])]
+    again = [wire.ThreadChunk(1, [wire.Start(1, 0, 0, 2, 20, SEQ), wire.End(1, 25)])]
+    late = [wire.ThreadChunk(1, [wire.End(1, 40)])]
+    batches = [(3, n, 0, encode_chunks(c)) for n, c in enumerate([first, again, late])]
+    columns, records = both(batches, [], [])
+    assert [(r.method, r.start_ns, r.end_ns) for r in columns] == [(1, 10, 25)]
+    assert list(columns) == records
+
+
+def blob_of_one_call() -> bytes:
+    return encode_chunks([wire.ThreadChunk(1, [wire.Start(1, 0, 0, 1, 10, SEQ), wire.End(1, 20)])])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda blob: blob[:-1],  # truncated
+        lambda blob: blob[: len(blob) // 2],
+        lambda blob: blob + b"\x00",  # trailing bytes
+        lambda blob: b"\x91\x93\x01\x90",  # a chunk of three fields
+        lambda blob: b"\x91\x92\x01\x91\x92\x09\x01",  # an unknown event
+        lambda blob: b"\xc1",  # never used in msgpack
+        lambda blob: msgspec.msgpack.encode([[1, [[0, 1, 0, 0, 1, "x", SEQ]]]]),  # a str time
+    ],
+)
+def test_a_damaged_blob_is_refused_with_a_value_error(damage: object) -> None:
+    blob = damage(blob_of_one_call())  # type: ignore[operator]
+    with pytest.raises(ValueError, match="damaged batch"):
+        unpack_columns(SEQ, [(3, 0, 0, blob)], lambda keys: [], lambda puids: [])
+
+
+def test_a_wall_time_beyond_64_bits_is_a_damaged_batch() -> None:
+    with pytest.raises(ValueError, match="time out of range"):
+        unpack_columns(SEQ, [(3, 0, 2**63 - 15, blob_of_one_call())], lambda k: [], lambda p: [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_garbage_is_refused_or_read_never_crashes(blob: bytes) -> None:
+    with contextlib.suppress(ValueError):
+        unpack_columns(SEQ, [(3, 0, 0, blob)], lambda keys: [], lambda puids: [])
