@@ -2,17 +2,18 @@
 repository.
 
 Formats: ``speedscope`` (https://www.speedscope.app), ``chrome`` (Perfetto, chrome://tracing),
-``otlp`` (OTLP/JSON traces, for OpenTelemetry backends), ``folded`` (flamegraph.pl, inferno) and
-``bundle`` (the raw records, for ``cmr import``). The text
-formats are UTF-8 whatever the terminal's locale: they are files for other programs. The trees
-they are drawn from carry the sequence's samples, merged in as estimated calls, when it has any.
-"""
+``otlp`` (OTLP/JSON traces, for OpenTelemetry backends), ``otlp-profiles`` (the samples as
+OTLP/JSON profiles, each linked to the span of ``otlp`` it was taken under), ``folded``
+(flamegraph.pl, inferno) and ``bundle`` (the raw records, for ``cmr import``). The text formats
+are UTF-8 whatever the terminal's locale: they are files for other programs. The trees they are
+drawn from carry the sequence's samples, merged in as estimated calls, when it has any."""
 
 from __future__ import annotations
 
 from typing import Final
 
 from cmr.bundle import Body, BundleError, ImportResult, read_bundle, write_bundle
+from cmr.otlp.profiles import render_profiles, to_profiles
 from cmr.otlp.render import render_otlp
 from cmr.otlp.spans import to_trace
 from cmr.store.base import SequenceData
@@ -24,14 +25,19 @@ from cmr.views.render.speedscope import render_speedscope
 SPEEDSCOPE: Final = "speedscope"
 CHROME: Final = "chrome"
 OTLP: Final = "otlp"
+OTLP_PROFILES: Final = "otlp-profiles"
 FOLDED: Final = "folded"
 BUNDLE: Final = "bundle"
-FORMATS: Final = (SPEEDSCOPE, CHROME, OTLP, FOLDED, BUNDLE)
+FORMATS: Final = (SPEEDSCOPE, CHROME, OTLP, OTLP_PROFILES, FOLDED, BUNDLE)
 #: What to open each file with, said once it is written.
 OPEN_WITH: Final = {
     SPEEDSCOPE: "open it at https://www.speedscope.app",
     CHROME: "open it at https://ui.perfetto.dev or chrome://tracing",
     OTLP: "send it to an OTLP/HTTP receiver, or use 'cmr forward' to push sequences",
+    OTLP_PROFILES: (
+        "send it to an OTLP/HTTP receiver's /v1development/profiles, or use "
+        "'cmr forward --profiles'"
+    ),
     FOLDED: "draw it with flamegraph.pl or inferno-flamegraph",
     BUNDLE: "load it into a repository with 'cmr import'",
 }
@@ -56,6 +62,14 @@ def export_sequence(data: SequenceData, fmt: str, *, weight: str | None = None) 
         text = render_chrome(tree)
     elif fmt == OTLP:
         text = render_otlp(to_trace(tree, data))
+    elif fmt == OTLP_PROFILES:
+        document = to_profiles(tree, data, to_trace(tree, data))
+        if document is None:
+            raise ExportError(
+                f"sequence {data.seq.hex()} has no samples to export as profiles "
+                "(sample it with the tracer's sampler on)"
+            )
+        text = render_profiles(document)
     elif fmt == FOLDED:
         if weight == WEIGHT_SAMPLES and not has_samples(tree):
             raise ExportError(

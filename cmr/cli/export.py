@@ -29,7 +29,9 @@ def add_export(commands: Commands) -> None:
             "thread, and one per sampled thread, for https://www.speedscope.app), 'chrome' (the "
             "Trace Event Format for https://ui.perfetto.dev or chrome://tracing, with an arrow "
             "per hand-off), 'otlp' (OTLP/JSON traces for OpenTelemetry backends: a span per "
-            "call, hand-offs as parents, estimated calls flagged), 'folded' (stack lines for "
+            "call, hand-offs as parents, estimated calls flagged), 'otlp-profiles' (the stack "
+            "samples as OTLP/JSON profiles, wall and CPU time, each sample linked to the span of "
+            "'otlp' it was taken under), 'folded' (stack lines for "
             "flamegraph.pl), or 'bundle' (the raw records, compressed, for 'cmr import' into "
             "another repository). Text formats go to standard output without -o."
         ),
@@ -37,6 +39,7 @@ def add_export(commands: Commands) -> None:
             "cmr export 3f2a9c --format speedscope -o seq.speedscope.json",
             "cmr export 3f2a9c --format chrome -o seq.trace.json",
             "cmr export 3f2a9c --format otlp -o seq.otlp.json",
+            "cmr export 3f2a9c --format otlp-profiles -o seq.profiles.json",
             "cmr export 3f2a9c --format folded | flamegraph.pl > seq.svg",
             "cmr export 3f2a9c --format folded --weight time -o seq.folded",
             "cmr export 3f2a9c --format bundle -o seq.ivsq",
@@ -49,7 +52,7 @@ def add_export(commands: Commands) -> None:
         required=True,
         choices=FORMATS,
         metavar="FORMAT",
-        help="speedscope, chrome, otlp, folded or bundle",
+        help="speedscope, chrome, otlp, otlp-profiles, folded or bundle",
     )
     parser.add_argument(
         "-o",

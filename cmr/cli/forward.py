@@ -45,11 +45,15 @@ def add_forward(commands: Commands) -> None:
             "export --format otlp' writes it: the trace id is the sequence id, hand-offs are "
             "parents, estimated calls are flagged. Give sequence ids, or --since WHEN, or --all. "
             "An endpoint without a path gets /v1/traces. The exporter's environment variables "
-            "(OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_CERTIFICATE, ...) apply."
+            "(OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_CERTIFICATE, ...) apply to spans. "
+            "With --profiles, each sequence's stack samples follow its spans as OTLP profiles "
+            "(OTLP/JSON to /v1development/profiles, as 'cmr export --format otlp-profiles' "
+            "writes them), every sample linked to its call's span; --header applies to them."
         ),
         examples=[
             "cmr forward --otlp-endpoint http://localhost:4318 3f2a9c",
             "cmr forward --otlp-endpoint http://collector:4318 --since 1h",
+            "cmr forward --otlp-endpoint http://collector:4318 --profiles 3f2a9c",
             "cmr forward --otlp-endpoint https://tempo.example.com/v1/traces --all "
             "--header 'Authorization=Bearer TOKEN'",
         ],
@@ -73,6 +77,11 @@ def add_forward(commands: Commands) -> None:
         "ISO time (local time unless it names its zone)",
     )
     parser.add_argument("--all", action="store_true", help="every sequence in the repository")
+    parser.add_argument(
+        "--profiles",
+        action="store_true",
+        help="also send each sequence's stack samples as OTLP profiles linked to its spans",
+    )
     parser.add_argument(
         "--batch-size",
         type=positive_int,
@@ -101,12 +110,14 @@ def add_forward(commands: Commands) -> None:
 
 def _forward(args: argparse.Namespace) -> int:
     from cmr.otlp.forward import ForwardError, check_reachable, forward, otlp_sender, traces_url
+    from cmr.otlp.forward_profiles import profiles_sender, profiles_url
 
     chosen = [bool(args.seq), args.since_ns is not None, args.all]
     if sum(chosen) != 1:
         raise CliError("give sequence ids, --since WHEN or --all (one of them)")
     try:
         url = traces_url(args.otlp_endpoint)
+        profiles = profiles_url(args.otlp_endpoint) if args.profiles else None
     except ForwardError as exc:
         raise CliError(f"--otlp-endpoint: {exc}") from None
     store = open_for_reading(args.db)
@@ -124,8 +135,19 @@ def _forward(args: argparse.Namespace) -> int:
             return 0
         try:
             check_reachable(url, args.timeout)
+            send_profiles = (
+                None
+                if profiles is None
+                else profiles_sender(profiles, timeout_s=args.timeout, headers=dict(args.header))
+            )
             with otlp_sender(url, timeout_s=args.timeout, headers=dict(args.header)) as send:
-                result = forward(store, seqs, send, batch_size=args.batch_size)
+                result = forward(
+                    store,
+                    seqs,
+                    send,
+                    batch_size=args.batch_size,
+                    send_profiles=send_profiles,
+                )
         except ForwardError as exc:
             raise CliError(str(exc)) from None
     finally:
@@ -136,6 +158,12 @@ def _forward(args: argparse.Namespace) -> int:
         f"forwarded {result.sequences} {sequences} ({result.spans} spans) to {url} "
         f"in {result.requests} {requests}"
     )
+    if profiles is not None:
+        emit(
+            f"and the samples of {result.profiles} of them as profiles to {profiles}"
+            if result.profiles
+            else "no profiles sent: none of them has samples (sample with the tracer's sampler on)"
+        )
     return 0
 
 

@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from cmr.otlp.profiles import to_profiles
 from cmr.otlp.spans import KIND_SERVER, SCOPE_NAME, Trace, to_trace
 from cmr.store.base import Store
 from cmr.views.hops import fold_empty_hops
@@ -53,6 +54,7 @@ class ForwardResult:
     sequences: int
     spans: int
     requests: int
+    profiles: int = 0  # sequences whose samples went as profiles (``--profiles``)
 
 
 def traces_url(endpoint: str) -> str:
@@ -128,26 +130,44 @@ def sdk_spans(trace: Trace) -> list[ReadableSpan]:
 
 
 def forward(
-    store: Store, seqs: Iterable[bytes], send: Send, *, batch_size: int = DEFAULT_BATCH_SIZE
+    store: Store,
+    seqs: Iterable[bytes],
+    send: Send,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    send_profiles: Callable[[dict[str, Any]], None] | None = None,
 ) -> ForwardResult:
     """Send every sequence's spans (samples merged in as estimated spans) in batches of at most
-    ``batch_size``. A sequence is loaded only when the previous one is on its way."""
-    sequences = spans = requests = 0
+    ``batch_size``. A sequence is loaded only when the previous one is on its way. With
+    ``send_profiles``, each sequence's samples go too, as profiles linked to those spans (once
+    its spans are sent: a backend resolves the links)."""
+    sequences = spans = requests = profiles = 0
     pending: list[ReadableSpan] = []
     for seq in seqs:
         data = fold_empty_hops(store.load_sequence(seq))
-        pending.extend(sdk_spans(to_trace(sequence_tree(data), data)))
+        tree = sequence_tree(data)
+        trace = to_trace(tree, data)
+        pending.extend(sdk_spans(trace))
         sequences += 1
         while len(pending) >= batch_size:
             send(pending[:batch_size])
             del pending[:batch_size]
             spans += batch_size
             requests += 1
+        document = to_profiles(tree, data, trace) if send_profiles is not None else None
+        if document is not None and send_profiles is not None:
+            if pending:  # the spans first
+                send(pending)
+                spans += len(pending)
+                requests += 1
+                pending = []
+            send_profiles(document)
+            profiles += 1
     if pending:
         send(pending)
         spans += len(pending)
         requests += 1
-    return ForwardResult(sequences, spans, requests)
+    return ForwardResult(sequences, spans, requests, profiles)
 
 
 @contextmanager

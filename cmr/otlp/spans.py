@@ -105,6 +105,9 @@ class Trace:
     trace_id: bytes  # the sequence id, 16 bytes
     resources: list[Resource]
     scope_version: str
+    # (puid, iid) -> span id of each measured call: what a profile sample links to.
+    measured: dict[tuple[int, int], int] = field(default_factory=dict)
+    resource_of: dict[int, Resource] = field(default_factory=dict)  # puid -> its resource
 
 
 class _Parent(NamedTuple):
@@ -126,6 +129,7 @@ def to_trace(tree: SequenceTree, data: SequenceData) -> Trace:
     latest = _latest_ns(tree)
     dropped = {process.puid for process in tree.dropped_by}
     resources: dict[int, Resource] = {}
+    measured: dict[tuple[int, int], int] = {}
     stack: list[tuple[Node, _Parent | None]] = []
     root = tree.root
     if _is_remote_parent(root):
@@ -143,9 +147,12 @@ def to_trace(tree: SequenceTree, data: SequenceData) -> Trace:
         resource.spans.append(
             _span(node, span_id=span_id, parent=parent, end_ns=end, records=records, data=data)
         )
+        if node.kind == KIND_MEASURED:
+            measured[node.process.puid, node.iid] = span_id
         here = _Parent(span_id, node.process.puid, node.thread.tid, end, False, anchor)
         stack.extend((child, here) for child in reversed(node.children))
-    return Trace(tree.seq, list(resources.values()), _version())
+    processes = {puid: resource for puid, resource in resources.items() if puid >= 0}
+    return Trace(tree.seq, list(resources.values()), _version(), measured, processes)
 
 
 def service_name(argv: tuple[str, ...]) -> str:

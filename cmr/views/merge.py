@@ -94,6 +94,13 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
     return dataclasses.replace(tree, root=root, samples_skipped=tree.samples_skipped + skipped)
 
 
+def measured_calls(tree: SequenceTree, data: SequenceData) -> dict[tuple[int, int], ThreadCalls]:
+    """The measured calls of ``tree`` per thread (puid, tid), as ``merge_samples`` places
+    samples on them (``place_sample``); each ``Call.node`` is a copy of the tree's node."""
+    _root, calls = _copy(tree.root, data)
+    return index_threads(calls)
+
+
 def _has_estimated(root: Node) -> bool:
     """Whether an earlier merge left estimated nodes in the tree (a level at a time)."""
     level = [root]
@@ -169,48 +176,19 @@ class _Merger:
 
     def attribute(self, sample: SampleRecord, thread: ThreadCalls) -> int:
         """Attribute one sample within its thread; returns the weight skipped."""
-        deepest: dict[FrameKey, int] = {}
-        for position, frame in enumerate(sample.frames):
-            record = self._frames.get((sample.puid, frame))
-            if record is not None:
-                deepest[record.file, record.line] = position
-        t, duration = sample.t_ns, sample.duration_ns
-        if sample.weight == 1 or duration == 0:
-            candidates = thread.innermost(t)
-            if not candidates:
-                return 0
-            placed = _place(candidates, deepest)
-            if placed is None:
-                return sample.weight
-            call, cut = placed
-            stop = min(t + duration, call.end, call.inner.next_start_after(t))
-            time = max(0, stop - t)
-            cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
-            self._add(call, sample, cut, count=sample.weight, time=time, cpu=cpu)
-            return 0
-        # A collapsed sample: split its span where any call on the thread starts or ends.
-        overlap: dict[Call, tuple[int, int]] = {}
-        missed = 0
-        for piece_start, piece_end in thread.pieces(t, t + duration):
-            candidates = thread.innermost(piece_start)
-            if not candidates:
-                continue
-            placed = _place(candidates, deepest)
-            if placed is None:
-                missed += piece_end - piece_start
-                continue
-            call, cut = placed
-            spent = overlap.get(call, (cut, 0))[1]
-            overlap[call] = (cut, spent + piece_end - piece_start)
-        for call, (cut, spent) in overlap.items():
-            count = _share(sample.weight, spent, duration)
-            cpu = sample.cpu_ns * spent // duration
-            self._add(call, sample, cut, count=count, time=spent, cpu=cpu)
-        return _share(sample.weight, missed, duration)
+        placements, skipped = place_sample(sample, thread, self._frames)
+        for placement in placements:
+            self._add(placement, sample)
+        return skipped
 
-    def _add(
-        self, call: Call, sample: SampleRecord, cut: int, *, count: int, time: int, cpu: int
-    ) -> None:
+    def _add(self, placement: Placement, sample: SampleRecord) -> None:
+        call, cut, count, time, cpu = (
+            placement.call,
+            placement.cut,
+            placement.count,
+            placement.time,
+            placement.cpu,
+        )
         attributed = self.attributed.get(call)
         if attributed is None:
             attributed = self.attributed[call] = _Attributed()
@@ -245,6 +223,69 @@ class _Merger:
         if self._lines:
             return (record.file, record.function, line), (record.file, record.function, line)
         return (record.file, record.function), (record.file, record.function, record.line)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The part of a sample that fell in one measured call (the module docstring's rules)."""
+
+    call: Call
+    cut: int  # the stack's frames after this position ran beneath the call
+    count: int  # the ticks it stands for
+    start: int  # its first instant inside the call
+    time: int  # the wall time it stands for inside the call
+    cpu: int  # the CPU time, pro rata
+
+
+def place_sample(
+    sample: SampleRecord, thread: ThreadCalls, frames: dict[tuple[int, int], FrameRecord]
+) -> tuple[list[Placement], int]:
+    """Where one sample of ``thread`` fell: a placement per measured call it fell in (a
+    collapsed sample may span several), and the weight that fell in none it could be cut for."""
+    deepest: dict[FrameKey, int] = {}
+    for position, frame in enumerate(sample.frames):
+        record = frames.get((sample.puid, frame))
+        if record is not None:
+            deepest[record.file, record.line] = position
+    t, duration = sample.t_ns, sample.duration_ns
+    if sample.weight == 1 or duration == 0:
+        candidates = thread.innermost(t)
+        if not candidates:
+            return [], 0
+        placed = _place(candidates, deepest)
+        if placed is None:
+            return [], sample.weight
+        call, cut = placed
+        stop = min(t + duration, call.end, call.inner.next_start_after(t))
+        time = max(0, stop - t)
+        cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
+        return [Placement(call, cut, sample.weight, t, time, cpu)], 0
+    # A collapsed sample: split its span where any call on the thread starts or ends.
+    overlap: dict[Call, tuple[int, int, int]] = {}  # call -> (cut, first instant, time)
+    missed = 0
+    for piece_start, piece_end in thread.pieces(t, t + duration):
+        candidates = thread.innermost(piece_start)
+        if not candidates:
+            continue
+        placed = _place(candidates, deepest)
+        if placed is None:
+            missed += piece_end - piece_start
+            continue
+        call, cut = placed
+        _cut, first, spent = overlap.get(call, (cut, piece_start, 0))
+        overlap[call] = (cut, first, spent + piece_end - piece_start)
+    placements = [
+        Placement(
+            call,
+            cut,
+            _share(sample.weight, spent, duration),
+            first,
+            spent,
+            sample.cpu_ns * spent // duration,
+        )
+        for call, (cut, first, spent) in overlap.items()
+    ]
+    return placements, _share(sample.weight, missed, duration)
 
 
 def _share(weight: int, part: int, whole: int) -> int:

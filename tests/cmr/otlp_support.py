@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
+from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+    ExportProfilesServiceRequest,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -99,6 +102,23 @@ def otlp_json_to_request(text: str) -> ExportTraceServiceRequest:
     return json_format.Parse(json.dumps(document), ExportTraceServiceRequest())
 
 
+def profiles_json_to_request(text: str | bytes) -> ExportProfilesServiceRequest:
+    """OTLP/JSON profiles read as a receiver reads them: the hex ids (links' trace and span ids,
+    profile ids) turned into protobuf's base64 first."""
+    document = json.loads(text)
+    for link in document["dictionary"].get("linkTable", []):
+        for key in ("traceId", "spanId"):
+            if key in link:
+                link[key] = base64.b64encode(bytes.fromhex(link[key])).decode()
+    for resource in document["resourceProfiles"]:
+        for scope in resource["scopeProfiles"]:
+            for profile in scope["profiles"]:
+                profile["profileId"] = base64.b64encode(
+                    bytes.fromhex(profile["profileId"])
+                ).decode()
+    return json_format.Parse(json.dumps(document), ExportProfilesServiceRequest())
+
+
 def attributes(key_values: Any) -> dict[str, Any]:
     """Protobuf ``KeyValue``s as a dict of plain values (arrays as tuples)."""
     return {kv.key: any_value(kv.value) for kv in key_values}
@@ -117,9 +137,11 @@ class Receiver:
 
     url: str
     requests: list[ExportTraceServiceRequest] = field(default_factory=list)
+    profiles: list[ExportProfilesServiceRequest] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     status: int = 200
+    profiles_status: int = 200  # what it answers on the profiles path
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def spans(self) -> list[tuple[Any, Any]]:
@@ -137,7 +159,8 @@ class Receiver:
 @contextmanager
 def otlp_receiver() -> Iterator[Receiver]:
     """An OTLP/HTTP receiver on 127.0.0.1 (a free port): POST /v1/traces with a protobuf
-    ExportTraceServiceRequest, as the OpenTelemetry Collector takes it."""
+    ExportTraceServiceRequest, as the OpenTelemetry Collector takes it, and POST
+    /v1development/profiles with an OTLP/JSON ExportProfilesServiceRequest."""
     receiver = Receiver(url="")
 
     class Handler(BaseHTTPRequestHandler):
@@ -148,15 +171,20 @@ def otlp_receiver() -> Iterator[Receiver]:
                 body = gzip.decompress(body)
             elif encoding == "deflate":
                 body = zlib.decompress(body)
-            assert self.headers.get("Content-Type") == "application/x-protobuf"
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
+            profiles = self.path.endswith("/v1development/profiles")
+            if profiles:
+                assert self.headers.get("Content-Type") == "application/json"
+                received: Any = profiles_json_to_request(body)
+            else:
+                assert self.headers.get("Content-Type") == "application/x-protobuf"
+                received = ExportTraceServiceRequest()
+                received.ParseFromString(body)
             with receiver.lock:
                 receiver.paths.append(self.path)
                 receiver.headers.append({k.lower(): v for k, v in self.headers.items()})
-                status = receiver.status
+                status = receiver.profiles_status if profiles else receiver.status
                 if status == 200:
-                    receiver.requests.append(request)
+                    (receiver.profiles if profiles else receiver.requests).append(received)
             reply = ExportTraceServiceResponse().SerializeToString()
             self.send_response(status)
             self.send_header("Content-Type", "application/x-protobuf")
