@@ -47,18 +47,23 @@ def tidy():     # 10 %
 
 truth = {"crunch": 0, "wait_io": 0, "tidy": 0}
 cpu = {"crunch": 0, "wait_io": 0, "tidy": 0}
+spans = {}  # helper -> (start, end), perf_counter_ns: the clock the tracer and sampler read
+entered = []
 
 @tracer.traced
 def handle(rounds):
+    entered.append(time.perf_counter_ns())
     for _ in range(rounds):
         for helper in (crunch, wait_io, tidy):
             started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
             helper()
-            truth[helper.__name__] += time.perf_counter_ns() - started
+            ended = time.perf_counter_ns()
+            truth[helper.__name__] += ended - started
             cpu[helper.__name__] += time.thread_time_ns() - started_cpu
+            spans[helper.__name__] = (started, ended)
 
 handle(1)
-print(json.dumps({"wall": truth, "cpu": cpu}))
+print(json.dumps({"wall": truth, "cpu": cpu, "spans": spans, "entered": entered[0]}))
 """
 
 
@@ -79,6 +84,17 @@ def test_estimated_durations_match_the_truth_within_ten_percent(tmp_path: Path, 
     root = cmr_json(db, "show", summary["seq"], "--samples")["root"]
     assert root["name"] == "__main__.handle"
     helpers = estimated(root)
+    # Every estimate's bounds hold where the helper really ran. The workload's clock is the
+    # tracer's (perf_counter); the root's start anchors it to the repository's wall clock, to
+    # within the few microseconds between the root's Start and the workload's first reading.
+    offset = root["start_ns"] - measured["entered"]
+    anchor = 1_000_000  # ns of slack for that anchoring, far below an interval (10 ms)
+    for name, node in helpers.items():
+        start, end = (t + offset for t in measured["spans"][name])
+        bounds = node["bounds"]
+        assert bounds["start_min_ns"] - anchor <= start <= bounds["start_max_ns"] + anchor, name
+        assert bounds["end_max_ns"] is not None, name
+        assert bounds["end_min_ns"] - anchor <= end <= bounds["end_max_ns"] + anchor, name
     if mode == "wall":
         for name in ("crunch", "wait_io", "tidy"):
             assert helpers[name]["duration_ns"] == pytest.approx(truth[name], rel=0.10), name

@@ -39,8 +39,9 @@ import msgspec
 from cmr.otlp.render import encode_attributes, span_id_hex
 from cmr.otlp.spans import SCOPE_NAME, AttributeValue, Trace
 from cmr.store.base import FrameRecord, SampleRecord, SequenceData
-from cmr.views.merge import measured_calls, place_sample
+from cmr.views.merge import measured_calls
 from cmr.views.model import SequenceTree
+from cmr.views.placement import place_sample
 
 #: The two profiles of every process: (sample type, unit).
 WALL: Final = ("wall", "nanoseconds")

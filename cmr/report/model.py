@@ -28,7 +28,9 @@ the page turns each column into a typed array at once.
   ends at the latest time the sequence shows, or at its caller's end on the same thread),
   ``open``, ``self`` (None while unknown), ``error``, ``iid`` (hex; None but for measured calls),
   ``handoff`` (the hop's kind, or None), ``samples``, ``cpu`` (None without samples),
-  ``frame`` (``[file, function, line]`` of an estimated frame) and ``attributes``.
+  ``frame`` (``[file, function, line]`` of an estimated frame), ``bounds`` (an estimated
+  bar's ``[start min, start max, end min, end max]``, ``Node.bounds`` made relative; end max
+  None while unbounded; drawn as whiskers) and ``attributes``.
 - ``arrows``: one per hand-off whose submitter and submit time are known: ``from`` and ``to``
   (bar indexes), ``kind``, ``submitted``, ``start`` and ``queued`` (the wait, ns).
 - ``critical``: the bars of the critical path (``cmr.views.critical``, what ``cmr show
@@ -50,7 +52,7 @@ from cmr.store.base import SequenceData
 from cmr.views._gc import paused_gc
 from cmr.views.critical import critical_path
 from cmr.views.lanes import Layout, Track, lay_out
-from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Node
+from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Bounds, Node
 from cmr.views.pipeline import sequence_tree  # the exports' tree: samples merged in
 from cmr.views.profile import ProfileNode, profile_sequence
 from cmr.views.render.folded import has_samples
@@ -302,11 +304,24 @@ def _bars(
         samples=[node.samples for node in nodes],
         cpu=[node.cpu_ns for node in nodes],
         frame=[None if node.frame is None else list(node.frame) for node in nodes],
+        bounds=[_bounds(node.bounds, origin) for node in nodes],
         attributes=[
             attributes.get((node.process.puid, node.iid)) if m else None
             for node, m in zip(nodes, measured, strict=True)
         ],
     )
+
+
+def _bounds(bounds: Bounds | None, origin: int) -> list[int | None] | None:
+    if bounds is None:
+        return None
+    end_max = None if bounds.end_max_ns is None else bounds.end_max_ns - origin
+    return [
+        bounds.start_min_ns - origin,
+        bounds.start_max_ns - origin,
+        bounds.end_min_ns - origin,
+        end_max,
+    ]
 
 
 def _arrows(nodes: list[Node], parents: list[int], origin: int) -> list[Arrow]:

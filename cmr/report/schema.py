@@ -57,6 +57,8 @@ class Bars(TypedDict):
     samples: list[int]
     cpu: list[int | None]
     frame: list[list[str | int] | None]
+    # An estimated bar's [start min, start max, end min, end max] (relative; end max None: open)
+    bounds: list[list[int | None] | None]
     attributes: list[dict[str, AttributeValue] | None]
 
 

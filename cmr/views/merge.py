@@ -31,12 +31,22 @@ and the innermost function by the line it was running.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cmr.store.base import FrameRecord, MethodRecord, SampleRecord, SequenceData
 from cmr.views.calltree import covered_ns
-from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, STATUS_OK, Node, SequenceTree, walk
-from cmr.views.timeline import OPEN, Call, FrameKey, ThreadCalls, index_threads
+from cmr.views.model import (
+    KIND_ESTIMATED,
+    KIND_MEASURED,
+    STATUS_OK,
+    Bounds,
+    Node,
+    SequenceTree,
+    walk,
+)
+from cmr.views.placement import Placement, Seen, Ticks, place_sample
+from cmr.views.timeline import OPEN, Call, ThreadCalls, index_threads
 
 Signature = tuple[str, str] | tuple[str, str, int]
 
@@ -52,6 +62,7 @@ class _Tally:
     cpu: int = 0
     first: int = OPEN
     last: int = -OPEN
+    seen: Seen = field(default_factory=Seen)  # where the samples that saw it fell
     children: dict[Signature, _Tally] = field(default_factory=dict)
 
 
@@ -81,7 +92,8 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
         return tree
     root, calls = _copy(tree.root, data)
     threads = index_threads(calls)
-    merger = _Merger(data.frames, lines)
+    ticks = Ticks(data.samples)
+    merger = _Merger(data.frames, lines, ticks)
     skipped = 0
     for sample in data.samples:
         thread = threads.get((sample.puid, sample.tid))
@@ -89,7 +101,8 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
             skipped += merger.attribute(sample, thread)
     for call, attributed in merger.attributed.items():
         if attributed.tallies:
-            _grow(call.node, attributed.tallies)
+            key = (call.node.process.puid, call.node.thread.tid)
+            _grow(call.node, attributed.tallies, ticks.bounding(key))
     _total(root, {id(call.node): found for call, found in merger.attributed.items()})
     return dataclasses.replace(tree, root=root, samples_skipped=tree.samples_skipped + skipped)
 
@@ -162,6 +175,7 @@ def _fresh(node: Node) -> Node:
         handoff=node.handoff,
         hidden=node.hidden,
         frame=node.frame,
+        bounds=node.bounds,
         attributes=node.attributes,
     )
 
@@ -169,14 +183,20 @@ def _fresh(node: Node) -> Node:
 class _Merger:
     """Places samples on calls and accumulates their cut stacks per call."""
 
-    def __init__(self, frames: dict[tuple[int, int], FrameRecord], lines: bool) -> None:
+    def __init__(
+        self, frames: dict[tuple[int, int], FrameRecord], lines: bool, ticks: Ticks
+    ) -> None:
         self._frames = frames
         self._lines = lines
+        self._ticks = ticks
         self.attributed: dict[Call, _Attributed] = {}
 
     def attribute(self, sample: SampleRecord, thread: ThreadCalls) -> int:
         """Attribute one sample within its thread; returns the weight skipped."""
         placements, skipped = place_sample(sample, thread, self._frames)
+        if sample.weight == 1 or sample.duration_ns == 0:  # its one tick: anywhere in its span
+            until = self._ticks.span_end((sample.puid, sample.tid), sample.t_ns)
+            placements = [dataclasses.replace(p, until=until) for p in placements]
         for placement in placements:
             self._add(placement, sample)
         return skipped
@@ -198,6 +218,7 @@ class _Merger:
             return
         level = attributed.tallies
         end = sample.t_ns + time
+        window = placement.window()
         tally: _Tally | None = None
         for position in range(cut + 1, len(sample.frames)):
             signature, frame = self._describe(
@@ -211,6 +232,7 @@ class _Merger:
             tally.cpu += cpu
             tally.first = min(tally.first, sample.t_ns)
             tally.last = max(tally.last, end)
+            tally.seen.add(*window)
             level = tally.children
         if tally is not None:
             tally.self_weight += count
@@ -225,97 +247,9 @@ class _Merger:
         return (record.file, record.function), (record.file, record.function, record.line)
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """The part of a sample that fell in one measured call (the module docstring's rules)."""
-
-    call: Call
-    cut: int  # the stack's frames after this position ran beneath the call
-    count: int  # the ticks it stands for
-    start: int  # its first instant inside the call
-    time: int  # the wall time it stands for inside the call
-    cpu: int  # the CPU time, pro rata
-
-
-def place_sample(
-    sample: SampleRecord, thread: ThreadCalls, frames: dict[tuple[int, int], FrameRecord]
-) -> tuple[list[Placement], int]:
-    """Where one sample of ``thread`` fell: a placement per measured call it fell in (a
-    collapsed sample may span several), and the weight that fell in none it could be cut for."""
-    deepest: dict[FrameKey, int] = {}
-    for position, frame in enumerate(sample.frames):
-        record = frames.get((sample.puid, frame))
-        if record is not None:
-            deepest[record.file, record.line] = position
-    t, duration = sample.t_ns, sample.duration_ns
-    if sample.weight == 1 or duration == 0:
-        candidates = thread.innermost(t)
-        if not candidates:
-            return [], 0
-        placed = _place(candidates, deepest)
-        if placed is None:
-            return [], sample.weight
-        call, cut = placed
-        stop = min(t + duration, call.end, call.inner.next_start_after(t))
-        time = max(0, stop - t)
-        cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
-        return [Placement(call, cut, sample.weight, t, time, cpu)], 0
-    # A collapsed sample: split its span where any call on the thread starts or ends.
-    overlap: dict[Call, tuple[int, int, int]] = {}  # call -> (cut, first instant, time)
-    missed = 0
-    for piece_start, piece_end in thread.pieces(t, t + duration):
-        candidates = thread.innermost(piece_start)
-        if not candidates:
-            continue
-        placed = _place(candidates, deepest)
-        if placed is None:
-            missed += piece_end - piece_start
-            continue
-        call, cut = placed
-        _cut, first, spent = overlap.get(call, (cut, piece_start, 0))
-        overlap[call] = (cut, first, spent + piece_end - piece_start)
-    placements = [
-        Placement(
-            call,
-            cut,
-            _share(sample.weight, spent, duration),
-            first,
-            spent,
-            sample.cpu_ns * spent // duration,
-        )
-        for call, (cut, first, spent) in overlap.items()
-    ]
-    return placements, _share(sample.weight, missed, duration)
-
-
-def _share(weight: int, part: int, whole: int) -> int:
-    """round(weight * part / whole), halves up, in integers."""
-    return (2 * weight * part + whole) // (2 * whole)
-
-
-def _place(candidates: list[Call], deepest: dict[FrameKey, int]) -> tuple[Call, int] | None:
-    """The candidate the stack shows, and the position below which its frames start."""
-    best: tuple[tuple[int, int, int], Call, int] | None = None
-    for call in candidates:
-        position = deepest.get(call.key) if call.key is not None else None
-        if position is not None:
-            rank = (position, call.depth, -call.start)
-            if best is None or rank > best[0]:
-                best = (rank, call, position)
-    if best is None:  # fall back on the deepest frame of a measured caller on the thread
-        for call in candidates:
-            caller = call.parent
-            while caller is not None:
-                position = deepest.get(caller.key) if caller.key is not None else None
-                if position is not None:
-                    rank = (position, 0, -call.start)
-                    if best is None or rank > best[0]:
-                        best = (rank, call, position)
-                caller = caller.parent
-    return None if best is None else (best[1], best[2])
-
-
-def _grow(node: Node, tallies: dict[Signature, _Tally]) -> None:
+def _grow(
+    node: Node, tallies: dict[Signature, _Tally], bounds: Callable[[Node, Seen], Bounds]
+) -> None:
     """Hang the estimated subtree under its measured node, scaled down to fit the time its own
     thread had free: its window less what its measured children on the same thread covered.
     (Children handed off to other threads ran in parallel: they take nothing from that time.)"""
@@ -341,6 +275,7 @@ def _grow(node: Node, tallies: dict[Signature, _Tally]) -> None:
             self_samples=tally.self_weight,
             cpu_ns=tally.cpu,
             frame=tally.frame,
+            bounds=bounds(node, tally.seen),
         )
         parent.children.append(child)
         if parent is node:

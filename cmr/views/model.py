@@ -71,6 +71,25 @@ class Handoff:
     queued_ns: int | None
 
 
+class Bounds(msgspec.Struct, frozen=True, gc=False):
+    """Where an estimated node can have started and ended, from the samples around it: it had
+    started by the first sample that saw it (``start_max_ns``) and not before the last one of
+    its thread that did not (``start_min_ns``, or its measured caller's start); it ran until
+    the last that saw it (``end_min_ns``) and ended by the next one of its thread
+    (``end_max_ns``, or its caller's end; None when neither is known yet)."""
+
+    start_min_ns: int
+    start_max_ns: int
+    end_min_ns: int
+    end_max_ns: int | None
+
+    def spread_ns(self) -> int | None:
+        """Half the width of the two windows: the ± of the node's extent (None: unbounded)."""
+        if self.end_max_ns is None:
+            return None
+        return (self.start_max_ns - self.start_min_ns + self.end_max_ns - self.end_min_ns) // 2
+
+
 class Node(msgspec.Struct, eq=False, gc=False):
     """One invocation in the tree. Identity comparison only: two calls are never "equal".
 
@@ -97,6 +116,7 @@ class Node(msgspec.Struct, eq=False, gc=False):
     self_samples: int = 0  # sample weight whose innermost frame is this node
     cpu_ns: int | None = None  # CPU time estimated from the samples; None without samples
     frame: tuple[str, str, int] | None = None  # an estimated node's (file, function, line)
+    bounds: Bounds | None = None  # an estimated node's (``Bounds``); None for the others
     # Key/value pairs recorded for the invocation (wire.Attrs: an OpenTelemetry span's), or None.
     attributes: dict[str, str | int | float | bool] | None = None
     # Hand-offs to untraced code that ran nothing traced, left out beneath it (``views.hops``).

@@ -205,6 +205,12 @@
       const [file, fn, line] = raw.frame[i];
       rows.push(["frame", "frame", fn + " (" + file + ":" + line + ")"]);
     }
+    if (raw.bounds && raw.bounds[i]) {
+      const [startMin, startMax, endMin, endMax] = raw.bounds[i];
+      const at = (t) => "+" + Invoseq.formatDuration(t);
+      const ended = endMax === null ? "after " + at(endMin) : at(endMin) + " to " + at(endMax);
+      rows.push(["bounds", "bounds", "started " + at(startMin) + " to " + at(startMax) + ", ended " + ended]);
+    }
     const logs = logLines(raw.attributes[i]);
     if (logs.length) rows.push(["logs", "log records", lineList(logs)]);
     rows.push(["attributes", "attributes", attributes(raw.attributes[i])]);

@@ -24,6 +24,7 @@
     wait: "rgba(80, 120, 220, 0.22)",
     arrow: "rgba(40, 70, 170, 0.85)",
     open: "#e07b00",
+    bounds: "rgba(60, 60, 80, 0.75)",
   };
 
   class Timeline {
@@ -172,6 +173,31 @@
       }
     }
 
+    /* Whiskers of an estimated bar: where it can have started and ended (Node.bounds), a thin
+     * line with end caps across each window, through the middle of the row. */
+    drawBounds(i, y) {
+      const ctx = this.ctx;
+      const [startMin, startMax, endMin, endMax] = this.data.bars.raw.bounds[i];
+      const mid = y + ROW_H / 2;
+      ctx.strokeStyle = COLORS.bounds;
+      ctx.lineWidth = 1;
+      const whisker = (from, to) => {
+        const a = Math.max(LABEL_W, this.x(from));
+        const b = Math.min(this.width(), this.x(to));
+        if (b < a) return;
+        ctx.beginPath();
+        ctx.moveTo(a, mid + 0.5);
+        ctx.lineTo(b, mid + 0.5);
+        ctx.moveTo(a + 0.5, mid - 3);
+        ctx.lineTo(a + 0.5, mid + 4);
+        ctx.moveTo(b - 0.5, mid - 3);
+        ctx.lineTo(b - 0.5, mid + 4);
+        ctx.stroke();
+      };
+      whisker(startMin, startMax);
+      whisker(endMin, endMax === null ? this.t1 : endMax);
+    }
+
     drawBar(i, x0, x1, y) {
       const ctx = this.ctx;
       const data = this.data;
@@ -201,6 +227,7 @@
         ctx.fillStyle = "hsl(" + hue + ", 60%, 72%)";
         ctx.fillRect(x0, y + 1, w, ROW_H - 2);
       }
+      if (kind === "estimated" && bars.raw.bounds && bars.raw.bounds[i]) this.drawBounds(i, y);
       if (bars.open[i] && w > 4) {
         ctx.fillStyle = COLORS.open;
         ctx.fillRect(x1 - 3, y + 1, 3, ROW_H - 2);

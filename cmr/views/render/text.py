@@ -334,7 +334,11 @@ def format_attributes(attributes: dict[str, str | int | float | bool]) -> str:
 
 def _describe_estimated(node: Node, palette: Palette) -> str:
     """A frame estimated from samples: all dim, so measured calls stand out."""
-    parts = [f"~{format_duration(node.duration_ns or 0)}", node.name]
+    estimate = f"~{format_duration(node.duration_ns or 0)}"
+    spread = None if node.bounds is None else node.bounds.spread_ns()
+    if spread is not None:
+        estimate += f" (±{format_duration(spread)})"
+    parts = [estimate, node.name]
     if node.frame is not None:
         parts.append(f"{short_path(node.frame[0])}:{node.frame[2]}")
     if node.self_ns is not None:

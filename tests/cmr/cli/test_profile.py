@@ -96,9 +96,9 @@ def test_show_samples_interleaves_the_estimated_frames(repo, capsys):
         f"{SEQ_P.hex()}  complete  100 ms  4 calls · 1 thread · 1 process · 3 samples",
         "100 ms  shop.checkout  self 70.0 ms  thread-1 (1) testhost:4242  3 samples",
         "├─ 10.0 ms  shop.price  self 5.00 ms  thread-1 (1)  1 sample",
-        "│  └─ ~5.00 ms  lookup  db/query.py:40  self 5.00 ms  1 sample",
+        "│  └─ ~5.00 ms (±9.00 ms)  lookup  db/query.py:40  self 5.00 ms  1 sample",
         "├─ 10.0 ms  shop.price  self 5.00 ms  thread-1 (1)  1 sample",
-        "│  └─ ~5.00 ms  lookup  db/query.py:40  self 5.00 ms  1 sample",
+        "│  └─ ~5.00 ms (±9.00 ms)  lookup  db/query.py:40  self 5.00 ms  1 sample",
         "└─ 10.0 ms  shop.price  self 10.0 ms  thread-1 (1)",
     ]
 

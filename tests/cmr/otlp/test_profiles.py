@@ -165,7 +165,7 @@ def test_a_traced_runs_profiles_parse_and_link_to_its_exported_spans(shop) -> No
         assert facts["thread.name"] == thread
         assert span.start_time_unix_nano <= t <= span.end_time_unix_nano
         assert value >= 0
-        assert weight >= 1
+        assert weight >= 0  # a sliver of a collapsed sample may round to no tick
     processes = {
         attributes(r.resource.attributes)["invoseq.puid"] for r in request.resource_profiles
     }

@@ -161,3 +161,23 @@ def test_cli_errors_are_one_line(tmp_path: Path, make_batch: BatchFactory) -> No
         assert result.stderr.startswith(message), result.stderr
         assert result.stderr.count("\n") == 1
     assert report("5e", "--db", str(db)).returncode == 2  # -o is required
+
+
+def test_estimated_bars_carry_their_bounds_for_the_whiskers() -> None:
+    from tests.cmr.views.conftest import SequenceBuilder
+
+    ms = 1_000_000
+    b = SequenceBuilder()
+    b.call("app.handle", 1, start=100 * ms, end=200 * ms, line=10)
+    b.frame(1, "handle", line=10)
+    b.frame(2, "work", line=20)
+    b.sample(110 * ms, [1], duration=10 * ms)
+    b.sample(120 * ms, [1, 2], duration=10 * ms)
+    b.sample(130 * ms, [1], duration=10 * ms)
+    bars = build_model(b.data())["bars"]
+    kinds = ["measured", "estimated", "synthetic"]
+    by_kind = {kinds[k]: i for i, k in enumerate(bars["kind"])}
+    assert bars["bounds"][by_kind["measured"]] is None
+    # seen by the sample spanning [120, 130) ms, not by those before and after it; the page's
+    # times start at the sequence's first call (100 ms)
+    assert bars["bounds"][by_kind["estimated"]] == [10 * ms, 30 * ms, 20 * ms, 40 * ms]

@@ -30,6 +30,7 @@ NODE_KEYS = [
     "handoff",
     "samples",
     "frame",
+    "bounds",
     "attributes",
     "children",
 ]
@@ -61,6 +62,13 @@ def check_node(node: dict) -> None:
     if frame is not None:
         assert list(frame) == ["file", "function", "line"]
         assert isinstance(frame["line"], int)
+    bounds = node["bounds"]
+    assert (bounds is not None) == (node["kind"] == "estimated")
+    if bounds is not None:
+        assert list(bounds) == ["start_min_ns", "start_max_ns", "end_min_ns", "end_max_ns"]
+        assert bounds["start_min_ns"] <= bounds["start_max_ns"]
+        assert bounds["start_min_ns"] <= bounds["end_min_ns"]
+        assert bounds["end_max_ns"] is None or bounds["end_min_ns"] <= bounds["end_max_ns"]
     attributes = node["attributes"]
     assert attributes is None or all(
         isinstance(key, str) and isinstance(value, str | int | float | bool)
@@ -108,6 +116,7 @@ def test_show_document_has_exactly_the_contract_keys_and_types(builder):
         "handoff": None,
         "samples": None,  # none were merged in
         "frame": None,
+        "bounds": None,
         "attributes": None,  # none were recorded (wire.Attrs: OpenTelemetry spans)
         "children": root["children"],
     }

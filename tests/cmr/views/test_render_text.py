@@ -230,12 +230,15 @@ def test_frames_estimated_from_samples_are_drawn_apart(builder):
         f"{data.seq.hex()}  complete  100 ms  "
         "2 calls · 1 thread · 1 process · 2 samples (1 skipped)",
         "100 ms  shop.checkout  self 70.0 ms  T1 (1) box:4242  2 samples",
-        "├─ ~20.0 ms  Parser.parse  shop/io.py:30  self 10.0 ms  2 samples",
-        "│  └─ ~10.0 ms  read  python3.11/socket.py:7  self 10.0 ms  1 sample",
+        # seen by the ticks of the samples spanning [10, 20) and [20, 30) ms, not by the one
+        # spanning [30, 40), none before it: started in [0, 20] (the call's start, the end of
+        # the first span), ended in [20, 40]: ±20 ms. read: [0, 20] and [10, 30].
+        "├─ ~20.0 ms (±20.0 ms)  Parser.parse  shop/io.py:30  self 10.0 ms  2 samples",
+        "│  └─ ~10.0 ms (±20.0 ms)  read  python3.11/socket.py:7  self 10.0 ms  1 sample",
         "└─ 10.0 ms  shop.pay  self 10.0 ms  T1 (1)",
     ]
     coloured = render_text(tree, color=True)
-    assert "\033[2m~20.0 ms  Parser.parse  shop/io.py:30" in coloured
+    assert "\033[2m~20.0 ms (±20.0 ms)  Parser.parse  shop/io.py:30" in coloured
 
 
 def test_a_tree_without_merged_samples_says_nothing_about_them(builder):

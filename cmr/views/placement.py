@@ -1,0 +1,180 @@
+"""Where a stack sample fell among the measured calls of its thread, and the ticks around an
+instant: the rules ``merge_samples`` builds estimated nodes with (its module docstring), shared
+with the OTLP profiles export (``cmr.otlp.profiles``), which links each sample to its call.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cmr.store.base import FrameRecord, SampleRecord
+from cmr.views.model import Bounds, Node
+from cmr.views.timeline import Call, FrameKey, ThreadCalls
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The part of a sample that fell in one measured call (the module docstring's rules)."""
+
+    call: Call
+    cut: int  # the stack's frames after this position ran beneath the call
+    count: int  # the ticks it stands for
+    start: int  # its first instant inside the call
+    time: int  # the wall time it stands for inside the call
+    cpu: int  # the CPU time, pro rata
+    # A single tick's sample: when its span ends (the next sample of its thread starts); its
+    # tick fell somewhere in ``[start, until)``. ``time`` says what the sample counts for (in CPU
+    # mode, CPU time), not where its tick was.
+    until: int | None = None
+
+    def window(self) -> tuple[int, int]:
+        """Where the ticks that saw what it saw fell: ``[from, until)``. One tick: anywhere in
+        its sample's span. A collapsed sample's N ticks: anywhere in the part of its span inside
+        the call, as far as anything is certain (the sampler does not send when its first and
+        last ticks were, and a starved sampler's ticks are late by any amount)."""
+        if self.until is not None:
+            return self.start, max(self.until, self.start + 1)
+        return self.start, self.start + max(1, self.time)
+
+
+def place_sample(
+    sample: SampleRecord, thread: ThreadCalls, frames: dict[tuple[int, int], FrameRecord]
+) -> tuple[list[Placement], int]:
+    """Where one sample of ``thread`` fell: a placement per measured call it fell in (a
+    collapsed sample may span several), and the weight that fell in none it could be cut for."""
+    deepest: dict[FrameKey, int] = {}
+    for position, frame in enumerate(sample.frames):
+        record = frames.get((sample.puid, frame))
+        if record is not None:
+            deepest[record.file, record.line] = position
+    t, duration = sample.t_ns, sample.duration_ns
+    if sample.weight == 1 or duration == 0:
+        candidates = thread.innermost(t)
+        if not candidates:
+            return [], 0
+        placed = _place(candidates, deepest)
+        if placed is None:
+            return [], sample.weight
+        call, cut = placed
+        stop = min(t + duration, call.end, call.inner.next_start_after(t))
+        time = max(0, stop - t)
+        cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
+        return [Placement(call, cut, sample.weight, t, time, cpu)], 0
+    # A collapsed sample: split its span where any call on the thread starts or ends.
+    overlap: dict[Call, tuple[int, int, int]] = {}  # call -> (cut, first instant, time)
+    missed = 0
+    for piece_start, piece_end in thread.pieces(t, t + duration):
+        candidates = thread.innermost(piece_start)
+        if not candidates:
+            continue
+        placed = _place(candidates, deepest)
+        if placed is None:
+            missed += piece_end - piece_start
+            continue
+        call, cut = placed
+        _cut, first, spent = overlap.get(call, (cut, piece_start, 0))
+        overlap[call] = (cut, first, spent + piece_end - piece_start)
+    placements = [
+        Placement(
+            call,
+            cut,
+            _share(sample.weight, spent, duration),
+            first,
+            spent,
+            sample.cpu_ns * spent // duration,
+        )
+        for call, (cut, first, spent) in overlap.items()
+    ]
+    return placements, _share(sample.weight, missed, duration)
+
+
+def _share(weight: int, part: int, whole: int) -> int:
+    """round(weight * part / whole), halves up, in integers."""
+    return (2 * weight * part + whole) // (2 * whole)
+
+
+def _place(candidates: list[Call], deepest: dict[FrameKey, int]) -> tuple[Call, int] | None:
+    """The candidate the stack shows, and the position below which its frames start."""
+    best: tuple[tuple[int, int, int], Call, int] | None = None
+    for call in candidates:
+        position = deepest.get(call.key) if call.key is not None else None
+        if position is not None:
+            rank = (position, call.depth, -call.start)
+            if best is None or rank > best[0]:
+                best = (rank, call, position)
+    if best is None:  # fall back on the deepest frame of a measured caller on the thread
+        for call in candidates:
+            caller = call.parent
+            while caller is not None:
+                position = deepest.get(caller.key) if caller.key is not None else None
+                if position is not None:
+                    rank = (position, 0, -call.start)
+                    if best is None or rank > best[0]:
+                        best = (rank, call, position)
+                caller = caller.parent
+    return None if best is None else (best[1], best[2])
+
+
+class Ticks:
+    """Each thread's samples as spans in time order. A sample starts where the stack changed,
+    somewhere between two ticks, and lasts until the next sample starts (the last one:
+    ``duration_ns``), so its ticks fell within its span: what a tick saw is certain; when, only
+    to its span."""
+
+    def __init__(self, samples: list[SampleRecord]) -> None:
+        spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for s in samples:
+            spans.setdefault((s.puid, s.tid), []).append((s.t_ns, s.duration_ns))
+        self._threads: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        for thread, found in spans.items():
+            found.sort()
+            starts = [t for t, _ in found]
+            self._threads[thread] = (starts, [*starts[1:], found[-1][0] + found[-1][1]])
+
+    def span_end(self, thread: tuple[int, int], t_ns: int) -> int:
+        """Where the span of the thread's sample starting at ``t_ns`` ends."""
+        starts, ends = self._threads[thread]
+        return ends[bisect.bisect_left(starts, t_ns)]
+
+    def bounding(self, thread: tuple[int, int]) -> Callable[[Node, Seen], Bounds]:
+        """For a measured node of ``thread``: the bounds of an estimated node under it that the
+        samples saw as ``seen`` says. It started after the tick of the sample before the first
+        that saw it (after that sample's start) and before a tick that saw it (by the end of the
+        earliest window); it ran until a tick in the latest window (from its start) and ended
+        before the tick of the sample after the last (by that sample's end)."""
+        starts, ends = self._threads.get(thread, ([], []))
+
+        def bounds(node: Node, seen: Seen) -> Bounds:
+            before = bisect.bisect_left(starts, seen.first_from) - 1
+            start_min = max(node.start_ns, starts[before]) if before >= 0 else node.start_ns
+            after = bisect.bisect_left(starts, seen.last_until)
+            end_max = ends[after] if after < len(starts) else None
+            if node.end_ns is not None:
+                end_max = node.end_ns if end_max is None else min(end_max, node.end_ns)
+            start_max = seen.first_until
+            if end_max is not None:  # it started before it ended
+                start_max = min(start_max, end_max)
+            return Bounds(min(start_min, start_max), start_max, seen.last_from, end_max)
+
+        return bounds
+
+
+@dataclass(slots=True)
+class Seen:
+    """Where the samples that saw an estimated frame fell: each saw it at one instant of its
+    window (``Placement.window``). The frame had started by the end of the earliest window
+    (``first_until``) and was still running at the start of the latest (``last_from``)."""
+
+    first_from: int = 2**63 - 1  # the earliest window's start
+    first_until: int = 2**63 - 1  # the earliest end of a window
+    last_from: int = -(2**63)  # the latest start of a window
+    last_until: int = -(2**63)  # the latest window's end
+
+    def add(self, start: int, until: int) -> None:
+        """One more window."""
+        self.first_from = min(self.first_from, start)
+        self.first_until = min(self.first_until, until)
+        self.last_from = max(self.last_from, start)
+        self.last_until = max(self.last_until, until)
