@@ -157,7 +157,10 @@ def to_trace(tree: SequenceTree, data: SequenceData) -> Trace:
 
 def service_name(argv: tuple[str, ...]) -> str:
     """What a process calls itself: its script or module name (``shop/app.py`` → ``app``,
-    ``shop/__main__.py`` → ``shop``), else ``python`` for ``-c`` code or a bare interpreter."""
+    ``shop/__main__.py`` → ``shop``, ``-m shop.app`` as ``tracer run`` names a module →
+    ``shop.app``), else ``python`` for ``-c`` code or a bare interpreter."""
+    if len(argv) > 1 and argv[0] == "-m" and argv[1]:
+        return argv[1]
     first = argv[0] if argv else ""
     base = os.path.basename(first.rstrip("/"))
     stem = base[:-3] if base.endswith(".py") else base

@@ -7,12 +7,14 @@ sequence id costs no syscall and a child never repeats its parent's draws.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -102,6 +104,14 @@ _identity = _draw_identity()
 
 def identity() -> ProcessIdentity:
     return _identity
+
+
+def adopt_argv(argv: Sequence[str]) -> None:
+    """The command line of the program ``tracer run`` runs in this process: the identity was
+    drawn when the tracer was imported, with the launcher's (``tracer run app.py``). Called
+    before the sender starts, so that every batch names the program."""
+    global _identity
+    _identity = dataclasses.replace(_identity, argv=tuple(arg[:4096] for arg in argv[:64]))
 
 
 def _after_fork_in_child() -> None:

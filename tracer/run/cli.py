@@ -27,6 +27,7 @@ from typing import NoReturn
 import tracer
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
 from tracer import _runtime as runtime
+from tracer._core import ids
 from tracer.config import ENV_ENDPOINT, ConfigError
 from tracer.run import autowrap, bootstrap, launch
 from tracer.run.embedded import EmbeddedRepository, RepositoryError
@@ -244,6 +245,7 @@ def run(options: RunOptions) -> int:
             print(f"tracer run: error: {exc}", file=sys.stderr)
             return 1
         endpoint = repository.endpoint
+    ids.adopt_argv(launch.program_argv(options.program))  # the program's, not 'tracer run ...'
     try:
         tracer.configure(endpoint=endpoint, instrument=True)
     except ConfigError as exc:

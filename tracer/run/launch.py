@@ -78,6 +78,16 @@ def check(program: Program) -> None:
         raise ProgramNotFoundError(f"No module named {top}")
 
 
+def program_argv(program: Program) -> list[str]:
+    """The program's command line as the process's identity names it: ``sys.argv`` as the
+    script will see it; for a module, ``-m`` and its name (finding its file would import its
+    packages before the hook is in place)."""
+    if program.script is not None:
+        return [program.script, *program.args]
+    assert program.module is not None
+    return ["-m", program.module, *program.args]
+
+
 def run(program: Program, patterns: IncludePatterns) -> None:
     """Run the program in this process. Whatever it raises propagates, SystemExit included; a
     missing submodule raises ProgramNotFoundError before any of the program's own code has run."""

@@ -351,6 +351,7 @@ def test_invocation_attributes_become_span_attributes(capsys) -> None:
         (("/srv/shop/app.py", "--port", "80"), "app"),
         (("/srv/shop/__main__.py",), "shop"),
         (("-c",), "python"),
+        (("-m", "shop.app", "--port", "80"), "shop.app"),  # tracer run -m shop.app
         ((), "python"),
         (("/usr/bin/gunicorn", "shop:app"), "gunicorn"),
     ],

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from cmr.store import open_store
 from tests.support import cmr_json, cmr_server, shape, write_script
 
 pytestmark = pytest.mark.system
@@ -94,6 +95,16 @@ def tree(tmp_path: Path, seq: str) -> dict[str, Any]:
     return shown
 
 
+def program_argv(tmp_path: Path, seq: str) -> tuple[str, ...]:
+    """The command line the repository holds for the sequence's process."""
+    store = open_store(str(tmp_path / "cmr.sqlite"))
+    try:
+        [process] = store.load_sequence(bytes.fromhex(seq)).processes.values()
+        return process.argv
+    finally:
+        store.close()
+
+
 def test_program_behaves_as_under_python_and_its_tree_is_stored(tmp_path: Path) -> None:
     write_script(tmp_path / "shop.py", SHOP)
     plain = run(tmp_path, "shop.py", "decline", "3", "--flag", traced=False)
@@ -110,6 +121,8 @@ def test_program_behaves_as_under_python_and_its_tree_is_stored(tmp_path: Path) 
     assert summary["seq"][:12] in traced.stderr  # the hint: cmr show <prefix>
     assert f"cmr show {summary['seq'][:12]}" in traced.stderr
     assert shape(tree(tmp_path, summary["seq"])["root"]) == SHOP_TREE
+    # The process is the program's, not the launcher's: what OTLP exports name the service by.
+    assert program_argv(tmp_path, summary["seq"]) == ("shop.py", "decline", "3", "--flag")
 
 
 def test_uncaught_exception_is_printed_like_python_and_still_reported(tmp_path: Path) -> None:
@@ -188,6 +201,7 @@ def test_module_mode_traces_the_package_and_passes_arguments(tmp_path: Path) -> 
         "status": "ok",
         "children": [{"name": "tool.helpers.shout", "status": "ok"}] * 2,
     }
+    assert program_argv(tmp_path, summary["seq"]) == ("-m", "tool", "a", "-b")
 
 
 def test_include_chooses_the_modules_and_the_script_only_when_it_matches(tmp_path: Path) -> None:
