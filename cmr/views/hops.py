@@ -19,6 +19,7 @@ import dataclasses
 from collections import Counter
 
 from cmr.store.base import InvocationRecord, SequenceData
+from cmr.store.columns import handed_off
 
 
 def fold_empty_hops(data: SequenceData) -> SequenceData:
@@ -29,9 +30,8 @@ def fold_empty_hops(data: SequenceData) -> SequenceData:
         return data
     hops = [
         r
-        for r in data.invocations
-        if r.hid
-        and r.end_ns is not None
+        for r in handed_off(data.invocations)  # a few records, even of a million
+        if r.end_ns is not None
         and r.error is None
         and (h := handoffs.get(r.hid)) is not None
         and h.puid == r.puid

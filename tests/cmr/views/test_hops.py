@@ -3,10 +3,16 @@ fold, where they are counted, and that everything else stays."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
+from cmr.store.base import SequenceData
 from cmr.views.calltree import build_tree
 from cmr.views.hops import fold_empty_hops
 from cmr.views.model import walk
 from tests.cmr.views.conftest import SequenceBuilder
+from tests.cmr.views.test_bigtree import FORMS
 
 MS = 1_000_000
 
@@ -27,8 +33,11 @@ def names(tree):
     return [node.name for node, _ in walk(tree.root)]
 
 
-def test_an_untraced_hop_that_ran_nothing_is_counted_on_its_submitter():
-    data = fold_empty_hops(shop().data())
+@pytest.mark.parametrize("form", FORMS)
+def test_an_untraced_hop_that_ran_nothing_is_counted_on_its_submitter(
+    form: Callable[[SequenceData], SequenceData],
+) -> None:
+    data = fold_empty_hops(form(shop().data()))
     tree = build_tree(data)
 
     assert names(tree) == ["app.checkout", "app.pay"]
