@@ -54,11 +54,12 @@ _encode = msgspec.json.Encoder().encode
 
 
 class _Table:
-    """A dictionary table: its zero entry first, each distinct entry once, by first use."""
+    """A dictionary table: its zero entry first (``{}``, or ``""`` for strings), each distinct
+    entry once, by first use."""
 
-    def __init__(self) -> None:
-        self.entries: list[dict[str, Any]] = [{}]
-        self._index: dict[Hashable, int] = {}
+    def __init__(self, zero: Any = None) -> None:
+        self.entries: list[Any] = [{} if zero is None else zero]
+        self._index: dict[Hashable, int] = {} if zero is None else {zero: 0}
 
     def index(self, key: Hashable, make: Any) -> int:
         found = self._index.get(key)
@@ -70,20 +71,15 @@ class _Table:
 
 @dataclass
 class _Dictionary:
-    strings: list[str] = field(default_factory=lambda: [""])
+    strings: _Table = field(default_factory=lambda: _Table(""))
     functions: _Table = field(default_factory=_Table)
     locations: _Table = field(default_factory=_Table)
     stacks: _Table = field(default_factory=_Table)
     links: _Table = field(default_factory=_Table)
     attributes: _Table = field(default_factory=_Table)
-    _string_index: dict[str, int] = field(default_factory=lambda: {"": 0})
 
     def string(self, text: str) -> int:
-        found = self._string_index.get(text)
-        if found is None:
-            found = self._string_index[text] = len(self.strings)
-            self.strings.append(text)
-        return found
+        return self.strings.index(text, lambda: text)
 
     def stack(self, sample: SampleRecord, frames: dict[tuple[int, int], FrameRecord]) -> int:
         locations = tuple(
@@ -121,7 +117,7 @@ class _Dictionary:
             "locationTable": self.locations.entries,
             "functionTable": self.functions.entries,
             "linkTable": self.links.entries,
-            "stringTable": self.strings,
+            "stringTable": self.strings.entries,
             "attributeTable": self.attributes.entries,
             "stackTable": self.stacks.entries,
         }

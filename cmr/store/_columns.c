@@ -428,13 +428,32 @@ static int32_t process_index(Gather *g, PyObject *puid) {
     return (int32_t)n;
 }
 
+/* ---------------------------------------------------------------- buffers of numbers */
+
+/* `obj`'s buffer as values of `item` bytes: exactly `rows` of them (-1: any number). Returns how
+ * many, or -1 with ValueError (the view is then released). */
+static Py_ssize_t values_of(PyObject *obj, Py_buffer *view, size_t item, Py_ssize_t rows,
+                            const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
+    Py_ssize_t count = view->len / (Py_ssize_t)item;
+    if (view->len % (Py_ssize_t)item || (rows >= 0 && count != rows)) {
+        PyBuffer_Release(view);
+        if (rows >= 0)
+            PyErr_Format(PyExc_ValueError, "%s: %zd values of %zu bytes expected", what, rows,
+                         item);
+        else
+            PyErr_Format(PyExc_ValueError, "%s: values of %zu bytes expected", what, item);
+        return -1;
+    }
+    return count;
+}
+
 /* ---------------------------------------------------------------- the Index type */
 
 typedef struct {
     PyObject_HEAD
     Table table; /* (process, iid) -> row, in Entry.start; nothing else is kept */
-    PyObject *puids;
-    int64_t *puid_values; /* the same puids, for lookups from a puid column */
+    int64_t *puid_values; /* each process's puid, by its index in the table's keys */
     Py_ssize_t processes;
     Py_ssize_t rows;
 } Index;
@@ -444,38 +463,28 @@ static PyTypeObject IndexType;
 static void index_dealloc(Index *self) {
     PyMem_Free(self->table.slots);
     PyMem_Free(self->puid_values);
-    Py_XDECREF(self->puids);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int32_t index_process(Index *self, PyObject *puid) {
-    Py_ssize_t n = PyList_GET_SIZE(self->puids);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int equal = PyObject_RichCompareBool(PyList_GET_ITEM(self->puids, i), puid, Py_EQ);
-        if (equal < 0) return -2;
-        if (equal) return (int32_t)i;
-    }
+/* The index of process `puid`, -1 when it has no row here; `hint` is tried first (rows of one
+ * process come together). */
+static int32_t index_process(Index *self, int64_t puid, int32_t hint) {
+    if (hint >= 0 && hint < self->processes && self->puid_values[hint] == puid) return hint;
+    for (Py_ssize_t i = 0; i < self->processes; i++)
+        if (self->puid_values[i] == puid) return (int32_t)i;
     return -1;
 }
 
 static PyObject *index_position(Index *self, PyObject *args) {
-    PyObject *puid;
+    PyObject *puid_obj;
     long long iid;
-    if (!PyArg_ParseTuple(args, "OL:position", &puid, &iid)) return NULL;
-    int32_t process = index_process(self, puid);
-    if (process == -2) return NULL;
+    int overflow;
+    if (!PyArg_ParseTuple(args, "OL:position", &puid_obj, &iid)) return NULL;
+    long long puid = PyLong_AsLongLongAndOverflow(puid_obj, &overflow);
+    if (puid == -1 && PyErr_Occurred()) return NULL;
+    int32_t process = overflow ? -1 : index_process(self, puid, -1);
     Entry *e = process < 0 ? NULL : table_find(&self->table, process, iid);
     return PyLong_FromLong(e ? e->start : -1);
-}
-
-static int as_rows(PyObject *obj, Py_buffer *view, Py_ssize_t rows, const char *what) {
-    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
-    if (view->len != rows * (Py_ssize_t)sizeof(int64_t)) {
-        PyBuffer_Release(view);
-        PyErr_Format(PyExc_ValueError, "%s: one int64 per row expected", what);
-        return -1;
-    }
-    return 0;
 }
 
 /* parents(puids, parent_iids) -> bytes of int64: the row of each row's parent in its own
@@ -484,8 +493,8 @@ static PyObject *index_parents(Index *self, PyObject *args) {
     PyObject *processes, *parents;
     if (!PyArg_ParseTuple(args, "OO:parents", &processes, &parents)) return NULL;
     Py_buffer pv, av;
-    if (as_rows(processes, &pv, self->rows, "puids") < 0) return NULL;
-    if (as_rows(parents, &av, self->rows, "parents") < 0) {
+    if (values_of(processes, &pv, sizeof(int64_t), self->rows, "puids") < 0) return NULL;
+    if (values_of(parents, &av, sizeof(int64_t), self->rows, "parents") < 0) {
         PyBuffer_Release(&pv);
         return NULL;
     }
@@ -493,15 +502,11 @@ static PyObject *index_parents(Index *self, PyObject *args) {
     if (out) {
         const int64_t *puid = pv.buf, *parent = av.buf;
         int64_t *row = (int64_t *)PyBytes_AS_STRING(out);
-        int32_t process = 0;
+        int32_t process = -1;
         for (Py_ssize_t i = 0; i < self->rows; i++) {
-            if (self->puid_values[process] != puid[i]) { /* rows of one process come together */
-                for (process = 0; process < self->processes - 1; process++)
-                    if (self->puid_values[process] == puid[i]) break;
-            }
-            Entry *e = parent[i] && self->puid_values[process] == puid[i]
-                           ? table_find(&self->table, process, parent[i])
-                           : NULL;
+            process = index_process(self, puid[i], process);
+            Entry *e = parent[i] && process >= 0 ? table_find(&self->table, process, parent[i])
+                                                 : NULL;
             row[i] = e && e->start != i ? e->start : -1;
         }
     }
@@ -615,7 +620,6 @@ static PyObject *gather_finish(Gather *g) {
         PyMem_Free(final);
         goto done;
     }
-    index->puids = NULL;
     index->puid_values = puid_of;
     puid_of = NULL; /* the index owns it now */
     index->processes = processes;
@@ -683,8 +687,6 @@ static PyObject *gather_finish(Gather *g) {
     }
     PyTuple_SET_ITEM(columns, C_COUNT, end_col);
     PyTuple_SET_ITEM(columns, C_COUNT + 1, ended_col);
-    index->puids = g->puids;
-    Py_INCREF(g->puids);
     result = Py_BuildValue("(OOOO)", columns, errors, g->attrs, (PyObject *)index);
     goto done;
 nomem:
@@ -749,13 +751,8 @@ done:
  * (-1: none); the rows a row holds are rows[starts[row]:starts[row + 1]], in row order. */
 static PyObject *children(PyObject *module, PyObject *arg) {
     Py_buffer hv;
-    if (PyObject_GetBuffer(arg, &hv, PyBUF_SIMPLE) < 0) return NULL;
-    if (hv.len % (Py_ssize_t)sizeof(int64_t)) {
-        PyBuffer_Release(&hv);
-        PyErr_SetString(PyExc_ValueError, "children: int64 values expected");
-        return NULL;
-    }
-    Py_ssize_t n = hv.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t n = values_of(arg, &hv, sizeof(int64_t), -1, "children");
+    if (n < 0) return NULL;
     const int64_t *held = hv.buf;
     PyObject *starts = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int64_t));
     PyObject *rows = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
@@ -804,13 +801,8 @@ static PyObject *children(PyObject *module, PyObject *arg) {
  * before the rows it holds (held[i] < i), as in a start-ordered tree. */
 static PyObject *subtree_sizes(PyObject *module, PyObject *arg) {
     Py_buffer hv;
-    if (PyObject_GetBuffer(arg, &hv, PyBUF_SIMPLE) < 0) return NULL;
-    if (hv.len % (Py_ssize_t)sizeof(int64_t)) {
-        PyBuffer_Release(&hv);
-        PyErr_SetString(PyExc_ValueError, "subtree_sizes: int64 values expected");
-        return NULL;
-    }
-    Py_ssize_t n = hv.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t n = values_of(arg, &hv, sizeof(int64_t), -1, "subtree_sizes");
+    if (n < 0) return NULL;
     const int64_t *held = hv.buf;
     PyObject *out = PyBytes_FromStringAndSize(NULL, hv.len);
     if (!out) {
@@ -841,24 +833,6 @@ typedef struct {
     int64_t line;
 } LineSlot;
 
-typedef struct {
-    const int64_t *v;
-    Py_ssize_t n;
-    Py_buffer view;
-} Ints;
-
-static int ints(PyObject *obj, Ints *out, Py_ssize_t n, size_t item, const char *what) {
-    if (PyObject_GetBuffer(obj, &out->view, PyBUF_SIMPLE) < 0) return -1;
-    if (out->view.len != n * (Py_ssize_t)item) {
-        PyBuffer_Release(&out->view);
-        PyErr_Format(PyExc_ValueError, "profile_lines: %s has the wrong length", what);
-        return -1;
-    }
-    out->v = out->view.buf;
-    out->n = n;
-    return 0;
-}
-
 static const int64_t *by_line_parent, *by_line_time, *by_line_rank;
 
 static int by_line(const void *a, const void *b) { /* caller, longest first, then name */
@@ -880,40 +854,31 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOO:profile_lines", &held_obj, &starts_obj, &ends_obj,
                           &ended_obj, &names_obj, &ranks_obj))
         return NULL;
-    Py_buffer rv;
-    if (PyObject_GetBuffer(ranks_obj, &rv, PyBUF_SIMPLE) < 0) return NULL;
-    Py_buffer hv;
-    if (PyObject_GetBuffer(held_obj, &hv, PyBUF_SIMPLE) < 0) return NULL;
-    Py_ssize_t n = hv.len / (Py_ssize_t)sizeof(int64_t);
-    PyBuffer_Release(&hv);
-    Ints held, starts, ends, names, ended;
+    /* held, then starts, ends, ended and names (a value per row each), then ranks */
+    PyObject *given[6] = {held_obj, starts_obj, ends_obj, ended_obj, names_obj, ranks_obj};
+    static const char *const what[6] = {"held", "starts", "ends", "ended", "names", "ranks"};
+    static const size_t item[6] = {8, 8, 8, 1, 8, 8};
+    Py_buffer view[6];
     int got = 0;
     PyObject *result = NULL;
     int64_t *first = NULL, *kids = NULL, *fill = NULL, *time = NULL, *line_of = NULL;
     int64_t *out[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    const int64_t *rank = rv.buf;
-    Py_ssize_t ranked = rv.len / (Py_ssize_t)sizeof(int64_t);
     LineSlot *table = NULL;
-    if (ints(held_obj, &held, n, 8, "held") < 0) {
-        PyBuffer_Release(&rv);
-        return NULL;
-    }
-    got = 1;
-    if (ints(starts_obj, &starts, n, 8, "starts") < 0) goto release;
-    got = 2;
-    if (ints(ends_obj, &ends, n, 8, "ends") < 0) goto release;
-    got = 3;
-    if (ints(ended_obj, &ended, n, 1, "ended") < 0) goto release;
-    got = 4;
-    if (ints(names_obj, &names, n, 8, "names") < 0) goto release;
-    got = 5;
-    const uint8_t *is_ended = (const uint8_t *)ended.v;
-    if (n == 0 || held.v[0] != -1) {
+    Py_ssize_t n = values_of(held_obj, &view[0], item[0], -1, what[0]);
+    if (n < 0) return NULL;
+    for (got = 1; got < 6; got++)
+        if (values_of(given[got], &view[got], item[got], got < 5 ? n : -1, what[got]) < 0)
+            goto release;
+    const int64_t *held = view[0].buf, *starts = view[1].buf, *ends = view[2].buf;
+    const uint8_t *is_ended = view[3].buf;
+    const int64_t *names = view[4].buf, *rank = view[5].buf;
+    Py_ssize_t ranked = view[5].len / (Py_ssize_t)sizeof(int64_t);
+    if (n == 0 || held[0] != -1) {
         PyErr_SetString(PyExc_ValueError, "profile_lines: row 0 must be the root");
         goto release;
     }
     for (Py_ssize_t i = 1; i < n; i++)
-        if (held.v[i] < 0 || held.v[i] >= i) {
+        if (held[i] < 0 || held[i] >= i) {
             PyErr_SetString(PyExc_ValueError, "profile_lines: a caller after its callee");
             goto release;
         }
@@ -932,13 +897,13 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
         PyErr_NoMemory();
         goto release;
     }
-    for (Py_ssize_t i = 1; i < n; i++) first[held.v[i] + 1]++;
+    for (Py_ssize_t i = 1; i < n; i++) first[held[i] + 1]++;
     for (Py_ssize_t i = 0; i < n; i++) first[i + 1] += first[i];
-    for (Py_ssize_t i = 1; i < n; i++) kids[first[held.v[i]] + fill[held.v[i]]++] = i;
+    for (Py_ssize_t i = 1; i < n; i++) kids[first[held[i]] + fill[held[i]]++] = i;
     /* Times: a duration, or (deepest first) what the callees of a call not ended account for. */
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         if (is_ended[i]) {
-            time[i] = ends.v[i] > starts.v[i] ? ends.v[i] - starts.v[i] : 0;
+            time[i] = ends[i] > starts[i] ? ends[i] - starts[i] : 0;
             continue;
         }
         int64_t sum = 0;
@@ -951,9 +916,9 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
     Py_ssize_t lines = 1;
     line_of[0] = 0;
     out[0][0] = -1;
-    out[1][0] = names.v[0];
+    out[1][0] = names[0];
     for (Py_ssize_t i = 1; i < n; i++) {
-        int64_t parent = line_of[held.v[i]], name = names.v[i];
+        int64_t parent = line_of[held[i]], name = names[i];
         if (name < 0 || name >= ranked) {
             PyErr_SetString(PyExc_ValueError, "profile_lines: a name without a rank");
             goto release;
@@ -979,12 +944,12 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
         if (!is_ended[i]) continue;
         int64_t own = time[i];
         if (first[i] < first[i + 1]) { /* less the union of the callees' windows within it */
-            int64_t end = ends.v[i], node_start = starts.v[i];
+            int64_t end = ends[i], node_start = starts[i];
             int64_t covered = 0, span_start = node_start, span_end = node_start;
             for (int64_t k = first[i]; k < first[i + 1]; k++) {
                 int64_t child = kids[k];
-                int64_t start = starts.v[child] < node_start ? node_start : starts.v[child];
-                int64_t stop = !is_ended[child] || ends.v[child] > end ? end : ends.v[child];
+                int64_t start = starts[child] < node_start ? node_start : starts[child];
+                int64_t stop = !is_ended[child] || ends[child] > end ? end : ends[child];
                 if (stop <= start) continue;
                 if (start > span_end) {
                     covered += span_end - span_start;
@@ -1017,12 +982,7 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
         PyTuple_SET_ITEM(result, c, col);
     }
 release:
-    if (got >= 1) PyBuffer_Release(&held.view);
-    if (got >= 2) PyBuffer_Release(&starts.view);
-    if (got >= 3) PyBuffer_Release(&ends.view);
-    if (got >= 4) PyBuffer_Release(&ended.view);
-    if (got >= 5) PyBuffer_Release(&names.view);
-    PyBuffer_Release(&rv);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&view[k]);
     PyMem_Free(first);
     PyMem_Free(kids);
     PyMem_Free(fill);

@@ -25,7 +25,8 @@ from typing import Final, overload
 import msgspec
 
 from cmr.store.base import InvocationRecord
-from cmr.store.packed import Attributes, LateAttributes, LateEnds, StoredBatch
+from cmr.store.packed import Attributes, LateAttributes, LateEnds, StoredBatch, unpack
+from cmr.store.summaries import BatchCache
 from tracer.wire import Attrs
 
 _decode_attrs = msgspec.msgpack.Decoder(Attrs).decode
@@ -249,6 +250,21 @@ def children(held: array[int]) -> tuple[array[int], array[int]]:
     assert _accel is not None
     starts, rows = _accel.children(held)
     return array("q", starts), array("q", rows)
+
+
+def read_records(
+    seq: bytes,
+    batches: Iterable[StoredBatch],
+    late_ends: LateEnds,
+    late_attrs: LateAttributes,
+    cache: BatchCache | None = None,
+) -> Sequence[InvocationRecord]:
+    """A sequence's records from its stored batches, as every store reads them: columns from
+    the C reader when it is built, else ``unpack``'s list; with ``cache`` (decoded batches: a
+    listing of many sequences, or the memory store without the reader) always ``unpack``."""
+    if cache is None and _accel is not None:
+        return unpack_columns(seq, batches, late_ends, late_attrs)
+    return unpack(seq, batches, late_ends, late_attrs, cache)
 
 
 def unpack_columns(

@@ -42,12 +42,12 @@ from cmr.store.base import (
     UnknownSequenceError,
     names_method,
 )
-from cmr.store.columns import columns_available, field, process_pairs, unpack_columns
+from cmr.store.columns import columns_available, field, process_pairs, read_records
 from cmr.store.listing import matching_names, select_lines, window
 from cmr.store.memory.pages import MemoryPages
 from cmr.store.memory.samples import MemorySamples
 from cmr.store.memory.summaries import LateEnd, MemorySummaries
-from cmr.store.packed import LateAttrs, pack, unpack
+from cmr.store.packed import LateAttrs, pack
 from cmr.store.packed import LateEnd as StoredLateEnd
 from cmr.store.summaries import BatchCache
 from tracer.wire import Batch
@@ -264,12 +264,10 @@ class MemoryStore(Store):
         def asked_attrs(puids: set[int]) -> list[LateAttrs]:
             return [row for puid in puids for row in self._late_attrs.get(puid, ())]
 
-        if self._columns:
-            stored = [(*key, offsets[key], blobs[key]) for key in keys]
-            return unpack_columns(seq, stored, asked_ends, asked_attrs)
-        stored = [(*key, offsets[key], b"") for key in keys]
-        # every batch is in the cache: nothing is decoded
-        return unpack(seq, stored, asked_ends, asked_attrs, self._chunks)
+        stored = [(*key, offsets[key], blobs.get(key, b"")) for key in keys]
+        # Without the reader every batch is in the cache, decoded: nothing is decoded again.
+        cache = None if self._columns else self._chunks
+        return read_records(seq, stored, asked_ends, asked_attrs, cache)
 
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
         check_limit(limit)

@@ -27,8 +27,8 @@ from cmr.store.base import (
     ThreadRecord,
     UnknownSequenceError,
 )
-from cmr.store.columns import columns_available, field, process_pairs, unpack_columns
-from cmr.store.packed import LateAttrs, LateEnd, StoredBatch, unpack
+from cmr.store.columns import field, process_pairs, read_records
+from cmr.store.packed import LateAttrs, LateEnd, StoredBatch
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.schema import (
     LATE_ENDS,
@@ -60,9 +60,7 @@ def invocations(
         ):
             yield puid, iid, batch_no, bytes(blob)
 
-    if cache is None and columns_available():
-        return unpack_columns(seq, stored(), late_ends, late_attrs)
-    return unpack(seq, stored(), late_ends, late_attrs, cache)
+    return read_records(seq, stored(), late_ends, late_attrs, cache)
 
 
 def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:

@@ -19,8 +19,8 @@ from cmr.store.base import (
     PruneResult,
     ThreadRecord,
 )
-from cmr.store.columns import columns_available, field, process_pairs, unpack_columns
-from cmr.store.packed import LateAttrs, LateEnd, unpack
+from cmr.store.columns import field, process_pairs, read_records
+from cmr.store.packed import LateAttrs, LateEnd
 from cmr.store.sqlite.schema import PROCESS_COLUMNS, SEQUENCE_BATCHES
 from cmr.store.summaries import BatchCache
 
@@ -50,9 +50,7 @@ def invocations(
                 part,
             )
 
-    if cache is None and columns_available():
-        return unpack_columns(seq, conn.execute(SEQUENCE_BATCHES, (seq,)), late_ends, late_attrs)
-    return unpack(seq, conn.execute(SEQUENCE_BATCHES, (seq,)), late_ends, late_attrs, cache)
+    return read_records(seq, conn.execute(SEQUENCE_BATCHES, (seq,)), late_ends, late_attrs, cache)
 
 
 def handoffs(

@@ -17,7 +17,7 @@ import msgspec
 
 from cmr.store.base import ProcessRecord, SamplerRecord, SequenceSummary, StoreStats
 from cmr.views.diff import PathDelta
-from cmr.views.model import Bounds, Handoff, Node, SequenceTree
+from cmr.views.model import Handoff, Node, SequenceTree
 from cmr.views.processors import ThreadActivity
 from cmr.views.profile import Profile, ProfileNode
 
@@ -47,23 +47,12 @@ def node_fields(node: Node) -> dict[str, Any]:
         "handoff": _handoff(node.handoff),
         "samples": _samples(node),
         "frame": _frame(node.frame),
-        "bounds": _bounds(node.bounds),
+        "bounds": None if node.bounds is None else msgspec.structs.asdict(node.bounds),
         "attributes": node.attributes,
     }
     if node.folded:
         fields["folded"] = node.folded
     return fields
-
-
-def _bounds(bounds: Bounds | None) -> dict[str, int | None] | None:
-    if bounds is None:
-        return None
-    return {
-        "start_min_ns": bounds.start_min_ns,
-        "start_max_ns": bounds.start_max_ns,
-        "end_min_ns": bounds.end_min_ns,
-        "end_max_ns": bounds.end_max_ns,
-    }
 
 
 def _samples(node: Node) -> dict[str, Any] | None:
