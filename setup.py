@@ -17,11 +17,13 @@ speedups = Extension(
     optional=True,
 )
 
-#: The repository's read path: a sequence's invocations as column arrays (``cmr/store/columns.py``
-#: falls back to ``cmr/store/packed.py`` without it). Portable C; built wherever a compiler is.
+#: The repository's read path, a sequence's invocations as column arrays (``cmr/store/columns.py``
+#: falls back to ``cmr/store/packed.py`` without it), and ingest's index pass over a batch
+#: (``cmr/store/packing.py`` falls back to Python). Portable C; built wherever a compiler is.
 columns = Extension(
     "cmr.store._columns",
-    sources=["cmr/store/_columns.c"],
+    sources=["cmr/store/_columns.c", "cmr/store/_pack.c"],
+    depends=["cmr/store/_msgpack.h", "cmr/store/_pack.h"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     optional=True,
 )

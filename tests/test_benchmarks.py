@@ -36,9 +36,15 @@ def test_a_quick_case_writes_json_and_a_markdown_table(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     document = json.loads((tmp_path / "quick-ingest.json").read_text())
     rows = document["cases"]["ingest"]["rows"]
-    with_postgres = ["durable ingest into PostgreSQL (one node)"] if os.environ.get(PG_ENV) else []
+    grouped = "durable ingest into {}, 8 batches a transaction (group commit)"
+    with_postgres = (
+        ["durable ingest into PostgreSQL (one node)", grouped.format("PostgreSQL (one node)")]
+        if os.environ.get(PG_ENV)
+        else []
+    )
     assert [row["name"] for row in rows] == [
         "durable ingest into SQLite",
+        grouped.format("SQLite"),
         "ingest into the memory store",
         *with_postgres,
     ]
@@ -47,6 +53,7 @@ def test_a_quick_case_writes_json_and_a_markdown_table(tmp_path: Path) -> None:
         assert row["unit"] == "events/s"
         assert row["ratio"] == row["value"] / row["baseline"]
     assert [v["target"] for v in rows[0]["verdicts"]] == ["first", "final"]
+    assert [v["target"] for v in rows[1]["verdicts"]] == ["issue 18"]  # a ratio to the decode
     assert document["machine"]["cpu_count"] >= 1
     assert len(document["run"]["load"]["before"]) == 3
     assert document["cases"]["ingest"]["noise"]["decode"]["n"] >= 2

@@ -64,27 +64,55 @@ class Ingest:
 
         Returns the Ack to send back (also for a batch already stored), or None when the frames
         were rejected or the store failed. Never raises."""
+        return self.handle_many([frames])[0]
+
+    def handle_many(self, messages: Sequence[Sequence[bytes]]) -> list[wire.Ack | None]:
+        """``handle`` for several messages, their batches stored in one transaction (a group
+        commit: one commit's cost shared by the batches that were waiting). Returns an Ack or
+        None for each message, in order; a store failure acknowledges none of them (each
+        sender sends its batch again). Never raises."""
+        acks: list[wire.Ack | None] = [None] * len(messages)
+        batches: list[wire.Batch] = []
+        positions: list[int] = []
+        for position, frames in enumerate(messages):
+            batch = self._decoded(frames)
+            if batch is not None:
+                batches.append(batch)
+                positions.append(position)
+        if not batches:
+            return acks
+        try:
+            outcomes = self._store.ingest_many(batches, self._clock())
+        except Exception:
+            first, more = batches[0], len(batches) - 1
+            log.exception(
+                "cannot store batch %d of process %x%s",
+                first.batch_no,
+                first.puid,
+                f" and {more} more in its group" if more else "",
+            )
+            self.reject(STORE, len(batches))
+            return acks
+        for position, batch, outcome in zip(positions, batches, outcomes, strict=True):
+            if isinstance(outcome, InvalidBatchError):
+                log.debug("rejected a batch: %s", outcome)
+                self.reject(DECODE)
+            else:
+                acks[position] = wire.Ack(batch.puid, batch.batch_no)
+        return acks
+
+    def _decoded(self, frames: Sequence[bytes]) -> wire.Batch | None:
+        """The batch in ``frames``, or None when they are rejected (and counted)."""
         reason = self._check(frames)
         if reason is not None:
             self.reject(reason)
             return None
         try:
-            batch = self._decoder.decode(frames[1])
+            return self._decoder.decode(frames[1])
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # (ValidationError is one too)
             log.debug("rejected a batch body: %s", exc)
             self.reject(DECODE)
             return None
-        try:
-            self._store.ingest(batch, self._clock())
-        except InvalidBatchError as exc:
-            log.debug("rejected a batch: %s", exc)
-            self.reject(DECODE)
-            return None
-        except Exception:
-            log.exception("cannot store batch %d of process %x", batch.batch_no, batch.puid)
-            self.reject(STORE)
-            return None
-        return wire.Ack(batch.puid, batch.batch_no)
 
     def _check(self, frames: Sequence[bytes]) -> str | None:
         if any(len(frame) > self._max_frame_bytes for frame in frames):

@@ -26,6 +26,7 @@ import zmq
 
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, READY_PREFIX
 from cmr.server.curve import CurveError, CurveKeys, Gatekeeper, curve_keys
+from cmr.server.groups import GROUP_BATCHES, take_waiting
 from cmr.server.ingest import AUTH, Ingest
 from cmr.server.workers import WorkerError, WorkerPool
 from cmr.store import Store, StoreError, open_store, repository_target
@@ -140,27 +141,30 @@ class Server:
                 self._drain(sock)
 
     def _drain(self, sock: zmq.Socket[bytes]) -> None:
-        """Handle (or hand to a worker) the messages waiting, up to _DRAIN."""
+        """Handle (or hand to the workers) the messages waiting, up to _DRAIN; without workers,
+        those waiting are stored a group at a time (``groups``)."""
         pool = self.pool
-        for _ in range(_DRAIN):
-            try:
-                message = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for _ in range(_DRAIN // GROUP_BATCHES):
+            group = take_waiting(sock)
             if pool is not None:
-                pool.forward(message)
-            else:
-                self._answer(sock, message)
+                for message in group:
+                    pool.forward(message)
+            elif group:
+                self._answer(sock, group)
+            if len(group) < GROUP_BATCHES:
+                return
 
-    def _answer(self, sock: zmq.Socket[bytes], message: list[bytes]) -> None:
-        identity = message[0]
+    def _answer(self, sock: zmq.Socket[bytes], group: list[list[bytes]]) -> None:
         try:
-            ack = self._ingest.handle(message[1:])
+            acks = self._ingest.handle_many([message[1:] for message in group])
         except Exception:  # Ingest never raises; this keeps the server alive if it ever does
-            log.exception("unexpected failure handling a message")
+            log.exception("unexpected failure handling %d message(s)", len(group))
             return
-        if ack is None:
-            return
+        for message, ack in zip(group, acks, strict=True):
+            if ack is not None:
+                self._acknowledge(sock, message[0], ack)
+
+    def _acknowledge(self, sock: zmq.Socket[bytes], identity: bytes, ack: wire.Ack) -> None:
         try:
             sock.send_multipart([identity, wire.ACK_HEADER, self._encoder.encode(ack)], zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # the peer is gone or not reading: it will send again

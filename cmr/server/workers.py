@@ -29,6 +29,7 @@ import msgspec
 import zmq
 
 from cmr.defaults import DB_ENV
+from cmr.server.groups import take_waiting
 from cmr.server.ingest import Ingest
 from cmr.store import StoreError, open_store
 from tracer import wire
@@ -193,10 +194,11 @@ def serve_worker(endpoint: str, max_frame_bytes: int, parent: int) -> int:
             while not stop and os.getppid() == parent:
                 if not sock.poll(POLL_MS):
                     continue
-                identity, *frames = sock.recv_multipart()
-                ack = ingest.handle(frames)
-                if ack is not None:
-                    sock.send_multipart([identity, wire.ACK_HEADER, encode(ack)])
+                group = take_waiting(sock)
+                acks = ingest.handle_many([message[1:] for message in group])
+                for message, ack in zip(group, acks, strict=True):
+                    if ack is not None:
+                        sock.send_multipart([message[0], wire.ACK_HEADER, encode(ack)])
         finally:
             store.close()
         return 0

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Final
 
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
-from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS, InvalidBatchError
+from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
 from cmr.store.base import (
     PROCESS_ALIVE,
     PROCESS_ENDED,
@@ -18,6 +18,7 @@ from cmr.store.base import (
     AmbiguousSequenceError,
     FrameRecord,
     HandoffRecord,
+    InvalidBatchError,
     InvocationRecord,
     MethodRecord,
     ProcessRecord,

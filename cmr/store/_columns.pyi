@@ -15,3 +15,16 @@ def subtree_sizes(held: Any, /) -> bytes: ...
 def profile_lines(
     held: Any, starts: Any, ends: Any, ended: Any, names: Any, ranks: Any, /
 ) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes]: ...
+def scan(
+    blob: bytes, /
+) -> tuple[
+    int,
+    int | None,
+    int | None,
+    list[tuple[bytes, int, int, list[int], tuple[int, int, int, int, int], int | None]],
+    list[tuple[bytes, int]],
+    list[tuple[int, bytes]],
+    list[tuple[bytes, int, int, int | None]],
+    list[tuple[int, int]],
+    list[tuple[int, int, bool]],
+]: ...

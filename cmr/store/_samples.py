@@ -15,8 +15,13 @@ from typing import Any, Final, cast
 
 import msgspec
 
-from cmr.store._shared import InvalidBatchError
-from cmr.store.base import FrameRecord, InvocationRecord, SampleRecord, SamplerRecord
+from cmr.store.base import (
+    FrameRecord,
+    InvalidBatchError,
+    InvocationRecord,
+    SampleRecord,
+    SamplerRecord,
+)
 from cmr.store.columns import on_threads
 from tracer.wire import Batch
 

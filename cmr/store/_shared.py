@@ -40,10 +40,6 @@ COMPLETE: Final = "complete"
 HandoffRow = tuple[int, bytes, int, int, str, int, int]
 
 
-class InvalidBatchError(StoreError):
-    """A batch that decoded but can never be stored (its times overflow once made wall-clock)."""
-
-
 #: (seq, puid) — column order of the ``lost_seqs`` table: process puid dropped events of seq.
 LostRow = tuple[bytes, int]
 

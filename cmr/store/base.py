@@ -25,6 +25,15 @@ class StoreError(Exception):
     """A store could not do what was asked (a clear message for the user)."""
 
 
+class InvalidBatchError(StoreError):
+    """A batch that decoded but can never be stored (its times overflow once made wall-clock)."""
+
+
+#: What became of each batch of a group (``Store.ingest_many``): True stored, False stored
+#: before, or the error that refused it.
+Outcome: TypeAlias = bool | InvalidBatchError
+
+
 class UnknownSequenceError(StoreError):
     pass
 
@@ -253,6 +262,21 @@ class Store(abc.ABC):
         (puid, batch_no) was already stored. The sequences in ``lost_seqs`` become lossy (for
         good: a process reports a sequence once it dropped any of its events)."""
 
+    def ingest_many(self, batches: Sequence[Batch], received_ns: int) -> list[Outcome]:
+        """Store several batches, each as ``ingest`` would, in one transaction where the store
+        has them (a group commit: ``cmr serve`` hands over the batches waiting when it looks).
+        Per batch, in order: True stored, False stored before, or the InvalidBatchError that
+        refused it (nothing of that batch is stored; the others are). Any other failure raises
+        and leaves the batches unacknowledged: each was stored whole or not at all, and a batch
+        sent again is stored once."""
+        outcomes: list[Outcome] = []
+        for batch in batches:
+            try:
+                outcomes.append(self.ingest(batch, received_ns))
+            except InvalidBatchError as exc:
+                outcomes.append(exc)
+        return outcomes
+
     @abc.abstractmethod
     def record_rejected(self, reason: str, count: int = 1) -> None:
         """Count frames the server rejected, by reason (``garbage``, ``version``, ...)."""
@@ -305,3 +329,18 @@ def names_method(module: str, qualname: str, name: str) -> bool:
     """Whether ``name`` names the method: its full name as trees show it (``qualified_name``), or
     its bare qualname. SQL backends restate this next to where it is named."""
     return qualname == name or (bool(module) and f"{module}.{qualname}" == name)
+
+
+class GroupCommitStore(Store):
+    """A store that writes a group of batches in one transaction: its ``ingest_many`` is the
+    real thing, and ``ingest`` is a group of one."""
+
+    def ingest(self, batch: Batch, received_ns: int) -> bool:
+        (outcome,) = self.ingest_many([batch], received_ns)
+        if isinstance(outcome, InvalidBatchError):
+            raise outcome
+        return outcome
+
+    @abc.abstractmethod
+    def ingest_many(self, batches: Sequence[Batch], received_ns: int) -> list[Outcome]:
+        """As ``Store.ingest_many``, in one transaction."""

@@ -8,22 +8,21 @@ by the same rules, and returns them as ``RecordColumns``: a sequence of records 
 read directly when they walk a big tree (``cmr/views/records.py``). The rare parts stay in
 Python: exceptions' names, attributes, and the late Ends and Attrs the store keeps apart.
 
-``INVOSEQ_PURE=1`` (as for the tracer's hot path), or no compiler at install time, leaves the
-accelerator out: ``columns_available()`` is then False and the stores call ``unpack``.
+Without the accelerator (``cmr/store/accel.py``) ``columns_available()`` is False and the stores
+call ``unpack``.
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
-import os
 from array import array
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from types import ModuleType
 from typing import Final, overload
 
 import msgspec
 
+from cmr.store.accel import accelerator
 from cmr.store.base import InvocationRecord
 from cmr.store.packed import Attributes, LateAttributes, LateEnds, StoredBatch, unpack
 from cmr.store.summaries import BatchCache
@@ -31,20 +30,7 @@ from tracer.wire import Attrs
 
 _decode_attrs = msgspec.msgpack.Decoder(Attrs).decode
 _decode_attributes = msgspec.json.Decoder(dict[str, str | int | float | bool]).decode
-_ENV_PURE: Final = "INVOSEQ_PURE"
-
-
-def _load() -> ModuleType | None:
-    if os.environ.get(_ENV_PURE, "").strip() == "1":
-        return None
-    try:
-        from cmr.store import _columns
-    except ImportError:
-        return None
-    return _columns
-
-
-_accel: Final = _load()
+_accel: Final = accelerator
 
 
 def columns_available() -> bool:

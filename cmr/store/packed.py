@@ -14,7 +14,7 @@ the events:
   they are kept apart, keyed by (puid, iid), already in wall-clock time;
 - hand-offs, as before (they are looked up by ``hid`` across sequences).
 
-``pack`` does that with list comprehensions and set operations over each chunk; ``unpack`` turns
+``packing.pack`` does that in one pass over the events (in C when it is built); ``unpack`` turns
 a sequence's blobs (plus the late records asked for) back into invocation records. The rules
 (first write wins for an event key; wall time = event time + the batch's clock offset; a batch
 whose wall times overflow a signed 64-bit integer is refused whole) are those of the row stores.
@@ -31,10 +31,9 @@ from typing import Any, Final
 
 import msgspec
 
-from cmr.store._shared import HandoffRow, InvalidBatchError
 from cmr.store.base import InvocationRecord
-from cmr.store.summaries import BatchCache, SummaryCollector, SummaryParts
-from tracer.wire import Attrs, Batch, End, Error, Handoff, Start, ThreadChunk
+from cmr.store.summaries import BatchCache
+from tracer.wire import Attrs, End, Error, Start, ThreadChunk
 
 _COMMON: Final = (Start, End)
 _COMMON_SET: Final = frozenset(_COMMON)
@@ -63,94 +62,6 @@ StoredBatch = tuple[int, int, int, bytes]
 LEGACY_BATCH_NO: Final = 2**62
 #: (iid, seq, parent, hid, tid, method, start_ns, end_ns, error): an invocation stored as a row.
 LegacyRow = tuple[int, bytes, int, int, int, int, int, int | None, str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class PackedBatch:
-    chunks: bytes
-    events: int
-    first_start: dict[bytes, int]  # seq -> its earliest Start in the batch, wall clock
-    seqs: set[bytes]  # every sequence with a Start or Handoff in the batch
-    method_pairs: set[tuple[bytes, int]]  # (seq, method) of every Start in the batch
-    seq_methods: dict[bytes, bytes]  # seq -> msgpack array of the methods its Starts ran
-    late_ends: list[LateEnd]
-    late_attrs: list[LateAttrs]
-    handoffs: list[HandoffRow]
-    summary: SummaryParts  # what the batch adds to its sequences' listing lines
-
-
-def pack(batch: Batch, *, encode: bool = True) -> PackedBatch:
-    """The blob and index of ``batch``. Raises InvalidBatchError when a wall-clock time does not
-    fit a signed 64-bit integer (nothing of the batch may then be stored). Without ``encode``
-    (a store that keeps the decoded chunks) the blob and ``seq_methods`` are left empty.
-
-    Ingest's only pass over the events: comprehensions split each chunk by type, and set and
-    dict operations do the rest, so the cost per event stays a small fraction of decoding it."""
-    puid = batch.puid
-    offset = batch.process.clock_offset_ns
-    first_start: dict[bytes, int] = {}
-    seq_methods: set[tuple[bytes, int]] = set()
-    start_iids: dict[int, bytes] = {}  # iid -> sequence, of the batch's Starts
-    ends: list[End] = []
-    rare: list[Error | Handoff | Attrs] = []
-    times: list[int] = []
-    events = 0
-    summary = SummaryCollector(puid, offset)
-    for chunk in batch.chunks:
-        chunk_events = chunk.events
-        events += len(chunk_events)
-        starts = [e for e in chunk_events if type(e) is Start]
-        chunk_ends = [e for e in chunk_events if type(e) is End]
-        if len(starts) + len(chunk_ends) != len(chunk_events):
-            rare.extend([e for e in chunk_events if type(e) not in _COMMON])  # type: ignore[misc]
-        ends += chunk_ends
-        times += [e.t_ns for e in chunk_ends]
-        if not starts:
-            continue
-        start_times = [e.t_ns for e in starts]
-        times += start_times
-        earliest = _earliest(starts, start_times)
-        for seq, event in earliest.items():
-            known = first_start.get(seq)
-            first_start[seq] = event.t_ns if known is None else min(known, event.t_ns)
-        summary.add_chunk(chunk.tid, starts, earliest)
-        seq_methods.update([(e.seq, e.method) for e in starts])
-        start_iids.update([(e.iid, e.seq) for e in starts])
-    seqs = set(first_start)
-    late_ends: list[LateEnd] = [
-        (puid, e.iid, e.t_ns + offset, None) for e in ends if e.iid not in start_iids
-    ]
-    late_attrs: list[LateAttrs] = []
-    handoffs: list[HandoffRow] = []
-    for other in rare:
-        if isinstance(other, Attrs):
-            if other.iid not in start_iids:
-                attributes = _encode_attributes(other.attributes)
-                late_attrs.append((puid, other.iid, batch.batch_no, attributes))
-            continue
-        times.append(other.t_ns)
-        if isinstance(other, Handoff):
-            seqs.add(other.seq)
-            submitted_ns = other.t_ns + offset
-            handoffs.append(
-                (other.hid, other.seq, puid, other.parent, other.kind, other.method, submitted_ns)
-            )
-        elif other.iid not in start_iids:
-            late_ends.append((puid, other.iid, other.t_ns + offset, other.error))
-    if times and not (min(times) + offset >= _I64_MIN and max(times) + offset <= _I64_MAX):
-        raise InvalidBatchError(f"batch {batch.batch_no} of process {puid:x}: time out of range")
-    return PackedBatch(
-        chunks=encode_chunks(batch.chunks) if encode else b"",
-        events=events,
-        first_start={seq: t_ns + offset for seq, t_ns in first_start.items()},
-        seqs=seqs,
-        method_pairs=seq_methods,
-        seq_methods=methods_by_seq(seq_methods) if encode else {},
-        late_ends=late_ends,
-        late_attrs=late_attrs,
-        handoffs=handoffs,
-        summary=summary.finish(ends, [e for e in rare if type(e) is Error], start_iids),
-    )
 
 
 #: Given the (puid, iid) keys still missing an End (or asked for Attrs), the late records.
@@ -341,18 +252,6 @@ class _Gathered:
         ]
 
 
-def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:
-    """The earliest of ``starts`` (``times`` are their times) of each sequence."""
-    if times == sorted(times):  # as a thread records them: a sequence's first is its earliest
-        return {e.seq: e for e in reversed(starts)}
-    earliest: dict[bytes, Start] = {}
-    for event in starts:
-        known = earliest.get(event.seq)
-        if known is None or event.t_ns < known.t_ns:
-            earliest[event.seq] = event
-    return earliest
-
-
 @dataclass(frozen=True, slots=True)
 class LegacyBatch:
     """One process's invocations stored as rows, as one stored batch (clock offset 0: the times
@@ -391,16 +290,16 @@ def legacy_batch(rows: Iterable[LegacyRow]) -> LegacyBatch:
         chunks=encode_chunks(chunks),
         events=events,
         seqs=sorted({seq for seq, _ in seq_methods}),
-        seq_methods=methods_by_seq(seq_methods),
+        seq_methods={seq: encode_chunks(ids) for seq, ids in methods_by_seq(seq_methods).items()},
     )
 
 
-def methods_by_seq(pairs: set[tuple[bytes, int]]) -> dict[bytes, bytes]:
-    """(seq, method) pairs as ``PackedBatch.seq_methods``: per sequence, its sorted method ids."""
+def methods_by_seq(pairs: set[tuple[bytes, int]]) -> dict[bytes, list[int]]:
+    """(seq, method) pairs grouped: per sequence, its sorted method ids."""
     grouped: dict[bytes, list[int]] = {}
     for seq, method in pairs:
         grouped.setdefault(seq, []).append(method)
-    return {seq: encode_chunks(sorted(methods)) for seq, methods in grouped.items()}
+    return {seq: sorted(methods) for seq, methods in grouped.items()}
 
 
 def methods_of(blob: bytes) -> list[int]:

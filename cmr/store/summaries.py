@@ -5,7 +5,7 @@ threads and processes, which invocation is the root (``_shared.root_rank``) and 
 the parentless invocations that continue a hand-off nobody here recorded (a foreign system's
 request), and which invocations are still open, with their process (running or incomplete
 depends on the process's state when read). Each batch adds to these (``SummaryParts``, built in
-``packed.pack``'s pass over the events); a store keeps them in small tables next to the batches:
+``packing.pack``'s pass over the events); a store keeps them in small tables next to the batches:
 
 - per sequence: its Start count and its best root candidate so far (the lowest rank wins);
 - per (sequence, puid, tid): that the sequence ran there;

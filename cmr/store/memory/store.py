@@ -47,8 +47,9 @@ from cmr.store.listing import matching_names, select_lines, window
 from cmr.store.memory.pages import MemoryPages
 from cmr.store.memory.samples import MemorySamples
 from cmr.store.memory.summaries import LateEnd, MemorySummaries
-from cmr.store.packed import LateAttrs, pack
+from cmr.store.packed import LateAttrs
 from cmr.store.packed import LateEnd as StoredLateEnd
+from cmr.store.packing import pack
 from cmr.store.summaries import BatchCache
 from tracer.wire import Batch
 
@@ -116,8 +117,8 @@ class MemoryStore(Store):
                 self._threads[puid, t.tid] = ThreadRecord(t.native_id, t.name)
             for seq in packed.seqs:
                 self._batch_seqs.setdefault(seq, []).append(key)
-            for seq, method in packed.method_pairs:
-                self._seq_methods.setdefault(seq, set()).add((puid, method))
+            for seq, methods in packed.methods.items():
+                self._seq_methods.setdefault(seq, set()).update([(puid, m) for m in methods])
             late_ends = self._late_ends
             for _puid, iid, end_ns, error in packed.late_ends:
                 late_ends.setdefault((puid, iid), (end_ns, error))  # first write wins

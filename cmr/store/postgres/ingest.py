@@ -26,7 +26,7 @@ import msgspec
 
 from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
-from cmr.store.packed import PackedBatch
+from cmr.store.packing import PackedBatch
 from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.partitions import day_of, day_sql

@@ -14,27 +14,28 @@ import functools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg import errors
 
 from cmr.store import listing_sql
-from cmr.store._samples import I64_MIN, sample_records
+from cmr.store._samples import I64_MIN
 from cmr.store._shared import SHOWN_MATCHES, check_limit, pick_match, seq_range
 from cmr.store.base import (
+    GroupCommitStore,
+    Outcome,
     PruneResult,
-    SampleRecord,
     SequenceData,
     SequenceQuery,
     SequenceSummary,
-    Store,
     StoreError,
     StoreStats,
 )
 from cmr.store.listing import select_lines
-from cmr.store.packed import PackedBatch, methods_of, pack
+from cmr.store.packed import methods_of
+from cmr.store.packing import Prepared, prepare
 from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
@@ -55,7 +56,7 @@ _NO_PARTITION: Final = errors.CheckViolation
 T = TypeVar("T")
 
 
-class PostgresStore(Store):
+class PostgresStore(GroupCommitStore):
     """A repository in a PostgreSQL database (``url``: a libpq URI). Thread-safe: one connection,
     used under a lock. ``readonly`` never creates or upgrades anything and fails clearly when
     the schema is missing. ``clock`` (wall-clock nanoseconds) tells reads how long a process has
@@ -78,38 +79,40 @@ class PostgresStore(Store):
 
     # -- write side -----------------------------------------------------------------------
 
-    def ingest(self, batch: Batch, received_ns: int) -> bool:
-        packed = pack(batch)
-        samples = sample_records(batch)
-        return self._retry(lambda conn: self._write(conn, batch, packed, samples, received_ns))
+    def ingest_many(self, batches: Sequence[Batch], received_ns: int) -> list[Outcome]:
+        outcomes, prepared = prepare(batches)
+        if prepared:
+            self._retry(lambda conn: self._write(conn, prepared, outcomes, received_ns))
+        return outcomes
 
     def _write(
-        self,
-        conn: Conn,
-        batch: Batch,
-        packed: PackedBatch,
-        samples: list[SampleRecord],
-        received_ns: int,
-    ) -> bool:
+        self, conn: Conn, prepared: list[Prepared], outcomes: list[Outcome], received_ns: int
+    ) -> None:
+        """The prepared batches in one transaction (one commit, one WAL flush), their outcomes
+        set; a day's partitions missing are made, and the transaction run again."""
         window = day_window(self._clock())
 
-        def write() -> bool:
+        def write() -> None:
             with conn.transaction():
-                return write_batch(
-                    conn,
-                    batch,
-                    packed=packed,
-                    samples=samples,
-                    received_ns=received_ns,
-                    window=window,
-                    node=self._node,
-                )
+                for ready in prepared:
+                    outcomes[ready.at] = write_batch(
+                        conn,
+                        ready.batch,
+                        packed=ready.packed,
+                        samples=ready.samples,
+                        received_ns=received_ns,
+                        window=window,
+                        node=self._node,
+                    )
 
         try:
-            return write()
+            write()
         except _NO_PARTITION:
-            create_partitions(conn, needed_days(packed, samples, window))
-            return write()
+            days = set[tuple[str, int]]()
+            for ready in prepared:
+                days |= needed_days(ready.packed, ready.samples, window)
+            create_partitions(conn, days)
+            write()
 
     def record_rejected(self, reason: str, count: int = 1) -> None:
         def record(conn: Conn) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
-from cmr.store.packed import PackedBatch
+from cmr.store.packing import PackedBatch
 from cmr.store.postgres import read as postgres_read
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.schema import (

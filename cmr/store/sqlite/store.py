@@ -17,11 +17,11 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from cmr.store import listing_sql
-from cmr.store._samples import I64_MIN, sample_records, sample_windows
+from cmr.store._samples import I64_MIN, sample_windows
 from cmr.store._shared import (
     SHOWN_MATCHES,
     SeqRange,
@@ -31,18 +31,20 @@ from cmr.store._shared import (
     seq_range,
 )
 from cmr.store.base import (
+    GroupCommitStore,
+    Outcome,
     PruneResult,
     SequenceData,
     SequenceQuery,
     SequenceSummary,
-    Store,
     StoreError,
     StoreStats,
     UnknownSequenceError,
 )
 from cmr.store.columns import field
 from cmr.store.listing import select_lines
-from cmr.store.packed import methods_of, pack
+from cmr.store.packed import methods_of
+from cmr.store.packing import Prepared, prepare
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
@@ -69,7 +71,7 @@ from tracer.wire import Batch
 BUSY_TIMEOUT_MS: Final = 10_000
 
 
-class SQLiteStore(Store):
+class SQLiteStore(GroupCommitStore):
     """A repository in one SQLite file. Thread-safe: one connection, used under a lock.
 
     ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
@@ -141,85 +143,13 @@ class SQLiteStore(Store):
 
     # -- write side -----------------------------------------------------------------------
 
-    def ingest(self, batch: Batch, received_ns: int) -> bool:
-        packed = pack(batch)
-        samples = sample_records(batch)
-        process = batch.process
-        puid = batch.puid
-        batch_no = batch.batch_no
-        with self._transaction("BEGIN IMMEDIATE") as conn:
-            cursor = conn.execute(
-                "INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    puid,
-                    batch_no,
-                    received_ns,
-                    packed.events,
-                    process.clock_offset_ns,
-                    packed.chunks,
-                ),
-            )
-            if cursor.rowcount == 0:
-                conn.execute(
-                    "UPDATE counters SET value = value + 1 WHERE name = 'duplicate_batches'"
-                )
-                return False
-            conn.execute(
-                UPSERT_PROCESS,
-                (
-                    puid,
-                    process.pid,
-                    process.host,
-                    process.platform_id,
-                    json.dumps(process.argv),
-                    process.clock_offset_ns,
-                    process.started_ns,
-                    int(batch.final),
-                    batch.dropped,
-                    received_ns,
-                    process.heartbeat_ms,
-                ),
-            )
-            if batch.methods:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO methods VALUES (?, ?, ?, ?, ?, ?)",
-                    [(puid, m.method, m.module, m.qualname, m.file, m.line) for m in batch.methods],
-                )
-            if batch.threads:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
-                    [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
-                )
-            conn.executemany(
-                "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
-                [(seq, puid, batch_no) for seq in packed.seqs],
-            )
-            conn.executemany(
-                "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
-                [(seq, puid, batch_no, methods) for seq, methods in packed.seq_methods.items()],
-            )
-            # First write wins for an event key: a replayed or forged duplicate changes nothing.
-            if packed.late_ends:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends
-                )
-            if packed.late_attrs:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO late_attrs VALUES (?, ?, ?, ?)", packed.late_attrs
-                )
-            if packed.handoffs:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", packed.handoffs
-                )
-            sqlite_summaries.store(conn, packed)  # after the late Ends: they close calls
-            if batch.lost_seqs:
-                conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
-            store_samples(conn, batch, samples)
-            conn.executemany(
-                "UPDATE counters SET value = value + ? WHERE name = ?",
-                ((1, "batches"), (packed.events, "events")),
-            )
-        return True
+    def ingest_many(self, batches: Sequence[Batch], received_ns: int) -> list[Outcome]:
+        outcomes, prepared = prepare(batches)
+        if prepared:
+            with self._transaction("BEGIN IMMEDIATE") as conn:
+                for ready in prepared:
+                    outcomes[ready.at] = _write(conn, ready, received_ns)
+        return outcomes
 
     def record_rejected(self, reason: str, count: int = 1) -> None:
         with self._transaction("BEGIN IMMEDIATE") as conn:
@@ -370,6 +300,80 @@ class SQLiteStore(Store):
                 raise StoreError(f"repository {self.path}: {exc}") from exc
             except OverflowError as exc:  # an integer SQLite cannot hold
                 raise StoreError(f"repository {self.path}: {exc}") from exc
+
+
+def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
+    """One batch's rows, inside the caller's transaction (False: it was stored before)."""
+    batch, packed, samples = ready.batch, ready.packed, ready.samples
+    process = batch.process
+    puid = batch.puid
+    batch_no = batch.batch_no
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            puid,
+            batch_no,
+            received_ns,
+            packed.events,
+            process.clock_offset_ns,
+            packed.chunks,
+        ),
+    )
+    if cursor.rowcount == 0:
+        conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'duplicate_batches'")
+        return False
+    conn.execute(
+        UPSERT_PROCESS,
+        (
+            puid,
+            process.pid,
+            process.host,
+            process.platform_id,
+            json.dumps(process.argv),
+            process.clock_offset_ns,
+            process.started_ns,
+            int(batch.final),
+            batch.dropped,
+            received_ns,
+            process.heartbeat_ms,
+        ),
+    )
+    if batch.methods:
+        conn.executemany(
+            "INSERT OR REPLACE INTO methods VALUES (?, ?, ?, ?, ?, ?)",
+            [(puid, m.method, m.module, m.qualname, m.file, m.line) for m in batch.methods],
+        )
+    if batch.threads:
+        conn.executemany(
+            "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
+            [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
+        )
+    conn.executemany(
+        "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
+        [(seq, puid, batch_no) for seq in packed.seqs],
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
+        [(seq, puid, batch_no, methods) for seq, methods in packed.seq_methods.items()],
+    )
+    # First write wins for an event key: a replayed or forged duplicate changes nothing.
+    if packed.late_ends:
+        conn.executemany("INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends)
+    if packed.late_attrs:
+        conn.executemany("INSERT OR IGNORE INTO late_attrs VALUES (?, ?, ?, ?)", packed.late_attrs)
+    if packed.handoffs:
+        conn.executemany(
+            "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", packed.handoffs
+        )
+    sqlite_summaries.store(conn, packed)  # after the late Ends: they close calls
+    if batch.lost_seqs:
+        conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
+    store_samples(conn, batch, samples)
+    conn.executemany(
+        "UPDATE counters SET value = value + ? WHERE name = ?",
+        ((1, "batches"), (packed.events, "events")),
+    )
+    return True
 
 
 def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:

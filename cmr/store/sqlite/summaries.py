@@ -9,7 +9,7 @@ import sqlite3
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
-from cmr.store.packed import PackedBatch
+from cmr.store.packing import PackedBatch
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,

@@ -244,6 +244,23 @@ def test_ingest_never_raises_on_arbitrary_frames(frames: list[bytes], header_ok:
         assert (stats.batches, stats.rejected) == (1, {})  # a valid batch by chance: stored
 
 
+def test_a_group_of_messages_gets_an_ack_for_each_batch_stored(
+    store: Store, make_batch: BatchFactory, encode_batch: Encode
+) -> None:
+    valid = encode_batch(make_batch(7, 1, events()))
+    overflowing = encode_batch(
+        make_batch(7, 2, {1: [wire.Start(2, 0, 0, 1, 100, SEQ), wire.End(2, 2**63 - 1)]})
+    )
+    garbage = [b"not invoseq", b"\x00"]
+
+    acks = Ingest(store).handle_many([garbage, valid, overflowing, valid])
+
+    assert acks == [None, wire.Ack(7, 1), None, wire.Ack(7, 1)]  # a resent batch: acked again
+    stats = store.stats()
+    assert (stats.batches, stats.duplicate_batches) == (1, 1)
+    assert stats.rejected == {"garbage": 1, "decode": 1}
+
+
 def test_store_failure_is_not_acknowledged_so_the_sender_retries(
     tmp_path: Path,
     make_batch: BatchFactory,
@@ -259,6 +276,9 @@ def test_store_failure_is_not_acknowledged_so_the_sender_retries(
         blocker.execute("BEGIN IMMEDIATE")  # another writer holds the database
         assert ingest.handle(frames) is None
         assert "cannot store batch 1 of process 7" in caplog.text
+        later = encode_batch(make_batch(7, 2, events()))
+        assert ingest.handle_many([frames, later]) == [None, None]  # one transaction: neither
+        assert "cannot store batch 1 of process 7 and 1 more in its group" in caplog.text
         blocker.execute("ROLLBACK")
 
         assert ingest.handle(frames) == wire.Ack(7, 1)

@@ -12,36 +12,11 @@ from hypothesis import strategies as st
 
 from cmr.store.columns import RecordColumns, columns_available, unpack_columns
 from cmr.store.packed import LateAttrs, LateEnd, StoredBatch, encode_chunks, unpack
+from tests.cmr.store.strategies import PUIDS, SEQ, iids, processes, times
 from tracer import wire
 
 pytestmark = pytest.mark.skipif(not columns_available(), reason="the C accelerator is not built")
 
-SEQ = bytes(range(16))
-OTHER = bytes(range(1, 17))
-PUIDS = (3, 7)
-
-iids = st.integers(1, 6)
-times = st.integers(-5, 5)  # few values: equal start times and reordered ends happen
-starts = st.builds(
-    wire.Start,
-    iids,
-    st.integers(0, 6),
-    st.sampled_from([0, 0, 9]),
-    st.integers(1, 3),
-    times,
-    st.sampled_from([SEQ, SEQ, OTHER]),
-)
-ends = st.builds(wire.End, iids, times)
-errors = st.builds(wire.Error, iids, times, st.sampled_from(["ValueError", "KeyError"]))
-values = st.integers(-3, 3) | st.text(max_size=3) | st.booleans() | st.floats(allow_nan=False)
-attrs = st.builds(wire.Attrs, iids, st.dictionaries(st.sampled_from("ab"), values, max_size=2))
-handoffs = st.builds(
-    wire.Handoff, st.integers(1, 3), iids, st.just("thread"), st.integers(1, 3), times, st.just(SEQ)
-)
-events = st.one_of(starts, starts, ends, ends, errors, attrs, handoffs)
-chunks = st.builds(wire.ThreadChunk, st.integers(1, 3), st.lists(events, max_size=12))
-batches = st.lists(st.lists(chunks, min_size=1, max_size=3), min_size=1, max_size=3)
-processes = st.dictionaries(st.sampled_from(PUIDS), batches, min_size=1)
 late_end_rows = st.lists(
     st.tuples(st.sampled_from(PUIDS), iids, times, st.none() | st.just("OSError")), max_size=4
 )

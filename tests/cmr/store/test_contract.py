@@ -120,6 +120,31 @@ def test_a_batch_whose_times_overflow_is_refused_whole(
     assert store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 1) is True
 
 
+def test_a_group_of_batches_is_stored_as_each_would_be_alone(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    first = make_batch(7, 1, {1: [start(1, 100, S), start(2, 110, S, parent=1)]})
+    overflowing = make_batch(7, 2, {1: [start(3, 100, S), wire.End(3, 2**63 - 1)]})
+    ending = make_batch(7, 3, {1: [wire.End(2, 120), wire.End(1, 200)]})
+
+    outcomes = store.ingest_many([first, overflowing, first, ending], received_ns=5)
+
+    assert outcomes[0] is True
+    assert isinstance(outcomes[1], InvalidBatchError)
+    assert outcomes[2:] == [False, True]  # the same batch twice in a group: stored once
+    records = store.load_sequence(S).invocations
+    assert [(r.iid, r.end_ns) for r in records] == [
+        (1, clock_offset_ns + 200),
+        (2, clock_offset_ns + 120),
+    ]
+    stats = store.stats()
+    assert (stats.batches, stats.duplicate_batches, stats.events) == (2, 1, 4)
+    (line,) = store.list_sequences(10)
+    assert (line.invocations, line.status) == (2, "complete")
+    # The refused batch left nothing behind: its number can still be stored.
+    assert store.ingest(make_batch(7, 2, {1: [start(3, 300, S)]}), 6) is True
+
+
 # -- hand-offs ------------------------------------------------------------------------------
 
 

@@ -1,0 +1,30 @@
+"""Group commit: the batches waiting on a socket, taken together.
+
+A batch's transaction costs about as much to commit as to write (SQLite writes every page it
+touched to the WAL; PostgreSQL flushes its WAL to disk). When batches arrive faster than they are
+stored they queue on the socket, and ``Ingest.handle_many`` stores those waiting in one
+transaction, acknowledging each after the commit: the sender's guarantee is unchanged, and a
+quiet repository still commits every batch as it comes (a group of one).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import zmq
+
+#: At most this many batches a transaction: enough to share the commit (8 took the SQLite
+#: ingest case from about 1,900 to 1,200 ns an event), few enough that the first batch's
+#: acknowledgement waits for little (a batch of 4,096 events is stored in a few milliseconds).
+GROUP_BATCHES: Final = 8
+
+
+def take_waiting(sock: zmq.Socket[bytes], limit: int = GROUP_BATCHES) -> list[list[bytes]]:
+    """Up to ``limit`` messages already waiting on ``sock``, without waiting for more."""
+    messages: list[list[bytes]] = []
+    while len(messages) < limit:
+        try:
+            messages.append(sock.recv_multipart(zmq.NOBLOCK))
+        except zmq.Again:
+            break
+    return messages

@@ -1,0 +1,373 @@
+/* Ingest's index pass over one batch, in C.
+ *
+ * `cmr.store.packing.pack` indexes every batch a repository stores (its sequences, their methods,
+ * the listing lines' parts, the Ends whose Start is elsewhere). Done with comprehensions over the
+ * decoded events it cost twice the typed decode itself; `scan` reads the same events from the
+ * msgpack of the batch's thread chunks (the blob the store keeps) in one pass, with two hash tables,
+ * and returns only what is small: a row per sequence, the (sequence, thread) pairs, the invocations
+ * left open, the entries, the late Ends, and where the rare events are (Errors, Handoffs, Attrs:
+ * Python reads those from the decoded batch, as few as they are).
+ *
+ * The rules are those of the Python pass (`packing._pack_events`, the reference; the tests compare
+ * both on random batches):
+ * - an iid belongs to the sequence of its last Start in the batch; a sequence counts its iids;
+ * - an iid is ended by any End in the batch, wherever it comes; its end is the last End's time
+ *   (Errors are Python's, and override);
+ * - a sequence's root candidate is its Start of lowest rank (parent != 0, hid != 0, t_ns, iid),
+ *   its first start the earliest t_ns;
+ * - times are the events' own: Python adds the batch's clock offset and checks the range.
+ */
+
+#include "_msgpack.h"
+#include "_pack.h"
+
+enum { S_IID, S_PARENT, S_HID, S_METHOD, S_T, S_SEQ, S_COUNT };
+
+typedef struct {
+    uint64_t id[2]; /* the sequence id's 16 bytes */
+    PyObject *seq;  /* the same, as bytes */
+    int64_t first_t;
+    int64_t best;  /* the row of its lowest-rank Start */
+    int64_t count; /* its iids */
+    uint32_t last_chunk; /* the last chunk (counted from 1) it had a Start in */
+    Column methods;      /* distinct, in order of first sight */
+} Sequence;
+
+typedef struct {
+    Column start[S_COUNT]; /* every Start, in batch order */
+    Column end_iid, end_t; /* every End, in batch order */
+    Column thread_seq, thread_tid;
+    Column rare_chunk, rare_event, rare_iid; /* rare_iid -1: the event has none (a Handoff) */
+    Table iids;    /* (0, iid) -> `start`: the row of its last Start */
+    Table methods; /* (sequence, method): seen */
+    Sequence *seqs;
+    size_t count, capacity;
+    int32_t *slots; /* open addressing over `seqs`; -1: empty */
+    size_t mask;
+    int64_t events, t_min, t_max;
+} Scan;
+
+static inline uint64_t seq_hash(const uint64_t id[2]) {
+    return mix(id[0] ^ table_seed) ^ mix(id[1] + table_seed);
+}
+
+static int slots_resize(Scan *s, size_t size) {
+    int32_t *slots = PyMem_Malloc(size * sizeof(int32_t));
+    if (!slots) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(slots, 0xff, size * sizeof(int32_t));
+    for (size_t q = 0; q < s->count; q++) {
+        size_t i = seq_hash(s->seqs[q].id) & (size - 1);
+        while (slots[i] >= 0) i = (i + 1) & (size - 1);
+        slots[i] = (int32_t)q;
+    }
+    PyMem_Free(s->slots);
+    s->slots = slots;
+    s->mask = size - 1;
+    return 0;
+}
+
+/* The index of the sequence with these 16 bytes, added when new; -1 on error. */
+static int32_t seq_index(Scan *s, const uint8_t *bytes) {
+    uint64_t id[2];
+    memcpy(id, bytes, 16);
+    size_t i = seq_hash(id) & s->mask;
+    for (int32_t at; (at = s->slots[i]) >= 0; i = (i + 1) & s->mask)
+        if (s->seqs[at].id[0] == id[0] && s->seqs[at].id[1] == id[1]) return at;
+    if ((s->count + 1) * 2 > s->mask + 1) {
+        if (slots_resize(s, 2 * (s->mask + 1)) < 0) return -1;
+        for (i = seq_hash(id) & s->mask; s->slots[i] >= 0; i = (i + 1) & s->mask) {}
+    }
+    if (s->count == s->capacity) {
+        size_t capacity = 2 * s->capacity;
+        Sequence *seqs = PyMem_Realloc(s->seqs, capacity * sizeof(Sequence));
+        if (!seqs) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->seqs = seqs;
+        s->capacity = capacity;
+    }
+    Sequence *q = &s->seqs[s->count];
+    memset(q, 0, sizeof(*q));
+    memcpy(q->id, id, sizeof(id));
+    q->seq = PyBytes_FromStringAndSize((const char *)bytes, 16);
+    if (!q->seq) return -1;
+    q->first_t = INT64_MAX;
+    q->best = -1;
+    s->slots[i] = (int32_t)s->count;
+    return (int32_t)s->count++;
+}
+
+/* Whether Start row `a` ranks below row `b` as a root candidate. */
+static inline int ranks_below(const Scan *s, int64_t a, int64_t b) {
+    const int64_t *parent = s->start[S_PARENT].data, *hid = s->start[S_HID].data;
+    const int64_t *t = s->start[S_T].data, *iid = s->start[S_IID].data;
+    int pa = parent[a] != 0, pb = parent[b] != 0, ha = hid[a] != 0, hb = hid[b] != 0;
+    if (pa != pb) return pa < pb;
+    if (ha != hb) return ha < hb;
+    if (t[a] != t[b]) return t[a] < t[b];
+    return iid[a] < iid[b];
+}
+
+static inline void note_time(Scan *s, int64_t t) {
+    if (t < s->t_min) s->t_min = t;
+    if (t > s->t_max) s->t_max = t;
+}
+
+static int scan_start(Scan *s, Reader *r, uint32_t len, uint32_t chunk, int64_t tid) {
+    int64_t v[5]; /* iid, parent, hid, method, t_ns */
+    const uint8_t *seq;
+    uint32_t seq_len;
+    if (len != 7) return damaged("bad Start");
+    for (int k = 0; k < 5; k++)
+        if (read_int(r, &v[k]) < 0) return -1;
+    if (read_bytes(r, &seq, &seq_len, 0) < 0) return -1;
+    if (seq_len != 16) return damaged("bad sequence id");
+    if (s->start[S_IID].len >= INT32_MAX) return damaged("too many Starts");
+    int32_t q = seq_index(s, seq);
+    if (q < 0) return -1;
+    int64_t row = (int64_t)s->start[S_IID].len;
+    int64_t values[S_COUNT] = {v[0], v[1], v[2], v[3], v[4], q};
+    for (int c = 0; c < S_COUNT; c++)
+        if (column_push(&s->start[c], values[c]) < 0) return -1;
+    note_time(s, v[4]);
+    Sequence *sequence = &s->seqs[q];
+    if (sequence->last_chunk != chunk) {
+        sequence->last_chunk = chunk;
+        if (column_push(&s->thread_seq, q) < 0 || column_push(&s->thread_tid, tid) < 0) return -1;
+    }
+    if (v[4] < sequence->first_t) sequence->first_t = v[4];
+    if (sequence->best < 0 || ranks_below(s, row, sequence->best)) sequence->best = row;
+    Entry *method = table_get(&s->methods, q, v[3]);
+    if (!method) return -1;
+    if (method->start < 0) {
+        method->start = 0;
+        if (column_push(&sequence->methods, v[3]) < 0) return -1;
+    }
+    Entry *e = table_get(&s->iids, 0, v[0]);
+    if (!e) return -1;
+    e->start = (int32_t)row;
+    return 0;
+}
+
+static int scan_event(Scan *s, Reader *r, uint32_t chunk, uint32_t at, int64_t tid) {
+    uint32_t len;
+    int64_t tag, iid = -1, t;
+    if (read_array(r, &len) < 0) return -1;
+    if (len < 1) return damaged("empty event");
+    if (read_int(r, &tag) < 0) return -1;
+    s->events++;
+    if (tag == 0) return scan_start(s, r, len, chunk, tid);
+    if (tag == 1) { /* End: iid, t_ns */
+        if (len != 3) return damaged("bad End");
+        if (read_int(r, &iid) < 0 || read_int(r, &t) < 0) return -1;
+        note_time(s, t);
+        return column_push(&s->end_iid, iid) < 0 || column_push(&s->end_t, t) < 0 ? -1 : 0;
+    }
+    if (tag < 2 || tag > 4) return damaged("unknown event");
+    uint32_t first = 1;
+    if (tag != 3) { /* Error and Attrs begin with their iid */
+        if (len < 2 || read_int(r, &iid) < 0) return PyErr_Occurred() ? -1 : damaged("bad event");
+        first = 2;
+    }
+    for (uint32_t i = first; i < len; i++)
+        if (skip(r, 0) < 0) return -1;
+    if (column_push(&s->rare_chunk, chunk - 1) < 0 || column_push(&s->rare_event, at) < 0 ||
+        column_push(&s->rare_iid, iid) < 0)
+        return -1;
+    return 0;
+}
+
+static int scan_blob(Scan *s, const uint8_t *blob, Py_ssize_t size) {
+    Reader r = {blob, blob + size};
+    uint32_t chunks;
+    if (read_array(&r, &chunks) < 0) return -1;
+    for (uint32_t c = 1; c <= chunks; c++) {
+        uint32_t fields, events;
+        int64_t tid;
+        if (read_array(&r, &fields) < 0) return -1;
+        if (fields != 2) return damaged("bad chunk");
+        if (read_int(&r, &tid) < 0 || read_array(&r, &events) < 0) return -1;
+        for (uint32_t i = 0; i < events; i++)
+            if (scan_event(s, &r, c, i, tid) < 0) return -1;
+    }
+    return r.p == r.end ? 0 : damaged("trailing bytes");
+}
+
+/* ---------------------------------------------------------------- the results */
+
+static PyObject *end_of(Scan *s, int64_t iid) {
+    Entry *e = table_find(&s->iids, 0, iid);
+    if (e && e->end == ENDED) return PyLong_FromLongLong(e->end_ns);
+    Py_RETURN_NONE;
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+static int by_value(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* (seq, iids, first t_ns, sorted methods, (parent, hid, t_ns, iid, method) of the best root
+ * candidate, its end or None) per sequence, in order of first sight. */
+static PyObject *sequence_rows(Scan *s) {
+    PyObject *rows = PyList_New(0);
+    const Column *col = s->start;
+    for (size_t q = 0; rows && q < s->count; q++) {
+        Sequence *sequence = &s->seqs[q];
+        Column *m = &sequence->methods;
+        qsort(m->data, m->len, sizeof(int64_t), by_value);
+        PyObject *methods = PyList_New((Py_ssize_t)m->len);
+        for (size_t k = 0; methods && k < m->len; k++) {
+            PyObject *value = PyLong_FromLongLong(m->data[k]);
+            if (!value) Py_CLEAR(methods);
+            else PyList_SET_ITEM(methods, (Py_ssize_t)k, value);
+        }
+        int64_t b = sequence->best;
+        PyObject *end = methods ? end_of(s, col[S_IID].data[b]) : NULL;
+        if (!end) { /* "N" takes both references, even when building fails */
+            Py_XDECREF(methods);
+            Py_CLEAR(rows);
+            break;
+        }
+        PyObject *row = Py_BuildValue(
+            "(OLLN(LLLLL)N)", sequence->seq, sequence->count, sequence->first_t, methods,
+            col[S_PARENT].data[b], col[S_HID].data[b], col[S_T].data[b], col[S_IID].data[b],
+            col[S_METHOD].data[b], end);
+        if (append_new(rows, row) < 0) Py_CLEAR(rows);
+    }
+    return rows;
+}
+
+/* The Ends resolved against the Starts: ended iids marked, the others returned as late. */
+static PyObject *late_ends(Scan *s) {
+    PyObject *late = PyList_New(0);
+    for (size_t k = 0; late && k < s->end_iid.len; k++) {
+        int64_t iid = s->end_iid.data[k];
+        Entry *e = table_find(&s->iids, 0, iid);
+        if (e) {
+            e->end = ENDED;
+            e->end_ns = s->end_t.data[k];
+        } else if (append_new(late, Py_BuildValue("(LL)", iid, s->end_t.data[k])) < 0) {
+            Py_CLEAR(late);
+        }
+    }
+    return late;
+}
+
+/* Every iid counted in its sequence; those without an End as (iid, seq). */
+static PyObject *opened(Scan *s) {
+    PyObject *open = PyList_New(0);
+    for (size_t i = 0; open && i <= s->iids.mask; i++) {
+        Entry *e = &s->iids.slots[i];
+        if (e->process < 0) continue;
+        Sequence *sequence = &s->seqs[s->start[S_SEQ].data[e->start]];
+        sequence->count++;
+        if (e->end == ENDLESS &&
+            append_new(open, Py_BuildValue("(LO)", e->iid, sequence->seq)) < 0)
+            Py_CLEAR(open);
+    }
+    return open;
+}
+
+/* The parentless Starts continuing a hand-off: (seq, iid, hid, end or None), in batch order. */
+static PyObject *entries(Scan *s) {
+    PyObject *found = PyList_New(0);
+    const Column *col = s->start;
+    for (size_t row = 0; found && row < col[S_IID].len; row++) {
+        if (col[S_PARENT].data[row] != 0 || col[S_HID].data[row] == 0) continue;
+        int64_t iid = col[S_IID].data[row];
+        PyObject *seq = s->seqs[col[S_SEQ].data[row]].seq;
+        if (append_new(found, Py_BuildValue("(OLLN)", seq, iid, col[S_HID].data[row],
+                                            end_of(s, iid))) < 0)
+            Py_CLEAR(found);
+    }
+    return found;
+}
+
+static PyObject *threads(Scan *s) {
+    PyObject *pairs = PyList_New(0);
+    for (size_t k = 0; pairs && k < s->thread_seq.len; k++)
+        if (append_new(pairs, Py_BuildValue("(OL)", s->seqs[s->thread_seq.data[k]].seq,
+                                            s->thread_tid.data[k])) < 0)
+            Py_CLEAR(pairs);
+    return pairs;
+}
+
+/* (chunk, event, whether its iid has a Start in the batch) of every Error, Handoff and Attrs. */
+static PyObject *rare(Scan *s) {
+    PyObject *found = PyList_New(0);
+    for (size_t k = 0; found && k < s->rare_iid.len; k++) {
+        int64_t iid = s->rare_iid.data[k];
+        PyObject *in_batch = iid >= 0 && table_find(&s->iids, 0, iid) ? Py_True : Py_False;
+        if (append_new(found, Py_BuildValue("(LLO)", s->rare_chunk.data[k],
+                                            s->rare_event.data[k], in_batch)) < 0)
+            Py_CLEAR(found);
+    }
+    return found;
+}
+
+static void scan_free(Scan *s) {
+    Column *columns[] = {&s->end_iid,    &s->end_t,      &s->thread_seq, &s->thread_tid,
+                         &s->rare_chunk, &s->rare_event, &s->rare_iid};
+    for (int c = 0; c < S_COUNT; c++) column_free(&s->start[c]);
+    for (size_t c = 0; c < sizeof(columns) / sizeof(columns[0]); c++) column_free(columns[c]);
+    for (size_t q = 0; q < s->count; q++) {
+        Py_XDECREF(s->seqs[q].seq);
+        column_free(&s->seqs[q].methods);
+    }
+    PyMem_Free(s->seqs);
+    PyMem_Free(s->slots);
+    PyMem_Free(s->iids.slots);
+    PyMem_Free(s->methods.slots);
+}
+
+PyObject *pack_scan(PyObject *module, PyObject *blob) {
+    if (!PyBytes_Check(blob)) return PyErr_Format(PyExc_TypeError, "scan() takes bytes");
+    Scan s;
+    memset(&s, 0, sizeof(s));
+    s.t_min = INT64_MAX;
+    s.t_max = INT64_MIN;
+    PyObject *result = NULL;
+    /* A Start and its End take about 45 bytes of msgpack: a typical batch's table never grows,
+     * and is not much bigger than it needs (it is cleared for every batch). */
+    size_t starts = (size_t)PyBytes_GET_SIZE(blob) / 48 + 1;
+    s.capacity = 64;
+    s.seqs = PyMem_Malloc(s.capacity * sizeof(Sequence));
+    if (!s.seqs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (slots_resize(&s, 128) < 0 || table_init(&s.iids, starts) < 0 ||
+        table_init(&s.methods, 64) < 0)
+        goto done;
+    if (scan_blob(&s, (const uint8_t *)PyBytes_AS_STRING(blob), PyBytes_GET_SIZE(blob)) < 0)
+        goto done;
+    PyObject *late = late_ends(&s); /* first: it marks what ended */
+    PyObject *open = late ? opened(&s) : NULL; /* then: it counts each sequence's iids */
+    PyObject *seqs = open ? sequence_rows(&s) : NULL;
+    PyObject *pairs = seqs ? threads(&s) : NULL;
+    PyObject *entered = pairs ? entries(&s) : NULL;
+    PyObject *others = entered ? rare(&s) : NULL;
+    PyObject *t_min = s.t_min <= s.t_max ? PyLong_FromLongLong(s.t_min) : Py_NewRef(Py_None);
+    PyObject *t_max = s.t_min <= s.t_max ? PyLong_FromLongLong(s.t_max) : Py_NewRef(Py_None);
+    if (others && t_min && t_max) { /* "N" takes every reference, even when building fails */
+        result = Py_BuildValue("(LNNNNNNNN)", s.events, t_min, t_max, seqs, pairs, open, entered,
+                               late, others);
+    } else {
+        PyObject *made[] = {late, open, seqs, pairs, entered, others, t_min, t_max};
+        for (size_t k = 0; k < sizeof(made) / sizeof(made[0]); k++) Py_XDECREF(made[k]);
+    }
+done:
+    scan_free(&s);
+    return result;
+}

@@ -1,0 +1,10 @@
+/* Ingest's index pass over one batch (`_pack.c`), registered by the module in `_columns.c`. */
+
+#ifndef INVOSEQ_PACK_H
+#define INVOSEQ_PACK_H
+
+#include <Python.h>
+
+PyObject *pack_scan(PyObject *module, PyObject *blob);
+
+#endif

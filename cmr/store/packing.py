@@ -1,0 +1,258 @@
+"""Ingest's index of a batch: what a store keeps beside the batch's blob (``packed``'s module
+docstring says what and why), made in one pass over the batch's events.
+
+With the C accelerator the pass is ``_pack.c``'s ``scan`` over the encoded thread chunks (the
+blob the store keeps), and Python reads only the few events it points at (Errors, Handoffs,
+Attrs); without it, comprehensions over the decoded events do the same (``_pack_events``, the
+reference: the tests compare both on random batches). The rules: an iid belongs to the sequence
+of its last Start in the batch; it is ended by any End or Error in the batch (an Error's end wins
+over an End's); a sequence's root candidate is its Start of lowest ``root_rank``; wall time =
+event time + the batch's clock offset, and a batch whose wall times overflow a signed 64-bit
+integer is refused whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from cmr.store._samples import sample_records
+from cmr.store._shared import HandoffRow
+from cmr.store.accel import accelerator
+from cmr.store.base import InvalidBatchError, Outcome, SampleRecord
+from cmr.store.packed import LateAttrs, LateEnd, encode_chunks, methods_by_seq
+from cmr.store.summaries import RootRow, SummaryCollector, SummaryParts
+from tracer.wire import Attrs, Batch, End, Error, Handoff, Start
+
+_COMMON: Final = (Start, End)
+_I64_MIN: Final = -(2**63)
+_I64_MAX: Final = 2**63 - 1
+_encode_attributes = msgspec.json.Encoder().encode
+_scan: Final[Callable[[bytes], Any] | None] = None if accelerator is None else accelerator.scan
+
+
+@dataclass(frozen=True, slots=True)
+class PackedBatch:
+    chunks: bytes
+    events: int
+    first_start: dict[bytes, int]  # seq -> its earliest Start in the batch, wall clock
+    seqs: set[bytes]  # every sequence with a Start or Handoff in the batch
+    methods: dict[bytes, list[int]]  # seq -> the methods its Starts ran, sorted
+    seq_methods: dict[bytes, bytes]  # the same, each as a msgpack array
+    late_ends: list[LateEnd]
+    late_attrs: list[LateAttrs]
+    handoffs: list[HandoffRow]
+    summary: SummaryParts  # what the batch adds to its sequences' listing lines
+
+
+def pack(batch: Batch, *, encode: bool = True) -> PackedBatch:
+    """The blob and index of ``batch``. Raises InvalidBatchError when a wall-clock time does not
+    fit a signed 64-bit integer (nothing of the batch may then be stored). Without ``encode``
+    (a store that keeps the decoded chunks) the blob and ``seq_methods`` are left empty."""
+    if _scan is None:
+        return _pack_events(batch, encode=encode)
+    return _pack_scanned(batch, encode=encode, scan=_scan)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A batch ready to be written: where its outcome goes, its index and its samples."""
+
+    at: int
+    batch: Batch
+    packed: PackedBatch
+    samples: list[SampleRecord]
+
+
+def prepare(batches: Sequence[Batch]) -> tuple[list[Outcome], list[Prepared]]:
+    """The batches of a group commit packed before the transaction begins: a batch refused
+    (``InvalidBatchError``) has its error as outcome and nothing of it is written, the others
+    are ``False`` until written (``Store.ingest_many``)."""
+    outcomes: list[Outcome] = []
+    prepared: list[Prepared] = []
+    for batch in batches:
+        try:
+            packed, samples = pack(batch), sample_records(batch)
+        except InvalidBatchError as exc:
+            outcomes.append(exc)
+            continue
+        prepared.append(Prepared(len(outcomes), batch, packed, samples))
+        outcomes.append(False)
+    # Written in one order by every node, process by process: two nodes' groups take their
+    # processes' rows in the same order (PostgreSQL).
+    prepared.sort(key=lambda ready: (ready.batch.puid, ready.batch.batch_no))
+    return outcomes, prepared
+
+
+def _pack_events(batch: Batch, *, encode: bool) -> PackedBatch:
+    """``pack`` in Python, the reference: comprehensions split each chunk by type, and set and
+    dict operations do the rest."""
+    puid = batch.puid
+    offset = batch.process.clock_offset_ns
+    first_start: dict[bytes, int] = {}
+    seq_methods: set[tuple[bytes, int]] = set()
+    start_iids: dict[int, bytes] = {}  # iid -> sequence, of the batch's Starts
+    ends: list[End] = []
+    rare: list[Error | Handoff | Attrs] = []
+    times: list[int] = []
+    events = 0
+    summary = SummaryCollector(puid, offset)
+    for chunk in batch.chunks:
+        chunk_events = chunk.events
+        events += len(chunk_events)
+        starts = [e for e in chunk_events if type(e) is Start]
+        chunk_ends = [e for e in chunk_events if type(e) is End]
+        if len(starts) + len(chunk_ends) != len(chunk_events):
+            rare.extend([e for e in chunk_events if type(e) not in _COMMON])  # type: ignore[misc]
+        ends += chunk_ends
+        times += [e.t_ns for e in chunk_ends]
+        if not starts:
+            continue
+        start_times = [e.t_ns for e in starts]
+        times += start_times
+        earliest = _earliest(starts, start_times)
+        for seq, event in earliest.items():
+            known = first_start.get(seq)
+            first_start[seq] = event.t_ns if known is None else min(known, event.t_ns)
+        summary.add_chunk(chunk.tid, starts, earliest)
+        seq_methods.update([(e.seq, e.method) for e in starts])
+        start_iids.update([(e.iid, e.seq) for e in starts])
+    seqs = set(first_start)
+    methods = methods_by_seq(seq_methods)
+    late_ends: list[LateEnd] = [
+        (puid, e.iid, e.t_ns + offset, None) for e in ends if e.iid not in start_iids
+    ]
+    late_attrs: list[LateAttrs] = []
+    handoffs: list[HandoffRow] = []
+    for other in rare:
+        if isinstance(other, Attrs):
+            if other.iid not in start_iids:
+                attributes = _encode_attributes(other.attributes)
+                late_attrs.append((puid, other.iid, batch.batch_no, attributes))
+            continue
+        times.append(other.t_ns)
+        if isinstance(other, Handoff):
+            seqs.add(other.seq)
+            submitted_ns = other.t_ns + offset
+            handoffs.append(
+                (other.hid, other.seq, puid, other.parent, other.kind, other.method, submitted_ns)
+            )
+        elif other.iid not in start_iids:
+            late_ends.append((puid, other.iid, other.t_ns + offset, other.error))
+    _check_times(batch, times, offset)
+    return PackedBatch(
+        chunks=encode_chunks(batch.chunks) if encode else b"",
+        events=events,
+        first_start={seq: t_ns + offset for seq, t_ns in first_start.items()},
+        seqs=seqs,
+        methods=methods,
+        seq_methods={seq: encode_chunks(ids) for seq, ids in methods.items()} if encode else {},
+        late_ends=late_ends,
+        late_attrs=late_attrs,
+        handoffs=handoffs,
+        summary=summary.finish(ends, [e for e in rare if type(e) is Error], start_iids),
+    )
+
+
+def _pack_scanned(batch: Batch, *, encode: bool, scan: Callable[[bytes], Any]) -> PackedBatch:
+    """``pack`` with the C pass: ``scan`` reads the encoded chunks; the rest is per sequence
+    (a few dozen in a batch), per rare event, or per invocation left open."""
+    puid, offset, batch_no = batch.puid, batch.process.clock_offset_ns, batch.batch_no
+    blob = encode_chunks(batch.chunks)
+    events, t_min, t_max, seq_rows, threads, opened, entries, late, rare = scan(blob)
+    times = [] if t_min is None else [t_min, t_max]
+    late_ends: list[LateEnd] = [(puid, iid, t_ns + offset, None) for iid, t_ns in late]
+    late_attrs: list[LateAttrs] = []
+    handoffs: list[HandoffRow] = []
+    errors: dict[int, Error] = {}  # the last Error of each iid with a Start in the batch
+    seqs = {row[0] for row in seq_rows}
+    chunks = batch.chunks
+    for chunk_at, event_at, in_batch in rare:
+        event = chunks[chunk_at].events[event_at]
+        if isinstance(event, Attrs):
+            if not in_batch:
+                attributes = _encode_attributes(event.attributes)
+                late_attrs.append((puid, event.iid, batch_no, attributes))
+            continue
+        times.append(event.t_ns)
+        if isinstance(event, Handoff):
+            seqs.add(event.seq)
+            handoffs.append(
+                (
+                    event.hid,
+                    event.seq,
+                    puid,
+                    event.parent,
+                    event.kind,
+                    event.method,
+                    event.t_ns + offset,
+                )
+            )
+        elif isinstance(event, Error):
+            if in_batch:
+                errors[event.iid] = event
+            else:
+                late_ends.append((puid, event.iid, event.t_ns + offset, event.error))
+    _check_times(batch, times, offset)
+
+    def end_of(iid: int, end_ns: int | None) -> tuple[int | None, str | None]:
+        error = errors.get(iid)
+        if error is not None:
+            return error.t_ns + offset, error.error
+        return (None if end_ns is None else end_ns + offset), None
+
+    roots: list[RootRow] = []
+    for seq, _count, _first, _methods, (parent, hid, t_ns, iid, method), end_ns in seq_rows:
+        end, error = end_of(iid, end_ns)
+        roots.append(
+            (seq, int(parent != 0), int(hid != 0), t_ns + offset, puid, iid, method, end, error)
+        )
+    summary = SummaryParts(
+        counts=Counter({row[0]: row[1] for row in seq_rows if row[1]}),
+        threads={(seq, puid, tid) for seq, tid in threads},
+        roots=roots,
+        entries=[
+            (seq, puid, iid, hid, end_of(iid, end_ns)[0]) for seq, iid, hid, end_ns in entries
+        ],
+        opened=[(puid, iid, seq) for iid, seq in opened if iid not in errors],
+    )
+    return PackedBatch(
+        chunks=blob if encode else b"",
+        events=events,
+        first_start={row[0]: row[2] + offset for row in seq_rows},
+        seqs=seqs,
+        methods={row[0]: row[3] for row in seq_rows},
+        seq_methods={row[0]: encode_chunks(row[3]) for row in seq_rows} if encode else {},
+        late_ends=late_ends,
+        late_attrs=late_attrs,
+        handoffs=handoffs,
+        summary=summary,
+    )
+
+
+def _check_times(batch: Batch, times: list[int], offset: int) -> None:
+    """Raises InvalidBatchError when one of ``times`` does not fit a signed 64-bit integer once
+    ``offset`` (the batch's clock offset) is added."""
+    if times and not (min(times) + offset >= _I64_MIN and max(times) + offset <= _I64_MAX):
+        raise InvalidBatchError(
+            f"batch {batch.batch_no} of process {batch.puid:x}: time out of range"
+        )
+
+
+def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:
+    """The earliest of ``starts`` (``times`` are their times) of each sequence; of two at the
+    same time, the lower iid (``root_rank``'s order)."""
+    if all(map(operator.lt, times, itertools.islice(times, 1, None))):  # as a thread records
+        return {e.seq: e for e in reversed(starts)}  # them: a sequence's first is its earliest
+    earliest: dict[bytes, Start] = {}
+    for event in starts:
+        known = earliest.get(event.seq)
+        if known is None or (event.t_ns, event.iid) < (known.t_ns, known.iid):
+            earliest[event.seq] = event
+    return earliest
