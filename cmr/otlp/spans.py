@@ -30,7 +30,6 @@ is ``invoseq.estimated_duration_ns``.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -46,6 +45,7 @@ from cmr.views.model import (
     STATUS_RUNNING,
     Node,
     SequenceTree,
+    service_name,
 )
 
 AttributeValue = str | int | float | bool | tuple[str, ...]
@@ -153,20 +153,6 @@ def to_trace(tree: SequenceTree, data: SequenceData) -> Trace:
         stack.extend((child, here) for child in reversed(node.children))
     processes = {puid: resource for puid, resource in resources.items() if puid >= 0}
     return Trace(tree.seq, list(resources.values()), _version(), measured, processes)
-
-
-def service_name(argv: tuple[str, ...]) -> str:
-    """What a process calls itself: its script or module name (``shop/app.py`` → ``app``,
-    ``shop/__main__.py`` → ``shop``, ``-m shop.app`` as ``tracer run`` names a module →
-    ``shop.app``), else ``python`` for ``-c`` code or a bare interpreter."""
-    if len(argv) > 1 and argv[0] == "-m" and argv[1]:
-        return argv[1]
-    first = argv[0] if argv else ""
-    base = os.path.basename(first.rstrip("/"))
-    stem = base[:-3] if base.endswith(".py") else base
-    if stem == "__main__":
-        stem = os.path.basename(os.path.dirname(first)) or stem
-    return "python" if stem in ("", "-c", "-m", "-") else stem
 
 
 def _is_remote_parent(node: Node) -> bool:

@@ -6,6 +6,7 @@ every renderer read it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
@@ -160,3 +161,17 @@ def method_name(methods: dict[tuple[int, int], MethodRecord], puid: int, method:
     if info is None:
         return f"<unknown method {method}>"
     return f"{info.module}.{info.qualname}" if info.module else info.qualname
+
+
+def service_name(argv: tuple[str, ...]) -> str:
+    """What a process calls itself: its script or module name (``shop/app.py`` → ``app``,
+    ``shop/__main__.py`` → ``shop``, ``-m shop.app`` as ``tracer run`` names a module →
+    ``shop.app``), else ``python`` for ``-c`` code or a bare interpreter."""
+    if len(argv) > 1 and argv[0] == "-m" and argv[1]:
+        return argv[1]
+    first = argv[0] if argv else ""
+    base = os.path.basename(first.rstrip("/"))
+    stem = base[:-3] if base.endswith(".py") else base
+    if stem == "__main__":
+        stem = os.path.basename(os.path.dirname(first)) or stem
+    return "python" if stem in ("", "-c", "-m", "-") else stem

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from cmr.cli import main
-from cmr.otlp.spans import service_name
 from cmr.store import open_store
+from cmr.views.model import service_name
 from tests.cmr.conftest import CLOCK_OFFSET_NS, make_batch
 from tests.cmr.export_support import MS, SEQ, STOCK, fill
 from tests.cmr.otlp_support import attributes, otlp_json_to_request, otlp_receiver, record_shop
