@@ -3,7 +3,8 @@ repository.
 
 Formats: ``speedscope`` (https://www.speedscope.app), ``chrome`` (Perfetto, chrome://tracing),
 ``otlp`` (OTLP/JSON traces, for OpenTelemetry backends), ``otlp-profiles`` (the samples as
-OTLP/JSON profiles, each linked to the span of ``otlp`` it was taken under), ``folded``
+OTLP/JSON profiles, each linked to the span of ``otlp`` it was taken under), ``firefox`` (the
+Firefox Profiler's processed profile: the calls as markers, the samples weighted), ``folded``
 (flamegraph.pl, inferno) and ``bundle`` (the raw records, for ``cmr import``). The text formats
 are UTF-8 whatever the terminal's locale: they are files for other programs. The trees they are
 drawn from carry the sequence's samples, merged in as estimated calls, when it has any."""
@@ -19,6 +20,7 @@ from cmr.otlp.spans import to_trace
 from cmr.store.base import SequenceData
 from cmr.views.pipeline import sequence_tree
 from cmr.views.render.chrome import render_chrome
+from cmr.views.render.firefox import render_firefox
 from cmr.views.render.folded import WEIGHT_SAMPLES, has_samples, render_folded
 from cmr.views.render.speedscope import render_speedscope
 
@@ -26,9 +28,10 @@ SPEEDSCOPE: Final = "speedscope"
 CHROME: Final = "chrome"
 OTLP: Final = "otlp"
 OTLP_PROFILES: Final = "otlp-profiles"
+FIREFOX: Final = "firefox"
 FOLDED: Final = "folded"
 BUNDLE: Final = "bundle"
-FORMATS: Final = (SPEEDSCOPE, CHROME, OTLP, OTLP_PROFILES, FOLDED, BUNDLE)
+FORMATS: Final = (SPEEDSCOPE, CHROME, OTLP, OTLP_PROFILES, FIREFOX, FOLDED, BUNDLE)
 #: What to open each file with, said once it is written.
 OPEN_WITH: Final = {
     SPEEDSCOPE: "open it at https://www.speedscope.app",
@@ -38,6 +41,7 @@ OPEN_WITH: Final = {
         "send it to an OTLP/HTTP receiver's /v1development/profiles, or use "
         "'cmr forward --profiles'"
     ),
+    FIREFOX: "open it at https://profiler.firefox.com (Load a profile from file)",
     FOLDED: "draw it with flamegraph.pl or inferno-flamegraph",
     BUNDLE: "load it into a repository with 'cmr import'",
 }
@@ -70,6 +74,8 @@ def export_sequence(data: SequenceData, fmt: str, *, weight: str | None = None) 
                 "(sample it with the tracer's sampler on)"
             )
         text = render_profiles(document)
+    elif fmt == FIREFOX:
+        text = render_firefox(tree, data)
     elif fmt == FOLDED:
         if weight == WEIGHT_SAMPLES and not has_samples(tree):
             raise ExportError(

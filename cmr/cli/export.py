@@ -31,7 +31,9 @@ def add_export(commands: Commands) -> None:
             "per hand-off), 'otlp' (OTLP/JSON traces for OpenTelemetry backends: a span per "
             "call, hand-offs as parents, estimated calls flagged), 'otlp-profiles' (the stack "
             "samples as OTLP/JSON profiles, wall and CPU time, each sample linked to the span of "
-            "'otlp' it was taken under), 'folded' (stack lines for "
+            "'otlp' it was taken under), 'firefox' (the Firefox Profiler's processed profile for "
+            "https://profiler.firefox.com: a thread per traced thread, the calls as markers, the "
+            "samples weighted, an idle stretch as one sample), 'folded' (stack lines for "
             "flamegraph.pl), or 'bundle' (the raw records, compressed, for 'cmr import' into "
             "another repository). Text formats go to standard output without -o."
         ),
@@ -40,6 +42,7 @@ def add_export(commands: Commands) -> None:
             "cmr export 3f2a9c --format chrome -o seq.trace.json",
             "cmr export 3f2a9c --format otlp -o seq.otlp.json",
             "cmr export 3f2a9c --format otlp-profiles -o seq.profiles.json",
+            "cmr export 3f2a9c --format firefox -o seq.firefox.json",
             "cmr export 3f2a9c --format folded | flamegraph.pl > seq.svg",
             "cmr export 3f2a9c --format folded --weight time -o seq.folded",
             "cmr export 3f2a9c --format bundle -o seq.ivsq",
@@ -52,7 +55,7 @@ def add_export(commands: Commands) -> None:
         required=True,
         choices=FORMATS,
         metavar="FORMAT",
-        help="speedscope, chrome, otlp, otlp-profiles, folded or bundle",
+        help="speedscope, chrome, otlp, otlp-profiles, firefox, folded or bundle",
     )
     parser.add_argument(
         "-o",

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import msgspec
 
-from cmr.store.base import Store
+from cmr.store import open_store
+from cmr.store.base import SequenceData, Store
 from tests.cmr.conftest import CLOCK_OFFSET_NS, make_batch
 from tracer import wire
 
@@ -100,3 +101,22 @@ def fill(store: Store, *, samples: bool = True) -> None:
         assert store.ingest(batch, SHOP_SEEN_NS)
     for batch in stock_batches():
         assert store.ingest(batch, STOCK_SEEN_NS)
+
+
+def filled(path: str, *, samples: bool = True) -> str:
+    """A repository file at ``path`` holding the sequence (``fill``), closed again."""
+    store = open_store(path)
+    try:
+        fill(store, samples=samples)
+    finally:
+        store.close()
+    return path
+
+
+def load(path: str, seq: bytes = SEQ) -> SequenceData:
+    """A stored sequence's records, as a command reads them."""
+    store = open_store(path, readonly=True)
+    try:
+        return store.load_sequence(seq)
+    finally:
+        store.close()

@@ -13,31 +13,19 @@ from cmr.cli import main
 from cmr.exports import sequence_tree
 from cmr.store import open_store
 from cmr.views.model import KIND_SYNTHETIC, walk
-from tests.cmr.export_support import MS, SEQ, fill
+from tests.cmr.export_support import MS, SEQ, filled
 
 SCHEMA = Path(__file__).resolve().parents[2] / "data" / "speedscope-schema.json"
 
 
 @pytest.fixture(name="repo")
 def fixture_repo(tmp_path) -> str:
-    path = str(tmp_path / "repo.sqlite")
-    store = open_store(path)
-    try:
-        fill(store)
-    finally:
-        store.close()
-    return path
+    return filled(str(tmp_path / "repo.sqlite"))
 
 
 @pytest.fixture(name="unsampled_repo")
 def fixture_unsampled_repo(tmp_path) -> str:
-    path = str(tmp_path / "unsampled.sqlite")
-    store = open_store(path)
-    try:
-        fill(store, samples=False)
-    finally:
-        store.close()
-    return path
+    return filled(str(tmp_path / "unsampled.sqlite"), samples=False)
 
 
 def export(capsys, repo: str, *argv: str) -> str:
