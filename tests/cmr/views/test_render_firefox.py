@@ -177,6 +177,19 @@ def test_the_same_records_give_the_same_file() -> None:
     assert export(built()).document == export(built()).document
 
 
+def test_processes_sharing_a_pid_and_host_stay_apart() -> None:
+    b = SequenceBuilder()
+    b.process(0xA, pid=4242, host="box")
+    b.process(0xB, pid=4242, host="box")  # a reused pid
+    b.process(0xC, pid=77, host="box")
+    b.call("app.first", 1, start=T0, end=T0 + MS, puid=0xA)
+    b.call("app.second", 1, start=T0 + 2 * MS, end=T0 + 3 * MS, puid=0xB)
+    b.call("app.third", 1, start=T0 + 4 * MS, end=T0 + 5 * MS, puid=0xC)
+    profile = export(b)
+    assert [t["pid"] for t in profile.threads] == ["4242@box#a", "4242@box#b", "77"]
+    assert [t["isMainThread"] for t in profile.threads] == [True, True, True]
+
+
 # -- through the command, on a stored sequence ---------------------------------------------
 
 
