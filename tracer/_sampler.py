@@ -3,14 +3,20 @@
 Instrumenting every function costs too much, so the tree stops at the last traced call; samples
 fill in what ran below it (the repository merges them in as *estimated* nodes).
 
-About every ``interval_ms`` (jittered between half and one and a half intervals, so ticks never
-fall into step with periodic work) the sampler reads ``sys._current_frames()`` and picks at most
+About every interval (jittered between half and one and a half intervals, so ticks never fall
+into step with periodic work) the sampler reads ``sys._current_frames()`` and picks at most
 ``max_threads_per_tick`` threads at random among the candidates: the threads that have recorded
 events, never the sampler or the sender, and (``only_active``) only those inside a traced call,
 which is the case when a tracer wrapper frame is on their stack. In ``cpu`` mode a candidate must
-also have run since the sampler last looked at it (its CPU time advanced; a first look reads the
-state in ``/proc/self/task/<native id>/stat``; without ``/proc`` the sampler says so once and
-samples in ``wall`` mode), and a sample stands for the CPU time it used rather than wall time.
+also have run since the sampler last looked at it: its CPU clock advanced. A first look only
+reads the clock (the thread is sampled from the next tick on if it ran in between, and that
+sample is credited with the CPU it used since), so nothing but each thread's own CPU clock is
+read; where threads have none (``pthread_getcpuclockid``), the sampler says so once and samples
+in ``wall`` mode. A CPU mode sample stands for the CPU time it used rather than wall time.
+
+The interval starts at ``interval_ms`` and is paced (``tracer._pacing``): lengthened when the
+ticks cost more than 1 % of the time, shortened back when they are cheap. The interval in effect
+and the longest used go with every report (``SamplerReport``).
 
 Each sample stands for a span of its thread's time. Where two samples show different stacks, the
 boundary between their spans is placed with the thread's CPU clock (see ``_boundary``), because
@@ -35,6 +41,7 @@ from typing import Any, Final
 
 from tracer._core import context, recorder
 from tracer._core.frames import WRAPPER_CODES
+from tracer._pacing import Pacer
 
 log = logging.getLogger("tracer")
 
@@ -73,16 +80,6 @@ def _cpu_clock(ident: int) -> int | None:
     return clock
 
 
-def _running(native_id: int) -> bool | None:
-    """Whether the thread is running (state R), or None when /proc cannot tell."""
-    try:
-        with open(f"/proc/self/task/{native_id}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return bool(fields) and fields[0] == b"R"
-
-
 #: How long stopping waits for the sampler thread beyond the caller's timeout.
 STOP_GRACE_S: Final = 1.0
 
@@ -113,6 +110,7 @@ class Sampler:
         self.ticks = 0
         self.late_ticks = 0
         self.cost_ns = 0
+        self._pacer = Pacer(self.interval_ns, time.perf_counter_ns())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="invoseq-sampler", daemon=True)
 
@@ -121,8 +119,11 @@ class Sampler:
         return self._thread.ident
 
     def start(self) -> None:
-        if self.mode == "cpu" and _running(threading.get_native_id()) is None:
-            log.warning("invoseq: /proc is not readable here; the sampler uses wall mode")
+        if self.mode == "cpu" and _cpu_clock(threading.get_ident()) is None:
+            log.warning(
+                "invoseq: threads have no CPU clock here (pthread_getcpuclockid); "
+                "the sampler uses wall mode"
+            )
             self.mode = "wall"
         with context.detached():  # never part of a sequence (see Sender.start)
             self._thread.start()
@@ -140,32 +141,46 @@ class Sampler:
             samples, self._samples = self._samples, []
         return samples
 
-    def report(self) -> tuple[str, int, int, int, int]:
-        """As tracer.wire.SamplerReport: mode, interval, ticks, late ticks, cost."""
+    def report(self) -> tuple[str, int, int, int, int, int, int]:
+        """As tracer.wire.SamplerReport: mode, configured interval, ticks, late ticks, cost, the
+        interval in effect and the longest used."""
         interval_ms = self.interval_ns // 1_000_000
-        return self.mode, interval_ms, self.ticks, self.late_ticks, self.cost_ns
+        pacer = self._pacer
+        return (
+            self.mode,
+            interval_ms,
+            self.ticks,
+            self.late_ticks,
+            self.cost_ns,
+            pacer.interval_ns,
+            pacer.longest_ns,
+        )
 
     # -- the sampler thread -----------------------------------------------------------------------
 
     def _next_interval(self) -> int:
         """One interval, jittered (0.5 to 1.5 times): ticks never fall into step with periodic
         work, which would hide whatever runs at the moments they keep missing."""
-        return self.interval_ns // 2 + self._random.randrange(self.interval_ns + 1)
+        interval = self._pacer.interval_ns
+        return interval // 2 + self._random.randrange(interval + 1)
 
     def _run(self) -> None:
-        interval = self.interval_ns
+        pacer = self._pacer = Pacer(self.interval_ns, time.perf_counter_ns())
         due = time.perf_counter_ns() + self._next_interval()
         try:
             while not self._stop.wait(max(0, due - time.perf_counter_ns()) / 1e9):
-                started = time.perf_counter_ns()
-                if started - due > interval:
+                started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
+                if started - due > pacer.interval_ns:
                     self.late_ticks += 1
                 try:
                     self._tick(started)
                 except Exception as exc:  # one bad tick costs that tick, not the sampler
                     recorder.internal_error(exc)
                 self.ticks += 1
-                self.cost_ns += time.perf_counter_ns() - started
+                ended = time.perf_counter_ns()
+                self.cost_ns += ended - started
+                # Paced on the CPU the tick used: waiting for the GIL mid-tick costs nobody.
+                pacer.tick(time.thread_time_ns() - started_cpu, ended)
                 due += self._next_interval()
                 if due < started:  # fell behind: skip the missed ticks rather than burst
                     due = started + self._next_interval()
@@ -201,24 +216,25 @@ class Sampler:
         if len(candidates) > self._max_threads:
             candidates = self._random.sample(candidates, self._max_threads)
         for ident, top in candidates:
-            tid, native_id = threads[ident]
-            if self.mode == "cpu" and not self._ran(ident, native_id):
+            tid = threads[ident][0]
+            if self.mode == "cpu" and not self._ran(ident):
                 self._idle(ident, now)
                 continue
             self._sample(ident, tid, top, now)
 
-    def _ran(self, ident: int, native_id: int) -> bool:
+    def _ran(self, ident: int) -> bool:
         """CPU mode: whether the thread used the CPU since the sampler last looked at it. Its CPU
-        time says so; the /proc state alone cannot, because while the sampler holds the GIL a
-        busy Python thread waits for it and looks asleep. A first look asks /proc."""
+        clock says so exactly; a state (as /proc shows it) could not, because while the sampler
+        holds the GIL a busy Python thread waits for it and looks asleep. A first look has
+        nothing to compare with: it only reads the clock, and the thread counts as idle until
+        the next look (``_idle`` keeps the reading, so the CPU it uses in between is credited
+        to its first sample)."""
         cpu = self._cpu_now(ident)
         if cpu is None:
             return False
         last = self._last_cpu.get(ident)
         self._last_cpu[ident] = cpu
-        if last is not None:
-            return cpu > last
-        return _running(native_id) is not False
+        return last is not None and cpu > last
 
     def _cpu_now(self, ident: int) -> int | None:
         """The thread's CPU clock, 0 without one, None when the thread is gone."""
@@ -279,7 +295,7 @@ class Sampler:
         """Queue a sample whose span ends at ``end``; without a next sample (the thread ended,
         the sampler stops) it lasts one interval past its last instant."""
         if end is None:
-            end = sample.last_ns + self.interval_ns
+            end = sample.last_ns + self._pacer.interval_ns
         cpu = sample.cpu_ns if cpu_ns is None else cpu_ns
         # In CPU mode a thread off the CPU is not sampled, so a span may hide a wait: a sample
         # then stands for the CPU time it used, and the views read CPU time.

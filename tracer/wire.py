@@ -247,13 +247,20 @@ class Sample(msgspec.Struct, array_like=True, frozen=True):
 
 class SamplerReport(msgspec.Struct, array_like=True, frozen=True):
     """The sampler's own accounting, cumulative for the process: ticks taken, ticks that started
-    later than one interval after the previous one, and the time the sampler itself spent."""
+    later than one interval after the previous one, and the time the sampler itself spent.
+
+    ``interval_ms`` is the configured interval; the sampler paces itself from there (its cost
+    held near 1 %): ``current_interval_ns`` is the interval in effect when the report was
+    made, so for the samples of its batch, and ``longest_interval_ns`` the longest it used so
+    far. Both 0: a sender that predates pacing, which ticked at ``interval_ms`` throughout."""
 
     mode: Annotated[str, msgspec.Meta(max_length=8)]
     interval_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)]
     ticks: Id63
     late_ticks: Id63
     cost_ns: Id63
+    current_interval_ns: Id63 = 0
+    longest_interval_ns: Id63 = 0
 
 
 class ThreadChunk(msgspec.Struct, array_like=True, frozen=True):

@@ -110,6 +110,56 @@ def test_cpu_mode_samples_only_running_threads(monkeypatch: pytest.MonkeyPatch) 
     assert trace.batches[-1].sampler.mode == "cpu"
 
 
+@tracer.traced
+def spin_until(stop: threading.Event, entered: threading.Event) -> None:
+    entered.set()
+    while not stop.is_set():
+        pass
+
+
+def test_cpu_mode_reads_no_proc_and_samples_a_thread_once_its_clock_advanced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first look at a thread only reads its CPU clock; the next look samples it if the clock
+    advanced (the spinner), never if it did not (the sleeper). Nothing is read from /proc."""
+    release, slept, stop, spun = (threading.Event() for _ in range(4))
+    sleeper = threading.Thread(target=blocked, args=(release, slept), name="sleeper")
+    spinner = threading.Thread(target=spin_until, args=(stop, spun), name="spinner")
+    with capture(sample_interval_ms=10_000, sample_mode="cpu") as trace:  # ticks by hand
+        sleeper.start()
+        spinner.start()
+        assert slept.wait(60)
+        assert spun.wait(60)
+        wait_for(lambda: kernel_state(sleeper) in "SD", timeout_s=60)
+        real_open = open
+
+        def no_proc(file: object, *args: object, **kwargs: object) -> object:
+            assert not str(file).startswith("/proc"), "the sampler read /proc"
+            return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+        monkeypatch.setattr("builtins.open", no_proc)
+        runtime_sampler = _active_sampler()
+        try:
+            runtime_sampler._tick(time.perf_counter_ns())  # the first look at both
+            assert spinner.ident not in runtime_sampler._pending
+            assert sleeper.ident not in runtime_sampler._pending
+            assert spinner.ident is not None
+            clock = time.pthread_getcpuclockid(spinner.ident)
+            seen = time.clock_gettime_ns(clock)
+            wait_for(lambda: time.clock_gettime_ns(clock) > seen, timeout_s=60)
+            runtime_sampler._tick(time.perf_counter_ns())
+            assert spinner.ident in runtime_sampler._pending
+            assert sleeper.ident not in runtime_sampler._pending
+        finally:
+            monkeypatch.undo()
+            stop.set()
+            release.set()
+            spinner.join(60)
+            sleeper.join(60)
+    assert trace.batches[-1].sampler is not None
+    assert trace.batches[-1].sampler.mode == "cpu"
+
+
 def test_at_most_max_threads_are_sampled_per_tick() -> None:
     release = threading.Event()
     entered = [threading.Event() for _ in range(20)]
@@ -164,14 +214,14 @@ def test_only_active_threads_are_sampled_by_default(sampled: Capture) -> None:
     assert not {names.get(s.tid, "") for s in samples} & {"invoseq-sender", "invoseq-sampler"}
 
 
-def test_without_proc_cpu_mode_says_so_once_and_samples_wall_time(
+def test_without_thread_cpu_clocks_cpu_mode_says_so_once_and_samples_wall_time(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(sampler_module, "_running", lambda native_id: None)
+    monkeypatch.setattr(sampler_module, "_cpu_clock", lambda ident: None)
     with capture(sample_interval_ms=5, sample_mode="cpu") as trace:
         busy(0.05)
         trace.flush()
-    assert caplog.text.count("/proc is not readable") == 1
+    assert caplog.text.count("threads have no CPU clock here") == 1
     reports = [b.sampler for b in trace.batches if b.sampler is not None]
     assert reports[-1].mode == "wall"
 

@@ -48,3 +48,24 @@ def test_a_laid_out_batch_decodes_field_for_field() -> None:
     [chunk] = batch.chunks
     assert chunk.events == [wire.Start(1, 0, 0, 1, 100, seq), wire.End(1, 150)]
     assert (batch.frames, batch.samples, batch.sampler, batch.lost_seqs) == ([], [], None, [seq])
+
+
+def test_a_sampler_report_reads_across_versions_of_its_fields() -> None:
+    """The paced interval's fields were appended with defaults: a report from an older sender
+    reads with them 0, and an older repository reads a newer report, ignoring them."""
+
+    class OlderReport(msgspec.Struct, array_like=True):
+        mode: str
+        interval_ms: int
+        ticks: int
+        late_ticks: int
+        cost_ns: int
+
+    older = msgspec.msgpack.encode(OlderReport("cpu", 10, 600, 3, 4_000_000))
+    assert msgspec.msgpack.decode(older, type=wire.SamplerReport) == wire.SamplerReport(
+        "cpu", 10, 600, 3, 4_000_000, 0, 0
+    )
+    newer = msgspec.msgpack.encode(wire.SamplerReport("wall", 10, 600, 3, 4_000_000, 15, 20))
+    assert msgspec.msgpack.decode(newer, type=OlderReport) == OlderReport(
+        "wall", 10, 600, 3, 4_000_000
+    )
