@@ -21,7 +21,9 @@ def add_stats(commands: Commands) -> None:
             "the events it reported dropped, its heartbeat interval, when it was last heard from "
             "and its state: alive, ended (shut down cleanly) or lost (silent for longer than "
             f"{MISSED_HEARTBEATS} heartbeats plus {LOST_GRACE_MS} ms); then, for the processes "
-            "that ran the stack sampler, its mode and interval, ticks, late ticks and its cost."
+            "that ran the stack sampler, its mode and configured interval, the interval it "
+            "paced itself to (to hold its cost near 1 %) and the longest it used, ticks, late "
+            "ticks and its cost."
         ),
         examples=["cmr stats", "cmr stats --json"],
         handler=_stats,

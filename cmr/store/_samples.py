@@ -23,7 +23,7 @@ from cmr.store.base import (
     SamplerRecord,
 )
 from cmr.store.columns import on_threads
-from tracer.wire import Batch
+from tracer.wire import Batch, SamplerReport
 
 I64_MIN: Final = -(2**63)
 I64_MAX: Final = 2**63 - 1
@@ -197,7 +197,16 @@ def _frames(
     return frames
 
 
+def sampler_record(report: SamplerReport) -> SamplerRecord:
+    """What a store keeps of a sampler report: all of it, in the same order (its row in the
+    ``samplers`` tables after the puid)."""
+    return SamplerRecord(*msgspec.structs.astuple(report))
+
+
 def load_samplers(execute: Execute) -> dict[int, SamplerRecord]:
     """Every process's last sampler report, by puid."""
-    query = "SELECT puid, mode, interval_ms, ticks, late_ticks, cost_ns FROM samplers ORDER BY puid"
+    query = (
+        "SELECT puid, mode, interval_ms, ticks, late_ticks, cost_ns, current_interval_ns, "
+        "longest_interval_ns FROM samplers ORDER BY puid"
+    )
     return {puid: SamplerRecord(*report) for puid, *report in execute(query, ())}

@@ -158,6 +158,10 @@ class SamplerRecord:
     ticks: int
     late_ticks: int  # ticks that started more than one interval after the previous one
     cost_ns: int  # time the sampler itself spent
+    # The interval it paced itself to as of the report, and the longest it used (0 for both: a
+    # tracer that predates pacing, or a report stored before; it ticked at interval_ms).
+    current_interval_ns: int = 0
+    longest_interval_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 
-from cmr.store._samples import ThreadKey, Window, overlaps
+from cmr.store._samples import ThreadKey, Window, overlaps, sampler_record
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
 from tracer.wire import Batch
 
@@ -30,9 +30,7 @@ class MemorySamples:
         report = batch.sampler
         known = self.samplers.get(puid)
         if report is not None and (known is None or report.ticks >= known.ticks):
-            self.samplers[puid] = SamplerRecord(
-                report.mode, report.interval_ms, report.ticks, report.late_ticks, report.cost_ns
-            )
+            self.samplers[puid] = sampler_record(report)
         for record in records:
             key = (record.puid, record.tid)
             times = self._times.setdefault(key, [])

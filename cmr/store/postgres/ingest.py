@@ -18,12 +18,14 @@ wait on each other in a cycle.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 
+from cmr.store._samples import sampler_record
 from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
 from cmr.store.packing import PackedBatch
@@ -283,17 +285,7 @@ def _upsert(
 def _store_sampler(conn: Conn, batch: Batch, samples: Iterable[SampleRecord]) -> None:
     report = batch.sampler
     if report is not None:
-        conn.execute(
-            UPSERT_SAMPLER,
-            (
-                batch.puid,
-                report.mode,
-                report.interval_ms,
-                report.ticks,
-                report.late_ticks,
-                report.cost_ns,
-            ),
-        )
+        conn.execute(UPSERT_SAMPLER, (batch.puid, *dataclasses.astuple(sampler_record(report))))
     longest: dict[tuple[int, int], int] = {}
     for r in samples:
         key = (r.puid, r.tid)

@@ -222,6 +222,12 @@ _LISTING_KEYS: Final = (
     f"""UPDATE sequences s SET (root_name, end_ns, error) = (
         SELECT {_KEYS} FROM seq_roots r {_KEYS_JOINS} WHERE r.seq = s.seq)""",
 )
+#: The interval a process's sampler paced itself to as of its report, and the longest it used
+#: (0: a report stored before, or a tracer that predates pacing).
+_SAMPLER_INTERVALS: Final = (
+    "ALTER TABLE samplers ADD COLUMN current_interval_ns bigint NOT NULL DEFAULT 0, "
+    "ADD COLUMN longest_interval_ns bigint NOT NULL DEFAULT 0",
+)
 #: The versions whose migration also runs Python after its statements (``postgres_migrate``):
 #: moving the rows into batches, then computing the listing lines.
 PACKED_VERSION: Final = 3
@@ -233,6 +239,7 @@ MIGRATIONS: Final = (
     Migration(PACKED_VERSION, "batches stored as they arrived, listing lines", _PACKED),
     Migration(ROOT_ERROR_VERSION, "the exception the root raised, in listing lines", _ROOT_ERROR),
     Migration(5, "listing keys on each sequence, indexed", _LISTING_KEYS),
+    Migration(6, "the sampler's paced interval in its report", _SAMPLER_INTERVALS),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
@@ -258,10 +265,12 @@ UPSERT_COUNTERS: Final = """
         events = c.events + excluded.events,
         samples = c.samples + excluded.samples"""
 UPSERT_SAMPLER: Final = """
-    INSERT INTO samplers AS s VALUES (%s, %s, %s, %s, %s, %s)
+    INSERT INTO samplers AS s VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
     ON CONFLICT (puid) DO UPDATE SET
         mode = excluded.mode, interval_ms = excluded.interval_ms, ticks = excluded.ticks,
-        late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns
+        late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns,
+        current_interval_ns = excluded.current_interval_ns,
+        longest_interval_ns = excluded.longest_interval_ns
     WHERE excluded.ticks >= s.ticks"""
 UPSERT_SAMPLE_THREADS: Final = """
     INSERT INTO sample_threads AS t

@@ -5,12 +5,13 @@ caller holds (``SQLiteStore``), on its connection.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterable
 
 import msgspec
 
-from cmr.store._samples import ThreadKey, Window
+from cmr.store._samples import ThreadKey, Window, sampler_record
 from cmr.store._samples import load_samplers as shared_load_samplers
 from cmr.store._samples import load_samples as shared_load_samples
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
@@ -35,17 +36,7 @@ def store_samples(conn: sqlite3.Connection, batch: Batch, records: list[SampleRe
         )
     if batch.sampler is not None:
         report = batch.sampler
-        conn.execute(
-            UPSERT_SAMPLER,
-            (
-                puid,
-                report.mode,
-                report.interval_ms,
-                report.ticks,
-                report.late_ticks,
-                report.cost_ns,
-            ),
-        )
+        conn.execute(UPSERT_SAMPLER, (puid, *dataclasses.astuple(sampler_record(report))))
     if not records:
         return 0
     cursor = conn.executemany(

@@ -9,14 +9,15 @@ listing line at ingest (``cmr.store.summaries``); an older file's are computed w
 upgraded. Version 8 adds the exception the root raised to the listing line (its roots are
 computed again on upgrade). Version 9 keeps each sequence's listing keys (its root's name, end
 and exception) on its row, indexed, so that ``cmr ls --root/--min-duration/--status/--sort
-duration`` are served by index (``cmr.store.listing``).
+duration`` are served by index (``cmr.store.listing``). Version 10 adds the sampler's paced
+interval to each process's sampler report (additive: 0 for the reports stored before).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -58,6 +59,13 @@ SAMPLES_SCHEMA: Final = (
         ticks INTEGER NOT NULL, late_ticks INTEGER NOT NULL, cost_ns INTEGER NOT NULL
     )""",
     "INSERT INTO counters VALUES ('samples', 0)",
+)
+#: Version 10: the interval the sampler paced itself to when it reported (for the samples of
+#: that batch) and the longest it used; 0 for a report stored before, or sent by a tracer that
+#: predates pacing (it ticked at ``interval_ms`` throughout).
+SAMPLER_INTERVALS_SCHEMA: Final = (
+    "ALTER TABLE samplers ADD COLUMN current_interval_ns INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE samplers ADD COLUMN longest_interval_ns INTEGER NOT NULL DEFAULT 0",
 )
 #: Version 5 added lossy sequences: (seq, puid) when process puid reported (``Batch.lost_seqs``)
 #: that it dropped events of seq. Keyed by sequence first, so listing asks by index.
@@ -190,6 +198,7 @@ SCHEMA: Final = (
     *SUMMARY_SCHEMA,
     *ROOT_ERROR_SCHEMA,
     *LISTING_KEYS_SCHEMA,
+    *SAMPLER_INTERVALS_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
@@ -205,6 +214,7 @@ UPGRADES: Final = {
         *SUMMARY_SCHEMA,
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
     ),
     2: (
         *HEARTBEAT_SCHEMA,
@@ -214,6 +224,7 @@ UPGRADES: Final = {
         *SUMMARY_SCHEMA,
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
     ),
     3: (
         *SAMPLES_SCHEMA,
@@ -222,6 +233,7 @@ UPGRADES: Final = {
         *SUMMARY_SCHEMA,
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
     ),
     4: (
         *LOST_SEQS_SCHEMA,
@@ -229,11 +241,19 @@ UPGRADES: Final = {
         *SUMMARY_SCHEMA,
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
     ),
-    5: (*PACKED_SCHEMA, *SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA),
-    6: (*SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA),
-    7: (*ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA),
-    8: LISTING_KEYS_SCHEMA,
+    5: (
+        *PACKED_SCHEMA,
+        *SUMMARY_SCHEMA,
+        *ROOT_ERROR_SCHEMA,
+        *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
+    ),
+    6: (*SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
+    7: (*ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
+    8: (*LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
+    9: SAMPLER_INTERVALS_SCHEMA,
 }
 CURRENT_VERSION: Final = _CURRENT
 
@@ -327,10 +347,12 @@ SEQUENCE_BATCHES: Final = """
 #: A sampler report is cumulative: the one with the most ticks is the latest, whatever order
 #: batches arrive in.
 UPSERT_SAMPLER: Final = """
-    INSERT INTO samplers VALUES (?, ?, ?, ?, ?, ?)
+    INSERT INTO samplers VALUES (?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (puid) DO UPDATE SET
         mode = excluded.mode, interval_ms = excluded.interval_ms, ticks = excluded.ticks,
-        late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns
+        late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns,
+        current_interval_ns = excluded.current_interval_ns,
+        longest_interval_ns = excluded.longest_interval_ns
     WHERE excluded.ticks >= samplers.ticks"""
 UPSERT_SAMPLE_THREAD: Final = """
     INSERT INTO sample_threads VALUES (?, ?, ?)

@@ -311,6 +311,8 @@ def sampler_fields(report: SamplerRecord | None) -> dict[str, Any] | None:
         "ticks": report.ticks,
         "late_ticks": report.late_ticks,
         "cost_ns": report.cost_ns,
+        "current_interval_ns": report.current_interval_ns,
+        "longest_interval_ns": report.longest_interval_ns,
     }
 
 

@@ -108,7 +108,8 @@ def render_stats(stats: StoreStats) -> str:
     """Counters, then one line per process: its heartbeat interval ("-": it promised none), when
     it was last heard from, and whether it is alive, ended (shut down cleanly) or lost (silent
     past its heartbeat bound). Then, for the processes that ran a stack sampler, its mode and
-    interval, ticks, late ticks and its own cost."""
+    configured interval, the interval it paced itself to as of its latest report and the longest
+    it used ("-": a tracer that predates pacing), ticks, late ticks and its own cost."""
     rejected = ", ".join(f"{reason} {count}" for reason, count in sorted(stats.rejected.items()))
     lines = [
         f"batches            {stats.batches}",
@@ -143,6 +144,7 @@ def render_stats(stats: StoreStats) -> str:
                     f"{process.host}:{process.pid}",
                     f"{process.puid:016x}",
                     f"{report.mode} {format_duration(report.interval_ms * 1_000_000)}",
+                    _paced(report.current_interval_ns, report.longest_interval_ns),
                     str(report.ticks),
                     str(report.late_ticks),
                     format_duration(report.cost_ns),
@@ -150,6 +152,12 @@ def render_stats(stats: StoreStats) -> str:
             )
     if sampled:
         lines.append("")
-        header = ["PROCESS", "PUID", "SAMPLER", "TICKS", "LATE", "COST"]
-        lines.append(table(header, sampled, frozenset({3, 4, 5})))
+        header = ["PROCESS", "PUID", "SAMPLER", "PACED (LONGEST)", "TICKS", "LATE", "COST"]
+        lines.append(table(header, sampled, frozenset({3, 4, 5, 6})))
     return "\n".join(lines)
+
+
+def _paced(current_ns: int, longest_ns: int) -> str:
+    if not current_ns:
+        return "-"
+    return f"{format_duration(current_ns)} ({format_duration(longest_ns)})"

@@ -51,7 +51,7 @@ def fixture_repo(tmp_path, make_batch, clock_offset_ns) -> str:
             wire.Sample(1, 32 * MS, 1, 5 * MS, 0, [1, 2, 3], [15, 13, 44]),
             wire.Sample(1, 70 * MS, 1, 10 * MS, 10 * MS, [1], [20]),
         ],
-        sampler=wire.SamplerReport("wall", 5, 40, 2, 3 * MS),
+        sampler=wire.SamplerReport("wall", 5, 40, 2, 3 * MS, 6 * MS, 8 * MS),
     )
     worker = make_batch(
         WORKER,
@@ -292,13 +292,29 @@ def test_stats_count_samples_and_show_each_sampler(repo, capsys):
     assert code == 0
     assert "samples            4" in out
     header, row = (re.split(r"\s{2,}", line) for line in out.splitlines()[-2:])
-    assert header == ["PROCESS", "PUID", "SAMPLER", "TICKS", "LATE", "COST"]
-    assert row == ["testhost:4242", f"{SHOP:016x}", "wall 5.00 ms", "40", "2", "3.00 ms"]
+    assert header == ["PROCESS", "PUID", "SAMPLER", "PACED (LONGEST)", "TICKS", "LATE", "COST"]
+    assert row == [
+        "testhost:4242",
+        f"{SHOP:016x}",
+        "wall 5.00 ms",
+        "6.00 ms (8.00 ms)",
+        "40",
+        "2",
+        "3.00 ms",
+    ]
 
     doc = json.loads(run(capsys, "--db", repo, "stats", "--json")[1])
     assert doc["samples"] == 4
     samplers = {p["puid"]: p["sampler"] for p in doc["processes"]}
     assert samplers == {
-        SHOP: {"mode": "wall", "interval_ms": 5, "ticks": 40, "late_ticks": 2, "cost_ns": 3 * MS},
+        SHOP: {
+            "mode": "wall",
+            "interval_ms": 5,
+            "ticks": 40,
+            "late_ticks": 2,
+            "cost_ns": 3 * MS,
+            "current_interval_ns": 6 * MS,
+            "longest_interval_ns": 8 * MS,
+        },
         WORKER: None,
     }

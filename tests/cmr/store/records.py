@@ -8,7 +8,7 @@ from collections.abc import Callable
 import msgspec
 
 from cmr.store import Store
-from cmr.store.base import SORT_DURATION, SequenceQuery
+from cmr.store.base import SORT_DURATION, SamplerRecord, SequenceQuery
 from cmr.store.listing import (
     FIRST_KEY,
     FIRST_LONGEST_KEY,
@@ -26,6 +26,7 @@ from cmr.store.sqlite.schema import (
     LOST_SEQS_SCHEMA,
     PACKED_SCHEMA,
     ROOT_ERROR_SCHEMA,
+    SAMPLER_INTERVALS_SCHEMA,
     SAMPLES_SCHEMA,
     SCHEMA,
     SUMMARY_SCHEMA,
@@ -66,6 +67,7 @@ def older_schema(path: str, version: int) -> None:
         SUMMARY_SCHEMA
         + ROOT_ERROR_SCHEMA
         + LISTING_KEYS_SCHEMA
+        + SAMPLER_INTERVALS_SCHEMA
         + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
             6: (),
@@ -137,6 +139,31 @@ def check_keys_computed_on_upgrade(
         check_keyed_sequences_found(store)
     finally:
         store.close()
+
+
+def check_sampler_reports_kept_on_upgrade(
+    opened: Callable[[], Store], make_batch: BatchFactory, downgrade: Callable[[], None]
+) -> None:
+    """Store a paced sampler report in the repository ``opened`` gives, ``downgrade`` it to the
+    schema before the paced interval, open it again (which upgrades it): the report reads as
+    unpaced (0), and a later report keeps its paced interval."""
+    first = wire.SamplerReport("cpu", 10, 500, 3, 9_000_000, 15_000_000, 20_000_000)
+    later = wire.SamplerReport("cpu", 10, 600, 3, 9_500_000, 12_000_000, 20_000_000)
+    store = opened()
+    try:
+        store.ingest(make_batch(7, 1, {}, sampler=first), 1)
+    finally:
+        store.close()
+    downgrade()
+    store = opened()
+    try:
+        upgraded = store.stats().samplers[7]
+        store.ingest(make_batch(7, 2, {}, sampler=later), 2)
+        paced = store.stats().samplers[7]
+    finally:
+        store.close()
+    assert upgraded == SamplerRecord("cpu", 10, 500, 3, 9_000_000, 0, 0)
+    assert paced == SamplerRecord("cpu", 10, 600, 3, 9_500_000, 12_000_000, 20_000_000)
 
 
 def check_keyed_sequences_found(store: Store) -> None:

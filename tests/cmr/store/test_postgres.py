@@ -33,6 +33,7 @@ from tests.cmr.store.records import (
     INDEXED_QUERIES,
     BatchFactory,
     check_keys_computed_on_upgrade,
+    check_sampler_reports_kept_on_upgrade,
     handoff,
     page_statements,
     seq_id,
@@ -250,16 +251,42 @@ def test_a_version_2_repository_s_rows_become_stored_batches_with_listing_lines(
 def test_a_version_4_repository_gets_its_listing_keys_and_queries_find_its_sequences(
     pg_url: str, make_batch: BatchFactory, clock: FakeClock
 ) -> None:
-    def downgrade() -> None:
-        with connect(pg_url) as conn:  # back to what version 4 wrote
-            conn.execute(
-                "DROP INDEX sequences_by_root, sequences_by_duration, sequences_failed; "
-                "ALTER TABLE sequences DROP COLUMN root_name, DROP COLUMN end_ns, "
-                "DROP COLUMN error; DELETE FROM schema_migrations WHERE version = 5"
-            )
-            conn.commit()
+    def downgrade() -> None:  # back to what version 4 wrote
+        _downgrade(
+            pg_url,
+            "DROP INDEX sequences_by_root, sequences_by_duration, sequences_failed; "
+            "ALTER TABLE sequences DROP COLUMN root_name, DROP COLUMN end_ns, "
+            f"DROP COLUMN error; {_DROP_SAMPLER_INTERVALS}; "
+            "DELETE FROM schema_migrations WHERE version >= 5",
+        )
 
     check_keys_computed_on_upgrade(lambda: open_store(pg_url, clock=clock), make_batch, downgrade)
+    assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+
+
+#: What version 6 added: the sampler's paced interval in its report.
+_DROP_SAMPLER_INTERVALS = (
+    "ALTER TABLE samplers DROP COLUMN current_interval_ns, DROP COLUMN longest_interval_ns"
+)
+
+
+def _downgrade(pg_url: str, statements: str) -> None:
+    with connect(pg_url) as conn:
+        conn.execute(statements)
+        conn.commit()
+
+
+def test_a_version_5_repository_keeps_its_sampler_reports_and_reads_them_as_unpaced(
+    pg_url: str, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    def downgrade() -> None:  # back to what version 5 wrote
+        _downgrade(
+            pg_url, f"{_DROP_SAMPLER_INTERVALS}; DELETE FROM schema_migrations WHERE version = 6"
+        )
+
+    check_sampler_reports_kept_on_upgrade(
+        lambda: open_store(pg_url, clock=clock), make_batch, downgrade
+    )
     assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
 
 

@@ -34,6 +34,7 @@ from tests.cmr.store.records import (
     H,
     S,
     check_keys_computed_on_upgrade,
+    check_sampler_reports_kept_on_upgrade,
     handoff,
     older_schema,
     page_statements,
@@ -155,11 +156,19 @@ def test_a_version_7_file_gets_the_exception_its_roots_raised_when_upgraded(
 
 
 def _drop_listing_keys(conn: sqlite3.Connection) -> None:
-    """Make a file's sequences as version 8 wrote them: without their listing keys."""
+    """Make a file's sequences as version 8 wrote them: without their listing keys (and its
+    sampler reports without the paced interval of version 10)."""
     for index in ("sequences_by_root", "sequences_by_duration", "sequences_failed"):
         conn.execute(f"DROP INDEX {index}")
     for column in ("root_name", "end_ns", "error"):
         conn.execute(f"ALTER TABLE sequences DROP COLUMN {column}")
+    _drop_sampler_intervals(conn)
+
+
+def _drop_sampler_intervals(conn: sqlite3.Connection) -> None:
+    """Make a file's sampler reports as version 9 wrote them: without the paced interval."""
+    for column in ("current_interval_ns", "longest_interval_ns"):
+        conn.execute(f"ALTER TABLE samplers DROP COLUMN {column}")
 
 
 def test_a_version_8_file_gets_its_listing_keys_when_upgraded_and_queries_find_its_sequences(
@@ -174,6 +183,23 @@ def test_a_version_8_file_gets_its_listing_keys_when_upgraded_and_queries_find_i
         conn.close()
 
     check_keys_computed_on_upgrade(lambda: open_store(path, clock=clock), make_batch, downgrade)
+    assert user_version(path) == SCHEMA_VERSION
+
+
+def test_a_version_9_file_keeps_its_sampler_reports_when_upgraded_and_reads_them_as_unpaced(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+
+    def downgrade() -> None:
+        with sqlite3.connect(path) as conn:  # as version 9 wrote it: no paced interval
+            _drop_sampler_intervals(conn)
+            conn.execute("PRAGMA user_version = 9")
+        conn.close()
+
+    check_sampler_reports_kept_on_upgrade(
+        lambda: open_store(path, clock=clock), make_batch, downgrade
+    )
     assert user_version(path) == SCHEMA_VERSION
 
 
