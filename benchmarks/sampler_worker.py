@@ -121,6 +121,7 @@ def main() -> None:
                 "ticks": report.ticks,
                 "late_ticks": report.late_ticks,
                 "cost_ns": report.cost_ns,
+                "longest_interval_ns": report.longest_interval_ns,
                 "samples_stored": stats.samples,
             }
         )
