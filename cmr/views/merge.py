@@ -8,7 +8,9 @@ never pays for it. It is pure: the tree it is given is left as it was.
 measured node on T whose window ``[start, end)`` holds t (an open node's window has no end): the
 samples inside a measured child on the same thread go to the child, and the samples of a pool
 worker land under the hand-off node that ran there. Interleaved asyncio tasks give several such
-nodes; the one whose frame is on the stack wins.
+nodes; the one whose frame is on the stack wins. When none is, and they share the caller whose
+frame is (the event loop between two task steps), the sample is that caller's: the stack shows
+no task, so none is guessed.
 
 **Cutting the stack.** A node's own frame is the stack frame whose (file, first line) is its
 method's; only the frames after it (deeper) are kept. When it is not on the stack (the call was

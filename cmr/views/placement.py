@@ -104,17 +104,37 @@ def _place(candidates: list[Call], deepest: dict[FrameKey, int]) -> tuple[Call, 
             rank = (position, call.depth, -call.start)
             if best is None or rank > best[0]:
                 best = (rank, call, position)
-    if best is None:  # fall back on the deepest frame of a measured caller on the thread
-        for call in candidates:
-            caller = call.parent
-            while caller is not None:
-                position = deepest.get(caller.key) if caller.key is not None else None
-                if position is not None:
-                    rank = (position, 0, -call.start)
-                    if best is None or rank > best[0]:
-                        best = (rank, call, position)
-                caller = caller.parent
-    return None if best is None else (best[1], best[2])
+    if best is None:
+        return _place_below_caller(candidates, deepest)
+    return best[1], best[2]
+
+
+def _place_below_caller(
+    candidates: list[Call], deepest: dict[FrameKey, int]
+) -> tuple[Call, int] | None:
+    """No candidate's own frame is on the stack: cut it below the deepest frame of a measured
+    caller on the thread. One candidate (a thread's calls nest) takes the frames below its caller.
+    Several (interleaved asyncio tasks) that reach the same caller there are a stack of none of
+    them: the event loop between two task steps, where a busy loop gives up the GIL and so where
+    the sampler mostly sees it. The frames go to that caller, not to whichever task started
+    first."""
+    found: list[tuple[int, Call, Call]] = []  # (position, candidate, the caller found there)
+    for call in candidates:
+        caller = call.parent
+        while caller is not None:
+            position = deepest.get(caller.key) if caller.key is not None else None
+            if position is not None:
+                found.append((position, call, caller))
+            caller = caller.parent
+    if not found:
+        return None
+    position = max(p for p, _, _ in found)
+    deepest_found = [(call, caller) for p, call, caller in found if p == position]
+    callers = {id(caller) for _, caller in deepest_found}
+    if len(deepest_found) > 1 and len(callers) == 1:
+        return deepest_found[0][1], position
+    call = min((call for call, _ in deepest_found), key=lambda c: c.start)
+    return call, position
 
 
 class Ticks:

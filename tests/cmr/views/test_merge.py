@@ -6,6 +6,7 @@ from __future__ import annotations
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
 from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, SequenceTree, walk
+from tests.cmr.views.conftest import SequenceBuilder
 
 S = 1_000_000_000
 
@@ -206,13 +207,18 @@ def test_a_caller_waiting_on_a_pool_keeps_its_own_threads_estimated_time(builder
     assert tree.samples_skipped == 0
 
 
-def test_interleaved_tasks_on_one_thread_get_the_samples_that_show_their_frame(builder):
+def _two_tasks(builder: SequenceBuilder) -> None:
+    """``app.main`` running two interleaved asyncio tasks on its thread."""
     builder.call("app.main", 1, start=0, end=100, line=10)
     builder.call("app.task_a", 2, 1, start=10, end=90, line=20)
     builder.call("app.task_b", 3, 1, start=20, end=80, line=30)
     builder.frame(1, "main", line=10)
     builder.frame(2, "task_a", line=20)
     builder.frame(3, "task_b", line=30)
+
+
+def test_interleaved_tasks_on_one_thread_get_the_samples_that_show_their_frame(builder):
+    _two_tasks(builder)
     builder.frame(4, "fetch", line=40)
     builder.sample(30, [1, 2, 4])
     builder.sample(40, [1, 3, 4])
@@ -226,6 +232,27 @@ def test_interleaved_tasks_on_one_thread_get_the_samples_that_show_their_frame(b
         "    ~fetch 10/10 n=1/1 cpu=0",
         "  app.task_b 60/40 n=2/0 cpu=0",
         "    ~fetch 20/20 n=2/2 cpu=0",
+    ]
+
+
+def test_the_event_loop_between_two_task_steps_goes_to_the_caller_not_to_a_task(builder):
+    # A busy loop thread gives up the GIL in its selector between two task steps, so the sampler
+    # mostly sees it there: a stack of neither task. It went to the task that started first.
+    _two_tasks(builder)
+    builder.frame(5, "run_forever", line=50, file="asyncio.py")
+    builder.frame(6, "select", line=60, file="selectors.py")
+    builder.sample(30, [1, 5, 6])
+    builder.sample(40, [1, 5, 6])
+    builder.sample(50, [1, 5, 2])  # a task's step: its own frame on the stack
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert merged(tree) == [
+        "app.main 100/0 n=3/0 cpu=0",
+        "  app.task_a 80/80 n=1/1 cpu=0",
+        "  app.task_b 60/60 n=0/0 cpu=-",
+        "  ~run_forever 20/0 n=2/0 cpu=0",
+        "    ~select 20/20 n=2/2 cpu=0",
     ]
 
 
