@@ -82,7 +82,8 @@ class Ingest:
         if not batches:
             return acks
         try:
-            outcomes = self._store.ingest_many(batches, self._clock())
+            bodies = [messages[position][1] for position in positions]
+            outcomes = self._store.ingest_many(batches, self._clock(), bodies)
         except Exception:
             first, more = batches[0], len(batches) - 1
             log.exception(

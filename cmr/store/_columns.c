@@ -719,6 +719,9 @@ static PyMethodDef module_methods[] = {
     {"scan", pack_scan, METH_O,
      "scan(blob) -> (events, t_min, t_max, seqs, threads, opened, entries, late_ends, rare): "
      "ingest's index of one batch's encoded thread chunks (see _pack.c)."},
+    {"scan_batch", pack_scan_batch, METH_VARARGS,
+     "scan_batch(body, field) -> (chunks, scan's result): the same for the thread chunks of an "
+     "encoded Batch, its field number `field`, returned as they are."},
     {"children", children, METH_O,
      "children(held) -> (starts, rows): each row's callees as compressed sparse rows."},
     {NULL, NULL, 0, NULL},

@@ -181,20 +181,20 @@ static int scan_event(Scan *s, Reader *r, uint32_t chunk, uint32_t at, int64_t t
     return 0;
 }
 
-static int scan_blob(Scan *s, const uint8_t *blob, Py_ssize_t size) {
-    Reader r = {blob, blob + size};
+/* The array of thread chunks at the reader's position. */
+static int scan_chunks(Scan *s, Reader *r) {
     uint32_t chunks;
-    if (read_array(&r, &chunks) < 0) return -1;
+    if (read_array(r, &chunks) < 0) return -1;
     for (uint32_t c = 1; c <= chunks; c++) {
         uint32_t fields, events;
         int64_t tid;
-        if (read_array(&r, &fields) < 0) return -1;
+        if (read_array(r, &fields) < 0) return -1;
         if (fields != 2) return damaged("bad chunk");
-        if (read_int(&r, &tid) < 0 || read_array(&r, &events) < 0) return -1;
+        if (read_int(r, &tid) < 0 || read_array(r, &events) < 0) return -1;
         for (uint32_t i = 0; i < events; i++)
-            if (scan_event(s, &r, c, i, tid) < 0) return -1;
+            if (scan_event(s, r, c, i, tid) < 0) return -1;
     }
-    return r.p == r.end ? 0 : damaged("trailing bytes");
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the results */
@@ -331,42 +331,82 @@ static void scan_free(Scan *s) {
     PyMem_Free(s->methods.slots);
 }
 
-PyObject *pack_scan(PyObject *module, PyObject *blob) {
-    if (!PyBytes_Check(blob)) return PyErr_Format(PyExc_TypeError, "scan() takes bytes");
-    Scan s;
-    memset(&s, 0, sizeof(s));
-    s.t_min = INT64_MAX;
-    s.t_max = INT64_MIN;
-    PyObject *result = NULL;
+static int scan_init(Scan *s, Py_ssize_t bytes) {
+    memset(s, 0, sizeof(*s));
+    s->t_min = INT64_MAX;
+    s->t_max = INT64_MIN;
+    s->capacity = 64;
+    s->seqs = PyMem_Malloc(s->capacity * sizeof(Sequence));
+    if (!s->seqs) {
+        PyErr_NoMemory();
+        return -1;
+    }
     /* A Start and its End take about 45 bytes of msgpack: a typical batch's table never grows,
      * and is not much bigger than it needs (it is cleared for every batch). */
-    size_t starts = (size_t)PyBytes_GET_SIZE(blob) / 48 + 1;
-    s.capacity = 64;
-    s.seqs = PyMem_Malloc(s.capacity * sizeof(Sequence));
-    if (!s.seqs) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    if (slots_resize(&s, 128) < 0 || table_init(&s.iids, starts) < 0 ||
-        table_init(&s.methods, 64) < 0)
-        goto done;
-    if (scan_blob(&s, (const uint8_t *)PyBytes_AS_STRING(blob), PyBytes_GET_SIZE(blob)) < 0)
-        goto done;
-    PyObject *late = late_ends(&s); /* first: it marks what ended */
-    PyObject *open = late ? opened(&s) : NULL; /* then: it counts each sequence's iids */
-    PyObject *seqs = open ? sequence_rows(&s) : NULL;
-    PyObject *pairs = seqs ? threads(&s) : NULL;
-    PyObject *entered = pairs ? entries(&s) : NULL;
-    PyObject *others = entered ? rare(&s) : NULL;
-    PyObject *t_min = s.t_min <= s.t_max ? PyLong_FromLongLong(s.t_min) : Py_NewRef(Py_None);
-    PyObject *t_max = s.t_min <= s.t_max ? PyLong_FromLongLong(s.t_max) : Py_NewRef(Py_None);
+    size_t starts = (size_t)bytes / 48 + 1;
+    if (slots_resize(s, 128) < 0 || table_init(&s->iids, starts) < 0 ||
+        table_init(&s->methods, 64) < 0)
+        return -1;
+    return 0;
+}
+
+/* (events, t_min, t_max, seqs, threads, opened, entries, late_ends, rare) of a finished scan. */
+static PyObject *scan_results(Scan *s) {
+    PyObject *result = NULL;
+    PyObject *late = late_ends(s); /* first: it marks what ended */
+    PyObject *open = late ? opened(s) : NULL; /* then: it counts each sequence's iids */
+    PyObject *seqs = open ? sequence_rows(s) : NULL;
+    PyObject *pairs = seqs ? threads(s) : NULL;
+    PyObject *entered = pairs ? entries(s) : NULL;
+    PyObject *others = entered ? rare(s) : NULL;
+    PyObject *t_min = s->t_min <= s->t_max ? PyLong_FromLongLong(s->t_min) : Py_NewRef(Py_None);
+    PyObject *t_max = s->t_min <= s->t_max ? PyLong_FromLongLong(s->t_max) : Py_NewRef(Py_None);
     if (others && t_min && t_max) { /* "N" takes every reference, even when building fails */
-        result = Py_BuildValue("(LNNNNNNNN)", s.events, t_min, t_max, seqs, pairs, open, entered,
-                               late, others);
+        result = Py_BuildValue("(LNNNNNNNN)", s->events, t_min, t_max, seqs, pairs, open,
+                               entered, late, others);
     } else {
         PyObject *made[] = {late, open, seqs, pairs, entered, others, t_min, t_max};
         for (size_t k = 0; k < sizeof(made) / sizeof(made[0]); k++) Py_XDECREF(made[k]);
     }
+    return result;
+}
+
+PyObject *pack_scan(PyObject *module, PyObject *blob) {
+    if (!PyBytes_Check(blob)) return PyErr_Format(PyExc_TypeError, "scan() takes bytes");
+    Scan s;
+    PyObject *result = NULL;
+    Reader r = {(const uint8_t *)PyBytes_AS_STRING(blob),
+                (const uint8_t *)PyBytes_AS_STRING(blob) + PyBytes_GET_SIZE(blob)};
+    if (scan_init(&s, PyBytes_GET_SIZE(blob)) == 0 && scan_chunks(&s, &r) == 0) {
+        if (r.p != r.end)
+            damaged("trailing bytes");
+        else
+            result = scan_results(&s);
+    }
+    scan_free(&s);
+    return result;
+}
+
+PyObject *pack_scan_batch(PyObject *module, PyObject *args) {
+    const char *body;
+    Py_ssize_t size;
+    int field;
+    if (!PyArg_ParseTuple(args, "y#i:scan_batch", &body, &size, &field)) return NULL;
+    Scan s;
+    PyObject *result = NULL;
+    Reader r = {(const uint8_t *)body, (const uint8_t *)body + size};
+    uint32_t fields;
+    if (scan_init(&s, size) < 0 || read_array(&r, &fields) < 0) goto done;
+    if (field < 0 || (uint32_t)field >= fields) {
+        damaged("no thread chunks");
+        goto done;
+    }
+    for (int k = 0; k < field; k++)
+        if (skip(&r, 0) < 0) goto done;
+    const uint8_t *begin = r.p;
+    if (scan_chunks(&s, &r) < 0) goto done;
+    PyObject *found = scan_results(&s);
+    if (found) result = Py_BuildValue("(y#N)", begin, (Py_ssize_t)(r.p - begin), found);
 done:
     scan_free(&s);
     return result;

@@ -6,5 +6,6 @@
 #include <Python.h>
 
 PyObject *pack_scan(PyObject *module, PyObject *blob);
+PyObject *pack_scan_batch(PyObject *module, PyObject *args);
 
 #endif

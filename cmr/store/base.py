@@ -266,9 +266,16 @@ class Store(abc.ABC):
         (puid, batch_no) was already stored. The sequences in ``lost_seqs`` become lossy (for
         good: a process reports a sequence once it dropped any of its events)."""
 
-    def ingest_many(self, batches: Sequence[Batch], received_ns: int) -> list[Outcome]:
+    def ingest_many(
+        self,
+        batches: Sequence[Batch],
+        received_ns: int,
+        bodies: Sequence[bytes] | None = None,
+    ) -> list[Outcome]:
         """Store several batches, each as ``ingest`` would, in one transaction where the store
         has them (a group commit: ``cmr serve`` hands over the batches waiting when it looks).
+        ``bodies``: the msgpack each batch was decoded from, if the caller has it (a store may
+        keep the thread chunks as they came instead of encoding them again).
         Per batch, in order: True stored, False stored before, or the InvalidBatchError that
         refused it (nothing of that batch is stored; the others are). Any other failure raises
         and leaves the batches unacknowledged: each was stored whole or not at all, and a batch
@@ -346,5 +353,10 @@ class GroupCommitStore(Store):
         return outcome
 
     @abc.abstractmethod
-    def ingest_many(self, batches: Sequence[Batch], received_ns: int) -> list[Outcome]:
+    def ingest_many(
+        self,
+        batches: Sequence[Batch],
+        received_ns: int,
+        bodies: Sequence[bytes] | None = None,
+    ) -> list[Outcome]:
         """As ``Store.ingest_many``, in one transaction."""

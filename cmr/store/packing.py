@@ -16,9 +16,10 @@ from __future__ import annotations
 import itertools
 import operator
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from types import ModuleType
+from typing import Final
 
 import msgspec
 
@@ -34,7 +35,8 @@ _COMMON: Final = (Start, End)
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
 _encode_attributes = msgspec.json.Encoder().encode
-_scan: Final[Callable[[bytes], Any] | None] = None if accelerator is None else accelerator.scan
+#: Where a Batch's thread chunks are in its msgpack array (``_pack.c``'s ``scan_batch``).
+_CHUNKS_FIELD: Final = Batch.__struct_fields__.index("chunks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +53,15 @@ class PackedBatch:
     summary: SummaryParts  # what the batch adds to its sequences' listing lines
 
 
-def pack(batch: Batch, *, encode: bool = True) -> PackedBatch:
+def pack(batch: Batch, *, encode: bool = True, body: bytes | None = None) -> PackedBatch:
     """The blob and index of ``batch``. Raises InvalidBatchError when a wall-clock time does not
     fit a signed 64-bit integer (nothing of the batch may then be stored). Without ``encode``
-    (a store that keeps the decoded chunks) the blob and ``seq_methods`` are left empty."""
-    if _scan is None:
+    (a store that keeps the decoded chunks) the blob and ``seq_methods`` are left empty.
+    ``body``, the msgpack ``batch`` was decoded from, when the caller has it: its thread chunks
+    are then the blob as they came (with the C pass), not encoded again."""
+    if accelerator is None:
         return _pack_events(batch, encode=encode)
-    return _pack_scanned(batch, encode=encode, scan=_scan)
+    return _pack_scanned(batch, encode=encode, accel=accelerator, body=body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +74,19 @@ class Prepared:
     samples: list[SampleRecord]
 
 
-def prepare(batches: Sequence[Batch]) -> tuple[list[Outcome], list[Prepared]]:
-    """The batches of a group commit packed before the transaction begins: a batch refused
-    (``InvalidBatchError``) has its error as outcome and nothing of it is written, the others
-    are ``False`` until written (``Store.ingest_many``)."""
+def prepare(
+    batches: Sequence[Batch], bodies: Sequence[bytes] | None = None
+) -> tuple[list[Outcome], list[Prepared]]:
+    """The batches of a group commit packed before the transaction begins (``bodies``: the
+    msgpack each was decoded from, if known): a batch refused (``InvalidBatchError``) has its
+    error as outcome and nothing of it is written, the others are ``False`` until written
+    (``Store.ingest_many``)."""
     outcomes: list[Outcome] = []
     prepared: list[Prepared] = []
-    for batch in batches:
+    for at, batch in enumerate(batches):
         try:
-            packed, samples = pack(batch), sample_records(batch)
+            body = None if bodies is None else bodies[at]
+            packed, samples = pack(batch, body=body), sample_records(batch)
         except InvalidBatchError as exc:
             outcomes.append(exc)
             continue
@@ -160,12 +168,23 @@ def _pack_events(batch: Batch, *, encode: bool) -> PackedBatch:
     )
 
 
-def _pack_scanned(batch: Batch, *, encode: bool, scan: Callable[[bytes], Any]) -> PackedBatch:
-    """``pack`` with the C pass: ``scan`` reads the encoded chunks; the rest is per sequence
-    (a few dozen in a batch), per rare event, or per invocation left open."""
+def _pack_scanned(
+    batch: Batch, *, encode: bool, accel: ModuleType, body: bytes | None = None
+) -> PackedBatch:
+    """``pack`` with the C pass: ``scan_batch`` reads the chunks in ``body`` (kept as the blob),
+    or ``scan`` the chunks encoded again; the rest is per sequence (a few dozen in a batch), per
+    rare event, or per invocation left open."""
     puid, offset, batch_no = batch.puid, batch.process.clock_offset_ns, batch.batch_no
-    blob = encode_chunks(batch.chunks)
-    events, t_min, t_max, seq_rows, threads, opened, entries, late, rare = scan(blob)
+    found = None
+    if body is not None:
+        try:
+            blob, found = accel.scan_batch(body, _CHUNKS_FIELD)
+        except ValueError:  # msgspec read what the C reader cannot (nesting): encode again
+            found = None
+    if found is None:
+        blob = encode_chunks(batch.chunks)
+        found = accel.scan(blob)
+    events, t_min, t_max, seq_rows, threads, opened, entries, late, rare = found
     times = [] if t_min is None else [t_min, t_max]
     late_ends: list[LateEnd] = [(puid, iid, t_ns + offset, None) for iid, t_ns in late]
     late_attrs: list[LateAttrs] = []

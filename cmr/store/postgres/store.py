@@ -79,8 +79,13 @@ class PostgresStore(GroupCommitStore):
 
     # -- write side -----------------------------------------------------------------------
 
-    def ingest_many(self, batches: Sequence[Batch], received_ns: int) -> list[Outcome]:
-        outcomes, prepared = prepare(batches)
+    def ingest_many(
+        self,
+        batches: Sequence[Batch],
+        received_ns: int,
+        bodies: Sequence[bytes] | None = None,
+    ) -> list[Outcome]:
+        outcomes, prepared = prepare(batches, bodies)
         if prepared:
             self._retry(lambda conn: self._write(conn, prepared, outcomes, received_ns))
         return outcomes

@@ -143,8 +143,13 @@ class SQLiteStore(GroupCommitStore):
 
     # -- write side -----------------------------------------------------------------------
 
-    def ingest_many(self, batches: Sequence[Batch], received_ns: int) -> list[Outcome]:
-        outcomes, prepared = prepare(batches)
+    def ingest_many(
+        self,
+        batches: Sequence[Batch],
+        received_ns: int,
+        bodies: Sequence[bytes] | None = None,
+    ) -> list[Outcome]:
+        outcomes, prepared = prepare(batches, bodies)
         if prepared:
             with self._transaction("BEGIN IMMEDIATE") as conn:
                 for ready in prepared:

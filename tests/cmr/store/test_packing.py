@@ -18,11 +18,13 @@ from tracer import wire
 pytestmark = pytest.mark.skipif(accelerator is None, reason="the C accelerator is not built")
 
 
-def both(batch: wire.Batch, *, encode: bool = True) -> tuple[PackedBatch, PackedBatch]:
+def both(
+    batch: wire.Batch, *, encode: bool = True, body: bytes | None = None
+) -> tuple[PackedBatch, PackedBatch]:
     assert accelerator is not None
     return (
         _pack_events(batch, encode=encode),
-        _pack_scanned(batch, encode=encode, scan=accelerator.scan),
+        _pack_scanned(batch, encode=encode, accel=accelerator, body=body),
     )
 
 
@@ -54,8 +56,12 @@ def test_the_c_pass_indexes_a_batch_as_python_does(
 ) -> None:
     for batch_no, chunks in enumerate(chunk_lists):  # a thread's chunks may repeat
         batch = make_batch(5, batch_no, {}, clock_offset_ns=offset)
-        python, scanned = both(msgspec.structs.replace(batch, chunks=chunks))
+        batch = msgspec.structs.replace(batch, chunks=chunks)
+        python, scanned = both(batch)
         assert comparable(scanned) == comparable(python)
+        # From the received message: its chunks kept as they came, the same index.
+        _, from_body = both(batch, body=msgspec.msgpack.encode(batch))
+        assert comparable(from_body) == comparable(python)
 
 
 def test_a_busy_batch_is_indexed_alike() -> None:
@@ -104,3 +110,28 @@ def test_of_two_candidates_started_at_the_same_instant_the_lower_iid_is_the_root
     for packed in both(make_batch(1, 1, events)):
         ((_seq, untrue, _handed, _start, _puid, iid, *_rest),) = packed.summary.roots
         assert (untrue, iid) == (1, 1)
+
+
+def test_the_chunks_of_a_received_message_are_kept_as_they_came() -> None:
+    """A sender may encode integers wider than msgspec would: the stored blob is its bytes, and
+    reads back to the same events."""
+    events: dict[int, list[wire.Event]] = {1: [wire.Start(1, 0, 0, 3, 10, SEQ), wire.End(1, 20)]}
+    batch = make_batch(1, 1, events)
+    chunks = msgspec.msgpack.encode(batch.chunks)
+    narrow = b"\x03\x0a\xc4\x10"  # the Start's method 3, t_ns 10, then its sequence id
+    assert chunks.count(narrow) == 1
+    wide = chunks.replace(narrow, b"\x03\xcf" + (10).to_bytes(8, "big") + b"\xc4\x10")
+    body = msgspec.msgpack.encode(batch).replace(chunks, wide)
+    assert msgspec.msgpack.decode(body, type=wire.Batch) == batch
+
+    python, scanned = both(batch, body=body)
+
+    assert scanned.chunks == wide
+    assert msgspec.msgpack.decode(scanned.chunks, type=list[wire.ThreadChunk]) == batch.chunks
+    assert comparable(scanned) | {"chunks": b""} == comparable(python) | {"chunks": b""}
+
+
+def test_a_body_the_c_reader_cannot_follow_is_encoded_again() -> None:
+    events: dict[int, list[wire.Event]] = {1: [wire.Start(1, 0, 0, 3, 10, SEQ), wire.End(1, 20)]}
+    python, scanned = both(make_batch(1, 1, events), body=b"\x90")  # not the batch at all
+    assert comparable(scanned) == comparable(python)
