@@ -48,15 +48,18 @@ class Pacer:
     """Windows the sampler's ticks and applies ``paced`` at the end of each: ``interval_ns`` is
     the interval in effect, ``longest_ns`` the longest it has been."""
 
-    __slots__ = ("_cost", "_since", "configured_ns", "interval_ns", "longest_ns")
+    __slots__ = ("_cost", "_since", "configured_ns", "enabled", "interval_ns", "longest_ns")
 
-    def __init__(self, interval_ns: int, now_ns: int) -> None:
+    def __init__(self, interval_ns: int, now_ns: int, *, enabled: bool = True) -> None:
         self.configured_ns = self.interval_ns = self.longest_ns = interval_ns
+        self.enabled = enabled  # off (``sample_pacing = false``): the interval never changes
         self._since = now_ns
         self._cost = 0
 
     def tick(self, cost_ns: int, now_ns: int) -> int:
         """One more tick, which cost ``cost_ns``; the interval to use from ``now_ns`` on."""
+        if not self.enabled:
+            return self.interval_ns
         self._cost += cost_ns
         elapsed = now_ns - self._since
         if elapsed >= WINDOW_NS:

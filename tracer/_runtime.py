@@ -78,6 +78,7 @@ def _start(config: Config) -> None:
             interval_ms=config.sample_interval_ms,
             mode=config.sample_mode,
             only_active=config.sample_only_active,
+            paced=config.sample_pacing,
             max_threads_per_tick=config.max_threads_per_tick,
             exclude=own_threads,
         )

@@ -93,8 +93,10 @@ class Sampler:
         only_active: bool,
         max_threads_per_tick: int,
         exclude: Callable[[], set[int]],
+        paced: bool = True,
     ) -> None:
         self.interval_ns = interval_ms * 1_000_000
+        self._paced = paced
         self.mode = mode
         self._only_active = only_active
         self._max_threads = max_threads_per_tick
@@ -110,7 +112,7 @@ class Sampler:
         self.ticks = 0
         self.late_ticks = 0
         self.cost_ns = 0
-        self._pacer = Pacer(self.interval_ns, time.perf_counter_ns())
+        self._pacer = Pacer(self.interval_ns, time.perf_counter_ns(), enabled=paced)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="invoseq-sampler", daemon=True)
 
@@ -165,7 +167,7 @@ class Sampler:
         return interval // 2 + self._random.randrange(interval + 1)
 
     def _run(self) -> None:
-        pacer = self._pacer = Pacer(self.interval_ns, time.perf_counter_ns())
+        pacer = self._pacer = Pacer(self.interval_ns, time.perf_counter_ns(), enabled=self._paced)
         due = time.perf_counter_ns() + self._next_interval()
         try:
             while not self._stop.wait(max(0, due - time.perf_counter_ns()) / 1e9):

@@ -38,6 +38,7 @@ ENV_HEARTBEAT_MS: Final = "INVOSEQ_HEARTBEAT_MS"
 ENV_SAMPLE_INTERVAL_MS: Final = "INVOSEQ_SAMPLE_INTERVAL_MS"
 ENV_SAMPLE_MODE: Final = "INVOSEQ_SAMPLE_MODE"
 ENV_SAMPLE_ONLY_ACTIVE: Final = "INVOSEQ_SAMPLE_ONLY_ACTIVE"
+ENV_SAMPLE_PACING: Final = "INVOSEQ_SAMPLE_PACING"
 ENV_MAX_THREADS_PER_TICK: Final = "INVOSEQ_MAX_THREADS_PER_TICK"
 #: The sampler's modes: every chosen thread, or only the threads that are running.
 SampleMode: TypeAlias = Literal["wall", "cpu"]
@@ -97,6 +98,9 @@ class Config:
     task_sequences: TaskSequences = "one"
     #: Sample only threads inside a traced call (the ones whose samples can be placed in a tree).
     sample_only_active: bool = True
+    #: Lengthen the sampler's interval while its ticks cost more than 1 % of the time, and
+    #: shorten it back (``tracer/_pacing.py``); off: the configured interval whatever they cost.
+    sample_pacing: bool = True
     #: The most threads sampled in one tick, chosen at random.
     max_threads_per_tick: int = 8
     #: Where batches wait on disk when the memory queue is full (one file per process).
@@ -140,6 +144,7 @@ class Settings(TypedDict, total=False):
     sample_mode: SampleMode
     task_sequences: TaskSequences
     sample_only_active: bool
+    sample_pacing: bool
     max_threads_per_tick: int
     spool_dir: str
     spool_bytes: int
@@ -164,6 +169,7 @@ _ENV_NAMES: Final = {
     "sample_mode": ENV_SAMPLE_MODE,
     "task_sequences": ENV_TASK_SEQUENCES,
     "sample_only_active": ENV_SAMPLE_ONLY_ACTIVE,
+    "sample_pacing": ENV_SAMPLE_PACING,
     "max_threads_per_tick": ENV_MAX_THREADS_PER_TICK,
     "spool_dir": ENV_SPOOL_DIR,
     "spool_bytes": ENV_SPOOL_BYTES,

@@ -112,3 +112,35 @@ def test_the_sampler_lengthens_its_interval_when_its_ticks_are_dear_and_reports_
     assert report.interval_ms == 1
     assert report.longest_interval_ns > MS
     assert report.current_interval_ns >= MS
+
+
+def test_a_pacer_turned_off_keeps_the_configured_interval_however_dear_the_ticks() -> None:
+    pacer = Pacer(10 * MS, now_ns=0, enabled=False)
+    for n in range(1, 50):
+        assert pacer.tick(5 * MS, now_ns=n * WINDOW_NS) == 10 * MS  # each tick: 5 % of a window
+    assert pacer.longest_ns == 10 * MS
+
+
+def test_with_pacing_off_the_sampler_keeps_its_interval_on_dear_ticks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    windows = threading.Event()
+
+    class Counted(Pacer):
+        __slots__ = ()
+        ticks = 0
+
+        def tick(self, cost_ns: int, now_ns: int) -> int:
+            Counted.ticks += 1
+            if Counted.ticks >= 3 * WINDOW_NS // MS:  # at 1 ms or slower: three windows at least
+                windows.set()
+            return super().tick(cost_ns, now_ns)
+
+    monkeypatch.setattr(sampler_module, "Pacer", Counted)
+    settings = {"sample_interval_ms": 1, "max_threads_per_tick": 8, "sample_pacing": False}
+    with capture(**settings) as trace, deep_threads():  # type: ignore[arg-type]
+        assert windows.wait(120), "the sampler did not tick"
+        trace.flush()
+    report = trace.batches[-1].sampler
+    assert report is not None
+    assert (report.current_interval_ns, report.longest_interval_ns) == (MS, MS)
