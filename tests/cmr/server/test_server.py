@@ -6,7 +6,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zmq.utils.monitor import recv_monitor_message
 
+from cmr.server.groups import GROUP_BATCHES
 from cmr.server.ingest import Ingest
 from cmr.server.server import HARD_LIMIT_FACTOR, ServerThread, run_server
 from cmr.store import Store, open_store
+from cmr.store.base import Outcome
 from cmr.store.memory.store import MemoryStore
 from cmr.store.sqlite.store import SQLiteStore
 from tests.support import READY_PREFIX, read_line
@@ -124,6 +127,56 @@ def test_each_sender_gets_its_own_acknowledgements(
 
     assert receive_ack(second) == wire.Ack(8, 1)
     assert receive_ack(first) == wire.Ack(7, 1)
+
+
+class HeldStore(MemoryStore):
+    """A memory store whose first write waits until the test lets it go: batches sent
+    meanwhile queue on the server's socket, and are stored in groups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.busy = threading.Event()
+        self.release = threading.Event()
+        self.groups: list[int] = []
+
+    def ingest_many(
+        self,
+        batches: Sequence[wire.Batch],
+        received_ns: int,
+        bodies: Sequence[bytes] | None = None,
+    ) -> list[Outcome]:
+        self.groups.append(len(batches))
+        self.busy.set()
+        assert self.release.wait(30), "the test never released the store"
+        return super().ingest_many(batches, received_ns, bodies)
+
+
+def test_batches_that_queue_while_the_store_is_busy_are_each_acked_to_their_sender(
+    connect: Callable[[str], zmq.Socket[bytes]],
+    make_batch: BatchFactory,
+    encode_batch: Encode,
+) -> None:
+    store = HeldStore()
+    try:
+        with ServerThread(store, "tcp://127.0.0.1:*") as server:
+            senders = {7: connect(server.endpoint), 8: connect(server.endpoint)}
+            senders[7].send_multipart(encode_batch(make_batch(7, 0, events())))
+            assert store.busy.wait(30), "the server never stored the first batch"
+            for batch_no in range(1, 11):  # these wait on the socket meanwhile
+                for puid, sock in senders.items():
+                    sock.send_multipart(encode_batch(make_batch(puid, batch_no, events())))
+            store.release.set()
+            acked = {
+                puid: [receive_ack(sock) for _ in range(11 if puid == 7 else 10)]
+                for puid, sock in senders.items()
+            }
+        assert acked[7] == [wire.Ack(7, n) for n in range(11)]
+        assert acked[8] == [wire.Ack(8, n) for n in range(1, 11)]
+        assert sum(store.groups) == 21  # every batch stored once
+        assert max(store.groups) <= GROUP_BATCHES
+        assert store.stats().batches == 21
+    finally:
+        store.close()
 
 
 # -- refused frames -------------------------------------------------------------------------
