@@ -281,11 +281,13 @@ _KEYS: Final = """
     FROM seq_roots r
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
     LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
-#: A batch's sequence (?1: seq, ?2: its earliest Start, ?3: its Starts), written once per batch
-#: with its listing keys: run after the batch's root candidates and methods are stored.
+#: A batch's sequence (:seq, :start its earliest Start, :count its Starts), written once per
+#: batch with its listing keys: run after the batch's root candidates and methods are stored.
+#: Parameters by name, bound from dicts: numbered ones bound from a tuple are deprecated since
+#: Python 3.12 (an error in 3.14).
 UPSERT_SEQUENCE: Final = f"""
     INSERT INTO sequences (seq, start_ns, invocations, root_name, end_ns, error)
-    SELECT ?1, ?2, ?3, {_KEYS} WHERE r.seq = ?1
+    SELECT :seq, :start, :count, {_KEYS} WHERE r.seq = :seq
     ON CONFLICT (seq) DO UPDATE SET
         start_ns = min(start_ns, excluded.start_ns),
         invocations = invocations + excluded.invocations,
@@ -301,8 +303,8 @@ UPSERT_ROOT: Final = """
         < (seq_roots.untrue, seq_roots.handed, seq_roots.start_ns, seq_roots.puid, seq_roots.iid)"""
 #: An invocation is opened unless its End came first (a late End already stored).
 OPEN_CALL: Final = """
-    INSERT OR IGNORE INTO open_calls SELECT ?1, ?2, ?3
-    WHERE NOT EXISTS (SELECT 1 FROM late_ends WHERE puid = ?1 AND iid = ?2)"""
+    INSERT OR IGNORE INTO open_calls SELECT :puid, :iid, :seq
+    WHERE NOT EXISTS (SELECT 1 FROM late_ends WHERE puid = :puid AND iid = :iid)"""
 #: Every sequence's listing keys from its root candidate (upgrading a file).
 LISTING_KEYS: Final = f"""
     UPDATE sequences SET (root_name, end_ns, error) = (

@@ -152,8 +152,15 @@ class SQLiteStore(GroupCommitStore):
         outcomes, prepared = prepare(batches, bodies)
         if prepared:
             with self._transaction("BEGIN IMMEDIATE") as conn:
+                stored = events = 0
                 for ready in prepared:
-                    outcomes[ready.at] = _write(conn, ready, received_ns)
+                    outcomes[ready.at] = fresh = _write(conn, ready, received_ns)
+                    stored += fresh
+                    events += ready.packed.events if fresh else 0
+                conn.executemany(  # once per group: one row each, however many batches
+                    "UPDATE counters SET value = value + ? WHERE name = ?",
+                    ((stored, "batches"), (events, "events")),
+                )
         return outcomes
 
     def record_rejected(self, reason: str, count: int = 1) -> None:
@@ -308,7 +315,8 @@ class SQLiteStore(GroupCommitStore):
 
 
 def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
-    """One batch's rows, inside the caller's transaction (False: it was stored before)."""
+    """One batch's rows, inside the caller's transaction (False: it was stored before); the
+    caller counts the batches and events stored."""
     batch, packed, samples = ready.batch, ready.packed, ready.samples
     process = batch.process
     puid = batch.puid
@@ -374,10 +382,6 @@ def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
     if batch.lost_seqs:
         conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
     store_samples(conn, batch, samples)
-    conn.executemany(
-        "UPDATE counters SET value = value + ? WHERE name = ?",
-        ((1, "batches"), (packed.events, "events")),
-    )
     return True
 
 

@@ -44,10 +44,11 @@ def store(conn: sqlite3.Connection, packed: PackedBatch) -> None:
             [(puid, iid) for puid, iid, _end, _error in packed.late_ends],
         )
     _store_parts(conn, parts)
-    conn.executemany(
-        UPSERT_SEQUENCE,
-        [(seq, start_ns, counts[seq]) for seq, start_ns in packed.first_start.items()],
-    )
+    sequences = [
+        {"seq": seq, "start": start_ns, "count": counts[seq]}
+        for seq, start_ns in packed.first_start.items()
+    ]
+    conn.executemany(UPSERT_SEQUENCE, sequences)
 
 
 def _store_parts(conn: sqlite3.Connection, parts: SummaryParts) -> None:
@@ -56,7 +57,9 @@ def _store_parts(conn: sqlite3.Connection, parts: SummaryParts) -> None:
     if parts.entries:
         conn.executemany("INSERT OR IGNORE INTO seq_entries VALUES (?, ?, ?, ?, ?)", parts.entries)
     if parts.opened:
-        conn.executemany(OPEN_CALL, parts.opened)
+        conn.executemany(
+            OPEN_CALL, [{"puid": puid, "iid": iid, "seq": seq} for puid, iid, seq in parts.opened]
+        )
 
 
 def page(

@@ -258,7 +258,13 @@ def test_a_listing_line_is_read_by_index_whatever_the_size_of_its_sequence(
         "until": 2**62,
         "host": "h",
     }
-    params = page if query == RECENT_SUMMARIES else (S, 1, 2)[: query.count("?") or 3]
+    params = (
+        page
+        if query == RECENT_SUMMARIES
+        else {"puid": 1, "iid": 2, "seq": S}
+        if query == OPEN_CALL
+        else (S, 1, 2)[: query.count("?") or 3]
+    )
     with sqlite3.connect(path) as conn:
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
     conn.close()
