@@ -13,9 +13,10 @@ from typing import Final
 
 import zmq
 
-#: At most this many batches a transaction: enough to share the commit (8 took the SQLite
-#: ingest case from about 1,900 to 1,200 ns an event), few enough that the first batch's
-#: acknowledgement waits for little (a batch of 4,096 events is stored in a few milliseconds).
+#: At most this many batches a transaction: enough to share the commit (measured while building
+#: it, 8 took SQLite's ingest of the benchmark's traffic from 875-1,210 to 575-650 ns an event,
+#: and 16 or 32 gained nothing more), few enough that the first batch's acknowledgement waits
+#: for little (a batch of 4,096 events is stored in a few milliseconds).
 GROUP_BATCHES: Final = 8
 
 
