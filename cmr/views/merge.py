@@ -106,7 +106,12 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
             key = (call.node.process.puid, call.node.thread.tid)
             _grow(call.node, attributed.tallies, ticks.bounding(key))
     _total(root, {id(call.node): found for call, found in merger.attributed.items()})
-    return dataclasses.replace(tree, root=root, samples_skipped=tree.samples_skipped + skipped)
+    return dataclasses.replace(
+        tree,
+        root=root,
+        samples_skipped=tree.samples_skipped + skipped,
+        samples_between_tasks=tree.samples_between_tasks + merger.between_tasks,
+    )
 
 
 def measured_calls(tree: SequenceTree, data: SequenceData) -> dict[tuple[int, int], ThreadCalls]:
@@ -192,6 +197,7 @@ class _Merger:
         self._lines = lines
         self._ticks = ticks
         self.attributed: dict[Call, _Attributed] = {}
+        self.between_tasks = 0  # sample weight that saw the event loop between task steps
 
     def attribute(self, sample: SampleRecord, thread: ThreadCalls) -> int:
         """Attribute one sample within its thread; returns the weight skipped."""
@@ -201,6 +207,8 @@ class _Merger:
             placements = [dataclasses.replace(p, until=until) for p in placements]
         for placement in placements:
             self._add(placement, sample)
+            if placement.between_tasks:
+                self.between_tasks += placement.count
         return skipped
 
     def _add(self, placement: Placement, sample: SampleRecord) -> None:

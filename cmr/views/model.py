@@ -134,6 +134,9 @@ class SequenceTree:
     processes: int
     hidden: int = 0  # nodes hidden by views, in total
     samples_skipped: int = 0  # sample weight merge_samples could not place (no frame matched)
+    # Sample weight that showed the event loop between steps of interleaved asyncio tasks, none
+    # of them (placed under the call running the loop: ``placement._place_below_caller``).
+    samples_between_tasks: int = 0
     # Processes that reported dropping events of this sequence, by host, pid and puid.
     dropped_by: tuple[ProcessRef, ...] = ()
 

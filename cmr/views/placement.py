@@ -28,6 +28,9 @@ class Placement:
     # tick fell somewhere in ``[start, until)``. ``time`` says what the sample counts for (in CPU
     # mode, CPU time), not where its tick was.
     until: int | None = None
+    # Its stack showed the event loop between two steps of the interleaved tasks it fell among,
+    # none of them: it went to the call running the loop (``_place_below_caller``).
+    between_tasks: bool = False
 
     def window(self) -> tuple[int, int]:
         """Where the ticks that saw what it saw fell: ``[from, until)``. One tick: anywhere in
@@ -57,13 +60,17 @@ def place_sample(
         placed = _place(candidates, deepest)
         if placed is None:
             return [], sample.weight
-        call, cut = placed
-        stop = min(t + duration, call.end, call.inner.next_start_after(t))
+        call, cut, between = placed
+        # Its time ends where a callee of the call starts; not when it ran in one of the
+        # interleaved tasks that are the callees (``between``), which one the stack cannot say.
+        stop = min(
+            t + duration, call.end, t + duration if between else call.inner.next_start_after(t)
+        )
         time = max(0, stop - t)
         cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
-        return [Placement(call, cut, sample.weight, t, time, cpu)], 0
+        return [Placement(call, cut, sample.weight, t, time, cpu, between_tasks=between)], 0
     # A collapsed sample: split its span where any call on the thread starts or ends.
-    overlap: dict[Call, tuple[int, int, int]] = {}  # call -> (cut, first instant, time)
+    overlap: dict[Call, tuple[int, int, int, bool]] = {}  # call -> (cut, first, time, between)
     missed = 0
     for piece_start, piece_end in thread.pieces(t, t + duration):
         candidates = thread.innermost(piece_start)
@@ -73,9 +80,9 @@ def place_sample(
         if placed is None:
             missed += piece_end - piece_start
             continue
-        call, cut = placed
-        _cut, first, spent = overlap.get(call, (cut, piece_start, 0))
-        overlap[call] = (cut, first, spent + piece_end - piece_start)
+        call, cut, between = placed
+        _cut, first, spent, _between = overlap.get(call, (cut, piece_start, 0, between))
+        overlap[call] = (cut, first, spent + piece_end - piece_start, between)
     placements = [
         Placement(
             call,
@@ -84,8 +91,9 @@ def place_sample(
             first,
             spent,
             sample.cpu_ns * spent // duration,
+            between_tasks=between,
         )
-        for call, (cut, first, spent) in overlap.items()
+        for call, (cut, first, spent, between) in overlap.items()
     ]
     return placements, _share(sample.weight, missed, duration)
 
@@ -95,23 +103,48 @@ def _share(weight: int, part: int, whole: int) -> int:
     return (2 * weight * part + whole) // (2 * whole)
 
 
-def _place(candidates: list[Call], deepest: dict[FrameKey, int]) -> tuple[Call, int] | None:
-    """The candidate the stack shows, and the position below which its frames start."""
+def _place(candidates: list[Call], deepest: dict[FrameKey, int]) -> tuple[Call, int, bool] | None:
+    """The candidate the stack shows, the position below which its frames start, and whether
+    the stack could not tell which of several interleaved tasks it was: it showed the event
+    loop between their steps, or a function several of them were running (then the frames from
+    that function's down go under the tasks' nearest common caller, not onto one task)."""
     best: tuple[tuple[int, int, int], Call, int] | None = None
+    shown: list[tuple[int, int, Call]] = []  # (position, depth, call) of each call shown
     for call in candidates:
         position = deepest.get(call.key) if call.key is not None else None
         if position is not None:
+            shown.append((position, call.depth, call))
             rank = (position, call.depth, -call.start)
             if best is None or rank > best[0]:
                 best = (rank, call, position)
     if best is None:
         return _place_below_caller(candidates, deepest)
-    return best[1], best[2]
+    (position, depth, _start), call, _position = best
+    alike = [other for p, d, other in shown if (p, d) == (position, depth)]
+    if len(alike) > 1:  # interleaved tasks running the same function: the stack cannot tell
+        ancestor = _common_caller(alike)
+        if ancestor is not None:
+            return ancestor, position - 1, True
+    return call, position, False
+
+
+def _common_caller(calls: list[Call]) -> Call | None:
+    """The nearest measured call all of ``calls`` run under, if any."""
+    chains: list[list[Call]] = []
+    for call in calls:
+        chain: list[Call] = []
+        caller = call.parent
+        while caller is not None:
+            chain.append(caller)
+            caller = caller.parent
+        chains.append(chain)
+    others = [{id(c) for c in chain} for chain in chains[1:]]
+    return next((c for c in chains[0] if all(id(c) in ids for ids in others)), None)
 
 
 def _place_below_caller(
     candidates: list[Call], deepest: dict[FrameKey, int]
-) -> tuple[Call, int] | None:
+) -> tuple[Call, int, bool] | None:
     """No candidate's own frame is on the stack: cut it below the deepest frame of a measured
     caller on the thread. One candidate (a thread's calls nest) takes the frames below its caller.
     Several (interleaved asyncio tasks) that reach the same caller there are a stack of none of
@@ -132,9 +165,9 @@ def _place_below_caller(
     deepest_found = [(call, caller) for p, call, caller in found if p == position]
     callers = {id(caller) for _, caller in deepest_found}
     if len(deepest_found) > 1 and len(callers) == 1:
-        return deepest_found[0][1], position
+        return deepest_found[0][1], position, True
     call = min((call for call, _ in deepest_found), key=lambda c: c.start)
-    return call, position
+    return call, position, False
 
 
 class Ticks:

@@ -133,7 +133,21 @@ def render_header(tree: SequenceTree, palette: Palette = PLAIN) -> str:
     header = "  ".join(parts)
     if tree.lossy:
         header += "\n" + _lossy_note(tree, palette)
+    if tree.samples_between_tasks:
+        header += "\n" + _between_tasks_note(tree, palette)
     return header
+
+
+def _between_tasks_note(tree: SequenceTree, palette: Palette) -> str:
+    """A header line: samples that could not tell which of interleaved tasks they saw (the
+    guide's "asyncio" under the sampler)."""
+    count = tree.samples_between_tasks
+    return (
+        f"{palette.dim}≈ {plural(count, 'sample')} fell among interleaved asyncio tasks "
+        "without showing which (the event loop between steps, or a function several tasks "
+        "run): they are under the call the tasks run under, not guessed onto one."
+        f"{palette.reset}"
+    )
 
 
 def _lossy_note(tree: SequenceTree, palette: Palette) -> str:

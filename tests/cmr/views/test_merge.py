@@ -6,6 +6,7 @@ from __future__ import annotations
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
 from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, SequenceTree, walk
+from cmr.views.render.text import render_header
 from tests.cmr.views.conftest import SequenceBuilder
 
 S = 1_000_000_000
@@ -254,6 +255,19 @@ def test_the_event_loop_between_two_task_steps_goes_to_the_caller_not_to_a_task(
         "  ~run_forever 20/0 n=2/0 cpu=0",
         "    ~select 20/20 n=2/2 cpu=0",
     ]
+    assert tree.samples_between_tasks == 2  # counted, and said: the tasks were not guessed
+    assert "2 samples fell among interleaved asyncio tasks" in render_header(tree)
+
+
+def test_samples_of_one_task_s_own_frames_are_not_counted_as_between_tasks(builder):
+    _two_tasks(builder)
+    builder.sample(30, [1, 2])
+    builder.sample(40, [1, 3])
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert tree.samples_between_tasks == 0
+    assert "event loop" not in render_header(tree)
 
 
 def test_a_running_call_keeps_its_unknown_self_time(builder):
@@ -282,3 +296,25 @@ def test_merging_leaves_its_input_alone_and_can_be_repeated(builder):
 
     assert merged(tree) == before == ["app.h 100/100 n=0/0 cpu=-"]
     assert merged(once) == merged(twice) == ["app.h 100/90 n=1/0 cpu=0", "  ~g 10/10 n=1/1 cpu=0"]
+
+
+def test_a_function_two_interleaved_tasks_run_is_not_guessed_onto_the_first(builder):
+    # asyncio.gather(task(), task()): both tasks run the same function, so a sample inside it
+    # cannot say which. It went to the task that started first, every time.
+    builder.call("app.main", 1, start=0, end=100, line=10)
+    builder.call("app.task", 2, 1, start=10, end=90, line=20)
+    builder.call("app.task", 3, 1, start=20, end=80, line=20)
+    builder.frame(1, "run", line=5, file="asyncio.py")
+    builder.frame(2, "task", line=20)
+    builder.frame(3, "spin", line=40)
+    builder.sample(15, [1, 2, 3])  # before the second task began: the first's
+    builder.sample(30, [1, 2, 3])
+    builder.sample(50, [1, 2, 3])
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    first, second, unknown = tree.root.children
+    assert (first.samples, second.samples) == (1, 0)
+    assert (unknown.kind, unknown.name, unknown.samples) == (KIND_ESTIMATED, "task", 2)
+    assert [c.name for c in unknown.children] == ["spin"]
+    assert tree.samples_between_tasks == 2
