@@ -66,6 +66,9 @@ class _Tally:
     last: int = -OPEN
     seen: Seen = field(default_factory=Seen)  # where the samples that saw it fell
     children: dict[Signature, _Tally] = field(default_factory=dict)
+    # Placed among interleaved tasks (``Placement.between_tasks``): its time ran while they
+    # were open, so it is not fitted into the free time they leave their caller.
+    among_tasks: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -85,8 +88,10 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
     less its measured children's on the same thread; work handed to other threads runs in
     parallel and takes nothing from it), all of its estimated subtree (durations and CPU times) is
     scaled down by the same factor to fit. The measured node's ``self_ns`` then drops by what its
-    estimated children account for. Every node gets ``samples``, ``self_samples`` and
-    ``cpu_ns`` (subtree totals; ``cpu_ns`` None where no sample fell).
+    estimated children account for. Estimates placed among interleaved tasks ran while the tasks
+    were open, not in that free time: neither scaled nor taken from it. Every node gets
+    ``samples``, ``self_samples`` and ``cpu_ns`` (subtree totals; ``cpu_ns`` None where no
+    sample fell).
 
     With no samples, a tree without estimated nodes is returned as it is: the copy would equal
     it (a million calls, never sampled, cost no copy)."""
@@ -237,6 +242,8 @@ class _Merger:
             tally = level.get(signature)
             if tally is None:
                 tally = level[signature] = _Tally(frame)
+            if position == cut + 1 and placement.between_tasks:
+                tally.among_tasks = True
             tally.weight += count
             tally.time += time
             tally.cpu += cpu
@@ -261,13 +268,17 @@ def _grow(
     node: Node, tallies: dict[Signature, _Tally], bounds: Callable[[Node, Seen], Bounds]
 ) -> None:
     """Hang the estimated subtree under its measured node, scaled down to fit the time its own
-    thread had free: its window less what its measured children on the same thread covered.
+    thread had free: its window less what its measured children on the same thread covered
+    (but for the tallies placed among interleaved tasks, which ran while those were open).
     (Children handed off to other threads ran in parallel: they take nothing from that time.)"""
     top: list[Node] = []
-    built: list[Node] = []  # parents before children
-    stack: list[tuple[_Tally, Node]] = [(tally, node) for tally in tallies.values()]
+    built: list[Node] = []  # parents before children, but those placed among tasks
+    among: list[Node] = []  # those, parents before children: never scaled down
+    stack: list[tuple[_Tally, Node, bool]] = [
+        (tally, node, tally.among_tasks) for tally in tallies.values()
+    ]
     while stack:
-        tally, parent = stack.pop()
+        tally, parent, among_tasks = stack.pop()
         start = max(tally.first, parent.start_ns)
         end = tally.last if parent.end_ns is None else min(tally.last, parent.end_ns)
         child = Node(
@@ -288,16 +299,17 @@ def _grow(
             bounds=bounds(node, tally.seen),
         )
         parent.children.append(child)
-        if parent is node:
+        if parent is node and not among_tasks:
             top.append(child)
-        built.append(child)
-        stack.extend((inner, child) for inner in tally.children.values())
+        (among if among_tasks else built).append(child)
+        stack.extend((inner, child, among_tasks) for inner in tally.children.values())
     total = sum(_time(child) for child in top)
     limit = _own_thread_free_ns(node)
     if limit is not None and total > limit:
         for child in built:
             child.duration_ns = _time(child) * limit // total
             child.cpu_ns = (child.cpu_ns or 0) * limit // total
+    built += among
     for child in reversed(built):
         child.children.sort(key=_start)
         child.self_ns = max(0, _time(child) - sum(_time(inner) for inner in child.children))

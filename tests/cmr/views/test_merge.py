@@ -248,8 +248,8 @@ def test_the_event_loop_between_two_task_steps_goes_to_the_caller_not_to_a_task(
 
     tree = merge_samples(build_tree(builder.data()), builder.data())
 
-    assert merged(tree) == [
-        "app.main 100/0 n=3/0 cpu=0",
+    assert merged(tree) == [  # main's own time (before and after the tasks) stays its own
+        "app.main 100/20 n=3/0 cpu=0",
         "  app.task_a 80/80 n=1/1 cpu=0",
         "  app.task_b 60/60 n=0/0 cpu=-",
         "  ~run_forever 20/0 n=2/0 cpu=0",
@@ -316,5 +316,8 @@ def test_a_function_two_interleaved_tasks_run_is_not_guessed_onto_the_first(buil
     first, second, unknown = tree.root.children
     assert (first.samples, second.samples) == (1, 0)
     assert (unknown.kind, unknown.name, unknown.samples) == (KIND_ESTIMATED, "task", 2)
+    # The time ran inside the tasks, which cover all of main but 20: it is not squeezed into it.
+    assert unknown.duration_ns == 20  # the two samples, 10 each
+    assert tree.root.self_ns == 20
     assert [c.name for c in unknown.children] == ["spin"]
     assert tree.samples_between_tasks == 2
