@@ -17,6 +17,14 @@ speedups = Extension(
     optional=True,
 )
 
+#: The main thread samples itself when the sampler asks (``tracer/_sampler.py``). Linux: pthreads.
+main_ticks = Extension(
+    "tracer._main_ticks",
+    sources=["tracer/_main_ticks.c"],
+    extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    optional=True,
+)
+
 #: The repository's read path, a sequence's invocations as column arrays (``cmr/store/columns.py``
 #: falls back to ``cmr/store/packed.py`` without it), and ingest's index pass over a batch
 #: (``cmr/store/packing.py`` falls back to Python). Portable C; built wherever a compiler is.
@@ -28,4 +36,5 @@ columns = Extension(
     optional=True,
 )
 
-setup(ext_modules=([speedups] if sys.platform.startswith("linux") else []) + [columns])
+linux_only = [speedups, main_ticks] if sys.platform.startswith("linux") else []
+setup(ext_modules=[*linux_only, columns])

@@ -18,6 +18,14 @@ The interval starts at ``interval_ms`` and is paced (``tracer._pacing``): length
 ticks cost more than 1 % of the time, shortened back when they are cheap. The interval in effect
 and the longest used go with every report (``SamplerReport``).
 
+The main thread samples itself (``tracer/_main_ticks.c``, with the C accelerator): a thread of
+our own that never takes the GIL asks it, about every interval, to run ``_main_tick`` at its
+next bytecode boundary, which sees the frame it was in. The sampler thread sees a busy thread
+only where it gives up the GIL (every switch interval, or where it blocks: an event loop's
+select() between two task steps), so it would credit those places with the thread's time; the
+main thread, where event loops and most single-threaded programs run, is seen where it really
+is. Other threads are read by the sampler thread.
+
 Each sample stands for a span of its thread's time. Where two samples show different stacks, the
 boundary between their spans is placed with the thread's CPU clock (see ``_boundary``), because
 the sampler only sees a thread when it holds the GIL: a thread that blocks gives it up at once, a
@@ -36,15 +44,23 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any, Final
 
-from tracer._core import context, recorder
+from tracer._core import accel, context, recorder
 from tracer._core.frames import WRAPPER_CODES
 from tracer._pacing import Pacer
 
 log = logging.getLogger("tracer")
 
+#: The main thread samples itself at the sampler's request (``tracer/_main_ticks.c``): with the
+#: C accelerator, on Linux; otherwise the sampler thread reads it as it reads the others.
+_main_ticks: ModuleType | None = None
+if accel.speedups is not None:
+    try:
+        from tracer import _main_ticks
+    except ImportError:  # pragma: no cover - built with the accelerator
+        _main_ticks = None
 #: The tracer package's directory (this module sits at its top): its frames are left out of stacks.
 _TRACER_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 MAX_PENDING_SAMPLES: Final = 200_000
@@ -114,6 +130,13 @@ class Sampler:
         self.cost_ns = 0
         self._pacer = Pacer(self.interval_ns, time.perf_counter_ns(), enabled=paced)
         self._stop = threading.Event()
+        # The sampler thread's ticks and the main thread's own (``_main_tick``) share the state
+        # above: each holds this lock while it samples.
+        self._state = threading.Lock()
+        self._pid = os.getpid()
+        self._main_ident = threading.main_thread().ident or 0
+        self._main_cpu_ns = 0  # CPU the main thread's own ticks used since the last tick
+        self._ticks: Any = None  # a _main_ticks.Ticks while the main thread samples itself
         self._thread = threading.Thread(target=self._run, name="invoseq-sampler", daemon=True)
 
     @property
@@ -127,6 +150,13 @@ class Sampler:
                 "the sampler uses wall mode"
             )
             self.mode = "wall"
+        if _main_ticks is not None:
+            try:
+                ticks = _main_ticks.Ticks(self._main_tick)
+                ticks.start(self.interval_ns)
+                self._ticks = ticks
+            except Exception as exc:  # the sampler thread reads the main thread then
+                recorder.internal_error(exc)
         with context.detached():  # never part of a sequence (see Sender.start)
             self._thread.start()
 
@@ -135,6 +165,8 @@ class Sampler:
         does. Waking it is local and a tick is short, but a flush timeout of 0 must not leave it
         running after shutdown (CI saw it when the machine kept it off the CPU)."""
         self._stop.set()
+        if self._ticks is not None:
+            self._ticks.stop()
         if self._thread.is_alive():
             self._thread.join(timeout_s + STOP_GRACE_S)
 
@@ -174,24 +206,59 @@ class Sampler:
                 started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
                 if started - due > pacer.interval_ns:
                     self.late_ticks += 1
+                main_cpu = 0
                 try:
-                    self._tick(started)
+                    with self._state:
+                        self._tick(started)
+                        main_cpu, self._main_cpu_ns = self._main_cpu_ns, 0
                 except Exception as exc:  # one bad tick costs that tick, not the sampler
                     recorder.internal_error(exc)
                 self.ticks += 1
                 ended = time.perf_counter_ns()
-                self.cost_ns += ended - started
+                self.cost_ns += ended - started + main_cpu
                 # Paced on the CPU the tick used: waiting for the GIL mid-tick costs nobody.
-                pacer.tick(time.thread_time_ns() - started_cpu, ended)
+                interval = pacer.tick(time.thread_time_ns() - started_cpu + main_cpu, ended)
+                if self._ticks is not None and self._ticks.interval_ns != interval:
+                    self._ticks.interval_ns = interval
                 due += self._next_interval()
                 if due < started:  # fell behind: skip the missed ticks rather than burst
                     due = started + self._next_interval()
         except Exception as exc:
             recorder.internal_error(exc)
         finally:
-            self._finish(time.perf_counter_ns())
+            with self._state:
+                self._finish(time.perf_counter_ns())
+
+    def _main_tick(self, top: FrameType, skipped: int) -> None:
+        """In the main thread, at the request of ``tracer/_main_ticks.c``: sample the frame
+        ``top`` it was in. The ``skipped`` ticks fell while it could not answer (it was blocked
+        there): they are that stack's too. Should the sampler thread be mid-tick, this tick is
+        skipped rather than waited for."""
+        if self._stop.is_set() or os.getpid() != self._pid or not self._state.acquire(False):
+            return
+        try:
+            now, now_cpu = time.perf_counter_ns(), time.thread_time_ns()
+            ident = self._main_ident
+            sampled = recorder.sampled_thread(ident)
+            active = not self._only_active or recorder.in_c_call() or _inside_traced_call(top)
+            if sampled is not None and active:
+                if self.mode == "cpu" and not self._ran(ident):
+                    self._idle(ident, now)
+                else:
+                    self._sample(ident, sampled[0], top, now, weight=1 + skipped)
+            self._main_cpu_ns += time.thread_time_ns() - now_cpu
+        except Exception as exc:
+            recorder.internal_error(exc)
+        finally:
+            self._state.release()
 
     def _tick(self, now: int) -> None:
+        main_only = {self._main_ident}
+        if (
+            self._ticks is not None
+            and recorder.sampled_threads().keys() | self._pending.keys() <= main_only
+        ):
+            return  # only the main thread records, and it samples itself: nothing to do here
         frames = sys._current_frames()
         # This thread's own frame holds ``frames``: left in, it would make a reference cycle
         # through every frame seen this tick, and the garbage collector (not reference counts)
@@ -202,6 +269,8 @@ class Sampler:
         threads = recorder.sampled_threads()  # ident -> (tid, native id) of recording threads
         # The C accelerator's wrapper leaves no frame on the stack: its calls are counted instead.
         in_c_calls = recorder.threads_in_c_calls() if self._only_active else set()
+        if self._ticks is not None:
+            excluded = excluded | {self._main_ident}  # it samples itself (``_main_tick``)
         candidates: list[tuple[int, FrameType]] = []
         for ident, top in frames.items():
             if ident in excluded or ident not in threads:
@@ -262,7 +331,7 @@ class Sampler:
             self._emit(previous, now, previous.cpu_ns + max(0, cpu - previous.cpu_clock))
         self._idle_since[ident] = cpu
 
-    def _sample(self, ident: int, tid: int, top: FrameType, now: int) -> None:
+    def _sample(self, ident: int, tid: int, top: FrameType, now: int, weight: int = 1) -> None:
         cpu = self._cpu_now(ident)
         if cpu is None:
             return
@@ -271,14 +340,22 @@ class Sampler:
         if previous is None:
             since_idle = self._idle_since.pop(ident, cpu)
             self._pending[ident] = _Pending(
-                tid, now, now, cpu, frames, lines, running=True, cpu_ns=max(0, cpu - since_idle)
+                tid,
+                now,
+                now,
+                cpu,
+                frames,
+                lines,
+                running=True,
+                cpu_ns=max(0, cpu - since_idle),
+                weight=weight,
             )
             return
         gap = max(0, now - previous.last_ns)
         used = min(gap, max(0, cpu - previous.cpu_clock))
         same = previous.frames == frames and previous.lines == lines
         if same and used == 0:  # still idle in the same place: collapse
-            previous.weight += 1
+            previous.weight += weight
             previous.last_ns = now
             previous.running = False
             return
@@ -290,7 +367,15 @@ class Sampler:
             before = max(0, used - (now - split))
         self._emit(previous, split, previous.cpu_ns + before)
         self._pending[ident] = _Pending(
-            tid, split, now, cpu, frames, lines, running=used * 2 > gap, cpu_ns=used - before
+            tid,
+            split,
+            now,
+            cpu,
+            frames,
+            lines,
+            running=used * 2 > gap,
+            cpu_ns=used - before,
+            weight=weight,
         )
 
     def _emit(self, sample: _Pending, end: int | None, cpu_ns: int | None = None) -> None:

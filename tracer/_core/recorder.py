@@ -201,6 +201,17 @@ def sampled_threads() -> dict[int, tuple[int, int]]:
     return dict(_sampled)
 
 
+def sampled_thread(ident: int) -> tuple[int, int] | None:
+    """One thread's entry of ``sampled_threads``: (tid, native id), or None."""
+    return _sampled.get(ident)
+
+
+def in_c_call() -> bool:
+    """Whether the calling thread is inside a call of the C wrapper (``threads_in_c_calls``)."""
+    events = getattr(tls, "events", None)
+    return events is not None and not isinstance(events, list) and bool(events.active)
+
+
 def threads_in_c_calls() -> set[int]:
     """Idents of the threads inside a call of the C wrapper, which leaves no Python frame on
     their stacks for the sampler to recognise."""

@@ -1,0 +1,16 @@
+"""Type stub of tracer/_main_ticks.c: the main thread samples itself when the sampler asks."""
+
+from collections.abc import Callable
+from types import FrameType
+from typing import final
+
+@final
+class Ticks:
+    """A sampler's requests to the main thread to call ``callback(frame, skipped)``: ``frame``
+    is where the main thread was, ``skipped`` the ticks that fell while it could not answer."""
+
+    def __init__(self, callback: Callable[[FrameType, int], object]) -> None: ...
+    def wait(self, delay_ns: int, /) -> bool: ...
+    def wake(self) -> None: ...
+    @property
+    def requests(self) -> int: ...
