@@ -22,6 +22,7 @@ main_ticks = Extension(
     "tracer._main_ticks",
     sources=["tracer/_main_ticks.c"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    libraries=["m"],
     optional=True,
 )
 

@@ -75,6 +75,25 @@ def run(settings: Settings) -> CaseResult:
         )
     )
     result.rows.append(_accounting_row(measured["accounting"]))
+    main_traced, main_sampled = median(cpu["main traced"]), median(cpu["main sampled"])
+    result.rows.append(
+        Row(
+            case=NAME,
+            name="sampler at 100 Hz, main thread alone (samples itself): with / without (CPU)",
+            value=100 * (main_sampled / main_traced - 1),
+            unit="%",
+            baseline=main_traced,
+            baseline_name="main thread traced, sampler off, CPU per chunk",
+            baseline_unit="s",
+            ratio=main_sampled / main_traced,
+            targets=TARGETS,
+            error=ratio_error_pct(cpu["main sampled"], cpu["main traced"]),
+            note=(
+                f"median of per-round ratios {_paired(cpu, 'main sampled', 'main traced'):.4f}; "
+                f"in wall time: {_ratio_text(wall, 'main sampled', 'main traced')}"
+            ),
+        )
+    )
     return result
 
 

@@ -9,6 +9,8 @@ interleaved chunk by chunk:
 - ``sampled``: the same, with the sampler at 100 Hz (``sample_interval_ms=10``).
 
 ``sampled / traced`` isolates the sampler; ``sampled / untraced`` is what a user pays in all.
+Two more variants run the same work on the main thread alone, which samples itself
+(``tracer/_main_ticks.c``): ``main traced`` and ``main sampled``.
 The tracer sends to a ``cmr serve`` subprocess, so the repository's ingest of the samples is not
 charged to the traced process. After every sampled chunk the sampler is stopped and its own
 accounting (ticks, time spent in ticks) read back from the repository, a second, quieter
@@ -60,6 +62,30 @@ def run_threads(variant: str, work: Callable[[int], int], n: int) -> float:
         thread.join()
     WALL.setdefault(variant, []).append(time.perf_counter() - started)
     return time.process_time() - cpu
+
+
+def run_main_thread(variant: str, work: Callable[[int], int], n: int) -> float:
+    """One chunk of all the threads' work on the main thread alone; its process CPU seconds."""
+    started, cpu = time.perf_counter(), time.process_time()
+    work(n)
+    WALL.setdefault(variant, []).append(time.perf_counter() - started)
+    return time.process_time() - cpu
+
+
+def main_thread_chunks(configured: Callable[[int], None], n: int) -> dict[str, Callable[[], float]]:
+    """The chunks of the main thread alone: traced with the sampler off, and at 100 Hz."""
+
+    def chunk(variant: str, interval_ms: int) -> Callable[[], float]:
+        def run() -> float:
+            configured(interval_ms)
+            try:
+                return run_main_thread(variant, task, n)
+            finally:
+                tracer.shutdown(30)
+
+        return run
+
+    return {"main traced": chunk("main traced", 0), "main sampled": chunk("main sampled", 10)}
 
 
 def calibrate(chunk_s: float) -> int:
@@ -129,7 +155,12 @@ def main() -> None:
 
     try:
         series = interleave(
-            {"untraced": untraced, "traced": traced_chunk, "sampled": sampled_chunk},
+            {
+                "untraced": untraced,
+                "traced": traced_chunk,
+                "sampled": sampled_chunk,
+                **main_thread_chunks(configured, n * THREADS),
+            },
             rounds=params["rounds"],
             min_rounds=params["min_rounds"],
             budget_s=params["budget_s"],

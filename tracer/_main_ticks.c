@@ -29,6 +29,7 @@
 #endif
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -49,7 +50,7 @@ typedef struct {
     int running;           /* under the GIL: the thread was started and not yet joined */
     int stopping;          /* under mutex: stop() was called */
     int release_on_run;    /* under the GIL: the queued request drops the thread's reference */
-    atomic_llong interval_ns; /* the mean interval between ticks (jittered 0.5x to 1.5x) */
+    atomic_llong interval_ns; /* the mean interval between ticks (exponentially distributed) */
     atomic_int outstanding; /* a request is queued and has not run yet */
     atomic_long skipped;    /* ticks that fell while one was outstanding */
     atomic_long requests;   /* requests queued */
@@ -104,7 +105,10 @@ run_in_main(void *arg)
     return status;
 }
 
-/* Between 0.5 and 1.5 intervals, so that ticks never fall into step with periodic work. */
+/* An exponentially distributed wait, capped at 2 intervals (so a phase's edges are never more
+ * than that off), averaging 0.86 of one: the ticks are close to a Poisson process, as likely at
+ * any instant as at any other whatever the program's rhythm, so that the share of ticks a
+ * periodic phase gets is its share of the time, independently from tick to tick. */
 static long long
 jittered(Ticks *self)
 {
@@ -114,7 +118,12 @@ jittered(Ticks *self)
     x ^= x << 17;
     self->random = x;
     long long interval = atomic_load(&self->interval_ns);
-    return interval / 2 + (long long)(x % (uint64_t)(interval + 1));
+    double uniform = ((double)(x >> 11) + 0.5) / 9007199254740992.0; /* in (0, 1) */
+    double wait = -log(uniform) * (double)interval;
+    if (wait > 2.0 * (double)interval) {
+        wait = 2.0 * (double)interval;
+    }
+    return (long long)wait;
 }
 
 static void
@@ -122,6 +131,7 @@ ask_main(Ticks *self)
 {
     if (atomic_exchange(&self->outstanding, 1)) {
         atomic_fetch_add(&self->skipped, 1); /* the main thread has not run the last one */
+        wake_main(); /* in case another thread recomputed the eval breaker before it looked */
     }
     else if (Py_AddPendingCall(run_in_main, self) == 0) {
         atomic_fetch_add(&self->requests, 1);

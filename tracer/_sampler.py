@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType, ModuleType
 from typing import Any, Final
 
@@ -86,6 +86,17 @@ class _Pending:
     weight: int = 1
 
 
+@dataclass(slots=True)
+class _Readings:
+    """What one reader (the sampler thread, or the main thread sampling itself) knows of the
+    threads it reads, by thread ident. Each reader has its own: neither waits for the other."""
+
+    pending: dict[int, _Pending] = field(default_factory=dict)
+    clocks: dict[int, int | None] = field(default_factory=dict)  # a thread's CPU clock id
+    idle_since: dict[int, int] = field(default_factory=dict)  # CPU mode: its clock when idle
+    last_cpu: dict[int, int] = field(default_factory=dict)  # CPU mode: its clock at last look
+
+
 def _cpu_clock(ident: int) -> int | None:
     """The id of the thread's POSIX CPU clock (read with one cheap syscall), or None."""
     try:
@@ -95,6 +106,12 @@ def _cpu_clock(ident: int) -> int | None:
         return None
     return clock
 
+
+#: While only the main thread records (and samples itself), the sampler thread ticks this many
+#: times less often: it only looks for other threads then, and each of its ticks takes the GIL
+#: from the main thread (which, waiting, had that wait credited to the stack it resumed in: one
+#: of two asyncio tasks was estimated 13 % long for it).
+MAIN_ONLY_SPACING: Final = 10
 
 #: How long stopping waits for the sampler thread beyond the caller's timeout.
 STOP_GRACE_S: Final = 1.0
@@ -118,10 +135,8 @@ class Sampler:
         self._max_threads = max_threads_per_tick
         self._exclude = exclude  # idents of the tracer's own threads
         self._random = random.Random(os.urandom(16))
-        self._pending: dict[int, _Pending] = {}  # by thread ident
-        self._clocks: dict[int, int | None] = {}  # thread ident -> its CPU clock id
-        self._idle_since: dict[int, int] = {}  # CPU mode: a thread's CPU clock when seen idle
-        self._last_cpu: dict[int, int] = {}  # CPU mode: a thread's CPU clock at the last look
+        self._readings = _Readings()  # the sampler thread's
+        self._main_readings = _Readings()  # the main thread's own (``_main_tick``)
         self._lock = threading.Lock()
         self._samples: list[SampleTuple] = []
         self.dropped = 0
@@ -130,9 +145,9 @@ class Sampler:
         self.cost_ns = 0
         self._pacer = Pacer(self.interval_ns, time.perf_counter_ns(), enabled=paced)
         self._stop = threading.Event()
-        # The sampler thread's ticks and the main thread's own (``_main_tick``) share the state
-        # above: each holds this lock while it samples.
-        self._state = threading.Lock()
+        # Held by the main thread's ticks, and by the sampler thread only when it finishes: a
+        # main tick never waits for the sampler thread (which may hold the GIL's turn for long).
+        self._main_lock = threading.Lock()
         self._pid = os.getpid()
         self._main_ident = threading.main_thread().ident or 0
         self._main_cpu_ns = 0  # CPU the main thread's own ticks used since the last tick
@@ -206,11 +221,11 @@ class Sampler:
                 started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
                 if started - due > pacer.interval_ns:
                     self.late_ticks += 1
-                main_cpu = 0
+                main_cpu, spacing = 0, 1
                 try:
-                    with self._state:
-                        self._tick(started)
-                        main_cpu, self._main_cpu_ns = self._main_cpu_ns, 0
+                    if not self._tick(started):
+                        spacing = MAIN_ONLY_SPACING
+                    main_cpu, self._main_cpu_ns = self._main_cpu_ns, 0
                 except Exception as exc:  # one bad tick costs that tick, not the sampler
                     recorder.internal_error(exc)
                 self.ticks += 1
@@ -220,45 +235,60 @@ class Sampler:
                 interval = pacer.tick(time.thread_time_ns() - started_cpu + main_cpu, ended)
                 if self._ticks is not None and self._ticks.interval_ns != interval:
                     self._ticks.interval_ns = interval
-                due += self._next_interval()
+                due += self._next_interval() * spacing
                 if due < started:  # fell behind: skip the missed ticks rather than burst
                     due = started + self._next_interval()
         except Exception as exc:
             recorder.internal_error(exc)
         finally:
-            with self._state:
-                self._finish(time.perf_counter_ns())
+            self._finish(time.perf_counter_ns())
 
     def _main_tick(self, top: FrameType, skipped: int) -> None:
         """In the main thread, at the request of ``tracer/_main_ticks.c``: sample the frame
         ``top`` it was in. The ``skipped`` ticks fell while it could not answer (it was blocked
-        there): they are that stack's too. Should the sampler thread be mid-tick, this tick is
-        skipped rather than waited for."""
-        if self._stop.is_set() or os.getpid() != self._pid or not self._state.acquire(False):
+        there): they are that stack's too."""
+        if self._stop.is_set() or os.getpid() != self._pid:
             return
+        self._main_lock.acquire()  # uncontended but when the sampler finishes
         try:
+            if self._stop.is_set():
+                return
             now, now_cpu = time.perf_counter_ns(), time.thread_time_ns()
             ident = self._main_ident
             sampled = recorder.sampled_thread(ident)
             active = not self._only_active or recorder.in_c_call() or _inside_traced_call(top)
-            if sampled is not None and active:
-                if self.mode == "cpu" and not self._ran(ident):
-                    self._idle(ident, now)
+            readings = self._main_readings
+            if not active:
+                self._left(readings, ident, now, running=not skipped)
+            elif sampled is not None:
+                if self.mode == "cpu" and not self._ran(readings, ident):
+                    self._idle(readings, ident, now)
                 else:
-                    self._sample(ident, sampled[0], top, now, weight=1 + skipped)
+                    self._sample(
+                        readings,
+                        ident,
+                        sampled[0],
+                        top,
+                        now,
+                        weight=1 + skipped,
+                        running=not skipped,
+                    )
             self._main_cpu_ns += time.thread_time_ns() - now_cpu
         except Exception as exc:
             recorder.internal_error(exc)
         finally:
-            self._state.release()
+            self._main_lock.release()
 
-    def _tick(self, now: int) -> None:
+    def _tick(self, now: int) -> bool:
+        """Sample the threads this thread reads; False when there were none to read (only the
+        main thread records, and it samples itself)."""
+        readings = self._readings
         main_only = {self._main_ident}
         if (
             self._ticks is not None
-            and recorder.sampled_threads().keys() | self._pending.keys() <= main_only
+            and recorder.sampled_threads().keys() | readings.pending.keys() <= main_only
         ):
-            return  # only the main thread records, and it samples itself: nothing to do here
+            return False
         frames = sys._current_frames()
         # This thread's own frame holds ``frames``: left in, it would make a reference cycle
         # through every frame seen this tick, and the garbage collector (not reference counts)
@@ -278,68 +308,98 @@ class Sampler:
             if self._only_active and ident not in in_c_calls and not _inside_traced_call(top):
                 continue
             candidates.append((ident, top))
-        for ident in [i for i in self._pending if i not in frames]:
-            self._emit(self._pending.pop(ident), None)  # the thread ended
-        for ident in [i for i in self._clocks if i not in frames]:
-            del self._clocks[ident]
-            self._idle_since.pop(ident, None)
-            self._last_cpu.pop(ident, None)
+        for ident in [i for i in readings.pending if i not in frames]:
+            self._emit(readings.pending.pop(ident), None)  # the thread ended
+        for ident in [i for i in readings.clocks if i not in frames]:
+            del readings.clocks[ident]
+            readings.idle_since.pop(ident, None)
+            readings.last_cpu.pop(ident, None)
         if len(candidates) > self._max_threads:
             candidates = self._random.sample(candidates, self._max_threads)
         for ident, top in candidates:
             tid = threads[ident][0]
-            if self.mode == "cpu" and not self._ran(ident):
-                self._idle(ident, now)
+            if self.mode == "cpu" and not self._ran(readings, ident):
+                self._idle(readings, ident, now)
                 continue
-            self._sample(ident, tid, top, now)
+            self._sample(readings, ident, tid, top, now)
+        return True
 
-    def _ran(self, ident: int) -> bool:
+    def _ran(self, readings: _Readings, ident: int) -> bool:
         """CPU mode: whether the thread used the CPU since the sampler last looked at it. Its CPU
         clock says so exactly; a state (as /proc shows it) could not, because while the sampler
         holds the GIL a busy Python thread waits for it and looks asleep. A first look has
         nothing to compare with: it only reads the clock, and the thread counts as idle until
         the next look (``_idle`` keeps the reading, so the CPU it uses in between is credited
         to its first sample)."""
-        cpu = self._cpu_now(ident)
+        cpu = self._cpu_now(readings, ident)
         if cpu is None:
             return False
-        last = self._last_cpu.get(ident)
-        self._last_cpu[ident] = cpu
+        last = readings.last_cpu.get(ident)
+        readings.last_cpu[ident] = cpu
         return last is not None and cpu > last
 
-    def _cpu_now(self, ident: int) -> int | None:
+    def _cpu_now(self, readings: _Readings, ident: int) -> int | None:
         """The thread's CPU clock, 0 without one, None when the thread is gone."""
-        clock = self._clocks.get(ident, _UNSET)
+        clock = readings.clocks.get(ident, _UNSET)
         if clock is _UNSET:
-            clock = self._clocks[ident] = _cpu_clock(ident)
+            clock = readings.clocks[ident] = _cpu_clock(ident)
         if clock is None:
             return 0
         try:
             return time.clock_gettime_ns(clock)
         except OSError:  # the thread ended since the tick began: its clock is gone
-            self._clocks.pop(ident, None)
+            readings.clocks.pop(ident, None)
             return None
 
-    def _idle(self, ident: int, now: int) -> None:
+    def _idle(self, readings: _Readings, ident: int, now: int) -> None:
         """CPU mode saw the thread off the CPU: its pending sample ends here, with the CPU used so
         far; what it uses from now on belongs to its next sample."""
-        cpu = self._cpu_now(ident)
+        cpu = self._cpu_now(readings, ident)
         if cpu is None:
             return
-        previous = self._pending.pop(ident, None)
+        previous = readings.pending.pop(ident, None)
         if previous is not None:
             self._emit(previous, now, previous.cpu_ns + max(0, cpu - previous.cpu_clock))
-        self._idle_since[ident] = cpu
+        readings.idle_since[ident] = cpu
 
-    def _sample(self, ident: int, tid: int, top: FrameType, now: int, weight: int = 1) -> None:
-        cpu = self._cpu_now(ident)
+    def _left(self, readings: _Readings, ident: int, now: int, *, running: bool) -> None:
+        """The thread was seen outside any traced call: its pending sample ends where its
+        stack changed, as it would at a sample showing another stack, rather than stretch over
+        what it ran since (an event loop between task steps; waiting for the GIL there)."""
+        previous = readings.pending.pop(ident, None)
+        if previous is None:
+            return
+        cpu = self._cpu_now(readings, ident)
+        if cpu is None:
+            self._emit(previous, None)
+            return
+        gap = max(0, now - previous.last_ns)
+        used = min(gap, max(0, cpu - previous.cpu_clock))
+        split = _boundary(previous, gap, used, running=running)
+        before = _cpu_before(previous, split, used, now)
+        self._emit(previous, split, previous.cpu_ns + before)
+
+    def _sample(
+        self,
+        readings: _Readings,
+        ident: int,
+        tid: int,
+        top: FrameType,
+        now: int,
+        *,
+        weight: int = 1,
+        running: bool = False,
+    ) -> None:
+        """Sample the thread at ``top``: ``weight`` ticks; ``running`` when it is known to have
+        been running, not waiting, where it is seen (``_boundary``)."""
+        cpu = self._cpu_now(readings, ident)
         if cpu is None:
             return
         frames, lines = self._stack(top)
-        previous = self._pending.get(ident)
+        previous = readings.pending.get(ident)
         if previous is None:
-            since_idle = self._idle_since.pop(ident, cpu)
-            self._pending[ident] = _Pending(
+            since_idle = readings.idle_since.pop(ident, cpu)
+            readings.pending[ident] = _Pending(
                 tid,
                 now,
                 now,
@@ -359,14 +419,10 @@ class Sampler:
             previous.last_ns = now
             previous.running = False
             return
-        split = now if same else _boundary(previous, gap, used)
-        # The CPU of the gap: a running thread used it first, an idle one after waking.
-        if previous.running:
-            before = min(used, split - previous.last_ns)
-        else:
-            before = max(0, used - (now - split))
+        split = now if same else _boundary(previous, gap, used, running=running)
+        before = _cpu_before(previous, split, used, now)
         self._emit(previous, split, previous.cpu_ns + before)
-        self._pending[ident] = _Pending(
+        readings.pending[ident] = _Pending(
             tid,
             split,
             now,
@@ -403,9 +459,12 @@ class Sampler:
             self._samples.append(record)
 
     def _finish(self, now: int) -> None:
-        for sample in self._pending.values():
-            self._emit(sample, None)
-        self._pending.clear()
+        with self._main_lock:  # the main thread's last tick, if it was in one, is over
+            readings = (self._readings, self._main_readings)
+            for sample in [s for r in readings for s in r.pending.values()]:
+                self._emit(sample, None)
+            for r in readings:
+                r.pending.clear()
 
     def _stack(self, top: FrameType) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Frame ids and lines from the outermost call to the innermost, tracer frames left out."""
@@ -427,7 +486,7 @@ class Sampler:
 _UNSET: Any = object()
 
 
-def _boundary(previous: _Pending, gap: int, used: int) -> int:
+def _boundary(previous: _Pending, gap: int, used: int, *, running: bool = False) -> int:
     """Where, between two samples of a thread showing different stacks, the first stack ended.
 
     The sampler only sees a thread when it holds the GIL, which a thread that blocks releases at
@@ -435,13 +494,23 @@ def _boundary(previous: _Pending, gap: int, used: int) -> int:
     sample" credits waits with the running time that follows them. The thread's CPU clock tells
     better. An idle thread woke ``used`` before the next sample (it ran since); a running one ran
     ``used`` and then changed; one that ran through the whole gap changed at an unknown moment:
-    the middle."""
+    the middle. So did one ``running`` at the second sample, as the main thread is when it
+    answers its tick at once (``_main_tick``): it did not wait where that sample saw it, and
+    where it did wait (for the GIL, in a system call between two task steps) is unknown."""
     start = previous.last_ns
     if not previous.running:
         return start + gap - used
-    if used * 10 >= gap * 9:
+    if running or used * 10 >= gap * 9:
         return start + gap // 2
     return start + used
+
+
+def _cpu_before(previous: _Pending, split: int, used: int, now: int) -> int:
+    """Of the CPU ``used`` between ``previous``'s last instant and ``now``, the part before
+    ``split``: a running thread used it first, an idle one after waking."""
+    if previous.running:
+        return min(used, split - previous.last_ns)
+    return max(0, used - (now - split))
 
 
 def _inside_traced_call(top: FrameType) -> bool:

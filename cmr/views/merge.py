@@ -116,6 +116,8 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
         root=root,
         samples_skipped=tree.samples_skipped + skipped,
         samples_between_tasks=tree.samples_between_tasks + merger.between_tasks,
+        loop_busy_ns=tree.loop_busy_ns + merger.loop_busy_ns,
+        sampled_ns=tree.sampled_ns + merger.sampled_ns,
     )
 
 
@@ -203,6 +205,8 @@ class _Merger:
         self._ticks = ticks
         self.attributed: dict[Call, _Attributed] = {}
         self.between_tasks = 0  # sample weight that saw the event loop between task steps
+        self.loop_busy_ns = 0  # CPU time of the samples that showed the loop itself
+        self.sampled_ns = 0  # time of every placed sample
 
     def attribute(self, sample: SampleRecord, thread: ThreadCalls) -> int:
         """Attribute one sample within its thread; returns the weight skipped."""
@@ -214,6 +218,9 @@ class _Merger:
             self._add(placement, sample)
             if placement.between_tasks:
                 self.between_tasks += placement.count
+            if placement.at_loop:
+                self.loop_busy_ns += placement.cpu
+            self.sampled_ns += placement.time
         return skipped
 
     def _add(self, placement: Placement, sample: SampleRecord) -> None:

@@ -137,6 +137,11 @@ class SequenceTree:
     # Sample weight that showed the event loop between steps of interleaved asyncio tasks, none
     # of them (placed under the call running the loop: ``placement._place_below_caller``).
     samples_between_tasks: int = 0
+    # Of the time those samples stand for, the CPU time of the ones that showed the event loop
+    # itself, and the time all placed samples stand for: a thread busy on the CPU while its
+    # stack shows the loop waiting was read where it gave up the GIL (``render.text``).
+    loop_busy_ns: int = 0
+    sampled_ns: int = 0
     # Processes that reported dropping events of this sequence, by host, pid and puid.
     dropped_by: tuple[ProcessRef, ...] = ()
 

@@ -31,6 +31,8 @@ class Placement:
     # Its stack showed the event loop between two steps of the interleaved tasks it fell among,
     # none of them: it went to the call running the loop (``_place_below_caller``).
     between_tasks: bool = False
+    # Of those, one whose stack showed the event loop itself (not a function tasks share).
+    at_loop: bool = False
 
     def window(self) -> tuple[int, int]:
         """Where the ticks that saw what it saw fell: ``[from, until)``. One tick: anywhere in
@@ -60,7 +62,7 @@ def place_sample(
         placed = _place(candidates, deepest)
         if placed is None:
             return [], sample.weight
-        call, cut, between = placed
+        call, cut, between, at_loop = placed
         # Its time ends where a callee of the call starts; not when it ran in one of the
         # interleaved tasks that are the callees (``between``), which one the stack cannot say.
         stop = min(
@@ -68,9 +70,12 @@ def place_sample(
         )
         time = max(0, stop - t)
         cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
-        return [Placement(call, cut, sample.weight, t, time, cpu, between_tasks=between)], 0
+        placement = Placement(
+            call, cut, sample.weight, t, time, cpu, between_tasks=between, at_loop=at_loop
+        )
+        return [placement], 0
     # A collapsed sample: split its span where any call on the thread starts or ends.
-    overlap: dict[Call, tuple[int, int, int, bool]] = {}  # call -> (cut, first, time, between)
+    overlap: dict[Call, tuple[int, int, int, bool, bool]] = {}  # call -> (cut, first, time, …)
     missed = 0
     for piece_start, piece_end in thread.pieces(t, t + duration):
         candidates = thread.innermost(piece_start)
@@ -80,9 +85,9 @@ def place_sample(
         if placed is None:
             missed += piece_end - piece_start
             continue
-        call, cut, between = placed
-        _cut, first, spent, _between = overlap.get(call, (cut, piece_start, 0, between))
-        overlap[call] = (cut, first, spent + piece_end - piece_start, between)
+        call, cut, between, at_loop = placed
+        _cut, first, spent, _b, _l = overlap.get(call, (cut, piece_start, 0, between, at_loop))
+        overlap[call] = (cut, first, spent + piece_end - piece_start, between, at_loop)
     placements = [
         Placement(
             call,
@@ -92,8 +97,9 @@ def place_sample(
             spent,
             sample.cpu_ns * spent // duration,
             between_tasks=between,
+            at_loop=at_loop,
         )
-        for call, (cut, first, spent, between) in overlap.items()
+        for call, (cut, first, spent, between, at_loop) in overlap.items()
     ]
     return placements, _share(sample.weight, missed, duration)
 
@@ -103,11 +109,14 @@ def _share(weight: int, part: int, whole: int) -> int:
     return (2 * weight * part + whole) // (2 * whole)
 
 
-def _place(candidates: list[Call], deepest: dict[FrameKey, int]) -> tuple[Call, int, bool] | None:
+def _place(
+    candidates: list[Call], deepest: dict[FrameKey, int]
+) -> tuple[Call, int, bool, bool] | None:
     """The candidate the stack shows, the position below which its frames start, and whether
     the stack could not tell which of several interleaved tasks it was: it showed the event
     loop between their steps, or a function several of them were running (then the frames from
-    that function's down go under the tasks' nearest common caller, not onto one task)."""
+    that function's down go under the tasks' nearest common caller, not onto one task), and
+    whether it was the event loop."""
     best: tuple[tuple[int, int, int], Call, int] | None = None
     shown: list[tuple[int, int, Call]] = []  # (position, depth, call) of each call shown
     for call in candidates:
@@ -124,8 +133,8 @@ def _place(candidates: list[Call], deepest: dict[FrameKey, int]) -> tuple[Call, 
     if len(alike) > 1:  # interleaved tasks running the same function: the stack cannot tell
         ancestor = _common_caller(alike)
         if ancestor is not None:
-            return ancestor, position - 1, True
-    return call, position, False
+            return ancestor, position - 1, True, False
+    return call, position, False, False
 
 
 def _common_caller(calls: list[Call]) -> Call | None:
@@ -144,13 +153,13 @@ def _common_caller(calls: list[Call]) -> Call | None:
 
 def _place_below_caller(
     candidates: list[Call], deepest: dict[FrameKey, int]
-) -> tuple[Call, int, bool] | None:
+) -> tuple[Call, int, bool, bool] | None:
     """No candidate's own frame is on the stack: cut it below the deepest frame of a measured
     caller on the thread. One candidate (a thread's calls nest) takes the frames below its caller.
     Several (interleaved asyncio tasks) that reach the same caller there are a stack of none of
-    them: the event loop between two task steps, where a busy loop gives up the GIL and so where
-    the sampler mostly sees it. The frames go to that caller, not to whichever task started
-    first."""
+    them: the event loop between two task steps (where a busy loop gives up the GIL, and so
+    where a sampler thread mostly sees it). The frames go to that caller, not to whichever task
+    started first."""
     found: list[tuple[int, Call, Call]] = []  # (position, candidate, the caller found there)
     for call in candidates:
         caller = call.parent
@@ -165,9 +174,9 @@ def _place_below_caller(
     deepest_found = [(call, caller) for p, call, caller in found if p == position]
     callers = {id(caller) for _, caller in deepest_found}
     if len(deepest_found) > 1 and len(callers) == 1:
-        return deepest_found[0][1], position, True
+        return deepest_found[0][1], position, True, True
     call = min((call for call, _ in deepest_found), key=lambda c: c.start)
-    return call, position, False
+    return call, position, False, False
 
 
 class Ticks:

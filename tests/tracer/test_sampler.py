@@ -141,15 +141,15 @@ def test_cpu_mode_reads_no_proc_and_samples_a_thread_once_its_clock_advanced(
         runtime_sampler = _active_sampler()
         try:
             runtime_sampler._tick(time.perf_counter_ns())  # the first look at both
-            assert spinner.ident not in runtime_sampler._pending
-            assert sleeper.ident not in runtime_sampler._pending
+            assert spinner.ident not in runtime_sampler._readings.pending
+            assert sleeper.ident not in runtime_sampler._readings.pending
             assert spinner.ident is not None
             clock = time.pthread_getcpuclockid(spinner.ident)
             seen = time.clock_gettime_ns(clock)
             wait_for(lambda: time.clock_gettime_ns(clock) > seen, timeout_s=60)
             runtime_sampler._tick(time.perf_counter_ns())
-            assert spinner.ident in runtime_sampler._pending
-            assert sleeper.ident not in runtime_sampler._pending
+            assert spinner.ident in runtime_sampler._readings.pending
+            assert sleeper.ident not in runtime_sampler._readings.pending
         finally:
             monkeypatch.undo()
             stop.set()
@@ -175,9 +175,9 @@ def test_at_most_max_threads_are_sampled_per_tick() -> None:
         runtime_sampler = _active_sampler()
         for n in range(5):
             runtime_sampler._tick(time.perf_counter_ns())
-            assert len(runtime_sampler._pending) <= 8 * (n + 1)
+            assert len(runtime_sampler._readings.pending) <= 8 * (n + 1)
         # (only this test's threads: another test's thread may still be inside a traced call)
-        first_tick = set(runtime_sampler._pending) & {thread.ident for thread in threads}
+        first_tick = set(runtime_sampler._readings.pending) & {thread.ident for thread in threads}
         release.set()
         for thread in threads:
             thread.join(60)

@@ -76,7 +76,11 @@ class ZmqTransport:
 
     def send(self, body: bytes) -> bool:
         try:
-            self._socket.send_multipart((wire.BATCH_HEADER, body), flags=zmq.NOBLOCK, copy=False)
+            # Copied: pyzmq sends a large message (64 KiB and more) without copying through a
+            # garbage-collector thread of its own, which it stops at exit, before the tracer's
+            # last flush: that flush's large batch raised ("zmq gc socket requested during
+            # shutdown") and was lost, with the samples of a program sampled every millisecond.
+            self._socket.send_multipart((wire.BATCH_HEADER, body), flags=zmq.NOBLOCK, copy=True)
         except zmq.Again:
             return False
         return True

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
+from typing import Final
 
 from cmr.store.base import PROCESS_ENDED, PROCESS_LOST
 from cmr.views.budget import Fold, Selection, choose, fits
@@ -135,7 +136,28 @@ def render_header(tree: SequenceTree, palette: Palette = PLAIN) -> str:
         header += "\n" + _lossy_note(tree, palette)
     if tree.samples_between_tasks:
         header += "\n" + _between_tasks_note(tree, palette)
+    if tree.loop_busy_ns and tree.loop_busy_ns * LOOP_BUSY_SHARE >= tree.sampled_ns:
+        header += "\n" + _loop_busy_note(tree, palette)
     return header
+
+
+#: Samples that showed an event loop waiting while its thread was busy on the CPU are flagged
+#: when their CPU time is at least a tenth of the time of every placed sample. A loop the
+#: sampler read where it is spends about as much there as it really does (under 2 % in a busy
+#: loop in tests/test_sampling_accuracy.py); one read at its GIL releases, most of it.
+LOOP_BUSY_SHARE: Final = 10
+
+
+def _loop_busy_note(tree: SequenceTree, palette: Palette) -> str:
+    """A header line: an event loop read where it gave up the GIL (a thread other than the
+    main one, or pure Python), whose tasks' estimates miss what that time really was."""
+    return (
+        f"{palette.yellow}≈ {format_duration(tree.loop_busy_ns)} of CPU was sampled as the event "
+        "loop waiting between task steps: a sampler thread sees a busy loop only where it "
+        "gives up the GIL, so that time went to the tasks, which ones unknown, and their "
+        "estimates miss it (the main thread samples itself where it is, with the C "
+        f"accelerator: docs/guide.md){palette.reset}"
+    )
 
 
 def _between_tasks_note(tree: SequenceTree, palette: Palette) -> str:

@@ -259,6 +259,37 @@ def test_the_event_loop_between_two_task_steps_goes_to_the_caller_not_to_a_task(
     assert "2 samples fell among interleaved asyncio tasks" in render_header(tree)
 
 
+def test_a_busy_loop_sampled_waiting_is_said_to_have_been_read_at_its_gil_releases(builder):
+    # A sampler thread reads a busy event loop where it releases the GIL: in select(), between
+    # steps. Samples there that used the CPU all along were the tasks' time, which ones unknown.
+    _two_tasks(builder)
+    builder.frame(5, "run_forever", line=50, file="asyncio.py")
+    builder.frame(6, "select", line=60, file="selectors.py")
+    builder.sample(30, [1, 5, 6], cpu=10)
+    builder.sample(40, [1, 5, 6], cpu=10)
+    builder.sample(50, [1, 5, 2], cpu=10)
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert (tree.loop_busy_ns, tree.sampled_ns) == (20, 30)
+    assert "20 ns of CPU was sampled as the event loop waiting" in render_header(tree)
+
+
+def test_a_loop_that_really_waits_or_is_seen_where_it_is_is_not_flagged(builder):
+    _two_tasks(builder)
+    builder.frame(5, "run_forever", line=50, file="asyncio.py")
+    builder.frame(6, "select", line=60, file="selectors.py")
+    builder.frame(7, "spin", line=70)
+    builder.sample(21, [1, 5, 6], cpu=1)  # waiting for I/O: hardly on the CPU
+    for t in range(31, 81, 2):  # a busy loop sampled where it is: in its tasks' steps
+        builder.sample(t, [1, 5, 2 if t % 4 == 1 else 3, 7], cpu=2)
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert 0 < tree.loop_busy_ns * 10 < tree.sampled_ns  # under a tenth: not flagged
+    assert "sampled as the event loop waiting" not in render_header(tree)
+
+
 def test_samples_of_one_task_s_own_frames_are_not_counted_as_between_tasks(builder):
     _two_tasks(builder)
     builder.sample(30, [1, 2])
