@@ -26,12 +26,12 @@ select() between two task steps), so it would credit those places with the threa
 main thread, where event loops and most single-threaded programs run, is seen where it really
 is. Other threads are read by the sampler thread.
 
-Each sample stands for a span of its thread's time. Where two samples show different stacks, the
-boundary between their spans is placed with the thread's CPU clock (see ``_boundary``), because
-the sampler only sees a thread when it holds the GIL: a thread that blocks gives it up at once, a
-busy one only every switch interval. Consecutive identical samples of a thread that used no CPU in
-between collapse into one with ``weight = N``: a thread blocked for minutes costs one record.
-The tracer's own frames are left out of every stack.
+Each sample stands for a span of its thread's time (``tracer/_readings.py``). Where two samples
+show different stacks, the boundary between their spans is placed with the thread's CPU clock,
+because the sampler thread only sees a thread when it holds the GIL: a thread that blocks gives
+it up at once, a busy one only every switch interval. Consecutive identical samples of a thread
+that used no CPU in between collapse into one with ``weight = N``: a thread blocked for minutes
+costs one record. The tracer's own frames are left out of every stack.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import FrameType, ModuleType
 from typing import Any, Final
 
 from tracer._core import accel, context, recorder
 from tracer._core.frames import WRAPPER_CODES
 from tracer._pacing import Pacer
+from tracer._readings import Pending, Readings, cpu_clock
 
 log = logging.getLogger("tracer")
 
@@ -68,43 +68,6 @@ MAX_DEPTH: Final = 512
 
 #: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines).
 SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A thread's latest sample (or run of collapsed ones), waiting for the next sample of the
-    thread to know where its span ends and how much CPU it used."""
-
-    tid: int
-    start_ns: int  # where its span begins (at or before the first sample's instant)
-    last_ns: int  # the instant of its last sample
-    cpu_clock: int  # the thread's CPU clock at that instant
-    frames: tuple[int, ...]
-    lines: tuple[int, ...]
-    running: bool  # the thread was mostly on the CPU just before the sample
-    cpu_ns: int = 0  # CPU time already credited to the span
-    weight: int = 1
-
-
-@dataclass(slots=True)
-class _Readings:
-    """What one reader (the sampler thread, or the main thread sampling itself) knows of the
-    threads it reads, by thread ident. Each reader has its own: neither waits for the other."""
-
-    pending: dict[int, _Pending] = field(default_factory=dict)
-    clocks: dict[int, int | None] = field(default_factory=dict)  # a thread's CPU clock id
-    idle_since: dict[int, int] = field(default_factory=dict)  # CPU mode: its clock when idle
-    last_cpu: dict[int, int] = field(default_factory=dict)  # CPU mode: its clock at last look
-
-
-def _cpu_clock(ident: int) -> int | None:
-    """The id of the thread's POSIX CPU clock (read with one cheap syscall), or None."""
-    try:
-        clock = time.pthread_getcpuclockid(ident)
-        time.clock_gettime_ns(clock)
-    except (AttributeError, OSError, OverflowError):
-        return None
-    return clock
 
 
 #: While only the main thread records (and samples itself), the sampler thread ticks this many
@@ -135,8 +98,8 @@ class Sampler:
         self._max_threads = max_threads_per_tick
         self._exclude = exclude  # idents of the tracer's own threads
         self._random = random.Random(os.urandom(16))
-        self._readings = _Readings()  # the sampler thread's
-        self._main_readings = _Readings()  # the main thread's own (``_main_tick``)
+        self._readings = Readings(self._emit)  # the sampler thread's
+        self._main_readings = Readings(self._emit)  # the main thread's own (``_main_tick``)
         self._lock = threading.Lock()
         self._samples: list[SampleTuple] = []
         self.dropped = 0
@@ -159,7 +122,7 @@ class Sampler:
         return self._thread.ident
 
     def start(self) -> None:
-        if self.mode == "cpu" and _cpu_clock(threading.get_ident()) is None:
+        if self.mode == "cpu" and cpu_clock(threading.get_ident()) is None:
             log.warning(
                 "invoseq: threads have no CPU clock here (pthread_getcpuclockid); "
                 "the sampler uses wall mode"
@@ -259,19 +222,14 @@ class Sampler:
             active = not self._only_active or recorder.in_c_call() or _inside_traced_call(top)
             readings = self._main_readings
             if not active:
-                self._left(readings, ident, now, running=not skipped)
+                readings.left(ident, now, running=not skipped)
             elif sampled is not None:
-                if self.mode == "cpu" and not self._ran(readings, ident):
-                    self._idle(readings, ident, now)
+                if self.mode == "cpu" and not readings.ran(ident):
+                    readings.idle(ident, now)
                 else:
-                    self._sample(
-                        readings,
-                        ident,
-                        sampled[0],
-                        top,
-                        now,
-                        weight=1 + skipped,
-                        running=not skipped,
+                    stack, running = self._stack(top), not skipped
+                    readings.sample(
+                        ident, sampled[0], stack, now, weight=1 + skipped, running=running
                     )
             self._main_cpu_ns += time.thread_time_ns() - now_cpu
         except Exception as exc:
@@ -308,133 +266,18 @@ class Sampler:
             if self._only_active and ident not in in_c_calls and not _inside_traced_call(top):
                 continue
             candidates.append((ident, top))
-        for ident in [i for i in readings.pending if i not in frames]:
-            self._emit(readings.pending.pop(ident), None)  # the thread ended
-        for ident in [i for i in readings.clocks if i not in frames]:
-            del readings.clocks[ident]
-            readings.idle_since.pop(ident, None)
-            readings.last_cpu.pop(ident, None)
+        readings.forget_gone(frames)
         if len(candidates) > self._max_threads:
             candidates = self._random.sample(candidates, self._max_threads)
         for ident, top in candidates:
             tid = threads[ident][0]
-            if self.mode == "cpu" and not self._ran(readings, ident):
-                self._idle(readings, ident, now)
+            if self.mode == "cpu" and not readings.ran(ident):
+                readings.idle(ident, now)
                 continue
-            self._sample(readings, ident, tid, top, now)
+            readings.sample(ident, tid, self._stack(top), now)
         return True
 
-    def _ran(self, readings: _Readings, ident: int) -> bool:
-        """CPU mode: whether the thread used the CPU since the sampler last looked at it. Its CPU
-        clock says so exactly; a state (as /proc shows it) could not, because while the sampler
-        holds the GIL a busy Python thread waits for it and looks asleep. A first look has
-        nothing to compare with: it only reads the clock, and the thread counts as idle until
-        the next look (``_idle`` keeps the reading, so the CPU it uses in between is credited
-        to its first sample)."""
-        cpu = self._cpu_now(readings, ident)
-        if cpu is None:
-            return False
-        last = readings.last_cpu.get(ident)
-        readings.last_cpu[ident] = cpu
-        return last is not None and cpu > last
-
-    def _cpu_now(self, readings: _Readings, ident: int) -> int | None:
-        """The thread's CPU clock, 0 without one, None when the thread is gone."""
-        clock = readings.clocks.get(ident, _UNSET)
-        if clock is _UNSET:
-            clock = readings.clocks[ident] = _cpu_clock(ident)
-        if clock is None:
-            return 0
-        try:
-            return time.clock_gettime_ns(clock)
-        except OSError:  # the thread ended since the tick began: its clock is gone
-            readings.clocks.pop(ident, None)
-            return None
-
-    def _idle(self, readings: _Readings, ident: int, now: int) -> None:
-        """CPU mode saw the thread off the CPU: its pending sample ends here, with the CPU used so
-        far; what it uses from now on belongs to its next sample."""
-        cpu = self._cpu_now(readings, ident)
-        if cpu is None:
-            return
-        previous = readings.pending.pop(ident, None)
-        if previous is not None:
-            self._emit(previous, now, previous.cpu_ns + max(0, cpu - previous.cpu_clock))
-        readings.idle_since[ident] = cpu
-
-    def _left(self, readings: _Readings, ident: int, now: int, *, running: bool) -> None:
-        """The thread was seen outside any traced call: its pending sample ends where its
-        stack changed, as it would at a sample showing another stack, rather than stretch over
-        what it ran since (an event loop between task steps; waiting for the GIL there)."""
-        previous = readings.pending.pop(ident, None)
-        if previous is None:
-            return
-        cpu = self._cpu_now(readings, ident)
-        if cpu is None:
-            self._emit(previous, None)
-            return
-        gap = max(0, now - previous.last_ns)
-        used = min(gap, max(0, cpu - previous.cpu_clock))
-        split = _boundary(previous, gap, used, running=running)
-        before = _cpu_before(previous, split, used, now)
-        self._emit(previous, split, previous.cpu_ns + before)
-
-    def _sample(
-        self,
-        readings: _Readings,
-        ident: int,
-        tid: int,
-        top: FrameType,
-        now: int,
-        *,
-        weight: int = 1,
-        running: bool = False,
-    ) -> None:
-        """Sample the thread at ``top``: ``weight`` ticks; ``running`` when it is known to have
-        been running, not waiting, where it is seen (``_boundary``)."""
-        cpu = self._cpu_now(readings, ident)
-        if cpu is None:
-            return
-        frames, lines = self._stack(top)
-        previous = readings.pending.get(ident)
-        if previous is None:
-            since_idle = readings.idle_since.pop(ident, cpu)
-            readings.pending[ident] = _Pending(
-                tid,
-                now,
-                now,
-                cpu,
-                frames,
-                lines,
-                running=True,
-                cpu_ns=max(0, cpu - since_idle),
-                weight=weight,
-            )
-            return
-        gap = max(0, now - previous.last_ns)
-        used = min(gap, max(0, cpu - previous.cpu_clock))
-        same = previous.frames == frames and previous.lines == lines
-        if same and used == 0:  # still idle in the same place: collapse
-            previous.weight += weight
-            previous.last_ns = now
-            previous.running = False
-            return
-        split = now if same else _boundary(previous, gap, used, running=running)
-        before = _cpu_before(previous, split, used, now)
-        self._emit(previous, split, previous.cpu_ns + before)
-        readings.pending[ident] = _Pending(
-            tid,
-            split,
-            now,
-            cpu,
-            frames,
-            lines,
-            running=used * 2 > gap,
-            cpu_ns=used - before,
-            weight=weight,
-        )
-
-    def _emit(self, sample: _Pending, end: int | None, cpu_ns: int | None = None) -> None:
+    def _emit(self, sample: Pending, end: int | None, cpu_ns: int | None) -> None:
         """Queue a sample whose span ends at ``end``; without a next sample (the thread ended,
         the sampler stops) it lasts one interval past its last instant."""
         if end is None:
@@ -459,12 +302,9 @@ class Sampler:
             self._samples.append(record)
 
     def _finish(self, now: int) -> None:
+        self._readings.finish()
         with self._main_lock:  # the main thread's last tick, if it was in one, is over
-            readings = (self._readings, self._main_readings)
-            for sample in [s for r in readings for s in r.pending.values()]:
-                self._emit(sample, None)
-            for r in readings:
-                r.pending.clear()
+            self._main_readings.finish()
 
     def _stack(self, top: FrameType) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Frame ids and lines from the outermost call to the innermost, tracer frames left out."""
@@ -481,36 +321,6 @@ class Sampler:
         ids.reverse()
         lines.reverse()
         return tuple(ids), tuple(lines)
-
-
-_UNSET: Any = object()
-
-
-def _boundary(previous: _Pending, gap: int, used: int, *, running: bool = False) -> int:
-    """Where, between two samples of a thread showing different stacks, the first stack ended.
-
-    The sampler only sees a thread when it holds the GIL, which a thread that blocks releases at
-    once and a running one only every switch interval: a naive "the span lasts until the next
-    sample" credits waits with the running time that follows them. The thread's CPU clock tells
-    better. An idle thread woke ``used`` before the next sample (it ran since); a running one ran
-    ``used`` and then changed; one that ran through the whole gap changed at an unknown moment:
-    the middle. So did one ``running`` at the second sample, as the main thread is when it
-    answers its tick at once (``_main_tick``): it did not wait where that sample saw it, and
-    where it did wait (for the GIL, in a system call between two task steps) is unknown."""
-    start = previous.last_ns
-    if not previous.running:
-        return start + gap - used
-    if running or used * 10 >= gap * 9:
-        return start + gap // 2
-    return start + used
-
-
-def _cpu_before(previous: _Pending, split: int, used: int, now: int) -> int:
-    """Of the CPU ``used`` between ``previous``'s last instant and ``now``, the part before
-    ``split``: a running thread used it first, an idle one after waking."""
-    if previous.running:
-        return min(used, split - previous.last_ns)
-    return max(0, used - (now - split))
 
 
 def _inside_traced_call(top: FrameType) -> bool:

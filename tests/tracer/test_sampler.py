@@ -14,6 +14,7 @@ import pytest
 
 import tracer
 from tests.support import wait_for
+from tracer import _readings as readings_module
 from tracer import _sampler as sampler_module
 from tracer import wire
 from tracer.testing import Capture, capture
@@ -217,7 +218,8 @@ def test_only_active_threads_are_sampled_by_default(sampled: Capture) -> None:
 def test_without_thread_cpu_clocks_cpu_mode_says_so_once_and_samples_wall_time(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(sampler_module, "_cpu_clock", lambda ident: None)
+    monkeypatch.setattr(sampler_module, "cpu_clock", lambda ident: None)
+    monkeypatch.setattr(readings_module, "cpu_clock", lambda ident: None)
     with capture(sample_interval_ms=5, sample_mode="cpu") as trace:
         busy(0.05)
         trace.flush()

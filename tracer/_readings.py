@@ -1,0 +1,217 @@
+"""A sampler reader's bookkeeping (``tracer/_sampler.py``): what it knows of each thread it
+reads, and how consecutive samples of a thread become spans of its time.
+
+A sample stands for a span of its thread's time. Where two samples show different stacks, the
+boundary between their spans is placed with the thread's CPU clock (``boundary``); consecutive
+identical samples of a thread that used no CPU in between collapse into one with ``weight = N``:
+a thread blocked for minutes costs one record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Container
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+
+@dataclass(slots=True)
+class Pending:
+    """A thread's latest sample (or run of collapsed ones), waiting for the next sample of the
+    thread to know where its span ends and how much CPU it used."""
+
+    tid: int
+    start_ns: int  # where its span begins (at or before the first sample's instant)
+    last_ns: int  # the instant of its last sample
+    cpu_clock: int  # the thread's CPU clock at that instant
+    frames: tuple[int, ...]
+    lines: tuple[int, ...]
+    running: bool  # the thread was mostly on the CPU just before the sample
+    cpu_ns: int = 0  # CPU time already credited to the span
+    weight: int = 1
+
+
+#: Where a finished sample goes: (sample, end of its span or None, CPU time or None); ``end``
+#: None: one interval past its last instant.
+Emit: TypeAlias = Callable[[Pending, "int | None", "int | None"], None]
+
+_UNSET: Any = object()
+
+
+class Readings:
+    """What one reader (the sampler thread, or the main thread sampling itself) knows of the
+    threads it reads, by thread ident, and their samples in the making, each finished (``emit``)
+    when the thread's next sample shows where its span ends. Each reader has its own: neither
+    waits for the other."""
+
+    __slots__ = ("_emit", "clocks", "idle_since", "last_cpu", "pending")
+
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+        self.pending: dict[int, Pending] = {}
+        self.clocks: dict[int, int | None] = {}  # a thread's CPU clock id
+        self.idle_since: dict[int, int] = {}  # CPU mode: its clock when seen idle
+        self.last_cpu: dict[int, int] = {}  # CPU mode: its clock at the last look
+
+    def forget_gone(self, alive: Container[int]) -> None:
+        """The threads not ``alive`` ended: their samples end one interval past their last
+        instant, and their clocks are forgotten."""
+        for ident in [i for i in self.pending if i not in alive]:
+            self._emit(self.pending.pop(ident), None, None)
+        for ident in [i for i in self.clocks if i not in alive]:
+            del self.clocks[ident]
+            self.idle_since.pop(ident, None)
+            self.last_cpu.pop(ident, None)
+
+    def finish(self) -> None:
+        """The sampler stops: every sample in the making ends."""
+        for sample in list(self.pending.values()):
+            self._emit(sample, None, None)
+        self.pending.clear()
+
+    def ran(self, ident: int) -> bool:
+        """CPU mode: whether the thread used the CPU since the sampler last looked at it. Its CPU
+        clock says so exactly; a state (as /proc shows it) could not, because while the sampler
+        holds the GIL a busy Python thread waits for it and looks asleep. A first look has
+        nothing to compare with: it only reads the clock, and the thread counts as idle until
+        the next look (``idle`` keeps the reading, so the CPU it uses in between is credited
+        to its first sample)."""
+        cpu = self.cpu_now(ident)
+        if cpu is None:
+            return False
+        last = self.last_cpu.get(ident)
+        self.last_cpu[ident] = cpu
+        return last is not None and cpu > last
+
+    def cpu_now(self, ident: int) -> int | None:
+        """The thread's CPU clock, 0 without one, None when the thread is gone."""
+        clock = self.clocks.get(ident, _UNSET)
+        if clock is _UNSET:
+            clock = self.clocks[ident] = cpu_clock(ident)
+        if clock is None:
+            return 0
+        try:
+            return time.clock_gettime_ns(clock)
+        except OSError:  # the thread ended since the tick began: its clock is gone
+            self.clocks.pop(ident, None)
+            return None
+
+    def idle(self, ident: int, now: int) -> None:
+        """CPU mode saw the thread off the CPU: its pending sample ends here, with the CPU used so
+        far; what it uses from now on belongs to its next sample."""
+        cpu = self.cpu_now(ident)
+        if cpu is None:
+            return
+        previous = self.pending.pop(ident, None)
+        if previous is not None:
+            self._emit(previous, now, previous.cpu_ns + max(0, cpu - previous.cpu_clock))
+        self.idle_since[ident] = cpu
+
+    def left(self, ident: int, now: int, *, running: bool) -> None:
+        """The thread was seen outside any traced call: its pending sample ends where its
+        stack changed, as it would at a sample showing another stack, rather than stretch over
+        what it ran since (an event loop between task steps; waiting for the GIL there)."""
+        previous = self.pending.pop(ident, None)
+        if previous is None:
+            return
+        cpu = self.cpu_now(ident)
+        if cpu is None:
+            self._emit(previous, None, None)
+            return
+        gap = max(0, now - previous.last_ns)
+        used = min(gap, max(0, cpu - previous.cpu_clock))
+        split = boundary(previous, gap, used, running=running)
+        before = cpu_before(previous, split, used, now)
+        self._emit(previous, split, previous.cpu_ns + before)
+
+    def sample(
+        self,
+        ident: int,
+        tid: int,
+        stack: tuple[tuple[int, ...], tuple[int, ...]],
+        now: int,
+        *,
+        weight: int = 1,
+        running: bool = False,
+    ) -> None:
+        """Sample the thread, seen at ``stack`` (frame ids and lines, outermost first):
+        ``weight`` ticks; ``running`` when it is known to have been running, not waiting, where
+        it is seen (``boundary``)."""
+        cpu = self.cpu_now(ident)
+        if cpu is None:
+            return
+        frames, lines = stack
+        previous = self.pending.get(ident)
+        if previous is None:
+            since_idle = self.idle_since.pop(ident, cpu)
+            self.pending[ident] = Pending(
+                tid,
+                now,
+                now,
+                cpu,
+                frames,
+                lines,
+                running=True,
+                cpu_ns=max(0, cpu - since_idle),
+                weight=weight,
+            )
+            return
+        gap = max(0, now - previous.last_ns)
+        used = min(gap, max(0, cpu - previous.cpu_clock))
+        same = previous.frames == frames and previous.lines == lines
+        if same and used == 0:  # still idle in the same place: collapse
+            previous.weight += weight
+            previous.last_ns = now
+            previous.running = False
+            return
+        split = now if same else boundary(previous, gap, used, running=running)
+        before = cpu_before(previous, split, used, now)
+        self._emit(previous, split, previous.cpu_ns + before)
+        self.pending[ident] = Pending(
+            tid,
+            split,
+            now,
+            cpu,
+            frames,
+            lines,
+            running=used * 2 > gap,
+            cpu_ns=used - before,
+            weight=weight,
+        )
+
+
+def cpu_clock(ident: int) -> int | None:
+    """The id of the thread's POSIX CPU clock (read with one cheap syscall), or None."""
+    try:
+        clock = time.pthread_getcpuclockid(ident)
+        time.clock_gettime_ns(clock)
+    except (AttributeError, OSError, OverflowError):
+        return None
+    return clock
+
+
+def boundary(previous: Pending, gap: int, used: int, *, running: bool = False) -> int:
+    """Where, between two samples of a thread showing different stacks, the first stack ended.
+
+    The sampler only sees a thread when it holds the GIL, which a thread that blocks releases at
+    once and a running one only every switch interval: a naive "the span lasts until the next
+    sample" credits waits with the running time that follows them. The thread's CPU clock tells
+    better. An idle thread woke ``used`` before the next sample (it ran since); a running one ran
+    ``used`` and then changed; one that ran through the whole gap changed at an unknown moment:
+    the middle. So did one ``running`` at the second sample, as the main thread is when it
+    answers its tick at once (``Sampler._main_tick``): it did not wait where that sample saw it, and
+    where it did wait (for the GIL, in a system call between two task steps) is unknown."""
+    start = previous.last_ns
+    if not previous.running:
+        return start + gap - used
+    if running or used * 10 >= gap * 9:
+        return start + gap // 2
+    return start + used
+
+
+def cpu_before(previous: Pending, split: int, used: int, now: int) -> int:
+    """Of the CPU ``used`` between ``previous``'s last instant and ``now``, the part before
+    ``split``: a running thread used it first, an idle one after waking."""
+    if previous.running:
+        return min(used, split - previous.last_ns)
+    return max(0, used - (now - split))
