@@ -192,7 +192,7 @@ def run_interleaved_tasks(tmp_path: Path) -> tuple[dict[str, int], Any, str]:
 def test_two_interleaved_asyncio_tasks_doing_equal_work_get_equal_estimates(
     tmp_path: Path,
 ) -> None:
-    """Two tasks take turns on one loop, doing the same work in steps of about 1 ms: a sampler
+    """Two tasks take turns on one loop, doing the same work in steps under 1 ms: a sampler
     thread that must take the GIL sees the loop's select() (where the GIL is released between
     steps) and, of the tasks, whichever ran when a switch interval expired (37 vs 62 samples in
     one run). The main thread samples itself at each tick instead: each task's estimate is

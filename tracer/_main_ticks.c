@@ -132,8 +132,7 @@ ask_main(Ticks *self)
     if (atomic_exchange(&self->outstanding, 1)) {
         /* The main thread has not run the last one: it is blocked (it recomputes the eval
            breaker itself when it takes the GIL back). Poking it again would only send the other
-           threads through the eval loop's slow path until their next GIL switch: 32 busy
-           threads lost some 5 % of their CPU to that at 100 Hz while the main one joined them. */
+           threads through the eval loop's slow path until their next GIL switch. */
         atomic_fetch_add(&self->skipped, 1);
     }
     else if (Py_AddPendingCall(run_in_main, self) == 0) {

@@ -113,7 +113,10 @@ class Sampler:
         self._main_lock = threading.Lock()
         self._pid = os.getpid()
         self._main_ident = threading.main_thread().ident or 0
-        self._main_cpu_ns = 0  # CPU the main thread's own ticks used since the last tick
+        # CPU the main thread's own ticks used: written by the main thread only, and the part
+        # the sampler thread has counted, by it only (no update lost between the two).
+        self._main_cpu_ns = 0
+        self._main_cpu_counted = 0
         self._ticks: Any = None  # a _main_ticks.Ticks while the main thread samples itself
         self._thread = threading.Thread(target=self._run, name="invoseq-sampler", daemon=True)
 
@@ -188,7 +191,8 @@ class Sampler:
                 try:
                     if not self._tick(started):
                         spacing = MAIN_ONLY_SPACING
-                    main_cpu, self._main_cpu_ns = self._main_cpu_ns, 0
+                    total = self._main_cpu_ns
+                    main_cpu, self._main_cpu_counted = total - self._main_cpu_counted, total
                 except Exception as exc:  # one bad tick costs that tick, not the sampler
                     recorder.internal_error(exc)
                 self.ticks += 1
