@@ -37,24 +37,13 @@ def run(settings: Settings) -> CaseResult:
         result.noise[f"{name} (CPU)"] = spread(values)
         result.noise[f"{name} (wall)"] = spread(wall[name])
     untraced, traced, sampled = (median(cpu[k]) for k in ("untraced", "traced", "sampled"))
-    chunks = len(cpu["sampled"])
     result.rows.append(
-        Row(
-            case=NAME,
-            name="sampler at 100 Hz, 32 CPU-bound threads: with / without sampler (CPU)",
-            value=100 * (sampled / traced - 1),
-            unit="%",
-            baseline=traced,
-            baseline_name="traced, sampler off, CPU per chunk",
-            baseline_unit="s",
-            ratio=sampled / traced,
-            targets=TARGETS,
-            error=ratio_error_pct(cpu["sampled"], cpu["traced"]),
-            note=(
-                f"{chunks} chunks each; median of per-round ratios "
-                f"{_paired(cpu, 'sampled', 'traced'):.4f}; in wall time: "
-                f"{_ratio_text(wall, 'sampled', 'traced')}; anchor: py-spy 2-4 %"
-            ),
+        _with_without(
+            "sampler at 100 Hz, 32 CPU-bound threads: with / without sampler (CPU)",
+            measured,
+            ("sampled", "traced"),
+            "traced, sampler off, CPU per chunk",
+            anchor="; anchor: py-spy 2-4 %",
         )
     )
     result.rows.append(
@@ -75,26 +64,42 @@ def run(settings: Settings) -> CaseResult:
         )
     )
     result.rows.append(_accounting_row(measured["accounting"]))
-    main_traced, main_sampled = median(cpu["main traced"]), median(cpu["main sampled"])
     result.rows.append(
-        Row(
-            case=NAME,
-            name="sampler at 100 Hz, main thread alone (samples itself): with / without (CPU)",
-            value=100 * (main_sampled / main_traced - 1),
-            unit="%",
-            baseline=main_traced,
-            baseline_name="main thread traced, sampler off, CPU per chunk",
-            baseline_unit="s",
-            ratio=main_sampled / main_traced,
-            targets=TARGETS,
-            error=ratio_error_pct(cpu["main sampled"], cpu["main traced"]),
-            note=(
-                f"median of per-round ratios {_paired(cpu, 'main sampled', 'main traced'):.4f}; "
-                f"in wall time: {_ratio_text(wall, 'main sampled', 'main traced')}"
-            ),
+        _with_without(
+            "sampler at 100 Hz, main thread alone (samples itself): with / without (CPU)",
+            measured,
+            ("main sampled", "main traced"),
+            "main thread traced, sampler off, CPU per chunk",
         )
     )
     return result
+
+
+def _with_without(
+    name: str, measured: dict[str, Any], pair: tuple[str, str], baseline_name: str, anchor: str = ""
+) -> Row:
+    """A row of CPU per chunk with the sampler against without it (``pair``: the two variants)."""
+    cpu: dict[str, list[float]] = measured["series"]
+    wall: dict[str, list[float]] = measured["wall"]
+    sampled, unsampled = pair
+    ratio = median(cpu[sampled]) / median(cpu[unsampled])
+    return Row(
+        case=NAME,
+        name=name,
+        value=100 * (ratio - 1),
+        unit="%",
+        baseline=median(cpu[unsampled]),
+        baseline_name=baseline_name,
+        baseline_unit="s",
+        ratio=ratio,
+        targets=TARGETS,
+        error=ratio_error_pct(cpu[sampled], cpu[unsampled]),
+        note=(
+            f"{len(cpu[sampled])} chunks each; median of per-round ratios "
+            f"{_paired(cpu, sampled, unsampled):.4f}; in wall time: "
+            f"{_ratio_text(wall, sampled, unsampled)}{anchor}"
+        ),
+    )
 
 
 def _paired(series: dict[str, list[float]], a: str, b: str) -> float:

@@ -118,11 +118,8 @@ class Readings:
         if cpu is None:
             self._emit(previous, None, None)
             return
-        gap = max(0, now - previous.last_ns)
-        used = min(gap, max(0, cpu - previous.cpu_clock))
-        split = boundary(previous, gap, used, running=running)
-        before = cpu_before(previous, split, used, now)
-        self._emit(previous, split, previous.cpu_ns + before)
+        gap, used = _since(previous, cpu, now)
+        self._end(previous, boundary(previous, gap, used, running=running), used, now)
 
     def sample(
         self,
@@ -156,8 +153,7 @@ class Readings:
                 weight=weight,
             )
             return
-        gap = max(0, now - previous.last_ns)
-        used = min(gap, max(0, cpu - previous.cpu_clock))
+        gap, used = _since(previous, cpu, now)
         same = previous.frames == frames and previous.lines == lines
         if same and used == 0:  # still idle in the same place: collapse
             previous.weight += weight
@@ -165,8 +161,7 @@ class Readings:
             previous.running = False
             return
         split = now if same else boundary(previous, gap, used, running=running)
-        before = cpu_before(previous, split, used, now)
-        self._emit(previous, split, previous.cpu_ns + before)
+        before = self._end(previous, split, used, now)
         self.pending[ident] = Pending(
             tid,
             split,
@@ -178,6 +173,19 @@ class Readings:
             cpu_ns=used - before,
             weight=weight,
         )
+
+    def _end(self, previous: Pending, split: int, used: int, now: int) -> int:
+        """``previous``'s span ends at ``split`` with its share of the CPU ``used`` since its
+        last instant; returns that share (the rest belongs to what follows)."""
+        before = cpu_before(previous, split, used, now)
+        self._emit(previous, split, previous.cpu_ns + before)
+        return before
+
+
+def _since(previous: Pending, cpu: int, now: int) -> tuple[int, int]:
+    """The wall time since ``previous``'s last instant, and the CPU its thread used in it."""
+    gap = max(0, now - previous.last_ns)
+    return gap, min(gap, max(0, cpu - previous.cpu_clock))
 
 
 def cpu_clock(ident: int) -> int | None:

@@ -223,18 +223,16 @@ class Sampler:
             now, now_cpu = time.perf_counter_ns(), time.thread_time_ns()
             ident = self._main_ident
             sampled = recorder.sampled_thread(ident)
-            active = not self._only_active or recorder.in_c_call() or _inside_traced_call(top)
+            if sampled is None:  # it has recorded nothing yet
+                return
             readings = self._main_readings
-            if not active:
+            if self._only_active and not (recorder.in_c_call() or _inside_traced_call(top)):
                 readings.left(ident, now, running=not skipped)
-            elif sampled is not None:
-                if self.mode == "cpu" and not readings.ran(ident):
-                    readings.idle(ident, now)
-                else:
-                    stack, running = self._stack(top), not skipped
-                    readings.sample(
-                        ident, sampled[0], stack, now, weight=1 + skipped, running=running
-                    )
+            elif self.mode == "cpu" and not readings.ran(ident):
+                readings.idle(ident, now)
+            else:
+                stack, running = self._stack(top), not skipped
+                readings.sample(ident, sampled[0], stack, now, weight=1 + skipped, running=running)
             self._main_cpu_ns += time.thread_time_ns() - now_cpu
         except Exception as exc:
             recorder.internal_error(exc)
@@ -245,11 +243,9 @@ class Sampler:
         """Sample the threads this thread reads; False when there were none to read (only the
         main thread records, and it samples itself)."""
         readings = self._readings
+        threads = recorder.sampled_threads()  # ident -> (tid, native id) of recording threads
         main_only = {self._main_ident}
-        if (
-            self._ticks is not None
-            and recorder.sampled_threads().keys() | readings.pending.keys() <= main_only
-        ):
+        if self._ticks is not None and threads.keys() | readings.pending.keys() <= main_only:
             return False
         frames = sys._current_frames()
         # This thread's own frame holds ``frames``: left in, it would make a reference cycle
@@ -258,7 +254,6 @@ class Sampler:
         # a BytesIO with a live buffer (python/cpython#111331), e.g. in multiprocessing.
         del frames[threading.get_ident()]
         excluded = self._exclude()
-        threads = recorder.sampled_threads()  # ident -> (tid, native id) of recording threads
         # The C accelerator's wrapper leaves no frame on the stack: its calls are counted instead.
         in_c_calls = recorder.threads_in_c_calls() if self._only_active else set()
         if self._ticks is not None:

@@ -206,20 +206,21 @@ def sampled_thread(ident: int) -> tuple[int, int] | None:
     return _sampled.get(ident)
 
 
+def _in_c_call(events: EventSink | None) -> bool:
+    """Whether the thread of these events is inside a call of the C wrapper, which leaves no
+    Python frame on its stack for the sampler to recognise."""
+    return events is not None and not isinstance(events, list) and bool(events.active)
+
+
 def in_c_call() -> bool:
     """Whether the calling thread is inside a call of the C wrapper (``threads_in_c_calls``)."""
-    events = getattr(tls, "events", None)
-    return events is not None and not isinstance(events, list) and bool(events.active)
+    return _in_c_call(getattr(tls, "events", None))
 
 
 def threads_in_c_calls() -> set[int]:
     """Idents of the threads inside a call of the C wrapper, which leaves no Python frame on
     their stacks for the sampler to recognise."""
-    return {
-        buffer.ident
-        for buffer in list(_buffers)
-        if not isinstance(buffer.events, list) and buffer.events.active
-    }
+    return {buffer.ident for buffer in list(_buffers) if _in_c_call(buffer.events)}
 
 
 @dataclass(frozen=True, slots=True)
