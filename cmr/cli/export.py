@@ -33,8 +33,8 @@ def add_export(commands: Commands) -> None:
             "samples as OTLP/JSON profiles, wall and CPU time, each sample linked to the span of "
             "'otlp' it was taken under), 'firefox' (the Firefox Profiler's processed profile for "
             "https://profiler.firefox.com: a thread per traced thread, the calls as markers, the "
-            "samples weighted, an idle stretch as one sample), 'folded' (stack lines for "
-            "flamegraph.pl), or 'bundle' (the raw records, compressed, for 'cmr import' into "
+            "samples weighted, an idle stretch spread over its duration), 'folded' (stack lines "
+            "for flamegraph.pl), or 'bundle' (the raw records, compressed, for 'cmr import' into "
             "another repository). Text formats go to standard output without -o."
         ),
         examples=[

@@ -30,11 +30,13 @@ thread from the outermost to that call (category ``Traced``), then the sampled f
 
 **Idle stretches.** The sampler collapses N identical samples of an idle thread into one of weight
 N standing for a duration D. Format 57 has no per-sample duration column: a sample is an instant,
-and its extent is up to the thread's next sample. So the stretch is one sample of weight N at its
-first instant, and also an interval marker ``idle: N samples`` (type ``InvoseqIdle``: ``weight`` N,
-``duration`` D, ``cpu``) from that instant to its end, which shows the duration. A range selection
-counts the sample's whole weight N when it holds the stretch's first instant, and none of it
-otherwise: the format cannot give a part of a stretch its share of N.
+its extent up to the thread's next sample, and a range selection counts the samples whose instant
+it holds. So the stretch is spread back over its duration: ``min(N, SPREAD_LIMIT)`` samples at
+even steps from its first instant, their weights adding up to N (1 each when N is at most the
+limit: the ticks the sampler collapsed, one per interval), each placed under the measured call
+that holds its instant; a selection of part of the stretch counts its share of N, to a step. The
+stretch is also an interval marker ``idle: N samples`` (type ``InvoseqIdle``: ``weight`` N,
+``duration`` D, ``cpu``) from its first instant to its end.
 
 Times are milliseconds (floats, to the nanosecond) from ``meta.startTime``, the wall-clock time of
 the sequence's first call or sample in milliseconds since the epoch. A sequence without samples is
@@ -43,8 +45,7 @@ exported with its markers and empty samples tables.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any, Final
 
 import msgspec
@@ -60,6 +61,7 @@ from cmr.views.model import (
     walk,
 )
 from cmr.views.placement import place_sample
+from cmr.views.render.firefox_tables import FuncKey, Strings, ThreadTables
 from cmr.views.timeline import Call, ThreadCalls
 
 #: The processed profile format version written, and the Gecko format version of the same
@@ -77,7 +79,9 @@ CATEGORIES: Final = (
 OTHER, TRACED, PYTHON, IDLE = range(4)
 CALL_MARKER: Final = "InvoseqCall"
 IDLE_MARKER: Final = "InvoseqIdle"
-INTERVAL: Final = 1  # a marker's phase: from startTime to endTime
+#: The most samples one idle stretch is spread into (module docstring): a stretch of a minute at
+#: 100 Hz is 1,000 samples of weight 6, a selection's share exact to 60 ms.
+SPREAD_LIMIT: Final = 1000
 
 
 def _schema(name: str, table: str, description: str, *fields: tuple[str, str, str]) -> Any:
@@ -115,115 +119,7 @@ MARKER_SCHEMA: Final = (
 )
 
 ThreadKey = tuple[int, int]  # (puid, tid)
-_FuncKey = tuple[str, str, int | None]  # (name, file, first line)
 _encode = msgspec.json.Encoder().encode
-
-
-class _Strings:
-    """``shared.stringArray``: each string once."""
-
-    def __init__(self) -> None:
-        self.array: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def of(self, text: str) -> int:
-        found = self._index.get(text)
-        if found is None:
-            found = self._index[text] = len(self.array)
-            self.array.append(text)
-        return found
-
-
-@dataclass
-class _Thread:
-    """One thread's tables, filled as its markers and samples are added."""
-
-    strings: _Strings
-    origin: int
-    index: dict[Hashable, int] = field(default_factory=dict)  # stacks, frames, funcs: each once
-    stacks: dict[str, list[Any]] = field(default_factory=lambda: _columns("frame", "prefix"))
-    frames: dict[str, list[Any]] = field(
-        default_factory=lambda: _columns(
-            "address", "inlineDepth", "category", "subcategory", "func", "nativeSymbol",
-            "innerWindowID", "line", "column",
-        )
-    )  # fmt: skip
-    funcs: dict[str, list[Any]] = field(
-        default_factory=lambda: _columns(
-            "name", "isJS", "relevantForJS", "resource", "fileName", "lineNumber", "columnNumber"
-        )
-    )
-    samples: list[tuple[int, int | None, int]] = field(default_factory=list)  # (t, stack, w)
-    markers: list[tuple[int, int, int, int, dict[str, Any]]] = field(default_factory=list)
-
-    def ms(self, ns: int) -> float:
-        return (ns - self.origin) / 1e6
-
-    def stack(self, frames: Iterable[tuple[_FuncKey, int | None, int]]) -> int | None:
-        """The stack of ``frames`` (function, line, category), outermost first."""
-        prefix: int | None = None
-        for (name, file, first_line), line, category in frames:
-            func = self._row(
-                self.funcs, ("func", name, file, first_line), name=self.strings.of(name),
-                isJS=False, relevantForJS=False, resource=-1,
-                fileName=self.strings.of(file) if file else None, lineNumber=first_line,
-                columnNumber=None,
-            )  # fmt: skip
-            frame = self._row(
-                self.frames, ("frame", func, line, category), address=-1, inlineDepth=0,
-                category=category, subcategory=0, func=func, nativeSymbol=None, innerWindowID=0,
-                line=line, column=None,
-            )  # fmt: skip
-            prefix = self._row(self.stacks, ("stack", prefix, frame), frame=frame, prefix=prefix)
-        return prefix
-
-    def _row(self, table: dict[str, list[Any]], key: Hashable, **row: Any) -> int:
-        """The index of the row ``key`` names in ``table``, appended when new."""
-        found = self.index.get(key)
-        if found is None:
-            found = self.index[key] = len(table[next(iter(table))])
-            for column, value in row.items():
-                table[column].append(value)
-        return found
-
-    def marker(self, name: str, start: int, end: int, category: int, data: dict[str, Any]) -> None:
-        self.markers.append((start, end, self.strings.of(name), category, data))
-
-    def tables(self) -> dict[str, Any]:
-        self.samples.sort(key=lambda row: row[0])
-        self.markers.sort(key=lambda row: (row[0], -row[1]))
-        return {
-            "samples": {
-                "stack": [row[1] for row in self.samples],
-                "time": [self.ms(row[0]) for row in self.samples],
-                "weight": [row[2] for row in self.samples],
-                "weightType": "samples",
-                "length": len(self.samples),
-            },
-            "markers": {
-                "data": [row[4] for row in self.markers],
-                "name": [row[2] for row in self.markers],
-                "startTime": [self.ms(row[0]) for row in self.markers],
-                "endTime": [self.ms(row[1]) for row in self.markers],
-                "phase": [INTERVAL] * len(self.markers),
-                "category": [row[3] for row in self.markers],
-                "length": len(self.markers),
-            },
-            "stackTable": _sealed(self.stacks),
-            "frameTable": _sealed(self.frames),
-            "funcTable": _sealed(self.funcs),
-            "resourceTable": _sealed(_columns("lib", "name", "host", "type")),
-            "nativeSymbols": _sealed(_columns("libIndex", "address", "name", "functionSize")),
-        }
-
-
-def _columns(*names: str) -> dict[str, list[Any]]:
-    return {name: [] for name in names}
-
-
-def _sealed(table: dict[str, list[Any]]) -> dict[str, Any]:
-    lengths = {len(column) for column in table.values()}
-    return {**table, "length": lengths.pop() if lengths else 0}
 
 
 def render_firefox(tree: SequenceTree, data: SequenceData) -> str:
@@ -243,13 +139,13 @@ def to_firefox(tree: SequenceTree, data: SequenceData) -> dict[str, Any]:
         + [node.start_ns for node in calls]
         + [sample.t_ns + sample.duration_ns for sample in data.samples]
     )
-    strings = _Strings()
-    threads: dict[ThreadKey, _Thread] = {}
+    strings = Strings()
+    threads: dict[ThreadKey, ThreadTables] = {}
 
-    def thread_of(key: ThreadKey) -> _Thread:
+    def thread_of(key: ThreadKey) -> ThreadTables:
         found = threads.get(key)
         if found is None:
-            found = threads[key] = _Thread(strings, origin)
+            found = threads[key] = ThreadTables(strings, origin)
         return found
 
     first: dict[ThreadKey, int] = {}
@@ -291,16 +187,52 @@ def _call_data(node: Node) -> dict[str, Any]:
 
 
 def _add_sample(
-    thread: _Thread,
+    thread: ThreadTables,
     sample: SampleRecord,
     calls: ThreadCalls | None,
     records: dict[tuple[int, int], FrameRecord],
 ) -> None:
+    if sample.weight <= 1 or sample.duration_ns <= 0:
+        thread.samples.append((sample.t_ns, _stack(thread, sample, calls, records), sample.weight))
+        return
+    for part in spread(sample):
+        thread.samples.append((part.t_ns, _stack(thread, part, calls, records), part.weight))
+    end = sample.t_ns + sample.duration_ns
+    data = {
+        "type": IDLE_MARKER,
+        "weight": sample.weight,
+        "duration": sample.duration_ns / 1e6,
+        "cpu": sample.cpu_ns / 1e6,
+    }
+    thread.marker(f"idle: {sample.weight} samples", sample.t_ns, end, IDLE, data)
+
+
+def spread(sample: SampleRecord, limit: int = SPREAD_LIMIT) -> list[SampleRecord]:
+    """A collapsed sample as ``min(weight, limit)`` instants (duration 0) at even steps over its
+    span, their weights adding up to its weight and differing by one at most."""
+    parts = min(sample.weight, limit)
+    found = []
+    for i in range(parts):
+        weight = (i + 1) * sample.weight // parts - i * sample.weight // parts
+        cpu = (i + 1) * sample.cpu_ns // parts - i * sample.cpu_ns // parts
+        at = sample.t_ns + i * sample.duration_ns // parts
+        found.append(replace(sample, t_ns=at, weight=weight, duration_ns=0, cpu_ns=cpu))
+    return found
+
+
+def _stack(
+    thread: ThreadTables,
+    sample: SampleRecord,
+    calls: ThreadCalls | None,
+    records: dict[tuple[int, int], FrameRecord],
+) -> int | None:
+    """The stack of ``sample``: the measured calls of its thread down to the one it was taken
+    under, then its frames beneath that call's own."""
     placements, _missed = place_sample(sample, calls, records) if calls else ([], 0)
-    frames: list[tuple[_FuncKey, int | None, int]] = []
+    frames: list[tuple[FuncKey, int | None, int]] = []
     cut = -1
-    if placements:  # the call it started under (a collapsed one can span several)
-        placed = min(placements, key=lambda p: p.start)
+    if placements:
+        placed = placements[0]  # an instant: one call holds it
         cut = placed.cut
         chain: list[Call] = []
         call: Call | None = placed.call
@@ -316,16 +248,7 @@ def _add_sample(
             frames.append(((f"<unknown frame {frame_id}>", "", None), line, PYTHON))
         else:
             frames.append(((record.function, record.file, record.line), line, PYTHON))
-    thread.samples.append((sample.t_ns, thread.stack(frames), sample.weight))
-    if sample.weight > 1:
-        end = sample.t_ns + sample.duration_ns
-        data = {
-            "type": IDLE_MARKER,
-            "weight": sample.weight,
-            "duration": sample.duration_ns / 1e6,
-            "cpu": sample.cpu_ns / 1e6,
-        }
-        thread.marker(f"idle: {sample.weight} samples", sample.t_ns, end, IDLE, data)
+    return thread.stack(frames)
 
 
 def _meta(origin: int, data: SequenceData) -> dict[str, Any]:
@@ -349,7 +272,7 @@ def _meta(origin: int, data: SequenceData) -> dict[str, Any]:
 
 
 def _threads(
-    threads: dict[ThreadKey, _Thread], first: dict[ThreadKey, int], data: SequenceData
+    threads: dict[ThreadKey, ThreadTables], first: dict[ThreadKey, int], data: SequenceData
 ) -> list[dict[str, Any]]:
     """The threads, grouped by process (processes by when they first ran), by serial tid."""
     starts: dict[int, int] = {}

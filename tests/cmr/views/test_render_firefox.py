@@ -1,10 +1,11 @@
 """`cmr export --format firefox`: the Firefox Profiler's processed profile (version 57), checked
 against a JSON schema written from the profiler's documented types and for what the profiler
 reads beyond it: a thread per traced thread, a marker per measured call, every sample weighted,
-an idle stretch as one sample, every index in range."""
+an idle stretch spread over its duration, every index in range."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -15,8 +16,9 @@ import pytest
 
 from cmr.cli import main
 from cmr.exports import OPEN_WITH, export_sequence
+from cmr.store.base import SampleRecord
 from cmr.views.pipeline import sequence_tree
-from cmr.views.render.firefox import render_firefox
+from cmr.views.render.firefox import render_firefox, spread
 from tests.cmr.export_support import SEQ as SHOP_SEQ
 from tests.cmr.export_support import filled, load
 from tests.cmr.otlp.test_export import fixture_shop, walk  # noqa: F401 -- shared run
@@ -147,8 +149,12 @@ def test_samples_are_weighted_and_stacked_under_the_call_they_were_taken_under()
     traced, python = "Traced", "Python"
     assert profile.samples(thread) == [
         (20.0, [("app.main", traced), ("app.work", traced), ("spin", python)], 1),
-        (50.0, [("app.main", traced), ("app.work", traced)], 4),  # the idle stretch: once
+        # the idle stretch (50-90 ms, 4 ticks): a tick each 10 ms, under the call holding it
+        (50.0, [("app.main", traced), ("app.work", traced)], 1),
+        (60.0, [("app.main", traced), ("work", python)], 1),
         (70.0, [("app.main", traced)], 1),
+        (70.0, [("app.main", traced), ("work", python)], 1),
+        (80.0, [("app.main", traced), ("work", python)], 1),
         (200.0, [("main", python)], 1),  # held by no call: its own stack
     ]
     assert thread["samples"]["weightType"] == "samples"
@@ -158,10 +164,19 @@ def test_samples_are_weighted_and_stacked_under_the_call_they_were_taken_under()
     assert frames["line"][spin] == 33  # the line it was running
 
 
-def test_an_idle_stretch_is_one_sample_of_weight_n_with_its_duration_as_a_marker() -> None:
+def test_an_idle_stretch_is_spread_over_its_duration_so_a_selection_counts_its_share() -> None:
     profile = export(built())
     [thread] = profile.threads
-    assert thread["samples"]["weight"].count(4) == 1
+
+    def selected(start: float, end: float) -> int:
+        """The weight the profiler counts for a range selection: the samples it holds."""
+        times, weights = thread["samples"]["time"], thread["samples"]["weight"]
+        return sum(w for t, w in zip(times, weights, strict=True) if start <= t < end)
+
+    # the stretch's 4 ticks at 50, 60, 70 and 80 ms, and the single sample at 70 ms
+    assert selected(50.0, 90.0) == 4 + 1
+    assert selected(50.0, 70.0) == 2  # the first half of the stretch: half of its weight
+    assert selected(80.0, 90.0) == 1
     idle = [m for m in profile.markers(thread) if m[3]["type"] == "InvoseqIdle"]
     assert idle == [
         (
@@ -171,6 +186,20 @@ def test_an_idle_stretch_is_one_sample_of_weight_n_with_its_duration_as_a_marker
             {"type": "InvoseqIdle", "weight": 4, "duration": 40.0, "cpu": 2.0},
         )
     ]
+
+
+def test_a_long_stretch_is_spread_into_at_most_the_limit_its_weight_kept() -> None:
+    long = SampleRecord(1, 1, T0, 2_500, 25_000 * MS, 7 * MS, (1,), (10,))
+    parts = spread(long, limit=1_000)
+    assert len(parts) == 1_000
+    assert sum(p.weight for p in parts) == 2_500
+    assert {p.weight for p in parts} == {2, 3}
+    assert sum(p.cpu_ns for p in parts) == 7 * MS
+    steps = {b.t_ns - a.t_ns for a, b in itertools.pairwise(parts)}
+    assert steps == {25 * MS}  # even steps from the stretch's first instant
+    assert parts[0].t_ns == T0
+    short = SampleRecord(1, 1, T0, 3, 30 * MS, 0, (1,), (10,))
+    assert [(p.t_ns - T0, p.weight) for p in spread(short)] == [(0, 1), (10 * MS, 1), (20 * MS, 1)]
 
 
 def test_the_same_records_give_the_same_file() -> None:
