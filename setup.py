@@ -21,8 +21,19 @@ speedups = Extension(
 main_ticks = Extension(
     "tracer._main_ticks",
     sources=["tracer/_main_ticks.c"],
+    depends=["tracer/_waits.h"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     libraries=["m"],
+    optional=True,
+)
+
+#: The sampler thread takes its turn at the GIL when its tick is due (``tracer/_sampler.py``):
+#: CPython's internal headers, so built per Python version like the others.
+gil_turn = Extension(
+    "tracer._gil_turn",
+    sources=["tracer/_gil_turn.c"],
+    depends=["tracer/_waits.h"],
+    extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     optional=True,
 )
 
@@ -37,5 +48,5 @@ columns = Extension(
     optional=True,
 )
 
-linux_only = [speedups, main_ticks] if sys.platform.startswith("linux") else []
+linux_only = [speedups, main_ticks, gil_turn] if sys.platform.startswith("linux") else []
 setup(ext_modules=[*linux_only, columns])

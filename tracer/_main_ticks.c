@@ -36,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "_waits.h"
+
 #if PY_VERSION_HEX < 0x030D0000
 #  define Py_IsFinalizing _Py_IsFinalizing
 #endif
@@ -152,19 +154,9 @@ ticker(void *arg)
     pthread_mutex_lock(&self->mutex);
     while (!self->stopping) {
         long long delay_ns = jittered(self);
-        struct timespec deadline;
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += (time_t)(delay_ns / 1000000000LL);
-        deadline.tv_nsec += (long)(delay_ns % 1000000000LL);
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec += 1;
-            deadline.tv_nsec -= 1000000000L;
-        }
-        int timed_out = 0;
-        while (!self->stopping && !timed_out) {
-            timed_out = pthread_cond_timedwait(&self->cond, &self->mutex, &deadline) == ETIMEDOUT;
-        }
-        if (!self->stopping && !Py_IsFinalizing()) {
+        struct timespec deadline = deadline_in(delay_ns);
+        if (!wait_until(&self->cond, &self->mutex, &self->stopping, &deadline) &&
+            !Py_IsFinalizing()) {
             ask_main(self);
         }
     }
@@ -188,12 +180,7 @@ Ticks_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (self == NULL) {
         return NULL;
     }
-    pthread_condattr_t attributes;
-    pthread_condattr_init(&attributes);
-    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC);
-    pthread_cond_init(&self->cond, &attributes);
-    pthread_condattr_destroy(&attributes);
-    pthread_mutex_init(&self->mutex, NULL);
+    waits_init(&self->mutex, &self->cond);
     Py_INCREF(callback);
     self->callback = callback;
     struct timespec now;

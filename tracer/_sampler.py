@@ -7,7 +7,8 @@ About every interval (jittered between half and one and a half intervals, so tic
 into step with periodic work) the sampler reads ``sys._current_frames()`` and picks at most
 ``max_threads_per_tick`` threads at random among the candidates: the threads that have recorded
 events, never the sampler or the sender, and (``only_active``) only those inside a traced call,
-which is the case when a tracer wrapper frame is on their stack. In ``cpu`` mode a candidate must
+which is the case when a tracer wrapper frame is on their stack, or in an asyncio event loop
+between task steps (``worth_sampling``). In ``cpu`` mode a candidate must
 also have run since the sampler last looked at it: its CPU clock advanced. A first look only
 reads the clock (the thread is sampled from the next tick on if it ran in between, and that
 sample is credited with the CPU it used since), so nothing but each thread's own CPU clock is
@@ -24,7 +25,9 @@ next bytecode boundary, which sees the frame it was in. The sampler thread sees 
 only where it gives up the GIL (every switch interval, or where it blocks: an event loop's
 select() between two task steps), so it would credit those places with the thread's time; the
 main thread, where event loops and most single-threaded programs run, is seen where it really
-is. Other threads are read by the sampler thread.
+is. Other threads are read by the sampler thread, which at each tick takes the GIL from its
+holder (``tracer/_gil_turn.c``) rather than wait for a release that a thread busy with short
+ones never leaves it: the holder is seen where it is too.
 
 Each sample stands for a span of its thread's time (``tracer/_readings.py``). Where two samples
 show different stacks, the boundary between their spans is placed with the thread's CPU clock,
@@ -43,7 +46,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType, ModuleType
+from types import CodeType, FrameType, ModuleType
 from typing import Any, Final
 
 from tracer._core import accel, context, recorder
@@ -56,11 +59,18 @@ log = logging.getLogger("tracer")
 #: The main thread samples itself at the sampler's request (``tracer/_main_ticks.c``): with the
 #: C accelerator, on Linux; otherwise the sampler thread reads it as it reads the others.
 _main_ticks: ModuleType | None = None
+#: The sampler thread takes its turn at the GIL when its tick is due (``tracer/_gil_turn.c``),
+#: rather than wait for a holder that releases it only for moments; likewise with the accelerator.
+_gil_turn: ModuleType | None = None
 if accel.speedups is not None:
     try:
         from tracer import _main_ticks
     except ImportError:  # pragma: no cover - built with the accelerator
         _main_ticks = None
+    try:
+        from tracer import _gil_turn
+    except ImportError:  # pragma: no cover - built with the accelerator
+        _gil_turn = None
 #: The tracer package's directory (this module sits at its top): its frames are left out of stacks.
 _TRACER_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 MAX_PENDING_SAMPLES: Final = 200_000
@@ -108,6 +118,8 @@ class Sampler:
         self.cost_ns = 0
         self._pacer = Pacer(self.interval_ns, time.perf_counter_ns(), enabled=paced)
         self._stop = threading.Event()
+        # The sampler thread's wait between ticks: one that ends holding the GIL, or the event's.
+        self._turn: Any = _gil_turn.Turn() if _gil_turn is not None else None
         # Held by the main thread's ticks, and by the sampler thread only when it finishes: a
         # main tick never waits for the sampler thread (which may hold the GIL's turn for long).
         self._main_lock = threading.Lock()
@@ -146,6 +158,8 @@ class Sampler:
         does. Waking it is local and a tick is short, but a flush timeout of 0 must not leave it
         running after shutdown (CI saw it when the machine kept it off the CPU)."""
         self._stop.set()
+        if self._turn is not None:
+            self._turn.stop()
         if self._ticks is not None:
             self._ticks.stop()
         if self._thread.is_alive():
@@ -183,7 +197,7 @@ class Sampler:
         pacer = self._pacer = Pacer(self.interval_ns, time.perf_counter_ns(), enabled=self._paced)
         due = time.perf_counter_ns() + self._next_interval()
         try:
-            while not self._stop.wait(max(0, due - time.perf_counter_ns()) / 1e9):
+            while not self._wait(max(0, due - time.perf_counter_ns())):
                 started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
                 if started - due > pacer.interval_ns:
                     self.late_ticks += 1
@@ -208,7 +222,18 @@ class Sampler:
         except Exception as exc:
             recorder.internal_error(exc)
         finally:
+            if self._turn is not None:
+                self._turn.stop()  # it asks for the GIL for this thread no more
             self._finish(time.perf_counter_ns())
+
+    def _wait(self, timeout_ns: int) -> bool:
+        """Wait for the next tick; True when the sampler stops. With ``tracer/_gil_turn.c`` the
+        wait ends holding the GIL, taken from its holder where it is: a thread that gives the GIL
+        up for microseconds at a time (an event loop between task steps) wins it straight back
+        from a waiter, which saw it only there, and only a few times a second."""
+        if self._turn is not None:
+            return bool(self._turn.wait(timeout_ns)) or self._stop.is_set()
+        return self._stop.wait(timeout_ns / 1e9)
 
     def _main_tick(self, top: FrameType, skipped: int) -> None:
         """In the main thread, at the request of ``tracer/_main_ticks.c``: sample the frame
@@ -226,7 +251,7 @@ class Sampler:
             if sampled is None:  # it has recorded nothing yet
                 return
             readings = self._main_readings
-            if self._only_active and not (recorder.in_c_call() or _inside_traced_call(top)):
+            if self._only_active and not (recorder.in_c_call() or worth_sampling(top)):
                 readings.left(ident, now, running=not skipped)
             elif self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
@@ -262,7 +287,7 @@ class Sampler:
         for ident, top in frames.items():
             if ident in excluded or ident not in threads:
                 continue
-            if self._only_active and ident not in in_c_calls and not _inside_traced_call(top):
+            if self._only_active and ident not in in_c_calls and not worth_sampling(top):
                 continue
             candidates.append((ident, top))
         readings.forget_gone(frames)
@@ -322,12 +347,43 @@ class Sampler:
         return tuple(ids), tuple(lines)
 
 
-def _inside_traced_call(top: FrameType) -> bool:
+def worth_sampling(top: FrameType) -> bool:
+    """Whether a thread seen at ``top`` is sampled when only active threads are: inside a traced
+    call, or in an asyncio event loop itself (not in a callback or task step it runs) whose loop
+    no traced call holds: between the steps of its tasks, traced ones among them perhaps
+    (suspended, a traced coroutine leaves no frame on the stack), which the repository tells."""
+    loop = _loop_codes()
+    in_callback = False
     frame: FrameType | None = top
     depth = 0
     while frame is not None and depth < MAX_DEPTH:
-        if frame.f_code in WRAPPER_CODES:
+        code = frame.f_code
+        if code in WRAPPER_CODES:
             return True
+        if loop is not None:
+            if code is loop[1]:
+                in_callback = True
+            elif code is loop[0] and not in_callback:
+                return True
         frame = frame.f_back
         depth += 1
     return False
+
+
+_loop: tuple[CodeType, CodeType] | None = None
+
+
+def _loop_codes() -> tuple[CodeType, CodeType] | None:
+    """The code of asyncio's event loop iteration (``BaseEventLoop._run_once``) and of a
+    callback's run in it (``Handle._run``), once the program has imported asyncio."""
+    global _loop
+    if _loop is None:
+        base_events = sys.modules.get("asyncio.base_events")
+        events = sys.modules.get("asyncio.events")
+        if base_events is None or events is None:
+            return None
+        try:
+            _loop = base_events.BaseEventLoop._run_once.__code__, events.Handle._run.__code__
+        except AttributeError:  # an asyncio without them: no loop is recognised
+            return None
+    return _loop

@@ -8,10 +8,16 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from cmr.store.base import FrameRecord, SampleRecord
 from cmr.views.model import Bounds, Node
 from cmr.views.timeline import Call, FrameKey, ThreadCalls
+
+#: The code asyncio's event loop runs one iteration in (``BaseEventLoop._run_once``), as a
+#: sampled frame names it, and the files that may hold it.
+LOOP_ITERATION: Final = "BaseEventLoop._run_once"
+LOOP_FILES: Final = ("asyncio/base_events.py", "asyncio\\base_events.py")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +56,19 @@ def place_sample(
     """Where one sample of ``thread`` fell: a placement per measured call it fell in (a
     collapsed sample may span several), and the weight that fell in none it could be cut for."""
     deepest: dict[FrameKey, int] = {}
+    loop_at: int | None = None  # where the stack shows asyncio's event loop iteration
     for position, frame in enumerate(sample.frames):
         record = frames.get((sample.puid, frame))
         if record is not None:
             deepest[record.file, record.line] = position
+            if record.function == LOOP_ITERATION and record.file.endswith(LOOP_FILES):
+                loop_at = position
     t, duration = sample.t_ns, sample.duration_ns
     if sample.weight == 1 or duration == 0:
         candidates = thread.innermost(t)
         if not candidates:
             return [], 0
-        placed = _place(candidates, deepest)
+        placed = _place(candidates, deepest, loop_at)
         if placed is None:
             return [], sample.weight
         call, cut, between, at_loop = placed
@@ -81,7 +90,7 @@ def place_sample(
         candidates = thread.innermost(piece_start)
         if not candidates:
             continue
-        placed = _place(candidates, deepest)
+        placed = _place(candidates, deepest, loop_at)
         if placed is None:
             missed += piece_end - piece_start
             continue
@@ -110,7 +119,7 @@ def _share(weight: int, part: int, whole: int) -> int:
 
 
 def _place(
-    candidates: list[Call], deepest: dict[FrameKey, int]
+    candidates: list[Call], deepest: dict[FrameKey, int], loop_at: int | None
 ) -> tuple[Call, int, bool, bool] | None:
     """The candidate the stack shows, the position below which its frames start, and whether
     the stack could not tell which of several interleaved tasks it was: it showed the event
@@ -127,7 +136,7 @@ def _place(
             if best is None or rank > best[0]:
                 best = (rank, call, position)
     if best is None:
-        return _place_below_caller(candidates, deepest)
+        return _place_below_caller(candidates, deepest, loop_at)
     (position, depth, _start), call, _position = best
     alike = [other for p, d, other in shown if (p, d) == (position, depth)]
     if len(alike) > 1:  # interleaved tasks running the same function: the stack cannot tell
@@ -152,14 +161,15 @@ def _common_caller(calls: list[Call]) -> Call | None:
 
 
 def _place_below_caller(
-    candidates: list[Call], deepest: dict[FrameKey, int]
+    candidates: list[Call], deepest: dict[FrameKey, int], loop_at: int | None
 ) -> tuple[Call, int, bool, bool] | None:
     """No candidate's own frame is on the stack: cut it below the deepest frame of a measured
     caller on the thread. One candidate (a thread's calls nest) takes the frames below its caller.
     Several (interleaved asyncio tasks) that reach the same caller there are a stack of none of
     them: the event loop between two task steps (where a busy loop gives up the GIL, and so
     where a sampler thread mostly sees it). The frames go to that caller, not to whichever task
-    started first."""
+    started first. A loop no measured call runs (``asyncio.run`` of a traced coroutine) shows
+    no caller's frame: ``_loop_outside_calls``."""
     found: list[tuple[int, Call, Call]] = []  # (position, candidate, the caller found there)
     for call in candidates:
         caller = call.parent
@@ -169,7 +179,7 @@ def _place_below_caller(
                 found.append((position, call, caller))
             caller = caller.parent
     if not found:
-        return None
+        return None if loop_at is None else _loop_outside_calls(candidates, loop_at)
     position = max(p for p, _, _ in found)
     deepest_found = [(call, caller) for p, call, caller in found if p == position]
     callers = {id(caller) for _, caller in deepest_found}
@@ -177,6 +187,21 @@ def _place_below_caller(
         return deepest_found[0][1], position, True, True
     call = min((call for call, _ in deepest_found), key=lambda c: c.start)
     return call, position, False, False
+
+
+def _loop_outside_calls(
+    candidates: list[Call], loop_at: int
+) -> tuple[Call, int, bool, bool] | None:
+    """The stack shows an event loop's iteration (at ``loop_at``) that no measured call runs,
+    between the steps of the suspended coroutines ``candidates``: its frames from the iteration
+    down go under the one coroutine, or under the nearest measured call the several run under
+    (the tasks' caller, itself suspended), as for a loop a call runs. Flagged as the loop: read
+    by a sampler thread, where a busy loop gives up the GIL, it stands for their steps too. Under
+    several with no common caller, nowhere."""
+    if len(candidates) == 1:
+        return candidates[0], loop_at - 1, False, True
+    caller = _common_caller(candidates)
+    return None if caller is None else (caller, loop_at - 1, True, True)
 
 
 class Ticks:

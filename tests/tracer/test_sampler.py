@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
+import selectors
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -213,6 +217,50 @@ def test_only_active_threads_are_sampled_by_default(sampled: Capture) -> None:
     names = {t.tid: t.name for b in sampled.batches for t in b.threads}
     assert "outside" not in {names.get(s.tid) for s in samples if s.t_ns}
     assert not {names.get(s.tid, "") for s in samples} & {"invoseq-sender", "invoseq-sampler"}
+
+
+class _Watched(selectors.DefaultSelector):
+    """A selector that asks, each time the loop waits in it, whether the sampler would sample
+    the loop's thread there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[bool] = []
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        self.answers.append(sampler_module.worth_sampling(sys._getframe()))
+        return super().select(timeout)
+
+
+def test_an_event_loop_waiting_between_task_steps_is_sampled_even_outside_traced_calls() -> None:
+    """``asyncio.run`` of a traced coroutine: between the steps of its tasks no traced frame is
+    on the stack (a suspended coroutine leaves none), yet the repository can tell the loop's
+    time there from the tasks' (cmr/views/placement.py): the loop's own wait is sampled. A step
+    of an untraced task is not; a step of a traced one is."""
+    seen: dict[str, bool] = {}
+
+    @tracer.traced
+    async def traced_task() -> None:
+        seen["traced step"] = sampler_module.worth_sampling(sys._getframe())
+        await asyncio.sleep(0)
+
+    async def untraced_task() -> None:
+        seen["untraced step"] = sampler_module.worth_sampling(sys._getframe())
+        await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(traced_task(), untraced_task())
+
+    selector = _Watched()
+    loop = asyncio.SelectorEventLoop(selector)
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert selector.answers
+    assert all(selector.answers), selector.answers
+    assert seen == {"traced step": True, "untraced step": False}
+    assert not sampler_module.worth_sampling(sys._getframe())  # no loop here, no traced call
 
 
 def test_without_thread_cpu_clocks_cpu_mode_says_so_once_and_samples_wall_time(

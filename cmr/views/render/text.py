@@ -149,14 +149,14 @@ LOOP_BUSY_SHARE: Final = 10
 
 
 def _loop_busy_note(tree: SequenceTree, palette: Palette) -> str:
-    """A header line: an event loop read where it gave up the GIL (a thread other than the
-    main one, or pure Python), whose tasks' estimates miss what that time really was."""
+    """A header line: an event loop read where it gave up the GIL (pure Python), whose tasks'
+    estimates miss what that time really was."""
     return (
         f"{palette.yellow}≈ {format_duration(tree.loop_busy_ns)} of CPU was sampled as the event "
-        "loop waiting between task steps: a sampler thread sees a busy loop only where it "
-        "gives up the GIL, so that time went to the tasks, which ones unknown, and their "
-        "estimates miss it (the main thread samples itself where it is, with the C "
-        f"accelerator: docs/guide.md){palette.reset}"
+        "loop waiting between task steps: a sampler thread that waits for the GIL sees a busy "
+        "loop only where it gives the GIL up, so that time went to the tasks, which ones "
+        "unknown, and their estimates miss it (with the C accelerator the sampler takes the "
+        f"GIL at each tick and sees the loop where it is: docs/guide.md){palette.reset}"
     )
 
 

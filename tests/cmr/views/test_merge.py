@@ -352,3 +352,60 @@ def test_a_function_two_interleaved_tasks_run_is_not_guessed_onto_the_first(buil
     assert tree.root.self_ns == 20
     assert [c.name for c in unknown.children] == ["spin"]
     assert tree.samples_between_tasks == 2
+
+
+def _loop_frames(builder: SequenceBuilder) -> None:
+    """The stack of an event loop that no measured call runs (``asyncio.run`` of a traced
+    coroutine): the script, asyncio's iteration, the selector."""
+    builder.frame(10, "<module>", line=1, file="script.py")
+    builder.frame(11, "BaseEventLoop._run_once", line=1845, file="/py/asyncio/base_events.py")
+    builder.frame(12, "EpollSelector.select", line=451, file="/py/selectors.py")
+
+
+def test_a_loop_no_call_runs_between_its_tasks_steps_goes_under_their_caller(builder):
+    # The tasks' caller is a coroutine too, suspended: no measured frame on the stack at all.
+    _two_tasks(builder)
+    _loop_frames(builder)
+    builder.sample(30, [10, 11, 12], cpu=10)
+    builder.sample(40, [10, 11, 12], cpu=10)
+    builder.sample(50, [10, 11, 2], cpu=10)  # a task's step: its own frame on the stack
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert merged(tree) == [
+        "app.main 100/20 n=3/0 cpu=30",
+        "  app.task_a 80/80 n=1/1 cpu=10",
+        "  app.task_b 60/60 n=0/0 cpu=-",
+        "  ~BaseEventLoop._run_once 20/0 n=2/0 cpu=20",
+        "    ~EpollSelector.select 20/20 n=2/2 cpu=20",
+    ]
+    assert tree.samples_between_tasks == 2
+    assert (tree.loop_busy_ns, tree.samples_skipped) == (20, 0)
+    assert "20 ns of CPU was sampled as the event loop waiting" in render_header(tree)
+
+
+def test_a_loop_no_call_runs_with_one_task_suspended_goes_under_that_task(builder):
+    _two_tasks(builder)
+    _loop_frames(builder)
+    builder.sample(85, [10, 11, 12], cpu=10)  # only task_a (10-90) is still running
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert merged(tree)[1:4] == [  # its 5 ns inside task_a, half its CPU time
+        "  app.task_a 80/75 n=1/0 cpu=5",
+        "    ~BaseEventLoop._run_once 5/0 n=1/0 cpu=5",
+        "      ~EpollSelector.select 5/5 n=1/1 cpu=5",
+    ]
+    assert (tree.samples_between_tasks, tree.loop_busy_ns) == (0, 5)
+
+
+def test_a_stack_of_neither_the_loop_nor_a_call_is_still_not_guessed(builder):
+    _two_tasks(builder)
+    _loop_frames(builder)
+    builder.frame(13, "elsewhere", line=70)
+    builder.sample(30, [10, 13], cpu=1)
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert tree.samples_skipped == 1
+    assert tree.loop_busy_ns == 0
