@@ -77,6 +77,9 @@ the_gil(void)
 static void
 request_drop(Turn *self, PyThreadState *waiter)
 {
+#ifdef Py_GIL_DISABLED
+    return; /* a free-threaded build: no GIL to wait for */
+#endif
     struct _gil_runtime_state *gil = the_gil();
     if (gil == NULL || Py_IsFinalizing()) {
         return; /* a finalizing interpreter may never let the waiter take the GIL */
@@ -123,16 +126,16 @@ nudger(void *arg)
     return NULL;
 }
 
-/* Stop the nudger and wait for it (GIL released by the caller if it must be). */
+/* Stop the nudger and, when ``join`` (the caller took the join on itself, holding the GIL, so
+ * that only one caller joins), wait for it; without the GIL when the caller holds none. */
 static void
-stop_nudger(Turn *self)
+stop_nudger(Turn *self, int join)
 {
     pthread_mutex_lock(&self->mutex);
     self->stopping = 1;
     pthread_cond_broadcast(&self->cond);
     pthread_mutex_unlock(&self->mutex);
-    if (self->nudging) {
-        self->nudging = 0;
+    if (join) {
         pthread_join(self->nudger, NULL);
     }
 }
@@ -200,8 +203,10 @@ Turn_stop(Turn *self, PyObject *unused)
     if (self->owner != getpid()) {
         Py_RETURN_NONE;
     }
+    int join = self->nudging; /* the sampler thread, at its end, and shutdown may both stop it */
+    self->nudging = 0;
     Py_BEGIN_ALLOW_THREADS
-    stop_nudger(self);
+    stop_nudger(self, join);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -210,7 +215,8 @@ static void
 Turn_dealloc(Turn *self)
 {
     if (self->owner == getpid()) {
-        stop_nudger(self); /* a moment: the nudger never takes the GIL */
+        stop_nudger(self, self->nudging); /* a moment: the nudger never takes the GIL */
+        self->nudging = 0;
     }
     pthread_cond_destroy(&self->cond);
     pthread_mutex_destroy(&self->mutex);
