@@ -1,16 +1,16 @@
 """One sequence's raw records in one file, to move it from one repository to another.
 
 ``cmr export SEQ --format bundle`` writes what the repository holds for a sequence — its
-invocations, hand-offs, samples, and the methods, threads, frames and processes they refer to,
-and which processes dropped some of its events (``lost_seqs``, so it stays lossy) —
+invocations, hand-offs, samples (and its sampler's gaps), the methods, threads, frames and processes
+they refer to, and which processes dropped some of its events (``lost_seqs``, so it stays lossy) —
 as the wire batches a traced process would have sent: one process's records per batch (split when
-large), wall-clock times with a clock offset of 0, the last batch ``final`` when the process
-ended, and next to each batch the time the repository received the process's latest batch
-(``last_seen_ns``), so an imported process is alive, ended or lost exactly as it was.
-``cmr import`` feeds those batches to ``Store.ingest``, the path every network batch takes, so a
-bundle is decoded with the wire's types and size limits and a hostile one is refused with one
-line. Batch numbers are derived from the batch's content: importing a bundle twice, or a bundle
-of data the repository already has, stores nothing new.
+large), wall-clock times with a clock offset of 0, the last batch ``final`` when the process ended,
+and next to each batch the time the repository received the process's latest batch
+(``last_seen_ns``), so an imported process is alive, ended or lost exactly as it was. ``cmr import``
+feeds those batches to ``Store.ingest``, the path every network batch takes, so a bundle is decoded
+with the wire's types and size limits and a hostile one is refused with one line. Batch numbers are
+derived from the batch's content: importing a bundle twice, or a bundle of data the repository
+already has, stores nothing new.
 
 File layout (``docs/protocol.md``, "Bundle file"): the 8-byte magic ``IVSQBNDL``, the bundle
 format version (1 byte), the wire protocol version of the batches (1 byte), then the zlib stream
@@ -161,7 +161,7 @@ def _process_batches(data: SequenceData, puid: int) -> Iterator[Entry]:
     events = _events(data, puid, invocations)
     samples = [
         wire.Sample(s.tid, s.t_ns, s.weight, s.duration_ns, s.cpu_ns, list(s.frames), list(s.lines))
-        for s in sorted(data.samples, key=lambda s: (s.t_ns, s.tid))
+        for s in sorted([*data.samples, *data.gaps], key=lambda s: (s.t_ns, s.tid))
         if s.puid == puid
     ]
     methods = [

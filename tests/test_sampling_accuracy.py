@@ -200,6 +200,25 @@ def run_interleaved_tasks(
     return json.loads(result.stdout), root, text
 
 
+#: What ``cmr show --samples`` says of time the sampler did not tick (render/notes.py).
+SAMPLER_KEPT_AWAY = "passed without a tick of the sampler"
+
+
+@pytest.mark.skipif(
+    accel.IMPLEMENTATION != "python",
+    reason="with the C accelerator the sampler takes the GIL at each tick (the test above)",
+)
+def test_in_pure_python_a_loop_the_sampler_cannot_read_is_said_not_guessed(
+    tmp_path: Path,
+) -> None:
+    """Without the accelerator the sampler thread waits for the GIL, and a loop on another thread
+    that gives it up only in select() keeps it away (it ticked 7 times in 700 ms) or lets it in
+    only there. Either way the report says so: time without a tick, or CPU sampled as the loop
+    waiting between steps."""
+    _truth, _root, text = run_interleaved_tasks(tmp_path, on_a_thread=True)
+    assert SAMPLER_KEPT_AWAY in text or LOOP_READ_AT_GIL_RELEASES in text, text
+
+
 @pytest.mark.skipif(
     accel.IMPLEMENTATION == "python",
     reason="pure Python: the sampler thread reads threads at GIL switches (docs/guide.md)",

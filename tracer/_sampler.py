@@ -86,6 +86,12 @@ SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
 #: of two asyncio tasks was estimated 13 % long for it).
 MAIN_ONLY_SPACING: Final = 10
 
+#: A tick this many intervals late leaves a gap (``Sampler._late``), sent as a sample of this
+#: thread id (real threads' ids start at 1): from its instant, for its duration, the sampler
+#: read no thread; its weight is the ticks missed, and it has no frames.
+GAP_INTERVALS: Final = 4
+GAP_TID: Final = 0
+
 #: How long stopping waits for the sampler thread beyond the caller's timeout.
 STOP_GRACE_S: Final = 1.0
 
@@ -199,8 +205,7 @@ class Sampler:
         try:
             while not self._wait(max(0, due - time.perf_counter_ns())):
                 started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
-                if started - due > pacer.interval_ns:
-                    self.late_ticks += 1
+                self._late(due, started, pacer.interval_ns)
                 main_cpu, spacing = 0, 1
                 try:
                     if not self._tick(started):
@@ -225,6 +230,18 @@ class Sampler:
             if self._turn is not None:
                 self._turn.stop()  # it asks for the GIL for this thread no more
             self._finish(time.perf_counter_ns())
+
+    def _late(self, due: int, started: int, interval: int) -> None:
+        """Count a tick that started more than an interval after it was due; one that came
+        ``GAP_INTERVALS`` late or more leaves a gap: no thread was read in between (a sampler
+        thread kept from the GIL, or off the CPU), sent as a sample of ``GAP_TID`` so that the
+        repository can say which sequences it falls in."""
+        late = started - due
+        if late <= interval:
+            return
+        self.late_ticks += 1
+        if late >= GAP_INTERVALS * interval:
+            self._queue((GAP_TID, due, max(1, late // interval), late, 0, (), ()))
 
     def _wait(self, timeout_ns: int) -> bool:
         """Wait for the next tick; True when the sampler stops. With ``tracer/_gil_turn.c`` the
@@ -319,6 +336,10 @@ class Sampler:
             sample.frames,
             sample.lines,
         )
+        self._queue(record)
+
+    def _queue(self, record: SampleTuple) -> None:
+        """Queue a sample for the sender; past the bound, count it dropped instead."""
         with self._lock:
             if len(self._samples) >= MAX_PENDING_SAMPLES:
                 self.dropped += 1

@@ -16,7 +16,7 @@ from cmr.views.diff import PathDelta, diff_paths
 from cmr.views.pipeline import view_sequence
 from cmr.views.render import json as json_render
 from cmr.views.render.tables import table
-from cmr.views.render.text import format_duration
+from cmr.views.render.terms import format_duration
 
 #: Rows printed unless --limit says otherwise (--json writes them all).
 DEFAULT_LIMIT = 40

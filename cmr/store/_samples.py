@@ -22,7 +22,7 @@ from cmr.store.base import (
     SampleRecord,
     SamplerRecord,
 )
-from cmr.store.columns import on_threads
+from cmr.store.columns import RecordColumns, field, on_threads
 from tracer.wire import Batch, SamplerReport
 
 I64_MIN: Final = -(2**63)
@@ -79,13 +79,34 @@ def overlaps(sample: SampleRecord, window: Window) -> bool:
     return sample.t_ns < end and span_end(sample.t_ns, sample.duration_ns) > start
 
 
+#: The thread id of a process's sampler gaps (``tracer._sampler.GAP_TID``): samples without
+#: frames that say the sampler read no thread for their duration. A sequence's are those that
+#: overlap any of its invocations in that process; they are kept apart from its samples
+#: (``SequenceData.gaps``).
+GAP_TID: Final = 0
+
+
+def without_gaps(samples: list[SampleRecord]) -> tuple[list[SampleRecord], list[SampleRecord]]:
+    """A sequence's samples as loaded (``sample_windows``): the samples, and the sampler's gaps."""
+    if not any(sample.tid == GAP_TID for sample in samples):
+        return samples, []
+    return [s for s in samples if s.tid != GAP_TID], [s for s in samples if s.tid == GAP_TID]
+
+
 def sample_windows(
     invocations: Sequence[InvocationRecord], sampled: Collection[ThreadKey] | None = None
 ) -> dict[ThreadKey, list[Window]]:
     """Per thread, the union of the windows of the invocations that ran there, as sorted disjoint
-    windows: a thread's samples are fetched once even where calls nest. With ``sampled`` (the
-    threads the store holds samples of), only those threads': a sequence of threads never
-    sampled costs nothing, however many calls it has."""
+    windows: a thread's samples are fetched once even where calls nest; and per process, of all
+    its invocations, for its sampler's gaps (``GAP_TID``). With ``sampled`` (the threads the
+    store holds samples of), only those threads': a sequence of threads never sampled costs
+    nothing, however many calls it has."""
+    gapped = sampled is None or any(tid == GAP_TID for _puid, tid in sampled)
+    gaps = {
+        (puid, GAP_TID): [span]
+        for puid, span in (_process_spans(invocations) if gapped else {}).items()
+        if sampled is None or (puid, GAP_TID) in sampled
+    }
     if sampled is not None:
         if not sampled:
             return {}
@@ -105,7 +126,31 @@ def sample_windows(
             else:
                 union.append((start, end))
         merged[key] = union
-    return merged
+    return merged | gaps
+
+
+def _process_spans(invocations: Sequence[InvocationRecord]) -> dict[int, Window]:
+    """Per process, from the first start of its invocations to the last end (open: unending)."""
+    spans: dict[int, Window] = {}
+    if isinstance(invocations, RecordColumns):
+        puids = set(invocations.puid)
+        if len(puids) == 1:  # the usual big sequence: the arrays' own min and max
+            low = min(invocations.start_ns, default=0)
+            high = max(invocations.end_ns, default=0) if all(invocations.ended) else OPEN_END
+            return {puid: (low, max(high, low + 1)) for puid in puids}
+        ended: Iterable[int] = map(_end_or_open, invocations.end_ns, invocations.ended)
+    else:
+        ended = (OPEN_END if r.end_ns is None else r.end_ns for r in invocations)
+    starts = field(invocations, "start_ns")
+    for puid, start, end in zip(field(invocations, "puid"), starts, ended, strict=True):
+        found = spans.get(puid)
+        low, high = (start, end) if found is None else (min(found[0], start), max(found[1], end))
+        spans[puid] = (low, max(high, low + 1))
+    return spans
+
+
+def _end_or_open(end_ns: int, ended: int) -> int:
+    return end_ns if ended else OPEN_END
 
 
 #: A stored sample's ``stack`` column: msgpack ``[[frame ids], [lines]]``, outermost first.

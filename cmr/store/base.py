@@ -186,6 +186,9 @@ class SequenceData:
     # Calls a view left out (``cmr.views.hops``), counted on their caller: (puid, iid) -> count.
     folded: dict[tuple[int, int], int] = field(default_factory=dict)
     folded_threads: frozenset[tuple[int, int]] = frozenset()  # (puid, tid) they ran on
+    # The sampler's gaps in its processes that overlap its invocations: from ``t_ns``, for
+    # ``duration_ns``, the sampler read no thread (``weight``: the ticks it missed); no frames.
+    gaps: list[SampleRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from cmr.store.base import SORT_DURATION, SequenceSummary
 from cmr.store.listing import listed_status
 from cmr.ui.query import MAX_LIMIT, SCAN_WINDOW, SORTS, STATUSES, SequenceFilter, lasted_ns
 from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
-from cmr.views.render.text import format_duration
+from cmr.views.render.terms import format_duration
 
 #: How often the page refreshes its table while a listed sequence is running.
 REFRESH_MS: Final = 2000

@@ -21,7 +21,7 @@ from typing import Final
 
 from cmr.views.model import Node, SequenceTree
 from cmr.views.processors import keep_only
-from cmr.views.render.text import format_duration, plural
+from cmr.views.render.terms import format_duration, plural
 
 #: How far past its caller's end a callee in another process may end and still count as waited
 #: for: clocks of two processes, even on one host, disagree by about this much.

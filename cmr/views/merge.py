@@ -96,6 +96,8 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
     With no samples, a tree without estimated nodes is returned as it is: the copy would equal
     it (a million calls, never sampled, cost no copy)."""
     if not data.samples and not _has_estimated(tree.root):
+        if data.gaps:
+            return dataclasses.replace(tree, unsampled_ns=unsampled(tree, data.gaps))
         return tree
     root, calls = _copy(tree.root, data)
     threads = index_threads(calls)
@@ -118,7 +120,22 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
         samples_between_tasks=tree.samples_between_tasks + merger.between_tasks,
         loop_busy_ns=tree.loop_busy_ns + merger.loop_busy_ns,
         sampled_ns=tree.sampled_ns + merger.sampled_ns,
+        unsampled_ns=unsampled(tree, data.gaps),
     )
+
+
+def unsampled(tree: SequenceTree, gaps: list[SampleRecord]) -> int:
+    """How long, within the sequence's time (from its root's start to its end, or to the
+    latest gap while it runs), the sampler of one of its processes read no thread: the union
+    of its gaps there."""
+    start, end = tree.root.start_ns, tree.root.end_ns
+    total, reached = 0, start
+    for gap_start, gap_end in sorted((g.t_ns, g.t_ns + g.duration_ns) for g in gaps):
+        low, high = max(gap_start, reached), gap_end if end is None else min(gap_end, end)
+        if high > low:
+            total += high - low
+            reached = high
+    return total
 
 
 def measured_calls(tree: SequenceTree, data: SequenceData) -> dict[tuple[int, int], ThreadCalls]:

@@ -142,6 +142,9 @@ class SequenceTree:
     # stack shows the loop waiting was read where it gave up the GIL (``render.text``).
     loop_busy_ns: int = 0
     sampled_ns: int = 0
+    # Of the sequence's time, how long the sampler of one of its processes read no thread (it
+    # was kept from the GIL, or off the CPU): what ran then has no samples (``merge.unsampled``).
+    unsampled_ns: int = 0
     # Processes that reported dropping events of this sequence, by host, pid and puid.
     dropped_by: tuple[ProcessRef, ...] = ()
 

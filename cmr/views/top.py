@@ -18,7 +18,7 @@ from cmr.store.base import SequenceQuery, SequenceSummary, Store
 from cmr.store.listing import duration_of
 from cmr.views.model import KIND_MEASURED, SequenceTree, walk
 from cmr.views.pipeline import view_sequence
-from cmr.views.render.text import format_duration
+from cmr.views.render.terms import format_duration
 
 
 @dataclass(slots=True)

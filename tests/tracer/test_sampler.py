@@ -263,6 +263,20 @@ def test_an_event_loop_waiting_between_task_steps_is_sampled_even_outside_traced
     assert not sampler_module.worth_sampling(sys._getframe())  # no loop here, no traced call
 
 
+def test_a_tick_that_came_late_is_counted_and_a_long_gap_is_sent_as_the_samplers() -> None:
+    """A tick is late past one interval; past ``GAP_INTERVALS`` the span no thread was read in
+    goes out as a gap (a frameless sample of ``GAP_TID``), with the ticks it missed."""
+    sampler = sampler_module.Sampler(
+        interval_ms=1, mode="wall", only_active=True, max_threads_per_tick=8, exclude=set
+    )
+    ms = 1_000_000
+    sampler._late(due=10 * ms, started=10 * ms + ms // 2, interval=ms)  # on time
+    sampler._late(due=20 * ms, started=22 * ms, interval=ms)  # late, no gap
+    sampler._late(due=30 * ms, started=36 * ms + 1, interval=ms)  # a gap of 6 ms
+    assert sampler.late_ticks == 2
+    assert sampler.drain() == [(sampler_module.GAP_TID, 30 * ms, 6, 6 * ms + 1, 0, (), ())]
+
+
 def test_without_thread_cpu_clocks_cpu_mode_says_so_once_and_samples_wall_time(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

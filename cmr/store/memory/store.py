@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from cmr.store._samples import sample_records, sample_windows
+from cmr.store._samples import sample_records, sample_windows, without_gaps
 from cmr.store._shared import (
     SHOWN_MATCHES,
     HandoffRow,
@@ -249,9 +249,11 @@ class MemoryStore(Store):
             if samples
             else ([], {})
         )
+        sampled, gaps = without_gaps(sampled)
         return SequenceData(
-            seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
-        )
+            seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by,
+            gaps=gaps,
+        )  # fmt: skip
 
     def _invocations(self, seq: bytes) -> Sequence[InvocationRecord]:
         """The sequence's records, read from its batches as kept (blobs or decoded chunks)."""

@@ -13,6 +13,7 @@ from cmr.store._samples import (
     load_samplers,
     load_samples,
     sample_windows,
+    without_gaps,
 )
 from cmr.store._shared import is_lost
 from cmr.store.base import (
@@ -107,9 +108,11 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
             )
         }
         sampled, frames = _samples(conn, sample_windows(records, threads_sampled))
+    sampled, gaps = without_gaps(sampled)
     return SequenceData(
-        seq, records, methods, threads, processes_by_puid, handoffs, sampled, frames, lost_by
-    )
+        seq, records, methods, threads, processes_by_puid, handoffs, sampled, frames, lost_by,
+        gaps=gaps,
+    )  # fmt: skip
 
 
 def processes(conn: Conn, puids: Iterable[int], now: int) -> dict[int, ProcessRecord]:

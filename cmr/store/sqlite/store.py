@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from cmr.store import listing_sql
-from cmr.store._samples import I64_MIN, sample_windows
+from cmr.store._samples import I64_MIN, sample_windows, without_gaps
 from cmr.store._shared import (
     SHOWN_MATCHES,
     SeqRange,
@@ -225,9 +225,11 @@ class SQLiteStore(GroupCommitStore):
             if samples
             else ([], {})
         )
+        sampled, gaps = without_gaps(sampled)
         return SequenceData(
-            seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by
-        )
+            seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by,
+            gaps=gaps,
+        )  # fmt: skip
 
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
         check_limit(limit)

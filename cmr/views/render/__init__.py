@@ -9,7 +9,8 @@ from cmr.views.render.json import (
 )
 from cmr.views.render.profile_text import render_profile
 from cmr.views.render.tables import render_sequence_list, render_stats, render_thread_activity
-from cmr.views.render.text import format_duration, render_text
+from cmr.views.render.terms import format_duration
+from cmr.views.render.text import render_text
 
 __all__ = [
     "format_duration",

@@ -10,7 +10,8 @@ from cmr.store.base import SequenceSummary, StoreStats
 from cmr.store.listing import listed_status
 from cmr.views.model import SequenceTree
 from cmr.views.processors import ThreadActivity
-from cmr.views.render.text import format_duration, render_header
+from cmr.views.render.terms import format_duration
+from cmr.views.render.text import render_header
 
 #: Hex digits of a sequence id shown in listings; ``cmr show`` accepts any unambiguous prefix.
 SEQ_PREFIX_LEN = 12

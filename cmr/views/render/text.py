@@ -17,10 +17,6 @@ quickly and without recursion.
 
 from __future__ import annotations
 
-import datetime
-from dataclasses import dataclass
-from typing import Final
-
 from cmr.store.base import PROCESS_ENDED, PROCESS_LOST
 from cmr.views.budget import Fold, Selection, choose, fits
 from cmr.views.model import (
@@ -36,8 +32,15 @@ from cmr.views.model import (
 )
 from cmr.views.render.links import is_link_key, link_lines
 from cmr.views.render.logs import is_log_key, log_lines, severe
-
-_UNITS = ((1_000, "µs"), (1_000_000, "ms"))
+from cmr.views.render.notes import header_notes
+from cmr.views.render.terms import (
+    ANSI,
+    PLAIN,
+    Palette,
+    format_duration,
+    format_time_of_day,
+    plural,
+)
 
 #: Guides are drawn for this many levels; deeper lines restart at the left margin, marked with
 #: the depth they continue from ("[+32] ├─ ..."), so a 10,000-deep chain stays small and fast.
@@ -50,65 +53,6 @@ PIPE = "│  "
 SPACE = "   "
 #: Marks how often a name repeats in a fold line (``app.price`` times ``9,000``).
 TIMES = "\N{MULTIPLICATION SIGN}"
-
-
-@dataclass(frozen=True, slots=True)
-class Palette:
-    """ANSI escapes, or empty strings when colour is off (then the output is plain text)."""
-
-    red: str = ""
-    yellow: str = ""
-    green: str = ""
-    magenta: str = ""
-    cyan: str = ""
-    dim: str = ""
-    bold: str = ""
-    reset: str = ""
-
-
-PLAIN = Palette()
-ANSI = Palette(
-    red="\033[31m",
-    yellow="\033[33m",
-    green="\033[32m",
-    magenta="\033[35m",
-    cyan="\033[36m",
-    dim="\033[2m",
-    bold="\033[1m",
-    reset="\033[0m",
-)
-
-
-def format_duration(ns: int) -> str:
-    """Nanoseconds for a human: the largest fitting unit, three significant digits."""
-    if ns < 1_000:
-        return f"{max(ns, 0)} ns"
-    for scale, unit in _UNITS:
-        text = _three_digits(ns / scale)
-        if float(text) < 1_000:  # 999.6 µs rounds to "1000": then it is 1.00 ms
-            return f"{text} {unit}"
-    return f"{_three_digits(ns / 1e9)} s"
-
-
-def format_time_of_day(ns: int) -> str:
-    """Wall-clock nanoseconds as local time of day to the millisecond (12:00:01.234)."""
-    seconds, rest = divmod(ns, 1_000_000_000)  # integers: a float would round .2349999 up
-    return (
-        datetime.datetime.fromtimestamp(seconds).strftime("%H:%M:%S.") + f"{rest // 1_000_000:03d}"
-    )
-
-
-def _three_digits(value: float) -> str:
-    text = f"{value:.2f}"
-    if float(text) >= 10:
-        text = f"{value:.1f}"
-    if float(text) >= 100:
-        text = f"{value:.0f}"
-    return text
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}{'es' if word[-1] == 's' else 's'}"
 
 
 def render_header(tree: SequenceTree, palette: Palette = PLAIN) -> str:
@@ -131,55 +75,7 @@ def render_header(tree: SequenceTree, palette: Palette = PLAIN) -> str:
             sampled += f" ({tree.samples_skipped} skipped)"
         counts.append(sampled)
     parts.append(" · ".join(counts))
-    header = "  ".join(parts)
-    if tree.lossy:
-        header += "\n" + _lossy_note(tree, palette)
-    if tree.samples_between_tasks:
-        header += "\n" + _between_tasks_note(tree, palette)
-    if tree.loop_busy_ns and tree.loop_busy_ns * LOOP_BUSY_SHARE >= tree.sampled_ns:
-        header += "\n" + _loop_busy_note(tree, palette)
-    return header
-
-
-#: Samples that showed an event loop waiting while its thread was busy on the CPU are flagged
-#: when their CPU time is at least a tenth of the time of every placed sample. A loop the
-#: sampler read where it is spends about as much there as it really does (under 2 % in a busy
-#: loop in tests/test_sampling_accuracy.py); one read at its GIL releases, most of it.
-LOOP_BUSY_SHARE: Final = 10
-
-
-def _loop_busy_note(tree: SequenceTree, palette: Palette) -> str:
-    """A header line: an event loop read where it gave up the GIL (pure Python), whose tasks'
-    estimates miss what that time really was."""
-    return (
-        f"{palette.yellow}≈ {format_duration(tree.loop_busy_ns)} of CPU was sampled as the event "
-        "loop waiting between task steps: a sampler thread that waits for the GIL sees a busy "
-        "loop only where it gives the GIL up, so that time went to the tasks, which ones "
-        "unknown, and their estimates miss it (with the C accelerator the sampler takes the "
-        f"GIL at each tick and sees the loop where it is: docs/guide.md){palette.reset}"
-    )
-
-
-def _between_tasks_note(tree: SequenceTree, palette: Palette) -> str:
-    """A header line: samples that could not tell which of interleaved tasks they saw (the
-    guide's "asyncio" under the sampler)."""
-    count = tree.samples_between_tasks
-    return (
-        f"{palette.dim}≈ {plural(count, 'sample')} fell among interleaved asyncio tasks "
-        "without showing which (the event loop between steps, or a function several tasks "
-        "run): they are under the call the tasks run under, not guessed onto one."
-        f"{palette.reset}"
-    )
-
-
-def _lossy_note(tree: SequenceTree, palette: Palette) -> str:
-    """A second header line: the tree may miss calls, and which process lost them."""
-    names = ", ".join(f"{p.host}:{p.pid}" for p in tree.dropped_by)
-    noun = "process" if len(tree.dropped_by) == 1 else "processes"
-    return (
-        f"{palette.yellow}lossy: some events of this sequence were dropped by {noun} {names}"
-        f"{palette.reset}"
-    )
+    return "\n".join(["  ".join(parts), *header_notes(tree, palette)])
 
 
 def render_text(

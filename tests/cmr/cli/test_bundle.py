@@ -18,7 +18,7 @@ from cmr.store import open_store
 from cmr.store.base import SequenceData
 from cmr.views.calltree import build_tree
 from cmr.views.render.json import tree_to_json
-from tests.cmr.conftest import FakeClock
+from tests.cmr.conftest import FakeClock, make_batch
 from tests.cmr.export_support import SEQ, SHOP, STOCK, fill
 from tracer import wire
 
@@ -94,6 +94,22 @@ def test_a_bundle_keeps_every_record_of_the_sequence(tmp_path):
     assert_same_records(copy, original)
     assert original.samples  # the scenario is sampled: samples travel too
     assert tree_to_json(build_tree(copy)) == tree_to_json(build_tree(original))
+
+
+def test_a_bundle_carries_the_samplers_gaps() -> None:
+    clock = FakeClock()
+    source, target = open_store(memory=True, clock=clock), open_store(memory=True, clock=clock)
+    fill(source)
+    gap = wire.Sample(0, 2_000_000, 3, 6_000_000, 0, [], [])  # from 2 ms, no thread read for 6
+    assert source.ingest(make_batch(SHOP, 3, {}, methods={}, samples=[gap]), 1)
+    original = source.load_sequence(SEQ)
+    assert len(original.gaps) == 1
+
+    bundle.import_bundle(target, bundle.read_bundle(bundle.write_bundle(original)))
+
+    copy = target.load_sequence(SEQ)
+    assert copy.gaps == original.gaps
+    assert sorted_samples(copy) == sorted_samples(original)
 
 
 def assert_same_records(copy: SequenceData, original: SequenceData) -> None:

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from cmr.store import open_store
-from cmr.views.render.text import format_time_of_day
+from cmr.views.render.terms import format_time_of_day
 from tests.cmr.cli_helpers import one_line_error, run
 from tracer import wire
 

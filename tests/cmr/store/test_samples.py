@@ -110,6 +110,34 @@ def test_a_collapsed_sample_reaching_into_a_window_is_read_once(
     ]
 
 
+def test_a_sequence_reads_its_processes_sampler_gaps_apart_from_its_samples(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    """A gap (``tracer._sampler.GAP_TID``: no frames; the sampler read no thread) belongs to the
+    process, not a thread: a sequence reads those overlapping any of its calls there, even on a
+    thread the sampler never read."""
+    events = {
+        1: [start(1, 1_000, S), wire.End(1, 2_000)],
+        2: [start(2, 5_000, S), wire.End(2, 6_000)],  # a thread never sampled
+    }
+    gaps = [
+        sample(500, tid=0, duration=300, weight=3, frames=()),  # ends before the sequence
+        sample(1_500, tid=0, duration=2_000, weight=20, frames=()),  # from one call to between
+        sample(5_500, tid=0, duration=100, weight=1, frames=()),  # inside the second call
+        sample(9_000, tid=0, duration=100, weight=1, frames=()),  # after the sequence
+    ]
+    store.ingest(make_batch(7, 1, events, samples=[*gaps, sample(1_200)]), 1)
+    store.ingest(make_batch(8, 1, {}, samples=[sample(1_500, tid=0, frames=())]), 1)
+
+    data = store.load_sequence(S)
+
+    assert [(s.tid, s.t_ns - OFFSET) for s in data.samples] == [(1, 1_200)]
+    assert [(g.puid, g.t_ns - OFFSET, g.duration_ns, g.weight) for g in data.gaps] == [
+        (7, 1_500, 2_000, 20),
+        (7, 5_500, 100, 1),
+    ]
+
+
 def test_an_open_invocation_reads_every_later_sample_of_its_thread(
     store: Store, make_batch: BatchFactory
 ) -> None:

@@ -3,6 +3,9 @@ cut, how stacks merge, and how their time is counted. Every expected tree is wri
 
 from __future__ import annotations
 
+import dataclasses
+
+from cmr.store.base import SampleRecord
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
 from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, SequenceTree, walk
@@ -409,3 +412,30 @@ def test_a_stack_of_neither_the_loop_nor_a_call_is_still_not_guessed(builder):
 
     assert tree.samples_skipped == 1
     assert tree.loop_busy_ns == 0
+
+
+def _gap(t: int, duration: int) -> SampleRecord:
+    """A sampler gap of process 1 (``tracer._sampler.GAP_TID``): no thread read from ``t``."""
+    return SampleRecord(1, 0, t, max(1, duration // 10), duration, 0, (), ())
+
+
+def test_time_the_sampler_did_not_tick_is_measured_within_the_sequence_and_said(builder):
+    _two_tasks(builder)  # main runs 0-100
+    data = dataclasses.replace(
+        builder.data(), gaps=[_gap(-50, 60), _gap(5, 20), _gap(60, 60)]
+    )  # 10 before-and-into, 5-25 (overlapping the first), 60-100 (cut at main's end)
+
+    tree = merge_samples(build_tree(data), data)
+
+    assert tree.unsampled_ns == 10 + 15 + 40
+    assert "≈ 65 ns of this sequence passed without a tick of the sampler" in render_header(tree)
+
+
+def test_a_short_gap_is_not_said(builder):
+    _two_tasks(builder)
+    data = dataclasses.replace(builder.data(), gaps=[_gap(50, 9)])
+
+    tree = merge_samples(build_tree(data), data)
+
+    assert tree.unsampled_ns == 9  # under a tenth of the sequence's 100 ns
+    assert "without a tick of the sampler" not in render_header(tree)

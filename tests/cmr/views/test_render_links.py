@@ -7,7 +7,8 @@ from typing import Any
 
 from cmr.views.calltree import build_tree
 from cmr.views.render.links import link_lines
-from cmr.views.render.text import ANSI, format_attributes, render_text
+from cmr.views.render.terms import ANSI
+from cmr.views.render.text import format_attributes, render_text
 
 MS = 1_000_000
 LINK = {

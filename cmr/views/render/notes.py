@@ -1,0 +1,81 @@
+"""The lines under a sequence's header that say what its tree cannot show exactly: events its
+processes dropped, samples that could not tell interleaved tasks apart, an event loop read where
+it gave up the GIL, and time in which the sampler did not tick."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from cmr.views.model import SequenceTree
+from cmr.views.render.terms import Palette, format_duration, plural
+
+
+def header_notes(tree: SequenceTree, palette: Palette) -> list[str]:
+    """The notes that apply to ``tree``, in the order the header shows them."""
+    notes = []
+    if tree.lossy:
+        notes.append(_lossy_note(tree, palette))
+    if tree.samples_between_tasks:
+        notes.append(_between_tasks_note(tree, palette))
+    if tree.loop_busy_ns and tree.loop_busy_ns * LOOP_BUSY_SHARE >= tree.sampled_ns:
+        notes.append(_loop_busy_note(tree, palette))
+    duration = tree.root.duration_ns
+    if tree.unsampled_ns and (duration is None or tree.unsampled_ns * UNSAMPLED_SHARE >= duration):
+        notes.append(_unsampled_note(tree, palette))
+    return notes
+
+
+#: Time without a tick of the sampler is said when it is at least a tenth of the sequence's.
+UNSAMPLED_SHARE: Final = 10
+
+
+def _unsampled_note(tree: SequenceTree, palette: Palette) -> str:
+    """A header line: the sampler did not tick for part of the sequence (``merge.unsampled``)."""
+    return (
+        f"{palette.yellow}≈ {format_duration(tree.unsampled_ns)} of this sequence passed "
+        "without a tick of the sampler (kept from the GIL by a thread that gives it up only "
+        "for moments, or off the CPU): nothing was sampled then, and the estimates miss it "
+        "(with the C accelerator the sampler takes the GIL at each tick: docs/guide.md)"
+        f"{palette.reset}"
+    )
+
+
+#: Samples that showed an event loop waiting while its thread was busy on the CPU are flagged
+#: when their CPU time is at least a tenth of the time of every placed sample. A loop the
+#: sampler read where it is spends about as much there as it really does (under 2 % in a busy
+#: loop in tests/test_sampling_accuracy.py); one read at its GIL releases, most of it.
+LOOP_BUSY_SHARE: Final = 10
+
+
+def _loop_busy_note(tree: SequenceTree, palette: Palette) -> str:
+    """A header line: an event loop read where it gave up the GIL (pure Python), whose tasks'
+    estimates miss what that time really was."""
+    return (
+        f"{palette.yellow}≈ {format_duration(tree.loop_busy_ns)} of CPU was sampled as the event "
+        "loop waiting between task steps: a sampler thread that waits for the GIL sees a busy "
+        "loop only where it gives the GIL up, so that time went to the tasks, which ones "
+        "unknown, and their estimates miss it (with the C accelerator the sampler takes the "
+        f"GIL at each tick and sees the loop where it is: docs/guide.md){palette.reset}"
+    )
+
+
+def _between_tasks_note(tree: SequenceTree, palette: Palette) -> str:
+    """A header line: samples that could not tell which of interleaved tasks they saw (the
+    guide's "asyncio" under the sampler)."""
+    count = tree.samples_between_tasks
+    return (
+        f"{palette.dim}≈ {plural(count, 'sample')} fell among interleaved asyncio tasks "
+        "without showing which (the event loop between steps, or a function several tasks "
+        "run): they are under the call the tasks run under, not guessed onto one."
+        f"{palette.reset}"
+    )
+
+
+def _lossy_note(tree: SequenceTree, palette: Palette) -> str:
+    """A second header line: the tree may miss calls, and which process lost them."""
+    names = ", ".join(f"{p.host}:{p.pid}" for p in tree.dropped_by)
+    noun = "process" if len(tree.dropped_by) == 1 else "processes"
+    return (
+        f"{palette.yellow}lossy: some events of this sequence were dropped by {noun} {names}"
+        f"{palette.reset}"
+    )
