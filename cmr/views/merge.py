@@ -119,7 +119,8 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
         samples_skipped=tree.samples_skipped + skipped,
         samples_between_tasks=tree.samples_between_tasks + merger.between_tasks,
         loop_busy_ns=tree.loop_busy_ns + merger.loop_busy_ns,
-        sampled_ns=tree.sampled_ns + merger.sampled_ns,
+        loop_busy_samples=tree.loop_busy_samples + merger.loop_busy_samples,
+        samples_placed=tree.samples_placed + merger.samples_placed,
         unsampled_ns=unsampled(tree, data.gaps),
     )
 
@@ -223,7 +224,8 @@ class _Merger:
         self.attributed: dict[Call, _Attributed] = {}
         self.between_tasks = 0  # sample weight that saw the event loop between task steps
         self.loop_busy_ns = 0  # CPU time of the samples that showed the loop itself
-        self.sampled_ns = 0  # time of every placed sample
+        self.loop_busy_samples = 0  # the weight of those whose thread was mostly on the CPU
+        self.samples_placed = 0  # the weight of every placed sample
 
     def attribute(self, sample: SampleRecord, thread: ThreadCalls) -> int:
         """Attribute one sample within its thread; returns the weight skipped."""
@@ -237,7 +239,9 @@ class _Merger:
                 self.between_tasks += placement.count
             if placement.at_loop:
                 self.loop_busy_ns += placement.cpu
-            self.sampled_ns += placement.time
+                if placement.cpu * 2 >= placement.time:
+                    self.loop_busy_samples += placement.count
+            self.samples_placed += placement.count
         return skipped
 
     def _add(self, placement: Placement, sample: SampleRecord) -> None:

@@ -137,11 +137,13 @@ class SequenceTree:
     # Sample weight that showed the event loop between steps of interleaved asyncio tasks, none
     # of them (placed under the call running the loop: ``placement._place_below_caller``).
     samples_between_tasks: int = 0
-    # Of the time those samples stand for, the CPU time of the ones that showed the event loop
-    # itself, and the time all placed samples stand for: a thread busy on the CPU while its
-    # stack shows the loop waiting was read where it gave up the GIL (``render.text``).
+    # Of those, the CPU time of the ones that showed the event loop itself, and the weight of
+    # the ones whose thread was mostly on the CPU meanwhile; and the weight of all placed
+    # samples: a busy thread whose stack shows the loop waiting was read where it gave up the
+    # GIL (``render.notes``).
     loop_busy_ns: int = 0
-    sampled_ns: int = 0
+    loop_busy_samples: int = 0
+    samples_placed: int = 0
     # Of the sequence's time, how long the sampler of one of its processes read no thread (it
     # was kept from the GIL, or off the CPU): what ran then has no samples (``merge.unsampled``).
     unsampled_ns: int = 0

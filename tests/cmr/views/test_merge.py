@@ -274,7 +274,7 @@ def test_a_busy_loop_sampled_waiting_is_said_to_have_been_read_at_its_gil_releas
 
     tree = merge_samples(build_tree(builder.data()), builder.data())
 
-    assert (tree.loop_busy_ns, tree.sampled_ns) == (20, 30)
+    assert (tree.loop_busy_ns, tree.loop_busy_samples, tree.samples_placed) == (20, 2, 3)
     assert "20 ns of CPU was sampled as the event loop waiting" in render_header(tree)
 
 
@@ -289,7 +289,24 @@ def test_a_loop_that_really_waits_or_is_seen_where_it_is_is_not_flagged(builder)
 
     tree = merge_samples(build_tree(builder.data()), builder.data())
 
-    assert 0 < tree.loop_busy_ns * 10 < tree.sampled_ns  # under a tenth: not flagged
+    assert tree.loop_busy_ns > 0  # sampled at the loop, but hardly on the CPU there
+    assert tree.loop_busy_samples * 10 < tree.samples_placed  # under a tenth: not flagged
+    assert "sampled as the event loop waiting" not in render_header(tree)
+
+
+def test_one_busy_sample_at_the_loop_among_many_in_short_calls_is_not_flagged(builder):
+    # A loop read where it is: one tick of 15 fell at the loop, and stands for a whole tick of
+    # CPU, while the others stand only for the parts of theirs inside short calls.
+    _two_tasks(builder)
+    builder.frame(5, "run_forever", line=50, file="asyncio.py")
+    builder.frame(6, "select", line=60, file="selectors.py")
+    for t in range(31, 45):
+        builder.sample(t, [1, 2 if t % 2 else 3], duration=1, cpu=1)
+    builder.sample(45, [1, 5, 6], duration=20, cpu=20)
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert (tree.loop_busy_samples, tree.samples_placed) == (1, 15)
     assert "sampled as the event loop waiting" not in render_header(tree)
 
 
