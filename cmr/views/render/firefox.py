@@ -192,11 +192,11 @@ def _add_sample(
     calls: ThreadCalls | None,
     records: dict[tuple[int, int], FrameRecord],
 ) -> None:
-    if sample.weight <= 1 or sample.duration_ns <= 0:
-        thread.samples.append((sample.t_ns, _stack(thread, sample, calls, records), sample.weight))
-        return
-    for part in spread(sample):
+    parts = spread(sample) if sample.weight > 1 and sample.duration_ns > 0 else [sample]
+    for part in parts:  # a stretch of no duration (its ticks at one instant) stays whole
         thread.samples.append((part.t_ns, _stack(thread, part, calls, records), part.weight))
+    if sample.weight == 1:
+        return
     end = sample.t_ns + sample.duration_ns
     data = {
         "type": IDLE_MARKER,

@@ -202,6 +202,16 @@ def test_a_long_stretch_is_spread_into_at_most_the_limit_its_weight_kept() -> No
     assert [(p.t_ns - T0, p.weight) for p in spread(short)] == [(0, 1), (10 * MS, 1), (20 * MS, 1)]
 
 
+def test_ticks_collapsed_at_one_instant_stay_one_sample_with_their_marker() -> None:
+    b = built()
+    b.sample(T0 + 95 * MS, [1], weight=3, duration=0)  # three ticks, no span to spread them on
+    profile = export(b)
+    [thread] = profile.threads
+    assert (95.0, [("app.main", "Traced")], 3) in profile.samples(thread)
+    idle = [(m[0], m[1], m[2]) for m in profile.markers(thread) if m[3]["type"] == "InvoseqIdle"]
+    assert ("idle: 3 samples", 95.0, 95.0) in idle
+
+
 def test_the_same_records_give_the_same_file() -> None:
     assert export(built()).document == export(built()).document
 
