@@ -28,15 +28,15 @@ Its stack is the sample's frames placed under the measured call it was taken und
 thread from the outermost to that call (category ``Traced``), then the sampled frames beneath it
 (category ``Python``). A sample no measured call holds keeps its whole stack.
 
-**Idle stretches.** The sampler collapses N identical samples of an idle thread into one of weight
-N standing for a duration D. Format 57 has no per-sample duration column: a sample is an instant,
-its extent up to the thread's next sample, and a range selection counts the samples whose instant
-it holds. So the stretch is spread back over its duration: ``min(N, SPREAD_LIMIT)`` samples at
-even steps from its first instant, their weights adding up to N (1 each when N is at most the
-limit: the ticks the sampler collapsed, one per interval), each placed under the measured call
-that holds its instant; a selection of part of the stretch counts its share of N, to a step. The
-stretch is also an interval marker ``idle: N samples`` (type ``InvoseqIdle``: ``weight`` N,
-``duration`` D, ``cpu``) from its first instant to its end.
+**Idle stretches.** The sampler collapses N identical samples of an idle thread into one of weight N
+standing for a duration D. Format 57 has no per-sample duration column: a sample is an instant, its
+extent up to the thread's next sample, and a range selection counts the samples whose instant it
+holds. So the stretch is spread back over its duration: ``min(N, SPREAD_LIMIT)`` samples at even
+steps from its first instant, their weights adding up to N (1 each when N is at most the limit: the
+ticks the sampler collapsed, one per interval), each placed under the measured call that holds its
+instant (a stretch of no duration stays one sample); a selection of part of the stretch counts its
+share of N, to a step. The stretch is also an interval marker ``idle: N samples`` (type
+``InvoseqIdle``: ``weight`` N, ``duration`` D, ``cpu``) from its first instant to its end.
 
 Times are milliseconds (floats, to the nanosecond) from ``meta.startTime``, the wall-clock time of
 the sequence's first call or sample in milliseconds since the epoch. A sequence without samples is
