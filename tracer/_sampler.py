@@ -49,6 +49,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType, ModuleType
 from typing import Any, Final
 
+from tracer import wire
 from tracer._core import accel, context, recorder
 from tracer._core.frames import WRAPPER_CODES
 from tracer._pacing import Pacer
@@ -86,11 +87,9 @@ SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
 #: of two asyncio tasks was estimated 13 % long for it).
 MAIN_ONLY_SPACING: Final = 10
 
-#: A tick this many intervals late leaves a gap (``Sampler._late``), sent as a sample of this
-#: thread id (real threads' ids start at 1): from its instant, for its duration, the sampler
-#: read no thread; its weight is the ticks missed, and it has no frames.
+#: A tick this many intervals late leaves a gap (``Sampler._late``), sent as a sample of
+#: ``wire.GAP_TID``.
 GAP_INTERVALS: Final = 4
-GAP_TID: Final = 0
 
 #: How long stopping waits for the sampler thread beyond the caller's timeout.
 STOP_GRACE_S: Final = 1.0
@@ -234,14 +233,14 @@ class Sampler:
     def _late(self, due: int, started: int, interval: int) -> None:
         """Count a tick that started more than an interval after it was due; one that came
         ``GAP_INTERVALS`` late or more leaves a gap: no thread was read in between (a sampler
-        thread kept from the GIL, or off the CPU), sent as a sample of ``GAP_TID`` so that the
+        thread kept from the GIL, or off the CPU), sent as a sample of ``wire.GAP_TID`` so that the
         repository can say which sequences it falls in."""
         late = started - due
         if late <= interval:
             return
         self.late_ticks += 1
         if late >= GAP_INTERVALS * interval:
-            self._queue((GAP_TID, due, max(1, late // interval), late, 0, (), ()))
+            self._queue((wire.GAP_TID, due, max(1, late // interval), late, 0, (), ()))
 
     def _wait(self, timeout_ns: int) -> bool:
         """Wait for the next tick; True when the sampler stops. With ``tracer/_gil_turn.c`` the

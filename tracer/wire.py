@@ -226,6 +226,12 @@ class FrameInfo(msgspec.Struct, array_like=True, frozen=True):
     line: Annotated[int, msgspec.Meta(ge=0, le=2**31)]
 
 
+#: The thread id of a sampler's gap (thread ids start at 1): a ``Sample`` of it, without frames,
+#: says that from its ``t_ns``, for its ``duration_ns``, the sampler read no thread (a tick came
+#: late: kept from the GIL, or off the CPU); its ``weight`` is the ticks missed, ``cpu_ns`` 0.
+GAP_TID: Final = 0
+
+
 class Sample(msgspec.Struct, array_like=True, frozen=True):
     """A stack of one thread, sampled at ``t_ns`` (the same monotonic clock as events).
 

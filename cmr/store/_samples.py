@@ -23,7 +23,7 @@ from cmr.store.base import (
     SamplerRecord,
 )
 from cmr.store.columns import RecordColumns, field, on_threads
-from tracer.wire import Batch, SamplerReport
+from tracer.wire import GAP_TID, Batch, SamplerReport
 
 I64_MIN: Final = -(2**63)
 I64_MAX: Final = 2**63 - 1
@@ -79,18 +79,14 @@ def overlaps(sample: SampleRecord, window: Window) -> bool:
     return sample.t_ns < end and span_end(sample.t_ns, sample.duration_ns) > start
 
 
-#: The thread id of a process's sampler gaps (``tracer._sampler.GAP_TID``): samples without
-#: frames that say the sampler read no thread for their duration. A sequence's are those that
-#: overlap any of its invocations in that process; they are kept apart from its samples
-#: (``SequenceData.gaps``).
-GAP_TID: Final = 0
-
-
 def without_gaps(samples: list[SampleRecord]) -> tuple[list[SampleRecord], list[SampleRecord]]:
-    """A sequence's samples as loaded (``sample_windows``): the samples, and the sampler's gaps."""
-    if not any(sample.tid == GAP_TID for sample in samples):
-        return samples, []
-    return [s for s in samples if s.tid != GAP_TID], [s for s in samples if s.tid == GAP_TID]
+    """A sequence's samples as loaded (``sample_windows``): the samples, and the sampler's gaps
+    (``wire.GAP_TID``), which overlap any of its invocations in their process."""
+    kept: list[SampleRecord] = []
+    gaps: list[SampleRecord] = []
+    for sample in samples:
+        (gaps if sample.tid == GAP_TID else kept).append(sample)
+    return kept, gaps
 
 
 def sample_windows(

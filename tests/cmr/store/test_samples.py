@@ -113,7 +113,7 @@ def test_a_collapsed_sample_reaching_into_a_window_is_read_once(
 def test_a_sequence_reads_its_processes_sampler_gaps_apart_from_its_samples(
     store: Store, make_batch: BatchFactory
 ) -> None:
-    """A gap (``tracer._sampler.GAP_TID``: no frames; the sampler read no thread) belongs to the
+    """A gap (``tracer.wire.GAP_TID``: no frames; the sampler read no thread) belongs to the
     process, not a thread: a sequence reads those overlapping any of its calls there, even on a
     thread the sampler never read."""
     events = {
