@@ -7,6 +7,7 @@ inside a sequence serves each call in its own. (As patches: ``test_grpc_patching
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -33,8 +34,9 @@ from tests.queues.grpc_support import (
     sync_server,
     wait_ended,
 )
+from tracer import wire
 from tracer._patching.integrations import DISABLED_ENV
-from tracer.testing import Capture
+from tracer.testing import Capture, CapturedInvocation
 
 MODULE = "tests.queues.grpc_support."
 
@@ -179,6 +181,59 @@ def test_future_and_with_call_are_one_invocation_each(
     )
     servers = named(trace, "grpc.server /shop.Pricing/Quote")
     assert sorted(s.parent for s in servers) == sorted([future.iid, with_call.iid])
+
+
+def _stalled(rpc: Any) -> list[Any]:
+    """The done callbacks of ``rpc`` (a call in flight), taken out of it: as if gRPC's polling
+    thread, which runs them once the call's status came, had not been scheduled yet."""
+    with rpc._state.condition:
+        callbacks = list(rpc._state.callbacks)
+        rpc._state.callbacks.clear()
+    return callbacks
+
+
+def _ends(trace: Capture, invocation: CapturedInvocation) -> int:
+    """How many end events the tracer sent for ``invocation``."""
+    return sum(
+        isinstance(event, wire.End | wire.Error) and event.iid == invocation.iid
+        for batch in trace.batches
+        for chunk in batch.chunks
+        for event in chunk.events
+    )
+
+
+def test_a_call_read_to_its_end_has_ended_when_the_read_returns(
+    trace: Capture, channel: grpc.Channel, port: int
+) -> None:
+    # gRPC runs a call's done callbacks in its polling thread after waking the reader: a program
+    # that reads a stream's last message (or a future's result) and exits at once must not lose
+    # the call's end. The callbacks are held back here until after the reads.
+    chat_requests: queue.Queue[bytes | None] = queue.Queue()
+    total_requests: queue.Queue[bytes | None] = queue.Queue()
+    responses = channel.stream_stream(method("Chat"))(
+        iter(chat_requests.get, None), timeout=TIMEOUT_S
+    )
+    future = channel.stream_unary(method("Total")).future(
+        iter(total_requests.get, None), timeout=TIMEOUT_S
+    )
+    late = _stalled(responses) + _stalled(future)
+    for requests in (chat_requests, total_requests):
+        requests.put(b"pear")
+        requests.put(None)
+    assert list(responses) == [b"12"]
+    assert future.result(TIMEOUT_S) == b"12"
+    calls = [named(trace, f"grpc.client /shop.Pricing/{name}") for name in ("Chat", "Total")]
+    for [call], name in zip(calls, ("Chat", "Total"), strict=True):
+        assert call.status == "ok"
+        assert rpc_attributes(call) == client_attributes(name, port, 0)
+    for callback in late:  # the polling thread's turn comes: the calls had ended already
+        callback()
+    assert [_ends(trace, call) for [call] in calls] == [1, 1]
+    # What the program holds is still gRPC's call object, as it was.
+    assert isinstance(responses, grpc.Call)
+    assert isinstance(future, grpc.Future)
+    assert type(responses).__name__ == "_MultiThreadedRendezvous"
+    assert responses.code() == future.code() == grpc.StatusCode.OK
 
 
 def test_handlers_on_the_servers_thread_pool_keep_their_exact_parent(

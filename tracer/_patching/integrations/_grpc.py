@@ -152,9 +152,10 @@ def target_attributes(target: str) -> dict[str, measured.AttributeValue]:
 
 class Call:
     """One measured RPC (module docstring), opened at once, finished once: ``finish`` may come
-    from another thread than ``begin`` (a client's done callback) and a second one is ignored."""
+    from another thread than ``begin`` (a client's done callback, and the program's thread reading
+    the call's end at the same moment) and only the first is kept."""
 
-    __slots__ = ("attributes", "call", "done", "hop", "method_id")
+    __slots__ = ("attributes", "call", "done", "hop", "method_id", "unfinished")
 
     def __init__(self, call: measured.Measured, side: str, method: str) -> None:
         self.call = call
@@ -167,6 +168,7 @@ class Call:
             METHOD: name,
         }
         self.done = False
+        self.unfinished = [True]  # popped by the one finish that counts (atomic, any thread)
         call.open(self.method_id)
 
     @property
@@ -192,7 +194,9 @@ class Call:
 
     def finish(self, status: int | None, error: str | None) -> None:
         """End the call with its status (None: none known) and its Error's name (None: ok)."""
-        if self.done:
+        try:
+            self.unfinished.pop()
+        except IndexError:
             return
         self.done = True
         try:

@@ -16,7 +16,8 @@ the server in the call's metadata (``_grpc``)::
   ``future()``. The invocation begins when the call is made and ends when gRPC reports the call
   done (its done callback), with the call's status: for a unary response when it arrives, for a
   streamed response once the program has read the last message and the status came, or when the
-  call is cancelled (a ``future()`` or an iterator cancelled, or dropped unread). A non-OK status
+  call is cancelled (a ``future()`` or an iterator cancelled, or dropped unread). The program's
+  own read that finds a call done ends it too, first (``_grpc_reads``). A non-OK status
   is an error named by it (``"gRPC UNAVAILABLE"``); an exception of the call that is no
   ``RpcError`` (a request that does not serialize) is an error named by its type. What the call
   raises reaches the program unchanged.
@@ -43,7 +44,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import context, measured, recorder
-from tracer._patching.integrations import Hook, PatchSpec, _grpc, installed, mark
+from tracer._patching.integrations import Hook, PatchSpec, _grpc, _grpc_reads, installed, mark
 
 TARGET: Final = "target"
 INTERCEPTORS: Final = "interceptors"
@@ -179,7 +180,9 @@ class SyncInterceptor:
         except BaseException as exc:
             call.finish(None, type(exc).__name__)
             raise
-        _watch(call, made, functools.partial(outcome, rpc_error=self.rpc_error))
+        status_of = functools.partial(outcome, rpc_error=self.rpc_error)
+        _watch(call, made, status_of)
+        _grpc_reads.ending_on_read(made, call, status_of)
         return made
 
     def intercept_unary_unary(self, continuation: Function, details: Any, request: Any) -> Any:
