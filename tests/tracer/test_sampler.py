@@ -59,6 +59,7 @@ def _sampled() -> Iterator[Capture]:
 def wait_ticks(trace: Capture, ticks: int) -> None:
     """Let the sampler take at least ``ticks`` more ticks (bounded)."""
     deadline = time.monotonic() + 60
+    trace.flush()  # count from the sampler's latest report, not one sent before the caller's step
     start = _ticks(trace)
     while _ticks(trace) < start + ticks:
         assert time.monotonic() < deadline, "the sampler stopped ticking"
