@@ -275,3 +275,44 @@ def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:
         if known is None or (event.t_ns, event.iid) < (known.t_ns, known.iid):
             earliest[event.seq] = event
     return earliest
+
+
+@dataclass(frozen=True, slots=True)
+class GroupParts:
+    """What the batches one transaction stores add to their sequences' summaries, as one
+    batch's would be: a sequence that several of them carry is written once (``group_parts``)."""
+
+    summary: SummaryParts
+    first_start: dict[bytes, int]  # seq -> its earliest Start in the group, wall clock
+    late_ends: list[LateEnd]  # every batch's, in the batches' order
+
+
+def group_parts(packs: Sequence[PackedBatch]) -> GroupParts:
+    """The summary parts of ``packs`` (the batches a transaction stored, in the order it stored
+    them) merged: Start counts added, each sequence's earliest Start and lowest-ranked root
+    candidate kept (the first of equal ones, as the stores' upserts keep), threads, entries and
+    open invocations together. A store writes them after every batch's late Ends are stored, so
+    an invocation a later batch of the group ends is never opened."""
+    if len(packs) == 1:
+        [only] = packs
+        return GroupParts(only.summary, only.first_start, only.late_ends)
+    merged = SummaryParts()
+    first_start: dict[bytes, int] = {}
+    roots: dict[bytes, RootRow] = {}
+    late_ends: list[LateEnd] = []
+    for packed in packs:
+        parts = packed.summary
+        merged.counts.update(parts.counts)
+        merged.threads |= parts.threads
+        merged.entries += parts.entries
+        merged.opened += parts.opened
+        late_ends += packed.late_ends
+        for seq, start in packed.first_start.items():
+            known = first_start.get(seq)
+            first_start[seq] = start if known is None or start < known else known
+        for row in parts.roots:
+            best = roots.get(row[0])
+            if best is None or row[1:6] < best[1:6]:
+                roots[row[0]] = row
+    merged.roots = list(roots.values())
+    return GroupParts(merged, first_start, late_ends)

@@ -3,17 +3,20 @@
 The batch goes in first, as it arrived (``cmr.store.packed``: its thread chunks as one
 ``bytea``, with its key, ``INSERT ... ON CONFLICT DO NOTHING`` on ``batches``): when two nodes
 receive the same batch, the second waits there for the first to commit, then finds the key and
-stores nothing. Then its small index and its sequences' listing lines (``postgres_summaries``),
-each one statement over arrays (``unnest``), sent in one pipeline: a batch costs a round trip or
-two, not one per statement. Hand-offs and samples are streamed with binary COPY into temporary
-staging tables and moved into the day-partitioned tables by one ``INSERT ... SELECT ... ON
-CONFLICT DO NOTHING`` each, which computes every row's day and keeps the first write of a key.
+stores nothing. Then its small index, each one statement over arrays (``unnest``), sent in one
+pipeline: a batch costs a round trip or two, not one per statement. The listing lines of the
+sequences (``postgres_summaries``) are written once for all the batches of the transaction, after
+the last of them (``packing.group_parts``): a sequence several of them carry is one row.
+Hand-offs and samples are streamed with binary COPY into temporary staging tables and moved into
+the day-partitioned tables by one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` each, which
+computes every row's day and keeps the first write of a key.
 
-Rows other batches may write at the same time are locked in one order by every node — the
-batch key, the process (and its methods, threads, frames), each summary table's rows sorted by
-key, then sequences sorted by id (those whose root a late End of the batch ends among them:
-the process's lock keeps its other batches from changing them meanwhile) — so two nodes never
-wait on each other in a cycle.
+Rows other batches may write at the same time are locked in one order by every node — batch by
+batch (by process, then batch number) the batch key and the process (and its methods, threads,
+frames), then, for the whole transaction, each summary table's rows sorted by key and the
+sequences sorted by id (those whose root a late End ends among them: the processes' locks keep
+their other batches from changing them meanwhile) — so two nodes never wait on each other in a
+cycle.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from cmr.store._samples import sampler_record
 from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
 from cmr.store.packing import PackedBatch
-from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.partitions import day_of, day_sql
 from cmr.store.postgres.schema import (
@@ -146,7 +148,6 @@ def write_batch(
         _upsert_process(conn, batch, received_ns)  # this process's batches go one at a time
         _upsert_infos(conn, batch)
         _store_index(conn, batch, packed)
-        summaries.store(conn, packed)  # after the late Ends: they close calls
         if batch.lost_seqs:
             lost = lost_rows(batch)
             conn.execute(

@@ -35,7 +35,7 @@ from cmr.store.base import (
 )
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of
-from cmr.store.packing import Prepared, prepare
+from cmr.store.packing import PackedBatch, Prepared, group_parts, prepare
 from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
@@ -99,8 +99,9 @@ class PostgresStore(GroupCommitStore):
 
         def write() -> None:
             with conn.transaction():
+                written: list[PackedBatch] = []
                 for ready in prepared:
-                    outcomes[ready.at] = write_batch(
+                    outcomes[ready.at] = fresh = write_batch(
                         conn,
                         ready.batch,
                         packed=ready.packed,
@@ -109,6 +110,11 @@ class PostgresStore(GroupCommitStore):
                         window=window,
                         node=self._node,
                     )
+                    if fresh:
+                        written.append(ready.packed)
+                if written:  # after every late End: a sequence several batches carry, once
+                    with conn.pipeline():
+                        summaries.store(conn, group_parts(written))
 
         try:
             write()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
-from cmr.store.packing import PackedBatch
+from cmr.store.packing import GroupParts
 from cmr.store.postgres import read as postgres_read
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.schema import (
@@ -23,17 +23,17 @@ from cmr.store.postgres.schema import (
 from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
 
 
-def store(conn: Conn, packed: PackedBatch) -> None:
-    """Add a batch's parts; its late Ends are stored already. Each sequence of the batch, and
-    each whose open root a late End of it ends, is written last, once, with its listing keys
-    from its root candidate as it now stands (rows locked in one order: ``UPSERT_SEQUENCES``).
-    Then the late Ends close the invocations they end."""
-    parts = packed.summary
+def store(conn: Conn, group: GroupParts) -> None:
+    """Add the parts of the batches a transaction stored (``packing.group_parts``); their late
+    Ends are stored already. Each sequence, and each whose open root a late End ends, is written
+    last, once, with its listing keys from its root candidate as it now stands (rows locked in
+    one order: ``UPSERT_SEQUENCES``). Then the late Ends close the invocations they end."""
+    parts = group.summary
     counts = parts.counts
     store_parts(conn, parts)
-    ordered = sorted(packed.first_start.items())
-    late_puids = [row[0] for row in packed.late_ends]
-    late_iids = [row[1] for row in packed.late_ends]
+    ordered = sorted(group.first_start.items())
+    late_puids = [row[0] for row in group.late_ends]
+    late_iids = [row[1] for row in group.late_ends]
     conn.execute(
         UPSERT_SEQUENCES,
         (

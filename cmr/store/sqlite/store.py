@@ -44,7 +44,7 @@ from cmr.store.base import (
 from cmr.store.columns import field
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of
-from cmr.store.packing import Prepared, prepare
+from cmr.store.packing import PackedBatch, Prepared, group_parts, prepare
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
@@ -152,11 +152,14 @@ class SQLiteStore(GroupCommitStore):
         outcomes, prepared = prepare(batches, bodies)
         if prepared:
             with self._transaction("BEGIN IMMEDIATE") as conn:
-                stored = events = 0
+                written: list[PackedBatch] = []
                 for ready in prepared:
                     outcomes[ready.at] = fresh = _write(conn, ready, received_ns)
-                    stored += fresh
-                    events += ready.packed.events if fresh else 0
+                    if fresh:
+                        written.append(ready.packed)
+                if written:  # after every late End: a sequence several batches carry, once
+                    sqlite_summaries.store(conn, group_parts(written))
+                stored, events = len(written), sum(packed.events for packed in written)
                 conn.executemany(  # once per group: one row each, however many batches
                     "UPDATE counters SET value = value + ? WHERE name = ?",
                     ((stored, "batches"), (events, "events")),
@@ -317,8 +320,8 @@ class SQLiteStore(GroupCommitStore):
 
 
 def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
-    """One batch's rows, inside the caller's transaction (False: it was stored before); the
-    caller counts the batches and events stored."""
+    """One batch's rows but its sequences' summaries, inside the caller's transaction (False: it
+    was stored before); the caller stores the summaries of the group and counts what it stored."""
     batch, packed, samples = ready.batch, ready.packed, ready.samples
     process = batch.process
     puid = batch.puid
@@ -380,7 +383,6 @@ def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
         conn.executemany(
             "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", packed.handoffs
         )
-    sqlite_summaries.store(conn, packed)  # after the late Ends: they close calls
     if batch.lost_seqs:
         conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
     store_samples(conn, batch, samples)

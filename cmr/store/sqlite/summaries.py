@@ -9,7 +9,7 @@ import sqlite3
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
-from cmr.store.packing import PackedBatch
+from cmr.store.packing import GroupParts
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,
@@ -25,28 +25,29 @@ from cmr.store.sqlite.schema import (
 from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
 
 
-def store(conn: sqlite3.Connection, packed: PackedBatch) -> None:
-    """Add a batch's parts; its late Ends are stored already (they close open invocations,
-    and set the end of a sequence whose root they end). Each sequence of the batch is written
-    last, once, with its listing keys from its root candidate as it now stands."""
-    parts = packed.summary
+def store(conn: sqlite3.Connection, group: GroupParts) -> None:
+    """Add the parts of the batches a transaction stored (``packing.group_parts``), after their
+    late Ends are stored (they close open invocations, and set the end of a sequence whose root
+    they end). Each sequence is written last, once, with its listing keys from its root
+    candidate as it now stands."""
+    parts = group.summary
     counts = parts.counts
-    if packed.late_ends:
+    if group.late_ends:
         conn.executemany(
             LATE_ROOT_END,
             [
                 {"puid": puid, "iid": iid, "end": end, "error": error}
-                for puid, iid, end, error in packed.late_ends
+                for puid, iid, end, error in group.late_ends
             ],
         )
         conn.executemany(
             "DELETE FROM open_calls WHERE puid = ? AND iid = ?",
-            [(puid, iid) for puid, iid, _end, _error in packed.late_ends],
+            [(puid, iid) for puid, iid, _end, _error in group.late_ends],
         )
     _store_parts(conn, parts)
     sequences = [
         {"seq": seq, "start": start_ns, "count": counts[seq]}
-        for seq, start_ns in packed.first_start.items()
+        for seq, start_ns in group.first_start.items()
     ]
     conn.executemany(UPSERT_SEQUENCE, sequences)
 

@@ -3,6 +3,8 @@ offs, the status of calls and sequences."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from cmr.store import (
@@ -143,6 +145,67 @@ def test_a_group_of_batches_is_stored_as_each_would_be_alone(
     assert (line.invocations, line.status) == (2, "complete")
     # The refused batch left nothing behind: its number can still be stored.
     assert store.ingest(make_batch(7, 2, {1: [start(3, 300, S)]}), 6) is True
+
+
+def _spanning_batches(make_batch: BatchFactory, puid: int) -> tuple[list[wire.Batch], dict]:
+    """Three consecutive batches of process ``puid`` whose sequences span them (its sequences'
+    ids start with the puid): a root ended two batches later, a better root candidate arriving
+    after a worse one, a root that raised, calls opened and ended a batch later, one left open;
+    and the names of the sequences."""
+    one, two, three = (seq_id(f"{puid}{n}") for n in ("a1", "b2", "c3"))
+    batches = [
+        make_batch(
+            puid,
+            1,
+            {
+                1: [start(1, 100, one), start(2, 110, one, parent=1), start(3, 120, two, parent=9)],
+                2: [start(4, 130, three, method=4)],
+            },
+        ),
+        make_batch(
+            puid,
+            2,
+            {
+                1: [wire.End(2, 150), start(5, 90, two, method=5), start(7, 160, one, parent=1)],
+                2: [wire.Error(4, 170, "ValueError"), start(8, 175, two, parent=5)],
+            },
+        ),
+        make_batch(
+            puid,
+            3,
+            {
+                1: [wire.End(1, 200), wire.End(7, 190)],
+                3: [wire.End(5, 210), wire.End(3, 205)],
+            },
+        ),
+    ]
+    return batches, {one: "one", two: "two", three: "three"}
+
+
+def test_sequences_a_group_shares_list_as_they_would_stored_one_batch_at_a_time(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    alone, alone_names = _spanning_batches(make_batch, 7)
+    grouped, grouped_names = _spanning_batches(make_batch, 8)
+    for batch in alone:
+        assert store.ingest(batch, received_ns=5) is True
+    assert store.ingest_many(grouped, received_ns=5) == [True, True, True]
+
+    lines = store.list_sequences(10)
+    assert len(lines) == 6
+
+    def listed(names: dict[bytes, str]) -> list[tuple[object, ...]]:
+        return sorted(
+            (names[line.seq], *dataclasses.astuple(line)[1:]) for line in lines if line.seq in names
+        )
+
+    assert listed(grouped_names) == listed(alone_names)
+    by_name = {row[0]: row for row in listed(grouped_names)}
+    # (name, root, start, end, invocations, threads, processes, status, lossy, error)
+    assert by_name["one"][4:] == (3, 1, 1, "complete", False, None)
+    assert by_name["two"][7] == "running"  # its call 8 never ended
+    assert by_name["two"][1] == "app.m5"  # the better candidate, from the second batch
+    assert by_name["three"][-1] == "ValueError"
 
 
 # -- hand-offs ------------------------------------------------------------------------------
