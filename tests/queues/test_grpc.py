@@ -35,6 +35,7 @@ from tests.queues.grpc_support import (
     wait_ended,
 )
 from tracer import wire
+from tracer._core import recorder
 from tracer._patching.integrations import DISABLED_ENV
 from tracer.testing import Capture, CapturedInvocation
 
@@ -217,6 +218,7 @@ def test_a_call_read_to_its_end_has_ended_when_the_read_returns(
         iter(total_requests.get, None), timeout=TIMEOUT_S
     )
     late = _stalled(responses) + _stalled(future)
+    errors = recorder.internal_errors()
     for requests in (chat_requests, total_requests):
         requests.put(b"pear")
         requests.put(None)
@@ -229,6 +231,7 @@ def test_a_call_read_to_its_end_has_ended_when_the_read_returns(
     for callback in late:  # the polling thread's turn comes: the calls had ended already
         callback()
     assert [_ends(trace, call) for [call] in calls] == [1, 1]
+    assert recorder.internal_errors() == errors
     # What the program holds is still gRPC's call object, as it was.
     assert isinstance(responses, grpc.Call)
     assert isinstance(future, grpc.Future)

@@ -20,8 +20,11 @@ _ENDING_CLASSES: dict[type, type] = {}
 
 def _end_if_done(rpc: Any) -> None:
     try:
-        ends = rpc.__dict__.get(_ENDS)
-        if ends is not None and rpc.done():
+        if _ENDS not in rpc.__dict__ or not rpc.done():
+            return
+        # Taken once (atomically): reading the status reads the call again (``exception()``).
+        ends = rpc.__dict__.pop(_ENDS, None)
+        if ends is not None:
             call, status_of = ends
             call.finish(*status_of(rpc))
     except Exception as exc:
