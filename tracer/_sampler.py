@@ -304,6 +304,8 @@ class Sampler:
             if ident in excluded or ident not in threads:
                 continue
             if self._only_active and ident not in in_c_calls and not worth_sampling(top):
+                if ident in readings.pending:  # it left its traced calls since: end the sample
+                    readings.left(ident, now, running=False)
                 continue
             candidates.append((ident, top))
         readings.forget_gone(frames)

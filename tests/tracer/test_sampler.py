@@ -223,6 +223,38 @@ def test_only_active_threads_are_sampled_by_default(sampled: Capture) -> None:
     assert not {names.get(s.tid, "") for s in samples} & {"invoseq-sender", "invoseq-sampler"}
 
 
+def test_a_threads_sample_ends_when_it_leaves_traced_calls_not_at_its_next_one(
+    sampled: Capture,
+) -> None:
+    # A worker thread (the sampler thread reads it) leaves a traced call for untraced work, then
+    # calls again: the last sample of the first call ends once a tick finds it outside, rather
+    # than stretch over the untraced work (and take its CPU) up to the next call's first sample.
+    spans: list[tuple[int, int]] = []
+
+    def in_and_out() -> None:
+        for seconds in (0.3, 0):
+            started = time.perf_counter_ns()
+            busy(0.03)
+            spans.append((started, time.perf_counter_ns()))
+            spin(seconds)  # untraced
+
+    thread = threading.Thread(target=in_and_out, name="in-and-out")
+    thread.start()
+    thread.join(60)
+    wait_ticks(sampled, 5)
+    samples, _ = samples_of(sampled)
+    names = {t.tid: t.name for b in sampled.batches for t in b.threads}
+    mine = [s for s in samples if names.get(s.tid) == "in-and-out"]
+    (first_start, first_end), (second_start, _) = spans
+    in_first = [s for s in mine if first_start <= s.t_ns < first_end]
+    assert in_first, "the sampler never saw the first call"
+    last = max(in_first, key=lambda s: s.t_ns)
+    untraced = second_start - first_end  # 0.3 s of it
+    # Without the end, the span reached to the middle of the untraced work.
+    assert last.t_ns + last.duration_ns - first_end < untraced // 10
+    assert last.cpu_ns < untraced // 10
+
+
 class _Watched(selectors.DefaultSelector):
     """A selector that asks, each time the loop waits in it, whether the sampler would sample
     the loop's thread there."""
