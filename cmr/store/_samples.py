@@ -80,8 +80,10 @@ def overlaps(sample: SampleRecord, window: Window) -> bool:
 
 
 def without_gaps(samples: list[SampleRecord]) -> tuple[list[SampleRecord], list[SampleRecord]]:
-    """A sequence's samples as loaded (``sample_windows``): the samples, and the sampler's gaps
-    (``wire.GAP_TID``), which overlap any of its invocations in their process."""
+    """Samples as loaded for a sequence (``sample_windows``), or as a batch brought them: the
+    threads' samples, and the sampler's gaps (``wire.GAP_TID``), which a sequence reads where
+    they overlap any of its invocations in their process, and which ``Store.stats`` leaves out of
+    the samples it counts."""
     kept: list[SampleRecord] = []
     gaps: list[SampleRecord] = []
     for sample in samples:

@@ -9,7 +9,7 @@ import bisect
 
 from cmr.store._samples import ThreadKey, Window, overlaps, sampler_record
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
-from tracer.wire import Batch
+from tracer.wire import GAP_TID, Batch
 
 
 class MemorySamples:
@@ -40,7 +40,7 @@ class MemorySamples:
             times.insert(at, record.t_ns)  # appends, in the usual case of samples in order
             self._records.setdefault(key, []).insert(at, record)
             self._longest[key] = max(self._longest.get(key, 0), record.duration_ns)
-            self.count += 1
+            self.count += record.tid != GAP_TID  # the sampler's gaps are not counted
 
     def overlapping(
         self, windows: dict[ThreadKey, list[Window]]

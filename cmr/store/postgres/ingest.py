@@ -28,7 +28,7 @@ from typing import Final
 
 import msgspec
 
-from cmr.store._samples import sampler_record
+from cmr.store._samples import sampler_record, without_gaps
 from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
 from cmr.store.packing import PackedBatch
@@ -158,17 +158,18 @@ def write_batch(
         _store_sampler(conn, batch, samples)
     window_params = {"lowest": window[0], "highest": window[1]}
     _move(conn, HANDOFFS, packed.handoffs, window_params)
-    stored_samples = _move(
-        conn,
-        SAMPLES,
-        [
-            (r.puid, r.tid, r.t_ns, r.weight, r.duration_ns, r.cpu_ns, _encode((r.frames, r.lines)))
-            for r in samples
-        ],
-        window_params,
-    )
+    threads, gaps = without_gaps(samples)
+    stored_samples = _move(conn, SAMPLES, _sample_rows(threads), window_params)
+    _move(conn, SAMPLES, _sample_rows(gaps), window_params)  # the sampler's: not counted
     conn.execute(UPSERT_COUNTERS, (node, 1, 0, packed.events, stored_samples))
     return True
+
+
+def _sample_rows(samples: list[SampleRecord]) -> list[tuple[object, ...]]:
+    return [
+        (r.puid, r.tid, r.t_ns, r.weight, r.duration_ns, r.cpu_ns, _encode((r.frames, r.lines)))
+        for r in samples
+    ]
 
 
 def _store_index(conn: Conn, batch: Batch, packed: PackedBatch) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from cmr.store._samples import ThreadKey, Window, sampler_record
+from cmr.store._samples import ThreadKey, Window, sampler_record, without_gaps
 from cmr.store._samples import load_samplers as shared_load_samplers
 from cmr.store._samples import load_samples as shared_load_samples
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
@@ -26,8 +26,9 @@ _encode_stack = msgspec.msgpack.Encoder().encode
 
 
 def store_samples(conn: sqlite3.Connection, batch: Batch, records: list[SampleRecord]) -> int:
-    """Write the batch's frames, samples and sampler report; returns how many samples were new
-    (a sample already stored for its thread and time is kept as it was)."""
+    """Write the batch's frames, samples and sampler report; returns how many of its threads'
+    samples were new (a sample already stored for its thread and time is kept as it was; the
+    sampler's gaps are stored, not counted)."""
     puid = batch.puid
     if batch.frames:
         conn.executemany(
@@ -37,6 +38,22 @@ def store_samples(conn: sqlite3.Connection, batch: Batch, records: list[SampleRe
     if batch.sampler is not None:
         report = batch.sampler
         conn.execute(UPSERT_SAMPLER, (puid, *dataclasses.astuple(sampler_record(report))))
+    if not records:
+        return 0
+    threads, gaps = without_gaps(records)
+    inserted = _insert(conn, threads)
+    _insert(conn, gaps)  # the sampler's, not samples of a thread: not counted
+    longest: dict[ThreadKey, int] = {}
+    for r in records:
+        key = (r.puid, r.tid)
+        longest[key] = max(longest.get(key, 0), r.duration_ns)
+    conn.executemany(UPSERT_SAMPLE_THREAD, [(*key, span) for key, span in longest.items()])
+    conn.execute("UPDATE counters SET value = value + ? WHERE name = 'samples'", (inserted,))
+    return inserted
+
+
+def _insert(conn: sqlite3.Connection, records: list[SampleRecord]) -> int:
+    """Insert the samples; how many were new."""
     if not records:
         return 0
     cursor = conn.executemany(
@@ -54,14 +71,7 @@ def store_samples(conn: sqlite3.Connection, batch: Batch, records: list[SampleRe
             for r in records
         ],
     )
-    longest: dict[ThreadKey, int] = {}
-    for r in records:
-        key = (r.puid, r.tid)
-        longest[key] = max(longest.get(key, 0), r.duration_ns)
-    conn.executemany(UPSERT_SAMPLE_THREAD, [(*key, span) for key, span in longest.items()])
-    inserted = max(cursor.rowcount, 0)
-    conn.execute("UPDATE counters SET value = value + ? WHERE name = 'samples'", (inserted,))
-    return inserted
+    return max(cursor.rowcount, 0)
 
 
 def load_samples(

@@ -136,6 +136,7 @@ def test_a_sequence_reads_its_processes_sampler_gaps_apart_from_its_samples(
         (7, 1_500, 2_000, 20),
         (7, 5_500, 100, 1),
     ]
+    assert store.stats().samples == 1  # `cmr stats` counts the threads' samples, not gaps
 
 
 def test_an_open_invocation_reads_every_later_sample_of_its_thread(
