@@ -284,14 +284,15 @@ class GroupParts:
 
     summary: SummaryParts
     first_start: dict[bytes, int]  # seq -> its earliest Start in the group, wall clock
-    late_ends: list[LateEnd]  # every batch's, in the batches' order
+    late_ends: list[LateEnd]  # the batches' first of each invocation, in the batches' order
 
 
 def group_parts(packs: Sequence[PackedBatch]) -> GroupParts:
     """The summary parts of ``packs`` (the batches a transaction stored, in the order it stored
     them) merged: Start counts added, each sequence's earliest Start and lowest-ranked root
-    candidate kept (the first of equal ones, as the stores' upserts keep), threads, entries and
-    open invocations together. A store writes them after every batch's late Ends are stored, so
+    candidate kept (the first of equal ones, as the stores' upserts keep), the first late End of
+    each invocation (a forged repeat changes nothing), threads, entries and open invocations
+    together. A store writes them after every batch's late Ends are stored, so
     an invocation a later batch of the group ends is never opened."""
     if len(packs) == 1:
         [only] = packs
@@ -300,13 +301,17 @@ def group_parts(packs: Sequence[PackedBatch]) -> GroupParts:
     first_start: dict[bytes, int] = {}
     roots: dict[bytes, RootRow] = {}
     late_ends: list[LateEnd] = []
+    ended: set[tuple[int, int]] = set()
     for packed in packs:
         parts = packed.summary
         merged.counts.update(parts.counts)
         merged.threads |= parts.threads
         merged.entries += parts.entries
         merged.opened += parts.opened
-        late_ends += packed.late_ends
+        for end in packed.late_ends:  # the first End of an invocation wins, as stored
+            if (end[0], end[1]) not in ended:
+                ended.add((end[0], end[1]))
+                late_ends.append(end)
         for seq, start in packed.first_start.items():
             known = first_start.get(seq)
             first_start[seq] = start if known is None or start < known else known

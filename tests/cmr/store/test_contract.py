@@ -16,7 +16,7 @@ from cmr.store import (
     ThreadRecord,
     UnknownSequenceError,
 )
-from cmr.store.base import HandoffRecord
+from cmr.store.base import HandoffRecord, SequenceQuery
 from cmr.views.calltree import build_tree
 from cmr.views.model import Handoff
 from tests.cmr.store.records import BatchFactory, H, S, handoff, seq_id, start
@@ -206,6 +206,25 @@ def test_sequences_a_group_shares_list_as_they_would_stored_one_batch_at_a_time(
     assert by_name["two"][7] == "running"  # its call 8 never ended
     assert by_name["two"][1] == "app.m5"  # the better candidate, from the second batch
     assert by_name["three"][-1] == "ValueError"
+
+
+def test_a_repeated_late_end_in_a_group_changes_nothing(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    # First write wins for an event key: a forged End repeating another, later in the group,
+    # leaves the sequence's end where the first put it (the root opened in an earlier group).
+    assert store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), received_ns=5) is True
+    ended = make_batch(7, 2, {1: [wire.End(1, 200)]})
+    repeated = make_batch(7, 3, {1: [wire.End(1, 900)]})
+    assert store.ingest_many([ended, repeated], received_ns=6) == [True, True]
+
+    (line,) = store.list_sequences(10)
+    assert (line.end_ns, line.status) == (clock_offset_ns + 200, "complete")
+    # The listing's duration key says so too (100 ns, not 800).
+    assert store.list_sequences(10, SequenceQuery(min_duration_ns=500)) == []
+    assert len(store.list_sequences(10, SequenceQuery(max_duration_ns=500))) == 1
+    [record] = store.load_sequence(S).invocations
+    assert record.end_ns == clock_offset_ns + 200
 
 
 # -- hand-offs ------------------------------------------------------------------------------
