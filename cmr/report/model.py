@@ -51,6 +51,7 @@ from cmr.report.schema import Arrow, Bars, Flame, Lane, ReportModel, Summary
 from cmr.store.base import SequenceData
 from cmr.views._gc import paused_gc
 from cmr.views.critical import critical_path
+from cmr.views.interned import Interned
 from cmr.views.lanes import Layout, Track, lay_out
 from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Bounds, Node
 from cmr.views.pipeline import sequence_tree  # the exports' tree: samples merged in
@@ -80,7 +81,7 @@ def _build_model(data: SequenceData) -> ReportModel:
     nodes, depths, parents = _preorder([tree.root])
     origin = layout.start_ns if layout.tracks else _first_start(nodes)
     end = max(layout.end_ns, origin)
-    names = _Names()
+    names = Interned()
     lanes, lane_of, row_of = _lanes(layout, tree.root)
     bars = _bars(
         _Tree(nodes, depths, parents),
@@ -122,21 +123,6 @@ def _build_model(data: SequenceData) -> ReportModel:
         ),
     }
     return model
-
-
-class _Names:
-    """Interned names: bars and flame nodes carry an index into ``table``."""
-
-    def __init__(self) -> None:
-        self.table: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def __call__(self, name: str) -> int:
-        found = self._index.get(name)
-        if found is None:
-            found = self._index[name] = len(self.table)
-            self.table.append(name)
-        return found
 
 
 def _first_start(nodes: list[Node]) -> int:
@@ -256,7 +242,7 @@ def _bars(
     *,
     origin: int,
     end: int,
-    names: _Names,
+    names: Interned,
     attributes: dict[tuple[int, int], Attributes],
 ) -> Bars:
     """Columns: where each call is drawn comes from its track's events (its lane, and the row
@@ -348,7 +334,7 @@ def _arrows(nodes: list[Node], parents: list[int], origin: int) -> list[Arrow]:
     return arrows
 
 
-def _flame(*, tree_has_samples: bool, roots: list[ProfileNode], names: _Names) -> Flame:
+def _flame(*, tree_has_samples: bool, roots: list[ProfileNode], names: Interned) -> Flame:
     """The profile's lines in preorder (those with nothing to draw left out, with what is below
     them), then each column in one comprehension."""
 

@@ -51,6 +51,7 @@ from typing import Any, Final
 import msgspec
 
 from cmr.store.base import FrameRecord, SampleRecord, SequenceData
+from cmr.views.interned import Interned
 from cmr.views.merge import measured_calls
 from cmr.views.model import (
     KIND_MEASURED,
@@ -61,7 +62,7 @@ from cmr.views.model import (
     walk,
 )
 from cmr.views.placement import place_sample
-from cmr.views.render.firefox_tables import FuncKey, Strings, ThreadTables
+from cmr.views.render.firefox_tables import FuncKey, ThreadTables
 from cmr.views.timeline import Call, ThreadCalls
 
 #: The processed profile format version written, and the Gecko format version of the same
@@ -139,7 +140,7 @@ def to_firefox(tree: SequenceTree, data: SequenceData) -> dict[str, Any]:
         + [node.start_ns for node in calls]
         + [sample.t_ns + sample.duration_ns for sample in data.samples]
     )
-    strings = Strings()
+    strings = Interned()
     threads: dict[ThreadKey, ThreadTables] = {}
 
     def thread_of(key: ThreadKey) -> ThreadTables:
@@ -171,7 +172,7 @@ def to_firefox(tree: SequenceTree, data: SequenceData) -> dict[str, Any]:
         "counters": [],
         "profilerOverhead": [],
         "threads": documents,
-        "shared": {"stringArray": strings.array},
+        "shared": {"stringArray": strings.table},
     }
 
 

@@ -8,30 +8,17 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from cmr.views.interned import Interned
+
 FuncKey = tuple[str, str, int | None]  # (name, file, first line)
 INTERVAL: Final = 1  # a marker's phase: from startTime to endTime
-
-
-class Strings:
-    """``shared.stringArray``: each string once."""
-
-    def __init__(self) -> None:
-        self.array: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def of(self, text: str) -> int:
-        found = self._index.get(text)
-        if found is None:
-            found = self._index[text] = len(self.array)
-            self.array.append(text)
-        return found
 
 
 @dataclass
 class ThreadTables:
     """One thread's tables, filled as its markers and samples are added."""
 
-    strings: Strings
+    strings: Interned
     origin: int
     index: dict[Hashable, int] = field(default_factory=dict)  # stacks, frames, funcs: each once
     stacks: dict[str, list[Any]] = field(default_factory=lambda: columns("frame", "prefix"))
@@ -57,9 +44,9 @@ class ThreadTables:
         prefix: int | None = None
         for (name, file, first_line), line, category in frames:
             func = self._row(
-                self.funcs, ("func", name, file, first_line), name=self.strings.of(name),
+                self.funcs, ("func", name, file, first_line), name=self.strings(name),
                 isJS=False, relevantForJS=False, resource=-1,
-                fileName=self.strings.of(file) if file else None, lineNumber=first_line,
+                fileName=self.strings(file) if file else None, lineNumber=first_line,
                 columnNumber=None,
             )  # fmt: skip
             frame = self._row(
@@ -80,7 +67,7 @@ class ThreadTables:
         return found
 
     def marker(self, name: str, start: int, end: int, category: int, data: dict[str, Any]) -> None:
-        self.markers.append((start, end, self.strings.of(name), category, data))
+        self.markers.append((start, end, self.strings(name), category, data))
 
     def tables(self) -> dict[str, Any]:
         self.samples.sort(key=lambda row: row[0])
