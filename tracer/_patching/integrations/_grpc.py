@@ -155,7 +155,7 @@ class Call:
     from another thread than ``begin`` (a client's done callback, and the program's thread reading
     the call's end at the same moment) and only the first is kept."""
 
-    __slots__ = ("attributes", "call", "done", "hop", "method_id", "unfinished")
+    __slots__ = ("attributes", "call", "hop", "method_id", "unfinished")
 
     def __init__(self, call: measured.Measured, side: str, method: str) -> None:
         self.call = call
@@ -167,9 +167,13 @@ class Call:
             SERVICE: service,
             METHOD: name,
         }
-        self.done = False
         self.unfinished = [True]  # popped by the one finish that counts (atomic, any thread)
         call.open(self.method_id)
+
+    @property
+    def done(self) -> bool:
+        """Whether the call was finished."""
+        return not self.unfinished
 
     @property
     def value(self) -> context.Current:
@@ -198,7 +202,6 @@ class Call:
             self.unfinished.pop()
         except IndexError:
             return
-        self.done = True
         try:
             if status is not None:
                 self.attributes[STATUS] = status
