@@ -291,27 +291,22 @@ def group_parts(packs: Sequence[PackedBatch]) -> GroupParts:
     """The summary parts of ``packs`` (the batches a transaction stored, in the order it stored
     them) merged: Start counts added, each sequence's earliest Start and lowest-ranked root
     candidate kept (the first of equal ones, as the stores' upserts keep), the first late End of
-    each invocation (a forged repeat changes nothing), threads, entries and open invocations
-    together. A store writes them after every batch's late Ends are stored, so
-    an invocation a later batch of the group ends is never opened."""
+    each invocation (a forged repeat, in a later batch or the same one, changes nothing),
+    threads, entries and open invocations together. A store writes them after every batch's
+    late Ends are stored, so an invocation a later batch of the group ends is never opened."""
+    late_ends = _first_late_ends(packs)
     if len(packs) == 1:
         [only] = packs
-        return GroupParts(only.summary, only.first_start, only.late_ends)
+        return GroupParts(only.summary, only.first_start, late_ends)
     merged = SummaryParts()
     first_start: dict[bytes, int] = {}
     roots: dict[bytes, RootRow] = {}
-    late_ends: list[LateEnd] = []
-    ended: set[tuple[int, int]] = set()
     for packed in packs:
         parts = packed.summary
         merged.counts.update(parts.counts)
         merged.threads |= parts.threads
         merged.entries += parts.entries
         merged.opened += parts.opened
-        for end in packed.late_ends:  # the first End of an invocation wins, as stored
-            if (end[0], end[1]) not in ended:
-                ended.add((end[0], end[1]))
-                late_ends.append(end)
         for seq, start in packed.first_start.items():
             known = first_start.get(seq)
             first_start[seq] = start if known is None or start < known else known
@@ -321,3 +316,17 @@ def group_parts(packs: Sequence[PackedBatch]) -> GroupParts:
                 roots[row[0]] = row
     merged.roots = list(roots.values())
     return GroupParts(merged, first_start, late_ends)
+
+
+def _first_late_ends(packs: Sequence[PackedBatch]) -> list[LateEnd]:
+    """The late Ends of ``packs`` in the order the stores insert them, only the first of each
+    invocation: the one the stores keep (first write wins for an event key)."""
+    late_ends: list[LateEnd] = []
+    ended: set[tuple[int, int]] = set()
+    for packed in packs:
+        for end in packed.late_ends:
+            key = (end[0], end[1])
+            if key not in ended:
+                ended.add(key)
+                late_ends.append(end)
+    return late_ends

@@ -208,15 +208,21 @@ def test_sequences_a_group_shares_list_as_they_would_stored_one_batch_at_a_time(
     assert by_name["three"][-1] == "ValueError"
 
 
+@pytest.mark.parametrize("one_batch", [False, True], ids=["two-batches", "one-batch"])
 def test_a_repeated_late_end_in_a_group_changes_nothing(
-    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int, one_batch: bool
 ) -> None:
-    # First write wins for an event key: a forged End repeating another, later in the group,
-    # leaves the sequence's end where the first put it (the root opened in an earlier group).
+    # First write wins for an event key: a forged End repeating another, later in the group
+    # (in a later batch of it, or later in the same batch), leaves the sequence's end where the
+    # first put it (the root opened in an earlier group).
     assert store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), received_ns=5) is True
-    ended = make_batch(7, 2, {1: [wire.End(1, 200)]})
-    repeated = make_batch(7, 3, {1: [wire.End(1, 900)]})
-    assert store.ingest_many([ended, repeated], received_ns=6) == [True, True]
+    if one_batch:
+        both = make_batch(7, 2, {1: [wire.End(1, 200)], 2: [wire.End(1, 900)]})
+        assert store.ingest_many([both], received_ns=6) == [True]
+    else:
+        ended = make_batch(7, 2, {1: [wire.End(1, 200)]})
+        repeated = make_batch(7, 3, {1: [wire.End(1, 900)]})
+        assert store.ingest_many([ended, repeated], received_ns=6) == [True, True]
 
     (line,) = store.list_sequences(10)
     assert (line.end_ns, line.status) == (clock_offset_ns + 200, "complete")
