@@ -39,13 +39,13 @@ class Served:
     """One request in service (module docstring): its ``ServerRequest``, the status sent, and the
     exception the framework turned into a response (counted when that response is a 5xx)."""
 
-    __slots__ = ("done", "exception", "request", "status")
+    __slots__ = ("exception", "request", "status", "unfinished")
 
     def __init__(self, request: _http.ServerRequest) -> None:
         self.request = request
         self.status: int | None = None
         self.exception: BaseException | None = None
-        self.done = False
+        self.unfinished = [True]  # popped by the one finish that counts (atomic, any thread)
 
     def name(self, framework: str, route: str | None) -> None:
         """Open the invocation as ``framework``'s ``"GET /route"`` (``"GET"`` for no route)."""
@@ -57,10 +57,12 @@ class Served:
             recorder.internal_error(exc)
 
     def finish(self, exc: BaseException | None = None) -> None:
-        """End the invocation (once): an exception, or a 5xx status, marks it an error."""
-        if self.done:
+        """End the invocation (once, whichever thread finishes first): an exception, or a 5xx
+        status, marks it an error."""
+        try:
+            self.unfinished.pop()
+        except IndexError:
             return
-        self.done = True
         if exc is None and self.status is not None and self.status >= 500:
             exc = self.exception
         try:
