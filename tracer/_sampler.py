@@ -8,7 +8,7 @@ into step with periodic work) the sampler reads ``sys._current_frames()`` and pi
 ``max_threads_per_tick`` threads at random among the candidates: the threads that have recorded
 events, never the sampler or the sender, and (``only_active``) only those inside a traced call,
 which is the case when a tracer wrapper frame is on their stack, or in an asyncio event loop
-between task steps (``worth_sampling``). In ``cpu`` mode a candidate must
+between task steps (``tracer._active.worth_sampling``). In ``cpu`` mode a candidate must
 also have run since the sampler last looked at it: its CPU clock advanced. A first look only
 reads the clock (the thread is sampled from the next tick on if it ran in between, and that
 sample is credited with the CPU it used since), so nothing but each thread's own CPU clock is
@@ -46,12 +46,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import CodeType, FrameType, ModuleType
+from types import FrameType, ModuleType
 from typing import Any, Final
 
 from tracer import wire
+from tracer._active import MAX_DEPTH, worth_sampling
 from tracer._core import accel, context, recorder
-from tracer._core.frames import WRAPPER_CODES
 from tracer._pacing import Pacer
 from tracer._readings import Pending, Readings, cpu_clock
 
@@ -75,7 +75,6 @@ if accel.speedups is not None:
 #: The tracer package's directory (this module sits at its top): its frames are left out of stacks.
 _TRACER_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 MAX_PENDING_SAMPLES: Final = 200_000
-MAX_DEPTH: Final = 512
 
 #: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines).
 SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
@@ -367,45 +366,3 @@ class Sampler:
         ids.reverse()
         lines.reverse()
         return tuple(ids), tuple(lines)
-
-
-def worth_sampling(top: FrameType) -> bool:
-    """Whether a thread seen at ``top`` is sampled when only active threads are: inside a traced
-    call, or in an asyncio event loop itself (not in a callback or task step it runs) whose loop
-    no traced call holds: between the steps of its tasks, traced ones among them perhaps
-    (suspended, a traced coroutine leaves no frame on the stack), which the repository tells."""
-    loop = _loop_codes()
-    in_callback = False
-    frame: FrameType | None = top
-    depth = 0
-    while frame is not None and depth < MAX_DEPTH:
-        code = frame.f_code
-        if code in WRAPPER_CODES:
-            return True
-        if loop is not None:
-            if code is loop[1]:
-                in_callback = True
-            elif code is loop[0] and not in_callback:
-                return True
-        frame = frame.f_back
-        depth += 1
-    return False
-
-
-_loop: tuple[CodeType, CodeType] | None = None
-
-
-def _loop_codes() -> tuple[CodeType, CodeType] | None:
-    """The code of asyncio's event loop iteration (``BaseEventLoop._run_once``) and of a
-    callback's run in it (``Handle._run``), once the program has imported asyncio."""
-    global _loop
-    if _loop is None:
-        base_events = sys.modules.get("asyncio.base_events")
-        events = sys.modules.get("asyncio.events")
-        if base_events is None or events is None:
-            return None
-        try:
-            _loop = base_events.BaseEventLoop._run_once.__code__, events.Handle._run.__code__
-        except AttributeError:  # an asyncio without them: no loop is recognised
-            return None
-    return _loop

@@ -18,6 +18,7 @@ import pytest
 
 import tracer
 from tests.support import wait_for
+from tracer import _active as active
 from tracer import _readings as readings_module
 from tracer import _sampler as sampler_module
 from tracer import wire
@@ -264,7 +265,7 @@ class _Watched(selectors.DefaultSelector):
         self.answers: list[bool] = []
 
     def select(self, timeout: float | None = None) -> list[Any]:
-        self.answers.append(sampler_module.worth_sampling(sys._getframe()))
+        self.answers.append(active.worth_sampling(sys._getframe()))
         return super().select(timeout)
 
 
@@ -277,11 +278,11 @@ def test_an_event_loop_waiting_between_task_steps_is_sampled_even_outside_traced
 
     @tracer.traced
     async def traced_task() -> None:
-        seen["traced step"] = sampler_module.worth_sampling(sys._getframe())
+        seen["traced step"] = active.worth_sampling(sys._getframe())
         await asyncio.sleep(0)
 
     async def untraced_task() -> None:
-        seen["untraced step"] = sampler_module.worth_sampling(sys._getframe())
+        seen["untraced step"] = active.worth_sampling(sys._getframe())
         await asyncio.sleep(0)
 
     async def main() -> None:
@@ -296,7 +297,7 @@ def test_an_event_loop_waiting_between_task_steps_is_sampled_even_outside_traced
     assert selector.answers
     assert all(selector.answers), selector.answers
     assert seen == {"traced step": True, "untraced step": False}
-    assert not sampler_module.worth_sampling(sys._getframe())  # no loop here, no traced call
+    assert not active.worth_sampling(sys._getframe())  # no loop here, no traced call
 
 
 def test_a_tick_that_came_late_is_counted_and_a_long_gap_is_sent_as_the_samplers() -> None:
