@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import sqlite3
 import threading
 import time
@@ -22,14 +21,7 @@ from typing import Any, Final
 
 from cmr.store import listing_sql
 from cmr.store._samples import I64_MIN, sample_windows, without_gaps
-from cmr.store._shared import (
-    SHOWN_MATCHES,
-    SeqRange,
-    check_limit,
-    lost_rows,
-    pick_match,
-    seq_range,
-)
+from cmr.store._shared import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
 from cmr.store.base import (
     GroupCommitStore,
     Outcome,
@@ -44,17 +36,12 @@ from cmr.store.base import (
 from cmr.store.columns import field
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of
-from cmr.store.packing import PackedBatch, Prepared, group_parts, prepare
+from cmr.store.packing import prepare
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
 from cmr.store.sqlite.migrate import move_legacy_rows
-from cmr.store.sqlite.samples import (
-    load_samplers,
-    load_samples,
-    sampled_threads,
-    store_samples,
-)
+from cmr.store.sqlite.samples import load_samplers, load_samples, sampled_threads
 from cmr.store.sqlite.schema import (
     CURRENT_VERSION,
     METHODS_BY_RECENT_SEQUENCE,
@@ -63,8 +50,8 @@ from cmr.store.sqlite.schema import (
     SCHEMA,
     SCHEMA_VERSION,
     UPGRADES,
-    UPSERT_PROCESS,
 )
+from cmr.store.sqlite.writes import write_group
 from tracer.wire import Batch
 
 #: How long a reader or writer waits for a lock held by another connection before failing.
@@ -152,18 +139,7 @@ class SQLiteStore(GroupCommitStore):
         outcomes, prepared = prepare(batches, bodies)
         if prepared:
             with self._transaction("BEGIN IMMEDIATE") as conn:
-                written: list[PackedBatch] = []
-                for ready in prepared:
-                    outcomes[ready.at] = fresh = _write(conn, ready, received_ns)
-                    if fresh:
-                        written.append(ready.packed)
-                if written:  # after every late End: a sequence several batches carry, once
-                    sqlite_summaries.store(conn, group_parts(written))
-                stored, events = len(written), sum(packed.events for packed in written)
-                conn.executemany(  # once per group: one row each, however many batches
-                    "UPDATE counters SET value = value + ? WHERE name = ?",
-                    ((stored, "batches"), (events, "events")),
-                )
+                write_group(conn, prepared, outcomes, received_ns)
         return outcomes
 
     def record_rejected(self, reason: str, count: int = 1) -> None:
@@ -317,76 +293,6 @@ class SQLiteStore(GroupCommitStore):
                 raise StoreError(f"repository {self.path}: {exc}") from exc
             except OverflowError as exc:  # an integer SQLite cannot hold
                 raise StoreError(f"repository {self.path}: {exc}") from exc
-
-
-def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
-    """One batch's rows but its sequences' summaries, inside the caller's transaction (False: it
-    was stored before); the caller stores the summaries of the group and counts what it stored."""
-    batch, packed, samples = ready.batch, ready.packed, ready.samples
-    process = batch.process
-    puid = batch.puid
-    batch_no = batch.batch_no
-    cursor = conn.execute(
-        "INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?, ?, ?)",
-        (
-            puid,
-            batch_no,
-            received_ns,
-            packed.events,
-            process.clock_offset_ns,
-            packed.chunks,
-        ),
-    )
-    if cursor.rowcount == 0:
-        conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'duplicate_batches'")
-        return False
-    conn.execute(
-        UPSERT_PROCESS,
-        (
-            puid,
-            process.pid,
-            process.host,
-            process.platform_id,
-            json.dumps(process.argv),
-            process.clock_offset_ns,
-            process.started_ns,
-            int(batch.final),
-            batch.dropped,
-            received_ns,
-            process.heartbeat_ms,
-        ),
-    )
-    if batch.methods:
-        conn.executemany(
-            "INSERT OR REPLACE INTO methods VALUES (?, ?, ?, ?, ?, ?)",
-            [(puid, m.method, m.module, m.qualname, m.file, m.line) for m in batch.methods],
-        )
-    if batch.threads:
-        conn.executemany(
-            "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
-            [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
-        )
-    conn.executemany(
-        "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
-        [(seq, puid, batch_no) for seq in packed.seqs],
-    )
-    conn.executemany(
-        "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
-        [(seq, puid, batch_no, methods) for seq, methods in packed.seq_methods.items()],
-    )
-    # First write wins for an event key: a replayed or forged duplicate changes nothing.
-    if packed.late_ends:
-        conn.executemany("INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends)
-    if packed.late_attrs:
-        conn.executemany("INSERT OR IGNORE INTO late_attrs VALUES (?, ?, ?, ?)", packed.late_attrs)
-    if packed.handoffs:
-        conn.executemany(
-            "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", packed.handoffs
-        )
-    if batch.lost_seqs:
-        conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
-    store_samples(conn, batch, samples)
-    return True
 
 
 def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:

@@ -1,0 +1,104 @@
+"""A group commit's rows in the SQLite backend (``SQLiteStore.ingest_many``): each batch's blob
+and index, then the group's sequence summaries once, then the counters; on a connection inside
+the transaction the caller holds."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from cmr.store._shared import lost_rows
+from cmr.store.base import Outcome
+from cmr.store.packing import PackedBatch, Prepared, group_parts
+from cmr.store.sqlite import summaries as sqlite_summaries
+from cmr.store.sqlite.samples import store_samples
+from cmr.store.sqlite.schema import UPSERT_PROCESS
+
+
+def write_group(
+    conn: sqlite3.Connection, prepared: list[Prepared], outcomes: list[Outcome], received_ns: int
+) -> None:
+    """Write the ``prepared`` batches, each one's outcome set in ``outcomes`` (False: it was
+    stored before, and nothing of it is written again)."""
+    written: list[PackedBatch] = []
+    for ready in prepared:
+        outcomes[ready.at] = fresh = _write(conn, ready, received_ns)
+        if fresh:
+            written.append(ready.packed)
+    if written:  # after every late End: a sequence several batches carry, once
+        sqlite_summaries.store(conn, group_parts(written))
+    stored, events = len(written), sum(packed.events for packed in written)
+    conn.executemany(  # once per group: one row each, however many batches
+        "UPDATE counters SET value = value + ? WHERE name = ?",
+        ((stored, "batches"), (events, "events")),
+    )
+
+
+def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
+    """One batch's rows but its sequences' summaries, inside the caller's transaction (False: it
+    was stored before); the caller stores the summaries of the group and counts what it stored."""
+    batch, packed, samples = ready.batch, ready.packed, ready.samples
+    process = batch.process
+    puid = batch.puid
+    batch_no = batch.batch_no
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO batches VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            puid,
+            batch_no,
+            received_ns,
+            packed.events,
+            process.clock_offset_ns,
+            packed.chunks,
+        ),
+    )
+    if cursor.rowcount == 0:
+        conn.execute("UPDATE counters SET value = value + 1 WHERE name = 'duplicate_batches'")
+        return False
+    conn.execute(
+        UPSERT_PROCESS,
+        (
+            puid,
+            process.pid,
+            process.host,
+            process.platform_id,
+            json.dumps(process.argv),
+            process.clock_offset_ns,
+            process.started_ns,
+            int(batch.final),
+            batch.dropped,
+            received_ns,
+            process.heartbeat_ms,
+        ),
+    )
+    if batch.methods:
+        conn.executemany(
+            "INSERT OR REPLACE INTO methods VALUES (?, ?, ?, ?, ?, ?)",
+            [(puid, m.method, m.module, m.qualname, m.file, m.line) for m in batch.methods],
+        )
+    if batch.threads:
+        conn.executemany(
+            "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
+            [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
+        )
+    conn.executemany(
+        "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
+        [(seq, puid, batch_no) for seq in packed.seqs],
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
+        [(seq, puid, batch_no, methods) for seq, methods in packed.seq_methods.items()],
+    )
+    # First write wins for an event key: a replayed or forged duplicate changes nothing.
+    if packed.late_ends:
+        conn.executemany("INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends)
+    if packed.late_attrs:
+        conn.executemany("INSERT OR IGNORE INTO late_attrs VALUES (?, ?, ?, ?)", packed.late_attrs)
+    if packed.handoffs:
+        conn.executemany(
+            "INSERT OR IGNORE INTO handoffs VALUES (?, ?, ?, ?, ?, ?, ?)", packed.handoffs
+        )
+    if batch.lost_seqs:
+        conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
+    store_samples(conn, batch, samples)
+    return True
