@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 from cmr.store.packed import LEGACY_BATCH_NO, legacy_batch
+from cmr.store.sqlite.writes import write_index
 
 
 def move_legacy_rows(conn: sqlite3.Connection) -> None:
@@ -48,11 +49,4 @@ def _move_process(conn: sqlite3.Connection, puid: int) -> None:
         "INSERT INTO batches VALUES (?, ?, ?, ?, 0, ?)",
         (puid, LEGACY_BATCH_NO, last_seen_ns, moved.events, moved.chunks),
     )
-    conn.executemany(
-        "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
-        [(seq, puid, LEGACY_BATCH_NO) for seq in moved.seqs],
-    )
-    conn.executemany(
-        "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
-        [(seq, puid, LEGACY_BATCH_NO, methods) for seq, methods in moved.seq_methods.items()],
-    )
+    write_index(conn, puid, LEGACY_BATCH_NO, moved.seqs, moved.seq_methods)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable, Mapping
 
 from cmr.store._shared import lost_rows
 from cmr.store.base import Outcome
@@ -81,14 +82,7 @@ def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
             "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
             [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
         )
-    conn.executemany(
-        "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)",
-        [(seq, puid, batch_no) for seq in packed.seqs],
-    )
-    conn.executemany(
-        "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
-        [(seq, puid, batch_no, methods) for seq, methods in packed.seq_methods.items()],
-    )
+    write_index(conn, puid, batch_no, packed.seqs, packed.seq_methods)
     # First write wins for an event key: a replayed or forged duplicate changes nothing.
     if packed.late_ends:
         conn.executemany("INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends)
@@ -102,3 +96,21 @@ def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
         conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
     store_samples(conn, batch, samples)
     return True
+
+
+def write_index(
+    conn: sqlite3.Connection,
+    puid: int,
+    batch_no: int,
+    seqs: Iterable[bytes],
+    seq_methods: Mapping[bytes, bytes],
+) -> None:
+    """Which sequences batch ``batch_no`` of ``puid`` holds (``seqs``), and the methods each ran
+    in it (``seq_methods``: a msgpack array each)."""
+    conn.executemany(
+        "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)", [(seq, puid, batch_no) for seq in seqs]
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)",
+        [(seq, puid, batch_no, methods) for seq, methods in seq_methods.items()],
+    )
