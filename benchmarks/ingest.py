@@ -1,7 +1,8 @@
 """Case 2b: durable ingest, events per second, of pre-encoded batches into the repository.
 
 What ``cmr serve`` does per message minus the socket: ``Ingest.handle_many`` (header check,
-typed decode, ``store.ingest_many``, the acks), one batch a transaction (a quiet repository) and
+typed decode, each batch packed as it is decoded, the store's transaction, the acks), one batch
+a transaction (a quiet repository) and
 ``GROUP_BATCHES`` a transaction (what ``cmr serve`` commits together when batches queue up:
 ``cmr/server/groups.py``). Into SQLite (the default store, WAL, synchronous=NORMAL, a fresh file
 per chunk), memory and PostgreSQL, against the typed decode alone measured in the same rounds,

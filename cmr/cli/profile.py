@@ -25,7 +25,7 @@ from cmr.cli._support import (
     open_for_reading,
     parse_since,
 )
-from cmr.views._gc import paused_gc
+from cmr.gc_paused import paused_gc
 from cmr.views.bigprofile import sequence_profile
 from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree

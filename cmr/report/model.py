@@ -47,9 +47,9 @@ import datetime
 from collections.abc import Callable
 from typing import Final, NamedTuple, TypeVar
 
+from cmr.gc_paused import paused_gc
 from cmr.report.schema import Arrow, Bars, Flame, Lane, ReportModel, Summary
 from cmr.store.base import SequenceData
-from cmr.views._gc import paused_gc
 from cmr.views.critical import critical_path
 from cmr.views.interned import Interned
 from cmr.views.lanes import Layout, Track, lay_out

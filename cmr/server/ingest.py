@@ -15,7 +15,10 @@ from typing import Final
 
 import msgspec
 
+from cmr.gc_paused import paused_gc
 from cmr.store import InvalidBatchError, Store
+from cmr.store.base import Outcome
+from cmr.store.packing import PackingStore, Preparation
 from tracer import wire
 
 log = logging.getLogger(__name__)
@@ -70,37 +73,73 @@ class Ingest:
         """``handle`` for several messages, their batches stored in one transaction (a group
         commit: one commit's cost shared by the batches that were waiting). Returns an Ack or
         None for each message, in order; a store failure acknowledges none of them (each
-        sender sends its batch again). Never raises."""
+        sender sends its batch again). Never raises.
+
+        A store that writes packed batches (``PackingStore``) gets each batch packed as soon as
+        it is decoded, and its decoded events dropped before the next is decoded. The cyclic
+        collector waits meanwhile: nothing here makes a cycle, and a collection in the middle
+        would scan every object of the group still alive."""
         acks: list[wire.Ack | None] = [None] * len(messages)
-        batches: list[wire.Batch] = []
-        positions: list[int] = []
-        for position, frames in enumerate(messages):
-            batch = self._decoded(frames)
-            if batch is not None:
-                batches.append(batch)
-                positions.append(position)
-        if not batches:
-            return acks
-        try:
-            bodies = [messages[position][1] for position in positions]
-            outcomes = self._store.ingest_many(batches, self._clock(), bodies)
-        except Exception:
-            first, more = batches[0], len(batches) - 1
-            log.exception(
-                "cannot store batch %d of process %x%s",
-                first.batch_no,
-                first.puid,
-                f" and {more} more in its group" if more else "",
-            )
-            self.reject(STORE, len(batches))
-            return acks
-        for position, batch, outcome in zip(positions, batches, outcomes, strict=True):
+        keys: list[tuple[int, int, int]] = []  # position, puid, batch_no of each batch decoded
+        with paused_gc():
+            try:
+                outcomes = self._store_group(messages, keys)
+            except Exception:
+                self._failed(keys)
+                return acks
+        for (position, puid, batch_no), outcome in zip(keys, outcomes, strict=True):
             if isinstance(outcome, InvalidBatchError):
                 log.debug("rejected a batch: %s", outcome)
                 self.reject(DECODE)
             else:
-                acks[position] = wire.Ack(batch.puid, batch.batch_no)
+                acks[position] = wire.Ack(puid, batch_no)
         return acks
+
+    def _failed(self, keys: list[tuple[int, int, int]]) -> None:
+        """The store failed the group whose batches have ``keys``: logged and counted."""
+        if keys:
+            _position, puid, batch_no = keys[0]
+            more = len(keys) - 1
+            also = f" and {more} more in its group" if more else ""
+            log.exception("cannot store batch %d of process %x%s", batch_no, puid, also)
+        else:
+            log.exception("cannot store a group of batches")
+        self.reject(STORE, max(1, len(keys)))
+
+    def _store_group(
+        self, messages: Sequence[Sequence[bytes]], keys: list[tuple[int, int, int]]
+    ) -> list[Outcome]:
+        """Decode the batches of ``messages`` (their keys appended to ``keys``) and store them;
+        the store's outcome for each. Raises what the store raises."""
+        store = self._store
+        if isinstance(store, PackingStore):
+            group = Preparation()
+            for position, frames in enumerate(messages):
+                self._prepare(group, position, frames, keys)
+            return store.ingest_prepared(group, self._clock()) if keys else []
+        batches: list[wire.Batch] = []
+        for position, frames in enumerate(messages):
+            batch = self._decoded(frames)
+            if batch is not None:
+                batches.append(batch)
+                keys.append((position, batch.puid, batch.batch_no))
+        if not batches:
+            return []
+        bodies = [messages[position][1] for position, _puid, _batch_no in keys]
+        return store.ingest_many(batches, self._clock(), bodies)
+
+    def _prepare(
+        self,
+        group: Preparation,
+        position: int,
+        frames: Sequence[bytes],
+        keys: list[tuple[int, int, int]],
+    ) -> None:
+        """Decode one message's batch into ``group``; the decoded batch is freed on return."""
+        batch = self._decoded(frames)
+        if batch is not None:
+            group.add(batch, frames[1])
+            keys.append((position, batch.puid, batch.batch_no))
 
     def _decoded(self, frames: Sequence[bytes]) -> wire.Batch | None:
         """The batch in ``frames``, or None when they are rejected (and counted)."""

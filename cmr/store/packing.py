@@ -13,6 +13,7 @@ integer is refused whole.
 
 from __future__ import annotations
 
+import abc
 import itertools
 import operator
 from collections import Counter
@@ -26,7 +27,7 @@ import msgspec
 from cmr.store._samples import sample_records
 from cmr.store._shared import HandoffRow
 from cmr.store.accel import accelerator
-from cmr.store.base import InvalidBatchError, Outcome, SampleRecord
+from cmr.store.base import GroupCommitStore, InvalidBatchError, Outcome, SampleRecord
 from cmr.store.packed import LateAttrs, LateEnd, encode_chunks, methods_by_seq
 from cmr.store.summaries import RootRow, SummaryCollector, SummaryParts
 from tracer.wire import Attrs, Batch, End, Error, Handoff, Start
@@ -66,7 +67,8 @@ def pack(batch: Batch, *, encode: bool = True, body: bytes | None = None) -> Pac
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A batch ready to be written: where its outcome goes, its index and its samples."""
+    """A batch ready to be written: where its outcome goes, its index and its samples. ``batch``
+    is the batch without its thread chunks: they are in ``packed`` (the blob and its index)."""
 
     at: int
     batch: Batch
@@ -74,28 +76,62 @@ class Prepared:
     samples: list[SampleRecord]
 
 
-def prepare(
-    batches: Sequence[Batch], bodies: Sequence[bytes] | None = None
-) -> tuple[list[Outcome], list[Prepared]]:
-    """The batches of a group commit packed before the transaction begins (``bodies``: the
-    msgpack each was decoded from, if known): a batch refused (``InvalidBatchError``) has its
-    error as outcome and nothing of it is written, the others are ``False`` until written
-    (``Store.ingest_many``)."""
-    outcomes: list[Outcome] = []
-    prepared: list[Prepared] = []
-    for at, batch in enumerate(batches):
+class Preparation:
+    """The batches of a group commit, packed one by one as they are decoded, before the
+    transaction begins: a batch refused (``InvalidBatchError``) has its error as outcome and
+    nothing of it is written, the others are ``False`` until written. Each prepared batch keeps
+    no decoded event (``Prepared.batch``), so a caller that drops a batch once added holds one
+    batch's events at a time, not the group's: the next decode reuses memory still in cache."""
+
+    __slots__ = ("outcomes", "prepared")
+
+    def __init__(self) -> None:
+        self.outcomes: list[Outcome] = []
+        self.prepared: list[Prepared] = []
+
+    def add(self, batch: Batch, body: bytes | None = None) -> None:
+        """Pack ``batch`` (``body``: the msgpack it was decoded from, if known)."""
+        at = len(self.outcomes)
         try:
-            body = None if bodies is None else bodies[at]
             packed, samples = pack(batch, body=body), sample_records(batch)
         except InvalidBatchError as exc:
-            outcomes.append(exc)
-            continue
-        prepared.append(Prepared(len(outcomes), batch, packed, samples))
-        outcomes.append(False)
-    # Written in one order by every node, process by process: two nodes' groups take their
-    # processes' rows in the same order (PostgreSQL).
-    prepared.sort(key=lambda ready: (ready.batch.puid, ready.batch.batch_no))
-    return outcomes, prepared
+            self.outcomes.append(exc)
+            return
+        headed = msgspec.structs.replace(batch, chunks=[])
+        self.prepared.append(Prepared(at, headed, packed, samples))
+        self.outcomes.append(False)
+
+    def in_write_order(self) -> list[Prepared]:
+        """The prepared batches in the order every node writes them, process by process: two
+        nodes' groups take their processes' rows in the same order (PostgreSQL)."""
+        return sorted(self.prepared, key=lambda ready: (ready.batch.puid, ready.batch.batch_no))
+
+
+def prepare(batches: Sequence[Batch], bodies: Sequence[bytes] | None = None) -> Preparation:
+    """``batches`` prepared (``bodies``: the msgpack each was decoded from, if known)."""
+    group = Preparation()
+    for at, batch in enumerate(batches):
+        group.add(batch, None if bodies is None else bodies[at])
+    return group
+
+
+class PackingStore(GroupCommitStore):
+    """A store that writes batches as blobs and their index (SQLite, PostgreSQL): it takes a
+    group prepared by the caller (``Preparation``), which can pack each batch as it decodes it
+    (``cmr.server.ingest``)."""
+
+    def ingest_many(
+        self,
+        batches: Sequence[Batch],
+        received_ns: int,
+        bodies: Sequence[bytes] | None = None,
+    ) -> list[Outcome]:
+        return self.ingest_prepared(prepare(batches, bodies), received_ns)
+
+    @abc.abstractmethod
+    def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:
+        """As ``ingest_many`` for a prepared group: its outcomes, each batch's set (True stored,
+        False stored before, or the error that refused it)."""
 
 
 def _pack_events(batch: Batch, *, encode: bool) -> PackedBatch:

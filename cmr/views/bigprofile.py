@@ -20,9 +20,9 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 
+from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
 from cmr.store.columns import RecordColumns, field, profile_lines
-from cmr.views._gc import paused_gc
 from cmr.views.calltree import covered_in_order
 from cmr.views.model import KIND_MEASURED
 from cmr.views.profile import Profile, ProfileNode, sort_profile

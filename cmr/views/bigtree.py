@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
 from cmr.store.columns import RecordColumns, field
-from cmr.views._gc import paused_gc
 from cmr.views.budget import Fold, Selection, make_fold, priority_of, select
 from cmr.views.calltree import covered_in_order, tree_status
 from cmr.views.model import SequenceTree, Status

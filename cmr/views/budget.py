@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeVar
 
-from cmr.views._gc import paused_gc
+from cmr.gc_paused import paused_gc
 from cmr.views.model import Node
 
 T = TypeVar("T")

@@ -22,12 +22,12 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from cmr.gc_paused import paused_gc
 from cmr.store.base import (
     REMOTE_PARENT,
     InvocationRecord,
     SequenceData,
 )
-from cmr.views._gc import paused_gc
 from cmr.views.model import (
     KIND_SYNTHETIC,
     STATUS_INCOMPLETE,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cmr.views._gc import paused_gc
+from cmr.gc_paused import paused_gc
 from cmr.views.bigtree import shown_tree
 from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree

@@ -14,7 +14,7 @@ import functools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 import psycopg
@@ -24,7 +24,6 @@ from cmr.store import listing_sql
 from cmr.store._samples import I64_MIN
 from cmr.store._shared import SHOWN_MATCHES, check_limit, pick_match, seq_range
 from cmr.store.base import (
-    GroupCommitStore,
     Outcome,
     PruneResult,
     SequenceData,
@@ -35,7 +34,7 @@ from cmr.store.base import (
 )
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of
-from cmr.store.packing import PackedBatch, Prepared, group_parts, prepare
+from cmr.store.packing import PackedBatch, PackingStore, Preparation, Prepared, group_parts
 from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
@@ -44,7 +43,6 @@ from cmr.store.postgres.partitions import create_partitions, day_window
 from cmr.store.postgres.prune import prune
 from cmr.store.postgres.read import load, stats
 from cmr.store.postgres.schema import METHODS_BY_RECENT_SEQUENCE, NAMED_METHODS
-from tracer.wire import Batch
 
 #: How often a transaction that lost a deadlock or a race for a new partition is retried.
 ATTEMPTS: Final = 4
@@ -56,7 +54,7 @@ _NO_PARTITION: Final = errors.CheckViolation
 T = TypeVar("T")
 
 
-class PostgresStore(GroupCommitStore):
+class PostgresStore(PackingStore):
     """A repository in a PostgreSQL database (``url``: a libpq URI). Thread-safe: one connection,
     used under a lock. ``readonly`` never creates or upgrades anything and fails clearly when
     the schema is missing. ``clock`` (wall-clock nanoseconds) tells reads how long a process has
@@ -79,14 +77,10 @@ class PostgresStore(GroupCommitStore):
 
     # -- write side -----------------------------------------------------------------------
 
-    def ingest_many(
-        self,
-        batches: Sequence[Batch],
-        received_ns: int,
-        bodies: Sequence[bytes] | None = None,
-    ) -> list[Outcome]:
-        outcomes, prepared = prepare(batches, bodies)
-        if prepared:
+    def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:
+        outcomes = list(group.outcomes)
+        if group.prepared:
+            prepared = group.in_write_order()
             self._retry(lambda conn: self._write(conn, prepared, outcomes, received_ns))
         return outcomes
 

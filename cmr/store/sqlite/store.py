@@ -16,14 +16,13 @@ import functools
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from cmr.store import listing_sql
 from cmr.store._samples import I64_MIN, sample_windows, without_gaps
 from cmr.store._shared import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
 from cmr.store.base import (
-    GroupCommitStore,
     Outcome,
     PruneResult,
     SequenceData,
@@ -36,7 +35,7 @@ from cmr.store.base import (
 from cmr.store.columns import field
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of
-from cmr.store.packing import prepare
+from cmr.store.packing import PackingStore, Preparation
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
@@ -52,13 +51,12 @@ from cmr.store.sqlite.schema import (
     UPGRADES,
 )
 from cmr.store.sqlite.writes import write_group
-from tracer.wire import Batch
 
 #: How long a reader or writer waits for a lock held by another connection before failing.
 BUSY_TIMEOUT_MS: Final = 10_000
 
 
-class SQLiteStore(GroupCommitStore):
+class SQLiteStore(PackingStore):
     """A repository in one SQLite file. Thread-safe: one connection, used under a lock.
 
     ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
@@ -130,16 +128,11 @@ class SQLiteStore(GroupCommitStore):
 
     # -- write side -----------------------------------------------------------------------
 
-    def ingest_many(
-        self,
-        batches: Sequence[Batch],
-        received_ns: int,
-        bodies: Sequence[bytes] | None = None,
-    ) -> list[Outcome]:
-        outcomes, prepared = prepare(batches, bodies)
-        if prepared:
+    def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:
+        outcomes = list(group.outcomes)
+        if group.prepared:
             with self._transaction("BEGIN IMMEDIATE") as conn:
-                write_group(conn, prepared, outcomes, received_ns)
+                write_group(conn, group.in_write_order(), outcomes, received_ns)
         return outcomes
 
     def record_rejected(self, reason: str, count: int = 1) -> None:

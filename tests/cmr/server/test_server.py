@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import sqlite3
 import subprocess
@@ -297,21 +298,30 @@ def test_ingest_never_raises_on_arbitrary_frames(frames: list[bytes], header_ok:
         assert (stats.batches, stats.rejected) == (1, {})  # a valid batch by chance: stored
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_a_group_of_messages_gets_an_ack_for_each_batch_stored(
-    store: Store, make_batch: BatchFactory, encode_batch: Encode
+    tmp_path: Path, make_batch: BatchFactory, encode_batch: Encode, kind: str
 ) -> None:
+    # The memory store takes decoded batches; SQLite, a group packed batch by batch as decoded.
     valid = encode_batch(make_batch(7, 1, events()))
     overflowing = encode_batch(
         make_batch(7, 2, {1: [wire.Start(2, 0, 0, 1, 100, SEQ), wire.End(2, 2**63 - 1)]})
     )
     garbage = [b"not invoseq", b"\x00"]
+    store = MemoryStore() if kind == "memory" else SQLiteStore(str(tmp_path / "cmr.sqlite"))
+    try:
+        acks = Ingest(store).handle_many([garbage, valid, overflowing, valid])
 
-    acks = Ingest(store).handle_many([garbage, valid, overflowing, valid])
-
-    assert acks == [None, wire.Ack(7, 1), None, wire.Ack(7, 1)]  # a resent batch: acked again
-    stats = store.stats()
-    assert (stats.batches, stats.duplicate_batches) == (1, 1)
-    assert stats.rejected == {"garbage": 1, "decode": 1}
+        assert acks == [None, wire.Ack(7, 1), None, wire.Ack(7, 1)]  # resent: acked again
+        stats = store.stats()
+        assert (stats.batches, stats.duplicate_batches) == (1, 1)
+        assert stats.rejected == {"garbage": 1, "decode": 1}
+        assert [line.invocations for line in store.list_sequences(10)] == [
+            1
+        ]  # nothing of the refused
+        assert gc.isenabled()  # the collector paused for the group is back on
+    finally:
+        store.close()
 
 
 def test_store_failure_is_not_acknowledged_so_the_sender_retries(
@@ -332,6 +342,7 @@ def test_store_failure_is_not_acknowledged_so_the_sender_retries(
         later = encode_batch(make_batch(7, 2, events()))
         assert ingest.handle_many([frames, later]) == [None, None]  # one transaction: neither
         assert "cannot store batch 1 of process 7 and 1 more in its group" in caplog.text
+        assert gc.isenabled()  # a failed group leaves the collector on, too
         blocker.execute("ROLLBACK")
 
         assert ingest.handle(frames) == wire.Ack(7, 1)

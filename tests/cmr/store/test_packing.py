@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cmr.store.accel import accelerator
 from cmr.store.base import InvalidBatchError
-from cmr.store.packing import PackedBatch, _pack_events, _pack_scanned
+from cmr.store.packing import PackedBatch, Preparation, _pack_events, _pack_scanned
 from tests.cmr.conftest import make_batch
 from tests.cmr.store.strategies import SEQ, batches
 from tracer import wire
@@ -135,3 +135,32 @@ def test_a_body_the_c_reader_cannot_follow_is_encoded_again() -> None:
     events: dict[int, list[wire.Event]] = {1: [wire.Start(1, 0, 0, 3, 10, SEQ), wire.End(1, 20)]}
     python, scanned = both(make_batch(1, 1, events), body=b"\x90")  # not the batch at all
     assert comparable(scanned) == comparable(python)
+
+
+def test_a_prepared_group_keeps_no_decoded_event_and_refuses_only_what_overflows() -> None:
+    # A group holds each batch's blob and index, not its decoded events: a server preparing
+    # eight batches holds one batch of events at a time. A batch whose wall time overflows is
+    # refused alone, its place in the group kept.
+    events: list[wire.Event] = [wire.Start(1, 0, 0, 1, 100, SEQ), wire.End(1, 200)]
+    good = make_batch(7, 2, {1: events}, methods={1: "app.main"})
+    overflowing = make_batch(7, 1, {1: [wire.Start(2, 0, 0, 1, 100, SEQ), wire.End(2, 2**63 - 1)]})
+    late = make_batch(6, 9, {1: events})
+    group = Preparation()
+    for batch in (good, overflowing, late):
+        group.add(batch)
+
+    assert [type(outcome) for outcome in group.outcomes] == [bool, InvalidBatchError, bool]
+    assert all(ready.batch.chunks == [] for ready in group.prepared)
+    assert [ready.packed.events for ready in group.prepared] == [2, 2]
+    kept = group.prepared[0].batch  # all but the chunks: what the stores write besides the blob
+    assert (kept.puid, kept.batch_no, kept.process, kept.methods) == (
+        7,
+        2,
+        good.process,
+        good.methods,
+    )
+    # Written process by process, whatever the order of arrival; each outcome where it came.
+    assert [(r.batch.puid, r.batch.batch_no, r.at) for r in group.in_write_order()] == [
+        (6, 9, 2),
+        (7, 2, 0),
+    ]
