@@ -95,8 +95,18 @@ def place_sample(
             missed += piece_end - piece_start
             continue
         call, cut, between, at_loop = placed
-        _cut, first, spent, _b, _l = overlap.get(call, (cut, piece_start, 0, between, at_loop))
-        overlap[call] = (cut, first, spent + piece_end - piece_start, between, at_loop)
+        # A piece among interleaved tasks keeps the call's share among them, whatever pieces
+        # follow (the loop waiting on after its tasks ended): that time ran while they were open.
+        _cut, first, spent, was_between, was_loop = overlap.get(
+            call, (cut, piece_start, 0, between, at_loop)
+        )
+        overlap[call] = (
+            cut,
+            first,
+            spent + piece_end - piece_start,
+            between or was_between,
+            at_loop or was_loop,
+        )
     placements = [
         Placement(
             call,

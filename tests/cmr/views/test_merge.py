@@ -404,6 +404,22 @@ def test_a_loop_no_call_runs_between_its_tasks_steps_goes_under_their_caller(bui
     assert "20 ns of CPU was sampled as the event loop waiting" in render_header(tree)
 
 
+def test_a_collapsed_loop_sample_outlasting_the_tasks_keeps_its_time_among_them(builder):
+    # A thread idle in its loop for a long wait is one collapsed sample (weight 5, 30-95): most
+    # of it fell while both tasks were suspended (among them, under main), a little after
+    # task_b ended (under task_a) and after both (main alone). Its time among the tasks is not
+    # squeezed into the little time main had to itself for the piece that came last.
+    _two_tasks(builder)
+    _loop_frames(builder)
+    builder.sample(30, [10, 11, 12], weight=5, duration=65)
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    lines = merged(tree)
+    assert "  ~BaseEventLoop._run_once 55/0 n=4/0 cpu=0" in lines, lines
+    assert "    ~BaseEventLoop._run_once 10/0 n=1/0 cpu=0" in lines, lines  # under task_a
+
+
 def test_a_loop_no_call_runs_with_one_task_suspended_goes_under_that_task(builder):
     _two_tasks(builder)
     _loop_frames(builder)
