@@ -17,8 +17,15 @@ def worth_sampling(top: FrameType) -> bool:
     """Whether a thread seen at ``top`` is sampled when only active threads are: inside a traced
     call, or in an asyncio event loop itself (not in a callback or task step it runs) whose loop
     no traced call holds: between the steps of its tasks, traced ones among them perhaps
-    (suspended, a traced coroutine leaves no frame on the stack), which the repository tells."""
+    (suspended, a traced coroutine leaves no frame on the stack), which the repository tells.
+
+    A loop that iterates in C (uvloop) runs no Python frame of its own: between task steps the
+    thread's innermost frame is ``asyncio.Runner.run`` (``asyncio.run``, ``uvloop.run``), which
+    otherwise only calls the loop. Seen there, the thread is in its loop; in a step or callback
+    such a loop runs, the step's frames are above it, as they are in any callback."""
     loop = _loop_codes()
+    if loop is not None and top.f_code is loop[2]:
+        return True
     in_callback = False
     frame: FrameType | None = top
     depth = 0
@@ -36,20 +43,27 @@ def worth_sampling(top: FrameType) -> bool:
     return False
 
 
-_loop: tuple[CodeType, CodeType] | None = None
+#: ``_run_once``, ``Handle._run`` and ``Runner.run``'s code (None: a Python without ``Runner``).
+LoopCodes = tuple[CodeType, CodeType, CodeType | None]
+_loop: LoopCodes | None = None
 
 
-def _loop_codes() -> tuple[CodeType, CodeType] | None:
-    """The code of asyncio's event loop iteration (``BaseEventLoop._run_once``) and of a
-    callback's run in it (``Handle._run``), once the program has imported asyncio."""
+def _loop_codes() -> LoopCodes | None:
+    """The code of asyncio's event loop iteration (``BaseEventLoop._run_once``), of a callback's
+    run in it (``Handle._run``) and of ``asyncio.Runner.run``, once the program has imported
+    asyncio."""
     global _loop
     if _loop is None:
         base_events = sys.modules.get("asyncio.base_events")
         events = sys.modules.get("asyncio.events")
+        runners = sys.modules.get("asyncio.runners")
         if base_events is None or events is None:
             return None
         try:
-            _loop = base_events.BaseEventLoop._run_once.__code__, events.Handle._run.__code__
+            iteration = base_events.BaseEventLoop._run_once.__code__
+            callback = events.Handle._run.__code__
         except AttributeError:  # an asyncio without them: no loop is recognised
             return None
+        runner = getattr(getattr(runners, "Runner", None), "run", None)
+        _loop = iteration, callback, getattr(runner, "__code__", None)
     return _loop

@@ -14,10 +14,15 @@ from cmr.store.base import FrameRecord, SampleRecord
 from cmr.views.model import Bounds, Node
 from cmr.views.timeline import Call, FrameKey, ThreadCalls
 
-#: The code asyncio's event loop runs one iteration in (``BaseEventLoop._run_once``), as a
-#: sampled frame names it, and the files that may hold it.
-LOOP_ITERATION: Final = "BaseEventLoop._run_once"
-LOOP_FILES: Final = ("asyncio/base_events.py", "asyncio\\base_events.py")
+#: Where a sampled stack shows an event loop between task steps, by the function and the file a
+#: frame names: asyncio's iteration (``BaseEventLoop._run_once``), and ``asyncio.Runner.run``
+#: (``asyncio.run``, ``uvloop.run``), which a loop iterating in C (uvloop) leaves innermost
+#: while it waits, with a step's frames right above it while it runs one. The deepest wins:
+#: under asyncio's own loop, ``Runner.run`` is below ``_run_once``.
+LOOP_FRAMES: Final = (
+    ("BaseEventLoop._run_once", ("asyncio/base_events.py", "asyncio\\base_events.py")),
+    ("Runner.run", ("asyncio/runners.py", "asyncio\\runners.py")),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,13 @@ class Placement:
         return self.start, self.start + max(1, self.time)
 
 
+def _is_loop(frame: FrameRecord) -> bool:
+    """Whether a sampled frame is an event loop's (``LOOP_FRAMES``)."""
+    return any(
+        frame.function == function and frame.file.endswith(files) for function, files in LOOP_FRAMES
+    )
+
+
 def place_sample(
     sample: SampleRecord, thread: ThreadCalls, frames: dict[tuple[int, int], FrameRecord]
 ) -> tuple[list[Placement], int]:
@@ -61,7 +73,7 @@ def place_sample(
         record = frames.get((sample.puid, frame))
         if record is not None:
             deepest[record.file, record.line] = position
-            if record.function == LOOP_ITERATION and record.file.endswith(LOOP_FILES):
+            if _is_loop(record):
                 loop_at = position
     t, duration = sample.t_ns, sample.duration_ns
     if sample.weight == 1 or duration == 0:

@@ -12,6 +12,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -298,6 +299,52 @@ def test_an_event_loop_waiting_between_task_steps_is_sampled_even_outside_traced
     assert all(selector.answers), selector.answers
     assert seen == {"traced step": True, "untraced step": False}
     assert not active.worth_sampling(sys._getframe())  # no loop here, no traced call
+
+
+def test_a_loop_iterating_in_c_is_sampled_while_it_waits_not_in_an_untraced_step() -> None:
+    """uvloop runs its iteration in C: while it waits, the innermost frame of its thread is
+    ``asyncio.Runner.run`` (``uvloop.run``), and that is the loop, worth sampling; a step of an
+    untraced task, above it, is not; a step of a traced one is."""
+    uvloop = pytest.importorskip("uvloop")
+    seen: dict[str, bool] = {}
+    waiting = threading.Event()
+    release = threading.Event()
+
+    @tracer.traced
+    async def traced_task() -> None:
+        seen["traced step"] = active.worth_sampling(sys._getframe())
+
+    async def untraced_task() -> None:
+        seen["untraced step"] = active.worth_sampling(sys._getframe())
+        waiting.set()
+        while not release.is_set():  # the loop waits in C between these steps
+            await asyncio.sleep(0.005)
+
+    async def main() -> None:
+        await asyncio.gather(traced_task(), untraced_task())
+
+    thread = threading.Thread(target=uvloop.run, args=(main(),), name="uvloop")
+    thread.start()
+    try:
+        assert waiting.wait(30), "the loop never ran its tasks"
+
+        def top_in_runner() -> FrameType | None:
+            top = sys._current_frames().get(thread.ident or 0)
+            if (
+                top is not None
+                and top.f_code.co_name == "run"
+                and "runners" in top.f_code.co_filename
+            ):
+                return top
+            return None
+
+        top = wait_for(top_in_runner, timeout_s=30, interval_s=0.001)
+        assert active.worth_sampling(top)
+    finally:
+        release.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert seen == {"traced step": True, "untraced step": False}
 
 
 def test_a_tick_that_came_late_is_counted_and_a_long_gap_is_sent_as_the_samplers() -> None:

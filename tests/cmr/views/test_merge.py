@@ -404,6 +404,28 @@ def test_a_loop_no_call_runs_between_its_tasks_steps_goes_under_their_caller(bui
     assert "20 ns of CPU was sampled as the event loop waiting" in render_header(tree)
 
 
+def test_a_loop_iterating_in_c_is_told_by_the_runner_innermost(builder):
+    # uvloop: no Python frame of its own; while it waits, ``asyncio.Runner.run`` (asyncio.run,
+    # uvloop.run) is the innermost frame, and a step of a task runs right above it.
+    _two_tasks(builder)
+    builder.frame(10, "<module>", line=1, file="script.py")
+    builder.frame(11, "Runner.run", line=118, file="/py/asyncio/runners.py")
+    builder.sample(30, [10, 11], cpu=0)
+    builder.sample(40, [10, 11], cpu=0)
+    builder.sample(50, [10, 11, 2], cpu=10)  # a step of task_a: its own frame on the stack
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert merged(tree) == [
+        "app.main 100/20 n=3/0 cpu=10",
+        "  app.task_a 80/80 n=1/1 cpu=10",
+        "  app.task_b 60/60 n=0/0 cpu=-",
+        "  ~Runner.run 20/20 n=2/2 cpu=0",
+    ]
+    assert tree.samples_between_tasks == 2
+    assert (tree.loop_busy_ns, tree.samples_skipped) == (0, 0)
+
+
 def test_a_collapsed_loop_sample_outlasting_the_tasks_keeps_its_time_among_them(builder):
     # A thread idle in its loop for a long wait is one collapsed sample (weight 5, 30-95): most
     # of it fell while both tasks were suspended (among them, under main), a little after
