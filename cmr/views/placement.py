@@ -19,10 +19,10 @@ from cmr.views.timeline import Call, FrameKey, ThreadCalls
 #: (``asyncio.run``, ``uvloop.run``), which a loop iterating in C (uvloop) leaves innermost
 #: while it waits, with a step's frames right above it while it runs one. The deepest wins:
 #: under asyncio's own loop, ``Runner.run`` is below ``_run_once``.
-LOOP_FRAMES: Final = (
-    ("BaseEventLoop._run_once", ("asyncio/base_events.py", "asyncio\\base_events.py")),
-    ("Runner.run", ("asyncio/runners.py", "asyncio\\runners.py")),
-)
+LOOP_FRAMES: Final = {
+    "BaseEventLoop._run_once": ("asyncio/base_events.py", "asyncio\\base_events.py"),
+    "Runner.run": ("asyncio/runners.py", "asyncio\\runners.py"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +56,9 @@ class Placement:
 
 
 def _is_loop(frame: FrameRecord) -> bool:
-    """Whether a sampled frame is an event loop's (``LOOP_FRAMES``)."""
-    return any(
-        frame.function == function and frame.file.endswith(files) for function, files in LOOP_FRAMES
-    )
+    """Whether a sampled frame is an event loop's (``LOOP_FRAMES``): a lookup per frame."""
+    files = LOOP_FRAMES.get(frame.function)
+    return files is not None and frame.file.endswith(files)
 
 
 def place_sample(

@@ -1,4 +1,4 @@
-"""A group commit's rows in the SQLite backend (``SQLiteStore.ingest_many``): each batch's blob
+"""A group commit's rows in the SQLite backend (``SQLiteStore.ingest_prepared``): each batch's blob
 and index, then the group's sequence summaries once, then the counters; on a connection inside
 the transaction the caller holds."""
 
