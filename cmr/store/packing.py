@@ -17,7 +17,7 @@ import abc
 import itertools
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Final
@@ -113,6 +113,21 @@ def prepare(batches: Sequence[Batch], bodies: Sequence[bytes] | None = None) -> 
     for at, batch in enumerate(batches):
         group.add(batch, None if bodies is None else bodies[at])
     return group
+
+
+def write_each(
+    prepared: Sequence[Prepared], outcomes: list[Outcome], write: Callable[[Prepared], bool]
+) -> list[PackedBatch]:
+    """Write the ``prepared`` batches of a transaction in order with ``write`` (False: the batch
+    was stored before, and nothing of it is written again), each outcome set; the packs of the
+    batches written, whose summaries the store then writes once (``group_parts``), after every
+    batch's late Ends."""
+    written: list[PackedBatch] = []
+    for ready in prepared:
+        outcomes[ready.at] = fresh = write(ready)
+        if fresh:
+            written.append(ready.packed)
+    return written
 
 
 class PackingStore(GroupCommitStore):

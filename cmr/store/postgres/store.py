@@ -34,7 +34,7 @@ from cmr.store.base import (
 )
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of
-from cmr.store.packing import PackedBatch, PackingStore, Preparation, Prepared, group_parts
+from cmr.store.packing import PackingStore, Preparation, Prepared, group_parts, write_each
 from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
@@ -91,21 +91,20 @@ class PostgresStore(PackingStore):
         set; a day's partitions missing are made, and the transaction run again."""
         window = day_window(self._clock())
 
+        def write_one(ready: Prepared) -> bool:
+            return write_batch(
+                conn,
+                ready.batch,
+                packed=ready.packed,
+                samples=ready.samples,
+                received_ns=received_ns,
+                window=window,
+                node=self._node,
+            )
+
         def write() -> None:
             with conn.transaction():
-                written: list[PackedBatch] = []
-                for ready in prepared:
-                    outcomes[ready.at] = fresh = write_batch(
-                        conn,
-                        ready.batch,
-                        packed=ready.packed,
-                        samples=ready.samples,
-                        received_ns=received_ns,
-                        window=window,
-                        node=self._node,
-                    )
-                    if fresh:
-                        written.append(ready.packed)
+                written = write_each(prepared, outcomes, write_one)
                 if written:  # after every late End: a sequence several batches carry, once
                     with conn.pipeline():
                         summaries.store(conn, group_parts(written))

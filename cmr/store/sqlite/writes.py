@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 from cmr.store._shared import lost_rows
 from cmr.store.base import Outcome
-from cmr.store.packing import PackedBatch, Prepared, group_parts
+from cmr.store.packing import Prepared, group_parts, write_each
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.samples import store_samples
 from cmr.store.sqlite.schema import UPSERT_PROCESS
@@ -21,11 +21,7 @@ def write_group(
 ) -> None:
     """Write the ``prepared`` batches, each one's outcome set in ``outcomes`` (False: it was
     stored before, and nothing of it is written again)."""
-    written: list[PackedBatch] = []
-    for ready in prepared:
-        outcomes[ready.at] = fresh = _write(conn, ready, received_ns)
-        if fresh:
-            written.append(ready.packed)
+    written = write_each(prepared, outcomes, lambda ready: _write(conn, ready, received_ns))
     if written:  # after every late End: a sequence several batches carry, once
         sqlite_summaries.store(conn, group_parts(written))
     stored, events = len(written), sum(packed.events for packed in written)
