@@ -7,6 +7,7 @@ import sys
 from types import CodeType, FrameType
 from typing import Final
 
+from tracer._core.codes import TRACED_CODES
 from tracer._core.frames import WRAPPER_CODES
 
 #: Frames walked from a thread's innermost one, at most (here and in the stacks sampled).
@@ -31,7 +32,7 @@ def worth_sampling(top: FrameType) -> bool:
     depth = 0
     while frame is not None and depth < MAX_DEPTH:
         code = frame.f_code
-        if code in WRAPPER_CODES:
+        if code in WRAPPER_CODES or code in TRACED_CODES:
             return True
         if loop is not None:
             if code is loop[1]:

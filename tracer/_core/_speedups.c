@@ -588,6 +588,10 @@ typedef struct {
     PyObject *strand; /* strong: the ContextVar value the invocation began under */
     uint8_t seq[16];  /* its sequence (the strand's, copied: nested Starts need no lookup) */
     int exotic;       /* the strand fits no record layout: nested Starts read it as objects */
+    /* Instrumented code's calls (monitor_start) only, else NULL: what the call's end needs. */
+    PyObject *code;  /* strong: the code whose frame this is (its end pops this entry only) */
+    PyObject *token; /* strong: a root's ContextVar token */
+    PyObject *root;  /* borrowed (the strand): a root's RootValue */
 } StackEntry;
 
 #define INITIAL_STACK 32
@@ -669,7 +673,9 @@ buffer_dealloc(EventBuffer *self)
         records_free(self->spare, self->spare_capacity);
     }
     for (Py_ssize_t i = 0; i < self->depth; i++) { /* a thread that ended inside a call */
-        Py_DECREF(self->stack[i].strand);
+        Py_XDECREF(self->stack[i].strand);
+        Py_XDECREF(self->stack[i].code);
+        Py_XDECREF(self->stack[i].token);
     }
     PyMem_Free(self->stack);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1511,6 +1517,7 @@ stack_push(EventBuffer *buffer, uint64_t iid, PyObject *strand, const Beginning 
     entry->strand = Py_NewRef(strand);
     memcpy(entry->seq, b->seq_bytes, 16);
     entry->exotic = b->exotic;
+    entry->code = entry->token = entry->root = NULL;
     return 0;
 }
 
@@ -1524,7 +1531,10 @@ stack_pop(EventBuffer *buffer, Py_ssize_t index, uint64_t iid)
     }
     while (buffer->depth > index) {
         buffer->depth--;
-        Py_DECREF(buffer->stack[buffer->depth].strand);
+        StackEntry *entry = &buffer->stack[buffer->depth];
+        Py_XDECREF(entry->strand);
+        Py_XDECREF(entry->code);
+        Py_XDECREF(entry->token);
     }
 }
 
@@ -1797,6 +1807,7 @@ begin_fast(uint64_t method, Invocation *inv)
     entry->strand = current; /* the reference PyContextVar_Get gave */
     memcpy(entry->seq, seq, 16);
     entry->exotic = 0;
+    entry->code = entry->token = entry->root = NULL;
     buffer->depth = depth + 1;
     inv->buffer = Py_NewRef((PyObject *)buffer);
     inv->token = NULL;
@@ -2205,6 +2216,234 @@ done:
     return value;
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * The handlers of instrumented code (sys.monitoring's PY_START, PY_RETURN and PY_UNWIND on 3.12+;
+ * tracer._core.hooks says what each event means). A synchronous call's start does what
+ * traced_vectorcall does before the call and pushes the entry with its code, token and root; its
+ * end finds the entry on top of its thread's stack (an entry of another code: the frame began
+ * before its code was instrumented, and is left alone) and finishes it. A call that runs
+ * untraced (recording off, past the bound, a failure) pushes a marker (iid 0), so that its end
+ * pops its own entry. Strands (generators, coroutines) go to g_strand_start / g_strand_finish
+ * (tracer._core.hooks), which keep their state by frame.
+ */
+
+static PyObject *g_registry;      /* codes.REGISTRY: code -> (method, kind) */
+static PyObject *g_strand_start;  /* hooks.strand_start(method) */
+static PyObject *g_strand_finish; /* hooks.strand_finish(kind, error or None) */
+
+static PyObject *
+set_handlers(PyObject *module, PyObject *args)
+{
+    PyObject *registry, *strand_start, *strand_finish;
+    if (!PyArg_ParseTuple(args, "O!OO:set_handlers", &PyDict_Type, &registry, &strand_start,
+                          &strand_finish)) {
+        return NULL;
+    }
+    Py_XSETREF(g_registry, Py_NewRef(registry));
+    Py_XSETREF(g_strand_start, Py_NewRef(strand_start));
+    Py_XSETREF(g_strand_finish, Py_NewRef(strand_finish));
+    Py_RETURN_NONE;
+}
+
+/* The registry's entry of `code`: 1 with method and kind; 0 when the code is not traced (or the
+ * lookup failed, counted); -1 when a failure must propagate (KeyboardInterrupt). */
+static int
+registered(PyObject *code, uint64_t *method, long *kind)
+{
+    if (g_registry == NULL) {
+        return 0;
+    }
+    PyObject *entry = PyDict_GetItemWithError(g_registry, code); /* borrowed */
+    if (entry == NULL && !PyErr_Occurred()) {
+        return 0;
+    }
+    if (entry != NULL && PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2
+        && fits_u64(PyTuple_GET_ITEM(entry, 0), method)) {
+        *kind = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
+        if (!(*kind == -1 && PyErr_Occurred())) {
+            return 1;
+        }
+    }
+    if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError, "codes.REGISTRY holds (method, kind) pairs");
+    }
+    return absorb_failure() ? 0 : -1;
+}
+
+/* A marker on the thread's stack: the call of `code` runs untraced. */
+static int
+push_marker(PyObject *code)
+{
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        return -1;
+    }
+    EventBuffer *events = (EventBuffer *)buffer;
+    if (events->depth == events->stack_capacity) {
+        Py_ssize_t capacity = events->stack_capacity ? events->stack_capacity * 2 : INITIAL_STACK;
+        StackEntry *stack = PyMem_Realloc(events->stack, capacity * sizeof(StackEntry));
+        if (stack == NULL) {
+            Py_DECREF(buffer);
+            PyErr_NoMemory();
+            return -1;
+        }
+        events->stack = stack;
+        events->stack_capacity = capacity;
+    }
+    StackEntry *entry = &events->stack[events->depth++];
+    memset(entry, 0, sizeof(StackEntry));
+    entry->code = Py_NewRef(code);
+    Py_DECREF(buffer);
+    return 0;
+}
+
+static PyObject *
+call_absorbed(PyObject *callable, PyObject *first, PyObject *second)
+{
+    PyObject *result = second == NULL ? PyObject_CallOneArg(callable, first)
+                                      : PyObject_CallFunctionObjArgs(callable, first, second, NULL);
+    if (result == NULL) {
+        return absorb_failure() ? Py_NewRef(Py_None) : NULL;
+    }
+    Py_DECREF(result);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+monitor_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1) {
+        Py_RETURN_NONE;
+    }
+    PyObject *code = args[0];
+    uint64_t method;
+    long kind;
+    int found = registered(code, &method, &kind);
+    if (found <= 0) {
+        return found < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if (kind != 0) {
+        if (g_disabled || g_strand_start == NULL) {
+            Py_RETURN_NONE;
+        }
+        PyObject *method_object = PyLong_FromUnsignedLongLong(method);
+        if (method_object == NULL) {
+            return absorb_failure() ? Py_NewRef(Py_None) : NULL;
+        }
+        PyObject *result = call_absorbed(g_strand_start, method_object, NULL);
+        Py_DECREF(method_object);
+        return result;
+    }
+    Invocation inv;
+    int begun = 1;
+    if (!g_disabled && g_context_var != NULL) {
+        begun = begin_fast(method, &inv);
+        if (begun == 2) {
+            begun = begin(method, &inv);
+        }
+    }
+    if (begun != 0) {
+        if (begun < 0 && !absorb_failure()) {
+            return NULL;
+        }
+        if (push_marker(code) < 0 && !absorb_failure()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    StackEntry *entry = &((EventBuffer *)inv.buffer)->stack[inv.index];
+    entry->code = Py_NewRef(code);
+    entry->token = inv.token; /* the entry owns it now */
+    entry->root = inv.root;
+    Py_DECREF(inv.buffer);
+    Py_RETURN_NONE;
+}
+
+/* The end of a call of `code`: `error` is the exception leaving its frame, or NULL. */
+static PyObject *
+monitor_end(PyObject *code, PyObject *error)
+{
+    uint64_t method;
+    long kind;
+    int found = registered(code, &method, &kind);
+    if (found <= 0) {
+        return found < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    if (kind != 0) {
+        if (g_strand_finish == NULL) {
+            Py_RETURN_NONE;
+        }
+        PyObject *kind_object = PyLong_FromLong(kind);
+        if (kind_object == NULL) {
+            return absorb_failure() ? Py_NewRef(Py_None) : NULL;
+        }
+        PyObject *result = call_absorbed(g_strand_finish, kind_object,
+                                         error == NULL ? Py_None : error);
+        Py_DECREF(kind_object);
+        return result;
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        return absorb_failure() ? Py_NewRef(Py_None) : NULL;
+    }
+    EventBuffer *events = (EventBuffer *)buffer;
+    Py_ssize_t index = events->depth - 1;
+    if (index < 0 || events->stack[index].code != code) {
+        Py_DECREF(buffer); /* a frame that began before its code was instrumented */
+        Py_RETURN_NONE;
+    }
+    StackEntry *entry = &events->stack[index];
+    if (entry->iid == 0) { /* it ran untraced */
+        events->depth--;
+        Py_XDECREF(entry->strand);
+        Py_XDECREF(entry->code);
+        Py_XDECREF(entry->token);
+        Py_DECREF(buffer);
+        Py_RETURN_NONE;
+    }
+    Invocation inv;
+    inv.buffer = buffer; /* finish() lets it go */
+    inv.token = entry->token;
+    entry->token = NULL;
+    inv.iid = entry->iid;
+    inv.index = index;
+    inv.root = entry->root;
+    if (finish(&inv, error == NULL ? NULL : Py_TYPE(error)) < 0 && !absorb_failure()) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+monitor_return(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1) {
+        Py_RETURN_NONE;
+    }
+    return monitor_end(args[0], NULL);
+}
+
+static PyObject *
+monitor_unwind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 3) {
+        Py_RETURN_NONE;
+    }
+    /* the exception is set while the frame unwinds: the handler's own steps must not see it */
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *result = monitor_end(args[0], args[2]);
+    if (result == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return NULL;
+    }
+    PyErr_Restore(type, value, traceback);
+    return result;
+}
+
 static PyObject *
 after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
@@ -2235,6 +2474,14 @@ static PyMethodDef module_methods[] = {
     {"start", start, METH_O,
      "start(method): record a strand's Start; its context value, or None past the bound."},
     {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
+    {"set_handlers", set_handlers, METH_VARARGS,
+     "set_handlers(registry, strand_start, strand_finish): what the monitor_* handlers use."},
+    {"monitor_start", (PyCFunction)(void (*)(void))monitor_start, METH_FASTCALL,
+     "monitor_start(code, offset): a traced code's frame starts (PY_START)."},
+    {"monitor_return", (PyCFunction)(void (*)(void))monitor_return, METH_FASTCALL,
+     "monitor_return(code, offset, value): a traced code's frame returns (PY_RETURN)."},
+    {"monitor_unwind", (PyCFunction)(void (*)(void))monitor_unwind, METH_FASTCALL,
+     "monitor_unwind(code, offset, exc): an exception leaves a frame (PY_UNWIND)."},
     {NULL},
 };
 

@@ -35,7 +35,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
 from tracer._core import accel as _accel
-from tracer._core import adoption, bodies, budget, context, frames, ids, recorder, shaped
+from tracer._core import adoption, bodies, budget, codes, context, frames, ids, recorder, shaped
 from tracer._core import stack as stack_module
 from tracer.wire import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 
@@ -64,6 +64,11 @@ _UNTRACED: context.Current = (b"", 0, 0)
 
 
 set_max_buffered: Final = budget.configure  # the process's memory bound (the runtime sets it)
+
+
+def is_traced(fn: Any) -> bool:
+    """Whether ``fn`` is traced: its code instrumented (``tracer._core.codes``), or a wrapper."""
+    return bool(getattr(fn, TRACED_MARK, False)) or codes.is_traced(fn)
 
 
 def set_enabled(enabled: bool) -> None:

@@ -152,7 +152,7 @@ def bind(
     value = record(kind, target)
     if value is None:
         return fn
-    if getattr(_unwrap(target), decorator.TRACED_MARK, False):
+    if decorator.is_traced(_unwrap(target)):
         runner = fn  # the traced function's own Start consumes the hand-off
     else:
         runner = decorator.wrap_with_method(fn, method_for(target))

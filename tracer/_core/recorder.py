@@ -55,16 +55,19 @@ class EventList(list[EventTuple]):
     and the top of its invocation stack (``tracer._core.stack``): (strand, iid, seq) of the
     innermost open sync call, or ``NO_TOP``; each call keeps the one below in its frame."""
 
-    __slots__ = ("ident", "limit", "top")
+    __slots__ = ("ident", "limit", "saved", "top")
     ident: int  # the thread's threading.get_ident(): where a strand's value was set
     limit: int
     top: tuple[Any, int, Any]
+    #: The open calls of instrumented code (tracer._core.hooks): (code, top below, token, iid).
+    saved: list[tuple[Any, tuple[Any, int, Any], Any, int]]
 
 
 def _new_event_list() -> EventList:
     events = EventList()
     events.limit = 0  # the first Start reserves
     events.top = NO_TOP
+    events.saved = []
     events.ident = threading.get_ident()
     return events
 
@@ -231,8 +234,18 @@ class Drained:
     events: int = 0
 
 
+#: Called before each drain: they may append the last events of what ended unseen
+#: (``tracer._core.hooks.sweep``).
+before_drain: list[Callable[[], None]] = []
+
+
 def drain() -> Drained:
     """Take every buffered event, per thread in order; forget threads that have ended."""
+    for sweep in before_drain:
+        try:
+            sweep()
+        except Exception as exc:
+            internal_error(exc)
     with _lock:
         buffers = list(_buffers)
     chunks: list[tuple[ThreadBuffer, Events]] = []

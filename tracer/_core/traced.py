@@ -1,29 +1,57 @@
 """``@traced``, the public decorator: what it accepts (functions, methods, classmethods,
-staticmethods, coroutines, generators, async generators) and how each is wrapped, once, at
-decoration; the wrappers themselves are ``tracer._core.decorator``'s."""
+staticmethods, coroutines, generators, async generators) and how each is traced, once, at
+decoration.
+
+A plain Python function is returned as it is: its code is instrumented (``tracer._core.codes``),
+so the function keeps its identity, type, attributes and frames. Anything else callable (a
+builtin, a ``functools.partial``, an object with ``__call__``), or every function where no
+instrumentation backend is available, is wrapped (``tracer._core.decorator``)."""
 
 from __future__ import annotations
 
 import functools
+import os
 import types
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, overload
 
-from tracer._core import recorder
-from tracer._core.decorator import TRACED_MARK, source, wrapper_for
+from tracer._core import accel, codes, recorder
+from tracer._core.decorator import TRACED_MARK, is_traced, source, wrapper_for
 
 __all__ = ["traced"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: Set to 1 to wrap traced functions instead of instrumenting their code (for comparison, or
+#: should instrumentation ever get in a program's way).
+ENV_WRAP: Final = "INVOSEQ_WRAP"
+
+
+def _backend() -> codes.Backend | None:
+    """``sys.monitoring`` on 3.12+, with the C accelerator's handlers or the pure-Python ones;
+    none otherwise, or with ``INVOSEQ_WRAP=1`` (wrappers)."""
+    from tracer._core import hooks, monitoring
+
+    if not monitoring.supported() or os.environ.get(ENV_WRAP, "").strip() == "1":
+        return None
+    if accel.speedups is None:
+        return monitoring.claim(hooks)
+    return monitoring.claim(hooks.CHandlers(accel.speedups))
+
+
+codes.set_backend_factory(_backend)
+
+
 def _wrap(fn: Callable[..., Any], name: str | None) -> Callable[..., Any]:
-    if getattr(fn, TRACED_MARK, False):
+    if is_traced(fn):
         return fn
     file, line = source(fn)
     module = str(getattr(fn, "__module__", None) or "<unknown>")
     qualname = str(name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
     method = recorder.register_method(module, qualname, file, line)
+    if codes.instrumentable(fn) and codes.instrument(fn, method):  # type: ignore[arg-type]
+        return fn
     wrapper = wrapper_for(fn, method)
     functools.update_wrapper(wrapper, fn)
     setattr(wrapper, TRACED_MARK, True)
@@ -44,11 +72,11 @@ def _implicit_classmethod(target: Any) -> bool:
 
 def _wrap_any(target: Any, name: str | None) -> Any:
     if _implicit_classmethod(target):
-        return classmethod(_wrap(target, name))
-    if isinstance(target, staticmethod):
-        return staticmethod(_wrap(target.__func__, name))
-    if isinstance(target, classmethod):
-        return classmethod(_wrap(target.__func__, name))
+        wrapped = _wrap(target, name)
+        return target if wrapped is target else classmethod(wrapped)
+    if isinstance(target, staticmethod | classmethod):
+        wrapped = _wrap(target.__func__, name)
+        return target if wrapped is target.__func__ else type(target)(wrapped)
     if not callable(target):
         raise TypeError(
             f"@traced takes a function or method, not {type(target).__name__} {target!r}; "

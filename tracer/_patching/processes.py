@@ -62,7 +62,7 @@ class ProcessRunner:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fn = self.fn
-        if not getattr(handoff._unwrap(fn), decorator.TRACED_MARK, False):
+        if not decorator.is_traced(handoff._unwrap(fn)):
             fn = decorator.wrap_with_method(fn, handoff.method_for(fn))
         token = _set(self.value)
         try:

@@ -39,7 +39,8 @@ from importlib.machinery import ModuleSpec
 from types import FunctionType, ModuleType
 from typing import Any
 
-from tracer._core.decorator import TRACED_MARK
+from tracer._core import codes
+from tracer._core.decorator import is_traced
 from tracer._core.traced import traced
 from tracer.run.patterns import IncludePatterns, Verdict, is_external, module_origin
 
@@ -57,6 +58,7 @@ class _Replacement:
 
 
 _replacements: list[_Replacement] = []  # appends are atomic under the GIL
+_instrumented_functions: list[FunctionType] = []  # traced in place: their code instrumented
 _replaced_loaders: list[tuple[ModuleType, Any]] = []
 _error_logged = False
 
@@ -83,11 +85,24 @@ def _defined_function(value: object, module_name: str) -> bool:
         isinstance(value, FunctionType)
         and value.__module__ == module_name
         and value.__name__ != "<lambda>"
-        and not getattr(value, TRACED_MARK, False)
+        and not is_traced(value)
     )
 
 
+def _instrumented(original: Any, wrapper: Any) -> bool:
+    """Whether tracing left ``original`` in place (its code instrumented): then it is recorded
+    for ``uninstall`` to stop tracing, and nothing is replaced."""
+    if wrapper is not original:
+        return False
+    function = original.__func__ if isinstance(original, staticmethod | classmethod) else original
+    if isinstance(function, FunctionType):
+        _instrumented_functions.append(function)
+    return True
+
+
 def _replace(owner: Any, name: str, original: Any, wrapper: Any) -> bool:
+    if _instrumented(original, wrapper):
+        return True
     try:
         setattr(owner, name, wrapper)
     except (AttributeError, TypeError) as exc:  # a class that refuses new attributes
@@ -167,6 +182,7 @@ class DefiningNamespace(MutableMapping[str, Any]):
         return self._builtins[key]  # checked here so a builtin's lookup raises no KeyError
 
     def __setitem__(self, key: str, value: Any) -> None:
+        fresh = isinstance(value, FunctionType) and not is_traced(value)
         try:
             wrapped = wrap_definition(key, value, self._module_name)
         except Exception as exc:
@@ -175,6 +191,8 @@ class DefiningNamespace(MutableMapping[str, Any]):
         self._globals[key] = wrapped
         if wrapped is not value:
             _replacements.append(_Replacement(self._module, key, value, wrapped))
+        elif fresh and is_traced(value):
+            _instrumented_functions.append(value)
 
     def __delitem__(self, key: str) -> None:
         del self._globals[key]
@@ -304,6 +322,8 @@ def uninstall() -> None:
     with _install_lock:
         _remove_finder()
         _finder = None
+        while _instrumented_functions:
+            codes.uninstrument(_instrumented_functions.pop())
         while _replacements:
             item = _replacements.pop()
             if vars(item.owner).get(item.name) is item.wrapper:

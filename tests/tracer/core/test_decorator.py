@@ -136,7 +136,7 @@ def test_wraps_semantics_are_kept() -> None:
     assert add.__name__ == "add"
     assert add.__qualname__ == "add"
     assert add.__doc__ == "Add two numbers."
-    assert inspect.signature(add) == inspect.signature(add.__wrapped__)
+    assert inspect.signature(add) == inspect.signature(inspect.unwrap(add))
     assert list(inspect.signature(add).parameters) == ["x", "y"]
     assert inspect.iscoroutinefunction(fetch)
     assert inspect.isgeneratorfunction(numbers)

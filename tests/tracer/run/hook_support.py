@@ -8,14 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from tracer._core import decorator
+
 Write = Callable[[str, str], Path]
 
 
-TRACED = "__invoseq_traced__"
-
-
 def is_traced(obj: object) -> bool:
-    return bool(getattr(obj, TRACED, False))
+    return decorator.is_traced(obj)
 
 
 def load(name: str) -> ModuleType:

@@ -54,7 +54,7 @@ def _wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     target: Any = fn
     while isinstance(target, functools.partial):
         target = target.func
-    if getattr(target, decorator.TRACED_MARK, False) or getattr(fn, decorator.TRACED_MARK, False):
+    if decorator.is_traced(target) or decorator.is_traced(fn):
         return fn
     if not (inspect.isfunction(target) or inspect.ismethod(target)):
         return fn

@@ -134,7 +134,7 @@ def view_method(view: Any) -> int:
 
 
 def is_traced(view: Any) -> bool:
-    return bool(getattr(view, decorator.TRACED_MARK, False))
+    return decorator.is_traced(view)
 
 
 def trace_call(view: Any, call: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,0 +1,237 @@
+"""The events of an instrumented code object, in pure Python: what happens when a traced
+function's own frame starts, yields, resumes, returns or unwinds.
+
+A traced function is not wrapped: its code is instrumented (``tracer._core.codes``), and these
+six handlers run at the points ``sys.monitoring`` names (PY_START, PY_YIELD, PY_RESUME,
+PY_THROW, PY_RETURN, PY_UNWIND), called by ``sys.monitoring`` on 3.12+ or by the instrumented
+bytecode on 3.11, with the same arguments either way: ``(code, offset[, value])``. ``code`` is
+the key the code was registered under (``codes.REGISTRY``).
+
+- A **synchronous** call cannot be interleaved on its thread, so its thread keeps its open calls
+  on a list (``EventList.saved``: the code, the stack's previous top, the token of a root's
+  ContextVar value, the iid): the start pushes, the return or unwind pops the entry of its own
+  code (an entry of another code means the frame began before its code was instrumented: its
+  end is left alone). The parent is found as the wrappers found it (``tracer._core.stack``).
+- A **strand** (generator, coroutine, async generator) keeps its state by frame (``_strands``):
+  its invocation, the context value its steps run under, and the token of the step running now;
+  each step sets the value and the yield that ends it resets it, so calls between its steps
+  belong to the caller. A generator or async generator closed (GeneratorExit) ends ok, as an
+  exhausted one does; a coroutine closed ends with the error, as any exception.
+- A strand closed where it has no handler (3.13 then runs none of its code, and no event comes)
+  or dropped unstarted leaves a state whose frame nobody else holds: ``sweep`` ends those, at the
+  next strand's start once they are many, and at every flush.
+
+A handler never raises into user code: a failure is counted and logged once
+(``recorder.internal_error``).
+"""
+
+from __future__ import annotations
+
+import sys
+from types import CodeType, FrameType
+from typing import Any, Final
+
+from tracer._core import codes, recorder
+from tracer._core import decorator as _d
+from tracer._core.recorder import NO_TOP
+
+_tls: Final = recorder.tls
+_register_thread: Final = recorder.register_thread
+_internal_error: Final = recorder.internal_error
+_registry: Final = codes.REGISTRY
+_getframe: Final = sys._getframe
+_getrefcount: Final = sys.getrefcount
+_UNTRACED: Final = (None, NO_TOP, None, 0)
+
+#: A strand's state: [iid, context value, token of the running step or None, its Start's buffer].
+_strands: dict[FrameType, list[Any]] = {}
+_sweep_at = 64  # sweep when this many strands are open
+
+
+def _events() -> Any:
+    try:
+        return _tls.events
+    except AttributeError:
+        return _register_thread()
+
+
+def start(code: CodeType, offset: int) -> None:
+    try:
+        entry = _registry.get(code)
+        if entry is None:
+            return
+        if entry[1]:
+            _start_strand(entry[0], _getframe(1))
+            return
+        events = _events()
+        saved = events.saved
+        if _d._disabled:
+            saved.append((code, NO_TOP, None, 0))
+            return
+        current = _d._get()
+        if len(events) >= events.limit and not _d._refill(events, current):
+            saved.append((code, NO_TOP, None, 0))  # untraced, counted with its sequence
+            return
+        iid = _d._next_iid()
+        top = events.top
+        if top[0] is current:
+            seq = top[2]
+            events.append((0, iid, top[1], 0, entry[0], _d._clock(), seq))
+            saved.append((code, top, None, iid))
+            events.top = (current, iid, seq)
+        else:
+            saved.append((code, top, None, 0))  # in place should _open fail
+            token = _d._open(events, current, iid, entry[0])
+            saved[-1] = (code, top, token, iid)
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def _finish(code: CodeType, error: BaseException | None) -> None:
+    entry = _registry.get(code)
+    if entry is None:
+        return
+    if entry[1]:
+        _finish_strand(entry[1], error, _getframe(2))
+        return
+    events = _events()
+    saved = events.saved
+    if not saved or saved[-1][0] is not code:
+        return  # a frame that began before its code was instrumented
+    _, top, token, iid = saved.pop()
+    if not iid:
+        return
+    events.top = top
+    try:
+        if error is None:
+            events.append((1, iid, _d._clock()))
+        else:
+            events.append((2, iid, _d._clock(), type(error).__name__[:1024]))
+    finally:
+        if token is not None:
+            _d._reset(token)
+
+
+def return_(code: CodeType, offset: int, value: object) -> None:
+    try:
+        _finish(code, None)
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def unwind(code: CodeType, offset: int, error: BaseException) -> None:
+    try:
+        _finish(code, error)
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def _start_strand(method: int, frame: FrameType) -> None:
+    if _d._disabled:
+        return
+    if len(_strands) >= _sweep_at:
+        sweep()
+    iid, value = _d._begin(method)
+    if not iid:
+        return
+    state = [iid, value, None, _tls.events]
+    _strands[frame] = state
+    state[2] = _d._set(value)
+
+
+def _finish_strand(kind: int, error: BaseException | None, frame: FrameType) -> None:
+    state = _strands.pop(frame, None)
+    if state is None:
+        return
+    token = state[2]
+    try:
+        if error is None or (kind == codes.GENERATOR and isinstance(error, GeneratorExit)):
+            _d._end(state[0])
+        else:
+            _d._fail(state[0], error)
+    finally:
+        if token is not None:
+            _d._reset(token)
+
+
+def strand_start(method: int) -> None:
+    """A strand's start, for the C handlers (its frame is the caller's: C adds none)."""
+    try:
+        _start_strand(method, _getframe(1))
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def strand_finish(kind: int, error: BaseException | None) -> None:
+    """A strand's end, for the C handlers."""
+    try:
+        _finish_strand(kind, error, _getframe(1))
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def yield_(code: CodeType, offset: int, value: object) -> None:
+    try:
+        state = _strands.get(_getframe(1))
+        if state is not None and state[2] is not None:
+            token, state[2] = state[2], None
+            _d._reset(token)
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def resume(code: CodeType, offset: int) -> None:
+    try:
+        state = _strands.get(_getframe(1))
+        if state is not None and state[2] is None:
+            state[2] = _d._set(state[1])
+    except Exception as exc:
+        _internal_error(exc)
+
+
+def throw(code: CodeType, offset: int, error: BaseException) -> None:
+    if code in _registry:
+        resume(code, offset)
+
+
+def sweep() -> None:
+    """End the strands whose frame only this table holds (closed with no event, or dropped):
+    they end ok, now, in the buffer of their Start; and sweep next when twice as many are open.
+    Any thread may sweep (the sender does before each drain): appends are atomic."""
+    global _sweep_at
+    for frame, state in list(_strands.items()):
+        # the table's key, the items() list's tuple, the loop's name and getrefcount's argument
+        if _getrefcount(frame) <= 4 and _strands.pop(frame, None) is state:
+            state[3].append((1, state[0], _d._clock()))
+    _sweep_at = max(64, 2 * len(_strands))
+
+
+recorder.before_drain.append(sweep)
+
+
+class CHandlers:
+    """The handlers with the C accelerator: a synchronous call's start and end in C, the strands'
+    steps here."""
+
+    def __init__(self, speedups: Any) -> None:
+        speedups.set_handlers(_registry, strand_start, strand_finish)
+        self.start = speedups.monitor_start
+        self.return_ = speedups.monitor_return
+        self.unwind = speedups.monitor_unwind
+        self.yield_ = yield_
+        self.resume = resume
+        self.throw = throw
+
+
+__all__ = [
+    "CHandlers",
+    "resume",
+    "return_",
+    "start",
+    "strand_finish",
+    "strand_start",
+    "sweep",
+    "throw",
+    "unwind",
+    "yield_",
+]

@@ -1,0 +1,98 @@
+"""The instrumentation backend of Python 3.12+: ``sys.monitoring`` (PEP 669).
+
+The tracer takes a tool id of its own, the first free of ``CANDIDATE_IDS`` (never the ids
+``sys.monitoring`` names for debuggers, coverage, profilers and optimizers, so coverage.py, pdb,
+cProfile and the like keep theirs), and turns on, for each traced code object only, the local
+events PY_START, PY_RESUME, PY_YIELD and PY_RETURN. PY_UNWIND and PY_THROW exist only
+process-wide; the handlers return at once for code that is not traced (one dict lookup).
+
+The handlers are the C accelerator's when it is built, else ``tracer._core.hooks``'. With every
+id taken by other tools the tracer wraps functions instead (``codes.available()`` is False), and
+says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from types import CodeType, ModuleType
+from typing import Any, Final
+
+log = logging.getLogger("tracer")
+
+#: The ids the tracer may take, in order: those PEP 669 reserves for no kind of tool.
+CANDIDATE_IDS: Final = (4, 3)
+TOOL_NAME: Final = "invoseq"
+
+_monitoring: ModuleType | None = getattr(sys, "monitoring", None)
+
+
+class Monitoring:
+    """The tracer's tool: its id, its handlers, its traced code."""
+
+    def __init__(self, tool: int, handlers: Any) -> None:
+        assert _monitoring is not None
+        events = _monitoring.events
+        self.tool = tool
+        self.handlers = handlers
+        self.local = events.PY_START | events.PY_RESUME | events.PY_YIELD | events.PY_RETURN
+        self.callbacks = (
+            (events.PY_START, handlers.start),
+            (events.PY_RESUME, handlers.resume),
+            (events.PY_YIELD, handlers.yield_),
+            (events.PY_RETURN, handlers.return_),
+            (events.PY_UNWIND, handlers.unwind),
+            (events.PY_THROW, handlers.throw),
+        )
+        for event, handler in self.callbacks:
+            _monitoring.register_callback(tool, event, handler)
+        _monitoring.set_events(tool, events.PY_UNWIND | events.PY_THROW)
+
+    def attach(self, code: CodeType) -> bool:
+        assert _monitoring is not None
+        try:
+            _monitoring.set_local_events(self.tool, code, self.local)
+        except ValueError as exc:  # not a code object sys.monitoring can instrument
+            log.debug("invoseq: cannot trace %s: %s", code.co_qualname, exc)
+            return False
+        return True
+
+    def detach(self, code: CodeType) -> None:
+        assert _monitoring is not None
+        _monitoring.set_local_events(self.tool, code, 0)
+
+    def close(self) -> None:
+        """Give the tool id back (nothing is traced through it any more)."""
+        assert _monitoring is not None
+        _monitoring.set_events(self.tool, 0)
+        for event, _ in self.callbacks:
+            _monitoring.register_callback(self.tool, event, None)
+        _monitoring.free_tool_id(self.tool)
+
+
+def supported() -> bool:
+    """Whether this Python has ``sys.monitoring`` (3.12+)."""
+    return _monitoring is not None
+
+
+def claim(handlers: Any) -> Monitoring | None:
+    """Take a free tool id for the tracer with these handlers; None on a Python without
+    ``sys.monitoring`` or when other tools hold every id we may take."""
+    if _monitoring is None:
+        return None
+    for tool in CANDIDATE_IDS:
+        if _monitoring.get_tool(tool) is None:
+            try:
+                _monitoring.use_tool_id(tool, TOOL_NAME)
+            except ValueError:  # taken since
+                continue
+            return Monitoring(tool, handlers)
+    log.warning(
+        "invoseq: every sys.monitoring tool id it may use (%s) is taken by other tools; "
+        "traced functions are wrapped instead",
+        ", ".join(map(str, CANDIDATE_IDS)),
+    )
+    return None
+
+
+__all__ = ["CANDIDATE_IDS", "TOOL_NAME", "Monitoring", "claim", "supported"]
