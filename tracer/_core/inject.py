@@ -1,0 +1,324 @@
+"""Instrument a function's code object in place of wrapping the function (CPython 3.11).
+
+What: ``instrument(code, key, hooks)`` returns a new code object that behaves as ``code`` does and
+also calls the hooks where ``sys.monitoring`` (Python 3.12+, PEP 669) would fire these events for
+``code``; ``f.__code__ = instrument(f.__code__, key, hooks)`` instruments ``f`` itself, so the
+traced function stays the very same object and runs in its own frame: identity, type, pickling
+by reference, ``sys._getframe(n)``, ``warnings.warn(stacklevel=n)`` and references captured
+before instrumentation all see the untraced function. ``uninstrument(new)`` gives back the
+original code object (``f.__code__ = uninstrument(f.__code__)`` restores exactly).
+
+Why only 3.11: 3.12+ has ``sys.monitoring`` local events for this; 3.11 has nothing but the
+bytecode itself (``_bytecode311`` decodes and re-assembles it).
+
+Where each hook is called, as ``hooks.X(key, 0, ...)`` with its result discarded:
+
+- ``start(key, 0)`` right after the prologue's ``RESUME 0`` (after ``COPY_FREE_VARS`` and
+  ``MAKE_CELL``; for a generator, coroutine or async generator after ``RETURN_GENERATOR``,
+  ``POP_TOP``, so when it first runs): PY_START.
+- ``resume(key, 0)`` right after every other ``RESUME`` (after a yield, ``yield from`` or await
+  step): PY_RESUME.
+- ``yield_(key, 0, value)`` right before every ``YIELD_VALUE`` (after an async generator's
+  ``ASYNC_GEN_WRAP``, so with the wrapped value, as 3.12 passes it): PY_YIELD.
+- ``return_(key, 0, value)`` right before every ``RETURN_VALUE``: PY_RETURN.
+- ``throw(key, 0, exc)`` when an exception is thrown into the suspended frame (``throw()``,
+  ``close()``, asyncio's cancellation; also into a generator not yet started): PY_THROW. 3.11
+  raises a thrown exception "at" the ``YIELD_VALUE`` the frame is suspended at (at
+  ``RETURN_GENERATOR`` when not started, and at the ``yield from``/await loop's
+  ``JUMP_BACKWARD_NO_INTERRUPT`` when the delegate's ``throw`` raised): those instructions (which
+  raise nothing themselves) get an exception-table entry of their own to a landing pad that calls
+  the hook and falls into the handler they had (or into the unwind handler). When the delegate of
+  a ``yield from``/await handles the thrown exception and *returns*, 3.12 throws its
+  StopIteration into this frame (PY_THROW) and 3.11 resumes the frame after the loop instead: we
+  route that resumption through a landing block that calls ``throw(key, 0,
+  StopIteration(value))`` (a new StopIteration with the same value, not the same object).
+- ``unwind(key, 0, exc)`` when an exception leaves the frame: PY_UNWIND. Every instruction that
+  had no handler gets an outermost one (depth 0, lasti kept) that calls the hook and re-raises
+  with ``RERAISE 1``: the frame's last instruction is set back to the raising one and no
+  traceback entry is added, so tracebacks, ``f_lineno`` and tracing are as without it.
+
+Inserted instructions take the position (line and columns) of the instruction they precede, so
+they start no line event of their own; the landing pads and the unwind handler have none. Jumps
+to a ``YIELD_VALUE`` or ``RETURN_VALUE`` go to its hook. Hooks inserted before or after an
+instruction are covered by that instruction's exception handler, so a hook that raises raises as
+a call at that point would (the real hooks never raise); one raising in a landing pad or in the
+unwind handler leaves the frame at once, without the unwind hook.
+"""
+
+from __future__ import annotations
+
+import opcode
+import sys
+import types
+from collections.abc import Callable
+from typing import Protocol
+
+from tracer._core._bytecode311 import NO_POS, Handler, Instr, Pos, assemble, decode
+
+__all__ = ["Hooks", "instrument", "is_instrumented", "uninstrument"]
+
+_OP = opcode.opmap
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+_TERMINATORS = frozenset(
+    _OP[name]
+    for name in (
+        "RETURN_VALUE",
+        "RERAISE",
+        "RAISE_VARARGS",
+        "JUMP_FORWARD",
+        "JUMP_BACKWARD",
+        "JUMP_BACKWARD_NO_INTERRUPT",
+    )
+    if name in _OP
+)
+_EXTRA_STACK = 7  # the most any inserted sequence pushes: the StopIteration landing block
+
+
+class Hooks(Protocol):
+    """The six callables, looked up once by ``instrument`` and embedded in the code."""
+
+    @property
+    def start(self) -> Callable[[object, int], object]: ...
+    @property
+    def resume(self) -> Callable[[object, int], object]: ...
+    @property
+    def throw(self) -> Callable[[object, int, BaseException], object]: ...
+    @property
+    def yield_(self) -> Callable[[object, int, object], object]: ...
+    @property
+    def return_(self) -> Callable[[object, int, object], object]: ...
+    @property
+    def unwind(self) -> Callable[[object, int, BaseException], object]: ...
+
+
+class _Mark:
+    """The last constant of an instrumented code object; the original code is the one before."""
+
+    def __repr__(self) -> str:
+        return "<invoseq instrumented>"
+
+
+_MARK = _Mark()
+
+
+def is_instrumented(code: types.CodeType) -> bool:
+    return bool(code.co_consts) and code.co_consts[-1] is _MARK
+
+
+def uninstrument(code: types.CodeType) -> types.CodeType:
+    """The code object ``instrument`` was given (``code`` itself if it is not instrumented)."""
+    if not is_instrumented(code):
+        return code
+    original = code.co_consts[-2]
+    assert isinstance(original, types.CodeType)
+    return original
+
+
+class _Emitter:
+    """Builds the hook-call sequences, adding the constants they load."""
+
+    def __init__(self, code: types.CodeType, key: object) -> None:
+        self.consts: list[object] = list(code.co_consts)
+        self._key = self.const(key)
+        self._zero = self.const(0)
+        self._by_id: dict[int, int] = {}
+
+    def const(self, value: object) -> int:
+        self.consts.append(value)
+        return len(self.consts) - 1
+
+    def hook(self, fn: object) -> int:
+        index = self._by_id.get(id(fn))
+        if index is None:
+            index = self._by_id[id(fn)] = self.const(fn)
+        return index
+
+    def call(
+        self, fn: object, pos: Pos, handler: Handler | None, *, value: bool = False
+    ) -> list[Instr]:
+        """``fn(key, 0)``, or ``fn(key, 0, TOS)`` with ``value``, its result popped."""
+        nargs = 3 if value else 2
+        seq = [
+            Instr(_OP["PUSH_NULL"]),
+            Instr(_OP["LOAD_CONST"], self.hook(fn)),
+            Instr(_OP["LOAD_CONST"], self._key),
+            Instr(_OP["LOAD_CONST"], self._zero),
+        ]
+        if value:
+            seq.append(Instr(_OP["COPY"], 5))
+        seq += [Instr(_OP["PRECALL"], nargs), Instr(_OP["CALL"], nargs), Instr(_OP["POP_TOP"])]
+        for ins in seq:
+            ins.pos = pos
+            ins.handler = handler
+        return seq
+
+    def call_stop_iteration(self, fn: object, pos: Pos) -> list[Instr]:
+        """``fn(key, 0, StopIteration(TOS))``, its result popped."""
+        seq = [
+            Instr(_OP["PUSH_NULL"]),
+            Instr(_OP["LOAD_CONST"], self.hook(fn)),
+            Instr(_OP["LOAD_CONST"], self._key),
+            Instr(_OP["LOAD_CONST"], self._zero),
+            Instr(_OP["PUSH_NULL"]),
+            Instr(_OP["LOAD_CONST"], self.const(StopIteration)),
+            Instr(_OP["COPY"], 7),
+            Instr(_OP["PRECALL"], 1),
+            Instr(_OP["CALL"], 1),
+            Instr(_OP["PRECALL"], 3),
+            Instr(_OP["CALL"], 3),
+            Instr(_OP["POP_TOP"]),
+        ]
+        for ins in seq:
+            ins.pos = pos
+        return seq
+
+
+def _is_delegation_loop(instrs: list[Instr], i: int) -> bool:
+    """``SEND; YIELD_VALUE; RESUME n; JUMP_BACKWARD_NO_INTERRUPT`` (back to the SEND) at ``i``:
+    the loop of a ``yield from`` or an await."""
+    if i + 3 >= len(instrs):
+        return False
+    send, yield_value, resume, back = instrs[i : i + 4]
+    return (
+        send.op == _OP["SEND"]
+        and yield_value.op == _OP["YIELD_VALUE"]
+        and resume.op == _OP["RESUME"]
+        and back.op == _OP["JUMP_BACKWARD_NO_INTERRUPT"]
+        and back.target is send
+    )
+
+
+def instrument(code: types.CodeType, key: object, hooks: Hooks) -> types.CodeType:
+    """A copy of ``code`` that calls ``hooks`` where 3.12's ``sys.monitoring`` fires PY_START,
+    PY_RESUME, PY_THROW, PY_YIELD, PY_RETURN and PY_UNWIND (module docstring)."""
+    if sys.version_info[:2] != (3, 11):
+        raise RuntimeError("instrument() is for CPython 3.11: 3.12+ has sys.monitoring")
+    if is_instrumented(code):
+        raise ValueError(f"{code.co_qualname} is instrumented already")
+    return _Instrumenter(code, key, hooks).run()
+
+
+class _Instrumenter:
+    def __init__(self, code: types.CodeType, key: object, hooks: Hooks) -> None:
+        self.code = code
+        # Resolved once: a bound method read twice is two objects, and two constants.
+        self.on_start, self.on_resume = hooks.start, hooks.resume
+        self.on_yield, self.on_return = hooks.yield_, hooks.return_
+        self.on_throw, self.on_unwind = hooks.throw, hooks.unwind
+        self.emit = _Emitter(code, key)
+        self.out: list[Instr] = []
+        self.redirect: dict[Instr, Instr] = {}  # instruction -> the hook jumps to it run first
+        self.throw_points: list[tuple[Instr, Handler | None]] = []  # with their own handler
+        self.no_catch_all: set[Instr] = set()  # inserted code outside the outermost handler
+        self.created: Instr | None = None  # RETURN_GENERATOR
+
+    def run(self) -> types.CodeType:
+        self.body(decode(self.code))
+        emit = self.emit
+        for ins in self.out:
+            if ins.target is not None and ins.target in self.redirect:
+                ins.target = self.redirect[ins.target]
+        unwind_block = emit.call(self.on_unwind, NO_POS, None, value=True)
+        unwind_block.append(Instr(_OP["RERAISE"], 1))
+        catch_all = Handler(unwind_block[0], 0, True)
+        for ins in self.out:
+            if ins.handler is None and ins not in self.no_catch_all:
+                ins.handler = catch_all
+        tail = self.place_pads(unwind_block[0], catch_all)
+        reraise = Instr(_OP["RERAISE"], 1)
+        if self.created is not None:
+            # close() (GeneratorExit) before the first next(): 3.12 does not run the frame at
+            # all (3.11 does), so no hook; any other exception: throw and unwind.
+            if not tail:
+                tail = emit.call(self.on_throw, NO_POS, None, value=True)
+            tail[:0] = [
+                Instr(_OP["LOAD_CONST"], emit.const(GeneratorExit)),
+                Instr(_OP["CHECK_EXC_MATCH"]),
+                Instr(_OP["POP_JUMP_FORWARD_IF_TRUE"], target=reraise),
+            ]
+            self.created.handler = Handler(tail[0], 0, True)
+        if self.out[-1].op not in _TERMINATORS:
+            raise ValueError(f"{self.code.co_qualname}: code that runs off its end")
+        instrs = [*self.out, *tail, *unwind_block, reraise]
+        consts = (*emit.consts, self.code, _MARK)
+        return assemble(self.code, instrs, consts, max(self.code.co_stacksize, 2) + _EXTRA_STACK)
+
+    def body(self, instrs: list[Instr]) -> None:
+        out, emit = self.out, self.emit
+        i = 0
+        while i < len(instrs):
+            ins = instrs[i]
+            op = ins.op
+            if op == _OP["RESUME"]:
+                fn = self.on_start if ins.arg == 0 else self.on_resume
+                out.append(ins)
+                out += emit.call(fn, instrs[i + 1].pos, ins.handler)
+            elif op in (_OP["RETURN_VALUE"], _OP["YIELD_VALUE"]):
+                is_return = op == _OP["RETURN_VALUE"]
+                seq = emit.call(
+                    self.on_return if is_return else self.on_yield,
+                    ins.pos,
+                    ins.handler,
+                    value=True,
+                )
+                self.redirect[ins] = seq[0]
+                out += [*seq, ins]
+                if not is_return:
+                    self.throw_points.append((ins, ins.handler))
+            elif _is_delegation_loop(instrs, i):
+                self.delegation_loop(*instrs[i : i + 4])
+                i += 3
+            else:
+                out.append(ins)
+                if op == _OP["RETURN_GENERATOR"]:
+                    self.created = ins  # where a throw() before the first next() is raised
+            i += 1
+
+    def delegation_loop(self, send: Instr, yield_value: Instr, resume: Instr, back: Instr) -> None:
+        """3.11's C code needs SEND right before YIELD_VALUE (gen.throw() reads the loop's end
+        from its argument) and RESUME right after it (gi_yieldfrom): the hook runs after the real
+        SEND, then a JUMP_FORWARD skips a SEND that never runs but gives gen.throw() the loop's
+        end, which we make our StopIteration landing block, before the real end."""
+        emit = self.emit
+        assert send.target is not None
+        landing = emit.call_stop_iteration(self.on_throw, send.target.pos)
+        self.no_catch_all.update(landing)
+        decoy = Instr(send.op, target=landing[0], pos=yield_value.pos)
+        decoy.handler = yield_value.handler
+        skip = Instr(_OP["JUMP_FORWARD"], target=yield_value, pos=yield_value.pos)
+        skip.handler = yield_value.handler
+        self.out.append(send)
+        self.out += emit.call(self.on_yield, yield_value.pos, yield_value.handler, value=True)
+        self.out += [skip, decoy, yield_value, resume]
+        self.out += emit.call(self.on_resume, back.pos, resume.handler)
+        self.out += [back, *landing]
+        self.throw_points += [(yield_value, yield_value.handler), (back, back.handler)]
+
+    def place_pads(self, unwind_start: Instr, catch_all: Handler) -> list[Instr]:
+        """One landing pad a handler the throw points had, right before that handler (falling
+        into it) and at its position; returns the pad of those that had none, which goes
+        before the unwind handler."""
+        pads: dict[Instr, list[Instr]] = {}
+        for ins, handler in self.throw_points:
+            target = unwind_start if handler is None else handler.target
+            pad = pads.get(target)
+            if pad is None:
+                pos = NO_POS if handler is None else target.pos
+                pad = pads[target] = self.emit.call(self.on_throw, pos, None, value=True)
+            entry = catch_all if handler is None else handler
+            ins.handler = Handler(pad[0], entry.depth, entry.lasti)
+        tail = pads.pop(unwind_start, [])
+        if pads:
+            placed: list[Instr] = []
+            for ins in self.out:
+                pad = pads.get(ins)
+                if pad is not None:
+                    before = placed[-1]
+                    if before.op not in _TERMINATORS:  # never falls in, but if it did
+                        jump = Instr(_OP["JUMP_FORWARD"], target=ins, pos=before.pos)
+                        jump.handler = before.handler
+                        placed.append(jump)
+                    placed += pad
+                placed.append(ins)
+            self.out = placed
+        return tail
