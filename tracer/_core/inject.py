@@ -71,6 +71,7 @@ _TERMINATORS = frozenset(
     )
     if name in _OP
 )
+_CO_ASYNC_GENERATOR = 0x200
 _EXTRA_STACK = 7  # the most any inserted sequence pushes: the StopIteration landing block
 
 
@@ -89,6 +90,22 @@ class Hooks(Protocol):
     def return_(self) -> Callable[[object, int, object], object]: ...
     @property
     def unwind(self) -> Callable[[object, int, BaseException], object]: ...
+
+
+def _runtime_error(kind: str) -> Callable[[BaseException], RuntimeError]:
+    def runtime_error(stop: BaseException) -> RuntimeError:
+        error = RuntimeError(f"{kind} raised {type(stop).__name__}")
+        error.__cause__ = stop
+        return error
+
+    return runtime_error
+
+
+_RUNTIME_ERRORS = {
+    0x20: _runtime_error("generator"),
+    0x80: _runtime_error("coroutine"),
+    0x200: _runtime_error("async generator"),
+}
 
 
 class _Mark:
@@ -119,8 +136,8 @@ class _Emitter:
 
     def __init__(self, code: types.CodeType, key: object) -> None:
         self.consts: list[object] = list(code.co_consts)
-        self._key = self.const(key)
-        self._zero = self.const(0)
+        self.key = self.const(key)
+        self.zero = self.const(0)
         self._by_id: dict[int, int] = {}
 
     def const(self, value: object) -> int:
@@ -141,8 +158,8 @@ class _Emitter:
         seq = [
             Instr(_OP["PUSH_NULL"]),
             Instr(_OP["LOAD_CONST"], self.hook(fn)),
-            Instr(_OP["LOAD_CONST"], self._key),
-            Instr(_OP["LOAD_CONST"], self._zero),
+            Instr(_OP["LOAD_CONST"], self.key),
+            Instr(_OP["LOAD_CONST"], self.zero),
         ]
         if value:
             seq.append(Instr(_OP["COPY"], 5))
@@ -157,8 +174,8 @@ class _Emitter:
         seq = [
             Instr(_OP["PUSH_NULL"]),
             Instr(_OP["LOAD_CONST"], self.hook(fn)),
-            Instr(_OP["LOAD_CONST"], self._key),
-            Instr(_OP["LOAD_CONST"], self._zero),
+            Instr(_OP["LOAD_CONST"], self.key),
+            Instr(_OP["LOAD_CONST"], self.zero),
             Instr(_OP["PUSH_NULL"]),
             Instr(_OP["LOAD_CONST"], self.const(StopIteration)),
             Instr(_OP["COPY"], 7),
@@ -218,8 +235,7 @@ class _Instrumenter:
         for ins in self.out:
             if ins.target is not None and ins.target in self.redirect:
                 ins.target = self.redirect[ins.target]
-        unwind_block = emit.call(self.on_unwind, NO_POS, None, value=True)
-        unwind_block.append(Instr(_OP["RERAISE"], 1))
+        unwind_block = self.unwind_block()
         catch_all = Handler(unwind_block[0], 0, True)
         for ins in self.out:
             if ins.handler is None and ins not in self.no_catch_all:
@@ -242,6 +258,42 @@ class _Instrumenter:
         instrs = [*self.out, *tail, *unwind_block, reraise]
         consts = (*emit.consts, self.code, _MARK)
         return assemble(self.code, instrs, consts, max(self.code.co_stacksize, 2) + _EXTRA_STACK)
+
+    def unwind_block(self) -> list[Instr]:
+        """``unwind(key, 0, exc)`` and ``RERAISE 1``, at no position. A generator's (or
+        coroutine's) StopIteration becomes RuntimeError as it leaves the frame: in C after the
+        frame in 3.11, inside the frame in 3.12, whose PY_UNWIND sees the RuntimeError. So
+        these get that RuntimeError (an equal one: 3.11 makes its own after the hook)."""
+        emit = self.emit
+        block = emit.call(self.on_unwind, NO_POS, None, value=True)
+        block.append(Instr(_OP["RERAISE"], 1))
+        kind = self.code.co_flags & _GENERATOR_FLAGS
+        if not kind:
+            return block
+        stops: tuple[type[BaseException], ...] = (StopIteration,)
+        if kind & _CO_ASYNC_GENERATOR:
+            stops = (StopIteration, StopAsyncIteration)
+        convert = [
+            Instr(_OP["PUSH_NULL"]),
+            Instr(_OP["LOAD_CONST"], emit.hook(self.on_unwind)),
+            Instr(_OP["LOAD_CONST"], emit.key),
+            Instr(_OP["LOAD_CONST"], emit.zero),
+            Instr(_OP["PUSH_NULL"]),
+            Instr(_OP["LOAD_CONST"], emit.const(_RUNTIME_ERRORS[kind])),
+            Instr(_OP["COPY"], 7),
+            Instr(_OP["PRECALL"], 1),
+            Instr(_OP["CALL"], 1),
+            Instr(_OP["PRECALL"], 3),
+            Instr(_OP["CALL"], 3),
+            Instr(_OP["POP_TOP"]),
+            Instr(_OP["RERAISE"], 1),
+        ]
+        test = [
+            Instr(_OP["LOAD_CONST"], emit.const(stops)),
+            Instr(_OP["CHECK_EXC_MATCH"]),
+            Instr(_OP["POP_JUMP_FORWARD_IF_TRUE"], target=convert[0]),
+        ]
+        return [*test, *block, *convert]
 
     def body(self, instrs: list[Instr]) -> None:
         out, emit = self.out, self.emit
