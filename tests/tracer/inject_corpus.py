@@ -161,6 +161,23 @@ class Methods:
         return x + 1
 
 
+class Sub(Methods):
+    def method(self, x):
+        return ("sub", super().method(x))
+
+
+def matches(value):
+    match value:
+        case {"kind": "point", "x": int(x), "y": int(y)}:
+            return ("point", x + y)
+        case [first, *rest] if rest:
+            return ("list", first, len(rest))
+        case str() | bytes():
+            return "text"
+        case _:
+            return sum(v for v in range(3))
+
+
 def warns(message):
     warnings.warn(message, UserWarning, stacklevel=2)
     return "warned"
@@ -392,6 +409,24 @@ async def co_sleeps_forever():
     await asyncio.sleep(3600)
 
 
+class AsyncManager:
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info):
+        return False
+
+
+async def co_async_for_with(n):
+    got = []
+    async with AsyncManager():
+        async for value in agen(n):
+            got.append(value)
+            if value == 1:
+                await FutureLike()
+    return got
+
+
 # -- what is traced and how it is driven ---------------------------------------------------------
 
 TRACED: list[Callable[..., Any]] = [
@@ -400,7 +435,8 @@ TRACED: list[Callable[..., Any]] = [
     square, Methods.method, Methods.klass, Methods.static, warns, caller_name, many_jumps,
     gen_simple, gen_try, gen_raises, gen_stop_iteration, gen_catches_and_returns, gen_delegates,
     gen_with, co_leaf, co_awaits, co_raises, co_catches, co_calls_raiser, agen, asyncio_main,
-    co_sleeps_forever,
+    co_sleeps_forever, Sub.method, matches, AsyncManager.__aenter__, AsyncManager.__aexit__,
+    co_async_for_with,
 ]  # fmt: skip
 
 
@@ -518,6 +554,9 @@ SCENARIOS: dict[str, Callable[[], Any]] = {
     "methods": lambda: [
         _call(Methods().method, 1), _call(Methods.klass, 2), _call(Methods.static, 3)
     ],
+    "super": lambda: _call(Sub().method, 1),
+    "match": lambda: [_call(matches, v) for v in ({"kind": "point", "x": 1, "y": 2}, [1, 2],
+                                                   "s", 4.5)],
     "warning": _warning,
     "caller_name": lambda: _call(caller_name),
     "many_jumps": lambda: [_call(many_jumps, x) for x in (0, 5, 39, 40, 77)],
@@ -554,6 +593,9 @@ SCENARIOS: dict[str, Callable[[], Any]] = {
     "co_thrown_uncaught": lambda: _run_coro(co_catches(), [KeyError("k")]),
     "co_exception_below": lambda: _run_coro(co_calls_raiser(), [None]),
     "co_closed": lambda: _run_coro(co_awaits(1), []),
+    "co_async_for_with": lambda: _run_coro(co_async_for_with(3), [None]),
+    "co_async_for_thrown": lambda: _run_coro(co_async_for_with(3), [KeyError("in for")]),
+    "co_async_for_cancelled": lambda: _run_coro(co_async_for_with(3), [GeneratorExit()]),
     "agen": lambda: _async_steps(agen(3), ("asend", None), ("asend", "x"), ("asend", "await"),
                                  ("asend", None), ("asend", None)),
     "agen_athrow_caught": lambda: _async_steps(agen(3), ("asend", None),

@@ -482,6 +482,22 @@ EXPECTED: dict[str, list[list[Any]]] = {
         ["start", "Methods.static"],
         ["return", "Methods.static", 4],
     ],
+    "super": [
+        ["start", "Sub.method"],
+        ["start", "Methods.method"],
+        ["return", "Methods.method", ["Sub", 1]],
+        ["return", "Sub.method", ["sub", ["Sub", 1]]],
+    ],
+    "match": [
+        ["start", "matches"],
+        ["return", "matches", ["point", 3]],
+        ["start", "matches"],
+        ["return", "matches", ["list", 1, 1]],
+        ["start", "matches"],
+        ["return", "matches", "text"],
+        ["start", "matches"],
+        ["return", "matches", 3],
+    ],
     "warning": [
         ["start", "warns"],
         ["return", "warns", "warned"],
@@ -755,6 +771,56 @@ EXPECTED: dict[str, list[list[Any]]] = {
         ["throw", "co_awaits", "GeneratorExit[]"],
         ["unwind", "co_awaits", "GeneratorExit[]"],
     ],
+    "co_async_for_with": [
+        ["start", "co_async_for_with"],
+        ["start", "AsyncManager.__aenter__"],
+        ["return", "AsyncManager.__aenter__", "AsyncManager"],
+        ["start", "agen"],
+        ["yield", "agen", "async_generator_wrapped_value"],
+        ["resume", "agen"],
+        ["yield", "agen", "async_generator_wrapped_value"],
+        ["yield", "co_async_for_with", "FutureLike"],
+        ["resume", "co_async_for_with"],
+        ["resume", "agen"],
+        ["yield", "agen", "async_generator_wrapped_value"],
+        ["resume", "agen"],
+        ["return", "agen", None],
+        ["start", "AsyncManager.__aexit__"],
+        ["return", "AsyncManager.__aexit__", False],
+        ["return", "co_async_for_with", [0, 1, 2]],
+    ],
+    "co_async_for_thrown": [
+        ["start", "co_async_for_with"],
+        ["start", "AsyncManager.__aenter__"],
+        ["return", "AsyncManager.__aenter__", "AsyncManager"],
+        ["start", "agen"],
+        ["yield", "agen", "async_generator_wrapped_value"],
+        ["resume", "agen"],
+        ["yield", "agen", "async_generator_wrapped_value"],
+        ["yield", "co_async_for_with", "FutureLike"],
+        ["throw", "co_async_for_with", "KeyError['in for']"],
+        ["throw", "agen", "GeneratorExit[]"],
+        ["unwind", "agen", "GeneratorExit[]"],
+        ["start", "AsyncManager.__aexit__"],
+        ["return", "AsyncManager.__aexit__", False],
+        ["unwind", "co_async_for_with", "KeyError['in for']"],
+    ],
+    "co_async_for_cancelled": [
+        ["start", "co_async_for_with"],
+        ["start", "AsyncManager.__aenter__"],
+        ["return", "AsyncManager.__aenter__", "AsyncManager"],
+        ["start", "agen"],
+        ["yield", "agen", "async_generator_wrapped_value"],
+        ["resume", "agen"],
+        ["yield", "agen", "async_generator_wrapped_value"],
+        ["yield", "co_async_for_with", "FutureLike"],
+        ["throw", "co_async_for_with", "GeneratorExit[]"],
+        ["throw", "agen", "GeneratorExit[]"],
+        ["unwind", "agen", "GeneratorExit[]"],
+        ["start", "AsyncManager.__aexit__"],
+        ["return", "AsyncManager.__aexit__", False],
+        ["unwind", "co_async_for_with", "GeneratorExit[]"],
+    ],
     "agen": [
         ["start", "agen"],
         ["yield", "agen", "async_generator_wrapped_value"],
@@ -810,3 +876,94 @@ EXPECTED: dict[str, list[list[Any]]] = {
         ["return", "asyncio_main", [2, "cancelled", 0, 1]],
     ],
 }
+
+
+def test_instrumented_stdlib_modules_still_work() -> None:
+    """Every function of json, textwrap, dataclasses, re's compiler and asyncio's pure-Python
+    modules instrumented at once (and restored after): a program using them runs as before."""
+    import asyncio.locks
+    import asyncio.queues
+    import asyncio.tasks
+    import dataclasses
+    import json
+    import json.decoder
+    import json.encoder
+    import re._compiler
+    import re._parser
+    import textwrap
+
+    counts: dict[str, int] = {}
+
+    def counter(event: str) -> Callable[..., None]:
+        def hook(*args: Any) -> None:
+            counts[event] = counts.get(event, 0) + 1
+
+        return hook
+
+    hooks = types.SimpleNamespace(
+        **{e: counter(e) for e in ("start", "resume", "throw", "yield_", "return_", "unwind")}
+    )
+    modules = [json, json.decoder, json.encoder, textwrap, dataclasses, re._parser, re._compiler]
+    modules += [asyncio.tasks, asyncio.queues, asyncio.locks]
+    done: list[tuple[types.FunctionType, types.CodeType]] = []
+
+    def program() -> list[Any]:
+        re.purge()
+
+        @dataclasses.dataclass
+        class Point:
+            x: int
+            y: int = 2
+
+        async def worker(queue: asyncio.Queue[int | None]) -> int:
+            total = 0
+            while (item := await queue.get()) is not None:
+                total += item
+            return total
+
+        async def main() -> list[Any]:
+            queue: asyncio.Queue[int | None] = asyncio.Queue()
+            workers = [asyncio.create_task(worker(queue)) for _ in range(3)]
+            for n in range(20):
+                await queue.put(n)
+            for _ in workers:
+                await queue.put(None)
+            totals = await asyncio.gather(*workers)
+            try:
+                await asyncio.wait_for(asyncio.sleep(1), 0.01)
+            except TimeoutError:
+                totals.append("timed out")
+            return totals
+
+        return [
+            json.loads(json.dumps({"a": [1, 2.5, None, "x"]}, indent=2)),
+            textwrap.fill("hello world " * 10, 30),
+            re.compile(r"(a|b)*c+[xyz]{2,3}(?P<n>\d+)").pattern,
+            repr(Point(1)),
+            sum(asyncio.run(main())[:3]),
+        ]
+
+    bare = program()
+    try:
+        for module in modules:
+            for value in list(vars(module).values()):
+                candidates = [value]
+                if isinstance(value, type) and value.__module__ == module.__name__:
+                    candidates = [getattr(v, "__func__", v) for v in vars(value).values()]
+                for candidate in candidates:
+                    fn = candidate.fget if isinstance(candidate, property) else candidate
+                    if (
+                        isinstance(fn, types.FunctionType)
+                        and fn.__module__ == module.__name__
+                        and not is_instrumented(fn.__code__)
+                    ):
+                        done.append((fn, fn.__code__))
+                        fn.__code__ = instrument(fn.__code__, fn.__code__, hooks)
+        assert len(done) > 200
+        assert program() == bare
+    finally:
+        for fn, code in done:
+            fn.__code__ = code
+    assert counts["start"] > 200
+    assert counts["yield_"] > 0
+    assert counts["throw"] > 0  # wait_for's timeout cancels the sleep

@@ -147,6 +147,47 @@ def decode(code: types.CodeType) -> list[Instr]:
     return instrs
 
 
+_NO_FALLTHROUGH = frozenset(
+    _OP[name]
+    for name in (
+        "RETURN_VALUE",
+        "RERAISE",
+        "RAISE_VARARGS",
+        "JUMP_FORWARD",
+        "JUMP_BACKWARD",
+        "JUMP_BACKWARD_NO_INTERRUPT",
+    )
+    if name in _OP
+)
+
+
+def stack_depths(instrs: list[Instr]) -> dict[Instr, int]:
+    """The value stack's depth before each reachable instruction, as the compiler computes it
+    (``dis.stack_effect``), but for RETURN_GENERATOR: +1, the value the first send() pushes."""
+    index = {ins: n for n, ins in enumerate(instrs)}
+    depths: dict[Instr, int] = {}
+    work = [(0, 0)]
+    while work:
+        n, depth = work.pop()
+        while n < len(instrs) and instrs[n] not in depths:
+            ins = instrs[n]
+            depths[ins] = depth
+            arg = ins.arg if ins.op >= opcode.HAVE_ARGUMENT else None
+            if ins.handler is not None:
+                h = ins.handler
+                work.append((index[h.target], h.depth + 1 + h.lasti))
+            if ins.target is not None:
+                work.append((index[ins.target], depth + dis.stack_effect(ins.op, arg, jump=True)))
+            if ins.op in _NO_FALLTHROUGH:
+                break
+            if ins.op == _OP.get("RETURN_GENERATOR"):
+                depth += 1
+            else:
+                depth += dis.stack_effect(ins.op, arg, jump=False)
+            n += 1
+    return depths
+
+
 def _ext(arg: int) -> int:
     """EXTENDED_ARG prefixes that ``arg`` needs."""
     return 0 if arg < 1 << 8 else 1 if arg < 1 << 16 else 2 if arg < 1 << 24 else 3

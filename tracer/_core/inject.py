@@ -25,24 +25,41 @@ Where each hook is called, as ``hooks.X(key, 0, ...)`` with its result discarded
   ``close()``, asyncio's cancellation; also into a generator not yet started): PY_THROW. 3.11
   raises a thrown exception "at" the ``YIELD_VALUE`` the frame is suspended at (at
   ``RETURN_GENERATOR`` when not started, and at the ``yield from``/await loop's
-  ``JUMP_BACKWARD_NO_INTERRUPT`` when the delegate's ``throw`` raised): those instructions (which
-  raise nothing themselves) get an exception-table entry of their own to a landing pad that calls
-  the hook and falls into the handler they had (or into the unwind handler). When the delegate of
-  a ``yield from``/await handles the thrown exception and *returns*, 3.12 throws its
-  StopIteration into this frame (PY_THROW) and 3.11 resumes the frame after the loop instead: we
-  route that resumption through a landing block that calls ``throw(key, 0,
-  StopIteration(value))`` (a new StopIteration with the same value, not the same object).
+  ``JUMP_BACKWARD_NO_INTERRUPT`` when the delegate's ``throw`` raised), instructions that raise
+  nothing themselves: each gets an exception-table entry of its own, keeping the whole stack (so
+  that nothing is released, and no finalizer runs, before the hook: 3.12 fires PY_THROW before
+  unwinding), to a pad that calls the hook and ``RERAISE 1``s into the handler the instruction
+  had (or the unwind handler): the frame's last instruction is the throw point again, no
+  traceback entry is added, the handler sees the stack it did. When the delegate of a ``yield
+  from``/await handles the thrown exception and *returns*, 3.12 throws its StopIteration into
+  this frame (PY_THROW) while 3.11 resumes the frame after the loop: we route that resumption
+  through a block that calls ``throw(key, 0, StopIteration(value))`` (a new StopIteration with
+  the same value, not the delegate's object).
 - ``unwind(key, 0, exc)`` when an exception leaves the frame: PY_UNWIND. Every instruction that
   had no handler gets an outermost one (depth 0, lasti kept) that calls the hook and re-raises
   with ``RERAISE 1``: the frame's last instruction is set back to the raising one and no
-  traceback entry is added, so tracebacks, ``f_lineno`` and tracing are as without it.
+  traceback entry is added, so tracebacks, ``f_lineno`` and tracing are as without it. A
+  generator's StopIteration (an async generator's StopAsyncIteration too) reaches the hook as
+  the RuntimeError it becomes, as in 3.12 (3.11 makes that RuntimeError after the frame: the
+  hook gets an equal one, chained to the StopIteration the same way, not the same object).
+
+Deviations from 3.12: ``throw(GeneratorExit)`` into a generator or coroutine not yet started,
+and an async generator's ``aclose()`` before its first ``asend()``, call no hook (3.12: PY_THROW,
+PY_UNWIND), because 3.11 runs such a frame for ``close()`` too (garbage collection of a
+generator never started) where 3.12 does not, and both look the same from inside the frame.
+(3.13 differs from 3.12 itself: it closes a generator suspended outside any try without running
+it, so no PY_THROW, PY_UNWIND; we follow 3.12.) The hooks' ``offset`` is always 0.
 
 Inserted instructions take the position (line and columns) of the instruction they precede, so
-they start no line event of their own; the landing pads and the unwind handler have none. Jumps
-to a ``YIELD_VALUE`` or ``RETURN_VALUE`` go to its hook. Hooks inserted before or after an
-instruction are covered by that instruction's exception handler, so a hook that raises raises as
-a call at that point would (the real hooks never raise); one raising in a landing pad or in the
-unwind handler leaves the frame at once, without the unwind hook.
+they start no line event of their own; the pads and the unwind handler have none. Jumps to a
+``YIELD_VALUE`` or ``RETURN_VALUE`` go to its hook. Hooks inserted before or after an instruction
+are covered by that instruction's exception handler, so a hook that raises raises as a call at
+that point would (the real hooks never raise); a throw hook that raises replaces the thrown
+exception; an unwind hook that raises replaces the exception leaving the frame.
+
+Cost: the hook calls (``PUSH_NULL``, three ``LOAD_CONST``, ``PRECALL``/``CALL``, ``POP_TOP``);
+the pads and handlers cost nothing until an exception. The hooks (and ``key``) are constants of
+the new code object, which therefore hashes them, and does not marshal.
 """
 
 from __future__ import annotations
@@ -53,7 +70,15 @@ import types
 from collections.abc import Callable
 from typing import Protocol
 
-from tracer._core._bytecode311 import NO_POS, Handler, Instr, Pos, assemble, decode
+from tracer._core._bytecode311 import (
+    NO_POS,
+    Handler,
+    Instr,
+    Pos,
+    assemble,
+    decode,
+    stack_depths,
+)
 
 __all__ = ["Hooks", "instrument", "is_instrumented", "uninstrument"]
 
@@ -225,12 +250,15 @@ class _Instrumenter:
         self.emit = _Emitter(code, key)
         self.out: list[Instr] = []
         self.redirect: dict[Instr, Instr] = {}  # instruction -> the hook jumps to it run first
-        self.throw_points: list[tuple[Instr, Handler | None]] = []  # with their own handler
+        self.throw_points: list[tuple[Instr, Handler | None, int]] = []  # handler, depth
+        self.depths: dict[Instr, int] = {}
         self.no_catch_all: set[Instr] = set()  # inserted code outside the outermost handler
         self.created: Instr | None = None  # RETURN_GENERATOR
 
     def run(self) -> types.CodeType:
-        self.body(decode(self.code))
+        original = decode(self.code)
+        self.depths = stack_depths(original)
+        self.body(original)
         emit = self.emit
         for ins in self.out:
             if ins.target is not None and ins.target in self.redirect:
@@ -240,24 +268,43 @@ class _Instrumenter:
         for ins in self.out:
             if ins.handler is None and ins not in self.no_catch_all:
                 ins.handler = catch_all
-        tail = self.place_pads(unwind_block[0], catch_all)
+        pads = self.throw_pads(catch_all)
         reraise = Instr(_OP["RERAISE"], 1)
+        not_started: list[Instr] = []
         if self.created is not None:
             # close() (GeneratorExit) before the first next(): 3.12 does not run the frame at
-            # all (3.11 does), so no hook; any other exception: throw and unwind.
-            if not tail:
-                tail = emit.call(self.on_throw, NO_POS, None, value=True)
-            tail[:0] = [
+            # all (3.11 does), so no hook; any other exception: throw, then (falling into the
+            # unwind handler) unwind.
+            not_started = [
                 Instr(_OP["LOAD_CONST"], emit.const(GeneratorExit)),
                 Instr(_OP["CHECK_EXC_MATCH"]),
                 Instr(_OP["POP_JUMP_FORWARD_IF_TRUE"], target=reraise),
+                *emit.call(self.on_throw, NO_POS, None, value=True),
             ]
-            self.created.handler = Handler(tail[0], 0, True)
+            self.created.handler = Handler(not_started[0], 0, True)
         if self.out[-1].op not in _TERMINATORS:
             raise ValueError(f"{self.code.co_qualname}: code that runs off its end")
-        instrs = [*self.out, *tail, *unwind_block, reraise]
+        instrs = [*self.out, *pads, *not_started, *unwind_block, reraise]
         consts = (*emit.consts, self.code, _MARK)
         return assemble(self.code, instrs, consts, max(self.code.co_stacksize, 2) + _EXTRA_STACK)
+
+    def throw_pads(self, catch_all: Handler) -> list[Instr]:
+        """Each throw point's own exception-table entry: to a pad that keeps the whole stack
+        (so nothing is released, and no finalizer runs, before the hook, as in 3.12), calls
+        the hook and re-raises with ``RERAISE 1`` into the handler the point had: that restores
+        the frame's last instruction to the throw point and adds no traceback entry."""
+        pads: dict[tuple[Handler, int], list[Instr]] = {}
+        placed: list[Instr] = []
+        for ins, handler, depth in self.throw_points:
+            then = catch_all if handler is None else handler
+            pad = pads.get((then, depth))
+            if pad is None:
+                pad = self.emit.call(self.on_throw, NO_POS, then, value=True)
+                pad.append(Instr(_OP["RERAISE"], 1, handler=then))
+                pads[then, depth] = pad
+                placed += pad
+            ins.handler = Handler(pad[0], depth, True)
+        return placed
 
     def unwind_block(self) -> list[Instr]:
         """``unwind(key, 0, exc)`` and ``RERAISE 1``, at no position. A generator's (or
@@ -316,7 +363,7 @@ class _Instrumenter:
                 self.redirect[ins] = seq[0]
                 out += [*seq, ins]
                 if not is_return:
-                    self.throw_points.append((ins, ins.handler))
+                    self.throw_point(ins, 0)
             elif _is_delegation_loop(instrs, i):
                 self.delegation_loop(*instrs[i : i + 4])
                 i += 3
@@ -344,33 +391,12 @@ class _Instrumenter:
         self.out += [skip, decoy, yield_value, resume]
         self.out += emit.call(self.on_resume, back.pos, resume.handler)
         self.out += [back, *landing]
-        self.throw_points += [(yield_value, yield_value.handler), (back, back.handler)]
+        self.throw_point(yield_value, 0)
+        self.throw_point(back, -1)  # the delegate popped, the value sent pushed
 
-    def place_pads(self, unwind_start: Instr, catch_all: Handler) -> list[Instr]:
-        """One landing pad a handler the throw points had, right before that handler (falling
-        into it) and at its position; returns the pad of those that had none, which goes
-        before the unwind handler."""
-        pads: dict[Instr, list[Instr]] = {}
-        for ins, handler in self.throw_points:
-            target = unwind_start if handler is None else handler.target
-            pad = pads.get(target)
-            if pad is None:
-                pos = NO_POS if handler is None else target.pos
-                pad = pads[target] = self.emit.call(self.on_throw, pos, None, value=True)
-            entry = catch_all if handler is None else handler
-            ins.handler = Handler(pad[0], entry.depth, entry.lasti)
-        tail = pads.pop(unwind_start, [])
-        if pads:
-            placed: list[Instr] = []
-            for ins in self.out:
-                pad = pads.get(ins)
-                if pad is not None:
-                    before = placed[-1]
-                    if before.op not in _TERMINATORS:  # never falls in, but if it did
-                        jump = Instr(_OP["JUMP_FORWARD"], target=ins, pos=before.pos)
-                        jump.handler = before.handler
-                        placed.append(jump)
-                    placed += pad
-                placed.append(ins)
-            self.out = placed
-        return tail
+    def throw_point(self, ins: Instr, below: int) -> None:
+        """``ins`` is where 3.11 raises an exception thrown in. The stack is as before it
+        (``below`` that), with the value sent (None) pushed on its value or its delegate."""
+        depth = self.depths.get(ins)
+        if depth is not None:  # (unreachable code has none)
+            self.throw_points.append((ins, ins.handler, depth + below))
