@@ -176,7 +176,7 @@ def _trace_events(scenario: Callable[[], Any]) -> list[Any]:
     return seen
 
 
-@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "asyncio"])
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_line_tracing_is_unchanged(recorder: Recorder, scenario: str) -> None:
     run = corpus.SCENARIOS[scenario]
     instrumented = _trace_events(run)
