@@ -225,7 +225,11 @@ def _split_program(tokens: list[str]) -> tuple[list[str], str | None, str | None
 
 
 def run(options: RunOptions) -> int:
-    """Run the program traced; returns its exit code (1 when tracer run itself failed)."""
+    """Run the program traced; returns its exit code (1 when tracer run itself failed).
+
+    A process the program forks that comes back here (gunicorn's workers leave with
+    ``sys.exit``) ends as that child would under ``python``: its own tracer shut down, its
+    status returned. The repository and the report are the parent's: it never stops them."""
     try:
         launch.check(options.program)
     except ProgramNotFoundError as exc:
@@ -257,18 +261,20 @@ def run(options: RunOptions) -> int:
     # and, when they run Python, trace the same modules (tracer.run.bootstrap).
     os.environ.update(runtime.child_settings())
     os.environ.update(bootstrap.environment(options.patterns, os.environ))
+    owner = os.getpid()
     try:
         code = _run_program(options)
     finally:
         atexit.unregister(tracer.shutdown)
         acknowledged = tracer.shutdown()
-        problem = None if repository is None else repository.stop()
+        forked = os.getpid() != owner  # a child the program forked, back here at its end
+        problem = None if repository is None or forked else repository.stop()
     _flush_stdout()
     if not acknowledged:
         _say(f"tracer: warning: the repository at {endpoint} did not acknowledge every event")
     if problem is not None:
         _say(f"tracer: warning: {problem}")
-    if repository is not None and options.report and db is not None:
+    if repository is not None and options.report and db is not None and not forked:
         _print_report(ReportOptions(db, started_ns, options.db, options.patterns, _colour()))
     return code
 
