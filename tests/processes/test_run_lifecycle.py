@@ -1,6 +1,7 @@
 """``tracer run`` starts and stops processes as ``python`` would: a child the program forks never
 runs the parent's cleanup (the embedded repository's stop, the report), gunicorn's workers under
-the embedded repository stop by themselves with every request stored.
+the embedded repository stop by themselves with every request stored, and a program that dies
+by a signal dies by the same signal, with the same output.
 
 Each test runs ``python -m tracer run`` on a program in tmp_path (its embedded repository storing
 into tmp_path), most beside the same program under plain ``python``.
@@ -23,7 +24,7 @@ from typing import IO, Any
 import pytest
 
 from tests.processes.web_support import free_port
-from tests.support import cmr_json, wait_for, write_script
+from tests.support import cmr_json, read_line, wait_for, write_script
 
 pytestmark = pytest.mark.system
 
@@ -226,3 +227,115 @@ def test_gunicorn_stops_within_5_s_of_sigterm_and_no_request_waits(
     assert elapsed < 5.0, log
     assert slowest < 5.0
     assert len(stored(tmp_path)) == 6
+
+
+# -- exit statuses ------------------------------------------------------------------------------
+
+WAITS = """
+import atexit, select, signal, sys
+
+atexit.register(print, "atexit", flush=True)
+
+def stop(signum, frame):
+    print("handled", signal.getsignal(signal.SIGTERM) is stop, flush=True)
+    sys.exit(5)
+
+def work():
+    return 1
+
+def wait():
+    print("ready", flush=True)
+    while not select.select([sys.stdin], [], [], 0.1)[0]:  # back in Python every 0.1 s
+        pass
+
+def main():
+    work()
+    if sys.argv[1:] == ["own"]:
+        signal.signal(signal.SIGTERM, stop)
+    wait()
+
+main()
+"""
+
+
+def traceback_frames(stderr: str) -> list[str]:
+    """The ``File ..., in NAME`` lines of the first traceback in ``stderr``."""
+    head = stderr.split("\ntracer: ", 1)[0].split("\n\n", 1)[0].strip().splitlines()
+    return [line.split(", line")[0] + line.rpartition(",")[2] for line in head if "File" in line]
+
+
+@pytest.mark.parametrize(
+    ("signum", "args", "expected"),
+    [
+        (signal.SIGINT, [], (-signal.SIGINT, "ready\natexit\n")),
+        (signal.SIGTERM, [], (-signal.SIGTERM, "ready\n")),
+        (signal.SIGTERM, ["own"], (5, "ready\nhandled True\natexit\n")),
+    ],
+    ids=["sigint", "sigterm", "sigterm-own-handler"],
+)
+def test_a_signal_ends_the_program_as_under_python(
+    tmp_path: Path, signum: signal.Signals, args: list[str], expected: tuple[int, str]
+) -> None:
+    """Ctrl-C: the traceback, atexit, then death by SIGINT (a shell sees the Ctrl-C). SIGTERM at
+    its default: death by SIGTERM, nothing of the program run, what it traced kept. A handler
+    of the program's own stays its own and decides."""
+    write_script(tmp_path / "waits.py", WAITS)
+    outcomes = []
+    for traced in (False, True):
+        with started(tmp_path, ["waits.py", *args], traced=traced) as process:
+            assert read_line(process, PATIENCE_S) == "ready\n"
+            process.send_signal(signum)
+            code, out, err = finish(process)
+            outcomes.append((code, "ready\n" + out, err))
+    (plain_code, plain_out, plain_err), (code, out, err) = outcomes
+    assert (plain_code, plain_out) == expected
+    assert (code, out) == expected, err
+    assert traceback_frames(err) == traceback_frames(plain_err)
+    if signum == signal.SIGINT:
+        assert "KeyboardInterrupt" in err
+        assert err.count(REPORTED) == 1
+    [summary] = stored(tmp_path)
+    assert summary["root"] == "__main__.main"
+
+
+#: Programs and python's exit status for them: a subclass of KeyboardInterrupt is no Ctrl-C.
+ENDINGS = {
+    "raise KeyboardInterrupt": -signal.SIGINT,
+    "class Stop(KeyboardInterrupt): pass\nraise Stop": 1,
+    "import sys\nsys.exit(-2)": 254,
+}
+JOIN_INTERRUPTED = """
+import os, signal, sys, threading, time
+
+def interrupt_the_join():
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + 60
+    while sys._current_frames()[main].f_code.co_name != "_shutdown":
+        assert time.monotonic() < deadline, "the main thread never joined"
+        time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=interrupt_the_join).start()
+"""
+
+
+@pytest.mark.parametrize("source", [*ENDINGS, JOIN_INTERRUPTED], ids=["ki", "sub", "exit", "join"])
+def test_the_exit_status_is_pythons(tmp_path: Path, source: str) -> None:
+    """A KeyboardInterrupt reaching the top dies by SIGINT (not a subclass of it); Ctrl-C while
+    the interpreter waits for the threads at exit is reported and ignored."""
+    write_script(tmp_path / "ends.py", source)
+    outcomes = []
+    for traced in (False, True):
+        with started(tmp_path, ["ends.py"], traced=traced) as process:
+            outcomes.append(finish(process))
+    (plain_code, _, plain_err), (code, _, err) = outcomes
+    program_err = err.split("\ntracer: ")[0]
+    assert code == plain_code, err
+    if source in ENDINGS:
+        assert plain_code == ENDINGS[source]
+        assert program_err.strip() == plain_err.strip()
+    else:
+        assert plain_code == 0
+        assert plain_err.startswith("Exception ignored in: <module 'threading'")
+        assert program_err.startswith("Exception ignored in: <module 'threading'")
+        assert "KeyboardInterrupt" in program_err
