@@ -5,7 +5,8 @@ an embedded repository unless one is configured, hands both on to the Python pro
 will start (``tracer.run.bootstrap``: environment variables and a ``sitecustomize`` on
 ``PYTHONPATH``), runs the program as ``__main__`` in this process (``tracer.run.launch``), finishes
 it the way the interpreter would (non-daemon threads joined, atexit handlers run), flushes the
-tracer, stops the repository and prints the report (``tracer.run.summary``). The program's stdout is
+tracer, stops the repository and prints the report (``tracer.run.summary``), and exits as the
+interpreter would (by SIGINT after an uncaught KeyboardInterrupt). The program's stdout is
 untouched; everything ``tracer`` says goes to stderr. Only ``tracer run`` (here and in
 ``tracer.run.summary``) imports ``cmr``, and only after the program has run, so a ``*`` include
 pattern never finds it already loaded.
@@ -17,10 +18,12 @@ import argparse
 import atexit
 import contextlib
 import os
+import signal
 import sys
 import textwrap
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -91,6 +94,15 @@ class RunOptions:
     report: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How ``tracer run`` ends, as ``python`` would have: with the exit status ``code``, or, when
+    the program ended by an uncaught KeyboardInterrupt, by ``signal`` (SIGINT) at its default."""
+
+    code: int
+    signal: signal.Signals | None = None
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``tracer`` console script; returns the exit code (the program's, for ``run``)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -109,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help printed
         return exc.code if isinstance(exc.code, int) else 0
     try:
-        return run(options)
+        ending = run(options)
     except KeyboardInterrupt:  # Ctrl-C while starting or reporting: cleaned up on the way out
         return 130
+    return ending.code if ending.signal is None else _die_by(ending.signal)
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -224,13 +237,17 @@ def _split_program(tokens: list[str]) -> tuple[list[str], str | None, str | None
     return tokens, None, None, []
 
 
-def run(options: RunOptions) -> int:
-    """Run the program traced; returns its exit code (1 when tracer run itself failed)."""
+def run(options: RunOptions) -> Ending:
+    """Run the program traced; returns how to end (1 when tracer run itself failed).
+
+    A process the program forks that comes back here (gunicorn's workers leave with
+    ``sys.exit``) ends as that child would under ``python``: its own tracer shut down, its
+    status returned. The repository and the report are the parent's: it never stops them."""
     try:
         launch.check(options.program)
     except ProgramNotFoundError as exc:
         print(f"tracer run: error: {exc}", file=sys.stderr)
-        return 1
+        return Ending(1)
     started_ns = time.time_ns()
     repository: EmbeddedRepository | None = None
     db = None
@@ -243,7 +260,7 @@ def run(options: RunOptions) -> int:
             repository = EmbeddedRepository.start(db)
         except RepositoryError as exc:
             print(f"tracer run: error: {exc}", file=sys.stderr)
-            return 1
+            return Ending(1)
         endpoint = repository.endpoint
     ids.adopt_argv(launch.program_argv(options.program))  # the program's, not 'tracer run ...'
     try:
@@ -252,31 +269,34 @@ def run(options: RunOptions) -> int:
         if repository is not None:
             repository.stop()
         print(f"tracer run: error: {exc}", file=sys.stderr)
-        return 1
+        return Ending(1)
     # Child processes send to the same repository with the same settings, follow their threads,
     # and, when they run Python, trace the same modules (tracer.run.bootstrap).
     os.environ.update(runtime.child_settings())
     os.environ.update(bootstrap.environment(options.patterns, os.environ))
+    owner = os.getpid()
     try:
-        code = _run_program(options)
+        ending = _run_program(options)
     finally:
         atexit.unregister(tracer.shutdown)
         acknowledged = tracer.shutdown()
-        problem = None if repository is None else repository.stop()
+        forked = os.getpid() != owner  # a child the program forked, back here at its end
+        problem = None if repository is None or forked else repository.stop()
     _flush_stdout()
     if not acknowledged:
         _say(f"tracer: warning: the repository at {endpoint} did not acknowledge every event")
     if problem is not None:
         _say(f"tracer: warning: {problem}")
-    if repository is not None and options.report and db is not None:
+    if repository is not None and options.report and db is not None and not forked:
         _print_report(ReportOptions(db, started_ns, options.db, options.patterns, _colour()))
-    return code
+    return ending
 
 
-def _run_program(options: RunOptions) -> int:
+def _run_program(options: RunOptions) -> Ending:
     """Run the program and finish it like the interpreter: traceback, then non-daemon threads
     joined and atexit handlers run (the tracer's own shutdown is left to ``run``)."""
     patterns = autowrap.install(options.patterns, wrap_loaded=True)
+    interrupted = False
     try:
         launch.run(options.program, patterns)
         code = 0
@@ -288,20 +308,24 @@ def _run_program(options: RunOptions) -> int:
     except BaseException as exc:  # the program's uncaught exception, reported as Python would
         shown = launch.program_exception(exc)
         sys.excepthook(type(shown), shown, shown.__traceback__)
-        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        code = 1
+        # python dies by SIGINT after a KeyboardInterrupt, not a subclass (Modules/main.c)
+        interrupted = type(exc) is KeyboardInterrupt
     atexit.unregister(tracer.shutdown)  # run() shuts down after the program's own handlers
-    try:
-        _join_threads_and_run_atexit()
-    except KeyboardInterrupt:
-        code = 130
-    return code
+    _join_threads_and_run_atexit()
+    return Ending(130, signal.SIGINT) if interrupted else Ending(code)
 
 
 def _join_threads_and_run_atexit() -> None:
-    """What the interpreter does after the main module ends, in its order."""
+    """What the interpreter does after the main module ends, in its order. Ctrl-C while it
+    waits for the threads is reported and ignored, as the interpreter does."""
     shutdown_threads = getattr(threading, "_shutdown", None)
     if shutdown_threads is not None:
-        shutdown_threads()
+        try:
+            shutdown_threads()
+        except KeyboardInterrupt as exc:
+            print(f"Exception ignored in: {threading!r}", file=sys.stderr)
+            traceback.print_exception(exc)
     atexit._run_exitfuncs()
 
 
@@ -313,6 +337,19 @@ def _exit_status(code: object) -> int:
         return code
     print(code, file=sys.stderr)
     return 1
+
+
+def _die_by(signum: signal.Signals) -> int:
+    """End by ``signum`` at its default, as python ends after an uncaught KeyboardInterrupt
+    (``exit_sigint`` in CPython's Modules/main.c): a shell sees the Ctrl-C. The status to exit
+    with if the signal did not end the process."""
+    _flush_stdout()
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.flush()
+    with contextlib.suppress(OSError, ValueError):
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    return 128 + signum
 
 
 def _print_report(options: ReportOptions) -> None:

@@ -4,7 +4,9 @@ prints from it afterwards.
 The repository is ``python -m cmr serve`` in a subprocess, listening on an ipc:// socket in a
 private temporary directory. It runs in a session of its own, so the terminal's Ctrl-C reaches
 the traced program only and the repository stays up to receive the last events; on Linux it is
-also told to stop if ``tracer run`` dies without stopping it.
+also told to stop if ``tracer run`` dies without stopping it. Only the process that started it
+stops it: a child forked from that process (a gunicorn worker) holds a copy of this object, not
+the repository its siblings still send to.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class EmbeddedRepository:
         self.process = process
         self.endpoint = endpoint
         self._workdir = workdir
+        self._owner = os.getpid()
 
     @classmethod
     def start(cls, db: str, *, timeout_s: float = START_TIMEOUT_S) -> EmbeddedRepository:
@@ -109,7 +112,10 @@ class EmbeddedRepository:
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> str | None:
         """Stop the repository (SIGTERM, then SIGKILL if it hangs) and clean up. Returns a
-        one-line problem when it did not end cleanly, else None."""
+        one-line problem when it did not end cleanly, else None. In a forked child of the
+        process that started it: nothing (it is not the child's to stop)."""
+        if os.getpid() != self._owner:
+            return None
         problem = None
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
