@@ -48,5 +48,14 @@ columns = Extension(
     optional=True,
 )
 
-linux_only = [speedups, main_ticks, gil_turn] if sys.platform.startswith("linux") else []
+#: SIGTERM wakes the tracer's watchdog through a pipe of its own (``tracer/_signals.py``), not
+#: the process's signal wakeup fd. POSIX; without it the Python-level handler acts alone.
+sigterm = Extension(
+    "tracer._sigterm",
+    sources=["tracer/_sigterm.c"],
+    extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    optional=True,
+)
+
+linux_only = [speedups, main_ticks, gil_turn, sigterm] if sys.platform.startswith("linux") else []
 setup(ext_modules=[*linux_only, columns])

@@ -13,8 +13,10 @@
  * it runs Python, and when it returns from a blocking call otherwise: the callback is given the
  * frame the main thread was in, exact in both cases. No signal is involved: none of the
  * program's system calls is interrupted, and its signal handlers and wakeup fd see nothing. At
- * most one request is outstanding; ticks that fall while one is (the main thread is blocked)
- * are counted and handed to the callback, which credits them to the stack it finds.
+ * most one request is outstanding, from the moment it is queued until the callback returns;
+ * ticks that fall while it waits (the main thread is blocked) are counted and handed to the
+ * callback, which credits them to the stack it finds. The callback runs hidden from other
+ * tools' trace and profile functions and sys.monitoring callbacks (see run_in_main).
  */
 #define PY_SSIZE_T_CLEAN
 #include <patchlevel.h>
@@ -53,8 +55,8 @@ typedef struct {
     int stopping;          /* under mutex: stop() was called */
     int release_on_run;    /* under the GIL: the queued request drops the thread's reference */
     atomic_llong interval_ns; /* the mean interval between ticks (exponentially distributed) */
-    atomic_int outstanding; /* a request is queued and has not run yet */
-    atomic_long skipped;    /* ticks that fell while one was outstanding */
+    atomic_int outstanding; /* a request is queued and has not finished running */
+    atomic_long skipped;    /* ticks that fell while one was queued */
     atomic_long requests;   /* requests queued */
     uint64_t random;        /* the thread's xorshift state */
 } Ticks;
@@ -82,13 +84,21 @@ run_in_main(void *arg)
     /* In the main thread, GIL held, from the eval loop's pending calls. */
     Ticks *self = (Ticks *)arg;
     long skipped = atomic_exchange(&self->skipped, 0);
-    atomic_store(&self->outstanding, 0);
     int status = 0;
     PyObject *callback = self->callback;
     PyFrameObject *frame = PyEval_GetFrame(); /* borrowed: where the main thread was */
     if (callback != NULL && frame != NULL && !self->release_on_run) {
         Py_INCREF(callback);
+        /* Another tool's trace or profile function (coverage, a debugger, cProfile, VizTracer)
+           and its sys.monitoring callbacks do not see the tick: it is the tracer's, not the
+           program's (a debugger would step into it), and under a trace function it cost the
+           program 2-3 times as much. It is also what kept 3.11 from spinning: a frame entered
+           under a trace function while a pending call waits, inside a pending call (which may
+           not run another), checks the eval breaker at its RESUME again and again, for ever. */
+        PyThreadState *tstate = PyThreadState_Get();
+        PyThreadState_EnterTracing(tstate);
         PyObject *result = PyObject_CallFunction(callback, "Ol", (PyObject *)frame, skipped);
+        PyThreadState_LeaveTracing(tstate);
         if (result != NULL) {
             Py_DECREF(result);
         }
@@ -100,6 +110,13 @@ run_in_main(void *arg)
         }
         Py_DECREF(callback);
     }
+    /* Only now may the next request be queued: one queued while the callback ran would run
+       straight after it in the same pass over the pending calls, and again after that one
+       whenever a tick takes longer than the interval (a slow machine, another tool's hook),
+       so the main thread would do nothing else. The ticks that fell meanwhile are the tick's
+       own time, not the program's: none is counted. */
+    atomic_store(&self->skipped, 0);
+    atomic_store(&self->outstanding, 0);
     if (self->release_on_run) { /* stopped while this request was queued */
         self->release_on_run = 0;
         Py_DECREF(self);

@@ -17,11 +17,14 @@ Design:
 - **Who notices.** Python runs a signal handler in the main thread between two bytecodes. A
   SIGTERM that lands in the microseconds before the main thread blocks in a system call (a pool
   worker going back to wait for its next task) would wait for that call to return, perhaps for
-  ever (``Pool.terminate()`` would then hang joining the worker). So, unless the program set a
-  signal wakeup fd of its own, we set one: CPython's C-level handler writes each signal's number
-  to our pipe, and a watchdog thread (started with ``_thread``, blocked in ``read``, costing
-  nothing until a signal comes) does the work at once, whatever the main thread is doing. The
-  Python-level handler does it when there is no watchdog (another wakeup fd took its place). The
+  ever (``Pool.terminate()`` would then hang joining the worker). So a watchdog thread (started
+  with ``_thread``, blocked in ``read`` on a pipe of its own, costing nothing until a signal
+  comes) does the work at once, whatever the main thread is doing: ``tracer/_sigterm.c`` puts an
+  OS-level handler over CPython's for SIGTERM that writes to the pipe, then calls CPython's. Not
+  the signal wakeup fd, which is the process's: asyncio and trio set their own, and trio refuses
+  to start where it is taken (issue 32). The Python-level handler does the work when there is no
+  watchdog (an install without a compiler), or when CPython's handler was installed again over
+  ours (a program that put ours back with ``signal.signal`` after handling SIGTERM itself). The
   first to claim the SIGTERM does the work; the main thread, if it comes second, waits there.
 - **The work** runs in a helper thread, waited for at most ``flush_timeout_ms`` +
   ``SPOOL_GRACE_S``: the code the handler interrupted may hold a lock the shutdown needs, which
@@ -31,7 +34,7 @@ Design:
   with libc's ``signal()`` from the watchdog (Python allows the former only on the main thread).
   Nothing raises: a ``KeyboardInterrupt`` during the wait ends it, and the process dies all the
   same (the signal is unblocked and raised in the thread doing the work).
-- **The main thread.** ``signal.signal`` and ``signal.set_wakeup_fd`` work only there, and the
+- **The main thread.** ``signal.signal`` works only there, and the
   tracer may start from another thread's first traced call. ``arm()`` runs whenever a sender
   starts (``configure()``, or the first traced call of the process): on the main thread it
   installs at once; elsewhere it asks CPython to install on the main thread
@@ -59,7 +62,7 @@ import logging
 import os
 import signal
 import threading
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any, Final
 
 from tracer._core import lifecycle, recorder
@@ -79,14 +82,21 @@ _claimed = _thread.allocate_lock()  # taken by whichever of handler and watchdog
 #: (callback, Py_AddPendingCall) and libc's signal(): built once, kept alive.
 _pending: tuple[Any, Any] | None = None
 _libc_signal: Any = None
+#: SIGTERM's OS-level handler that wakes the watchdog (``tracer/_sigterm.c``); None without a
+#: compiler at install: the Python-level handler alone.
+_sigterm: ModuleType | None
+try:
+    from tracer import _sigterm
+except ImportError:  # pragma: no cover - built wherever a compiler is
+    _sigterm = None
 
 
 class _Watchdog:
-    """Our signal wakeup fd and the thread that reads it."""
+    """The pipe SIGTERM writes to (``tracer/_sigterm.c``) and the thread that reads it."""
 
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.write_fd, False)  # CPython's C handler must never block on it
+        os.set_blocking(self.write_fd, False)  # a signal handler must never block on it
         self._finished = _thread.allocate_lock()
         self._finished.acquire()
 
@@ -146,7 +156,7 @@ def installed() -> bool:
 
 
 def watching() -> bool:
-    """True while the watchdog reads our signal wakeup fd."""
+    """True while the watchdog reads the pipe SIGTERM writes to."""
     return _watchdog is not None
 
 
@@ -181,31 +191,29 @@ def _apply() -> None:
     except ValueError:  # the main thread of a subinterpreter: signals belong to the main one
         log.debug("invoseq: SIGTERM handler not installed (not the main interpreter)")
         return
-    if _wanted and current is _on_sigterm and _watchdog is None:
+    if _wanted and current is _on_sigterm and _watchdog is None and _sigterm is not None:
         if _libc_signal is None:
             try:
                 _libc_signal = _libc_signal_function()
             except (ImportError, AttributeError, OSError):
                 return  # no ctypes or no libc signal(): the Python-level handler alone
         watchdog = _Watchdog()
-        theirs = signal.set_wakeup_fd(watchdog.write_fd, warn_on_full_buffer=False)
-        if theirs != -1:  # the program's (asyncio's): keep it, and do without a watchdog
-            signal.set_wakeup_fd(theirs)
+        if not _sigterm.hook(watchdog.write_fd):  # not CPython's handler under ours: none
             watchdog.close()
             return
         watchdog.start()
         _watchdog = watchdog
     elif not _wanted and _watchdog is not None:
         watchdog, _watchdog = _watchdog, None
-        _release_wakeup_fd(watchdog)
+        _unhook()
         watchdog.stop()
 
 
-def _release_wakeup_fd(watchdog: _Watchdog) -> None:
-    """Unset our wakeup fd (main thread), leaving one the program set since in place."""
-    theirs = signal.set_wakeup_fd(-1)
-    if theirs not in (-1, watchdog.write_fd):
-        signal.set_wakeup_fd(theirs)
+def _unhook() -> None:
+    """SIGTERM no longer writes to the pipe (and CPython's handler is back if ours was there):
+    before the pipe is closed, so that its number, reused, is never written to."""
+    if _sigterm is not None:
+        _sigterm.unhook()
 
 
 def _on_main_thread() -> bool:
@@ -323,7 +331,7 @@ _fork_mask: set[int | signal.Signals] | None = None
 
 
 def _before_fork() -> None:
-    """SIGTERM waits while the child still shares our wakeup fd (it would wake our watchdog)."""
+    """SIGTERM waits while the child still shares our pipe (it would wake our watchdog)."""
     global _fork_mask
     if _watchdog is not None:
         with contextlib.suppress(Exception):
@@ -347,7 +355,7 @@ def _after_fork_in_child() -> None:
     watchdog, _watchdog = _watchdog, None
     with contextlib.suppress(Exception):  # the forking thread is the child's main thread
         if watchdog is not None:
-            _release_wakeup_fd(watchdog)
+            _unhook()
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if watchdog is not None:

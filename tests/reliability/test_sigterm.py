@@ -133,6 +133,37 @@ def test_a_sigterm_just_before_the_main_thread_blocks_is_not_missed(
     assert [stored.get(pid) for pid in pids] == [(CALLS, CALLS)] * len(pids)
 
 
+TRIO = """
+import json, os, trio
+import tracer
+
+@tracer.traced
+def work(i):
+    return i
+
+async def main():
+    for i in range(200):
+        work(i)
+    print("DONE", json.dumps({"pid": os.getpid()}), flush=True)
+    await trio.sleep_forever()  # SIGTERM comes while trio waits in epoll
+
+tracer.configure()  # the tracer starts before trio does, as a service's start-up would
+trio.run(main)
+"""
+
+
+def test_a_trio_program_starts_and_is_flushed_on_sigterm(launch: Launcher, tmp_path: Path) -> None:
+    """trio refuses to start where the signal wakeup fd is taken (a RuntimeWarning, an error
+    here): the tracer takes none, and SIGTERM still flushes and ends the program."""
+    pytest.importorskip("trio")
+    repository = launch.repository()
+    repository.start()
+    script = write_script(tmp_path / "trio_worker.py", TRIO)
+    warnings = {"PYTHONWARNINGS": "error::RuntimeWarning"}
+    pid = term_after_done(launch, script, endpoint=repository.endpoint, **QUIET, **warnings)
+    assert stored_by_pid(repository.db)[pid] == (CALLS, CALLS)
+
+
 def test_with_flush_on_sigterm_off_the_calls_are_lost(launch: Launcher, tmp_path: Path) -> None:
     """The control: without the flush, the same worker stores nothing (and no handler is there)."""
     repository = launch.repository()

@@ -8,6 +8,7 @@ tests run) to call back; the workloads are fixed by count, and every wait is bou
 from __future__ import annotations
 
 import collections
+import itertools
 import select
 import sys
 import threading
@@ -165,3 +166,58 @@ def test_a_forked_child_gets_no_ticks_from_its_parent_and_stops_at_once(tmp_path
     child_status, parent_called = result.stdout.split()
     assert child_status in {"10", "11"}, result.stdout
     assert parent_called == "True"
+
+
+def test_another_tools_trace_function_never_sees_the_callback() -> None:
+    """coverage, a debugger (pdb steps into whatever it sees) and profilers hook the main
+    thread: the ticks are the tracer's, and their hooks see none of them, while they keep
+    seeing the program's own calls."""
+    seen: collections.Counter[str] = collections.Counter()
+    called = 0
+
+    def callback(frame: FrameType, skipped: int) -> None:
+        nonlocal called
+        called += 1
+
+    def trace(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            seen[frame.f_code.co_name] += 1
+
+    def step() -> None:
+        spin(2_000)
+
+    ticks = _main_ticks.Ticks(callback)
+    ticks.start(INTERVAL_NS)
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        for _ in range(500):
+            step()
+    finally:
+        sys.settrace(previous)
+        ticks.stop()
+    assert called >= 10
+    assert seen["step"] == 500
+    assert seen["callback"] == 0, seen
+
+
+def test_a_callback_slower_than_the_interval_is_never_called_back_to_back() -> None:
+    """A tick that takes longer than the interval (a slow machine, another tool's hook) must
+    leave the main thread to the program before the next: a request queued while the callback
+    ran used to run straight after it, and the main thread did nothing else."""
+    progress = 0
+    seen: list[int] = []
+
+    def callback(frame: FrameType, skipped: int) -> None:
+        seen.append(progress)
+        spin(300_000)  # several intervals of work
+
+    ticks = _main_ticks.Ticks(callback)
+    ticks.start(INTERVAL_NS)
+    try:
+        while len(seen) < 10 and progress < 2_000_000:
+            progress += 1
+    finally:
+        ticks.stop()
+    assert len(seen) >= 10
+    assert all(a < b for a, b in itertools.pairwise(seen)), seen  # the program ran in between

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ def _sigterm_restored() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
     assert not signals.watching(), "the SIGTERM watchdog was left running"
     assert signal.set_wakeup_fd(-1) == -1, "a signal wakeup fd was left set"
+    sigterm = sys.modules.get("tracer._sigterm")
+    assert sigterm is None or not sigterm.hooked(), "SIGTERM's OS-level handler was left ours"
 
 
 def theirs(signum: int, frame: FrameType | None) -> None:
@@ -50,21 +53,43 @@ def test_the_tracer_installs_its_handler_where_sigterm_is_at_its_default() -> No
     assert not signals.watching()
 
 
-def test_a_wakeup_fd_of_the_program_is_kept_and_the_handler_does_without_a_watchdog() -> None:
+def test_the_signal_wakeup_fd_is_never_taken() -> None:
+    """It is the process's: asyncio and trio set their own, and trio refuses to start where it
+    is taken. With none set, the tracer sets none; a program's stays the program's."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with capture():
+        assert signals.installed()
+        assert signal.set_wakeup_fd(-1) == -1
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.set_wakeup_fd(write_fd)
     try:
         with capture():
             assert signals.installed()
-            assert not signals.watching()
             assert signal.set_wakeup_fd(write_fd) == write_fd  # still theirs
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert signal.set_wakeup_fd(write_fd) == write_fd
     finally:
         signal.set_wakeup_fd(-1)
         os.close(read_fd)
         os.close(write_fd)
+
+
+def test_sigterm_wakes_the_watchdog_through_a_pipe_of_its_own_under_cpythons_handler() -> None:
+    """``tracer/_sigterm.c`` sits over CPython's handler while the watchdog runs, and leaves it
+    when the tracer stops or the program installs a handler of its own."""
+    _sigterm = pytest.importorskip("tracer._sigterm", reason="built with a compiler")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with capture():
+        assert signals.watching()
+        assert _sigterm.hooked()
+        signal.signal(signal.SIGTERM, theirs)  # the program's, installed after: it replaces ours
+        assert not _sigterm.hooked()
+        assert signal.getsignal(signal.SIGTERM) is theirs
+    assert signal.getsignal(signal.SIGTERM) is theirs  # shutdown() left the program's in place
+    assert not _sigterm.hooked()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert not _sigterm.hook(1)  # nothing of CPython's to go over: nothing installed
 
 
 @pytest.mark.parametrize("setting", [{"enabled": False}, {"flush_on_sigterm": False}])
