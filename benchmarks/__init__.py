@@ -42,4 +42,5 @@ CASES: Final = {
     "views": Case("views", "cmr show / cmr profile on 10 k to 1 M invocations", 20, 6),
     "memory": Case("memory", "tracer RSS with the repository down", 20, 8),
     "listing": Case("listing", "cmr ls queries over 200 k sequences against plain cmr ls", 15, 5),
+    "beside": Case("beside", "a traced loop under coverage, VizTracer, sys.settrace", 40, 10),
 }
