@@ -24,7 +24,7 @@ import tracer
 from tests.queues import rq_jobs
 from tests.queues.redis_support import redis_url
 from tracer import propagation
-from tracer._core import context, ids, lifecycle
+from tracer._core import context, decorator, ids, lifecycle
 from tracer._patching.integrations import rq as integration
 from tracer.testing import Capture, capture
 
@@ -239,15 +239,20 @@ def test_the_work_horse_flushes_after_each_job_and_only_the_horse(
 
 
 def test_untraced_sees_through_every_way_rq_holds_a_traced_function() -> None:
-    # a wrapper's function, or the function itself where its code is instrumented
-    raw = getattr(rq_jobs.traced_add, "__wrapped__", rq_jobs.traced_add)
-    assert integration.untraced(rq_jobs.traced_add) is raw
-    wrapper: Any = rq_jobs.traced_add
-    if wrapper is not raw:
+    raw = getattr(rq_jobs.traced_add, "__wrapped__", None)
+    if raw is None:  # the function's code is traced: a copy that runs it untraced
+        copy = integration.untraced(rq_jobs.traced_add)
+        assert not decorator.is_traced(copy)
+        assert (copy.__qualname__, copy(1, 2)) == ("traced_add", rq_jobs.traced_add(1, 2))
+        bound = integration.untraced(rq_jobs.Counter(3).count)
+        assert not decorator.is_traced(bound.__func__)
+        assert (bound.__func__.__qualname__, bound.__self__.start) == ("Counter.count", 3)
+    else:
+        assert integration.untraced(rq_jobs.traced_add) is raw
+        wrapper: Any = rq_jobs.traced_add
         assert integration.untraced(wrapper.__call__) is raw  # as RQ holds a "callable object"
-    bound = integration.untraced(rq_jobs.Counter(3).count)
-    method = getattr(rq_jobs.Counter.count, "__wrapped__", rq_jobs.Counter.count)
-    assert (bound.__func__, bound.__self__.start) == (method, 3)
+        bound = integration.untraced(rq_jobs.Counter(3).count)
+        assert (bound.__func__, bound.__self__.start) == (rq_jobs.Counter.count.__wrapped__, 3)
     assert integration.untraced(rq_jobs.double) is rq_jobs.double
 
 

@@ -5,12 +5,13 @@ function stays the program's object, of the same type, with the same attributes 
 every reference to it, taken before or after, runs traced code. ``REGISTRY`` maps each traced
 code object to ``(method, kind)``; the event handlers (``tracer._core.hooks``, or the C
 accelerator's) look the code up there. The backend that makes the code report its events is
-``tracer._core.monitoring`` (``sys.monitoring``, Python 3.12+); where there is none, ``@traced``
-falls back to a wrapper (``tracer._core.decorator``).
+``tracer._core.monitoring`` (``sys.monitoring``, Python 3.12+) or ``tracer._core.rewriting``
+(an instrumented copy of the code, Python 3.11); where there is none, ``@traced`` falls back to a
+wrapper (``tracer._core.decorator``).
 
 ``TRACED_CODES`` holds the code objects the frames of traced calls run (on 3.12+ the function's
-own code): a thread with one of them on its stack is inside a traced call (the sampler's
-``only_active``).
+own code, on 3.11 its instrumented copy): a thread with one of them on its stack is inside a
+traced call (the sampler's ``only_active``).
 """
 
 from __future__ import annotations
@@ -30,14 +31,30 @@ COROUTINE: Final = 2
 REGISTRY: Final[dict[CodeType, tuple[int, int]]] = {}
 #: The code objects that traced calls' frames run.
 TRACED_CODES: Final[set[CodeType]] = set()
+#: The same, each mapped to itself: code objects compare by value, and a copy of traced code
+#: (``untraced``) is equal to it without being it.
+_running: dict[CodeType, CodeType] = {}
+
+
+def _runs_traced(code: CodeType) -> bool:
+    return _running.get(code) is code
+
+
 _lock = threading.Lock()
 
 
 class Backend(Protocol):
-    """What makes a code object report its events (``tracer._core.monitoring``)."""
+    """What makes a function's code report its events: ``tracer._core.monitoring`` (3.12+) or
+    ``tracer._core.rewriting`` (3.11)."""
 
-    def attach(self, code: CodeType) -> bool: ...
-    def detach(self, code: CodeType) -> None: ...
+    def attach(self, function: FunctionType) -> CodeType | None:
+        """Instrument the function's code: the code its frames run now, or None if it cannot."""
+
+    def detach(self, function: FunctionType) -> None:
+        """Stop the function's code reporting (its frames run what they ran before attach)."""
+
+    def untraced_code(self, running: CodeType) -> CodeType:
+        """Code that runs as ``running`` does and reports nothing."""
 
 
 _backend: Backend | None = None
@@ -86,39 +103,74 @@ def instrumentable(target: Any) -> bool:
 
 
 def is_traced(target: Any) -> bool:
-    """Whether a function's code is traced."""
+    """Whether a function runs traced code."""
     code = getattr(target, "__code__", None)
-    return isinstance(code, CodeType) and code in REGISTRY
+    return isinstance(code, CodeType) and _runs_traced(code)
 
 
 def instrument(function: FunctionType, method: int) -> bool:
     """Trace every run of ``function``'s code under ``method``; False when the backend could not
-    (the caller wraps instead). A code already traced keeps its first method."""
+    (the caller wraps instead). A code already traced keeps its first method.
+
+    The registry holds the function's own code (the key the handlers are called with) and the
+    code its frames run once instrumented: the same object on 3.12+, an instrumented copy on
+    3.11 (another function made by the same ``def`` is given the same copy)."""
     backend = _resolve()
     if backend is None:
         return False
     code = function.__code__
     with _lock:
-        if code in REGISTRY:
+        if _runs_traced(code):
             return True
-        REGISTRY[code] = (method, kind_of(code))
-        TRACED_CODES.add(code)
-        if backend.attach(code):
-            return True
-        del REGISTRY[code]
-        TRACED_CODES.discard(code)
-        return False
+        entry = REGISTRY.setdefault(code, (method, kind_of(code)))
+        running = backend.attach(function)
+        if running is None:
+            if entry[0] == method and code not in TRACED_CODES:
+                del REGISTRY[code]
+            return False
+        REGISTRY[running] = entry
+        TRACED_CODES.add(running)
+        _running[running] = running
+        return True
+
+
+_untraced_codes: dict[CodeType, CodeType] = {}
+
+
+def untraced(function: FunctionType) -> FunctionType:
+    """A copy of a traced function that runs its code untraced (an integration that measures a
+    call as an invocation of its own, an RQ job's, runs this instead); ``function`` itself when
+    it is not traced. The copy has the function's names, defaults, closure and attributes."""
+    running = function.__code__
+    backend = _backend
+    if not _runs_traced(running) or backend is None:
+        return function
+    code = _untraced_codes.get(running)
+    if code is None:
+        code = _untraced_codes.setdefault(running, backend.untraced_code(running))
+    copy = FunctionType(
+        code, function.__globals__, function.__name__, function.__defaults__, function.__closure__
+    )
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__qualname__ = function.__qualname__
+    copy.__module__ = function.__module__
+    copy.__doc__ = function.__doc__
+    copy.__dict__.update(function.__dict__)
+    return copy
 
 
 def uninstrument(function: FunctionType) -> None:
     """Stop tracing ``function``'s code (``tracer run``'s uninstall)."""
-    code = function.__code__
     with _lock:
-        if REGISTRY.pop(code, None) is None:
+        running = function.__code__
+        if not _runs_traced(running) or _backend is None:
             return
-        TRACED_CODES.discard(code)
-        if _backend is not None:
-            _backend.detach(code)
+        _backend.detach(function)
+        original = function.__code__
+        TRACED_CODES.discard(running)
+        del _running[running]
+        REGISTRY.pop(running, None)
+        REGISTRY.pop(original, None)
 
 
 __all__ = [
@@ -135,4 +187,5 @@ __all__ = [
     "kind_of",
     "set_backend_factory",
     "uninstrument",
+    "untraced",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from types import CodeType, ModuleType
+from types import CodeType, FunctionType, ModuleType
 from typing import Any, Final
 
 log = logging.getLogger("tracer")
@@ -48,18 +48,22 @@ class Monitoring:
             _monitoring.register_callback(tool, event, handler)
         _monitoring.set_events(tool, events.PY_UNWIND | events.PY_THROW)
 
-    def attach(self, code: CodeType) -> bool:
+    def attach(self, function: FunctionType) -> CodeType | None:
         assert _monitoring is not None
+        code = function.__code__
         try:
             _monitoring.set_local_events(self.tool, code, self.local)
         except ValueError as exc:  # not a code object sys.monitoring can instrument
             log.debug("invoseq: cannot trace %s: %s", code.co_qualname, exc)
-            return False
-        return True
+            return None
+        return code
 
-    def detach(self, code: CodeType) -> None:
+    def detach(self, function: FunctionType) -> None:
         assert _monitoring is not None
-        _monitoring.set_local_events(self.tool, code, 0)
+        _monitoring.set_local_events(self.tool, function.__code__, 0)
+
+    def untraced_code(self, running: CodeType) -> CodeType:
+        return running.replace()  # another code object: no local events
 
     def close(self) -> None:
         """Give the tool id back (nothing is traced through it any more)."""

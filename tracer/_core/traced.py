@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import types
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, overload
@@ -29,15 +30,20 @@ ENV_WRAP: Final = "INVOSEQ_WRAP"
 
 
 def _backend() -> codes.Backend | None:
-    """``sys.monitoring`` on 3.12+, with the C accelerator's handlers or the pure-Python ones;
-    none otherwise, or with ``INVOSEQ_WRAP=1`` (wrappers)."""
+    """``sys.monitoring`` on 3.12+, instrumented copies of the code on 3.11, with the C
+    accelerator's handlers or the pure-Python ones; none with ``INVOSEQ_WRAP=1`` (wrappers)."""
     from tracer._core import hooks, monitoring
 
-    if not monitoring.supported() or os.environ.get(ENV_WRAP, "").strip() == "1":
+    if os.environ.get(ENV_WRAP, "").strip() == "1":
         return None
-    if accel.speedups is None:
-        return monitoring.claim(hooks)
-    return monitoring.claim(hooks.CHandlers(accel.speedups))
+    handlers = hooks if accel.speedups is None else hooks.CHandlers(accel.speedups)
+    if monitoring.supported():
+        return monitoring.claim(handlers)
+    if sys.version_info[:2] == (3, 11):
+        from tracer._core.rewriting import Rewriting
+
+        return Rewriting(handlers)
+    return None
 
 
 codes.set_backend_factory(_backend)

@@ -1,29 +1,30 @@
-"""Trace whole modules with no code change: an import hook that wraps what a module defines.
+"""Trace whole modules with no code change: an import hook that traces what a module defines.
 
 ``install(["shop.*"])`` puts a finder at the front of ``sys.meta_path``. For a module whose name
 matches, it asks the finders behind it for the real spec and swaps the loader for one that runs the
-real loader's ``exec_module`` and then wraps, with ``tracer.traced``, everything the module itself
-defines. No source is rewritten: the module runs exactly as it would, then its attributes are
-replaced.
+real loader's ``exec_module`` and then traces, with ``tracer.traced``, everything the module itself
+defines. No source is rewritten: the module runs exactly as it would.
 
 Which modules match is ``tracer.run.patterns``'s to say.
 
-What gets wrapped in a matching module (``wrap_module``):
+What gets traced in a matching module (``wrap_module``):
 
 - module-level functions whose ``__module__`` is the module's name (imported functions, lambdas
   and dunder names such as a module ``__getattr__`` are left alone);
 - in classes defined there, and in classes nested in their bodies at any depth: plain methods,
   staticmethods, classmethods, coroutines, generators and async generators, except dunder methods
   other than ``__call__``; properties and other descriptors are left alone;
-- never anything already traced (``__invoseq_traced__``), so ``@traced`` code is not wrapped twice.
+- never anything already traced, so ``@traced`` code is not traced twice.
 
-The attribute on the module or class is replaced by the wrapper, which keeps ``__module__``,
-``__qualname__`` and ``__wrapped__``: ``pickle`` still finds a function by reference, so
-``multiprocessing`` and ``ProcessPoolExecutor`` can send it. References taken while the module ran
-(a decorator's registry, a dict of handlers, a default argument) keep the unwrapped function.
+A function's code is instrumented in place (``tracer._core.codes``): nothing in the module or
+its classes is replaced, and references taken while the module ran (a decorator's registry, a
+dict of handlers, a default argument) run traced code too. Where code cannot be instrumented
+(``INVOSEQ_WRAP=1``) the attribute is replaced by a wrapper, which keeps ``__module__``,
+``__qualname__`` and ``__wrapped__`` so ``pickle`` still finds the function by reference.
 
 The hook never breaks an import: any failure of its own is logged once and the module is left
-as imported. ``uninstall()`` removes the finder and puts back every original it replaced.
+as imported. ``uninstall()`` stops tracing what it traced and puts back every original it
+replaced.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer import propagation
-from tracer._core import context, decorator, handoff, lifecycle, measured, recorder, stack
+from tracer._core import codes, context, decorator, handoff, lifecycle, measured, recorder, stack
 from tracer._patching.integrations import Hook, PatchSpec, _clients, _links
 
 LIBRARY: Final = "rq"
@@ -146,11 +146,14 @@ def patch_create_job(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def untraced(func: Any) -> Any:
-    """``func`` without the tracer's wrapper (a bound method rebound to the same object); ``func``
-    itself when it is not traced."""
+    """``func`` without the tracer's wrapper (a bound method rebound to the same object), or a
+    copy of a function whose code is traced that runs the untraced code; ``func`` itself when it
+    is not traced."""
     if isinstance(func, types.MethodType):
         inner = untraced(func.__func__)
         return func if inner is func.__func__ else types.MethodType(inner, func.__self__)
+    if isinstance(func, types.FunctionType) and codes.is_traced(func):
+        return codes.untraced(func)
     owner = getattr(func, "__self__", None)
     if getattr(func, "__name__", None) == "__call__" and getattr(owner, decorator.TRACED_MARK, 0):
         return untraced(owner)  # a traced function RQ took for a callable object

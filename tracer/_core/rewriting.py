@@ -1,0 +1,52 @@
+"""The instrumentation backend of Python 3.11, which has no ``sys.monitoring``: a traced
+function's ``__code__`` is replaced by an instrumented copy (``tracer._core.inject``) that calls
+the handlers where 3.12's local events would fire, so the function stays the same object and
+runs in its own frame.
+
+The copy is made once per code object: every function made by the same ``def`` (closures,
+methods made by a factory) is given the same copy when it is traced. ``detach`` puts the
+original code back. The handlers are called with the original code as their key, the key the
+registry holds (``tracer._core.codes``).
+"""
+
+from __future__ import annotations
+
+import logging
+from types import CodeType, FunctionType
+from typing import Any
+
+from tracer._core import inject
+
+log = logging.getLogger("tracer")
+
+
+class Rewriting:
+    """The tracer's instrumented copies of code, and the handlers they call."""
+
+    def __init__(self, handlers: Any) -> None:
+        self.handlers = handlers
+        self._copies: dict[CodeType, CodeType] = {}
+
+    def attach(self, function: FunctionType) -> CodeType | None:
+        code = function.__code__
+        copy = self._copies.get(code)
+        if copy is None:
+            try:
+                copy = inject.instrument(code, code, self.handlers)
+            except (ValueError, TypeError, RuntimeError) as exc:  # code it cannot take
+                log.debug("invoseq: cannot trace %s: %s", code.co_qualname, exc)
+                return None
+            self._copies[code] = copy
+        function.__code__ = copy
+        return copy
+
+    def untraced_code(self, running: CodeType) -> CodeType:
+        return inject.uninstrument(running) if inject.is_instrumented(running) else running
+
+    def detach(self, function: FunctionType) -> None:
+        code = function.__code__
+        if inject.is_instrumented(code):
+            function.__code__ = inject.uninstrument(code)
+
+
+__all__ = ["Rewriting"]
