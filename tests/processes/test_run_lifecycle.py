@@ -1,7 +1,8 @@
 """``tracer run`` starts and stops processes as ``python`` would: a child the program forks never
 runs the parent's cleanup (the embedded repository's stop, the report), gunicorn's workers under
-the embedded repository stop by themselves with every request stored, and a program that dies
-by a signal dies by the same signal, with the same output.
+the embedded repository stop by themselves with every request stored, a program that dies by a
+signal dies by the same signal, with the same output, and a spawn child ended by SIGTERM right
+after answering keeps what it traced.
 
 Each test runs ``python -m tracer run`` on a program in tmp_path (its embedded repository storing
 into tmp_path), most beside the same program under plain ``python``.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +25,8 @@ from typing import IO, Any
 
 import pytest
 
-from tests.processes.web_support import free_port
+from benchmarks.lifecycle import SPAWN_SERVER
+from tests.processes.web_support import free_port, nodes
 from tests.support import cmr_json, read_line, wait_for, write_script
 
 pytestmark = pytest.mark.system
@@ -339,3 +342,27 @@ def test_the_exit_status_is_pythons(tmp_path: Path, source: str) -> None:
         assert plain_err.startswith("Exception ignored in: <module 'threading'")
         assert program_err.startswith("Exception ignored in: <module 'threading'")
         assert "KeyboardInterrupt" in program_err
+
+
+# -- a spawn child serving HTTP, ended by terminate() right after answering ------------------------
+
+
+def test_a_spawn_child_serving_http_terminated_after_answering_keeps_its_call(
+    tmp_path: Path,
+) -> None:
+    """Three children in a row, each ended by SIGTERM right after its answer: each one's call
+    is stored, and each process ended (its final batch came), none lost."""
+    write_script(tmp_path / "spawnserver.py", SPAWN_SERVER)
+    with started(tmp_path, ["--no-report", "spawnserver.py", "3"], traced=True) as process:
+        code, out, err = finish(process)
+    assert code == 0, err
+    children = json.loads(out)
+    states = {p["pid"]: p["state"] for p in cmr_json(tmp_path / "cmr.sqlite", "stats")["processes"]}
+    assert [states.get(pid) for pid in children] == ["ended"] * 3
+    answered = {
+        node["process"]["pid"]
+        for summary in stored(tmp_path)
+        for node in nodes(cmr_json(tmp_path / "cmr.sqlite", "show", summary["seq"])["root"])
+        if node["name"] == "__main__.answer"
+    }
+    assert answered == set(children)
