@@ -493,6 +493,8 @@ def run_suite(
     suite: Suite, sdist: Path, *, python: Path, cache: Path, tag: str, timeout_s: float
 ) -> dict[str, Run]:
     rundir = cache / "runs" / tag / suite.name
+    if rundir.exists():  # a repository left by the last run would add its events to this one's
+        shutil.rmtree(rundir)
     source = unpack(sdist, rundir / "src")
     runs = {}
     for mode in MODES:
