@@ -532,15 +532,21 @@ def table(results: Mapping[Suite, Mapping[str, Run]]) -> str:
     return "\n".join(lines)
 
 
+#: Differing tests shown per suite and run; the rest are counted (--json keeps them all).
+SHOWN: Final = 20
+
+
 def details(results: Mapping[Suite, Mapping[str, Run]]) -> str:
-    """Every differing test: its outcome bare and traced, and the first line of the failure."""
+    """The differing tests: outcome bare and traced, and the first line of the failure."""
     lines = []
     for suite, runs in results.items():
         for mode in MODES[1:]:
             differences = compare(runs["bare"].outcomes, runs[mode].outcomes)
             if runs[mode].problem:
                 lines.append(f"{suite.name} {mode}: {runs[mode].problem}")
-            for difference in differences:
+            if len(differences) > SHOWN:
+                lines.append(f"{suite.name} {mode}: {len(differences)} differ, the first {SHOWN}:")
+            for difference in differences[:SHOWN]:
                 one = difference.bare.outcome if difference.bare else "absent"
                 other = difference.traced.outcome if difference.traced else "absent"
                 message = difference.traced.message if difference.traced else ""
