@@ -352,15 +352,21 @@ def download(suites: Iterable[Suite], cache: Path) -> dict[str, Path]:
 
 
 def build_wheels(
-    pip: Sequence[str | Path], directory: Path, sdists: Mapping[str, Path]
+    pip: Sequence[str | Path], directory: Path, sdists: Mapping[str, Path], version: str
 ) -> list[Path]:
-    """A wheel built from each sdist, once per interpreter version (cached in ``directory``)."""
+    """A wheel built from each sdist, once: pure-Python ones (``py3-none-any``) serve every
+    interpreter, the others (wrapt's C extension) the one ``X.Y`` they were built for."""
     directory.mkdir(parents=True, exist_ok=True)
+    abi = "-cp" + version.replace(".", "") + "-"
 
     def built(sdist: Path) -> Path | None:
         stem = sdist.name.removesuffix(".tar.gz").removesuffix(".zip").lower()
-        stem = stem.replace("-", "_", stem.count("-") - 1)  # name_part-version
-        return next((w for w in directory.glob("*.whl") if w.name.lower().startswith(stem)), None)
+        stem = stem.replace("-", "_", stem.count("-") - 1) + "-"  # name_part-version-
+        for wheel in directory.glob("*.whl"):
+            name = wheel.name.lower()
+            if name.startswith(stem) and (name.endswith("-py3-none-any.whl") or abi in name):
+                return wheel
+        return None
 
     missing = [sdist for sdist in sdists.values() if built(sdist) is None]
     if missing:
@@ -390,7 +396,7 @@ def prepare_venv(python: str, cache: Path, sdists: Mapping[str, Path], *, fresh:
         sh([python, "-m", "venv", venv])
     started = time.monotonic()
     pip: list[str | Path] = [venv_python(venv), "-m", "pip", "--disable-pip-version-check"]
-    wheels = build_wheels(pip, cache / "wheels" / venv.name, sdists)
+    wheels = build_wheels(pip, cache / "wheels", sdists, version)
     log(f"installing invoseq from {ROOT} and the {len(wheels)} packages into {venv}")
     install = [*pip, "install", "--quiet"]
     if existed:  # the work tree's tracer, rebuilt whatever pip thinks of the version installed
