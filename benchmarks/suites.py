@@ -354,8 +354,8 @@ def download(suites: Iterable[Suite], cache: Path) -> dict[str, Path]:
 def build_wheels(
     pip: Sequence[str | Path], directory: Path, sdists: Mapping[str, Path], version: str
 ) -> list[Path]:
-    """A wheel built from each sdist, once: pure-Python ones (``py3-none-any``) serve every
-    interpreter, the others (wrapt's C extension) the one ``X.Y`` they were built for."""
+    """A wheel built from each sdist, once: a pure-Python one (``*-none-any``) serves every
+    interpreter, one with a C extension (wrapt's) the ``X.Y`` it was built for."""
     directory.mkdir(parents=True, exist_ok=True)
     abi = "-cp" + version.replace(".", "") + "-"
 
@@ -364,7 +364,7 @@ def build_wheels(
         stem = stem.replace("-", "_", stem.count("-") - 1) + "-"  # name_part-version-
         for wheel in directory.glob("*.whl"):
             name = wheel.name.lower()
-            if name.startswith(stem) and (name.endswith("-py3-none-any.whl") or abi in name):
+            if name.startswith(stem) and (name.endswith("-none-any.whl") or abi in name):
                 return wheel
         return None
 
