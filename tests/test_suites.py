@@ -24,6 +24,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="tests.test_b" name="test_teardown" time="0.0" />
 <testcase classname="tests.test_b" name="test_teardown" time="0.0">
   <error message="failed on teardown with &quot;OSError&quot;">...</error></testcase>
+<testcase classname="" file="src/pkg/_tests/test_c.py" name="test_pyargs" time="0.0" />
 </testsuite></testsuites>
 """
 
@@ -38,6 +39,7 @@ def test_junit_xml_gives_every_test_id_its_outcome_and_first_line() -> None:
         "tests.test_a.TestX::test_xfails": Outcome("xfailed", "known"),
         # reported twice (call passed, teardown errored): the worse outcome stays
         "tests.test_b::test_teardown": Outcome("error", 'failed on teardown with "OSError"'),
+        "src/pkg/_tests/test_c.py::test_pyargs": Outcome("passed"),
     }
 
 
@@ -65,7 +67,7 @@ def test_the_table_and_the_details_name_each_difference() -> None:
     }
     row = suites.table(results).splitlines()[2]
     assert row == (
-        "| pkg | 1.0 | 5 | 1 passed, 2 failed, 2 skipped | identical | 1 differ "
+        "| pkg | 1.0 | 6 | 2 passed, 2 failed, 2 skipped | identical | 1 differ "
         "| 1,234 / 1,250 | 1 / 2 / 3 |"
     )
     assert suites.details(results) == (
