@@ -23,8 +23,11 @@ RESULT_PREFIX: Final = "BENCHMARK-RESULT "
 
 def clean_environment(**settings: str) -> dict[str, str]:
     """This environment without any tracer setting, plus ``settings``: a worker traces only as
-    the case configures it (and never spools into the user's cache)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_")}
+    the case configures it (and never spools into the user's cache). ``INVOSEQ_WRAP`` stays: it
+    compares the wrappers with code instrumentation (docs/performance.md)."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_") or k == "INVOSEQ_WRAP"
+    }
     env.update(settings)
     return env
 

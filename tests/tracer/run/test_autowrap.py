@@ -10,7 +10,10 @@ import textwrap
 from types import ModuleType
 from typing import Any
 
+import pytest
+
 from tests.tracer.run.hook_support import KINDS, SHOP_CART, Write, is_traced, load
+from tracer._core import codes
 from tracer.run import autowrap
 from tracer.testing import capture
 
@@ -177,3 +180,34 @@ def test_functions_are_traced_as_soon_as_they_are_defined(write: Write) -> None:
     assert "first" not in vars(module)
     assert vars(module)["greeting"] == "hi"
     assert is_traced(vars(module)["bump"])
+
+
+def test_references_taken_while_the_module_ran_are_the_traced_functions(write: Write) -> None:
+    """Nothing is replaced: a registry, a class attribute and a default argument filled while
+    the module ran hold the module's functions, and calling them through those is traced."""
+    if not codes.available():
+        pytest.skip("code is not instrumented on this path: functions are wrapped")
+    write(
+        "captured",
+        """
+        def f(x):
+            return x + 1
+
+        REGISTRY = {"f": f}
+
+        class Holder:
+            method = staticmethod(f)
+
+        def call(fn=f):
+            return fn(1)
+        """,
+    )
+    autowrap.install(["captured"])
+    captured = load("captured")
+    assert captured.REGISTRY["f"] is captured.f
+    assert vars(captured.Holder)["method"].__func__ is captured.f
+    with capture() as trace:
+        assert captured.REGISTRY["f"](1) == captured.Holder.method(1) == 2
+        assert captured.call() == 2
+        names = [i.name for i in trace.invocations()]
+    assert names == ["captured.f", "captured.f", "captured.call", "captured.f"]
