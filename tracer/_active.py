@@ -32,7 +32,7 @@ def worth_sampling(top: FrameType) -> bool:
     depth = 0
     while frame is not None and depth < MAX_DEPTH:
         code = frame.f_code
-        if code in WRAPPER_CODES or code in TRACED_CODES:
+        if code in WRAPPER_CODES or id(code) in TRACED_CODES:
             return True
         if loop is not None:
             if code is loop[1]:

@@ -2228,47 +2228,78 @@ done:
  * (tracer._core.hooks), which keep their state by frame.
  */
 
-static PyObject *g_registry;      /* codes.REGISTRY: code -> (method, kind) */
 static PyObject *g_strand_start;  /* hooks.strand_start(method) */
 static PyObject *g_strand_finish; /* hooks.strand_finish(kind, error or None) */
+/* A traced code object's (method, kind) lives in its own extra slot (PEP 523's co_extra):
+ * (method << 2) | kind, so a handler's lookup is one read, with no hashing (a code object hashes
+ * its whole bytecode and constants on every lookup). NULL: not traced. */
+static Py_ssize_t g_code_index = -1;
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define REQUEST_CODE_INDEX PyUnstable_Eval_RequestCodeExtraIndex
+#define CODE_GET_EXTRA PyUnstable_Code_GetExtra
+#define CODE_SET_EXTRA PyUnstable_Code_SetExtra
+#else
+#define REQUEST_CODE_INDEX _PyEval_RequestCodeExtraIndex
+#define CODE_GET_EXTRA _PyCode_GetExtra
+#define CODE_SET_EXTRA _PyCode_SetExtra
+#endif
 
 static PyObject *
 set_handlers(PyObject *module, PyObject *args)
 {
-    PyObject *registry, *strand_start, *strand_finish;
-    if (!PyArg_ParseTuple(args, "O!OO:set_handlers", &PyDict_Type, &registry, &strand_start,
-                          &strand_finish)) {
+    PyObject *strand_start, *strand_finish;
+    if (!PyArg_ParseTuple(args, "OO:set_handlers", &strand_start, &strand_finish)) {
         return NULL;
     }
-    Py_XSETREF(g_registry, Py_NewRef(registry));
+    if (g_code_index < 0) {
+        g_code_index = REQUEST_CODE_INDEX(NULL);
+        if (g_code_index < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "no code extra index left for the tracer");
+            return NULL;
+        }
+    }
     Py_XSETREF(g_strand_start, Py_NewRef(strand_start));
     Py_XSETREF(g_strand_finish, Py_NewRef(strand_finish));
     Py_RETURN_NONE;
 }
 
-/* The registry's entry of `code`: 1 with method and kind; 0 when the code is not traced (or the
- * lookup failed, counted); -1 when a failure must propagate (KeyboardInterrupt). */
-static int
+static PyObject *
+mark_code(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t method, kind;
+    if (nargs != 3 || !PyCode_Check(args[0]) || !fits_u64(args[1], &method)
+        || !fits_u64(args[2], &kind) || kind > 3 || method == 0 || method > (UINTPTR_MAX >> 2)) {
+        PyErr_SetString(PyExc_TypeError, "mark_code(code, method, kind): a traced code's entry");
+        return NULL;
+    }
+    if (g_code_index < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "mark_code before set_handlers");
+        return NULL;
+    }
+    void *entry = (void *)(uintptr_t)((method << 2) | kind);
+    if (CODE_SET_EXTRA(args[0], g_code_index, entry) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* The entry of `code`: 1 with method and kind; 0 when the code is not traced. */
+static inline int
 registered(PyObject *code, uint64_t *method, long *kind)
 {
-    if (g_registry == NULL) {
+    void *entry = NULL;
+    if (g_code_index < 0 || !PyCode_Check(code)
+        || CODE_GET_EXTRA(code, g_code_index, &entry) < 0) {
+        PyErr_Clear();
         return 0;
     }
-    PyObject *entry = PyDict_GetItemWithError(g_registry, code); /* borrowed */
-    if (entry == NULL && !PyErr_Occurred()) {
+    if (entry == NULL) {
         return 0;
     }
-    if (entry != NULL && PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 2
-        && fits_u64(PyTuple_GET_ITEM(entry, 0), method)) {
-        *kind = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
-        if (!(*kind == -1 && PyErr_Occurred())) {
-            return 1;
-        }
-    }
-    if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_TypeError, "codes.REGISTRY holds (method, kind) pairs");
-    }
-    return absorb_failure() ? 0 : -1;
+    *method = (uint64_t)((uintptr_t)entry >> 2);
+    *kind = (long)((uintptr_t)entry & 3);
+    return 1;
 }
 
 /* A marker on the thread's stack: the call of `code` runs untraced. */
@@ -2319,9 +2350,8 @@ monitor_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *code = args[0];
     uint64_t method;
     long kind;
-    int found = registered(code, &method, &kind);
-    if (found <= 0) {
-        return found < 0 ? NULL : Py_NewRef(Py_None);
+    if (!registered(code, &method, &kind)) {
+        Py_RETURN_NONE;
     }
     if (kind != 0) {
         if (g_disabled || g_strand_start == NULL) {
@@ -2366,9 +2396,8 @@ monitor_end(PyObject *code, PyObject *error)
 {
     uint64_t method;
     long kind;
-    int found = registered(code, &method, &kind);
-    if (found <= 0) {
-        return found < 0 ? NULL : Py_NewRef(Py_None);
+    if (!registered(code, &method, &kind)) {
+        Py_RETURN_NONE;
     }
     if (kind != 0) {
         if (g_strand_finish == NULL) {
@@ -2475,7 +2504,9 @@ static PyMethodDef module_methods[] = {
      "start(method): record a strand's Start; its context value, or None past the bound."},
     {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
     {"set_handlers", set_handlers, METH_VARARGS,
-     "set_handlers(registry, strand_start, strand_finish): what the monitor_* handlers use."},
+     "set_handlers(strand_start, strand_finish): what the monitor_* handlers call for strands."},
+    {"mark_code", (PyCFunction)(void (*)(void))mark_code, METH_FASTCALL,
+     "mark_code(code, method, kind): the code is traced (its extra slot holds the entry)."},
     {"monitor_start", (PyCFunction)(void (*)(void))monitor_start, METH_FASTCALL,
      "monitor_start(code, offset): a traced code's frame starts (PY_START)."},
     {"monitor_return", (PyCFunction)(void (*)(void))monitor_return, METH_FASTCALL,

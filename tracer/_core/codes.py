@@ -3,11 +3,11 @@
 Tracing instruments a function's *code*, not the function (DESIGN.md, "Instrumentation"): the
 function stays the program's object, of the same type, with the same attributes and frames, and
 every reference to it, taken before or after, runs traced code. ``REGISTRY`` maps each traced
-code object to ``(method, kind)``; the event handlers (``tracer._core.hooks``, or the C
-accelerator's) look the code up there. The backend that makes the code report its events is
-``tracer._core.monitoring`` (``sys.monitoring``, Python 3.12+) or ``tracer._core.rewriting``
-(an instrumented copy of the code, Python 3.11); where there is none, ``@traced`` falls back to a
-wrapper (``tracer._core.decorator``).
+code object (by id) to ``(method, kind)``; the pure-Python handlers (``tracer._core.hooks``) look
+the code up there, the C accelerator's read it from the code object's extra slot. The backend
+that makes the code report its events is ``tracer._core.monitoring`` (``sys.monitoring``, Python
+3.12+) or ``tracer._core.rewriting`` (an instrumented copy of the code, Python 3.11); where there
+is none, ``@traced`` falls back to a wrapper (``tracer._core.decorator``).
 
 ``TRACED_CODES`` holds the code objects the frames of traced calls run (on 3.12+ the function's
 own code, on 3.11 its instrumented copy): a thread with one of them on its stack is inside a
@@ -27,17 +27,19 @@ SYNC: Final = 0
 GENERATOR: Final = 1
 COROUTINE: Final = 2
 
-#: code object -> (method, kind), for every traced code.
-REGISTRY: Final[dict[CodeType, tuple[int, int]]] = {}
-#: The code objects that traced calls' frames run.
-TRACED_CODES: Final[set[CodeType]] = set()
-#: The same, each mapped to itself: code objects compare by value, and a copy of traced code
-#: (``untraced``) is equal to it without being it.
-_running: dict[CodeType, CodeType] = {}
+#: id(code) -> (method, kind) for every traced code: the code the handlers are called with (the
+#: function's own). Tables are keyed by identity: a code object hashes its whole bytecode and
+#: constants on every lookup (hundreds of ns), and compares by value (an untraced copy of traced
+#: code is equal to it). ``_codes`` keeps every code listed here alive, so its id stays its own.
+REGISTRY: Final[dict[int, tuple[int, int]]] = {}
+#: ids of the code objects that traced calls' frames run (the sampler's ``only_active``).
+TRACED_CODES: Final[set[int]] = set()
+_codes: dict[int, CodeType] = {}  # id -> the code, for REGISTRY's and TRACED_CODES' ids
+_running: dict[int, CodeType] = {}  # id -> the code, for TRACED_CODES' ids
 
 
 def _runs_traced(code: CodeType) -> bool:
-    return _running.get(code) is code
+    return _running.get(id(code)) is code
 
 
 _lock = threading.Lock()
@@ -47,7 +49,7 @@ class Backend(Protocol):
     """What makes a function's code report its events: ``tracer._core.monitoring`` (3.12+) or
     ``tracer._core.rewriting`` (3.11)."""
 
-    def attach(self, function: FunctionType) -> CodeType | None:
+    def attach(self, function: FunctionType, method: int, kind: int) -> CodeType | None:
         """Instrument the function's code: the code its frames run now, or None if it cannot."""
 
     def detach(self, function: FunctionType) -> None:
@@ -122,19 +124,20 @@ def instrument(function: FunctionType, method: int) -> bool:
     with _lock:
         if _runs_traced(code):
             return True
-        entry = REGISTRY.setdefault(code, (method, kind_of(code)))
-        running = backend.attach(function)
+        known = _codes.get(id(code)) is code
+        entry = REGISTRY[id(code)] if known else (method, kind_of(code))
+        running = backend.attach(function, *entry)
         if running is None:
-            if entry[0] == method and code not in TRACED_CODES:
-                del REGISTRY[code]
             return False
-        REGISTRY[running] = entry
-        TRACED_CODES.add(running)
-        _running[running] = running
+        for listed in (code, running):
+            REGISTRY[id(listed)] = entry
+            _codes[id(listed)] = listed
+        TRACED_CODES.add(id(running))
+        _running[id(running)] = running
         return True
 
 
-_untraced_codes: dict[CodeType, CodeType] = {}
+_untraced_codes: dict[int, CodeType] = {}  # id of running code -> its untraced copy
 
 
 def untraced(function: FunctionType) -> FunctionType:
@@ -145,9 +148,9 @@ def untraced(function: FunctionType) -> FunctionType:
     backend = _backend
     if not _runs_traced(running) or backend is None:
         return function
-    code = _untraced_codes.get(running)
+    code = _untraced_codes.get(id(running))
     if code is None:
-        code = _untraced_codes.setdefault(running, backend.untraced_code(running))
+        code = _untraced_codes.setdefault(id(running), backend.untraced_code(running))
     copy = FunctionType(
         code, function.__globals__, function.__name__, function.__defaults__, function.__closure__
     )
@@ -166,11 +169,8 @@ def uninstrument(function: FunctionType) -> None:
         if not _runs_traced(running) or _backend is None:
             return
         _backend.detach(function)
-        original = function.__code__
-        TRACED_CODES.discard(running)
-        del _running[running]
-        REGISTRY.pop(running, None)
-        REGISTRY.pop(original, None)
+        TRACED_CODES.discard(id(running))
+        del _running[id(running)]
 
 
 __all__ = [

@@ -5,7 +5,7 @@ A traced function is not wrapped: its code is instrumented (``tracer._core.codes
 six handlers run at the points ``sys.monitoring`` names (PY_START, PY_YIELD, PY_RESUME,
 PY_THROW, PY_RETURN, PY_UNWIND), called by ``sys.monitoring`` on 3.12+ or by the instrumented
 bytecode on 3.11, with the same arguments either way: ``(code, offset[, value])``. ``code`` is
-the key the code was registered under (``codes.REGISTRY``).
+the key the code was registered under (``codes.REGISTRY``, by id).
 
 - A **synchronous** call cannot be interleaved on its thread, so its thread keeps its open calls
   on a list (``EventList.saved``: the code, the stack's previous top, the token of a root's
@@ -57,7 +57,7 @@ def _events() -> Any:
 
 def start(code: CodeType, offset: int) -> None:
     try:
-        entry = _registry.get(code)
+        entry = _registry.get(id(code))
         if entry is None:
             return
         if entry[1]:
@@ -88,7 +88,7 @@ def start(code: CodeType, offset: int) -> None:
 
 
 def _finish(code: CodeType, error: BaseException | None) -> None:
-    entry = _registry.get(code)
+    entry = _registry.get(id(code))
     if entry is None:
         return
     if entry[1]:
@@ -190,7 +190,7 @@ def resume(code: CodeType, offset: int) -> None:
 
 
 def throw(code: CodeType, offset: int, error: BaseException) -> None:
-    if code in _registry:
+    if id(code) in _registry:
         resume(code, offset)
 
 
@@ -214,7 +214,8 @@ class CHandlers:
     steps here."""
 
     def __init__(self, speedups: Any) -> None:
-        speedups.set_handlers(_registry, strand_start, strand_finish)
+        speedups.set_handlers(strand_start, strand_finish)
+        self.mark = speedups.mark_code
         self.start = speedups.monitor_start
         self.return_ = speedups.monitor_return
         self.unwind = speedups.monitor_unwind

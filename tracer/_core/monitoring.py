@@ -48,9 +48,12 @@ class Monitoring:
             _monitoring.register_callback(tool, event, handler)
         _monitoring.set_events(tool, events.PY_UNWIND | events.PY_THROW)
 
-    def attach(self, function: FunctionType) -> CodeType | None:
+    def attach(self, function: FunctionType, method: int, kind: int) -> CodeType | None:
         assert _monitoring is not None
         code = function.__code__
+        mark = getattr(self.handlers, "mark", None)  # the C handlers read the code's own slot
+        if mark is not None:
+            mark(code, method, kind)
         try:
             _monitoring.set_local_events(self.tool, code, self.local)
         except ValueError as exc:  # not a code object sys.monitoring can instrument

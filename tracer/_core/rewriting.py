@@ -25,12 +25,15 @@ class Rewriting:
 
     def __init__(self, handlers: Any) -> None:
         self.handlers = handlers
-        self._copies: dict[CodeType, CodeType] = {}
+        self._copies: dict[CodeType, CodeType] = {}  # made once: rare, so keyed by value
 
-    def attach(self, function: FunctionType) -> CodeType | None:
+    def attach(self, function: FunctionType, method: int, kind: int) -> CodeType | None:
         code = function.__code__
         copy = self._copies.get(code)
         if copy is None:
+            mark = getattr(self.handlers, "mark", None)  # the C handlers read the code's slot
+            if mark is not None:
+                mark(code, method, kind)
             try:
                 copy = inject.instrument(code, code, self.handlers)
             except (ValueError, TypeError, RuntimeError) as exc:  # code it cannot take
