@@ -41,89 +41,103 @@ _internal_error: Final = recorder.internal_error
 _registry: Final = codes.REGISTRY
 _getframe: Final = sys._getframe
 _getrefcount: Final = sys.getrefcount
-_UNTRACED: Final = (None, NO_TOP, None, 0)
 
 #: A strand's state: [iid, context value, token of the running step or None, its Start's buffer].
 _strands: dict[FrameType, list[Any]] = {}
 _sweep_at = 64  # sweep when this many strands are open
 
 
-def _events() -> Any:
+#: The synchronous handlers' source, compiled in ``tracer._core.decorator``'s namespace as its
+#: wrapper bodies are (``tracer._core.bodies``): they read its globals (``_disabled``, ``_clock``,
+#: ``_next_iid``, ``_get``, ``_refill``, ``_open``, ``_reset``, ...) directly, so a source a test
+#: replaces there reaches them, and a call costs no attribute lookup. A return or unwind whose
+#: code is the top entry's is a synchronous call's (strands push no entry): no lookup at all.
+_SYNC_HANDLERS: Final = """\
+def _hook_start(code, offset):
     try:
-        return _tls.events
-    except AttributeError:
-        return _register_thread()
-
-
-def start(code: CodeType, offset: int) -> None:
-    try:
-        entry = _registry.get(id(code))
+        entry = _hook_registry.get(id(code))
         if entry is None:
             return
         if entry[1]:
-            _start_strand(entry[0], _getframe(1))
+            _hook_start_strand(entry[0], _hook_getframe(1))
             return
-        events = _events()
+        try:
+            events = _tls.events
+        except AttributeError:
+            events = _register_thread()
         saved = events.saved
-        if _d._disabled:
-            saved.append((code, NO_TOP, None, 0))
+        if _disabled:
+            saved.append((code, _NO_TOP, None, 0))
             return
-        current = _d._get()
-        if len(events) >= events.limit and not _d._refill(events, current):
-            saved.append((code, NO_TOP, None, 0))  # untraced, counted with its sequence
+        current = _get()
+        if len(events) >= events.limit and not _refill(events, current):
+            saved.append((code, _NO_TOP, None, 0))  # untraced, counted with its sequence
             return
-        iid = _d._next_iid()
+        iid = _next_iid()
         top = events.top
         if top[0] is current:
             seq = top[2]
-            events.append((0, iid, top[1], 0, entry[0], _d._clock(), seq))
+            events.append((0, iid, top[1], 0, entry[0], _clock(), seq))
             saved.append((code, top, None, iid))
             events.top = (current, iid, seq)
         else:
             saved.append((code, top, None, 0))  # in place should _open fail
-            token = _d._open(events, current, iid, entry[0])
-            saved[-1] = (code, top, token, iid)
+            saved[-1] = (code, top, _open(events, current, iid, entry[0]), iid)
     except Exception as exc:
         _internal_error(exc)
 
 
-def _finish(code: CodeType, error: BaseException | None) -> None:
-    entry = _registry.get(id(code))
-    if entry is None:
-        return
-    if entry[1]:
-        _finish_strand(entry[1], error, _getframe(2))
-        return
-    events = _events()
-    saved = events.saved
-    if not saved or saved[-1][0] is not code:
-        return  # a frame that began before its code was instrumented
-    _, top, token, iid = saved.pop()
-    if not iid:
-        return
-    events.top = top
+def _hook_return(code, offset, value):
     try:
-        if error is None:
-            events.append((1, iid, _d._clock()))
-        else:
-            events.append((2, iid, _d._clock(), type(error).__name__[:1024]))
-    finally:
-        if token is not None:
-            _d._reset(token)
-
-
-def return_(code: CodeType, offset: int, value: object) -> None:
-    try:
-        _finish(code, None)
+        try:
+            saved = _tls.events.saved
+        except AttributeError:
+            saved = None
+        if not saved or saved[-1][0] is not code:
+            _hook_other_end(code, None)
+            return
+        _, top, token, iid = saved.pop()
+        if iid:
+            events = _tls.events
+            events.top = top
+            try:
+                events.append((1, iid, _clock()))
+            finally:
+                if token is not None:
+                    _reset(token)
     except Exception as exc:
         _internal_error(exc)
 
 
-def unwind(code: CodeType, offset: int, error: BaseException) -> None:
+def _hook_unwind(code, offset, error):
     try:
-        _finish(code, error)
+        try:
+            saved = _tls.events.saved
+        except AttributeError:
+            saved = None
+        if not saved or saved[-1][0] is not code:
+            _hook_other_end(code, error)
+            return
+        _, top, token, iid = saved.pop()
+        if iid:
+            events = _tls.events
+            events.top = top
+            try:
+                events.append((2, iid, _clock(), type(error).__name__[:1024]))
+            finally:
+                if token is not None:
+                    _reset(token)
     except Exception as exc:
         _internal_error(exc)
+
+
+def _hook_other_end(code, error):
+    # not the top entry's code: a strand's end, or untraced code, or a frame begun before its
+    # code was traced (left alone)
+    entry = _hook_registry.get(id(code))
+    if entry is not None and entry[1]:  # the strand's frame: this one's caller's caller
+        _hook_finish_strand(entry[1], error, _hook_getframe(2))
+"""
 
 
 def _start_strand(method: int, frame: FrameType) -> None:
@@ -152,6 +166,22 @@ def _finish_strand(kind: int, error: BaseException | None, frame: FrameType) -> 
     finally:
         if token is not None:
             _d._reset(token)
+
+
+def _compile_sync_handlers() -> tuple[Any, Any, Any]:
+    namespace = vars(_d)
+    namespace.update(
+        _hook_registry=_registry,
+        _hook_getframe=_getframe,
+        _hook_start_strand=_start_strand,
+        _hook_finish_strand=_finish_strand,
+        _NO_TOP=NO_TOP,
+    )
+    exec(compile(_SYNC_HANDLERS, "<invoseq handlers>", "exec"), namespace)
+    return namespace["_hook_start"], namespace["_hook_return"], namespace["_hook_unwind"]
+
+
+start, return_, unwind = _compile_sync_handlers()
 
 
 def strand_start(method: int) -> None:
