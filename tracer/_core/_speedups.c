@@ -37,6 +37,7 @@
 #include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -538,14 +539,16 @@ static PyTypeObject EncodedEventsType = {
  * moves pages rather than copying them (mremap), its unused tail is never touched so it takes no
  * memory, and freeing one gives its memory back at once, so a busy thread's large, short-lived
  * arrays leave no holes in the heap: RSS stays near what the memory bound counts (72 bytes a
- * record). Capacities are INITIAL_RECORDS times a power of two. */
+ * record). Capacities are INITIAL_RECORDS times a power of two. Smaller ones come from the C
+ * library's malloc, not PyMem: they are the tracer's, not the program's, and a program measuring
+ * its own allocations with tracemalloc must not count them. */
 #define MAPPED_RECORDS 1024
 
 static Record *
 records_alloc(Py_ssize_t capacity)
 {
     if (capacity < MAPPED_RECORDS) {
-        return PyMem_Malloc(capacity * sizeof(Record));
+        return malloc(capacity * sizeof(Record));
     }
     void *mapped = mmap(NULL, capacity * sizeof(Record), PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -556,7 +559,7 @@ static Record *
 records_realloc(Record *records, Py_ssize_t capacity, Py_ssize_t new_capacity)
 {
     if (new_capacity < MAPPED_RECORDS) {
-        return PyMem_Realloc(records, new_capacity * sizeof(Record));
+        return realloc(records, new_capacity * sizeof(Record));
     }
     if (capacity >= MAPPED_RECORDS) {
         void *moved = mremap(records, capacity * sizeof(Record), new_capacity * sizeof(Record),
@@ -566,7 +569,7 @@ records_realloc(Record *records, Py_ssize_t capacity, Py_ssize_t new_capacity)
     Record *mapped = records_alloc(new_capacity);
     if (mapped != NULL) {
         memcpy(mapped, records, capacity * sizeof(Record));
-        PyMem_Free(records);
+        free(records);
     }
     return mapped;
 }
@@ -578,7 +581,7 @@ records_free(Record *records, Py_ssize_t capacity)
         munmap(records, capacity * sizeof(Record));
     }
     else {
-        PyMem_Free(records);
+        free(records);
     }
 }
 
