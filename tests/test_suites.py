@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from benchmarks import suites
 from benchmarks.suites import Outcome, Run, Suite, compare, parse_junit
 
@@ -107,3 +109,24 @@ def test_the_corpus_is_pinned_and_every_exclusion_says_why() -> None:
         assert suite.checks, suite.name
         assert all(reason.strip() for reason in suite.deselect.values()), suite.name
     assert all("==" in requirement for requirement in suites.TEST_REQUIREMENTS)
+
+
+def test_a_known_difference_is_reported_and_does_not_fail_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    suite = Suite("pkg", "1.0", "pkg", ("tests",), "identity")
+    bare = parse_junit(JUNIT)
+    traced = dict(bare, **{"tests.test_a::test_passes": Outcome("failed", "counted")})
+    results = {
+        suite: {
+            "bare": Run("bare", bare, 1.0, 1),
+            "C": Run("C", dict(bare), 2.0, 1, events=1),
+            "pure": Run("pure", traced, 3.0, 1, events=1),
+        }
+    }
+    monkeypatch.setitem(suites.KNOWN, ("pkg", "pure", "tests.test_a::test_passes"), "why")
+    assert "| identical | 1 known difference |" in suites.table(results)
+    assert not suites.failed(results)
+    results[suite]["C"] = Run("C", traced, 2.0, 1, events=1)  # the same test, not known in C
+    assert "| 1 differ | 1 known difference |" in suites.table(results)
+    assert suites.failed(results)
