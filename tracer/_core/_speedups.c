@@ -1683,11 +1683,10 @@ end_root(Invocation *inv)
 
 /* Record the end (or the error, when error_type is set), pop the stack and, for a root, restore
  * the caller's context, even when recording failed. */
+/* Record the end of invocation `iid` in `buffer`, or its error when error_type is set. */
 static int
-finish(Invocation *inv, PyTypeObject *error_type)
+record_end(EventBuffer *buffer, uint64_t iid, PyTypeObject *error_type)
 {
-    EventBuffer *buffer = (EventBuffer *)inv->buffer;
-    stack_pop(buffer, inv->index, inv->iid);
     int64_t t_ns;
     int result = read_clock(&t_ns);
     uint8_t kind = REC_END;
@@ -1711,7 +1710,7 @@ finish(Invocation *inv, PyTypeObject *error_type)
         Record *slot = buffer_next_slot(buffer);
         if (slot != NULL) {
             slot->kind = kind;
-            slot->a = inv->iid;
+            slot->a = iid;
             slot->t_ns = t_ns;
             if (kind == REC_ERROR) {
                 slot->u.obj = name;
@@ -1725,6 +1724,15 @@ finish(Invocation *inv, PyTypeObject *error_type)
             result = -1;
         }
     }
+    return result;
+}
+
+static int
+finish(Invocation *inv, PyTypeObject *error_type)
+{
+    EventBuffer *buffer = (EventBuffer *)inv->buffer;
+    stack_pop(buffer, inv->index, inv->iid);
+    int result = record_end(buffer, inv->iid, error_type);
     if (inv->root != NULL) {
         PyObject *type = NULL, *error = NULL, *traceback = NULL;
         if (result < 0) {
@@ -2174,6 +2182,8 @@ nested(PyObject *module, PyObject *Py_UNUSED(ignored))
  * Start recorded with the exact parent, as begin() finds it, and the context value it runs
  * under returned, (seq, iid, 0, this thread); None past the memory bound (it runs untraced).
  * Its wrapper sets the ContextVar at each step of its own; nothing is pushed on the stack. */
+static PyObject *begin_strand(uint64_t method);
+
 static PyObject *
 start(PyObject *module, PyObject *method_object)
 {
@@ -2182,6 +2192,13 @@ start(PyObject *module, PyObject *method_object)
         PyErr_SetString(PyExc_TypeError, "start(method): an interned method id");
         return NULL;
     }
+    return begin_strand(method);
+}
+
+/* start()'s work: the strand's Start, and its context value (None past the bound). */
+static PyObject *
+begin_strand(uint64_t method)
+{
     PyObject *buffer = current_buffer();
     if (buffer == NULL) {
         return NULL;
@@ -2227,12 +2244,15 @@ done:
  * end finds the entry on top of its thread's stack (an entry of another code: the frame began
  * before its code was instrumented, and is left alone) and finishes it. A call that runs
  * untraced (recording off, past the bound, a failure) pushes a marker (iid 0), so that its end
- * pops its own entry. Strands (generators, coroutines) go to g_strand_start / g_strand_finish
- * (tracer._core.hooks), which keep their state by frame.
+ * pops its own entry. A strand (generator, coroutine) keeps its state by frame in the table
+ * tracer._core.hooks shares (its sweep ends those that end unseen): its start records the Start
+ * and sets its context value, each yield resets it and each resume or throw sets it again, its
+ * return or unwind ends it.
  */
 
-static PyObject *g_strand_start;  /* hooks.strand_start(method) */
-static PyObject *g_strand_finish; /* hooks.strand_finish(kind, error or None) */
+static PyObject *g_strands; /* hooks._strands: frame -> [iid, value, token or None, buffer] */
+static PyObject *g_sweep;   /* hooks.sweep(): ends the strands that ended unseen */
+static Py_ssize_t g_sweep_at = 64; /* sweep when this many strands are open */
 /* A traced code object's (method, kind) lives in its own extra slot (PEP 523's co_extra):
  * (method << 2) | kind, so a handler's lookup is one read, with no hashing (a code object hashes
  * its whole bytecode and constants on every lookup). NULL: not traced. */
@@ -2251,8 +2271,8 @@ static Py_ssize_t g_code_index = -1;
 static PyObject *
 set_handlers(PyObject *module, PyObject *args)
 {
-    PyObject *strand_start, *strand_finish;
-    if (!PyArg_ParseTuple(args, "OO:set_handlers", &strand_start, &strand_finish)) {
+    PyObject *strands, *sweep;
+    if (!PyArg_ParseTuple(args, "O!O:set_handlers", &PyDict_Type, &strands, &sweep)) {
         return NULL;
     }
     if (g_code_index < 0) {
@@ -2262,8 +2282,8 @@ set_handlers(PyObject *module, PyObject *args)
             return NULL;
         }
     }
-    Py_XSETREF(g_strand_start, Py_NewRef(strand_start));
-    Py_XSETREF(g_strand_finish, Py_NewRef(strand_finish));
+    Py_XSETREF(g_strands, Py_NewRef(strands));
+    Py_XSETREF(g_sweep, Py_NewRef(sweep));
     Py_RETURN_NONE;
 }
 
@@ -2305,6 +2325,162 @@ registered(PyObject *code, uint64_t *method, long *kind)
     return 1;
 }
 
+
+/* A strand's state, by its frame (tracer._core.hooks keeps the same table): borrowed, or NULL. */
+static PyObject *
+strand_state(PyObject **frame_out)
+{
+    PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the traced frame */
+    if (frame_out != NULL) {
+        *frame_out = frame;
+    }
+    if (frame == NULL || g_strands == NULL) {
+        return NULL;
+    }
+    PyObject *state = PyDict_GetItemWithError(g_strands, frame);
+    if (state == NULL || !PyList_CheckExact(state) || PyList_GET_SIZE(state) != 4) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return state;
+}
+
+/* A strand begins (a generator's or coroutine's first run): its Start, its state kept by frame,
+ * its context value set for this step. 0, or -1 with an error set. */
+static int
+strand_begin(uint64_t method)
+{
+    if (g_disabled || g_strands == NULL) {
+        return 0;
+    }
+    if (PyDict_GET_SIZE(g_strands) >= g_sweep_at && g_sweep != NULL) {
+        PyObject *swept = PyObject_CallNoArgs(g_sweep);
+        if (swept == NULL) {
+            return -1;
+        }
+        Py_DECREF(swept);
+        Py_ssize_t open = PyDict_GET_SIZE(g_strands);
+        g_sweep_at = open * 2 > 64 ? open * 2 : 64;
+    }
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    if (frame == NULL) {
+        return 0;
+    }
+    PyObject *value = begin_strand(method);
+    if (value == NULL || value == Py_None) {
+        Py_XDECREF(value);
+        return value == NULL ? -1 : 0;
+    }
+    PyObject *buffer = current_buffer();
+    PyObject *token = buffer == NULL ? NULL : PyContextVar_Set(g_context_var, value);
+    PyObject *state = token == NULL ? NULL : PyList_New(4);
+    if (state == NULL) {
+        Py_XDECREF(token);
+        Py_XDECREF(buffer);
+        Py_DECREF(value);
+        return -1;
+    }
+    PyList_SET_ITEM(state, 0, Py_NewRef(PyTuple_GET_ITEM(value, 1))); /* the iid */
+    PyList_SET_ITEM(state, 1, value);
+    PyList_SET_ITEM(state, 2, token);
+    PyList_SET_ITEM(state, 3, buffer);
+    int stored = PyDict_SetItem(g_strands, frame, state);
+    Py_DECREF(state);
+    return stored;
+}
+
+/* A strand ends: its End (its Error; GeneratorExit ends a generator ok), and the step's value
+ * reset. 0, or -1 with an error set. */
+static int
+strand_end(long kind, PyObject *error)
+{
+    PyObject *frame;
+    PyObject *state = strand_state(&frame);
+    if (state == NULL) {
+        return 0;
+    }
+    Py_INCREF(state);
+    if (PyDict_DelItem(g_strands, frame) < 0) {
+        Py_DECREF(state);
+        return -1;
+    }
+    uint64_t iid;
+    int result = fits_u64(PyList_GET_ITEM(state, 0), &iid) ? 0 : -1;
+    if (result == 0) {
+        int ok = error == NULL
+                 || (kind == 1 && PyErr_GivenExceptionMatches(error, PyExc_GeneratorExit));
+        PyObject *buffer = current_buffer();
+        result = buffer == NULL
+                     ? -1
+                     : record_end((EventBuffer *)buffer, iid, ok ? NULL : Py_TYPE(error));
+        Py_XDECREF(buffer);
+    }
+    PyObject *token = PyList_GET_ITEM(state, 2);
+    if (token != Py_None) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        int reset = PyContextVar_Reset(g_context_var, token);
+        if (result < 0 || reset == 0) {
+            PyErr_Clear();
+            PyErr_Restore(type, value, traceback);
+        }
+        else {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            result = -1;
+        }
+    }
+    Py_DECREF(state);
+    return result;
+}
+
+/* PY_YIELD: the step ends, the caller's context value is back. */
+static PyObject *
+monitor_yield(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *state = strand_state(NULL);
+    if (state == NULL || PyList_GET_ITEM(state, 2) == Py_None) {
+        Py_RETURN_NONE;
+    }
+    PyObject *token = Py_NewRef(PyList_GET_ITEM(state, 2));
+    PyList_SetItem(state, 2, Py_NewRef(Py_None));
+    int reset = PyContextVar_Reset(g_context_var, token);
+    Py_DECREF(token);
+    if (reset < 0 && !absorb_failure()) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* PY_RESUME: a step begins under the strand's context value. */
+static PyObject *
+monitor_resume(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *state = strand_state(NULL);
+    if (state == NULL || PyList_GET_ITEM(state, 2) != Py_None) {
+        Py_RETURN_NONE;
+    }
+    PyObject *token = PyContextVar_Set(g_context_var, PyList_GET_ITEM(state, 1));
+    if (token == NULL) {
+        return absorb_failure() ? Py_NewRef(Py_None) : NULL;
+    }
+    PyList_SetItem(state, 2, token);
+    Py_RETURN_NONE;
+}
+
+/* PY_THROW (process-wide): a traced strand resumed by throw() begins a step, as a resume. */
+static PyObject *
+monitor_throw(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t method;
+    long kind;
+    if (nargs < 1 || !registered(args[0], &method, &kind)) {
+        Py_RETURN_NONE;
+    }
+    return monitor_resume(module, args, nargs);
+}
+
 /* A marker on the thread's stack: the call of `code` runs untraced. */
 static int
 push_marker(PyObject *code)
@@ -2333,18 +2509,6 @@ push_marker(PyObject *code)
 }
 
 static PyObject *
-call_absorbed(PyObject *callable, PyObject *first, PyObject *second)
-{
-    PyObject *result = second == NULL ? PyObject_CallOneArg(callable, first)
-                                      : PyObject_CallFunctionObjArgs(callable, first, second, NULL);
-    if (result == NULL) {
-        return absorb_failure() ? Py_NewRef(Py_None) : NULL;
-    }
-    Py_DECREF(result);
-    Py_RETURN_NONE;
-}
-
-static PyObject *
 monitor_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 1) {
@@ -2357,16 +2521,10 @@ monitor_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     if (kind != 0) {
-        if (g_disabled || g_strand_start == NULL) {
-            Py_RETURN_NONE;
+        if (strand_begin(method) < 0 && !absorb_failure()) {
+            return NULL;
         }
-        PyObject *method_object = PyLong_FromUnsignedLongLong(method);
-        if (method_object == NULL) {
-            return absorb_failure() ? Py_NewRef(Py_None) : NULL;
-        }
-        PyObject *result = call_absorbed(g_strand_start, method_object, NULL);
-        Py_DECREF(method_object);
-        return result;
+        Py_RETURN_NONE;
     }
     Invocation inv;
     int begun = 1;
@@ -2403,17 +2561,10 @@ monitor_end(PyObject *code, PyObject *error)
         Py_RETURN_NONE;
     }
     if (kind != 0) {
-        if (g_strand_finish == NULL) {
-            Py_RETURN_NONE;
+        if (strand_end(kind, error) < 0 && !absorb_failure()) {
+            return NULL;
         }
-        PyObject *kind_object = PyLong_FromLong(kind);
-        if (kind_object == NULL) {
-            return absorb_failure() ? Py_NewRef(Py_None) : NULL;
-        }
-        PyObject *result = call_absorbed(g_strand_finish, kind_object,
-                                         error == NULL ? Py_None : error);
-        Py_DECREF(kind_object);
-        return result;
+        Py_RETURN_NONE;
     }
     PyObject *buffer = current_buffer();
     if (buffer == NULL) {
@@ -2507,7 +2658,13 @@ static PyMethodDef module_methods[] = {
      "start(method): record a strand's Start; its context value, or None past the bound."},
     {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
     {"set_handlers", set_handlers, METH_VARARGS,
-     "set_handlers(strand_start, strand_finish): what the monitor_* handlers call for strands."},
+     "set_handlers(strands, sweep): the strands' table by frame, and what ends those unseen."},
+    {"monitor_yield", (PyCFunction)(void (*)(void))monitor_yield, METH_FASTCALL,
+     "monitor_yield(code, offset, value): a traced strand's step ends (PY_YIELD)."},
+    {"monitor_resume", (PyCFunction)(void (*)(void))monitor_resume, METH_FASTCALL,
+     "monitor_resume(code, offset): a traced strand's step begins (PY_RESUME)."},
+    {"monitor_throw", (PyCFunction)(void (*)(void))monitor_throw, METH_FASTCALL,
+     "monitor_throw(code, offset, exc): a strand resumed by throw() (PY_THROW)."},
     {"mark_code", (PyCFunction)(void (*)(void))mark_code, METH_FASTCALL,
      "mark_code(code, method, kind): the code is traced (its extra slot holds the entry)."},
     {"monitor_start", (PyCFunction)(void (*)(void))monitor_start, METH_FASTCALL,

@@ -184,22 +184,6 @@ def _compile_sync_handlers() -> tuple[Any, Any, Any]:
 start, return_, unwind = _compile_sync_handlers()
 
 
-def strand_start(method: int) -> None:
-    """A strand's start, for the C handlers (its frame is the caller's: C adds none)."""
-    try:
-        _start_strand(method, _getframe(1))
-    except Exception as exc:
-        _internal_error(exc)
-
-
-def strand_finish(kind: int, error: BaseException | None) -> None:
-    """A strand's end, for the C handlers."""
-    try:
-        _finish_strand(kind, error, _getframe(1))
-    except Exception as exc:
-        _internal_error(exc)
-
-
 def yield_(code: CodeType, offset: int, value: object) -> None:
     try:
         state = _strands.get(_getframe(1))
@@ -240,18 +224,18 @@ recorder.before_drain.append(sweep)
 
 
 class CHandlers:
-    """The handlers with the C accelerator: a synchronous call's start and end in C, the strands'
-    steps here."""
+    """The handlers with the C accelerator (``_speedups.monitor_*``): the same events, in C; the
+    strands' table is this module's, and so is its sweep."""
 
     def __init__(self, speedups: Any) -> None:
-        speedups.set_handlers(strand_start, strand_finish)
+        speedups.set_handlers(_strands, sweep)
         self.mark = speedups.mark_code
         self.start = speedups.monitor_start
         self.return_ = speedups.monitor_return
         self.unwind = speedups.monitor_unwind
-        self.yield_ = yield_
-        self.resume = resume
-        self.throw = throw
+        self.yield_ = speedups.monitor_yield
+        self.resume = speedups.monitor_resume
+        self.throw = speedups.monitor_throw
 
 
 __all__ = [
@@ -259,8 +243,6 @@ __all__ = [
     "resume",
     "return_",
     "start",
-    "strand_finish",
-    "strand_start",
     "sweep",
     "throw",
     "unwind",
