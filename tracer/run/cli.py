@@ -323,8 +323,11 @@ def _join_threads_and_run_atexit() -> None:
     if shutdown_threads is not None:
         try:
             shutdown_threads()
-        except KeyboardInterrupt as exc:
-            print(f"Exception ignored in: {threading!r}", file=sys.stderr)
+        except KeyboardInterrupt as exc:  # worded as this Python words it
+            if sys.version_info >= (3, 13):
+                print("Exception ignored on threading shutdown:", file=sys.stderr)
+            else:
+                print(f"Exception ignored in: {threading!r}", file=sys.stderr)
             traceback.print_exception(exc)
     atexit._run_exitfuncs()
 
