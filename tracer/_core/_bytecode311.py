@@ -147,7 +147,8 @@ def decode(code: types.CodeType) -> list[Instr]:
     return instrs
 
 
-_NO_FALLTHROUGH = frozenset(
+#: Instructions after which control never falls through to the next one.
+NO_FALLTHROUGH = frozenset(
     _OP[name]
     for name in (
         "RETURN_VALUE",
@@ -178,7 +179,7 @@ def stack_depths(instrs: list[Instr]) -> dict[Instr, int]:
                 work.append((index[h.target], h.depth + 1 + h.lasti))
             if ins.target is not None:
                 work.append((index[ins.target], depth + dis.stack_effect(ins.op, arg, jump=True)))
-            if ins.op in _NO_FALLTHROUGH:
+            if ins.op in NO_FALLTHROUGH:
                 break
             if ins.op == _OP.get("RETURN_GENERATOR"):
                 depth += 1

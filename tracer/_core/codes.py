@@ -32,14 +32,14 @@ COROUTINE: Final = 2
 #: constants on every lookup (hundreds of ns), and compares by value (an untraced copy of traced
 #: code is equal to it). ``_codes`` keeps every code listed here alive, so its id stays its own.
 REGISTRY: Final[dict[int, tuple[int, int]]] = {}
-#: ids of the code objects that traced calls' frames run (the sampler's ``only_active``).
-TRACED_CODES: Final[set[int]] = set()
-_codes: dict[int, CodeType] = {}  # id -> the code, for REGISTRY's and TRACED_CODES' ids
-_running: dict[int, CodeType] = {}  # id -> the code, for TRACED_CODES' ids
+#: id -> the code object, for the code objects that traced calls' frames run (the sampler's
+#: ``only_active`` asks ``id(code) in TRACED_CODES``).
+TRACED_CODES: Final[dict[int, CodeType]] = {}
+_codes: dict[int, CodeType] = {}  # id -> the code, for REGISTRY's ids
 
 
 def _runs_traced(code: CodeType) -> bool:
-    return _running.get(id(code)) is code
+    return TRACED_CODES.get(id(code)) is code
 
 
 _lock = threading.Lock()
@@ -132,8 +132,7 @@ def instrument(function: FunctionType, method: int) -> bool:
         for listed in (code, running):
             REGISTRY[id(listed)] = entry
             _codes[id(listed)] = listed
-        TRACED_CODES.add(id(running))
-        _running[id(running)] = running
+        TRACED_CODES[id(running)] = running
         return True
 
 
@@ -169,8 +168,7 @@ def uninstrument(function: FunctionType) -> None:
         if not _runs_traced(running) or _backend is None:
             return
         _backend.detach(function)
-        TRACED_CODES.discard(id(running))
-        del _running[id(running)]
+        del TRACED_CODES[id(running)]
 
 
 __all__ = [

@@ -87,50 +87,6 @@ def _hook_start(code, offset):
         _internal_error(exc)
 
 
-def _hook_return(code, offset, value):
-    try:
-        try:
-            saved = _tls.events.saved
-        except AttributeError:
-            saved = None
-        if not saved or saved[-1][0] is not code:
-            _hook_other_end(code, None)
-            return
-        _, top, token, iid = saved.pop()
-        if iid:
-            events = _tls.events
-            events.top = top
-            try:
-                events.append((1, iid, _clock()))
-            finally:
-                if token is not None:
-                    _reset(token)
-    except Exception as exc:
-        _internal_error(exc)
-
-
-def _hook_unwind(code, offset, error):
-    try:
-        try:
-            saved = _tls.events.saved
-        except AttributeError:
-            saved = None
-        if not saved or saved[-1][0] is not code:
-            _hook_other_end(code, error)
-            return
-        _, top, token, iid = saved.pop()
-        if iid:
-            events = _tls.events
-            events.top = top
-            try:
-                events.append((2, iid, _clock(), type(error).__name__[:1024]))
-            finally:
-                if token is not None:
-                    _reset(token)
-    except Exception as exc:
-        _internal_error(exc)
-
-
 def _hook_other_end(code, error):
     # not the top entry's code: a strand's end, or untraced code, or a frame begun before its
     # code was traced (left alone)
@@ -168,6 +124,33 @@ def _finish_strand(kind: int, error: BaseException | None, frame: FrameType) -> 
             _d._reset(token)
 
 
+#: A synchronous call's end, written once for the return and the unwind (``{name}``,
+#: ``{parameter}`` the event's value, ``{error}`` what a strand's end is given, ``{event}`` the
+#: record appended): two functions rather than one with a flag, so each end is one call.
+_END_HANDLER: Final = """\
+def {name}(code, offset, {parameter}):
+    try:
+        try:
+            saved = _tls.events.saved
+        except AttributeError:
+            saved = None
+        if not saved or saved[-1][0] is not code:
+            _hook_other_end(code, {error})
+            return
+        _, top, token, iid = saved.pop()
+        if iid:
+            events = _tls.events
+            events.top = top
+            try:
+                events.append({event})
+            finally:
+                if token is not None:
+                    _reset(token)
+    except Exception as exc:
+        _internal_error(exc)
+"""
+
+
 def _compile_sync_handlers() -> tuple[Any, Any, Any]:
     namespace = vars(_d)
     namespace.update(
@@ -177,7 +160,21 @@ def _compile_sync_handlers() -> tuple[Any, Any, Any]:
         _hook_finish_strand=_finish_strand,
         _NO_TOP=NO_TOP,
     )
-    exec(compile(_SYNC_HANDLERS, "<invoseq handlers>", "exec"), namespace)
+    source = "\n\n".join(
+        (
+            _SYNC_HANDLERS,
+            _END_HANDLER.format(
+                name="_hook_return", parameter="value", error="None", event="(1, iid, _clock())"
+            ),
+            _END_HANDLER.format(
+                name="_hook_unwind",
+                parameter="error",
+                error="error",
+                event="(2, iid, _clock(), type(error).__name__[:1024])",
+            ),
+        )
+    )
+    exec(compile(source, "<invoseq handlers>", "exec"), namespace)
     return namespace["_hook_start"], namespace["_hook_return"], namespace["_hook_unwind"]
 
 

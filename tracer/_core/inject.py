@@ -71,6 +71,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tracer._core._bytecode311 import (
+    NO_FALLTHROUGH,
     NO_POS,
     Handler,
     Instr,
@@ -84,18 +85,6 @@ __all__ = ["Hooks", "instrument", "is_instrumented", "uninstrument"]
 
 _OP = opcode.opmap
 _GENERATOR_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
-_TERMINATORS = frozenset(
-    _OP[name]
-    for name in (
-        "RETURN_VALUE",
-        "RERAISE",
-        "RAISE_VARARGS",
-        "JUMP_FORWARD",
-        "JUMP_BACKWARD",
-        "JUMP_BACKWARD_NO_INTERRUPT",
-    )
-    if name in _OP
-)
 _CO_ASYNC_GENERATOR = 0x200
 _EXTRA_STACK = 7  # the most any inserted sequence pushes: the StopIteration landing block
 
@@ -194,15 +183,16 @@ class _Emitter:
             ins.handler = handler
         return seq
 
-    def call_stop_iteration(self, fn: object, pos: Pos) -> list[Instr]:
-        """``fn(key, 0, StopIteration(TOS))``, its result popped."""
+    def call_with_made(self, fn: object, pos: Pos, make: object) -> list[Instr]:
+        """``fn(key, 0, make(TOS))``, its result popped (``make``: an exception class, so the
+        hook gets StopIteration(value), or the RuntimeError a StopIteration becomes)."""
         seq = [
             Instr(_OP["PUSH_NULL"]),
             Instr(_OP["LOAD_CONST"], self.hook(fn)),
             Instr(_OP["LOAD_CONST"], self.key),
             Instr(_OP["LOAD_CONST"], self.zero),
             Instr(_OP["PUSH_NULL"]),
-            Instr(_OP["LOAD_CONST"], self.const(StopIteration)),
+            Instr(_OP["LOAD_CONST"], self.const(make)),
             Instr(_OP["COPY"], 7),
             Instr(_OP["PRECALL"], 1),
             Instr(_OP["CALL"], 1),
@@ -282,7 +272,7 @@ class _Instrumenter:
                 *emit.call(self.on_throw, NO_POS, None, value=True),
             ]
             self.created.handler = Handler(not_started[0], 0, True)
-        if self.out[-1].op not in _TERMINATORS:
+        if self.out[-1].op not in NO_FALLTHROUGH:
             raise ValueError(f"{self.code.co_qualname}: code that runs off its end")
         instrs = [*self.out, *pads, *not_started, *unwind_block, reraise]
         consts = (*emit.consts, self.code, _MARK)
@@ -320,21 +310,8 @@ class _Instrumenter:
         stops: tuple[type[BaseException], ...] = (StopIteration,)
         if kind & _CO_ASYNC_GENERATOR:
             stops = (StopIteration, StopAsyncIteration)
-        convert = [
-            Instr(_OP["PUSH_NULL"]),
-            Instr(_OP["LOAD_CONST"], emit.hook(self.on_unwind)),
-            Instr(_OP["LOAD_CONST"], emit.key),
-            Instr(_OP["LOAD_CONST"], emit.zero),
-            Instr(_OP["PUSH_NULL"]),
-            Instr(_OP["LOAD_CONST"], emit.const(_RUNTIME_ERRORS[kind])),
-            Instr(_OP["COPY"], 7),
-            Instr(_OP["PRECALL"], 1),
-            Instr(_OP["CALL"], 1),
-            Instr(_OP["PRECALL"], 3),
-            Instr(_OP["CALL"], 3),
-            Instr(_OP["POP_TOP"]),
-            Instr(_OP["RERAISE"], 1),
-        ]
+        convert = emit.call_with_made(self.on_unwind, NO_POS, _RUNTIME_ERRORS[kind])
+        convert.append(Instr(_OP["RERAISE"], 1))
         test = [
             Instr(_OP["LOAD_CONST"], emit.const(stops)),
             Instr(_OP["CHECK_EXC_MATCH"]),
@@ -380,7 +357,7 @@ class _Instrumenter:
         end, which we make our StopIteration landing block, before the real end."""
         emit = self.emit
         assert send.target is not None
-        landing = emit.call_stop_iteration(self.on_throw, send.target.pos)
+        landing = emit.call_with_made(self.on_throw, send.target.pos, StopIteration)
         self.no_catch_all.update(landing)
         decoy = Instr(send.op, target=landing[0], pos=yield_value.pos)
         decoy.handler = yield_value.handler
