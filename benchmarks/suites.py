@@ -424,7 +424,9 @@ def prepare_venv(python: str, cache: Path, sdists: Mapping[str, Path], *, fresh:
         sh([*install, "--force-reinstall", "--no-deps", ROOT], env=clean_environment())
     else:
         sh([*install, ROOT, *TEST_REQUIREMENTS, *wheels], env=clean_environment())
-    sh([venv_python(venv), "-c", "import tracer._core.accel as a; assert a.IMPLEMENTATION == 'c'"])
+    # run outside the work tree: from it, ``import tracer`` would find the sources, not the install
+    check = "import tracer._core.accel as a; assert a.IMPLEMENTATION == 'c'"
+    sh([venv_python(venv), "-c", check], cwd=venv)
     log(f"installed in {time.monotonic() - started:.0f} s")
     return venv
 
