@@ -88,8 +88,11 @@ def test_a_blocked_thread_costs_a_constant_number_of_records(sampled: Capture) -
     waiting = [s for s in mine if "wait" in frames[s.frames[-1]]]
     assert sum(s.weight for s in mine) >= 300
     assert len(mine) <= 4  # O(1): the wait collapses into one record, whatever its length
-    assert max(s.weight for s in waiting) >= 290
-    assert all(s.cpu_ns < s.duration_ns for s in waiting)
+    longest = max(waiting, key=lambda s: s.weight)
+    assert longest.weight >= 290
+    # Blocked is off the CPU. (A short record at the wait's edges may have run for most of its
+    # span: the thread was entering or leaving the wait, and the two clocks tick differently.)
+    assert longest.cpu_ns < longest.duration_ns // 10
 
 
 def kernel_state(thread: threading.Thread) -> str:
