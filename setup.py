@@ -13,6 +13,7 @@ from setuptools import Extension, setup
 speedups = Extension(
     "tracer._core._speedups",
     sources=["tracer/_core/_speedups.c"],
+    depends=["tracer/_core/_clock.h"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     optional=True,
 )

@@ -21,13 +21,15 @@ from typing import Any, Final
 RESULT_PREFIX: Final = "BENCHMARK-RESULT "
 
 
+_KEPT: Final = frozenset({"INVOSEQ_WRAP", "INVOSEQ_CLOCK"})
+
+
 def clean_environment(**settings: str) -> dict[str, str]:
     """This environment without any tracer setting, plus ``settings``: a worker traces only as
-    the case configures it (and never spools into the user's cache). ``INVOSEQ_WRAP`` stays: it
-    compares the wrappers with code instrumentation (docs/performance.md)."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_") or k == "INVOSEQ_WRAP"
-    }
+    the case configures it (and never spools into the user's cache). ``INVOSEQ_WRAP`` and
+    ``INVOSEQ_CLOCK`` stay: they compare the wrappers with code instrumentation, and the TSC with
+    ``clock_gettime`` (docs/performance.md)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_") or k in _KEPT}
     env.update(settings)
     return env
 

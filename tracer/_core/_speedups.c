@@ -8,7 +8,8 @@
  *   it began under the value read: a nested call writes no ContextVar; a root sets it, or reopens
  *   the value it left closed in its context: RootValue), an iid from the process-wide counter
  *   (next_iid() below is also the pure-Python code's counter), the monotonic clock
- *   (CLOCK_MONOTONIC, which is what time.perf_counter_ns reads on Linux), a Start and an End or
+ *   (CLOCK_MONOTONIC's scale, which is what time.perf_counter_ns reads on Linux; read from the TSC
+ *   where the kernel's clock is the TSC: _clock.h), a Start and an End or
  *   Error record in the thread's buffer. A failure of the tracer's own steps goes to
  *   recorder.internal_error and the function still runs; the user's exceptions propagate
  *   unchanged, after an Error record. capture(), nested() and start() give the Python side the
@@ -43,6 +44,8 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "_clock.h"
 
 /* Event tags, as tracer.wire defines them. */
 #define TAG_START 0
@@ -87,7 +90,10 @@ static uint64_t g_rng[4];         /* xoshiro256** state for sequence ids, reseed
  * freed anywhere (the generation), so it can never point at a freed buffer; a miss asks
  * recorder.thread_events(), which registers the thread on its first event. */
 static uint64_t g_generation = 1;
-static _Thread_local struct {
+/* initial-exec: an offset from the thread pointer, where the default model for a shared object
+ * calls __tls_get_addr on every access (3 % of a traced call). 24 bytes of glibc's static TLS
+ * surplus, which it keeps for libraries loaded later. */
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     uint64_t tstate_id;
     uint64_t generation;
     PyObject *buffer; /* borrowed: tls.events and the recorder's registry own it */
@@ -935,9 +941,7 @@ static inline int
 read_clock(int64_t *t_ns)
 {
     if (__builtin_expect(g_clock == NULL, 1)) {
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        *t_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+        *t_ns = clock_now_ns();
         return 0;
     }
     PyObject *value = PyObject_CallNoArgs(g_clock);
@@ -2079,9 +2083,24 @@ next_iid(PyObject *module, PyObject *Py_UNUSED(ignored))
 static PyObject *
 clock_ns(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return PyLong_FromLongLong((long long)now.tv_sec * 1000000000 + now.tv_nsec);
+    return PyLong_FromLongLong((long long)clock_now_ns());
+}
+
+static PyObject *
+use_tsc(PyObject *module, PyObject *allowed)
+{
+    int truth = PyObject_IsTrue(allowed);
+    if (truth < 0) {
+        return NULL;
+    }
+    clock_use_tsc(truth);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+clock_reads_tsc(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(g_tsc.enabled);
 }
 
 static PyObject *
@@ -2555,20 +2574,31 @@ monitor_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 monitor_end(PyObject *code, PyObject *error)
 {
-    uint64_t method;
-    long kind;
-    if (!registered(code, &method, &kind)) {
-        Py_RETURN_NONE;
+    /* The common case first: the top entry of the thread's stack is this code's (a synchronous
+     * call's: a strand pushes no entry). The frame began on this thread state, so its cached
+     * buffer, when valid, needs no check of the thread state. */
+    EventBuffer *cached = (EventBuffer *)t_cache.buffer;
+    PyObject *buffer;
+    if (cached != NULL && t_cache.generation == g_generation && cached->depth > 0
+        && cached->stack[cached->depth - 1].code == code) {
+        buffer = Py_NewRef((PyObject *)cached);
     }
-    if (kind != 0) {
-        if (strand_end(kind, error) < 0 && !absorb_failure()) {
-            return NULL;
+    else {
+        uint64_t method;
+        long kind;
+        if (!registered(code, &method, &kind)) {
+            Py_RETURN_NONE;
         }
-        Py_RETURN_NONE;
-    }
-    PyObject *buffer = current_buffer();
-    if (buffer == NULL) {
-        return absorb_failure() ? Py_NewRef(Py_None) : NULL;
+        if (kind != 0) {
+            if (strand_end(kind, error) < 0 && !absorb_failure()) {
+                return NULL;
+            }
+            Py_RETURN_NONE;
+        }
+        buffer = current_buffer();
+        if (buffer == NULL) {
+            return absorb_failure() ? Py_NewRef(Py_None) : NULL;
+        }
     }
     EventBuffer *events = (EventBuffer *)buffer;
     Py_ssize_t index = events->depth - 1;
@@ -2627,6 +2657,79 @@ monitor_unwind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* The handlers as sys.monitoring calls them: objects whose vectorcall is the handler itself.
+ * A builtin function's call goes through cfunction_vectorcall_FASTCALL, which enters and leaves
+ * a recursion check (a thread-state lookup each way); a traced call makes two of these calls. */
+typedef PyObject *(*MonitorHandler)(PyObject *, PyObject *const *, Py_ssize_t);
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    const char *name;
+} MonitorHook;
+
+#define HOOK_ENTRY(handler)                                                                      \
+    static PyObject *handler##_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,  \
+                                          PyObject *kwnames)                                     \
+    {                                                                                            \
+        if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {                                  \
+            PyErr_SetString(PyExc_TypeError, #handler "() takes no keyword arguments");          \
+            return NULL;                                                                         \
+        }                                                                                        \
+        return handler(NULL, args, PyVectorcall_NARGS(nargsf));                                  \
+    }
+
+HOOK_ENTRY(monitor_start)
+HOOK_ENTRY(monitor_return)
+HOOK_ENTRY(monitor_unwind)
+HOOK_ENTRY(monitor_yield)
+HOOK_ENTRY(monitor_resume)
+HOOK_ENTRY(monitor_throw)
+
+static PyObject *
+hook_repr(MonitorHook *self)
+{
+    return PyUnicode_FromFormat("<invoseq handler %s>", self->name);
+}
+
+static PyTypeObject MonitorHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.MonitorHook",
+    .tp_doc = "A traced code's event handler, called as (code, offset[, value]).",
+    .tp_basicsize = sizeof(MonitorHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(MonitorHook, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = (reprfunc)hook_repr,
+};
+
+static int
+add_hooks(PyObject *module)
+{
+    static const struct {
+        const char *name;
+        vectorcallfunc vectorcall;
+    } hooks[] = {
+        {"hook_start", monitor_start_vectorcall},   {"hook_return", monitor_return_vectorcall},
+        {"hook_unwind", monitor_unwind_vectorcall}, {"hook_yield", monitor_yield_vectorcall},
+        {"hook_resume", monitor_resume_vectorcall}, {"hook_throw", monitor_throw_vectorcall},
+    };
+    for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++) {
+        MonitorHook *hook = PyObject_New(MonitorHook, &MonitorHookType);
+        if (hook == NULL) {
+            return -1;
+        }
+        hook->vectorcall = hooks[i].vectorcall;
+        hook->name = hooks[i].name;
+        int added = PyModule_AddObjectRef(module, hooks[i].name, (PyObject *)hook);
+        Py_DECREF(hook);
+        if (added < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *
 after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
@@ -2648,7 +2751,14 @@ static PyMethodDef module_methods[] = {
      "replace a source (None: its own; for adopt, no adoption: every root draws a new sequence; "
      "adopt_guard=(var, key): ask adopt only when key is in var's mapping)."},
     {"next_iid", next_iid, METH_NOARGS, "The next invocation id of this process."},
-    {"clock", clock_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns: time.perf_counter_ns on Linux."},
+    {"clock", clock_ns, METH_NOARGS,
+     "The hot path's clock, ns on CLOCK_MONOTONIC's scale (time.perf_counter_ns on Linux): read "
+     "from the TSC once calibrate_clock has measured its rate (_clock.h)."},
+    {"use_tsc", use_tsc, METH_O,
+     "use_tsc(allowed): whether clock() may read the TSC (where the kernel's clocksource is the "
+     "TSC: tracer/_core/clock.py); it starts measuring the TSC's rate anew."},
+    {"clock_reads_tsc", clock_reads_tsc, METH_NOARGS,
+     "True once clock() reads the TSC (its rate measured), False while it reads clock_gettime."},
     {"new_seq", new_seq, METH_NOARGS, "A random 16-byte sequence id, never zero."},
     {"capture", capture, METH_NOARGS,
      "The exact current context (seq, innermost invocation, hand-off), or None."},
@@ -2659,6 +2769,12 @@ static PyMethodDef module_methods[] = {
     {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
     {"set_handlers", set_handlers, METH_VARARGS,
      "set_handlers(strands, sweep): the strands' table by frame, and what ends those unseen."},
+    {"monitor_start", (PyCFunction)(void (*)(void))monitor_start, METH_FASTCALL,
+     "monitor_start(code, offset): a traced code's frame starts (PY_START)."},
+    {"monitor_return", (PyCFunction)(void (*)(void))monitor_return, METH_FASTCALL,
+     "monitor_return(code, offset, value): a traced code's frame returns (PY_RETURN)."},
+    {"monitor_unwind", (PyCFunction)(void (*)(void))monitor_unwind, METH_FASTCALL,
+     "monitor_unwind(code, offset, exc): an exception leaves a frame (PY_UNWIND)."},
     {"monitor_yield", (PyCFunction)(void (*)(void))monitor_yield, METH_FASTCALL,
      "monitor_yield(code, offset, value): a traced strand's step ends (PY_YIELD)."},
     {"monitor_resume", (PyCFunction)(void (*)(void))monitor_resume, METH_FASTCALL,
@@ -2667,12 +2783,6 @@ static PyMethodDef module_methods[] = {
      "monitor_throw(code, offset, exc): a strand resumed by throw() (PY_THROW)."},
     {"mark_code", (PyCFunction)(void (*)(void))mark_code, METH_FASTCALL,
      "mark_code(code, method, kind): the code is traced (its extra slot holds the entry)."},
-    {"monitor_start", (PyCFunction)(void (*)(void))monitor_start, METH_FASTCALL,
-     "monitor_start(code, offset): a traced code's frame starts (PY_START)."},
-    {"monitor_return", (PyCFunction)(void (*)(void))monitor_return, METH_FASTCALL,
-     "monitor_return(code, offset, value): a traced code's frame returns (PY_RETURN)."},
-    {"monitor_unwind", (PyCFunction)(void (*)(void))monitor_unwind, METH_FASTCALL,
-     "monitor_unwind(code, offset, exc): an exception leaves a frame (PY_UNWIND)."},
     {NULL},
 };
 
@@ -2690,7 +2800,7 @@ PyInit__speedups(void)
     g_reuse_roots = layouts_known();
     if (PyType_Ready(&TracedFunctionType) < 0 || PyType_Ready(&EventBufferType) < 0
         || PyType_Ready(&RootValueType) < 0
-        || PyType_Ready(&EncodedEventsType) < 0) {
+        || PyType_Ready(&EncodedEventsType) < 0 || PyType_Ready(&MonitorHookType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&speedups_module);
@@ -2699,7 +2809,8 @@ PyInit__speedups(void)
     }
     if (PyModule_AddObjectRef(module, "TracedFunction", (PyObject *)&TracedFunctionType) < 0
         || PyModule_AddObjectRef(module, "EventBuffer", (PyObject *)&EventBufferType) < 0
-        || PyModule_AddObjectRef(module, "EncodedEvents", (PyObject *)&EncodedEventsType) < 0) {
+        || PyModule_AddObjectRef(module, "EncodedEvents", (PyObject *)&EncodedEventsType) < 0
+        || add_hooks(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

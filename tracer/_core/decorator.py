@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import inspect
 import sys
-import time
 import types
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
 from tracer._core import accel as _accel
 from tracer._core import adoption, bodies, budget, codes, context, frames, ids, recorder, shaped
+from tracer._core import clock as clock_module
 from tracer._core import stack as stack_module
 from tracer.wire import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 
@@ -55,7 +55,7 @@ _adopt: Callable[[], context.Current | None] = adoption.adopt
 _get = context.current.get
 _set = context.current.set
 _reset = context.current.reset
-_clock = time.perf_counter_ns
+_clock = clock_module.now
 _ORIGIN_SYNC_ROOT: Final = stack_module.ORIGIN_SYNC_ROOT
 _PAST_BOUND: Final = object()  # a call past the memory bound runs untraced (counted)
 
@@ -100,7 +100,7 @@ def _sync_sources() -> None:
         return
     speedups.set_enabled(not _disabled)
     speedups.set_sources(
-        clock=None if _clock is time.perf_counter_ns else _clock,
+        clock=None if _clock is clock_module.now else _clock,
         new_seq=None if _new_seq is ids.new_seq else _new_seq,
         next_iid=None if _next_iid is recorder.next_iid else _next_iid,
         adopt=_adopt,

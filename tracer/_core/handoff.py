@@ -17,10 +17,10 @@ import functools
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from tracer._core import clock as clock_module
 from tracer._core import context, decorator, frames, ids, recorder, stack
 from tracer.wire import TAG_HANDOFF
 
@@ -34,7 +34,7 @@ CARRIES_CONTEXT_MARK: Final = "__invoseq_carries_context__"
 _get = context.current.get
 _set = context.current.set
 _reset = context.current.reset
-_clock = time.perf_counter_ns
+_clock = clock_module.now
 _lock = threading.RLock()  # reentrant: a finalizer may intern too (recorder._lock)
 _methods: dict[tuple[str, str, str, int], int] = {}
 

@@ -36,13 +36,15 @@ def _backend() -> codes.Backend | None:
 
     if os.environ.get(ENV_WRAP, "").strip() == "1":
         return None
-    handlers = hooks if accel.speedups is None else hooks.CHandlers(accel.speedups)
+    speedups = accel.speedups
     if monitoring.supported():
-        return monitoring.claim(handlers)
+        return monitoring.claim(
+            hooks if speedups is None else hooks.CHandlers(speedups, monitoring=True)
+        )
     if sys.version_info[:2] == (3, 11):
         from tracer._core.rewriting import Rewriting
 
-        return Rewriting(handlers)
+        return Rewriting(hooks if speedups is None else hooks.CHandlers(speedups, monitoring=False))
     return None
 
 

@@ -26,7 +26,7 @@ import tracer
 from tests.support import write_script
 from tests.tracer.core.implementations import _speedups, needs_c_build, needs_c_path, run
 from tracer import wire
-from tracer._core import codes, context, decorator, recorder
+from tracer._core import clock, codes, context, decorator, recorder
 from tracer.testing import capture
 
 
@@ -70,8 +70,10 @@ def test_the_active_implementation_follows_invoseq_pure() -> None:
     assert expected == decorator.IMPLEMENTATION
     backend = codes.backend()
     if backend is not None:  # the code is instrumented: PY_START's handler is C or Python
-        start = type(backend.handlers.start).__name__  # type: ignore[attr-defined]
-        assert start == ("builtin_function_or_method" if expected == "c" else "function")
+        start = backend.handlers.start  # type: ignore[attr-defined]
+        c_handler = start in (_speedups.monitor_start, _speedups.hook_start) if _speedups else False
+        assert c_handler == (expected == "c")
+        assert c_handler or type(start).__name__ == "function"
     else:
         wrapper_type = type(add).__name__
         assert wrapper_type == ("TracedFunction" if expected == "c" else "function")
@@ -252,13 +254,40 @@ def test_event_times_come_from_perf_counter_ns() -> None:
 
 @needs_c_build
 @pytest.mark.skipif(sys.platform != "linux", reason="the C clock is Linux's CLOCK_MONOTONIC")
-def test_the_c_clock_is_perf_counter_ns() -> None:
+def test_the_c_clock_is_perf_counter_ns_whether_it_reads_the_tsc_or_not() -> None:
     assert time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)"
-    for _ in range(1000):
+    # read long enough for the TSC's rate to be measured (10 ms), where the kernel reads the TSC
+    started = time.perf_counter_ns()
+    while time.perf_counter_ns() - started < 30_000_000:
+        _speedups.clock()
+    assert _speedups.clock_reads_tsc() == clock.tsc_allowed()
+    previous = 0
+    for _ in range(200_000):  # several of the clock's 50 ms segments
         first = time.perf_counter_ns()
         between = _speedups.clock()
         last = time.perf_counter_ns()
         assert first <= between <= last
+        assert between >= previous
+        previous = between
+
+
+@needs_c_build
+@pytest.mark.system
+def test_invoseq_clock_monotonic_keeps_the_tsc_out(tmp_path: Path) -> None:
+    script = write_script(
+        tmp_path / "clock.py",
+        """
+        import os, time
+        from tracer._core import _speedups, clock
+        started = time.perf_counter_ns()
+        while time.perf_counter_ns() - started < 30_000_000:
+            _speedups.clock()
+        print(clock.tsc_allowed(), _speedups.clock_reads_tsc())
+        """,
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(clock.ENV_CLOCK, "monotonic")
+        assert run(script, pure=False).split() == ["False", "False"]
 
 
 def test_a_failing_clock_is_counted_and_leaves_no_context_behind(
