@@ -255,12 +255,12 @@ def test_batches_awaiting_acknowledgement_are_not_the_programs_allocations(tmp_p
             retained, _ = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        received = 0
-        while router.poll(0):  # every batch was sent, and waits in the window for its ack
+        received = 0  # every batch was sent (ZeroMQ delivers them on its own thread): unacked
+        while received < 2 * calls and router.poll(30_000):
             received += wire.event_count(
                 msgspec.msgpack.decode(router.recv_multipart()[2], type=wire.Batch)
             )
-        assert received == 2 * calls
+        assert received >= 2 * calls  # (a thread another test left in a call may add its End)
         assert tracer.stats().acked_batches == 0
     finally:
         tracer.shutdown(timeout_s=5)
