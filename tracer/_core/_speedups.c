@@ -144,7 +144,7 @@ out_reserve(Out *out, Py_ssize_t extra)
     if (capacity < out->size + extra) {
         capacity = out->size + extra;
     }
-    char *data = PyMem_Realloc(out->data, capacity);
+    char *data = realloc(out->data, capacity); /* the C library's: see forget_allocation */
     if (data == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -392,6 +392,45 @@ put_record(Out *out, const Record *r)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * The tracer's memory is not the program's. A program measuring its own allocations with
+ * tracemalloc (more-itertools' tests do) must not count what the tracer holds for it: the record
+ * arrays, the invocation stacks and the encoded events are the C library's (malloc), which
+ * tracemalloc does not see; the bytes objects the sender keeps (a batch's body until the
+ * repository acknowledges it, the events spliced into it) are made by Python's allocator, so
+ * tracemalloc is told to forget them as soon as they exist.
+ */
+
+/* A bytes object is one block from PyObject_Malloc that starts at the object (bytes are not
+ * tracked by the GC: no header before it), so its address is the key of its trace. Freeing it
+ * later finds no trace, which tracemalloc ignores (3.11 to 3.13: tracemalloc_remove_trace
+ * returns when the address is not traced); nothing reallocates it. Only a new object held once
+ * is forgotten: a shared one (a cached single byte) may be anyone's. When tracemalloc is not
+ * tracing, PyTraceMalloc_Untrack returns at once. */
+static void
+forget_allocation(PyObject *obj)
+{
+    if (PyBytes_CheckExact(obj) && Py_REFCNT(obj) == 1) {
+        (void)PyTraceMalloc_Untrack(0, (uintptr_t)obj); /* 0: the domain of Python's allocators */
+    }
+}
+
+/* untracked(make, arg): make(arg), a bytes object the tracer keeps, forgotten by tracemalloc in
+ * the same step, so no other thread can run between the two and see it. */
+static PyObject *
+untracked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "untracked() takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *made = PyObject_CallOneArg(args[0], args[1]);
+    if (made != NULL) {
+        forget_allocation(made);
+    }
+    return made;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * EncodedEvents: the result of EventBuffer.take(), sliceable at event boundaries.
  */
 
@@ -409,8 +448,8 @@ static void
 encoded_dealloc(EncodedEvents *self)
 {
     if (self->owner == NULL) {
-        PyMem_Free(self->data);
-        PyMem_Free(self->offsets);
+        free(self->data);
+        free(self->offsets);
     }
     Py_XDECREF(self->owner);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -499,6 +538,7 @@ encoded_msgpack(EncodedEvents *self, PyObject *Py_UNUSED(ignored))
     }
     memcpy(PyBytes_AS_STRING(result), header, out.size);
     memcpy(PyBytes_AS_STRING(result) + out.size, self->data + self->offsets[self->start], length);
+    forget_allocation(result); /* spliced into a batch's body (msgspec.Raw) while it is built */
     return result;
 }
 
@@ -686,7 +726,7 @@ buffer_dealloc(EventBuffer *self)
         Py_XDECREF(self->stack[i].code);
         Py_XDECREF(self->stack[i].token);
     }
-    PyMem_Free(self->stack);
+    free(self->stack);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -815,7 +855,7 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t kept = self->count - count; /* recorded after the sender counted: they stay */
     Record *taken = self->records;
     Py_ssize_t taken_capacity = self->capacity;
-    Py_ssize_t *offsets = PyMem_Malloc((count + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *offsets = malloc((count + 1) * sizeof(Py_ssize_t));
     Record *fresh = self->spare;
     Py_ssize_t fresh_capacity = self->spare_capacity;
     if (fresh == NULL || fresh_capacity < kept) {
@@ -826,7 +866,7 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
         fresh = records_alloc(fresh_capacity);
     }
     if (offsets == NULL || fresh == NULL) {
-        PyMem_Free(offsets);
+        free(offsets);
         if (fresh != self->spare) {
             records_free(fresh, fresh_capacity);
         }
@@ -861,8 +901,8 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     }
     EncodedEvents *result = failed ? NULL : PyObject_New(EncodedEvents, &EncodedEventsType);
     if (result == NULL) {
-        PyMem_Free(out.data);
-        PyMem_Free(offsets);
+        free(out.data);
+        free(offsets);
         return NULL;
     }
     offsets[count] = out.size;
@@ -1511,7 +1551,7 @@ stack_push(EventBuffer *buffer, uint64_t iid, PyObject *strand, const Beginning 
 {
     if (buffer->depth == buffer->stack_capacity) {
         Py_ssize_t capacity = buffer->stack_capacity ? buffer->stack_capacity * 2 : INITIAL_STACK;
-        StackEntry *stack = PyMem_Realloc(buffer->stack, capacity * sizeof(StackEntry));
+        StackEntry *stack = realloc(buffer->stack, capacity * sizeof(StackEntry));
         if (stack == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -2511,7 +2551,7 @@ push_marker(PyObject *code)
     EventBuffer *events = (EventBuffer *)buffer;
     if (events->depth == events->stack_capacity) {
         Py_ssize_t capacity = events->stack_capacity ? events->stack_capacity * 2 : INITIAL_STACK;
-        StackEntry *stack = PyMem_Realloc(events->stack, capacity * sizeof(StackEntry));
+        StackEntry *stack = realloc(events->stack, capacity * sizeof(StackEntry));
         if (stack == NULL) {
             Py_DECREF(buffer);
             PyErr_NoMemory();
@@ -2751,9 +2791,12 @@ static PyMethodDef module_methods[] = {
      "replace a source (None: its own; for adopt, no adoption: every root draws a new sequence; "
      "adopt_guard=(var, key): ask adopt only when key is in var's mapping)."},
     {"next_iid", next_iid, METH_NOARGS, "The next invocation id of this process."},
+    {"untracked", (PyCFunction)(void (*)(void))untracked, METH_FASTCALL,
+     "untracked(make, arg, /): make(arg), a bytes object the tracer keeps, which tracemalloc "
+     "forgets at once (the program does not count it)."},
     {"clock", clock_ns, METH_NOARGS,
      "The hot path's clock, ns on CLOCK_MONOTONIC's scale (time.perf_counter_ns on Linux): read "
-     "from the TSC once calibrate_clock has measured its rate (_clock.h)."},
+     "from the TSC once its rate is measured (_clock.h)."},
     {"use_tsc", use_tsc, METH_O,
      "use_tsc(allowed): whether clock() may read the TSC (where the kernel's clocksource is the "
      "TSC: tracer/_core/clock.py); it starts measuring the TSC's rate anew."},

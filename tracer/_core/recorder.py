@@ -81,14 +81,23 @@ tls: Final = threading.local()
 #: The process's invocation counter: one, whichever implementation records (the C one is C's).
 next_iid: Callable[[], int]
 _new_sink: Callable[[], EventSink]
+#: ``untracked(make, arg)``: ``make(arg)``, bytes the tracer keeps (a batch's body). With the C
+#: accelerator tracemalloc forgets them at once, as it never sees the C buffers: a program that
+#: measures its own allocations does not count the tracer's. Pure Python cannot, and its events
+#: are Python objects anyway.
+untracked: Callable[[Callable[[Any], bytes], Any], bytes]
 if _accel.speedups is None:
     next_iid = itertools.count(1).__next__
     _new_sink = _new_event_list
+
+    def untracked(make: Callable[[Any], bytes], arg: Any) -> bytes:
+        return make(arg)
 else:
     from tracer._core import _speedups
 
     next_iid = _speedups.next_iid
     _new_sink = _speedups.EventBuffer
+    untracked = _speedups.untracked
 _next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
 #: Batches are numbered per process, not per sender: the repository discards a (puid, batch_no)
 #: it has seen, so a sender replaced by configure() must never start the numbers again.

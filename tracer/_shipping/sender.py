@@ -250,7 +250,7 @@ class Sender:
             sampler=sampler,
             lost_seqs=lost,
         )
-        body = self._encoder.encode(batch)
+        body = recorder.untracked(self._encoder.encode, batch)  # the program's tracemalloc: unseen
         continues = self._continued_sequences(chunks)
         delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, continues))
         self._last_send = time.monotonic()

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
 
+from tracer._core import recorder
+
 log = logging.getLogger("tracer")
 
 _MAGIC: Final = b"\xa5\x5a"
@@ -101,7 +103,8 @@ class Spool:
                 if self.path not in self._pending:
                     self._pending.append(self.path)
             header = _HEADER.pack(_MAGIC, len(body), events, zlib.crc32(body), puid, batch_no)
-            self._writer.write(header + body)
+            self._writer.write(header)  # not header + body: no copy of the body while it is written
+            self._writer.write(body)
             self._writer.flush()
         except OSError as exc:
             log.warning("invoseq: cannot write the spool %s: %s", self.path, exc)
@@ -174,7 +177,8 @@ class Spool:
             self._cut(reader, start, events=None)
             return None
         magic, length, events, crc, puid, batch_no = _HEADER.unpack(header)
-        body = reader.read(length) if magic == _MAGIC else b""
+        # Kept until the repository acknowledges it: the program's tracemalloc does not count it.
+        body = recorder.untracked(reader.read, length) if magic == _MAGIC else b""
         if magic != _MAGIC or len(body) < length or zlib.crc32(body) != crc:
             self._cut(reader, start, events=events if magic == _MAGIC else None)
             return None

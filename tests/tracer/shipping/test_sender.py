@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import msgspec
@@ -16,6 +17,7 @@ import pytest
 import zmq
 
 import tracer
+from tests.tracer.core.implementations import needs_c_path
 from tracer import wire
 from tracer._core import budget
 from tracer.testing import capture
@@ -218,6 +220,55 @@ def test_acknowledged_by_a_real_router(tmp_path: Path) -> None:
     assert sum(wire.event_count(b) for b in received) == 20
     assert received[-1].final is True
     assert tracer.stats().acked_batches == len(received)
+
+
+@needs_c_path  # pure Python's events are the program's tuples until they are sent
+@pytest.mark.system
+def test_batches_awaiting_acknowledgement_are_not_the_programs_allocations(tmp_path: Path) -> None:
+    """As more-itertools' memory test does: tracemalloc started after the tracer, many traced
+    calls, and the sender drains during the measurement. Its encoded batches wait in memory for
+    the repository's acknowledgement; tracemalloc must not count them as the program's."""
+    endpoint = f"ipc://{tmp_path}/router.sock"
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)  # a repository that receives and does not answer yet
+    router.bind(endpoint)
+    try:
+        # No drain but the ones asked for, no sampler; a flush does not wait for acknowledgements.
+        tracer.configure(
+            endpoint=endpoint,
+            flush_interval_ms=3_600_000,
+            heartbeat_ms=3_600_000,
+            sample_interval_ms=0,
+            flush_timeout_ms=0,
+            spool_bytes=0,
+        )
+        work(0)  # the thread's buffer exists, the method is interned
+        while not router.poll(100):  # the connection is up: later batches go out at once
+            tracer.flush(30)
+        router.recv_multipart()
+        calls = 20_000
+        tracemalloc.start()
+        try:
+            for i in range(calls):
+                work(i)
+            assert tracer.flush(30) is False  # drained, encoded, sent: unacknowledged
+            retained, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        received = 0  # every batch was sent (ZeroMQ delivers them on its own thread): unacked
+        while received < 2 * calls and router.poll(30_000):
+            received += wire.event_count(
+                msgspec.msgpack.decode(router.recv_multipart()[2], type=wire.Batch)
+            )
+        assert received >= 2 * calls  # (a thread another test left in a call may add its End)
+        assert tracer.stats().acked_batches == 0
+    finally:
+        tracer.shutdown(timeout_s=5)
+        router.close(linger=0)
+        context.term()
+    # 1.4 MB of batches before they were hidden from it; what is left is a few hundred bytes
+    # a batch in flight (the objects that hold each body)
+    assert retained < 64 * 1024, retained
 
 
 def test_an_idle_tracer_sends_heartbeats_that_name_their_interval() -> None:

@@ -4,8 +4,10 @@ next run of the same program."""
 from __future__ import annotations
 
 import os
+import tracemalloc
 from pathlib import Path
 
+from tests.tracer.core.implementations import needs_c_path
 from tracer._shipping import spool
 from tracer._shipping.spool import Spool
 
@@ -31,6 +33,21 @@ def test_records_come_back_in_order_and_the_file_is_reused(tmp_path: Path) -> No
     assert not own.path.exists()  # read to its end: emptied
     fill(own, 2)
     assert drain(own) == [(1, 1), (2, 2)]
+
+
+@needs_c_path  # pure Python does not hide the tracer's bytes from tracemalloc
+def test_a_batch_read_back_is_not_counted_as_the_programs_allocation(tmp_path: Path) -> None:
+    own = Spool(str(tmp_path), 4 << 20, "prog")
+    assert own.append(7, 1, b"x" * (1 << 20), events=1)
+    tracemalloc.start()
+    try:
+        record = own.peek()  # kept in memory until the repository acknowledges it
+        retained, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert record is not None
+    assert len(record.body) == 1 << 20
+    assert retained < 64 * 1024, retained  # the file's read buffer and the record's object
 
 
 def test_the_byte_bound_is_never_exceeded(tmp_path: Path) -> None:
