@@ -168,6 +168,8 @@ def frame_lines(transcript: str) -> list[str]:
 
 
 def test_pdb_stops_steps_and_prints_in_traced_functions_as_untraced(tmp_path: Path) -> None:
+    """``python -m pdb``, driven by PDB_COMMANDS, prints the same session with the functions
+    traced as without; the program's exit status is its own and its calls are stored."""
     script = write_script(tmp_path / "prog.py", PROGRAM)
     commands = tmp_path / "commands"
     commands.write_text("\n".join(PDB_COMMANDS) + "\n")
@@ -193,7 +195,7 @@ def test_pdb_stops_steps_and_prints_in_traced_functions_as_untraced(tmp_path: Pa
     # What the session did, as pdb printed it (the same both ways, as just seen):
     frames = frame_lines(traced)
     assert f"{script}({LEAF_LINE})leaf()" in frames
-    assert not [f for f in frames if "tracer" in f or "invoseq" in f], frames
+    assert not [f for f in frames if "/tracer/" in f or "invoseq" in f], frames
     assert "(Pdb) (0, 0)\n" in traced  # p x, y in the first call, after stepping
     assert f"({LEAF_LINE})leaf()\n-> y = x * 2\n(Pdb) 1\n" in traced  # the breakpoint
 
@@ -297,7 +299,7 @@ def test_breakpoint_in_a_function_traced_by_tracer_run_include(tmp_path: Path) -
     assert traced_stops == plain, err
     frames = frame_lines("\n".join(transcript))
     assert f"{shop}({LEAF_LINE})leaf()" in frames
-    assert not [f for f in frames if "tracer" in f or "invoseq" in f], frames
+    assert not [f for f in frames if "/tracer/" in f or "invoseq" in f], frames
     assert "(0, 0)" in transcript
     assert "result 9" in transcript
 
