@@ -1,5 +1,6 @@
-"""``python -m benchmarks.lifecycle [--runs 20]``: how processes start and stop under ``tracer run``
-with the embedded repository (docs/reliability.md, "Processes started and stopped").
+"""``python -m benchmarks.lifecycle [--runs 20] [--pure]``: how processes start and stop under
+``tracer run`` with the embedded repository (docs/reliability.md, "Processes started and
+stopped"); ``--pure``: the programs traced in pure Python.
 
 - gunicorn ``-w 2`` (and ``--max-requests 2``): 20 requests, the slowest, the seconds from SIGTERM
   to the master's exit, and the requests stored;
@@ -95,9 +96,14 @@ if __name__ == "__main__":
 """
 
 
+#: The programs' hot path: ``--pure`` sets ``INVOSEQ_PURE=1`` here.
+HOT_PATH: dict[str, str] = {}
+
+
 def environment(folder: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_")}
     env.update(INVOSEQ_DB=str(folder / "cmr.sqlite"), INVOSEQ_SPOOL_DIR=str(folder / "spool"))
+    env.update(HOT_PATH)
     return env
 
 
@@ -208,7 +214,12 @@ def spawn_server(folder: Path) -> tuple[bool, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.lifecycle")
     parser.add_argument("--runs", type=int, default=20, help="spawn-server runs (default 20)")
+    parser.add_argument(
+        "--pure", action="store_true", help="the programs traced in pure Python (INVOSEQ_PURE=1)"
+    )
     options = parser.parse_args(argv)
+    if options.pure:
+        HOT_PATH["INVOSEQ_PURE"] = "1"
     with tempfile.TemporaryDirectory(prefix="invoseq-lifecycle-") as top:
         base = Path(top)
         for n, gunicorn_options in enumerate([(), ("--max-requests", "2")]):
