@@ -32,6 +32,8 @@ A handler never raises into user code: a failure is counted and logged once
 from __future__ import annotations
 
 import sys
+import textwrap
+from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, Final
 
@@ -57,16 +59,14 @@ _UNTRACED: Final = object()
 #: ``_next_iid``, ``_get``, ``_refill``, ``_open``, ``_reset``, ...) directly, so a source a test
 #: replaces there reaches them, and a call costs no attribute lookup. A return or unwind whose
 #: code is the top entry's is a synchronous call's (strands push no entry): no lookup at all.
-_SYNC_HANDLERS: Final = """\
-def _hook_start(code, offset):
+#:
+#: The start, written once (``{name}``, ``{find}`` the lines that find ``method``): the handler
+#: ``sys.monitoring`` calls finds it in the registry, the one a 3.11 copy of sync code embeds is
+#: made for that code (``start_for``) and has it already.
+_START_HANDLER: Final = """\
+def {name}(code, offset):
     try:
-        try:
-            method, kind = _hook_registry[id(code)]
-        except KeyError:
-            return
-        if kind:
-            _hook_start_strand(method, _hook_getframe(1))
-            return
+{find}\
         try:
             events = _tls.events
         except AttributeError:
@@ -92,8 +92,19 @@ def _hook_start(code, offset):
             events.top = (opened[0], iid, opened[2], code, top, token)
     except Exception as exc:
         _internal_error(exc)
+"""
 
+_FIND_IN_REGISTRY: Final = """\
+        try:
+            method, kind = _hook_registry[id(code)]
+        except KeyError:
+            return
+        if kind:
+            _hook_start_strand(method, _hook_getframe(1))
+            return
+"""
 
+_OTHER_END: Final = """\
 def _hook_other_end(code, error):
     # not the top entry's code: a strand's end, or untraced code, or a frame begun before its
     # code was traced (left alone)
@@ -160,7 +171,7 @@ def {name}(code, offset, {parameter}):
 """
 
 
-def _compile_sync_handlers() -> tuple[Any, Any, Any]:
+def _compile_sync_handlers() -> tuple[Any, Any, Any, Any]:
     namespace = vars(_d)
     namespace.update(
         _hook_registry=_registry,
@@ -169,9 +180,14 @@ def _compile_sync_handlers() -> tuple[Any, Any, Any]:
         _hook_finish_strand=_finish_strand,
         _HOOK_UNTRACED=_UNTRACED,
     )
+    start_for_sync = _START_HANDLER.format(name="_hook_start_sync", find="")
     source = "\n\n".join(
         (
-            _SYNC_HANDLERS,
+            _START_HANDLER.format(name="_hook_start", find=_FIND_IN_REGISTRY),
+            "def _hook_start_for(method):\n"
+            + textwrap.indent(start_for_sync, "    ")
+            + "    return _hook_start_sync\n",
+            _OTHER_END,
             _END_HANDLER.format(
                 name="_hook_return", parameter="value", error="None", event="(1, top[1], _clock())"
             ),
@@ -184,10 +200,22 @@ def _compile_sync_handlers() -> tuple[Any, Any, Any]:
         )
     )
     exec(compile(source, "<invoseq handlers>", "exec"), namespace)
-    return namespace["_hook_start"], namespace["_hook_return"], namespace["_hook_unwind"]
+    return (
+        namespace["_hook_start"],
+        namespace["_hook_start_for"],
+        namespace["_hook_return"],
+        namespace["_hook_unwind"],
+    )
 
 
-start, return_, unwind = _compile_sync_handlers()
+start, _start_for_sync, return_, unwind = _compile_sync_handlers()
+
+
+def start_for(method: int, kind: int) -> Callable[[object, int], None]:
+    """The start handler an instrumented copy of one code object calls (3.11, ``tracer._core.
+    rewriting``): for sync code, one made for its method, which reads no registry; else
+    ``start``."""
+    return _start_for_sync(method) if kind == codes.SYNC else start  # type: ignore[no-any-return]
 
 
 def yield_(code: CodeType, offset: int, value: object) -> None:
@@ -249,6 +277,7 @@ __all__ = [
     "resume",
     "return_",
     "start",
+    "start_for",
     "sweep",
     "throw",
     "unwind",
