@@ -8,10 +8,14 @@ bytecode on 3.11, with the same arguments either way: ``(code, offset[, value])`
 the key the code was registered under (``codes.REGISTRY``, by id).
 
 - A **synchronous** call cannot be interleaved on its thread, so its thread keeps its open calls
-  on a list (``EventList.saved``: the code, the stack's previous top, the token of a root's
-  ContextVar value, the iid): the start pushes, the return or unwind pops the entry of its own
-  code (an entry of another code means the frame began before its code was instrumented: its
-  end is left alone). The parent is found as the wrappers found it (``tracer._core.stack``).
+  as a chain of entries from the top of its invocation stack (``EventList.top``): ``(strand, iid,
+  seq, code, the entry below, token)``, whose first three items are the top the wrappers keep
+  (``tracer._core.stack``), so the parent is found as they find it. The start makes its entry
+  the top; the return or unwind of the top entry's code puts the entry below back (a top of
+  another code means the frame began before its code was instrumented: its end is left alone).
+  ``token`` is a root's ContextVar token, None, or ``_UNTRACED`` for a call that runs untraced
+  (recording off, past the memory bound), whose entry repeats the one below's first three items.
+  One thread-local read per handler, one tuple per call besides its two events.
 - A **strand** (generator, coroutine, async generator) keeps its state by frame (``_strands``):
   its invocation, the context value its steps run under, and the token of the step running now;
   each step sets the value and the yield that ends it resets it, so calls between its steps
@@ -28,12 +32,13 @@ A handler never raises into user code: a failure is counted and logged once
 from __future__ import annotations
 
 import sys
+import textwrap
+from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, Final
 
 from tracer._core import codes, recorder
 from tracer._core import decorator as _d
-from tracer._core.recorder import NO_TOP
 
 _tls: Final = recorder.tls
 _register_thread: Final = recorder.register_thread
@@ -45,6 +50,8 @@ _getrefcount: Final = sys.getrefcount
 #: A strand's state: [iid, context value, token of the running step or None, its Start's buffer].
 _strands: dict[FrameType, list[Any]] = {}
 _sweep_at = 64  # sweep when this many strands are open
+#: The token of a synchronous call that runs untraced: its end records nothing.
+_UNTRACED: Final = object()
 
 
 #: The synchronous handlers' source, compiled in ``tracer._core.decorator``'s namespace as its
@@ -52,41 +59,52 @@ _sweep_at = 64  # sweep when this many strands are open
 #: ``_next_iid``, ``_get``, ``_refill``, ``_open``, ``_reset``, ...) directly, so a source a test
 #: replaces there reaches them, and a call costs no attribute lookup. A return or unwind whose
 #: code is the top entry's is a synchronous call's (strands push no entry): no lookup at all.
-_SYNC_HANDLERS: Final = """\
-def _hook_start(code, offset):
+#:
+#: The start, written once (``{name}``, ``{find}`` the lines that find ``method``): the handler
+#: ``sys.monitoring`` calls finds it in the registry, the one a 3.11 copy of sync code embeds is
+#: made for that code (``start_for``) and has it already.
+_START_HANDLER: Final = """\
+def {name}(code, offset):
     try:
-        entry = _hook_registry.get(id(code))
-        if entry is None:
-            return
-        if entry[1]:
-            _hook_start_strand(entry[0], _hook_getframe(1))
-            return
+{find}\
         try:
             events = _tls.events
         except AttributeError:
             events = _register_thread()
-        saved = events.saved
+        top = events.top
         if _disabled:
-            saved.append((code, _NO_TOP, None, 0))
+            events.top = (top[0], top[1], top[2], code, top, _HOOK_UNTRACED)
             return
         current = _get()
         if len(events) >= events.limit and not _refill(events, current):
-            saved.append((code, _NO_TOP, None, 0))  # untraced, counted with its sequence
+            # untraced, counted with its sequence
+            events.top = (top[0], top[1], top[2], code, top, _HOOK_UNTRACED)
             return
         iid = _next_iid()
-        top = events.top
         if top[0] is current:
             seq = top[2]
-            events.append((0, iid, top[1], 0, entry[0], _clock(), seq))
-            saved.append((code, top, None, iid))
-            events.top = (current, iid, seq)
+            events.append((0, iid, top[1], 0, method, _clock(), seq))
+            events.top = (current, iid, seq, code, top, None)
         else:
-            saved.append((code, top, None, 0))  # in place should _open fail
-            saved[-1] = (code, top, _open(events, current, iid, entry[0]), iid)
+            events.top = (top[0], top[1], top[2], code, top, _HOOK_UNTRACED)  # should _open fail
+            token = _open(events, current, iid, method)
+            opened = events.top
+            events.top = (opened[0], iid, opened[2], code, top, token)
     except Exception as exc:
         _internal_error(exc)
+"""
 
+_FIND_IN_REGISTRY: Final = """\
+        try:
+            method, kind = _hook_registry[id(code)]
+        except KeyError:
+            return
+        if kind:
+            _hook_start_strand(method, _hook_getframe(1))
+            return
+"""
 
+_OTHER_END: Final = """\
 def _hook_other_end(code, error):
     # not the top entry's code: a strand's end, or untraced code, or a frame begun before its
     # code was traced (left alone)
@@ -131,54 +149,73 @@ _END_HANDLER: Final = """\
 def {name}(code, offset, {parameter}):
     try:
         try:
-            saved = _tls.events.saved
-        except AttributeError:
-            saved = None
-        if not saved or saved[-1][0] is not code:
+            events = _tls.events
+            top = events.top
+            mine = top[3] is code
+        except (AttributeError, IndexError):  # no buffer yet; the top of a wrapper, or none
+            mine = False
+        if not mine:
             _hook_other_end(code, {error})
             return
-        _, top, token, iid = saved.pop()
-        if iid:
-            events = _tls.events
-            events.top = top
+        events.top = top[4]
+        token = top[5]
+        if token is None:
+            events.append({event})
+        elif token is not _HOOK_UNTRACED:
             try:
                 events.append({event})
             finally:
-                if token is not None:
-                    _reset(token)
+                _reset(token)
     except Exception as exc:
         _internal_error(exc)
 """
 
 
-def _compile_sync_handlers() -> tuple[Any, Any, Any]:
+def _compile_sync_handlers() -> tuple[Any, Any, Any, Any]:
     namespace = vars(_d)
     namespace.update(
         _hook_registry=_registry,
         _hook_getframe=_getframe,
         _hook_start_strand=_start_strand,
         _hook_finish_strand=_finish_strand,
-        _NO_TOP=NO_TOP,
+        _HOOK_UNTRACED=_UNTRACED,
     )
+    start_for_sync = _START_HANDLER.format(name="_hook_start_sync", find="")
     source = "\n\n".join(
         (
-            _SYNC_HANDLERS,
+            _START_HANDLER.format(name="_hook_start", find=_FIND_IN_REGISTRY),
+            "def _hook_start_for(method):\n"
+            + textwrap.indent(start_for_sync, "    ")
+            + "    return _hook_start_sync\n",
+            _OTHER_END,
             _END_HANDLER.format(
-                name="_hook_return", parameter="value", error="None", event="(1, iid, _clock())"
+                name="_hook_return", parameter="value", error="None", event="(1, top[1], _clock())"
             ),
             _END_HANDLER.format(
                 name="_hook_unwind",
                 parameter="error",
                 error="error",
-                event="(2, iid, _clock(), type(error).__name__[:1024])",
+                event="(2, top[1], _clock(), type(error).__name__[:1024])",
             ),
         )
     )
     exec(compile(source, "<invoseq handlers>", "exec"), namespace)
-    return namespace["_hook_start"], namespace["_hook_return"], namespace["_hook_unwind"]
+    return (
+        namespace["_hook_start"],
+        namespace["_hook_start_for"],
+        namespace["_hook_return"],
+        namespace["_hook_unwind"],
+    )
 
 
-start, return_, unwind = _compile_sync_handlers()
+start, _start_for_sync, return_, unwind = _compile_sync_handlers()
+
+
+def start_for(method: int, kind: int) -> Callable[[object, int], None]:
+    """The start handler an instrumented copy of one code object calls (3.11, ``tracer._core.
+    rewriting``): for sync code, one made for its method, which reads no registry; else
+    ``start``."""
+    return _start_for_sync(method) if kind == codes.SYNC else start  # type: ignore[no-any-return]
 
 
 def yield_(code: CodeType, offset: int, value: object) -> None:
@@ -244,6 +281,7 @@ __all__ = [
     "resume",
     "return_",
     "start",
+    "start_for",
     "sweep",
     "throw",
     "unwind",

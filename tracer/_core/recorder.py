@@ -47,27 +47,25 @@ FrameTuple = tuple[int, str, str, int]
 
 
 #: The top of an empty stack: a strand no ContextVar value is (so nothing nests in it).
-NO_TOP: Final[tuple[Any, int, Any]] = (object(), 0, b"")
+NO_TOP: Final[tuple[Any, ...]] = (object(), 0, b"")
 
 
 class EventList(list[EventTuple]):
     """A thread's events on the pure-Python path, with its allowance (``tracer._core.budget``)
-    and the top of its invocation stack (``tracer._core.stack``): (strand, iid, seq) of the
-    innermost open sync call, or ``NO_TOP``; each call keeps the one below in its frame."""
+    and the top of its invocation stack (``tracer._core.stack``): (strand, iid, seq, ...) of the
+    innermost open sync call, or ``NO_TOP``. A wrapped call keeps the one below in its frame;
+    an instrumented call's entry carries it (``tracer._core.hooks``)."""
 
-    __slots__ = ("ident", "limit", "saved", "top")
+    __slots__ = ("ident", "limit", "top")
     ident: int  # the thread's threading.get_ident(): where a strand's value was set
     limit: int
-    top: tuple[Any, int, Any]
-    #: The open calls of instrumented code (tracer._core.hooks): (code, top below, token, iid).
-    saved: list[tuple[Any, tuple[Any, int, Any], Any, int]]
+    top: tuple[Any, ...]
 
 
 def _new_event_list() -> EventList:
     events = EventList()
     events.limit = 0  # the first Start reserves
     events.top = NO_TOP
-    events.saved = []
     events.ident = threading.get_ident()
     return events
 

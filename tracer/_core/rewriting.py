@@ -6,13 +6,14 @@ runs in its own frame.
 The copy is made once per code object: every function made by the same ``def`` (closures,
 methods made by a factory) is given the same copy when it is traced. ``detach`` puts the
 original code back. The handlers are called with the original code as their key, the key the
-registry holds (``tracer._core.codes``).
+registry holds (``tracer._core.codes``); the pure-Python start of sync code is one made for
+that code (``hooks.start_for``), which needs no registry.
 """
 
 from __future__ import annotations
 
 import logging
-from types import CodeType, FunctionType
+from types import CodeType, FunctionType, SimpleNamespace
 from typing import Any
 
 from tracer._core import inject
@@ -35,13 +36,29 @@ class Rewriting:
             if mark is not None:
                 mark(code, method, kind)
             try:
-                copy = inject.instrument(code, code, self.handlers)
+                copy = inject.instrument(code, code, self._hooks_for(method, kind))
             except (ValueError, TypeError, RuntimeError) as exc:  # code it cannot take
                 log.debug("invoseq: cannot trace %s: %s", code.co_qualname, exc)
                 return None
             self._copies[code] = copy
         function.__code__ = copy
         return copy
+
+    def _hooks_for(self, method: int, kind: int) -> Any:
+        """The handlers one code's copy calls: the pure-Python ones give sync code a start
+        handler of its own, which knows its method (``hooks.start_for``)."""
+        start_for = getattr(self.handlers, "start_for", None)
+        if start_for is None:
+            return self.handlers
+        handlers = self.handlers
+        return SimpleNamespace(
+            start=start_for(method, kind),
+            resume=handlers.resume,
+            yield_=handlers.yield_,
+            return_=handlers.return_,
+            throw=handlers.throw,
+            unwind=handlers.unwind,
+        )
 
     def untraced_code(self, running: CodeType) -> CodeType:
         return inject.uninstrument(running) if inject.is_instrumented(running) else running

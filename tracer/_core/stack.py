@@ -20,7 +20,8 @@ wherever it is found.
 
 With the C accelerator the stack lives in the thread's ``EventBuffer`` and ``capture``/``nested``
 are C; on the pure-Python path the thread's event list holds the top entry and every open call
-keeps the one below it in its frame (``tracer._core.decorator``).
+keeps the one below it: a wrapper in its frame (``tracer._core.decorator``), an instrumented
+call in its own entry, ``(strand, iid, seq, code, below, token)`` (``tracer._core.hooks``).
 """
 
 from __future__ import annotations
