@@ -162,8 +162,8 @@ anchor_at(uint64_t tsc, int64_t ns)
 static void
 clock_calibrate(void)
 {
-    uint64_t tsc;
-    int64_t ns;
+    uint64_t tsc = 0;
+    int64_t ns = 0;
     if (!g_tsc.allowed || tsc_pair(&tsc, &ns) < 0) {
         return;
     }

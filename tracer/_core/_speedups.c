@@ -1667,7 +1667,7 @@ begin(uint64_t method, Invocation *inv)
         b.strand = value;
         value = NULL;
     }
-    int64_t t_ns;
+    int64_t t_ns = 0;
     if (read_clock(&t_ns) < 0 || record_start(inv->buffer, &b, inv->iid, method, t_ns) < 0
         || stack_push(buffer, inv->iid, b.strand, &b) < 0) {
         goto failed;
@@ -1731,7 +1731,7 @@ end_root(Invocation *inv)
 static int
 record_end(EventBuffer *buffer, uint64_t iid, PyTypeObject *error_type)
 {
-    int64_t t_ns;
+    int64_t t_ns = 0;
     int result = read_clock(&t_ns);
     uint8_t kind = REC_END;
     PyObject *name = NULL;
@@ -1848,7 +1848,7 @@ begin_fast(uint64_t method, Invocation *inv)
         root->iid = iid;
         root->closed = 0;
     }
-    int64_t t_ns;
+    int64_t t_ns = 0;
     read_clock(&t_ns); /* the default clock: it cannot fail */
     slot->kind = REC_START;
     slot->a = iid;
@@ -2282,7 +2282,7 @@ begin_strand(uint64_t method)
     if (found < 0 || (b.strand == NULL && find_root(&b) < 0)) {
         goto done;
     }
-    int64_t t_ns;
+    int64_t t_ns = 0;
     if (read_clock(&t_ns) < 0 || record_start(buffer, &b, iid, method, t_ns) < 0) {
         goto done;
     }
