@@ -4,6 +4,9 @@
 # invoseq). Idempotent: run it as often as you like; it prints nothing unless something fails.
 #   .ci/postgres.sh && export INVOSEQ_TEST_PG=postgresql://invoseq:invoseq@127.0.0.1:5432/invoseq
 set -euo pipefail
+# The administration tools (runuser, pg_ctlcluster's helpers) live in sbin, which a minimal PATH
+# (an env -i shell, some CI runners) leaves out.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 role=invoseq
 password=invoseq

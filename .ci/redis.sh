@@ -5,6 +5,8 @@
 # as root); without it the queue tests skip, or fail where INVOSEQ_REQUIRE lists redis (as
 # .ci/run does).
 set -euo pipefail
+# The administration tools (runuser, service) live in sbin, which a minimal PATH leaves out.
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 if command -v redis-server >/dev/null 2>&1; then
     exit 0
 fi
