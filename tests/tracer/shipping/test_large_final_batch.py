@@ -14,17 +14,22 @@ pytestmark = pytest.mark.system
 WORKLOAD = """
 import time
 import tracer
+from tracer import _runtime
 
-def deep(depth, seconds):
+def ticks():
+    sampler = _runtime._sender._sampler if _runtime._sender is not None else None
+    return sampler.ticks if sampler is not None else 0
+
+def deep(depth):
     if depth:
-        return deep(depth - 1, seconds)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+        return deep(depth - 1)
+    deadline = time.monotonic() + 60  # a bound only: a loaded machine ticks slower
+    while ticks() < 1000 and time.monotonic() < deadline:
         pass
 
 @tracer.traced
 def handle():
-    deep(150, 1.5)  # sampled every millisecond, 150 frames deep: some 1,500 samples of 150
+    deep(150)  # sampled every millisecond, 150 frames deep, for 1,000 ticks
 
 handle()
 """
