@@ -54,6 +54,22 @@ def run_program(
 
 
 @contextmanager
+def own_session(
+    command: list[str], *, timeout_s: float = 60, **options: Any
+) -> Iterator[subprocess.Popen[str]]:
+    """``subprocess.Popen(command, text=True, **options)`` in a session of its own, killed whole
+    afterwards (the program and whatever it started: pool workers, a debugger's adapter), its
+    pipes then read to the end within ``timeout_s``."""
+    process = subprocess.Popen(command, text=True, start_new_session=True, **options)
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate(timeout=timeout_s)
+
+
+@contextmanager
 def cmr_server(db: Path, bind: str = "tcp://127.0.0.1:*") -> Iterator[str]:
     """A real `cmr serve` subprocess; yields its endpoint and stops it (SIGTERM) afterwards."""
     process = subprocess.Popen(

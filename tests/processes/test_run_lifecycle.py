@@ -10,7 +10,6 @@ into tmp_path), most beside the same program under plain ``python``.
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import os
@@ -27,7 +26,7 @@ import pytest
 
 from benchmarks.lifecycle import SPAWN_SERVER
 from tests.processes.web_support import free_port, nodes
-from tests.support import cmr_json, read_line, wait_for, write_script
+from tests.support import cmr_json, own_session, read_line, wait_for, write_script
 
 pytestmark = pytest.mark.system
 
@@ -58,22 +57,16 @@ def started(
 ) -> Iterator[subprocess.Popen[str]]:
     """The program in a session of its own, stdout and stderr piped (or both to ``output``);
     it and whatever it started are killed afterwards."""
-    process = subprocess.Popen(
+    with own_session(
         command(*args, traced=traced),
+        timeout_s=PATIENCE_S,
         cwd=tmp_path,
         env=environment(tmp_path),
         stdin=subprocess.PIPE,
         stdout=output or subprocess.PIPE,
         stderr=output or subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    ) as process:
         yield process
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate(timeout=PATIENCE_S)
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:

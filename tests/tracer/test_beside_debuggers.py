@@ -16,7 +16,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +25,15 @@ from typing import Any
 import pytest
 
 from tests.processes.stored import LEAF, sequences, tree
-from tests.support import cmr_server, read_line, run_program, say, shape, write_script
+from tests.support import (
+    cmr_server,
+    own_session,
+    read_line,
+    run_program,
+    say,
+    shape,
+    write_script,
+)
 from tests.tracer.dap_client import DapClient
 
 pytestmark = pytest.mark.system
@@ -311,22 +318,9 @@ def test_breakpoint_in_a_function_traced_by_tracer_run_include(tmp_path: Path) -
 def session(command: list[str], env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
     """The program in a session of its own, stdin and stdout piped; killed whole afterwards
     (debugpy's adapter is a process of its own)."""
-    process = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    with own_session(command, timeout_s=PATIENCE_S, cwd=cwd, env=env, **pipes) as process:
         yield process
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate(timeout=PATIENCE_S)
 
 
 def test_a_traced_program_runs_to_its_end_with_debugpy_listening(tmp_path: Path) -> None:
