@@ -52,8 +52,8 @@ typedef struct {
     int anchored;       /* the first pair, from which the rate is measured */
     uint64_t anchor_tsc;
     int64_t anchor_ns;
-    uint64_t last_tsc;  /* the previous pair: the next is due CAL_EVERY_NS after it */
-    int64_t last_ns;
+    int64_t last_ns;    /* the previous pair's time: until the TSC is on, the next is taken
+                           CAL_MIN_SPAN_NS after it (then every segment's end calls for one) */
 } TscClock;
 
 static TscClock g_tsc;
@@ -167,7 +167,6 @@ clock_calibrate(void)
     if (!g_tsc.allowed || tsc_pair(&tsc, &ns) < 0) {
         return;
     }
-    g_tsc.last_tsc = tsc;
     g_tsc.last_ns = ns;
     if (!g_tsc.anchored || tsc <= g_tsc.anchor_tsc || ns <= g_tsc.anchor_ns) {
         /* the first pair; or the counter went back (it was reset): clock_gettime until the rate
