@@ -31,7 +31,7 @@ from benchmarks.processes import clean_environment
 
 NAME: Final = "startup"
 
-SCRIPT: Final = '''\
+SCRIPT: Final = """\
 def leaf(n):
     return n * 2
 
@@ -42,7 +42,7 @@ def handle(n):
 
 for k in range(3):
     handle(5)
-'''
+"""
 
 #: The command's label -> (final target, first target), ratios to ``python -c pass``.
 TARGETS: Final = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tracer.wire import DEFAULT_ENDPOINT
+from invoseq.wire import DEFAULT_ENDPOINT
 
 __all__ = [
     "DB_ENV",

@@ -44,8 +44,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanContext, StatusCode
 
+from invoseq import wire
 from tracer import _runtime as runtime
-from tracer import wire
 from tracer._core import adoption, budget, context, decorator, ids, recorder, stack
 
 #: Distinct (instrumentation scope, span name) pairs interned as methods; past this many, a span

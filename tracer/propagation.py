@@ -47,7 +47,7 @@ from opentelemetry.propagators.textmap import (
 )
 from opentelemetry.trace import get_current_span
 
-from tracer import wire
+from invoseq import wire
 from tracer._core import context, handoff, ids, stack
 from tracer._tracecontext import (
     KNOWN_FLAGS,

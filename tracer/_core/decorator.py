@@ -33,11 +33,11 @@ import types
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
+from invoseq.wire import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 from tracer._core import accel as _accel
 from tracer._core import adoption, bodies, budget, codes, context, frames, ids, recorder, shaped
 from tracer._core import clock as clock_module
 from tracer._core import stack as stack_module
-from tracer.wire import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 
 TRACED_MARK: Final = "__invoseq_traced__"
 #: "c" when the C accelerator records events, "python" otherwise (INVOSEQ_PURE=1 forces it).

@@ -20,9 +20,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
+from invoseq.wire import TAG_HANDOFF
 from tracer._core import clock as clock_module
 from tracer._core import context, decorator, frames, ids, recorder, stack
-from tracer.wire import TAG_HANDOFF
 
 log = logging.getLogger("tracer")
 

@@ -36,13 +36,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tracer")
 
-#: An event as the hot path records it; the layouts are those of tracer.wire's event structs.
+#: An event as the hot path records it; the layouts are those of invoseq.wire's event structs.
 EventTuple = tuple[Any, ...]
-#: A method's interned metadata, laid out as tracer.wire.MethodInfo.
+#: A method's interned metadata, laid out as invoseq.wire.MethodInfo.
 MethodTuple = tuple[int, str, str, str, int]
-#: A thread's interned metadata, laid out as tracer.wire.ThreadInfo.
+#: A thread's interned metadata, laid out as invoseq.wire.ThreadInfo.
 ThreadTuple = tuple[int, int, str]
-#: A sampled code location, laid out as tracer.wire.FrameInfo.
+#: A sampled code location, laid out as invoseq.wire.FrameInfo.
 FrameTuple = tuple[int, str, str, int]
 
 
