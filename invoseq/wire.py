@@ -16,6 +16,8 @@ from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
 
+import invoseq
+
 __all__ = [
     "ACCEPTED_VERSIONS",
     "ACK_HEADER",
@@ -73,7 +75,7 @@ __all__ = [
 ]
 
 #: Where a traced process sends and ``cmr serve`` listens when nobody configured either.
-DEFAULT_ENDPOINT: Final = "tcp://127.0.0.1:7311"
+DEFAULT_ENDPOINT: Final = invoseq.DEFAULT_ENDPOINT
 
 PROTOCOL_VERSION: Final = 5
 #: Versions the repository accepts: each newer version only added optional fields or events.

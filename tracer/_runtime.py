@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Unpack
+from typing import TYPE_CHECKING, Unpack
 
 from tracer import _patching as patching
-from tracer import _signals as signals
 from tracer._core import decorator, ids, lifecycle, recorder
-from tracer._sampler import Sampler
-from tracer._shipping.delivery import Counters
-from tracer._shipping.sender import Sender
-from tracer._shipping.transport import Transport, open_zmq
 from tracer.config import (
     ENV_ENDPOINT,
     ENV_HEARTBEAT_MS,
@@ -30,6 +26,11 @@ from tracer.config import (
     environment,
     resolve,
 )
+
+if TYPE_CHECKING:  # the sender, the sampler and ZeroMQ load when a sender starts (_start)
+    from tracer._sampler import Sampler
+    from tracer._shipping.sender import Sender
+    from tracer._shipping.transport import Transport
 
 _lock = threading.RLock()
 _config: Config | None = None
@@ -53,14 +54,21 @@ def set_transport_factory(
 def _start(config: Config) -> None:
     """Start a sender for ``config`` (caller holds the lock)."""
     global _sender, _last
+    from tracer import _signals as signals
+
     signals.arm(config)  # flush on SIGTERM (or no longer, with enabled=False): tracer/_signals.py
     if not config.enabled:
         return
+    from tracer._sampler import Sampler
+    from tracer._shipping.sender import Sender
+
     factory = _transport_factory
 
     def transports() -> dict[str, Transport]:
         """One transport per repository node (``endpoint`` may list several)."""
         if factory is None:
+            from tracer._shipping.transport import open_zmq
+
             curve = (config.curve_server_key, config.curve_client_key)
             window = config.max_inflight_batches
             opened = open_zmq(config.endpoints, window, curve if curve[0] else None)
@@ -137,7 +145,9 @@ def shutdown(timeout_s: float | None = None) -> bool:
     sent was acknowledged. Runs at interpreter exit; calling it again is harmless."""
     global _shut_down
     with _lock:
-        signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
+        signals = sys.modules.get("tracer._signals")  # armed only by a sender's start
+        if signals is not None:
+            signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
         _shut_down = True
         decorator.set_enabled(False)
         config = _config or Config()
@@ -198,7 +208,12 @@ def stats() -> TracerStats:
     """Counters of the current (or last) sender: what was acknowledged, spooled, dropped."""
     sender = _sender or _last
     delivery = sender.delivery if sender else None
-    counters = delivery.counters if delivery else Counters()
+    if delivery is not None:
+        counters = delivery.counters
+    else:
+        from tracer._shipping.delivery import Counters
+
+        counters = Counters()
     spool = delivery.spool if delivery else None
     return TracerStats(
         sent_events=counters.sent_events,

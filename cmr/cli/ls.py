@@ -25,7 +25,6 @@ def add_ls(commands: Commands) -> None:
     parser = command(
         commands,
         "ls",
-        summary="list recent sequences, or those a query selects",
         description=(
             "List the most recent sequences, newest first, with their duration, status and size, "
             "or those the options select: the root's name, the duration, the status, when they "

@@ -103,7 +103,9 @@ def _sync_sources() -> None:
         clock=None if _clock is clock_module.now else _clock,
         new_seq=None if _new_seq is ids.new_seq else _new_seq,
         next_iid=None if _next_iid is recorder.next_iid else _next_iid,
-        adopt=_adopt,
+        # The default adoption asks nothing before OpenTelemetry is loaded (no span can be
+        # current), then only when its guard holds.
+        adopt=None if _adopt is adoption.adopt and not adoption.loaded else _adopt,
         adopt_guard=adoption.GUARD if _adopt is adoption.adopt else None,
     )
 
@@ -122,6 +124,7 @@ class _Module(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Module
+adoption.on_loaded.append(_sync_sources)
 _sync_sources()  # the C wrapper's roots adopt through the same callback
 
 

@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
@@ -179,9 +179,17 @@ def run_hooks(module: ModuleType, hooks: Iterable[tuple[str, Hook]], apply: Appl
             _warn_once(f"integration {name} skipped for {module.__name__}: {exc!r}")
 
 
-def install(disabled: frozenset[str], apply: Apply) -> Watcher:
-    """Patch what is imported already, watch for the rest; returns the watcher to ``remove``."""
-    hooks = _hooks([name for name in INTEGRATIONS if name not in disabled])
+def install(
+    disabled: frozenset[str], apply: Apply, core: Mapping[str, Hook] | None = None
+) -> Watcher:
+    """Patch what is imported already, watch for the rest; returns the watcher to ``remove``.
+    ``core``: module name -> hook of the patches that are no integration (asyncio, the pools,
+    multiprocessing, subprocess: ``tracer._patching``), applied before any integration's."""
+    hooks: dict[str, list[tuple[str, Hook]]] = {
+        module_name: [("core", hook)] for module_name, hook in (core or {}).items()
+    }
+    for module_name, found in _hooks([n for n in INTEGRATIONS if n not in disabled]).items():
+        hooks.setdefault(module_name, []).extend(found)
     watcher = Watcher(hooks, apply)
     sys.meta_path.insert(0, watcher)
     for module_name, module_hooks in hooks.items():
