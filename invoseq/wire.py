@@ -12,11 +12,22 @@ has a type and a size limit: the repository treats whatever arrives as untrusted
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Final, Literal, TypeAlias
+from typing import Annotated, Any, Final
 
 import msgspec
 
 import invoseq
+from invoseq.events import (
+    HANDOFF_KINDS,
+    MAX_ATTRIBUTE_VALUE,
+    MAX_ATTRIBUTES,
+    TAG_ATTRS,
+    TAG_END,
+    TAG_ERROR,
+    TAG_HANDOFF,
+    TAG_START,
+    HandoffKind,
+)
 
 __all__ = [
     "ACCEPTED_VERSIONS",
@@ -85,16 +96,6 @@ MAGIC: Final = b"IVSQ"
 KIND_BATCH: Final = 1
 KIND_ACK: Final = 2
 
-#: Event tags: the first element of every event array.
-TAG_START: Final = 0
-TAG_END: Final = 1
-TAG_ERROR: Final = 2
-TAG_HANDOFF: Final = 3
-TAG_ATTRS: Final = 4
-
-#: Hand-off kinds: where the work went.
-HandoffKind: TypeAlias = Literal["thread", "task", "process", "remote"]
-HANDOFF_KINDS: Final[tuple[HandoffKind, ...]] = ("thread", "task", "process", "remote")
 
 # Size limits, enforced by typed decoding in the repository.
 MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
@@ -107,8 +108,6 @@ MAX_ARGV: Final = 64
 MAX_STACK_DEPTH: Final = 512
 MAX_SAMPLES_PER_BATCH: Final = 1_000_000
 MAX_LOST_SEQS: Final = 1024
-MAX_ATTRIBUTES: Final = 128
-MAX_ATTRIBUTE_VALUE: Final = 4096
 
 U64 = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]
 #: Ids stored as SQLite INTEGER must fit a signed 64-bit integer.

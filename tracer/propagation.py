@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias, TypeVar, cast
 
-from invoseq import wire
+from invoseq import events
 from tracer._core import context, handoff, ids, stack
 from tracer._tracecontext import (
     KNOWN_FLAGS,
@@ -248,8 +248,10 @@ def _inject(
     current: SequenceContext | None = None,
 ) -> bool:
     """Record a hand-off from ``current`` (default: the current invocation) and write it."""
-    if kind not in wire.HANDOFF_KINDS:  # the repository would reject the whole batch
-        raise ValueError(f"hand-off kind must be one of {', '.join(wire.HANDOFF_KINDS)}: {kind!r}")
+    if kind not in events.HANDOFF_KINDS:  # the repository would reject the whole batch
+        raise ValueError(
+            f"hand-off kind must be one of {', '.join(events.HANDOFF_KINDS)}: {kind!r}"
+        )
     if current is None:
         current = _capture()
     if current is None or len(current[0]) != 16:
@@ -283,7 +285,7 @@ def inject(
     *,
     setter: Setter[CarrierT] | None = None,
     name: str = REMOTE_CALL,
-    kind: wire.HandoffKind = "remote",
+    kind: events.HandoffKind = "remote",
 ) -> bool:
     """Write a fresh hand-off from the current invocation into ``carrier`` (outgoing headers).
 
@@ -322,7 +324,7 @@ def continue_from(
 
 
 def inject_env(
-    env: MutableMapping[str, str], *, name: str = SUBPROCESS, kind: wire.HandoffKind = "process"
+    env: MutableMapping[str, str], *, name: str = SUBPROCESS, kind: events.HandoffKind = "process"
 ) -> bool:
     """Write a fresh hand-off into a child process's environment (``TRACEPARENT``/``TRACESTATE``):
     ``env = dict(os.environ); inject_env(env); subprocess.run(..., env=env)``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from invoseq.wire import TAG_END, TAG_ERROR, TAG_START
+from invoseq.events import TAG_END, TAG_ERROR, TAG_START
 
 #: The sync wrapper's body (``tracer._core.shaped`` gives it the function's own
 #: parameters). Inlined: this is the path every traced call takes. A call nested in the top of its

@@ -33,7 +33,7 @@ import types
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
-from invoseq.wire import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
+from invoseq.events import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 from tracer._core import accel as _accel
 from tracer._core import adoption, bodies, budget, codes, context, frames, ids, recorder, shaped
 from tracer._core import clock as clock_module

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Mapping
 from typing import Final
 
-from invoseq.wire import (
+from invoseq.events import (
     MAX_ATTRIBUTE_VALUE,
     MAX_ATTRIBUTES,
     TAG_ATTRS,

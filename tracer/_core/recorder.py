@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import os
 import threading
 import weakref
@@ -26,15 +25,15 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-import msgspec
-
 from tracer._core import accel as _accel
 from tracer._core import budget, context
+from tracer._core.log import log
 
 if TYPE_CHECKING:
+    import msgspec
+
     from tracer._core._speedups import EncodedEvents, EventBuffer
 
-log = logging.getLogger("tracer")
 
 #: An event as the hot path records it; the layouts are those of invoseq.wire's event structs.
 EventTuple = tuple[Any, ...]
@@ -294,6 +293,8 @@ def _take(events: EventSink, count: int) -> Events:
 
 
 def encodable(events: Events) -> list[EventTuple] | msgspec.Raw:
+    import msgspec  # loaded with the sender, which calls this
+
     """Drained events as the batch encoder takes them: C-encoded ones are spliced in as they are
     (the same bytes msgspec gives for the tuples; tests/tracer/core/test_speedups.py checks it)."""
     return events if isinstance(events, list) else msgspec.Raw(events.msgpack())
@@ -334,12 +335,36 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_codec: list[Callable[[Any], Any]] = []  # msgspec's msgpack encode and decode, once loaded
+
+
+def _load_codec() -> list[Callable[[Any], Any]]:
+    if not _codec:
+        import msgspec
+
+        _codec[:] = [msgspec.msgpack.Encoder().encode, msgspec.msgpack.Decoder().decode]
+    return _codec
+
+
+def _encode(event: object) -> bytes:
+    """msgspec's msgpack encode, for the rare event no record layout fits (msgspec loads then)."""
+    encoded: bytes = (_codec or _load_codec())[0](event)
+    return encoded
+
+
+def _decode(data: bytes) -> object:
+    """msgspec's msgpack decode, for an event ``_encode`` wrote."""
+    return (_codec or _load_codec())[1](data)
+
+
 if _accel.speedups is not None:
     _speedups.configure(
         context.current,
         internal_error,
         thread_events,
-        msgspec.msgpack.Encoder().encode,
-        msgspec.msgpack.Decoder().decode,
+        _encode,
+        _decode,
     )
     _speedups.set_refill(budget.refill)

@@ -11,13 +11,11 @@ registry holds (``tracer._core.codes``).
 
 from __future__ import annotations
 
-import logging
 from types import CodeType, FunctionType
 from typing import Any
 
 from tracer._core import inject
-
-log = logging.getLogger("tracer")
+from tracer._core.log import log
 
 
 class Rewriting:
