@@ -73,11 +73,14 @@ def test_import_tracer_loads_only_the_hot_path_and_starts_nothing() -> None:
         import json, sys, threading
         import tracer
 
+        imported = sorted(sys.modules)
+
         @tracer.traced
         def f():
             return 1
 
         print(json.dumps({
+            "imported": imported,
             "modules": sorted(sys.modules),
             "threads": [t.name for t in threading.enumerate()],
         }))
@@ -86,6 +89,11 @@ def test_import_tracer_loads_only_the_hot_path_and_starts_nothing() -> None:
     modules: list[str] = found["modules"]  # type: ignore[assignment]
     heavy = [m for m in modules if m.partition(".")[0] in NOT_FOR_TRACER]
     assert heavy == []
+    # Nor, until a function is decorated, what only the sender, the settings, a message or the
+    # code rewriting of 3.11 need.
+    imported: list[str] = found["imported"]  # type: ignore[assignment]
+    later = ("msgspec", "logging", "inspect", "dataclasses", "tracer.config", "socket")
+    assert [m for m in imported if m in later] == []
     assert [m for m in modules if m.startswith(("tracer._shipping", "tracer._sampler"))] == []
     assert found["threads"] == ["MainThread"]
 
@@ -175,3 +183,17 @@ def test_the_integrations_table_names_the_modules_each_integration_hooks() -> No
     for name in integrations.INTEGRATIONS:
         module = importlib.import_module(f"{integrations.__name__}.{name}")
         assert integrations.WATCHES[name] == tuple(module.HOOKS), name
+
+
+def test_what_the_hot_path_keeps_without_its_module_matches_it() -> None:
+    """Constants kept where ``import tracer`` reads them without loading their source."""
+    import inspect
+
+    from tracer._core import budget, codes
+    from tracer.config import Config
+
+    for name in ("CO_VARARGS", "CO_VARKEYWORDS", "CO_GENERATOR", "CO_COROUTINE"):
+        assert getattr(codes, name) == getattr(inspect, name), name
+    assert codes.CO_ITERABLE_COROUTINE == inspect.CO_ITERABLE_COROUTINE
+    assert codes.CO_ASYNC_GENERATOR == inspect.CO_ASYNC_GENERATOR
+    assert Config().max_buffered_bytes == budget.DEFAULT_BOUND

@@ -12,25 +12,26 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Unpack
 
 from tracer import _patching as patching
 from tracer._core import decorator, ids, lifecycle, recorder
-from tracer.config import (
-    ENV_ENDPOINT,
-    ENV_HEARTBEAT_MS,
-    ENV_INSTRUMENT,
-    Config,
-    Settings,
-    environment,
-    resolve,
-)
 
 if TYPE_CHECKING:  # the sender, the sampler and ZeroMQ load when a sender starts (_start)
     from tracer._sampler import Sampler
     from tracer._shipping.sender import Sender
     from tracer._shipping.transport import Transport
+    from tracer._stats import TracerStats
+    from tracer.config import Config, Settings
+
+
+def _default() -> Config:
+    """The default settings (``tracer.config`` loads with the first ``configure()``, traced call
+    or flush, not at import)."""
+    from tracer.config import Config
+
+    return Config()
+
 
 _lock = threading.RLock()
 _config: Config | None = None
@@ -101,6 +102,8 @@ def configure(**settings: Unpack[Settings]) -> Config:
     Events recorded before the call are sent through the new configuration. Raises ConfigError
     for a setting the tracer cannot use."""
     global _config, _shut_down
+    from tracer.config import resolve
+
     config = resolve(settings, strict=True)
     with _lock:
         _stop_sender(config.flush_timeout_ms, final=False)  # the process goes on
@@ -131,6 +134,8 @@ def ensure_started() -> None:
         if _sender is not None or _shut_down:
             return
         if _config is None:
+            from tracer.config import resolve
+
             _config = resolve({}, strict=False)
             decorator.set_enabled(_config.enabled)
             decorator.set_max_buffered(_config.max_buffered_bytes)
@@ -150,7 +155,7 @@ def shutdown(timeout_s: float | None = None) -> bool:
             signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
         _shut_down = True
         decorator.set_enabled(False)
-        config = _config or Config()
+        config = _config or _default()
         timeout_ms = config.flush_timeout_ms if timeout_s is None else int(timeout_s * 1000)
         return _stop_sender(timeout_ms)
 
@@ -159,7 +164,7 @@ def flush(timeout_s: float | None = None) -> bool:
     """Send what is buffered now and wait (bounded) for its acknowledgement; keeps tracing."""
     with _lock:
         sender = _sender
-        config = _config or Config()
+        config = _config or _default()
     if sender is None:
         return recorder.buffered() == 0
     return sender.flush(config.flush_timeout_ms / 1000 if timeout_s is None else timeout_s)
@@ -168,7 +173,9 @@ def flush(timeout_s: float | None = None) -> bool:
 def child_settings() -> dict[str, str]:
     """Environment variables that make a child process trace like this one (same repository,
     same settings, same instrumentation; CURVE key files, not keys)."""
-    config = _config or Config()
+    config = _config or _default()
+    from tracer.config import ENV_ENDPOINT, ENV_HEARTBEAT_MS, ENV_INSTRUMENT, environment
+
     settings = environment(config)  # every setting that is not the default
     settings.update({ENV_ENDPOINT: config.endpoint, ENV_HEARTBEAT_MS: str(config.heartbeat_ms)})
     settings.pop(ENV_INSTRUMENT, None)
@@ -177,35 +184,20 @@ def child_settings() -> dict[str, str]:
     return settings
 
 
-@dataclass(frozen=True, slots=True)
-class TracerStats:
-    sent_events: int  # acknowledged by the repository
-    dropped_events: int  # this process's own, dropped past the queue and the spool: the count
-    # the repository is told (`cmr stats`)
-    spooled_batches: int  # batches that went to the disk spool
-    spooled_events: int  # this process's events in the spool, not yet sent (after shutdown: left
-    # for the next run of the program)
-    acked_batches: int
-    resent_batches: int
-    buffered_events: int  # recorded, not yet taken by the sender
-    internal_errors: int
-    # A spool file cut short by a crash is replayed up to its last whole record; the cut record
-    # is lost: its events when its header survived, else the record alone (its count unknown).
-    spool_lost_events: int = 0
-    spool_lost_records: int = 0
-    # Per repository node (endpoint): the batches it acknowledged first (several nodes listed in
-    # `endpoint` share the work; a node that died acknowledges nothing more).
-    acked_by_endpoint: dict[str, int] = field(default_factory=dict)
-
-
 def current_config() -> Config:
     """The settings in force: those ``configure`` set, else the environment's."""
     config = _config
-    return config if config is not None else resolve({}, strict=False)
+    if config is not None:
+        return config
+    from tracer.config import resolve
+
+    return resolve({}, strict=False)
 
 
 def stats() -> TracerStats:
     """Counters of the current (or last) sender: what was acknowledged, spooled, dropped."""
+    from tracer._stats import TracerStats
+
     sender = _sender or _last
     delivery = sender.delivery if sender else None
     if delivery is not None:

@@ -27,7 +27,6 @@ either way: assigning one from outside (a test fixing the clock) reaches the C w
 
 from __future__ import annotations
 
-import inspect
 import sys
 import types
 from collections.abc import AsyncGenerator, Callable
@@ -256,6 +255,8 @@ def wrap_with_method(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
 def wrapper_for(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
     """The wrapper of ``fn``'s shape (sync, coroutine, generator, async generator), chosen now,
     at decoration, never per call."""
+    import inspect  # at decoration of what is no plain function (codes instrument those)
+
     if inspect.isasyncgenfunction(fn):
         return _wrap_async_generator(fn, method)
     if inspect.iscoroutinefunction(fn):
@@ -265,9 +266,20 @@ def wrapper_for(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
     return _wrap_sync(fn, method)
 
 
+def _unwrap(fn: Any) -> Any:
+    """``inspect.unwrap``: through ``__wrapped__`` to the innermost function (a cycle stops)."""
+    seen = {id(fn)}
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+        if id(fn) in seen:
+            break
+        seen.add(id(fn))
+    return fn
+
+
 def source(fn: Callable[..., Any]) -> tuple[str, int]:
     """(file, first line) of the function's own code, through any wrappers; ("", 0) without."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
+    code = getattr(_unwrap(fn), "__code__", None)
     if code is None:
         return "", 0
     return code.co_filename, code.co_firstlineno

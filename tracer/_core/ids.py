@@ -7,15 +7,13 @@ sequence id costs no syscall and a child never repeats its parent's draws.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 _MACHINE_ID_FILES: Final = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
@@ -77,8 +75,7 @@ def platform_id() -> str:
     return hashlib.sha256(b"invoseq-host:" + host_name().encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessIdentity:
+class ProcessIdentity(NamedTuple):
     """Who is sending: drawn at start, and again in a forked child."""
 
     puid: int
@@ -127,7 +124,7 @@ def adopt_argv(argv: Sequence[str]) -> None:
     drawn when the tracer was imported, with the launcher's (``tracer run app.py``). Called
     before the sender starts, so that every batch names the program."""
     global _identity
-    _identity = dataclasses.replace(identity(), argv=tuple(arg[:4096] for arg in argv[:64]))
+    _identity = identity()._replace(argv=tuple(arg[:4096] for arg in argv[:64]))
 
 
 def _after_fork_in_child() -> None:

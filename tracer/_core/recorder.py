@@ -21,9 +21,8 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import CodeType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
 
 from tracer._core import accel as _accel
 from tracer._core import budget, context
@@ -103,13 +102,27 @@ _next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
 next_batch_no: Final[Callable[[], int]] = itertools.count(1).__next__
 
 
-@dataclass(slots=True, eq=False)
 class ThreadBuffer:
-    tid: int
-    ident: int
-    info: ThreadTuple
-    thread: weakref.ref[threading.Thread]
-    events: EventSink = field(default_factory=_new_sink)
+    """A thread's events, and who it is (compared by identity)."""
+
+    __slots__ = ("events", "ident", "info", "thread", "tid")
+
+    def __init__(
+        self,
+        tid: int,
+        ident: int,
+        info: ThreadTuple,
+        thread: weakref.ref[threading.Thread],
+        events: EventSink | None = None,
+    ) -> None:
+        self.tid = tid
+        self.ident = ident
+        self.info = info
+        self.thread = thread
+        self.events: EventSink = _new_sink() if events is None else events
+
+    def __repr__(self) -> str:
+        return f"ThreadBuffer(tid={self.tid}, ident={self.ident}, info={self.info!r})"
 
     def alive(self) -> bool:
         thread = self.thread()
@@ -234,8 +247,7 @@ def threads_in_c_calls() -> set[int]:
     return {buffer.ident for buffer in list(_buffers) if _in_c_call(buffer.events)}
 
 
-@dataclass(frozen=True, slots=True)
-class Drained:
+class Drained(NamedTuple):
     chunks: list[tuple[ThreadBuffer, Events]]  # per thread, in the thread's order
     finished: list[ThreadBuffer]  # threads that ended: they will record nothing more
     #: Events taken: the sender holds their charge (budget.EVENT_BYTES each) until it lets them go.

@@ -14,8 +14,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:  # the patches load at the first instrument(): importing tracer loads none
     from tracer._patching import integrations
@@ -23,8 +22,7 @@ if TYPE_CHECKING:  # the patches load at the first instrument(): importing trace
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
 
-@dataclass(frozen=True, slots=True)
-class Patch:
+class Patch(NamedTuple):
     owner: Any
     name: str
     original: Any
