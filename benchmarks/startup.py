@@ -5,7 +5,9 @@ every other round: ``python -c pass`` (the baseline), ``python -c "import tracer
 --help`` and ``cmr ls --db SMALL.sqlite``, a repository of one short traced run (``tracer run``
 of a tiny script, made once before the rounds). ``cmr`` is the console script beside this
 interpreter, as a user runs it (``python -m cmr`` where there is none). Each row is a command's
-median wall time and its ratio to the baseline's median.
+median wall time and its ratio to the baseline's median. The packages' bytecode is compiled
+first (``compileall``), as ``pip install`` leaves it: with ``PYTHONDONTWRITEBYTECODE`` set, a
+source file newer than its ``.pyc`` would otherwise be compiled again at every start.
 """
 
 from __future__ import annotations
@@ -91,8 +93,19 @@ def _timed(argv: Sequence[str], workdir: Path) -> Callable[[], float]:
     return chunk
 
 
+def _compile_packages() -> None:
+    import compileall
+    import importlib.util
+
+    for name in ("invoseq", "tracer", "cmr"):
+        spec = importlib.util.find_spec(name)
+        for folder in spec.submodule_search_locations or () if spec else ():
+            compileall.compile_dir(folder, quiet=1)
+
+
 def run(settings: Settings) -> CaseResult:
     result = CaseResult()
+    _compile_packages()
     db = _small_repository(settings.workdir)
     python = sys.executable
     commands = {

@@ -197,3 +197,16 @@ def test_what_the_hot_path_keeps_without_its_module_matches_it() -> None:
     assert codes.CO_ITERABLE_COROUTINE == inspect.CO_ITERABLE_COROUTINE
     assert codes.CO_ASYNC_GENERATOR == inspect.CO_ASYNC_GENERATOR
     assert Config().max_buffered_bytes == budget.DEFAULT_BOUND
+
+
+def test_a_process_that_traced_nothing_loads_nothing_more_at_exit() -> None:
+    found = _loaded(
+        """
+        import atexit, json, sys
+
+        # Registered first, so it runs last: after the tracer's own shutdown.
+        atexit.register(lambda: print(json.dumps({"config": "tracer.config" in sys.modules})))
+        import tracer
+        """
+    )
+    assert found["config"] is False

@@ -155,6 +155,8 @@ def shutdown(timeout_s: float | None = None) -> bool:
             signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
         _shut_down = True
         decorator.set_enabled(False)
+        if _sender is None:  # nothing to flush (and no settings to load at exit)
+            return True
         config = _config or _default()
         timeout_ms = config.flush_timeout_ms if timeout_s is None else int(timeout_s * 1000)
         return _stop_sender(timeout_ms)
