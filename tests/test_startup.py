@@ -5,6 +5,7 @@ How long they take is measured by ``python -m benchmarks --only startup``, not h
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -92,7 +93,9 @@ def test_import_tracer_loads_only_the_hot_path_and_starts_nothing() -> None:
     # Nor, until a function is decorated, what only the sender, the settings, a message or the
     # code rewriting of 3.11 need.
     imported: list[str] = found["imported"]  # type: ignore[assignment]
-    later = ("msgspec", "logging", "inspect", "dataclasses", "tracer.config", "socket")
+    later = ["msgspec", "logging", "inspect", "dataclasses", "tracer.config", "socket"]
+    if os.environ.get("INVOSEQ_PURE") == "1":
+        later.remove("logging")  # the accelerator says, at debug level, that it is left out
     assert [m for m in imported if m in later] == []
     assert [m for m in modules if m.startswith(("tracer._shipping", "tracer._sampler"))] == []
     assert found["threads"] == ["MainThread"]
