@@ -339,9 +339,11 @@ def test_the_exit_status_is_pythons(tmp_path: Path, source: str) -> None:
         assert program_err.strip() == plain_err.strip()
     else:
         assert plain_code == 0
-        assert plain_err.startswith("Exception ignored ")  # in: <module 'threading'>, on 3.13: on
-        assert program_err.splitlines()[0] == plain_err.splitlines()[0]  # threading shutdown:
-        assert "KeyboardInterrupt" in program_err
+        # Python reports it as ignored, or with a traceback when it lands in threading._shutdown
+        # before the join (3.13): which one is a race, in each run alike
+        for report in (plain_err, program_err):
+            assert report.startswith(("Exception ignored ", "Traceback ")), report
+            assert "KeyboardInterrupt" in report
 
 
 # -- a spawn child serving HTTP, ended by terminate() right after answering ------------------------
