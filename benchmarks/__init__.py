@@ -43,4 +43,5 @@ CASES: Final = {
     "memory": Case("memory", "tracer RSS with the repository down", 20, 8),
     "listing": Case("listing", "cmr ls queries over 200 k sequences against plain cmr ls", 15, 5),
     "beside": Case("beside", "a traced loop under coverage, VizTracer, sys.settrace", 40, 10),
+    "startup": Case("startup", "import tracer, cmr --help, cmr ls against python -c pass", 20, 6),
 }

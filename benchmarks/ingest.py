@@ -34,7 +34,7 @@ from benchmarks.postgres import scratch_schema
 from cmr.server.groups import GROUP_BATCHES
 from cmr.server.ingest import Ingest
 from cmr.store import Store, open_store
-from tracer import wire
+from invoseq import wire
 
 NAME: Final = "ingest"
 TARGETS: Final = (Target("first", ">=", 500_000), Target("final", ">=", 2_000_000))

@@ -20,7 +20,7 @@ from benchmarks import postgres
 from benchmarks.harness import CaseResult, Row, Settings, interleave, median, spread
 from cmr.store import Store, open_store
 from cmr.store.base import SORT_DURATION, SequenceQuery
-from tracer import wire
+from invoseq import wire
 
 NAME: Final = "listing"
 MS: Final = 1_000_000

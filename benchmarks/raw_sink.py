@@ -14,7 +14,7 @@ from typing import Final
 import msgspec
 import zmq
 
-from tracer import wire
+from invoseq import wire
 
 #: The longest the sink waits for the next message before giving up.
 IDLE_MS: Final = 60_000

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
-from tracer import wire
+from invoseq import wire
 
 BATCH_EVENTS: Final = 4096  # the sender's default batch size
 METHODS: Final = 50

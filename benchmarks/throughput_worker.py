@@ -25,7 +25,8 @@ import tracer
 from benchmarks.harness import interleave
 from benchmarks.processes import report_result, start_reporting, stop, worker_params
 from cmr.defaults import READY_PREFIX as READY
-from tracer import traced, wire
+from invoseq import wire
+from tracer import traced
 
 
 @traced

@@ -33,7 +33,7 @@ from benchmarks import postgres, synthetic
 from benchmarks.harness import CaseResult, Row, Settings, Target, interleave, median, spread
 from benchmarks.processes import clean_environment
 from cmr.store import open_store
-from tracer import wire
+from invoseq import wire
 
 NAME: Final = "views"
 #: Issue 18: listing does not depend on the size of what it lists.

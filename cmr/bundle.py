@@ -29,7 +29,7 @@ from typing import Annotated, Final, TypeVar
 import msgspec
 
 from cmr.store.base import InvocationRecord, SequenceData, Store
-from tracer import wire
+from invoseq import wire
 
 MAGIC: Final = b"IVSQBNDL"
 BUNDLE_VERSION: Final = 1

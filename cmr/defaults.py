@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tracer.wire import DEFAULT_ENDPOINT
+from invoseq import DEFAULT_ENDPOINT
 
 __all__ = [
     "DB_ENV",
@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_UI_PORT",
     "READY_PREFIX",
     "UI_HOST",
+    "needs_extra",
 ]
 
 #: Environment variable naming the repository when no ``--db`` is given.
@@ -28,3 +29,8 @@ DEFAULT_UI_PORT: Final = 8765
 #: The first line ``cmr serve`` (and ``python -m cmr.server``) and ``cmr ui`` print, followed by
 #: the endpoint or URL they listen on.
 READY_PREFIX: Final = "cmr: listening on "
+
+
+def needs_extra(what: str, extra: str) -> str:
+    """The one line a command prints when ``what`` needs an extra that is not installed."""
+    return f"{what} needs the {extra} extra: pip install 'invoseq[{extra}]'"

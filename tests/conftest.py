@@ -1,8 +1,10 @@
 """Shared fixtures: every test leaves the tracer shut down, with no sender thread behind it, every
-patched attribute as it found it and no import hook of the tracer in ``sys.meta_path``."""
+patched attribute as it found it and no import hook of the tracer in ``sys.meta_path`` (but the
+one ``import tracer`` installs for good: ``tracer._core.imports``, waiting for OpenTelemetry)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import tempfile
@@ -40,9 +42,16 @@ def _label(owner: Any, name: str) -> str:
 
 
 #: Every attribute the patch tables replace, with the object found there before any test ran.
-PATCHED = [
-    (owner, name) for owner, name, _ in (*threads.PATCHES, *tasks.PATCHES, *processes.PATCHES)
-]
+def _core_patches() -> list[tuple[Any, str, Any]]:
+    """The patch tables, with the modules their hooks wait for imported here."""
+    found = list(threads.PATCHES)
+    for table in (threads.HOOKS, tasks.HOOKS, processes.HOOKS):
+        for module_name, hook in table.items():
+            found += hook(importlib.import_module(module_name))
+    return found
+
+
+PATCHED = [(owner, name) for owner, name, _ in _core_patches()]
 ORIGINALS = {(owner, name): _stored(owner, name) for owner, name in PATCHED}
 
 
@@ -99,5 +108,10 @@ def _no_tracer_leaks() -> Iterator[None]:
         if _stored(owner, name) is not ORIGINALS[owner, name]
     ]
     assert not changed, f"patched attributes not restored: {changed}"
-    hooks = [f for f in sys.meta_path if type(f).__module__.partition(".")[0] == "tracer"]
+    hooks = [
+        f
+        for f in sys.meta_path
+        if type(f).__module__.partition(".")[0] == "tracer"
+        and type(f).__module__ != "tracer._core.imports"
+    ]
     assert not hooks, f"tracer import hooks left in sys.meta_path: {hooks}"

@@ -79,7 +79,7 @@ def test_an_unknown_case_is_a_one_line_error() -> None:
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
-        "sampler, views, memory, listing, beside)"
+        "sampler, views, memory, listing, beside, startup)"
     ]
 
 
@@ -97,3 +97,16 @@ def test_a_verdict_says_which_target_was_met_or_missed_and_by_how_much() -> None
         "first: met by 150 ns",
         "final: missed by 350 ns",
     ]
+
+
+@pytest.mark.system
+def test_the_startup_case_compares_each_command_with_python_c_pass(tmp_path: Path) -> None:
+    done = run_benchmarks("--quick", "--only", "startup", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "quick-startup.json").read_text())["cases"]["startup"]["rows"]
+    assert [row["name"] for row in rows] == [
+        'python -c "import tracer"',
+        "cmr --help",
+        "cmr ls (a small repository)",
+    ]
+    assert all(row["ratio"] == row["value"] / row["baseline"] for row in rows)

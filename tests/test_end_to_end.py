@@ -185,7 +185,7 @@ def test_bad_frames_are_counted_and_valid_traffic_continues(tmp_path: Path) -> N
     import msgspec
     import zmq
 
-    from tracer import wire
+    from invoseq import wire
 
     db = tmp_path / "cmr.sqlite"
     script = write_script(tmp_path / "shop.py", SHOP)

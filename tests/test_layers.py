@@ -1,5 +1,5 @@
-"""Imports point down: every import of every module of `tracer` and `cmr` (lazy ones inside
-functions and type-checking ones too) against the layer table in docs/architecture.md, and no
+"""Imports point down: every import of every module of `invoseq`, `tracer` and `cmr` (lazy ones
+inside functions and type-checking ones too) against the layer table in docs/architecture.md, and no
 import cycle between modules (type-checking imports aside: they never run)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("tracer", "cmr")
+PACKAGES = ("invoseq", "tracer", "cmr")
 TABLE = re.compile(r"<!-- layers: .*? -->\n(.*?)<!-- end of layers -->", re.S)
 
 

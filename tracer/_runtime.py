@@ -9,27 +9,29 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Unpack
+from typing import TYPE_CHECKING, Unpack
 
 from tracer import _patching as patching
-from tracer import _signals as signals
 from tracer._core import decorator, ids, lifecycle, recorder
-from tracer._sampler import Sampler
-from tracer._shipping.delivery import Counters
-from tracer._shipping.sender import Sender
-from tracer._shipping.transport import Transport, open_zmq
-from tracer.config import (
-    ENV_ENDPOINT,
-    ENV_HEARTBEAT_MS,
-    ENV_INSTRUMENT,
-    Config,
-    Settings,
-    environment,
-    resolve,
-)
+
+if TYPE_CHECKING:  # the sender, the sampler and ZeroMQ load when a sender starts (_start)
+    from tracer._sampler import Sampler
+    from tracer._shipping.sender import Sender
+    from tracer._shipping.transport import Transport
+    from tracer._stats import TracerStats
+    from tracer.config import Config, Settings
+
+
+def _default() -> Config:
+    """The default settings (``tracer.config`` loads with the first ``configure()``, traced call
+    or flush, not at import)."""
+    from tracer.config import Config
+
+    return Config()
+
 
 _lock = threading.RLock()
 _config: Config | None = None
@@ -53,14 +55,21 @@ def set_transport_factory(
 def _start(config: Config) -> None:
     """Start a sender for ``config`` (caller holds the lock)."""
     global _sender, _last
+    from tracer import _signals as signals
+
     signals.arm(config)  # flush on SIGTERM (or no longer, with enabled=False): tracer/_signals.py
     if not config.enabled:
         return
+    from tracer._sampler import Sampler
+    from tracer._shipping.sender import Sender
+
     factory = _transport_factory
 
     def transports() -> dict[str, Transport]:
         """One transport per repository node (``endpoint`` may list several)."""
         if factory is None:
+            from tracer._shipping.transport import open_zmq
+
             curve = (config.curve_server_key, config.curve_client_key)
             window = config.max_inflight_batches
             opened = open_zmq(config.endpoints, window, curve if curve[0] else None)
@@ -93,6 +102,8 @@ def configure(**settings: Unpack[Settings]) -> Config:
     Events recorded before the call are sent through the new configuration. Raises ConfigError
     for a setting the tracer cannot use."""
     global _config, _shut_down
+    from tracer.config import resolve
+
     config = resolve(settings, strict=True)
     with _lock:
         _stop_sender(config.flush_timeout_ms, final=False)  # the process goes on
@@ -123,6 +134,8 @@ def ensure_started() -> None:
         if _sender is not None or _shut_down:
             return
         if _config is None:
+            from tracer.config import resolve
+
             _config = resolve({}, strict=False)
             decorator.set_enabled(_config.enabled)
             decorator.set_max_buffered(_config.max_buffered_bytes)
@@ -137,10 +150,14 @@ def shutdown(timeout_s: float | None = None) -> bool:
     sent was acknowledged. Runs at interpreter exit; calling it again is harmless."""
     global _shut_down
     with _lock:
-        signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
+        signals = sys.modules.get("tracer._signals")  # armed only by a sender's start
+        if signals is not None:
+            signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
         _shut_down = True
         decorator.set_enabled(False)
-        config = _config or Config()
+        if _sender is None:  # nothing to flush (and no settings to load at exit)
+            return True
+        config = _config or _default()
         timeout_ms = config.flush_timeout_ms if timeout_s is None else int(timeout_s * 1000)
         return _stop_sender(timeout_ms)
 
@@ -149,7 +166,7 @@ def flush(timeout_s: float | None = None) -> bool:
     """Send what is buffered now and wait (bounded) for its acknowledgement; keeps tracing."""
     with _lock:
         sender = _sender
-        config = _config or Config()
+        config = _config or _default()
     if sender is None:
         return recorder.buffered() == 0
     return sender.flush(config.flush_timeout_ms / 1000 if timeout_s is None else timeout_s)
@@ -158,7 +175,9 @@ def flush(timeout_s: float | None = None) -> bool:
 def child_settings() -> dict[str, str]:
     """Environment variables that make a child process trace like this one (same repository,
     same settings, same instrumentation; CURVE key files, not keys)."""
-    config = _config or Config()
+    config = _config or _default()
+    from tracer.config import ENV_ENDPOINT, ENV_HEARTBEAT_MS, ENV_INSTRUMENT, environment
+
     settings = environment(config)  # every setting that is not the default
     settings.update({ENV_ENDPOINT: config.endpoint, ENV_HEARTBEAT_MS: str(config.heartbeat_ms)})
     settings.pop(ENV_INSTRUMENT, None)
@@ -167,38 +186,28 @@ def child_settings() -> dict[str, str]:
     return settings
 
 
-@dataclass(frozen=True, slots=True)
-class TracerStats:
-    sent_events: int  # acknowledged by the repository
-    dropped_events: int  # this process's own, dropped past the queue and the spool: the count
-    # the repository is told (`cmr stats`)
-    spooled_batches: int  # batches that went to the disk spool
-    spooled_events: int  # this process's events in the spool, not yet sent (after shutdown: left
-    # for the next run of the program)
-    acked_batches: int
-    resent_batches: int
-    buffered_events: int  # recorded, not yet taken by the sender
-    internal_errors: int
-    # A spool file cut short by a crash is replayed up to its last whole record; the cut record
-    # is lost: its events when its header survived, else the record alone (its count unknown).
-    spool_lost_events: int = 0
-    spool_lost_records: int = 0
-    # Per repository node (endpoint): the batches it acknowledged first (several nodes listed in
-    # `endpoint` share the work; a node that died acknowledges nothing more).
-    acked_by_endpoint: dict[str, int] = field(default_factory=dict)
-
-
 def current_config() -> Config:
     """The settings in force: those ``configure`` set, else the environment's."""
     config = _config
-    return config if config is not None else resolve({}, strict=False)
+    if config is not None:
+        return config
+    from tracer.config import resolve
+
+    return resolve({}, strict=False)
 
 
 def stats() -> TracerStats:
     """Counters of the current (or last) sender: what was acknowledged, spooled, dropped."""
+    from tracer._stats import TracerStats
+
     sender = _sender or _last
     delivery = sender.delivery if sender else None
-    counters = delivery.counters if delivery else Counters()
+    if delivery is not None:
+        counters = delivery.counters
+    else:
+        from tracer._shipping.delivery import Counters
+
+        counters = Counters()
     spool = delivery.spool if delivery else None
     return TracerStats(
         sent_events=counters.sent_events,

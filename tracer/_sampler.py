@@ -49,7 +49,7 @@ from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import Any, Final
 
-from tracer import wire
+from invoseq import wire
 from tracer._active import MAX_DEPTH, worth_sampling
 from tracer._core import accel, context, recorder
 from tracer._pacing import Pacer
@@ -175,7 +175,7 @@ class Sampler:
         return samples
 
     def report(self) -> tuple[str, int, int, int, int, int, int]:
-        """As tracer.wire.SamplerReport: mode, configured interval, ticks, late ticks, cost, the
+        """As invoseq.wire.SamplerReport: mode, configured interval, ticks, late ticks, cost, the
         interval in effect and the longest used."""
         interval_ms = self.interval_ns // 1_000_000
         pacer = self._pacer

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Literal, TypeAlias, TypedDict, TypeVar
 
-from tracer.wire import DEFAULT_ENDPOINT
+from invoseq import DEFAULT_ENDPOINT
 
 __all__ = [
     "DEFAULT_ENDPOINT",

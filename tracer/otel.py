@@ -40,12 +40,19 @@ from typing import Final
 
 import msgspec
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanContext, StatusCode
 
+try:
+    from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+except ImportError as exc:  # one line that says what to install
+    raise ImportError(
+        "tracer.otel needs the OpenTelemetry SDK, the otlp extra: pip install 'invoseq[otlp]'",
+        name=exc.name,
+    ) from exc
+
+from invoseq import wire
 from tracer import _runtime as runtime
-from tracer import wire
 from tracer._core import adoption, budget, context, decorator, ids, recorder, stack
 
 #: Distinct (instrumentation scope, span name) pairs interned as methods; past this many, a span

@@ -31,23 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Any, Final, NamedTuple, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias, TypeVar, cast
 
-from opentelemetry import context as otel_context
-from opentelemetry.context import Context
-from opentelemetry.propagators.textmap import (
-    CarrierT,
-    Getter,
-    Setter,
-    TextMapPropagator,
-    default_getter,
-    default_setter,
-)
-from opentelemetry.trace import get_current_span
-
-from tracer import wire
+from invoseq import events
 from tracer._core import context, handoff, ids, stack
 from tracer._tracecontext import (
     KNOWN_FLAGS,
@@ -63,6 +52,27 @@ from tracer._tracecontext import (
     parse_tracestate,
 )
 
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
+CarrierT = TypeVar("CarrierT")
+_C_contra = TypeVar("_C_contra", contravariant=True)
+
+
+class Getter(Protocol[_C_contra]):
+    """Reads a carrier: OpenTelemetry's ``Getter`` has this shape, so its getters fit too."""
+
+    def get(self, carrier: _C_contra, key: str) -> list[str] | None: ...
+
+    def keys(self, carrier: _C_contra) -> list[str]: ...
+
+
+class Setter(Protocol[_C_contra]):
+    """Writes a carrier: OpenTelemetry's ``Setter`` has this shape, so its setters fit too."""
+
+    def set(self, carrier: _C_contra, key: str, value: str) -> None: ...
+
+
 __all__ = [
     "ENVIRONMENT",
     "HEADERS",
@@ -76,7 +86,7 @@ __all__ = [
     "TRACESTATE",
     "EnvironmentCarrier",
     "HeaderCarrier",
-    "InvoseqPropagator",
+    "InvoseqPropagator",  # noqa: F822 (made on first use, by __getattr__)
     "SequenceContext",
     "Traceparent",
     "continue_from",
@@ -120,7 +130,7 @@ _reset = context.current.reset
 as_hid: Final = ids.as_hid
 
 
-class HeaderCarrier(Getter[Any], Setter[Any]):
+class HeaderCarrier:
     """HTTP-style carriers: a dict, ``http.client.HTTPMessage`` (``BaseHTTPRequestHandler.headers``)
     or any mapping of header names. Names match in any case (§3.2.1, §3.3.1); every field of a name
     counts, whether repeated items or a list value."""
@@ -150,7 +160,7 @@ class HeaderCarrier(Getter[Any], Setter[Any]):
         carrier[key] = value
 
 
-class EnvironmentCarrier(Getter[Any], Setter[Any]):
+class EnvironmentCarrier:
     """A process environment: ``TRACEPARENT`` and ``TRACESTATE``, names exact as variables are."""
 
     def get(self, carrier: Any, key: str) -> list[str] | None:
@@ -203,7 +213,10 @@ def _recall(seq: bytes) -> Incoming:
         with contextlib.suppress(KeyError):
             _incoming.move_to_end(seq)
         return found
-    span = get_current_span().get_span_context()
+    trace = sys.modules.get("opentelemetry.trace")  # not imported: no span can be current
+    if trace is None:
+        return _LOCAL
+    span = trace.get_current_span().get_span_context()
     if span.is_valid and span.trace_id == int.from_bytes(seq, "big"):
         members = tuple(f"{k}={v}" for k, v in span.trace_state.items() if k != VENDOR_KEY)
         return Incoming(span.trace_flags & KNOWN_FLAGS, members)
@@ -235,8 +248,10 @@ def _inject(
     current: SequenceContext | None = None,
 ) -> bool:
     """Record a hand-off from ``current`` (default: the current invocation) and write it."""
-    if kind not in wire.HANDOFF_KINDS:  # the repository would reject the whole batch
-        raise ValueError(f"hand-off kind must be one of {', '.join(wire.HANDOFF_KINDS)}: {kind!r}")
+    if kind not in events.HANDOFF_KINDS:  # the repository would reject the whole batch
+        raise ValueError(
+            f"hand-off kind must be one of {', '.join(events.HANDOFF_KINDS)}: {kind!r}"
+        )
     if current is None:
         current = _capture()
     if current is None or len(current[0]) != 16:
@@ -270,7 +285,7 @@ def inject(
     *,
     setter: Setter[CarrierT] | None = None,
     name: str = REMOTE_CALL,
-    kind: wire.HandoffKind = "remote",
+    kind: events.HandoffKind = "remote",
 ) -> bool:
     """Write a fresh hand-off from the current invocation into ``carrier`` (outgoing headers).
 
@@ -309,7 +324,7 @@ def continue_from(
 
 
 def inject_env(
-    env: MutableMapping[str, str], *, name: str = SUBPROCESS, kind: wire.HandoffKind = "process"
+    env: MutableMapping[str, str], *, name: str = SUBPROCESS, kind: events.HandoffKind = "process"
 ) -> bool:
     """Write a fresh hand-off into a child process's environment (``TRACEPARENT``/``TRACESTATE``):
     ``env = dict(os.environ); inject_env(env); subprocess.run(..., env=env)``."""
@@ -328,49 +343,86 @@ def continue_from_env(
     return continue_with(extract_env(env))
 
 
-_OTEL_KEY: Final = otel_context.create_key("invoseq-current")
+_otel_key: Any = None  # the OpenTelemetry Context key of the value ``InvoseqPropagator`` extracts
 
 
-class InvoseqPropagator(TextMapPropagator):
-    """The same headers through OpenTelemetry's propagator API, for its global or composite
-    propagators. ``extract`` stores the value in the returned OpenTelemetry Context (read it back
-    with ``from_otel_context``); ``inject`` hands off from the current traced invocation, or else
-    from a value extracted into the OpenTelemetry context (a service that only passes requests on).
+def _key() -> Any:
+    global _otel_key
+    if _otel_key is None:
+        from opentelemetry import context as otel_context
 
-    With OpenTelemetry's default getter and setter (plain dicts), header names match in any case
-    and a header is replaced in any case, as with ``extract`` and ``inject``."""
+        _otel_key = otel_context.create_key("invoseq-current")
+    return _otel_key
 
-    def extract(
-        self,
-        carrier: CarrierT,
-        context: Context | None = None,
-        getter: Getter[CarrierT] = default_getter,
-    ) -> Context:
-        if context is None:
-            context = Context()
-        value = _extract(carrier, HEADERS if getter is default_getter else getter)
-        return context if value is None else otel_context.set_value(_OTEL_KEY, value, context)
 
-    def inject(
-        self,
-        carrier: CarrierT,
-        context: Context | None = None,
-        setter: Setter[CarrierT] = default_setter,
-    ) -> None:
-        current = _capture()
-        if current is None:
-            current = from_otel_context(context)
-        if setter is default_setter:
-            setter = HEADERS
-        _inject(carrier, setter, HEADERS, REMOTE_CALL, "remote", current=current)
+def _propagator_class() -> type[Any]:
+    """``InvoseqPropagator``, made on first use: importing ``tracer`` loads no OpenTelemetry."""
+    from opentelemetry import context as otel_context
+    from opentelemetry.context import Context
+    from opentelemetry.propagators.textmap import (
+        TextMapPropagator,
+        default_getter,
+        default_setter,
+    )
 
-    @property
-    def fields(self) -> set[str]:
-        return {TRACEPARENT, TRACESTATE}
+    class InvoseqPropagator(TextMapPropagator):
+        """The same headers through OpenTelemetry's propagator API, for its global or composite
+        propagators. ``extract`` stores the value in the returned OpenTelemetry Context (read it
+        back with ``from_otel_context``); ``inject`` hands off from the current traced
+        invocation, or else from a value extracted into the OpenTelemetry context (a service
+        that only passes requests on).
+
+        With OpenTelemetry's default getter and setter (plain dicts), header names match in any
+        case and a header is replaced in any case, as with ``extract`` and ``inject``."""
+
+        def extract(
+            self,
+            carrier: Any,
+            context: Context | None = None,
+            getter: Any = default_getter,
+        ) -> Context:
+            if context is None:
+                context = Context()
+            value = _extract(carrier, HEADERS if getter is default_getter else getter)
+            return context if value is None else otel_context.set_value(_key(), value, context)
+
+        def inject(
+            self,
+            carrier: Any,
+            context: Context | None = None,
+            setter: Any = default_setter,
+        ) -> None:
+            current = _capture()
+            if current is None:
+                current = from_otel_context(context)
+            if setter is default_setter:
+                setter = HEADERS
+            _inject(carrier, setter, HEADERS, REMOTE_CALL, "remote", current=current)
+
+        @property
+        def fields(self) -> set[str]:
+            return {TRACEPARENT, TRACESTATE}
+
+    InvoseqPropagator.__module__ = __name__
+    return InvoseqPropagator
+
+
+_lazy: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``InvoseqPropagator``, made (and OpenTelemetry imported) when first asked for."""
+    if name != "InvoseqPropagator":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _lazy:
+        _lazy[name] = _propagator_class()
+    return _lazy[name]
 
 
 def from_otel_context(otel: Context | None = None) -> SequenceContext | None:
     """The value ``InvoseqPropagator.extract`` stored in an OpenTelemetry Context (default: the
     current one); attach it with ``continue_with``."""
-    value = otel_context.get_value(_OTEL_KEY, otel)
+    from opentelemetry import context as otel_context
+
+    value = otel_context.get_value(_key(), otel)
     return cast(context.Current, value) if isinstance(value, tuple) else None

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Unpack
 
+from invoseq import wire
 from tracer import _runtime as runtime
-from tracer import wire
 from tracer._shipping.transport import MemoryTransport
 from tracer.config import Config, Settings
 

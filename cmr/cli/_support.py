@@ -35,18 +35,39 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+#: Every command's one line in ``cmr --help``, in its order: main.py lists the commands from it
+#: without importing their modules.
+SUMMARIES: Final = {
+    "serve": "run the repository server",
+    "ls": "list recent sequences, or those a query selects",
+    "show": "print one sequence's call tree",
+    "profile": "print a merged stack tree: one sequence, or one method's calls",
+    "diff": "compare two sequences call path by call path",
+    "top": "sum up many sequences: one row per root, or per method",
+    "tail": "print each sequence as it completes",
+    "stats": "show ingest counters and known processes",
+    "export": "write one sequence to a file other tools open",
+    "forward": "push sequences to an OpenTelemetry (OTLP/HTTP) receiver",
+    "report": "write one sequence as a self-contained HTML page",
+    "import": "load a sequence bundle into the repository",
+    "prune": "remove old sequences and samples (retention)",
+    "keys": "make CURVE key pairs: who may send to the repository",
+    "ui": "browse sequences in a web browser (local only)",
+}
+
+
 def command(
     commands: Commands,
     name: str,
     *,
-    summary: str,
+    summary: str | None = None,
     description: str,
     examples: list[str],
     handler: Handler,
 ) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         name,
-        help=summary,
+        help=SUMMARIES[name] if summary is None else summary,
         description=description,
         epilog=examples_epilog(*examples),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -26,7 +26,6 @@ def add_diff(commands: Commands) -> None:
     parser = command(
         commands,
         "diff",
-        summary="compare two sequences call path by call path",
         description=(
             "Compare two sequences (usually two runs of the same request) call path by call "
             "path: a path is the chain of names from the root ('checkout/fetch/parse'), a name "

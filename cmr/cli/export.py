@@ -23,7 +23,6 @@ def add_export(commands: Commands) -> None:
     parser = command(
         commands,
         "export",
-        summary="write one sequence to a file other tools open",
         description=(
             "Write one sequence in a format other tools open: 'speedscope' (a profile per "
             "thread, and one per sampled thread, for https://www.speedscope.app), 'chrome' (the "

@@ -22,6 +22,7 @@ from cmr.cli._support import (
     parse_since,
     positive_int,
 )
+from cmr.defaults import needs_extra
 
 if TYPE_CHECKING:
     from cmr.store.base import Store
@@ -38,7 +39,6 @@ def add_forward(commands: Commands) -> None:
     parser = command(
         commands,
         "forward",
-        summary="push sequences to an OpenTelemetry (OTLP/HTTP) receiver",
         description=(
             "Send sequences as OpenTelemetry traces to an OTLP/HTTP receiver: an OpenTelemetry "
             "Collector, Jaeger or Grafana Tempo (port 4318). Each call is a span, as 'cmr "
@@ -109,8 +109,13 @@ def add_forward(commands: Commands) -> None:
 
 
 def _forward(args: argparse.Namespace) -> int:
-    from cmr.otlp.forward import ForwardError, check_reachable, forward, otlp_sender, traces_url
-    from cmr.otlp.forward_profiles import profiles_sender, profiles_url
+    try:
+        from cmr.otlp.forward import ForwardError, check_reachable, forward, otlp_sender, traces_url
+        from cmr.otlp.forward_profiles import profiles_sender, profiles_url
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "opentelemetry":
+            raise
+        raise CliError(needs_extra("cmr forward", "otlp")) from exc
 
     chosen = [bool(args.seq), args.since_ns is not None, args.all]
     if sum(chosen) != 1:

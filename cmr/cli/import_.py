@@ -11,7 +11,6 @@ def add_import(commands: Commands) -> None:
     parser = command(
         commands,
         "import",
-        summary="load a sequence bundle into the repository",
         description=(
             "Load a bundle written by 'cmr export --format bundle' into the repository "
             "(created if missing), through the same checks as batches from the network. "

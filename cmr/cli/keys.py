@@ -18,7 +18,6 @@ def add_keys(commands: Commands) -> None:
     parser = command(
         commands,
         "keys",
-        summary="make CURVE key pairs: who may send to the repository",
         description=(
             "Manage the CURVE key pairs that encrypt the connections between traced processes "
             "and the repository, and decide which processes may send to it. The repository "

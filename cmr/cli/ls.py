@@ -17,7 +17,6 @@ from cmr.cli._support import (
     parse_since,
 )
 from cmr.store.base import LISTED_STATUSES, SORT_DURATION, SORT_START, SequenceQuery
-from cmr.views.render import json as json_render
 from cmr.views.render import tables
 
 
@@ -25,7 +24,6 @@ def add_ls(commands: Commands) -> None:
     parser = command(
         commands,
         "ls",
-        summary="list recent sequences, or those a query selects",
         description=(
             "List the most recent sequences, newest first, with their duration, status and size, "
             "or those the options select: the root's name, the duration, the status, when they "
@@ -150,6 +148,8 @@ def _ls(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
+        from cmr.views.render import json as json_render
+
         emit(json_render.summaries_to_json(summaries))
     elif not summaries and query != SequenceQuery(sort=query.sort):
         emit("no sequence matches")

@@ -4,38 +4,39 @@ command is a module of its own beside it (``add_*`` builds its parser, a handler
 Every failure a user can cause (a wrong path, an unknown id, a bad option) ends in one line on
 stderr and exit code 1 — argparse usage errors keep their conventional 2 — never a traceback. A
 reader that stops early (``cmr show SEQ | head``) ends the command quietly with exit code 0.
-The store and server are imported inside the handlers so ``cmr --help`` stays instant.
+Each command's module is imported only when that command runs (``MODULES``), and the store
+and server inside the handlers, so ``cmr --help`` stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Sequence
+from typing import Final
 
-from cmr.cli._support import DB_HELP, CliError, Handler, Parser, discard_stdout, examples_epilog
-from cmr.cli.diff import add_diff
-from cmr.cli.export import add_export
-from cmr.cli.forward import add_forward
-from cmr.cli.import_ import add_import
-from cmr.cli.keys import add_keys
-from cmr.cli.ls import add_ls
-from cmr.cli.profile import add_profile
-from cmr.cli.prune import add_prune
-from cmr.cli.report import add_report
-from cmr.cli.serve import add_serve
-from cmr.cli.show import add_show
-from cmr.cli.stats import add_stats
-from cmr.cli.tail import add_tail
-from cmr.cli.top import add_top
-from cmr.cli.ui import add_ui
+from cmr.cli._support import (
+    DB_HELP,
+    SUMMARIES,
+    CliError,
+    Handler,
+    Parser,
+    discard_stdout,
+    examples_epilog,
+)
 from cmr.defaults import DEFAULT_ENDPOINT
-from cmr.store.base import StoreError
 
 __all__ = ["build_parser", "main"]
 
+#: The module of each command (``cmr.cli.<module>.add_<module>``), imported only when that
+#: command runs: ``cmr --help`` lists them from ``SUMMARIES`` and loads no store, view or server.
+MODULES: Final = {name: "import_" if name == "import" else name for name in SUMMARIES}
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=_command_in(argv) or "")  # "": no command built in full
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already reported by argparse
@@ -46,17 +47,39 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return handler(args)
-    except (StoreError, CliError) as exc:
-        print(f"cmr: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # the reader stopped early (`cmr ls | head`): its choice, not a failure
         discard_stdout()
         return 0
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        if not _users_error(exc):
+            raise
+        print(f"cmr: {exc}", file=sys.stderr)
+        return 1
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _users_error(exc: Exception) -> bool:
+    """A CliError, or a StoreError (which comes from a store, so its module is loaded)."""
+    base = sys.modules.get("cmr.store.base")
+    return isinstance(exc, CliError) or (base is not None and isinstance(exc, base.StoreError))
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is no option nor ``--db``'s value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--db":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in MODULES else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """``cmr``'s parser. With ``only``, that command alone is built in full (its module
+    imported; none for ``""``), the others are named with their summary: enough for ``cmr
+    --help``, and for argparse to refuse a command it does not know."""
     parser = Parser(
         prog="cmr",
         description="The invoseq repository: receive invocation sequences and inspect them.",
@@ -70,19 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--db", metavar="PATH", help=DB_HELP)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    add_serve(commands)
-    add_ls(commands)
-    add_show(commands)
-    add_profile(commands)
-    add_diff(commands)
-    add_top(commands)
-    add_tail(commands)
-    add_stats(commands)
-    add_export(commands)
-    add_forward(commands)
-    add_report(commands)
-    add_import(commands)
-    add_prune(commands)
-    add_keys(commands)
-    add_ui(commands)
+    for name, module in MODULES.items():
+        if only is None or name == only:
+            add = getattr(importlib.import_module(f"cmr.cli.{module}"), f"add_{name}")
+            add(commands)
+        else:
+            commands.add_parser(name, help=SUMMARIES[name])
     return parser

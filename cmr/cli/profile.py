@@ -48,7 +48,6 @@ def add_profile(commands: Commands) -> None:
     parser = command(
         commands,
         "profile",
-        summary="print a merged stack tree: one sequence, or one method's calls",
         description=(
             "Print a profile the way pyinstrument does: calls and the frames estimated from "
             "stack samples below them, merged where the same function sits at the same place "

@@ -27,7 +27,6 @@ def add_prune(commands: Commands) -> None:
     parser = command(
         commands,
         "prune",
-        summary="remove old sequences and samples (retention)",
         description=(
             "Remove every sequence that started longer ago than --older-than, whole (its calls, "
             "hand-offs and lossy marks), the stack samples taken before then, the record of "

@@ -22,7 +22,6 @@ def add_report(commands: Commands) -> None:
     parser = command(
         commands,
         "report",
-        summary="write one sequence as a self-contained HTML page",
         description=(
             "Write one sequence as a single HTML file to open in a browser, with nothing "
             "fetched from the network: a timeline with a lane per process and thread, calls "

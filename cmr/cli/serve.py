@@ -17,7 +17,6 @@ def add_serve(commands: Commands) -> None:
     parser = command(
         commands,
         "serve",
-        summary="run the repository server",
         description=(
             "Receive batches from traced processes and store them until interrupted (Ctrl-C). "
             "Without CURVE, anyone who reaches the address can send: only listen on addresses "

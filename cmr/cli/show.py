@@ -30,7 +30,6 @@ def add_show(commands: Commands) -> None:
     parser = command(
         commands,
         "show",
-        summary="print one sequence's call tree",
         description=(
             "Print the call tree of one sequence, across its threads and processes. A sequence "
             "that is still running is shown as far as it got; calls that have not ended are "

@@ -14,7 +14,6 @@ def add_stats(commands: Commands) -> None:
     parser = command(
         commands,
         "stats",
-        summary="show ingest counters and known processes",
         description=(
             "Show what the repository received: batches, duplicates (resent after a lost "
             "acknowledgement), events, stack samples, frames rejected by reason, and per process "

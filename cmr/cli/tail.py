@@ -32,7 +32,6 @@ def add_tail(commands: Commands) -> None:
     parser = command(
         commands,
         "tail",
-        summary="print each sequence as it completes",
         description=(
             "Follow the repository: print each sequence as it completes (or can no longer "
             "complete: incomplete), one line like 'cmr ls' prints, until interrupted (Ctrl-C "

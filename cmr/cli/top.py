@@ -29,7 +29,6 @@ def add_top(commands: Commands) -> None:
     parser = command(
         commands,
         "top",
-        summary="sum up many sequences: one row per root, or per method",
         description=(
             "Sum up the sequences that started in a window (--since, default: all), one row per "
             "root call's name: how many, how many raised at the root (errors), the 50th, 90th "

@@ -18,7 +18,6 @@ def add_ui(commands: Commands) -> None:
     parser = command(
         commands,
         "ui",
-        summary="browse sequences in a web browser (local only)",
         description=(
             "Serve a web page on 127.0.0.1 that lists the most recent sequences, filtered by a "
             "method they called, their duration and their status, and opens each one in the "

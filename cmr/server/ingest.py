@@ -19,7 +19,7 @@ from cmr.gc_paused import paused_gc
 from cmr.store import InvalidBatchError, Store
 from cmr.store.base import Outcome
 from cmr.store.packing import PackingStore, Preparation
-from tracer import wire
+from invoseq import wire
 
 log = logging.getLogger(__name__)
 

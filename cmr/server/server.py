@@ -30,7 +30,7 @@ from cmr.server.groups import GROUP_BATCHES, take_waiting
 from cmr.server.ingest import AUTH, Ingest
 from cmr.server.workers import WorkerError, WorkerPool
 from cmr.store import Store, StoreError, open_store, repository_target
-from tracer import wire
+from invoseq import wire
 
 log = logging.getLogger(__name__)
 

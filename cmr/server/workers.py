@@ -32,7 +32,7 @@ from cmr.defaults import DB_ENV
 from cmr.server.groups import take_waiting
 from cmr.server.ingest import Ingest
 from cmr.store import StoreError, open_store
-from tracer import wire
+from invoseq import wire
 
 log = logging.getLogger(__name__)
 

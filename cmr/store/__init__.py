@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
+from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, needs_extra
 from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
 from cmr.store.base import (
     PROCESS_ALIVE,
@@ -99,8 +99,12 @@ def open_store(
     if url:
         scheme = url.group(1).lower()
         if scheme in {"postgresql", "postgres"}:
-            from cmr.store.postgres.store import PostgresStore
-
+            try:
+                from cmr.store.postgres.store import PostgresStore
+            except ImportError as exc:
+                if (exc.name or "").partition(".")[0] != "psycopg":
+                    raise
+                raise StoreError(needs_extra("a PostgreSQL repository", "postgres")) from exc
             return PostgresStore(target, readonly=readonly, clock=clock)
         raise StoreError(
             f"unsupported repository '{target}': give a file path or a postgresql:// URL"

@@ -23,7 +23,7 @@ from cmr.store.base import (
     SamplerRecord,
 )
 from cmr.store.columns import RecordColumns, field, on_threads
-from tracer.wire import GAP_TID, Batch, SamplerReport
+from invoseq.wire import GAP_TID, Batch, SamplerReport
 
 I64_MIN: Final = -(2**63)
 I64_MAX: Final = 2**63 - 1

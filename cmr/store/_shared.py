@@ -19,7 +19,7 @@ from cmr.store.base import (
     StoreError,
     UnknownSequenceError,
 )
-from tracer.wire import Batch
+from invoseq.wire import Batch
 
 SEQ_HEX_DIGITS: Final = 32
 #: How many matches an ambiguous prefix lookup names in its message.

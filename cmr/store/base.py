@@ -18,7 +18,7 @@ from typing import Final, Literal, TypeAlias
 
 import msgspec
 
-from tracer.wire import Batch
+from invoseq.wire import Batch
 
 
 class StoreError(Exception):

@@ -26,7 +26,7 @@ from cmr.store.accel import accelerator
 from cmr.store.base import InvocationRecord
 from cmr.store.packed import Attributes, LateAttributes, LateEnds, StoredBatch, unpack
 from cmr.store.summaries import BatchCache
-from tracer.wire import Attrs
+from invoseq.wire import Attrs
 
 _decode_attrs = msgspec.msgpack.Decoder(Attrs).decode
 _decode_attributes = msgspec.json.Decoder(dict[str, str | int | float | bool]).decode

@@ -33,7 +33,7 @@ import msgspec
 
 from cmr.store.base import InvocationRecord
 from cmr.store.summaries import BatchCache
-from tracer.wire import Attrs, End, Error, Start, ThreadChunk
+from invoseq.wire import Attrs, End, Error, Start, ThreadChunk
 
 _COMMON: Final = (Start, End)
 _COMMON_SET: Final = frozenset(_COMMON)

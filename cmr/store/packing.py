@@ -30,7 +30,7 @@ from cmr.store.accel import accelerator
 from cmr.store.base import GroupCommitStore, InvalidBatchError, Outcome, SampleRecord
 from cmr.store.packed import LateAttrs, LateEnd, encode_chunks, methods_by_seq
 from cmr.store.summaries import RootRow, SummaryCollector, SummaryParts
-from tracer.wire import Attrs, Batch, End, Error, Handoff, Start
+from invoseq.wire import Attrs, Batch, End, Error, Handoff, Start
 
 _COMMON: Final = (Start, End)
 _I64_MIN: Final = -(2**63)

@@ -37,7 +37,7 @@ from cmr.store._shared import (
     summary_root,
 )
 from cmr.store.base import InvocationRecord, MethodRecord, ProcessRecord, SequenceSummary
-from tracer.wire import End, Error, Start, ThreadChunk
+from invoseq.wire import End, Error, Start, ThreadChunk
 
 #: Decoded stored batches by (puid, batch_no), kept while one pass reads many sequences
 #: (``packed.unpack``'s cache; defined here because packed imports this module).

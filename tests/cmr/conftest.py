@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 import msgspec
 import pytest
 
-from tracer import wire
+from invoseq import wire
 
 #: Wall clock minus monotonic clock of the test processes: stored times are event times plus this.
 CLOCK_OFFSET_NS = 1_700_000_000_000_000_000

@@ -15,8 +15,8 @@ import msgspec
 
 from cmr.store import open_store
 from cmr.store.base import SequenceData, Store
+from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, make_batch
-from tracer import wire
 
 MS = 1_000_000
 SEQ = bytes.fromhex("5e0e1c0de0000000000000000000a11d")

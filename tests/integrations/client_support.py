@@ -24,7 +24,7 @@ import requests
 import urllib3
 
 import tracer
-from tracer import wire
+from invoseq import wire
 from tracer._core.ids import as_hid
 from tracer.propagation import parse_traceparent
 from tracer.testing import Capture, CapturedInvocation, capture

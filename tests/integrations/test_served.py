@@ -8,7 +8,7 @@ import sys
 import threading
 from collections import Counter
 
-from tracer import wire
+from invoseq import wire
 from tracer._patching.integrations import _served, wsgi
 from tracer.testing import capture
 

@@ -15,7 +15,7 @@ from celery import Celery, signals
 from celery.contrib.testing.worker import start_worker
 
 import tracer
-from tracer import wire
+from invoseq import wire
 from tracer.testing import Capture, CapturedInvocation
 
 TIMEOUT_S = 30.0

@@ -19,7 +19,8 @@ import grpc
 import grpc.aio
 
 import tracer
-from tracer import traced, wire
+from invoseq import wire
+from tracer import traced
 from tracer._core import context
 from tracer._core.ids import as_hid
 from tracer.propagation import parse_traceparent

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
+from invoseq import wire
 from tests.queues.grpc_support import (
     FOREIGN,
     HANDLERS,
@@ -34,7 +35,6 @@ from tests.queues.grpc_support import (
     sync_server,
     wait_ended,
 )
-from tracer import wire
 from tracer._core import recorder
 from tracer._patching.integrations import DISABLED_ENV
 from tracer.testing import Capture, CapturedInvocation

@@ -19,8 +19,8 @@ from typing import IO, Any
 
 import msgspec
 
+from invoseq import wire
 from tests.support import READY_PREFIX
-from tracer import wire
 
 #: Seconds a process gets to print an expected line, start, or exit: generous, for a loaded CI box.
 PATIENCE_S = 60.0

@@ -20,11 +20,11 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from invoseq import wire
 from tests.cmr.conftest import make_batch
 from tests.reliability.conftest import Launcher
 from tests.reliability.harness import PATIENCE_S, query
 from tests.support import cmr_json, shape
-from tracer import wire
 
 SEQ = bytes.fromhex("f0220000000000000000000000000000")
 FUZZ_PUID = 77  # the valid batches that fuzzed ones are made from

@@ -16,10 +16,10 @@ import msgspec
 import pytest
 import zmq
 
+from invoseq import wire
 from tests.reliability.conftest import Launcher
 from tests.reliability.harness import PATIENCE_S, program_env
 from tests.support import cmr, cmr_json, write_script
-from tracer import wire
 
 #: Two sequences, each handing work to a child process: three processes in all.
 PARENT = """

@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 import tracer
+from invoseq import wire
 from tests.support import write_script
 from tests.tracer.core.implementations import RAW_TRANSPORT, needs_c_build, run
-from tracer import wire
 from tracer._core import decorator, ids, recorder
 from tracer.testing import Capture, capture
 
@@ -211,7 +211,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 import tracer
 from tracer._core import decorator, ids
-from tracer import otel, _runtime as runtime, wire
+from invoseq import wire
+from tracer import otel, _runtime as runtime
 from tracer.otel import InvocationSpanProcessor
 
 times = itertools.count(1000, 7)

@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import Status, StatusCode, Tracer
 
 import tracer
-from tracer import otel, wire
+from invoseq import wire
+from tracer import otel
 from tracer._core import decorator, ids, recorder
 from tracer.otel import InvocationSpanProcessor, SequenceIdGenerator
 from tracer.testing import Capture, CapturedInvocation, capture

@@ -17,8 +17,9 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.propagators.composite import CompositePropagator
 
 import tracer
+from invoseq import wire
 from tests.support import cmr_json, cmr_server, run_traced, shape, write_script
-from tracer import propagation, wire
+from tracer import propagation
 from tracer._core import ids
 from tracer.propagation import InvoseqPropagator, parse_traceparent, parse_tracestate
 from tracer.testing import Capture, capture

@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 
-PUBLIC = ["tracer", "tracer.config", "tracer.wire", "tracer.propagation", "tracer.otel"]
-PUBLIC += ["tracer.testing", "tracer.web"]
+PUBLIC = ["tracer", "tracer.config", "tracer.wire", "invoseq.wire", "tracer.propagation"]
+PUBLIC += ["tracer.otel", "tracer.testing", "tracer.web"]
 
 
 @pytest.mark.parametrize("name", PUBLIC)

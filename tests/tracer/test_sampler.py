@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 import tracer
+from invoseq import wire
 from tests.support import wait_for
 from tracer import _active as active
 from tracer import _readings as readings_module
 from tracer import _sampler as sampler_module
-from tracer import wire
 from tracer.testing import Capture, capture
 
 

@@ -7,7 +7,7 @@ import inspect
 
 import msgspec
 
-from tracer import wire
+from invoseq import wire
 
 
 def test_the_layouts_take_exactly_the_struct_fields_in_order() -> None:

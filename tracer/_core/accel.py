@@ -9,12 +9,11 @@ once each way). Decided once, at import: the hot path never asks again.
 
 from __future__ import annotations
 
-import logging
 import os
 from types import ModuleType
 from typing import Final
 
-log = logging.getLogger("tracer")
+from tracer._core.log import log
 
 #: Set to 1 to run the pure-Python implementation even when the C accelerator is built.
 ENV_PURE: Final = "INVOSEQ_PURE"

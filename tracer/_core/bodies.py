@@ -3,14 +3,14 @@
 ``tracer._core.decorator``: they read its globals (``_disabled``, the sources, ``_open``,
 ``_begin``, ...), so a source replaced there reaches every wrapper. ``{call}`` is the call of
 the function, ``_ivq_0`` the interned method; every other name of theirs starts with ``_ivq_``.
-Event tags are written as numbers (``tracer.wire``: Start 0, End 1, Error 2).
+Event tags are written as numbers (``invoseq.wire``: Start 0, End 1, Error 2).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from tracer.wire import TAG_END, TAG_ERROR, TAG_START
+from invoseq.events import TAG_END, TAG_ERROR, TAG_START
 
 #: The sync wrapper's body (``tracer._core.shaped`` gives it the function's own
 #: parameters). Inlined: this is the path every traced call takes. A call nested in the top of its

@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from tracer._core import accel as _accel
-from tracer.config import Config
 
 if TYPE_CHECKING:
     from tracer._core._speedups import EventBuffer
@@ -52,7 +51,10 @@ MAX_CHUNK_EVENTS: Final = 4096
 # busy (``_busy``) and counts an overflow instead of deadlocking; held for a few steps only.
 _lock = threading.RLock()
 _busy = False
-_total = Config().max_buffered_bytes  # until the runtime configures it
+#: ``Config().max_buffered_bytes`` (a test keeps them equal), until the runtime configures it:
+#: the settings load with the sender, not with ``import tracer``.
+DEFAULT_BOUND: Final = 32 * 1024 * 1024
+_total = DEFAULT_BOUND
 _free = _total  # neither reserved by a thread nor held by the sender; may go negative
 _held = 0  # held by the sender: drained events, then encoded batches
 _chunk = MAX_CHUNK_EVENTS

@@ -16,7 +16,6 @@ traced call (the sampler's ``only_active``).
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Callable
 from types import CodeType, FunctionType
@@ -90,11 +89,21 @@ def available() -> bool:
     return _resolve() is not None
 
 
+#: CPython's code flags, as ``inspect`` names them (a test checks them against it): read here
+#: without importing ``inspect``, which ``import tracer`` does not load.
+CO_VARARGS: Final = 0x04
+CO_VARKEYWORDS: Final = 0x08
+CO_GENERATOR: Final = 0x20
+CO_COROUTINE: Final = 0x80
+CO_ITERABLE_COROUTINE: Final = 0x100
+CO_ASYNC_GENERATOR: Final = 0x200
+
+
 def kind_of(code: CodeType) -> int:
     flags = code.co_flags
-    if flags & (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR):
+    if flags & (CO_GENERATOR | CO_ASYNC_GENERATOR):
         return GENERATOR
-    if flags & (inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE):
+    if flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE):
         return COROUTINE
     return SYNC
 

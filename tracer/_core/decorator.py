@@ -27,17 +27,16 @@ either way: assigning one from outside (a test fixing the clock) reaches the C w
 
 from __future__ import annotations
 
-import inspect
 import sys
 import types
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
+from invoseq.events import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 from tracer._core import accel as _accel
 from tracer._core import adoption, bodies, budget, codes, context, frames, ids, recorder, shaped
 from tracer._core import clock as clock_module
 from tracer._core import stack as stack_module
-from tracer.wire import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 
 TRACED_MARK: Final = "__invoseq_traced__"
 #: "c" when the C accelerator records events, "python" otherwise (INVOSEQ_PURE=1 forces it).
@@ -103,7 +102,9 @@ def _sync_sources() -> None:
         clock=None if _clock is clock_module.now else _clock,
         new_seq=None if _new_seq is ids.new_seq else _new_seq,
         next_iid=None if _next_iid is recorder.next_iid else _next_iid,
-        adopt=_adopt,
+        # The default adoption asks nothing before OpenTelemetry is loaded (no span can be
+        # current), then only when its guard holds.
+        adopt=None if _adopt is adoption.adopt and not adoption.loaded else _adopt,
         adopt_guard=adoption.GUARD if _adopt is adoption.adopt else None,
     )
 
@@ -122,6 +123,7 @@ class _Module(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Module
+adoption.on_loaded.append(_sync_sources)
 _sync_sources()  # the C wrapper's roots adopt through the same callback
 
 
@@ -253,6 +255,8 @@ def wrap_with_method(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
 def wrapper_for(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
     """The wrapper of ``fn``'s shape (sync, coroutine, generator, async generator), chosen now,
     at decoration, never per call."""
+    import inspect  # at decoration of what is no plain function (codes instrument those)
+
     if inspect.isasyncgenfunction(fn):
         return _wrap_async_generator(fn, method)
     if inspect.iscoroutinefunction(fn):
@@ -262,9 +266,20 @@ def wrapper_for(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
     return _wrap_sync(fn, method)
 
 
+def _unwrap(fn: Any) -> Any:
+    """``inspect.unwrap``: through ``__wrapped__`` to the innermost function (a cycle stops)."""
+    seen = {id(fn)}
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+        if id(fn) in seen:
+            break
+        seen.add(id(fn))
+    return fn
+
+
 def source(fn: Callable[..., Any]) -> tuple[str, int]:
     """(file, first line) of the function's own code, through any wrappers; ("", 0) without."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
+    code = getattr(_unwrap(fn), "__code__", None)
     if code is None:
         return "", 0
     return code.co_filename, code.co_firstlineno

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import logging
 import os
 import threading
 from collections.abc import Callable
 from typing import Any, Final
 
+from invoseq.events import TAG_HANDOFF
 from tracer._core import clock as clock_module
 from tracer._core import context, decorator, frames, ids, recorder, stack
-from tracer.wire import TAG_HANDOFF
-
-log = logging.getLogger("tracer")
 
 BOUND_MARK: Final = "__invoseq_bound__"
 #: On a function that runs what it is given in a context it was given (an integration marks

@@ -7,16 +7,13 @@ sequence id costs no syscall and a child never repeats its parent's draws.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import os
 import random
-import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 _MACHINE_ID_FILES: Final = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
@@ -58,11 +55,15 @@ def as_hid(parent_id: int) -> int:
 
 
 def host_name() -> str:
+    import socket
+
     return socket.gethostname()
 
 
 def platform_id() -> str:
     """A stable id of this host: a hash of its machine id, or of its host name when it has none."""
+    import hashlib
+
     for path in _MACHINE_ID_FILES:
         try:
             with open(path, "rb") as file:
@@ -74,8 +75,7 @@ def platform_id() -> str:
     return hashlib.sha256(b"invoseq-host:" + host_name().encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessIdentity:
+class ProcessIdentity(NamedTuple):
     """Who is sending: drawn at start, and again in a forked child."""
 
     puid: int
@@ -94,16 +94,29 @@ def _draw_identity() -> ProcessIdentity:
         host=host_name(),
         platform_id=platform_id(),
         clock_offset_ns=time.time_ns() - time.perf_counter_ns(),
-        started_ns=time.time_ns(),
+        started_ns=_started_ns,
         argv=tuple(arg[:4096] for arg in sys.argv[:64]),
     )
 
 
-_identity = _draw_identity()
+_started_ns = time.time_ns()  # when the tracer was imported (or the process forked)
+#: Drawn when first asked for (the sender's start), not at import: the host's name and machine
+#: id are read then.
+_identity: ProcessIdentity | None = None
+
+
+_drawing = threading.Lock()  # two threads asking first get the same identity
 
 
 def identity() -> ProcessIdentity:
-    return _identity
+    global _identity
+    found = _identity
+    if found is None:
+        with _drawing:
+            if _identity is None:
+                _identity = _draw_identity()
+            found = _identity
+    return found
 
 
 def adopt_argv(argv: Sequence[str]) -> None:
@@ -111,13 +124,15 @@ def adopt_argv(argv: Sequence[str]) -> None:
     drawn when the tracer was imported, with the launcher's (``tracer run app.py``). Called
     before the sender starts, so that every batch names the program."""
     global _identity
-    _identity = dataclasses.replace(_identity, argv=tuple(arg[:4096] for arg in argv[:64]))
+    _identity = identity()._replace(argv=tuple(arg[:4096] for arg in argv[:64]))
 
 
 def _after_fork_in_child() -> None:
-    global _identity
+    global _identity, _started_ns, _drawing
     _reseed()
-    _identity = _draw_identity()
+    _drawing = threading.Lock()
+    _started_ns = time.time_ns()
+    _identity = None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

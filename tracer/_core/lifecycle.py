@@ -9,8 +9,10 @@ and nothing for a child to inherit.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from tracer.config import Config
+if TYPE_CHECKING:
+    from tracer.config import Config
 
 __all__ = ["child_settings", "config", "flush", "install", "shutdown"]
 
@@ -50,4 +52,12 @@ def install(
 _flush: Callable[[float | None], bool] = lambda timeout_s: True  # noqa: E731 (replaced)
 _shutdown: Callable[[], bool] = lambda: True  # noqa: E731 (replaced by the runtime)
 _child_settings: Callable[[], dict[str, str]] = dict
-_config: Callable[[], Config] = Config
+
+
+def _default_config() -> Config:
+    from tracer.config import Config
+
+    return Config()
+
+
+_config: Callable[[], Config] = _default_config

@@ -27,8 +27,7 @@ import threading
 from collections.abc import Mapping
 from typing import Final
 
-from tracer._core import adoption, budget, context, decorator, ids, recorder, stack
-from tracer.wire import (
+from invoseq.events import (
     MAX_ATTRIBUTE_VALUE,
     MAX_ATTRIBUTES,
     TAG_ATTRS,
@@ -36,6 +35,7 @@ from tracer.wire import (
     TAG_ERROR,
     TAG_START,
 )
+from tracer._core import adoption, budget, context, decorator, ids, recorder, stack
 
 MAX_NAMES: Final = 4096
 _I64: Final = 2**63

@@ -13,12 +13,11 @@ says so once.
 
 from __future__ import annotations
 
-import logging
 import sys
 from types import CodeType, FunctionType, ModuleType
 from typing import Any, Final
 
-log = logging.getLogger("tracer")
+from tracer._core.log import log
 
 #: The ids the tracer may take, in order: those PEP 669 reserves for no kind of tool.
 CANDIDATE_IDS: Final = (4, 3)

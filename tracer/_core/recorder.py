@@ -17,32 +17,30 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import logging
 import os
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import CodeType
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
-
-import msgspec
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
 
 from tracer._core import accel as _accel
 from tracer._core import budget, context
+from tracer._core.log import log
 
 if TYPE_CHECKING:
+    import msgspec
+
     from tracer._core._speedups import EncodedEvents, EventBuffer
 
-log = logging.getLogger("tracer")
 
-#: An event as the hot path records it; the layouts are those of tracer.wire's event structs.
+#: An event as the hot path records it; the layouts are those of invoseq.wire's event structs.
 EventTuple = tuple[Any, ...]
-#: A method's interned metadata, laid out as tracer.wire.MethodInfo.
+#: A method's interned metadata, laid out as invoseq.wire.MethodInfo.
 MethodTuple = tuple[int, str, str, str, int]
-#: A thread's interned metadata, laid out as tracer.wire.ThreadInfo.
+#: A thread's interned metadata, laid out as invoseq.wire.ThreadInfo.
 ThreadTuple = tuple[int, int, str]
-#: A sampled code location, laid out as tracer.wire.FrameInfo.
+#: A sampled code location, laid out as invoseq.wire.FrameInfo.
 FrameTuple = tuple[int, str, str, int]
 
 
@@ -102,13 +100,27 @@ _next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
 next_batch_no: Final[Callable[[], int]] = itertools.count(1).__next__
 
 
-@dataclass(slots=True, eq=False)
 class ThreadBuffer:
-    tid: int
-    ident: int
-    info: ThreadTuple
-    thread: weakref.ref[threading.Thread]
-    events: EventSink = field(default_factory=_new_sink)
+    """A thread's events, and who it is (compared by identity)."""
+
+    __slots__ = ("events", "ident", "info", "thread", "tid")
+
+    def __init__(
+        self,
+        tid: int,
+        ident: int,
+        info: ThreadTuple,
+        thread: weakref.ref[threading.Thread],
+        events: EventSink | None = None,
+    ) -> None:
+        self.tid = tid
+        self.ident = ident
+        self.info = info
+        self.thread = thread
+        self.events: EventSink = _new_sink() if events is None else events
+
+    def __repr__(self) -> str:
+        return f"ThreadBuffer(tid={self.tid}, ident={self.ident}, info={self.info!r})"
 
     def alive(self) -> bool:
         thread = self.thread()
@@ -233,8 +245,7 @@ def threads_in_c_calls() -> set[int]:
     return {buffer.ident for buffer in list(_buffers) if _in_c_call(buffer.events)}
 
 
-@dataclass(frozen=True, slots=True)
-class Drained:
+class Drained(NamedTuple):
     chunks: list[tuple[ThreadBuffer, Events]]  # per thread, in the thread's order
     finished: list[ThreadBuffer]  # threads that ended: they will record nothing more
     #: Events taken: the sender holds their charge (budget.EVENT_BYTES each) until it lets them go.
@@ -292,6 +303,8 @@ def _take(events: EventSink, count: int) -> Events:
 
 
 def encodable(events: Events) -> list[EventTuple] | msgspec.Raw:
+    import msgspec  # loaded with the sender, which calls this
+
     """Drained events as the batch encoder takes them: C-encoded ones are spliced in as they are
     (the same bytes msgspec gives for the tuples; tests/tracer/core/test_speedups.py checks it)."""
     return events if isinstance(events, list) else msgspec.Raw(events.msgpack())
@@ -332,12 +345,36 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_codec: list[Callable[[Any], Any]] = []  # msgspec's msgpack encode and decode, once loaded
+
+
+def _load_codec() -> list[Callable[[Any], Any]]:
+    if not _codec:
+        import msgspec
+
+        _codec[:] = [msgspec.msgpack.Encoder().encode, msgspec.msgpack.Decoder().decode]
+    return _codec
+
+
+def _encode(event: object) -> bytes:
+    """msgspec's msgpack encode, for the rare event no record layout fits (msgspec loads then)."""
+    encoded: bytes = (_codec or _load_codec())[0](event)
+    return encoded
+
+
+def _decode(data: bytes) -> object:
+    """msgspec's msgpack decode, for an event ``_encode`` wrote."""
+    return (_codec or _load_codec())[1](data)
+
+
 if _accel.speedups is not None:
     _speedups.configure(
         context.current,
         internal_error,
         thread_events,
-        msgspec.msgpack.Encoder().encode,
-        msgspec.msgpack.Decoder().decode,
+        _encode,
+        _decode,
     )
     _speedups.set_refill(budget.refill)

@@ -12,13 +12,11 @@ that code (``hooks.start_for``), which needs no registry.
 
 from __future__ import annotations
 
-import logging
 from types import CodeType, FunctionType, SimpleNamespace
 from typing import Any
 
 from tracer._core import inject
-
-log = logging.getLogger("tracer")
+from tracer._core.log import log
 
 
 class Rewriting:

@@ -20,19 +20,17 @@ import keyword
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from inspect import CO_VARARGS, CO_VARKEYWORDS
 from types import FunctionType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from tracer._core import frames
+from tracer._core.codes import CO_VARARGS, CO_VARKEYWORDS
 
 #: What the template's own names start with (the function, the method, locals).
 PREFIX: Final = "_ivq_"
 
 
-@dataclass(frozen=True, slots=True)
-class Shape:
+class Shape(NamedTuple):
     positional_only: tuple[str, ...]
     positional: tuple[str, ...]
     varargs: str | None

@@ -11,18 +11,18 @@ there. Each patch keeps its original.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tracer._patching import contexts, integrations, logs, processes, tasks, threads
+if TYPE_CHECKING:  # the patches load at the first instrument(): importing tracer loads none
+    from tracer._patching import integrations
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
 
-@dataclass(frozen=True, slots=True)
-class Patch:
+class Patch(NamedTuple):
     owner: Any
     name: str
     original: Any
@@ -59,13 +59,18 @@ def instrument(*, disable: Iterable[str] | None = None) -> None:
     integrations to leave out (``tracer._patching.integrations.INTEGRATIONS``), as does
     ``INVOSEQ_DISABLED_INTEGRATIONS``; an unknown name raises ValueError."""
     global _watcher
+    from tracer._patching import contexts, integrations, logs, processes, tasks, threads
+
     disabled = integrations.disabled_names(disable)
     with _lock:
         _uninstall()
-        _apply((*threads.PATCHES, *tasks.PATCHES, *processes.PATCHES, *contexts.PATCHES))
+        _apply((*threads.PATCHES, *contexts.PATCHES))
+        processes.install_fork_hooks()
         processes.set_fork_hooks(True)
         logs.install()
-        _watcher = integrations.install(disabled, _apply)
+        # asyncio, thread and process pools, multiprocessing and subprocess: once imported
+        core = {**threads.HOOKS, **tasks.HOOKS, **processes.HOOKS}
+        _watcher = integrations.install(disabled, _apply, core)
 
 
 def uninstrument() -> None:
@@ -81,10 +86,16 @@ def instrumented() -> bool:
 def _uninstall() -> None:
     global _watcher
     if _watcher is not None:
+        from tracer._patching import integrations
+
         integrations.remove(_watcher)
         _watcher = None
-    logs.uninstall()
-    processes.set_fork_hooks(False)
+    logs = sys.modules.get("tracer._patching.logs")  # loaded by instrument()
+    if logs is not None:
+        logs.uninstall()
+    processes = sys.modules.get("tracer._patching.processes")
+    if processes is not None:
+        processes.set_fork_hooks(False)
     while _installed:
         patch = _installed.pop()
         setattr(patch.owner, patch.name, patch.original)
@@ -95,5 +106,4 @@ def _after_fork_in_child() -> None:
     _lock = threading.RLock()
 
 
-processes.install_fork_hooks()
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -22,18 +22,21 @@
 
 from __future__ import annotations
 
-import concurrent.futures.process as futures_process
 import functools
-import multiprocessing.pool
-import multiprocessing.process
 import os
-import subprocess
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+import sys
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from tracer import propagation
 from tracer._core import context, decorator, frames, handoff, lifecycle, recorder, stack
+
+if TYPE_CHECKING:
+    import multiprocessing.pool
+    import multiprocessing.process
+    import subprocess
+    from concurrent.futures import ProcessPoolExecutor
 
 _get = context.current.get
 _set = context.current.set
@@ -97,7 +100,7 @@ def patch_process_start(original: Callable[..., None]) -> Callable[..., None]:
             target = getattr(self, "_target", None)
             if target is not None:
                 self._target = _runner(target, _record(target))  # type: ignore[attr-defined]
-            elif type(self).run is not multiprocessing.process.BaseProcess.run:
+            elif type(self).run is not sys.modules["multiprocessing.process"].BaseProcess.run:
                 # A subclass's own run(): the instance attribute shadows it. It pickles for
                 # spawn as getattr(process, "run"), which unpickles to the class's run again.
                 self.run = _runner(self.run, _record(self.run))  # type: ignore[method-assign]
@@ -161,7 +164,7 @@ def _is_map_chunk(fn: Any) -> bool:
     """``ProcessPoolExecutor.map`` submits ``partial(_process_chunk, runner)``: already bound."""
     return (
         isinstance(fn, functools.partial)
-        and fn.func is futures_process._process_chunk
+        and fn.func is sys.modules["concurrent.futures.process"]._process_chunk
         and bool(fn.args)
         and isinstance(fn.args[0], ProcessRunner)
     )
@@ -210,18 +213,45 @@ def extend_child_environment(extend: Callable[[dict[str, str]], None]) -> None:
         _child_environment_extensions.append(extend)
 
 
-PATCHES: tuple[tuple[Any, str, Callable[[Any], Any]], ...] = (
-    (multiprocessing.process.BaseProcess, "start", patch_process_start),
-    (multiprocessing.process.BaseProcess, "_bootstrap", patch_process_bootstrap),
-    (multiprocessing.pool.Pool, "__init__", patch_detached),
-    (multiprocessing.pool.Pool, "apply_async", patch_pool_method),
-    (multiprocessing.pool.Pool, "_map_async", patch_pool_method),
-    (multiprocessing.pool.Pool, "imap", patch_pool_method),
-    (multiprocessing.pool.Pool, "imap_unordered", patch_pool_method),
-    (ProcessPoolExecutor, "submit", patch_executor_submit),
-    (ProcessPoolExecutor, "map", patch_executor_map),
-    (subprocess.Popen, "__init__", patch_popen_init),
-)
+Patches = Iterable[tuple[Any, str, Callable[[Any], Any]]]
+
+
+def _process(module: ModuleType) -> Patches:
+    return [
+        (module.BaseProcess, "start", patch_process_start),
+        (module.BaseProcess, "_bootstrap", patch_process_bootstrap),
+    ]
+
+
+def _pool(module: ModuleType) -> Patches:
+    return [
+        (module.Pool, "__init__", patch_detached),
+        (module.Pool, "apply_async", patch_pool_method),
+        (module.Pool, "_map_async", patch_pool_method),
+        (module.Pool, "imap", patch_pool_method),
+        (module.Pool, "imap_unordered", patch_pool_method),
+    ]
+
+
+def _executor(module: ModuleType) -> Patches:
+    return [
+        (module.ProcessPoolExecutor, "submit", patch_executor_submit),
+        (module.ProcessPoolExecutor, "map", patch_executor_map),
+    ]
+
+
+def _subprocess(module: ModuleType) -> Patches:
+    return [(module.Popen, "__init__", patch_popen_init)]
+
+
+#: Patched once the program imports them (``tracer._patching.integrations.Watcher``), so
+#: instrumenting imports neither multiprocessing nor concurrent.futures nor subprocess.
+HOOKS: dict[str, Callable[[ModuleType], Patches]] = {
+    "multiprocessing.process": _process,
+    "multiprocessing.pool": _pool,
+    "concurrent.futures.process": _executor,
+    "subprocess": _subprocess,
+}
 
 
 # -- a bare os.fork() inside a sequence ----------------------------------------------------------
@@ -246,8 +276,16 @@ def _after_fork_in_child() -> None:
         _fork_value = None
 
 
+_fork_hooks_installed = False
+
+
 def install_fork_hooks() -> None:
-    """Registered once (fork hooks cannot be removed); they act only while instrumented."""
+    """Registered once, at the first ``instrument()`` (fork hooks cannot be removed); they act
+    only while instrumented."""
+    global _fork_hooks_installed
+    if _fork_hooks_installed:
+        return
+    _fork_hooks_installed = True
     os.register_at_fork(
         before=lambda: _before_fork() if _enabled else None,
         after_in_parent=_after_fork_in_parent,

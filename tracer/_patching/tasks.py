@@ -11,14 +11,16 @@ copies for the thread.
 
 from __future__ import annotations
 
-import asyncio
-import asyncio.tasks
 import contextvars
 import functools
-from collections.abc import Callable, Coroutine, Generator
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Generator, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tracer._core import context, handoff, stack
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 
@@ -66,6 +68,8 @@ _var = context.current
 
 
 def patch_to_thread(original: Callable[..., Any]) -> Callable[..., Any]:
+    import asyncio
+
     async def to_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         copied = contextvars.copy_context()
@@ -78,9 +82,18 @@ def patch_to_thread(original: Callable[..., Any]) -> Callable[..., Any]:
     return to_thread
 
 
-PATCHES: tuple[tuple[Any, str, Callable[[Any], Any]], ...] = (
-    (asyncio.tasks, "Task", make_task_class),
-    (asyncio, "Task", make_task_class),
-    (asyncio.threads, "to_thread", patch_to_thread),
-    (asyncio, "to_thread", patch_to_thread),
-)
+def _asyncio(module: ModuleType) -> Iterable[tuple[Any, str, Callable[[Any], Any]]]:
+    """The package, once its ``__init__`` has run: ``asyncio.Task`` is bound by then."""
+    return [
+        (module.tasks, "Task", make_task_class),
+        (module, "Task", make_task_class),
+        (module.threads, "to_thread", patch_to_thread),
+        (module, "to_thread", patch_to_thread),
+    ]
+
+
+#: Patched once the program imports asyncio (``tracer._patching.integrations.Watcher``), so
+#: instrumenting imports no asyncio.
+HOOKS: dict[str, Callable[[ModuleType], Iterable[tuple[Any, str, Callable[[Any], Any]]]]] = {
+    "asyncio": _asyncio,
+}

@@ -12,11 +12,14 @@ runs, with a hand-off of kind ``thread`` between the two.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from tracer._core import context, handoff, stack
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 _set = context.current.set
 _reset = context.current.reset
@@ -54,5 +57,15 @@ def patch_executor_submit(original: Callable[..., Future[Any]]) -> Callable[...,
 
 PATCHES: tuple[tuple[Any, str, Callable[[Any], Any]], ...] = (
     (threading.Thread, "start", patch_thread_start),
-    (ThreadPoolExecutor, "submit", patch_executor_submit),
 )
+
+
+def _thread_pool(module: ModuleType) -> Iterable[tuple[Any, str, Callable[[Any], Any]]]:
+    return [(module.ThreadPoolExecutor, "submit", patch_executor_submit)]
+
+
+#: Patched once the program imports them (``tracer._patching.integrations.Watcher``), so
+#: instrumenting imports no pool.
+HOOKS: dict[str, Callable[[ModuleType], Iterable[tuple[Any, str, Callable[[Any], Any]]]]] = {
+    "concurrent.futures.thread": _thread_pool,
+}

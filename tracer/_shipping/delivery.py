@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from tracer import wire
+from invoseq import wire
 from tracer._shipping.nodes import Nodes
 from tracer._shipping.spool import Spool
 

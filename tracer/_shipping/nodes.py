@@ -31,7 +31,7 @@ from typing import Final
 
 import zmq
 
-from tracer import wire
+from invoseq import wire
 from tracer._shipping.transport import Transport, ZmqTransport
 
 #: The first wait before a failed node is tried again: ZeroMQ's own reconnect interval.

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from tracer import wire
+from invoseq import wire
 from tracer._core import budget, context, ids, recorder
 from tracer._sampler import Sampler
 from tracer._shipping.delivery import Delivery, Outgoing

@@ -13,7 +13,7 @@ import msgspec
 import zmq
 import zmq.auth
 
-from tracer import wire
+from invoseq import wire
 
 log = logging.getLogger("tracer")
 

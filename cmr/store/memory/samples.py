@@ -9,7 +9,7 @@ import bisect
 
 from cmr.store._samples import ThreadKey, Window, overlaps, sampler_record
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
-from tracer.wire import GAP_TID, Batch
+from invoseq.wire import GAP_TID, Batch
 
 
 class MemorySamples:

@@ -51,7 +51,7 @@ from cmr.store.packed import LateAttrs
 from cmr.store.packed import LateEnd as StoredLateEnd
 from cmr.store.packing import pack
 from cmr.store.summaries import BatchCache
-from tracer.wire import Batch
+from invoseq.wire import Batch
 
 Key = tuple[int, int]
 

@@ -40,7 +40,7 @@ from cmr.store.postgres.schema import (
     UPSERT_SAMPLE_THREADS,
     UPSERT_SAMPLER,
 )
-from tracer.wire import Batch
+from invoseq.wire import Batch
 
 _encode = msgspec.msgpack.Encoder().encode
 

@@ -20,7 +20,7 @@ from cmr.store.sqlite.schema import (
     UPSERT_SAMPLE_THREAD,
     UPSERT_SAMPLER,
 )
-from tracer.wire import Batch
+from invoseq.wire import Batch
 
 _encode_stack = msgspec.msgpack.Encoder().encode
 

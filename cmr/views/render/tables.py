@@ -4,14 +4,15 @@ nothing to install."""
 from __future__ import annotations
 
 import datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from cmr.store.base import SequenceSummary, StoreStats
 from cmr.store.listing import listed_status
-from cmr.views.model import SequenceTree
-from cmr.views.processors import ThreadActivity
 from cmr.views.render.terms import format_duration
-from cmr.views.render.text import render_header
+
+if TYPE_CHECKING:  # cmr ls prints no tree: the views load for the one table that shows one
+    from cmr.views.model import SequenceTree
+    from cmr.views.processors import ThreadActivity
 
 #: Hex digits of a sequence id shown in listings; ``cmr show`` accepts any unambiguous prefix.
 SEQ_PREFIX_LEN = 12
@@ -87,6 +88,8 @@ def _listed_status(summary: SequenceSummary) -> str:
 def render_thread_activity(tree: SequenceTree, activity: list[ThreadActivity]) -> str:
     """The sequence's header line, then one line per thread in order of first activity; FIRST is
     when the thread joined, counted from the sequence's first call."""
+    from cmr.views.render.text import render_header
+
     if not activity:
         return render_header(tree) + "\nno threads: no invocation of this sequence was received"
     origin = activity[0].first_start_ns

@@ -16,8 +16,8 @@ import zmq
 from cmr.store import open_store
 from cmr.views.pipeline import render_sequence
 from cmr.views.render.tables import render_sequence_list
+from invoseq import wire
 from tests.cmr.cli_helpers import one_line_error, run
-from tracer import wire
 
 MS = 1_000_000
 SEQ_A = bytes.fromhex("ab12" + "00" * 14)  # complete, one call raised

@@ -10,8 +10,8 @@ import pytest
 
 from cmr.store import open_store
 from cmr.views.render.terms import format_time_of_day
+from invoseq import wire
 from tests.cmr.cli_helpers import one_line_error, run
-from tracer import wire
 
 MS = 1_000_000
 SHOP = 0x1111

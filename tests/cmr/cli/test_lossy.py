@@ -14,7 +14,7 @@ import pytest
 from cmr.bundle import HEADER, BundleError, read_bundle, write_bundle
 from cmr.cli import main
 from cmr.store import open_store
-from tracer import wire
+from invoseq import wire
 
 BatchFactory = Callable[..., wire.Batch]
 MS = 1_000_000

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from cmr.store import open_store
+from invoseq import wire
 from tests.cmr.cli_helpers import one_line_error, run
 from tests.cmr.store.records import seq_id, start
-from tracer import wire
 
 MS = 1_000_000
 FAST, SLOW, FAILED = seq_id("fa"), seq_id("51"), seq_id("e0")

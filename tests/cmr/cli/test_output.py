@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from cmr.store import open_store
-from tracer import wire
+from invoseq import wire
 
 MS = 1_000_000
 

@@ -10,8 +10,8 @@ import pytest
 
 from cmr.cli._support import parse_since
 from cmr.store import open_store
+from invoseq import wire
 from tests.cmr.cli_helpers import one_line_error, run
-from tracer import wire
 
 MS = 1_000_000
 SEQ_P = bytes.fromhex("ab12" + "00" * 14)  # checkout calling price three times, sampled

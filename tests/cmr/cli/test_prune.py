@@ -10,9 +10,9 @@ import pytest
 
 from cmr.cli._support import parse_age
 from cmr.store import open_store
+from invoseq import wire
 from tests.cmr.cli_helpers import one_line_error, run
 from tests.cmr.conftest import BatchFactory
-from tracer import wire
 
 OLD = bytes.fromhex("01d".ljust(32, "0"))
 NEW = bytes.fromhex("0e1".ljust(32, "0"))

@@ -13,11 +13,11 @@ import pytest
 from cmr.cli import main
 from cmr.store import open_store
 from cmr.views.model import service_name
+from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, make_batch
 from tests.cmr.export_support import MS, SEQ, STOCK, fill
 from tests.cmr.otlp_support import attributes, otlp_json_to_request, otlp_receiver, record_shop
 from tests.support import cmr, cmr_json
-from tracer import wire
 
 KIND_INTERNAL = 1
 KIND_SERVER = 2

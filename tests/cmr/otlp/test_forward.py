@@ -13,10 +13,10 @@ import pytest
 
 from cmr.cli import main
 from cmr.store import open_store
+from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, make_batch
 from tests.cmr.export_support import MS, SEQ, fill
 from tests.cmr.otlp_support import otlp_receiver
-from tracer import wire
 
 DAY_NS = 86_400 * 1_000_000_000
 #: A second sequence, ten days after the first (2023-11-14T22:13:20Z).

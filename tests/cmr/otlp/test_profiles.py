@@ -180,9 +180,9 @@ def test_a_traced_runs_profiles_parse_and_link_to_its_exported_spans(shop) -> No
 
 
 def test_the_command_refuses_a_sequence_without_samples(tmp_path, capsys) -> None:
+    from invoseq import wire
     from tests.cmr.conftest import make_batch
     from tests.cmr.otlp.test_export import stored
-    from tracer import wire
 
     seq = bytes.fromhex("00000000000000000000000000000abc")
     path = stored(

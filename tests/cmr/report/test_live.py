@@ -14,9 +14,9 @@ import pytest
 
 from cmr.report import build_model, render_page
 from cmr.store import open_store
+from invoseq import wire
 from tests.cmr.conftest import BatchFactory
 from tests.cmr.report.conftest import Browser, wait_until
-from tracer import wire
 
 pytestmark = [pytest.mark.browser, pytest.mark.system]
 

@@ -14,8 +14,8 @@ import pytest
 from cmr.report import build_model, render_page
 from cmr.store import open_store
 from cmr.store.base import SequenceData
+from invoseq import wire
 from tests.cmr.conftest import BatchFactory
-from tracer import wire
 
 SEQ = bytes.fromhex("5e" * 16)
 MS = 1_000_000

@@ -18,9 +18,9 @@ from cmr.server.curve import CurveError, CurveKeys, curve_keys
 from cmr.server.server import ServerError, ServerThread
 from cmr.store import Store
 from cmr.store.memory.store import MemoryStore
+from invoseq import wire
 from tests.cmr.curve_support import Keys, make_keys
 from tests.support import wait_for
-from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
 Encode = Callable[[wire.Batch], list[bytes]]

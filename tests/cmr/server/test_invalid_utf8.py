@@ -11,8 +11,8 @@ import pytest
 from cmr import bundle
 from cmr.server.ingest import Ingest
 from cmr.store.memory.store import MemoryStore
+from invoseq import wire
 from tests.cmr.conftest import encode_batch, make_batch
-from tracer import wire
 
 
 def with_bad_utf8(body: bytes, text: bytes) -> bytes:

@@ -26,8 +26,8 @@ from cmr.store import Store, open_store
 from cmr.store.base import Outcome
 from cmr.store.memory.store import MemoryStore
 from cmr.store.sqlite.store import SQLiteStore
+from invoseq import wire
 from tests.support import READY_PREFIX, read_line
-from tracer import wire
 
 pytestmark = pytest.mark.system
 

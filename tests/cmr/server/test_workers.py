@@ -18,8 +18,8 @@ import zmq
 
 from cmr.server.workers import WorkerError, WorkerPool
 from cmr.store import open_store
+from invoseq import wire
 from tests.support import READY_PREFIX, read_line
-from tracer import wire
 
 pytestmark = pytest.mark.system
 

@@ -31,7 +31,7 @@ from cmr.store.sqlite.schema import (
     SCHEMA,
     SUMMARY_SCHEMA,
 )
-from tracer import wire
+from invoseq import wire
 
 BatchFactory = Callable[..., wire.Batch]
 encode = msgspec.msgpack.Encoder().encode

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from tracer import wire
+from invoseq import wire
 
 SEQ = bytes(range(16))
 OTHER = bytes(range(1, 17))

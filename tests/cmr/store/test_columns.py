@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from cmr.store.columns import RecordColumns, columns_available, unpack_columns
 from cmr.store.packed import LateAttrs, LateEnd, StoredBatch, encode_chunks, unpack
+from invoseq import wire
 from tests.cmr.store.strategies import PUIDS, SEQ, iids, processes, times
-from tracer import wire
 
 pytestmark = pytest.mark.skipif(not columns_available(), reason="the C accelerator is not built")
 

@@ -19,8 +19,8 @@ from cmr.store import (
 from cmr.store.base import HandoffRecord, SequenceQuery
 from cmr.views.calltree import build_tree
 from cmr.views.model import Handoff
+from invoseq import wire
 from tests.cmr.store.records import BatchFactory, H, S, handoff, seq_id, start
-from tracer import wire
 
 # -- ingest and load ------------------------------------------------------------------------
 

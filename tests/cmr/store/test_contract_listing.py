@@ -11,9 +11,9 @@ import pytest
 from cmr.store import Store
 from cmr.store.base import SORT_DURATION, SequenceQuery
 from cmr.store.listing import PAGE_SIZE
+from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
 from tests.cmr.store.records import seq_id, start
-from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
 MS = 1_000_000

@@ -10,8 +10,8 @@ from cmr.store import (
     StoreError,
     UnknownSequenceError,
 )
+from invoseq import wire
 from tests.cmr.store.records import BatchFactory, S, seq_id, start
-from tracer import wire
 
 PREFIXED = [seq_id("ab12"), seq_id("ab34"), seq_id("ffee"), seq_id("0123")]
 

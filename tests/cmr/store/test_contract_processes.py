@@ -14,9 +14,9 @@ from cmr.store import (
 )
 from cmr.views.calltree import build_tree
 from cmr.views.model import Handoff, walk
+from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import BatchFactory, H, S, handoff, seq_id, start
-from tracer import wire
 
 # -- processes that stop sending -----------------------------------------------------------
 

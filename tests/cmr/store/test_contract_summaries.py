@@ -12,9 +12,9 @@ import pytest
 from cmr.store import Store
 from cmr.store._shared import summarize
 from cmr.store.base import REMOTE_PARENT, SequenceSummary
+from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import handoff, seq_id, start
-from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
 A, B, C, D = seq_id("a1"), seq_id("b2"), seq_id("c3"), seq_id("d4")

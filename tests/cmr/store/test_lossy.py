@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from cmr.store import Store, UnknownSequenceError
+from invoseq import wire
 from tests.cmr.store.records import seq_id, start
-from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
 LOSSY = seq_id("10")

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from cmr.store.accel import accelerator
 from cmr.store.base import InvalidBatchError
 from cmr.store.packing import PackedBatch, Preparation, _pack_events, _pack_scanned
+from invoseq import wire
 from tests.cmr.conftest import make_batch
 from tests.cmr.store.strategies import SEQ, batches
-from tracer import wire
 
 pytestmark = pytest.mark.skipif(accelerator is None, reason="the C accelerator is not built")
 

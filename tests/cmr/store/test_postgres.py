@@ -28,6 +28,7 @@ from cmr.store.postgres.partitions import (
     partition_name,
 )
 from cmr.store.postgres.schema import SCHEMA_VERSION
+from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
 from tests.cmr.store.records import (
     INDEXED_QUERIES,
@@ -39,7 +40,6 @@ from tests.cmr.store.records import (
     seq_id,
     start,
 )
-from tracer import wire
 
 pytestmark = pytest.mark.postgres
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cmr.store import Store, UnknownSequenceError
+from invoseq import wire
 from tests.cmr.store.records import BatchFactory, handoff, seq_id, start
-from tracer import wire
 
 OLD = seq_id("01d")
 NEW = seq_id("0e1")

@@ -19,9 +19,9 @@ from cmr.store import (
     open_store,
 )
 from cmr.store.sqlite.schema import SAMPLES_IN_WINDOW, SCHEMA_VERSION
+from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import older_schema, seq_id, start, user_version
-from tracer import wire
 
 BatchFactory = Callable[..., wire.Batch]
 S = seq_id("5a")
@@ -113,7 +113,7 @@ def test_a_collapsed_sample_reaching_into_a_window_is_read_once(
 def test_a_sequence_reads_its_processes_sampler_gaps_apart_from_its_samples(
     store: Store, make_batch: BatchFactory
 ) -> None:
-    """A gap (``tracer.wire.GAP_TID``: no frames; the sampler read no thread) belongs to the
+    """A gap (``invoseq.wire.GAP_TID``: no frames; the sampler read no thread) belongs to the
     process, not a thread: a sequence reads those overlapping any of its calls there, even on a
     thread the sampler never read."""
     events = {

@@ -27,6 +27,7 @@ from cmr.store.sqlite.schema import (
     SUMMARIES_OF_PICKED,
     THREAD_COUNTS,
 )
+from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import (
     INDEXED_QUERIES,
@@ -42,7 +43,6 @@ from tests.cmr.store.records import (
     start,
     user_version,
 )
-from tracer import wire
 
 
 def test_sqlite_repository_survives_reopening(tmp_path: Path, make_batch: BatchFactory) -> None:

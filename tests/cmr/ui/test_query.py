@@ -10,8 +10,8 @@ import pytest
 from cmr.store import Store, open_store
 from cmr.ui import query
 from cmr.ui.query import QueryError, SequenceFilter, parse_filter, select_sequences
+from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, BatchFactory
-from tracer import wire
 
 SEQUENCES = 300
 #: The oldest sequences last long and call method 3; the others are short and call method 2.

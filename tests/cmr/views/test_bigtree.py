@@ -24,8 +24,8 @@ from cmr.views.profile import profile_sequence
 from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
 from cmr.views.render.text import render_text
+from invoseq import wire
 from tests.cmr.views.conftest import PUID, SequenceBuilder
-from tracer import wire
 
 OTHER = 0x2222
 US = 1_000

@@ -14,8 +14,8 @@ from cmr.views.model import walk
 from cmr.views.pipeline import render_sequence, view_sequence
 from cmr.views.render.json import iter_tree_json, tree_to_json
 from cmr.views.render.text import render_text
+from invoseq import wire
 from tests.cmr.cli_helpers import run
-from tracer import wire
 
 SEQ = bytes.fromhex("b16b00b5" + "00" * 12)
 PUID = 0x5151

@@ -470,7 +470,7 @@ def test_a_stack_of_neither_the_loop_nor_a_call_is_still_not_guessed(builder):
 
 
 def _gap(t: int, duration: int) -> SampleRecord:
-    """A sampler gap of process 1 (``tracer.wire.GAP_TID``): no thread read from ``t``."""
+    """A sampler gap of process 1 (``invoseq.wire.GAP_TID``): no thread read from ``t``."""
     return SampleRecord(1, 0, t, max(1, duration // 10), duration, 0, (), ())
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from invoseq import wire
 from tests.support import write_script
 from tests.tracer.core.implementations import RAW_TRANSPORT, needs_c_build, run
-from tracer import wire
 
 # -- both implementations side by side ---------------------------------------------------------
 
@@ -21,7 +21,8 @@ import asyncio, itertools, json, threading
 import msgspec
 import tracer
 from tracer._core import context, decorator, handoff, ids
-from tracer import _runtime as runtime, wire
+from invoseq import wire
+from tracer import _runtime as runtime
 
 # Fixed sources, so two runs can be compared byte for byte: a clock that visits every integer
 # width (negative ones too), sequence and hand-off ids from counters, a fixed process identity

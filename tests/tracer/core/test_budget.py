@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import tracer
-from tracer import wire
+from invoseq import wire
 from tracer._core import budget, recorder
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.nodes import Nodes

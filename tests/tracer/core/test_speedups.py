@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 import tracer
+from invoseq import wire
 from tests.support import write_script
 from tests.tracer.core.implementations import _speedups, needs_c_build, needs_c_path, run
-from tracer import wire
 from tracer._core import accel, clock, codes, context, decorator, recorder
 from tracer.testing import capture
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tracer import wire
+from invoseq import wire
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.nodes import BASE_BACKOFF_NS, MAX_BACKOFF_NS, Nodes
 from tracer._shipping.transport import Transport

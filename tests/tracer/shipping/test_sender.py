@@ -17,8 +17,8 @@ import pytest
 import zmq
 
 import tracer
+from invoseq import wire
 from tests.tracer.core.implementations import needs_c_path
-from tracer import wire
 from tracer._core import budget
 from tracer.testing import capture
 

@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
@@ -110,11 +110,56 @@ def _warn_once(message: str) -> None:
         log.warning("invoseq: %s", message)
 
 
+#: The modules each integration hooks (the keys of its ``HOOKS``), so that an integration's own
+#: module is imported only once the program imports its library (a test keeps them in step).
+WATCHES: Final[dict[str, tuple[str, ...]]] = {
+    "wsgi": ("wsgiref.handlers", "gunicorn.workers.base"),
+    "flask": ("flask.app",),
+    "django": (
+        "asgiref.sync",
+        "django.core.handlers.base",
+        "django.core.handlers.exception",
+        "django.core.handlers.wsgi",
+        "django.core.handlers.asgi",
+    ),
+    "asgi": (),
+    "starlette": ("starlette.applications", "starlette.routing", "anyio._backends._asyncio"),
+    "fastapi": ("fastapi.applications", "fastapi.routing", "anyio._backends._asyncio"),
+    "aiohttp_server": ("aiohttp.web_app", "aiohttp.web_urldispatcher"),
+    "requests": ("requests.sessions",),
+    "urllib3": ("urllib3.connectionpool", "urllib3.poolmanager"),
+    "httpx": ("httpx",),
+    "aiohttp_client": ("aiohttp.client",),
+    "http_client": ("http.client",),
+    "rq": ("rq.queue", "rq.job", "rq.worker"),
+    "celery": ("celery.signals",),
+    "grpc_server": ("grpc", "grpc.aio"),
+    "grpc_client": ("grpc", "grpc.aio"),
+    "asgiref": ("asgiref.sync",),
+    "anyio": ("anyio._backends._asyncio",),
+}
+
+
+def _deferred(name: str, module_name: str) -> Hook:
+    """The hook of integration ``name`` for ``module_name``, its module imported when it runs."""
+
+    def hook(module: ModuleType) -> Iterable[PatchSpec]:
+        integration = importlib.import_module(f"{__name__}.{name}")
+        found: Iterable[PatchSpec] = integration.HOOKS[module_name](module)
+        return found
+
+    return hook
+
+
 def _hooks(enabled: Sequence[str]) -> dict[str, list[tuple[str, Hook]]]:
     """Module name -> [(integration, hook)] for the enabled integrations."""
     table: dict[str, list[tuple[str, Hook]]] = {}
     for name in enabled:
-        integration = importlib.import_module(f"{__name__}.{name}")
+        if name in WATCHES:
+            for module_name in WATCHES[name]:
+                table.setdefault(module_name, []).append((name, _deferred(name, module_name)))
+            continue
+        integration = importlib.import_module(f"{__name__}.{name}")  # one WATCHES does not know
         for module_name, hook in integration.HOOKS.items():
             table.setdefault(module_name, []).append((name, hook))
     return table
@@ -179,9 +224,17 @@ def run_hooks(module: ModuleType, hooks: Iterable[tuple[str, Hook]], apply: Appl
             _warn_once(f"integration {name} skipped for {module.__name__}: {exc!r}")
 
 
-def install(disabled: frozenset[str], apply: Apply) -> Watcher:
-    """Patch what is imported already, watch for the rest; returns the watcher to ``remove``."""
-    hooks = _hooks([name for name in INTEGRATIONS if name not in disabled])
+def install(
+    disabled: frozenset[str], apply: Apply, core: Mapping[str, Hook] | None = None
+) -> Watcher:
+    """Patch what is imported already, watch for the rest; returns the watcher to ``remove``.
+    ``core``: module name -> hook of the patches that are no integration (asyncio, the pools,
+    multiprocessing, subprocess: ``tracer._patching``), applied before any integration's."""
+    hooks: dict[str, list[tuple[str, Hook]]] = {
+        module_name: [("core", hook)] for module_name, hook in (core or {}).items()
+    }
+    for module_name, found in _hooks([n for n in INTEGRATIONS if n not in disabled]).items():
+        hooks.setdefault(module_name, []).extend(found)
     watcher = Watcher(hooks, apply)
     sys.meta_path.insert(0, watcher)
     for module_name, module_hooks in hooks.items():

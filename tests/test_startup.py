@@ -1,0 +1,215 @@
+"""Start-up (issue 33): what importing ``tracer`` and running ``cmr`` load, each in a fresh
+interpreter, and the one line a command prints when it needs an extra that is not installed.
+How long they take is measured by ``python -m benchmarks --only startup``, not here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Modules of the tracer that ``cmr`` may load: none (the protocol is ``invoseq.wire``).
+NOT_FOR_TRACER = ("zmq", "opentelemetry", "asyncio", "multiprocessing", "ssl", "concurrent")
+
+
+def _loaded(code: str) -> dict[str, object]:
+    """Run ``code`` in a fresh interpreter; it prints one JSON line, which is returned."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_cmr_loads_no_module_of_the_tracer() -> None:
+    """Every command's module, the store, the server and the views: nothing of ``tracer``."""
+    found = _loaded(
+        """
+        import json, sys
+        from cmr.cli.main import build_parser
+        build_parser()  # every command, in full
+        import cmr.server.server, cmr.server.ingest, cmr.store.sqlite.store, cmr.views.pipeline
+        print(json.dumps({"tracer": sorted(m for m in sys.modules if m.startswith("tracer"))}))
+        """
+    )
+    assert found["tracer"] == []
+
+
+def test_cmr_help_builds_no_command() -> None:
+    found = _loaded(
+        """
+        import contextlib, io, json, sys
+        from cmr.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["--help"])
+        loaded = sorted(m for m in sys.modules if m.startswith(("cmr.", "msgspec", "zmq")))
+        print(json.dumps({"code": code, "loaded": loaded}))
+        """
+    )
+    assert found["code"] == 0
+    assert set(found["loaded"]) <= {  # type: ignore[arg-type]
+        "cmr.ages",
+        "cmr.cli",
+        "cmr.cli._support",
+        "cmr.cli.main",
+        "cmr.defaults",
+    }
+
+
+def test_import_tracer_loads_only_the_hot_path_and_starts_nothing() -> None:
+    found = _loaded(
+        """
+        import json, sys, threading
+        import tracer
+
+        imported = sorted(sys.modules)
+
+        @tracer.traced
+        def f():
+            return 1
+
+        print(json.dumps({
+            "imported": imported,
+            "modules": sorted(sys.modules),
+            "threads": [t.name for t in threading.enumerate()],
+        }))
+        """
+    )
+    modules: list[str] = found["modules"]  # type: ignore[assignment]
+    heavy = [m for m in modules if m.partition(".")[0] in NOT_FOR_TRACER]
+    assert heavy == []
+    # Nor, until a function is decorated, what only the sender, the settings, a message or the
+    # code rewriting of 3.11 need.
+    imported: list[str] = found["imported"]  # type: ignore[assignment]
+    later = ["msgspec", "logging", "inspect", "dataclasses", "tracer.config", "socket"]
+    if os.environ.get("INVOSEQ_PURE") == "1":
+        later.remove("logging")  # the accelerator says, at debug level, that it is left out
+    assert [m for m in imported if m in later] == []
+    assert [m for m in modules if m.startswith(("tracer._shipping", "tracer._sampler"))] == []
+    assert found["threads"] == ["MainThread"]
+
+
+def test_the_patches_wait_for_the_modules_they_patch() -> None:
+    """``instrument()`` imports no asyncio nor multiprocessing; importing them later patches
+    them (and a sequence follows a task)."""
+    found = _loaded(
+        """
+        import json, sys
+        import tracer
+        tracer.instrument()
+        names = ("asyncio", "multiprocessing", "subprocess", "concurrent.futures")
+        before = sorted(m for m in names if m in sys.modules)
+        import asyncio, multiprocessing.process
+        start = multiprocessing.process.BaseProcess.start
+        print(json.dumps({
+            "before": before,
+            "task": asyncio.Task is asyncio.tasks.Task,
+            "subclass": asyncio.Task.__mro__[1].__name__,
+            "start": start.__module__,
+        }))
+        tracer.uninstrument()
+        """
+    )
+    assert found["before"] == []
+    assert found["task"] is True
+    assert found["subclass"] == "Task"  # the traced subclass of asyncio's own Task
+    assert found["start"] == "tracer._patching.processes"
+
+
+@pytest.mark.parametrize(
+    ("blocked", "command", "extra"),
+    [
+        ("psycopg", ["--db", "postgresql://127.0.0.1:1/none", "ls"], "postgres"),
+        (
+            "opentelemetry.sdk",
+            ["forward", "--otlp-endpoint", "http://127.0.0.1:1", "--all"],
+            "otlp",
+        ),
+    ],
+)
+def test_a_command_needing_a_missing_extra_names_it_in_one_line(
+    tmp_path: Path, blocked: str, command: list[str], extra: str
+) -> None:
+    wrapper = tmp_path / "without.py"
+    wrapper.write_text(
+        f"import sys\nsys.modules[{blocked!r}] = None  # as if the extra were not installed\n"
+        "from cmr.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(wrapper), *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={"INVOSEQ_DB": str(tmp_path / "empty.sqlite"), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"pip install 'invoseq[{extra}]'" in done.stderr
+
+
+def test_tracer_otel_without_the_sdk_says_which_extra() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['opentelemetry.sdk'] = None\nimport tracer.otel",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "pip install 'invoseq[otlp]'" in done.stderr.splitlines()[-1]
+
+
+def test_the_integrations_table_names_the_modules_each_integration_hooks() -> None:
+    import importlib
+
+    from tracer._patching import integrations
+
+    for name in integrations.INTEGRATIONS:
+        module = importlib.import_module(f"{integrations.__name__}.{name}")
+        assert integrations.WATCHES[name] == tuple(module.HOOKS), name
+
+
+def test_what_the_hot_path_keeps_without_its_module_matches_it() -> None:
+    """Constants kept where ``import tracer`` reads them without loading their source."""
+    import inspect
+
+    from tracer._core import budget, codes
+    from tracer.config import Config
+
+    for name in ("CO_VARARGS", "CO_VARKEYWORDS", "CO_GENERATOR", "CO_COROUTINE"):
+        assert getattr(codes, name) == getattr(inspect, name), name
+    assert codes.CO_ITERABLE_COROUTINE == inspect.CO_ITERABLE_COROUTINE
+    assert codes.CO_ASYNC_GENERATOR == inspect.CO_ASYNC_GENERATOR
+    assert Config().max_buffered_bytes == budget.DEFAULT_BOUND
+
+
+def test_a_process_that_traced_nothing_loads_nothing_more_at_exit() -> None:
+    found = _loaded(
+        """
+        import atexit, json, sys
+
+        # Registered first, so it runs last: after the tracer's own shutdown.
+        atexit.register(lambda: print(json.dumps({"config": "tracer.config" in sys.modules})))
+        import tracer
+        """
+    )
+    assert found["config"] is False

@@ -1,0 +1,117 @@
+"""Work to do once the program imports a module, without importing it: ``when_imported``.
+
+``import tracer`` must not import what the program may never use (OpenTelemetry, asyncio,
+multiprocessing): what depends on such a module waits for the program to import it. A module
+imported already runs its callbacks at once; any other is watched by one finder, first on
+``sys.meta_path``, which lets the finders after it find the module and runs the callbacks right
+after the module's code has run (before its importer sees it). A callback that fails is logged
+once; the program's import never fails for it.
+
+The finder costs an import of a module nobody watches one set lookup.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+
+Callback = Callable[[ModuleType], None]
+
+_lock = threading.RLock()
+_waiting: dict[str, list[Callback]] = {}
+
+
+def when_imported(name: str, callback: Callback) -> None:
+    """Call ``callback(module)`` once module ``name`` is imported: now when it is already."""
+    module = sys.modules.get(name)
+    if module is not None and not _initialising(module):
+        _run(module, [callback])
+        return
+    with _lock:
+        _waiting.setdefault(name, []).append(callback)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+
+
+def forget(name: str, callback: Callback) -> None:
+    """No longer call ``callback`` for ``name`` (when it is still waiting)."""
+    with _lock:
+        callbacks = _waiting.get(name, [])
+        if callback in callbacks:
+            callbacks.remove(callback)
+        if not callbacks:
+            _waiting.pop(name, None)
+
+
+def _initialising(module: ModuleType) -> bool:
+    spec = getattr(module, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def _run(module: ModuleType, callbacks: list[Callback]) -> None:
+    for callback in callbacks:
+        try:
+            callback(module)
+        except Exception as exc:
+            import logging
+
+            logging.getLogger("tracer").warning(
+                "invoseq: after importing %s: %r", module.__name__, exc
+            )
+
+
+class _Watcher:
+    """Finds nothing itself: for a watched name it asks the finders after it and wraps their
+    loader, so the callbacks run once the module's code has run."""
+
+    def __init__(self) -> None:
+        self._finding = threading.local()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname not in _waiting or getattr(self._finding, "on", False):
+            return None
+        import importlib.util
+
+        self._finding.on = True
+        try:
+            spec = importlib.util.find_spec(fullname)  # the finders after this one
+        except Exception:
+            return None
+        finally:
+            self._finding.on = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _Loader(spec.loader)  # type: ignore[assignment]
+        return spec
+
+
+class _Loader:
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        created: ModuleType | None = self.loader.create_module(spec)
+        return created
+
+    def exec_module(self, module: ModuleType) -> None:
+        if module.__spec__ is not None:  # the module keeps its own loader afterwards
+            module.__spec__.loader = self.loader
+        module.__loader__ = self.loader
+        self.loader.exec_module(module)
+        with _lock:
+            callbacks = _waiting.pop(module.__name__, [])
+        _run(module, callbacks)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, is_package, get_resource_reader ...
+        return getattr(self.loader, name)
+
+
+_FINDER = _Watcher()

@@ -1,0 +1,21 @@
+"""The tracer's logger, ``logging.getLogger("tracer")``, as ``log``: the logging package loads
+at the first message, not at ``import tracer`` (it is no part of the hot path)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from logging import Logger
+
+
+class _Log:
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        import logging
+
+        return getattr(logging.getLogger("tracer"), name)
+
+
+log: Logger = _Log()  # type: ignore[assignment]
