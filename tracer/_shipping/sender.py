@@ -42,6 +42,9 @@ class Sender:
         self._identity = ids.identity()
         self._encoder = msgspec.msgpack.Encoder()
         self._wake = threading.Event()
+        #: Waiting for work (docs/architecture.md, "Idle"): a reservation wakes it (``_reserved``).
+        self.parked = False
+        self.parks = 0  # times it went idle (tests)
         # Reentrant: a program's own SIGTERM handler calls tracer.flush(), which may interrupt
         # the main thread inside flush() itself (a pool task's flush, say) holding this lock.
         self._lock = threading.RLock()
@@ -70,12 +73,21 @@ class Sender:
         with context.detached():
             self._thread.start()
         budget.on_threads_full = self._wake.set  # drain early when the threads hold much
+        budget.on_reserved = self._reserved  # the end of idleness: see _idle
         if self._sampler is not None:
             self._sampler.start()
 
     @property
     def ident(self) -> int | None:
         return self._thread.ident
+
+    def _reserved(self) -> None:
+        """A thread reserved allowance for a Start (``budget.on_reserved``): what waits for work
+        works again. Reservations are rare (once per thousands of calls of a busy thread)."""
+        if self.parked:
+            self._wake.set()
+        if self._sampler is not None:
+            self._sampler.wake()
 
     def flush(self, timeout_s: float) -> bool:
         """Send everything buffered so far and wait (bounded) for its acknowledgement."""
@@ -114,9 +126,15 @@ class Sender:
             return
         interval = self._config.flush_interval_ms / 1000
         heartbeat = self._config.heartbeat_ms / 1000
+        idle = False
         try:
             while True:
-                self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
+                if idle:  # until a thread records again, or a heartbeat is due
+                    due = self._last_send + heartbeat - time.monotonic() if heartbeat else None
+                    self._wake.wait(None if due is None else max(0.0, due))
+                    self.parked = False
+                else:
+                    self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
                 self._wake.clear()
                 with self._lock:
                     stopping = self._stopping
@@ -136,6 +154,7 @@ class Sender:
                 if stopping:
                     delivery.retire()
                     return
+                idle = self._idle(delivery, requested)
         except Exception as exc:
             recorder.internal_error(exc)
         finally:
@@ -146,6 +165,27 @@ class Sender:
                 delivery.close()
             except Exception as exc:
                 recorder.internal_error(exc)
+
+    def _idle(self, delivery: Delivery, requested: int) -> bool:
+        """Whether to wait for work rather than look again after the flush interval: nothing to
+        send or to wait for, no thread inside a traced call (the sampler waits for work too) and
+        every thread's allowance spent, so that any thread's next traced call reserves more and
+        wakes it (``_reserved``). It still sends a heartbeat every ``heartbeat_ms`` (the
+        repository would take the process for lost), and what the waiting left in a buffer (the
+        End of a call the sampler does not see, without a sampler) goes with it."""
+        if delivery.pending() or self._samples:
+            return False
+        with self._lock:
+            if self._stopping or self._flush_requests != requested:
+                return False
+        if self._sampler is not None and not self._sampler.parked:
+            return False
+        self.parked = True  # from here a reservation sets _wake: none is missed
+        if recorder.all_spent():
+            self.parks += 1
+            return True
+        self.parked = False
+        return False
 
     def _open_delivery(self) -> Delivery:
         config = self._config
