@@ -50,7 +50,7 @@ from types import FrameType, ModuleType
 from typing import Any, Final
 
 from tracer import wire
-from tracer._active import MAX_DEPTH, worth_sampling
+from tracer._active import MAX_DEPTH, in_event_loop, worth_sampling
 from tracer._core import accel, context, recorder
 from tracer._pacing import Pacer
 from tracer._readings import Pending, Readings, cpu_clock
@@ -89,12 +89,6 @@ MAIN_ONLY_SPACING: Final = 10
 #: A tick this many intervals late leaves a gap (``Sampler._late``), sent as a sample of
 #: ``wire.GAP_TID``.
 GAP_INTERVALS: Final = 4
-
-#: Whether the sampler thread (and so the sender) waits for work when no thread is inside a
-#: traced call (``Sampler._park``; docs/architecture.md, "Idle"). Off: with it on,
-#: tests/test_sampling_accuracy.py's sync (wall) and asyncio-on-a-thread cases mis-estimate
-#: (crunch credited with the 0.9 s sleep), not yet understood (issue 33, wip/idle).
-PARK_WHEN_IDLE: Final = True
 
 #: How long stopping waits for the sampler thread beyond the caller's timeout.
 STOP_GRACE_S: Final = 1.0
@@ -198,7 +192,7 @@ class Sampler:
         or the main thread's last tick did) and every thread has spent its allowance: the next
         traced call of any thread reserves more, and ``wake`` ends the wait (no tick meanwhile,
         of either thread). True when it waited (and was woken); False when it did not."""
-        if not PARK_WHEN_IDLE or busy or self._main_busy or self._main_readings.pending:
+        if busy or self._main_busy or self._main_readings.pending:
             return False
         if self._anyone_inside():
             return False
@@ -222,16 +216,21 @@ class Sampler:
         return True
 
     def _anyone_inside(self) -> bool:
-        """Whether a recording thread is inside a traced call (or an event loop running traced
-        tasks), the main thread included: looked at only before going idle."""
+        """Whether a recording thread is inside a traced call or runs an asyncio event loop (its
+        tasks may be suspended in traced coroutines), the main thread included: looked at only
+        before going idle."""
         if recorder.threads_in_c_calls():
             return True
         threads = recorder.sampled_threads()
+        if self._ticks is not None:  # the main thread says so itself (_main_busy)
+            threads.pop(self._main_ident, None)
+        if not threads:
+            return False
         frames = sys._current_frames()
         del frames[threading.get_ident()]  # no cycle through this frame (see _tick)
         excluded = self._exclude()
         inside = any(
-            worth_sampling(top)
+            worth_sampling(top) or in_event_loop(top)
             for ident, top in frames.items()
             if ident in threads and ident not in excluded
         )
