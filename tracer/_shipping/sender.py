@@ -45,6 +45,7 @@ class Sender:
         #: Waiting for work (docs/architecture.md, "Idle"): a reservation wakes it (``_reserved``).
         self.parked = False
         self.parks = 0  # times it went idle (tests)
+        self.rounds = 0  # times its worker woke (tests)
         # Reentrant: a program's own SIGTERM handler calls tracer.flush(), which may interrupt
         # the main thread inside flush() itself (a pool task's flush, say) holding this lock.
         self._lock = threading.RLock()
@@ -136,6 +137,7 @@ class Sender:
                 else:
                     self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
                 self._wake.clear()
+                self.rounds += 1
                 with self._lock:
                     stopping = self._stopping
                     final = stopping and self._final
