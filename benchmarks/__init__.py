@@ -43,4 +43,5 @@ CASES: Final = {
     "memory": Case("memory", "tracer RSS with the repository down", 20, 8),
     "listing": Case("listing", "cmr ls queries over 200 k sequences against plain cmr ls", 15, 5),
     "beside": Case("beside", "a traced loop under coverage, VizTracer, sys.settrace", 40, 10),
+    "idle": Case("idle", "CPU of idle traced processes (a script, gunicorn) against bare", 100, 40),
 }
