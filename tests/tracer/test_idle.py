@@ -14,7 +14,7 @@ from tests.support import wait_for
 from tracer import _runtime
 from tracer._core import recorder
 from tracer._sampler import Sampler
-from tracer._shipping.sender import Sender
+from tracer._shipping.sender import IDLE_HEARTBEATS, Sender
 from tracer.testing import Capture, capture
 
 #: The heartbeat of these tests: short, so that a few come within the bounded waits.
@@ -120,3 +120,22 @@ def test_a_thread_left_inside_a_traced_call_keeps_the_sampler_awake(idle: Captur
     finally:
         release.set()
         thread.join(60)
+
+
+def test_idle_heartbeats_promise_a_longer_silence_and_work_the_usual_one_again(
+    idle: Capture,
+) -> None:
+    """The repository keeps the latest batch's promise (docs/protocol.md): an idle process that
+    dies is taken for lost later, but it had nothing in flight; the first batch after it works
+    again promises the usual interval."""
+    assert work(3) == 6
+    go_idle()
+    beats = heartbeats(idle)
+    wait_for(lambda: heartbeats(idle) >= beats + 2, timeout_s=60)
+    last = [b for b in idle.batches if not b.chunks and not b.samples][-1]
+    assert last.process.heartbeat_ms == IDLE_HEARTBEATS * HEARTBEAT_MS
+    sent = len(idle.batches)
+    assert work(3) == 6
+    wait_for(lambda: any(b.chunks for b in idle.batches[sent:]), timeout_s=60)
+    first = next(b for b in idle.batches[sent:] if b.chunks)
+    assert first.process.heartbeat_ms == HEARTBEAT_MS

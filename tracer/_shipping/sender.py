@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -26,6 +26,12 @@ from tracer._shipping.transport import Transport
 from tracer.config import Config
 
 log = logging.getLogger("tracer")
+
+#: While idle (nothing in flight, no thread inside a traced call: ``Sender._idle``), a heartbeat
+#: promises the next one this many heartbeat intervals later (protocol: the repository keeps
+#: the latest batch's ``heartbeat_ms``), so an idle process wakes its sender once every 10 s by
+#: default. The first batch after the idleness promises ``heartbeat_ms`` again.
+IDLE_HEARTBEATS: Final = 10
 
 
 class Sender:
@@ -61,6 +67,8 @@ class Sender:
         #: chunk's leading End events belong to (synchronous code nests on a thread).
         self._thread_seqs: dict[int, bytes] = {}
         self._last_send = time.monotonic()
+        #: What the batches promise now (``heartbeat_ms``), and what the last one sent promised.
+        self._promise_ms = self._promised_ms = config.heartbeat_ms
         #: The repository let a whole flush timeout pass without acknowledging: later flushes do
         #: not wait for it again until it answers (a pool task must not pay the timeout each time).
         self._silent = False
@@ -130,19 +138,15 @@ class Sender:
         idle = False
         try:
             while True:
-                if idle:  # until a thread records again, or a heartbeat is due
-                    due = self._last_send + heartbeat - time.monotonic() if heartbeat else None
-                    self._wake.wait(None if due is None else max(0.0, due))
-                    self.parked = False
-                else:
-                    self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
+                self._wait(idle, interval, heartbeat)
                 self._wake.clear()
                 self.rounds += 1
                 with self._lock:
                     stopping = self._stopping
                     final = stopping and self._final
                     requested = self._flush_requests
-                alive = heartbeat > 0 and time.monotonic() - self._last_send >= heartbeat
+                silent = time.monotonic() - self._last_send
+                alive = heartbeat > 0 and silent >= min(heartbeat, self._promised_ms / 1000)
                 self._send_buffered(delivery, final=final, heartbeat=alive)
                 delivery.pump()
                 if delivery.collect(0):
@@ -167,6 +171,20 @@ class Sender:
                 delivery.close()
             except Exception as exc:
                 recorder.internal_error(exc)
+
+    def _wait(self, idle: bool, interval: float, heartbeat: float) -> None:
+        """Wait for the flush interval, or, idle, until a thread records again or the promised
+        heartbeat is due; a heartbeat sent while idle promises a longer wait (IDLE_HEARTBEATS)."""
+        promise = self._config.heartbeat_ms
+        if idle:
+            left = self._last_send + self._promised_ms / 1000 - time.monotonic()
+            self._wake.wait(max(0.0, left) if heartbeat else None)
+            self.parked = False
+            if not self._wake.is_set():  # the heartbeat alone
+                promise = min(3_600_000, IDLE_HEARTBEATS * promise)
+        else:
+            self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
+        self._promise_ms = promise
 
     def _idle(self, delivery: Delivery, requested: int) -> bool:
         """Whether to wait for work rather than look again after the flush interval: nothing to
@@ -280,7 +298,7 @@ class Sender:
                 clock_offset_ns=process.clock_offset_ns,
                 started_ns=process.started_ns,
                 argv=process.argv,
-                heartbeat_ms=self._config.heartbeat_ms,
+                heartbeat_ms=self._promise_ms,
             ),
             methods=methods,
             threads=threads,
@@ -296,6 +314,7 @@ class Sender:
         continues = self._continued_sequences(chunks)
         delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, continues))
         self._last_send = time.monotonic()
+        self._promised_ms = self._promise_ms
         self._methods_sent += len(methods)
         self._frames_sent += len(frames)
         self._threads_sent.update(info[0] for info in threads)
