@@ -182,9 +182,17 @@ class Sender:
             self.parked = False
             if not self._wake.is_set():  # the heartbeat alone
                 promise = min(3_600_000, IDLE_HEARTBEATS * promise)
-        else:
+            elif not self._urgent():  # a thread records again: drained a flush interval on
+                self._wake.clear()
+                idle = False
+        if not idle:
             self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
         self._promise_ms = promise
+
+    def _urgent(self) -> bool:
+        """A flush or the stop waits for the worker (rather than a thread's first events)."""
+        with self._lock:
+            return self._stopping or self._flush_requests > self._flushes_done
 
     def _idle(self, delivery: Delivery, requested: int) -> bool:
         """Whether to wait for work rather than look again after the flush interval: nothing to
