@@ -35,6 +35,10 @@ because the sampler thread only sees a thread when it holds the GIL: a thread th
 it up at once, a busy one only every switch interval. Consecutive identical samples of a thread
 that used no CPU in between collapse into one with ``weight = N``: a thread blocked for minutes
 costs one record. The tracer's own frames are left out of every stack.
+
+While no thread is inside a traced call the sampler does not tick at all (``Sampler._park``):
+it waits until a thread's next traced call reserves allowance (``budget.on_reserved``), which
+costs the hot path nothing (docs/architecture.md, "Idle").
 """
 
 from __future__ import annotations
