@@ -198,9 +198,9 @@ class Sender:
         """Whether to wait for work rather than look again after the flush interval: nothing to
         send or to wait for, no thread inside a traced call (the sampler waits for work too) and
         every thread's allowance spent, so that any thread's next traced call reserves more and
-        wakes it (``_reserved``). It still sends a heartbeat every ``heartbeat_ms`` (the
-        repository would take the process for lost), and what the waiting left in a buffer (the
-        End of a call the sampler does not see, without a sampler) goes with it."""
+        wakes it (``_reserved``). It still sends a heartbeat when the last batch promised one
+        (the repository would take the process for lost), and what the waiting left in a buffer
+        (the End of a call in flight, when there is no sampler to see it) goes with it."""
         if delivery.pending() or self._samples:
             return False
         with self._lock:
