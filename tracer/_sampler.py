@@ -226,8 +226,6 @@ class Sampler:
         if recorder.threads_in_c_calls():
             return True
         threads = recorder.sampled_threads()
-        if self._ticks is not None:  # the main thread says so itself (_main_busy)
-            threads.pop(self._main_ident, None)
         if not threads:
             return False
         frames = sys._current_frames()
