@@ -4,7 +4,8 @@ One module per area; each exposes ``run(Settings) -> CaseResult``. The overhead,
 sampler and memory cases measure in worker subprocesses (``*_worker.py``), each a clean traced
 interpreter. The budgets below bound the measuring loops of each case; setup comes on top, and
 ``views`` runs a fixed, small number of rounds per size (the 1 M tree alone takes over a
-minute). A full run takes about 5 minutes and a quick one under a minute on a 2-core machine.
+minute), and ``idle`` watches four programs over fixed windows (20 s each, 6 s with --quick). A
+full run takes about 7 minutes and a quick one under two on a 2-core machine.
 docs/performance.md shows a full run and how to read it.
 """
 
@@ -44,4 +45,5 @@ CASES: Final = {
     "listing": Case("listing", "cmr ls queries over 200 k sequences against plain cmr ls", 15, 5),
     "beside": Case("beside", "a traced loop under coverage, VizTracer, sys.settrace", 40, 10),
     "startup": Case("startup", "import tracer, cmr --help, cmr ls against python -c pass", 20, 6),
+    "idle": Case("idle", "CPU of idle traced processes (a script, gunicorn) against bare", 100, 40),
 }

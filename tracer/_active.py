@@ -44,6 +44,23 @@ def worth_sampling(top: FrameType) -> bool:
     return False
 
 
+def in_event_loop(top: FrameType) -> bool:
+    """Whether a thread seen at ``top`` runs an asyncio event loop, in a callback or not: its
+    tasks may be suspended in traced coroutines, which leave no frame and record nothing when
+    they resume, so the sampler never goes idle beside it (``Sampler._park``)."""
+    loop = _loop_codes()
+    if loop is None:
+        return False
+    frame: FrameType | None = top
+    depth = 0
+    while frame is not None and depth < MAX_DEPTH:
+        if frame.f_code is loop[0] or frame.f_code is loop[2]:
+            return True
+        frame = frame.f_back
+        depth += 1
+    return False
+
+
 #: ``_run_once``, ``Handle._run`` and ``Runner.run``'s code (None: a Python without ``Runner``).
 LoopCodes = tuple[CodeType, CodeType, CodeType | None]
 _loop: LoopCodes | None = None

@@ -35,6 +35,10 @@ because the sampler thread only sees a thread when it holds the GIL: a thread th
 it up at once, a busy one only every switch interval. Consecutive identical samples of a thread
 that used no CPU in between collapse into one with ``weight = N``: a thread blocked for minutes
 costs one record. The tracer's own frames are left out of every stack.
+
+While no thread is inside a traced call the sampler does not tick at all (``Sampler._park``):
+it waits until a thread's next traced call reserves allowance (``budget.on_reserved``), which
+costs the hot path nothing (docs/architecture.md, "Idle").
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from types import FrameType, ModuleType
 from typing import Any, Final
 
 from invoseq import wire
-from tracer._active import MAX_DEPTH, worth_sampling
+from tracer._active import MAX_DEPTH, in_event_loop, worth_sampling
 from tracer._core import accel, context, recorder
 from tracer._pacing import Pacer
 from tracer._readings import Pending, Readings, cpu_clock
@@ -134,6 +138,12 @@ class Sampler:
         self._main_cpu_ns = 0
         self._main_cpu_counted = 0
         self._ticks: Any = None  # a _main_ticks.Ticks while the main thread samples itself
+        # Idle (docs/architecture.md, "Idle"): the main thread's last tick found it outside any
+        # traced call (written by the main thread only), and the sampler thread waits for work.
+        self._main_busy = False
+        self.parked = False
+        self._wakeup = threading.Event()
+        self.parks = 0  # times it went idle (tests)
         self._thread = threading.Thread(target=self._run, name="invoseq-sampler", daemon=True)
 
     @property
@@ -147,13 +157,7 @@ class Sampler:
                 "the sampler uses wall mode"
             )
             self.mode = "wall"
-        if _main_ticks is not None:
-            try:
-                ticks = _main_ticks.Ticks(self._main_tick)
-                ticks.start(self.interval_ns)
-                self._ticks = ticks
-            except Exception as exc:  # the sampler thread reads the main thread then
-                recorder.internal_error(exc)
+        self._start_ticks(self.interval_ns)
         with context.detached():  # never part of a sequence (see Sender.start)
             self._thread.start()
 
@@ -162,12 +166,78 @@ class Sampler:
         does. Waking it is local and a tick is short, but a flush timeout of 0 must not leave it
         running after shutdown (CI saw it when the machine kept it off the CPU)."""
         self._stop.set()
+        self._wakeup.set()
         if self._turn is not None:
             self._turn.stop()
         if self._ticks is not None:
             self._ticks.stop()
         if self._thread.is_alive():
             self._thread.join(timeout_s + STOP_GRACE_S)
+
+    def wake(self) -> None:
+        """A thread reserved allowance for a Start (``budget.on_reserved``): if the sampler waits
+        for work, it ticks again. Cheap when it does not: reservations are rare."""
+        if self.parked:
+            self._wakeup.set()
+
+    def _start_ticks(self, interval_ns: int) -> None:
+        """The main thread samples itself from now on (``tracer/_main_ticks.c``), when it can."""
+        if _main_ticks is None:
+            return
+        try:
+            ticks = _main_ticks.Ticks(self._main_tick)
+            ticks.start(interval_ns)
+            self._ticks = ticks
+        except Exception as exc:  # the sampler thread reads the main thread then
+            recorder.internal_error(exc)
+
+    def _park(self, busy: bool) -> bool:
+        """Wait for work when no thread is inside a traced call (``busy``: the tick sampled one,
+        or the main thread's last tick did) and every thread has spent its allowance: the next
+        traced call of any thread reserves more, and ``wake`` ends the wait (no tick meanwhile,
+        of either thread). True when it waited (and was woken); False when it did not."""
+        if busy or self._main_busy or self._main_readings.pending:
+            return False
+        if self._anyone_inside():
+            return False
+        self._wakeup.clear()
+        self.parked = True  # from here a reservation wakes it: none is missed
+        try:
+            if not recorder.all_spent() or self._stop.is_set():
+                return False
+            ticks, self._ticks = self._ticks, None
+            if ticks is not None:
+                ticks.stop()  # the main thread is asked nothing while it waits
+            if self._turn is not None:  # nor is the GIL's holder (its nudger ends)
+                self._turn.stop()
+                self._turn = _gil_turn.Turn() if _gil_turn is not None else None
+            self.parks += 1
+            self._wakeup.wait()
+        finally:
+            self.parked = False
+        if not self._stop.is_set():
+            self._start_ticks(self._pacer.interval_ns)
+        return True
+
+    def _anyone_inside(self) -> bool:
+        """Whether a recording thread is inside a traced call or runs an asyncio event loop (its
+        tasks may be suspended in traced coroutines), the main thread included: looked at only
+        before going idle."""
+        if recorder.threads_in_c_calls():
+            return True
+        threads = recorder.sampled_threads()
+        if not threads:
+            return False
+        frames = sys._current_frames()
+        del frames[threading.get_ident()]  # no cycle through this frame (see _tick)
+        excluded = self._exclude()
+        inside = any(
+            worth_sampling(top) or in_event_loop(top)
+            for ident, top in frames.items()
+            if ident in threads and ident not in excluded
+        )
+        frames.clear()
+        return inside
 
     def drain(self) -> list[SampleTuple]:
         with self._lock:
@@ -204,10 +274,12 @@ class Sampler:
             while not self._wait(max(0, due - time.perf_counter_ns())):
                 started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
                 self._late(due, started, pacer.interval_ns)
-                main_cpu, spacing = 0, 1
+                main_cpu, spacing, busy = 0, 1, True
                 try:
-                    if not self._tick(started):
+                    found = self._tick(started)
+                    if found is None:
                         spacing = MAIN_ONLY_SPACING
+                    busy = bool(found)
                     total = self._main_cpu_ns
                     main_cpu, self._main_cpu_counted = total - self._main_cpu_counted, total
                 except Exception as exc:  # one bad tick costs that tick, not the sampler
@@ -219,6 +291,9 @@ class Sampler:
                 interval = pacer.tick(time.thread_time_ns() - started_cpu + main_cpu, ended)
                 if self._ticks is not None and self._ticks.interval_ns != interval:
                     self._ticks.interval_ns = interval
+                if self._park(busy):  # no tick while it waited, so no gap either
+                    due = time.perf_counter_ns() + self._next_interval()
+                    continue
                 due += self._next_interval() * spacing
                 if due < started:  # fell behind: skip the missed ticks rather than burst
                     due = started + self._next_interval()
@@ -264,10 +339,13 @@ class Sampler:
             ident = self._main_ident
             sampled = recorder.sampled_thread(ident)
             if sampled is None:  # it has recorded nothing yet
+                self._main_busy = False
                 return
             readings = self._main_readings
+            self._main_busy = True
             if self._only_active and not (recorder.in_c_call() or worth_sampling(top)):
                 readings.left(ident, now, running=not skipped)
+                self._main_busy = bool(readings.pending)
             elif self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
             else:
@@ -279,14 +357,15 @@ class Sampler:
         finally:
             self._main_lock.release()
 
-    def _tick(self, now: int) -> bool:
-        """Sample the threads this thread reads; False when there were none to read (only the
-        main thread records, and it samples itself)."""
+    def _tick(self, now: int) -> bool | None:
+        """Sample the threads this thread reads: whether any was inside a traced call (or is
+        still in a sample's span), None when there were none to read (only the main thread
+        records, and it samples itself)."""
         readings = self._readings
         threads = recorder.sampled_threads()  # ident -> (tid, native id) of recording threads
         main_only = {self._main_ident}
         if self._ticks is not None and threads.keys() | readings.pending.keys() <= main_only:
-            return False
+            return None
         frames = sys._current_frames()
         # This thread's own frame holds ``frames``: left in, it would make a reference cycle
         # through every frame seen this tick, and the garbage collector (not reference counts)
@@ -316,7 +395,7 @@ class Sampler:
                 readings.idle(ident, now)
                 continue
             readings.sample(ident, tid, self._stack(top), now)
-        return True
+        return bool(candidates or readings.pending)
 
     def _emit(self, sample: Pending, end: int | None, cpu_ns: int | None) -> None:
         """Queue a sample whose span ends at ``end``; without a next sample (the thread ended,

@@ -22,6 +22,7 @@ from invoseq import wire
 from tests.support import wait_for
 from tracer import _active as active
 from tracer import _readings as readings_module
+from tracer import _runtime
 from tracer import _sampler as sampler_module
 from tracer.testing import Capture, capture
 
@@ -59,13 +60,21 @@ def _sampled() -> Iterator[Capture]:
 
 
 def wait_ticks(trace: Capture, ticks: int) -> None:
-    """Let the sampler take at least ``ticks`` more ticks (bounded)."""
+    """Let the sampler take at least ``ticks`` more ticks, or go idle (no thread is inside a
+    traced call: it emitted every pending sample and ticks no more until one is), bounded."""
     deadline = time.monotonic() + 60
     trace.flush()  # count from the sampler's latest report, not one sent before the caller's step
     start = _ticks(trace)
-    while _ticks(trace) < start + ticks:
+    while _ticks(trace) < start + ticks and not _idle():
         assert time.monotonic() < deadline, "the sampler stopped ticking"
         trace.flush()
+    trace.flush()  # what it emitted before going idle
+
+
+def _idle() -> bool:
+    sender = _runtime._sender
+    sampler = sender._sampler if sender is not None else None
+    return sampler is not None and sampler.parked
 
 
 def _ticks(trace: Capture) -> int:

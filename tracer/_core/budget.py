@@ -67,6 +67,10 @@ def _no_op() -> None:
 #: Called (outside the lock) when a thread reserved and the threads now hold more than a quarter
 #: of the bound: the sender sets it to wake its worker, so a busy program is drained early.
 on_threads_full: Callable[[], None] = _no_op
+#: Called (outside the lock) after every reservation: the sender sets it to wake itself and the
+#: sampler when they wait for work (docs/architecture.md, "Idle"). An idle thread holds no
+#: allowance after a drain, so its next Start comes here: the hot path pays nothing for it.
+on_reserved: Callable[[], None] = _no_op
 
 
 def configure(max_bytes: int) -> None:
@@ -97,6 +101,7 @@ def refill(sink: Sink, current: Sequence[Any] | None) -> bool:
     if granted:
         if full:
             on_threads_full()
+        on_reserved()
         return True
     overflow(current)
     return False

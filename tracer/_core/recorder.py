@@ -228,6 +228,15 @@ def sampled_thread(ident: int) -> tuple[int, int] | None:
     return _sampled.get(ident)
 
 
+def all_spent() -> bool:
+    """Whether every thread has used its allowance (an idle one holds none after a drain): the
+    next Start of any thread then takes the slow path (``budget.refill``), which wakes a sampler
+    and a sender that wait for work (docs/architecture.md, "Idle")."""
+    with _lock:
+        buffers = list(_buffers)
+    return all(len(buffer.events) >= buffer.events.limit for buffer in buffers)
+
+
 def _in_c_call(events: EventSink | None) -> bool:
     """Whether the thread of these events is inside a call of the C wrapper, which leaves no
     Python frame on its stack for the sampler to recognise."""

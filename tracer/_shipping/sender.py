@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -26,6 +26,12 @@ from tracer._shipping.transport import Transport
 from tracer.config import Config
 
 log = logging.getLogger("tracer")
+
+#: While idle (nothing in flight, no thread inside a traced call: ``Sender._idle``), a heartbeat
+#: promises the next one this many heartbeat intervals later (protocol: the repository keeps
+#: the latest batch's ``heartbeat_ms``), so an idle process wakes its sender once every 10 s by
+#: default. The first batch after the idleness promises ``heartbeat_ms`` again.
+IDLE_HEARTBEATS: Final = 10
 
 
 class Sender:
@@ -42,6 +48,10 @@ class Sender:
         self._identity = ids.identity()
         self._encoder = msgspec.msgpack.Encoder()
         self._wake = threading.Event()
+        #: Waiting for work (docs/architecture.md, "Idle"): a reservation wakes it (``_reserved``).
+        self.parked = False
+        self.parks = 0  # times it went idle (tests)
+        self.rounds = 0  # times its worker woke (tests)
         # Reentrant: a program's own SIGTERM handler calls tracer.flush(), which may interrupt
         # the main thread inside flush() itself (a pool task's flush, say) holding this lock.
         self._lock = threading.RLock()
@@ -57,6 +67,8 @@ class Sender:
         #: chunk's leading End events belong to (synchronous code nests on a thread).
         self._thread_seqs: dict[int, bytes] = {}
         self._last_send = time.monotonic()
+        #: What the batches promise now (``heartbeat_ms``), and what the last one sent promised.
+        self._promise_ms = self._promised_ms = config.heartbeat_ms
         #: The repository let a whole flush timeout pass without acknowledging: later flushes do
         #: not wait for it again until it answers (a pool task must not pay the timeout each time).
         self._silent = False
@@ -70,12 +82,21 @@ class Sender:
         with context.detached():
             self._thread.start()
         budget.on_threads_full = self._wake.set  # drain early when the threads hold much
+        budget.on_reserved = self._reserved  # the end of idleness: see _idle
         if self._sampler is not None:
             self._sampler.start()
 
     @property
     def ident(self) -> int | None:
         return self._thread.ident
+
+    def _reserved(self) -> None:
+        """A thread reserved allowance for a Start (``budget.on_reserved``): what waits for work
+        works again. Reservations are rare (once per thousands of calls of a busy thread)."""
+        if self.parked:
+            self._wake.set()
+        if self._sampler is not None:
+            self._sampler.wake()
 
     def flush(self, timeout_s: float) -> bool:
         """Send everything buffered so far and wait (bounded) for its acknowledgement."""
@@ -114,15 +135,18 @@ class Sender:
             return
         interval = self._config.flush_interval_ms / 1000
         heartbeat = self._config.heartbeat_ms / 1000
+        idle = False
         try:
             while True:
-                self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
+                self._wait(idle, interval, heartbeat)
                 self._wake.clear()
+                self.rounds += 1
                 with self._lock:
                     stopping = self._stopping
                     final = stopping and self._final
                     requested = self._flush_requests
-                alive = heartbeat > 0 and time.monotonic() - self._last_send >= heartbeat
+                silent = time.monotonic() - self._last_send
+                alive = heartbeat > 0 and silent >= min(heartbeat, self._promised_ms / 1000)
                 self._send_buffered(delivery, final=final, heartbeat=alive)
                 delivery.pump()
                 if delivery.collect(0):
@@ -136,6 +160,7 @@ class Sender:
                 if stopping:
                     delivery.retire()
                     return
+                idle = self._idle(delivery, requested)
         except Exception as exc:
             recorder.internal_error(exc)
         finally:
@@ -146,6 +171,49 @@ class Sender:
                 delivery.close()
             except Exception as exc:
                 recorder.internal_error(exc)
+
+    def _wait(self, idle: bool, interval: float, heartbeat: float) -> None:
+        """Wait for the flush interval, or, idle, until a thread records again or the promised
+        heartbeat is due; a heartbeat sent while idle promises a longer wait (IDLE_HEARTBEATS)."""
+        promise = self._config.heartbeat_ms
+        if idle:
+            left = self._last_send + self._promised_ms / 1000 - time.monotonic()
+            self._wake.wait(max(0.0, left) if heartbeat else None)
+            self.parked = False
+            if not self._wake.is_set():  # the heartbeat alone
+                promise = min(3_600_000, IDLE_HEARTBEATS * promise)
+            elif not self._urgent():  # a thread records again: drained a flush interval on
+                self._wake.clear()
+                idle = False
+        if not idle:
+            self._wake.wait(min(interval, heartbeat) if heartbeat else interval)
+        self._promise_ms = promise
+
+    def _urgent(self) -> bool:
+        """A flush or the stop waits for the worker (rather than a thread's first events)."""
+        with self._lock:
+            return self._stopping or self._flush_requests > self._flushes_done
+
+    def _idle(self, delivery: Delivery, requested: int) -> bool:
+        """Whether to wait for work rather than look again after the flush interval: nothing to
+        send or to wait for, no thread inside a traced call (the sampler waits for work too) and
+        every thread's allowance spent, so that any thread's next traced call reserves more and
+        wakes it (``_reserved``). It still sends a heartbeat when the last batch promised one
+        (the repository would take the process for lost), and what the waiting left in a buffer
+        (the End of a call in flight, when there is no sampler to see it) goes with it."""
+        if delivery.pending() or self._samples:
+            return False
+        with self._lock:
+            if self._stopping or self._flush_requests != requested:
+                return False
+        if self._sampler is not None and not self._sampler.parked:
+            return False
+        self.parked = True  # from here a reservation sets _wake: none is missed
+        if recorder.all_spent():
+            self.parks += 1
+            return True
+        self.parked = False
+        return False
 
     def _open_delivery(self) -> Delivery:
         config = self._config
@@ -238,7 +306,7 @@ class Sender:
                 clock_offset_ns=process.clock_offset_ns,
                 started_ns=process.started_ns,
                 argv=process.argv,
-                heartbeat_ms=self._config.heartbeat_ms,
+                heartbeat_ms=self._promise_ms,
             ),
             methods=methods,
             threads=threads,
@@ -254,6 +322,7 @@ class Sender:
         continues = self._continued_sequences(chunks)
         delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, continues))
         self._last_send = time.monotonic()
+        self._promised_ms = self._promise_ms
         self._methods_sent += len(methods)
         self._frames_sent += len(frames)
         self._threads_sent.update(info[0] for info in threads)

@@ -1,0 +1,205 @@
+"""Case ``idle`` (issue 33): what an idle traced process costs, against the same process bare.
+
+Two programs, each run bare and under ``python -m tracer run`` (its embedded repository
+listening): a script that makes a few traced calls, then waits (``threading.Event().wait``), and
+a gunicorn master with two sync workers that served a few requests, then none. After the calls
+and a settling pause, each process tree's CPU time is read over a fixed window from
+``/proc/PID/task/TID/schedstat`` (nanoseconds, every thread, the workers included), the
+embedded repository's apart. The value is CPU % of one core.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Final
+
+from benchmarks.harness import CaseResult, Row, Settings, Target
+from benchmarks.processes import clean_environment
+
+NAME: Final = "idle"
+TARGETS: Final = (Target("first", "<=", 0.05),)
+
+SCRIPT: Final = """\
+import sys, threading
+
+def work(n):
+    return sum(step(i) for i in range(n))
+
+def step(i):
+    return i * 2
+
+for _ in range(5):
+    work(100)
+print("READY", flush=True)
+threading.Event().wait(float(sys.argv[1]))
+"""
+
+APP: Final = """\
+def handle(path):
+    return ("hello " + path).encode()
+
+def app(environ, start_response):
+    body = handle(environ["PATH_INFO"])
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [body]
+"""
+
+
+def run(settings: Settings) -> CaseResult:
+    window = 6.0 if settings.quick else 20.0
+    settle = 2.0 if settings.quick else 3.0
+    workdir = settings.workdir
+    (workdir / "idleprog.py").write_text(SCRIPT)
+    (workdir / "idleapp.py").write_text(APP)
+    env = clean_environment(INVOSEQ_SPOOL_DIR=str(workdir / "spool"))
+    result = CaseResult()
+    measured: dict[str, tuple[float, float]] = {}
+    for traced in (False, True):
+        measured[f"script {traced}"] = _script(workdir, env, traced, window, settle)
+        measured[f"gunicorn {traced}"] = _gunicorn(workdir, env, traced, window, settle)
+    result.raw = {name: list(value) for name, value in measured.items()}
+    for kind, label in (
+        ("script", "idle traced process (a few calls, then a wait)"),
+        ("gunicorn", "gunicorn master + 2 idle sync workers"),
+    ):
+        bare, _ = measured[f"{kind} False"]
+        traced_pct, repository = measured[f"{kind} True"]
+        result.rows.append(
+            Row(
+                case=NAME,
+                name=f"{label} under tracer run: CPU % of a core",
+                value=traced_pct,
+                unit="%",
+                baseline=bare,
+                baseline_name="the same, bare",
+                targets=TARGETS,
+                note=f"over {window:.0f} s; the embedded repository beside it: {repository:.3f} %",
+            )
+        )
+    return result
+
+
+def _script(
+    workdir: Path, env: dict[str, str], traced: bool, window: float, settle: float
+) -> tuple[float, float]:
+    args = ["idleprog.py", str(window + settle + 30)]
+    command = [sys.executable, *(_tracer_run(workdir) if traced else []), *args]
+    process = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "READY":
+            raise RuntimeError("the idle script did not start")
+        return _measure(process.pid, window, settle)
+    finally:
+        _stop(process)
+
+
+def _gunicorn(
+    workdir: Path, env: dict[str, str], traced: bool, window: float, settle: float
+) -> tuple[float, float]:
+    port = _free_port()
+    args = ["-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}", "idleapp:app"]
+    prefix = [*_tracer_run(workdir), "--include", "idleapp"] if traced else []
+    command = [sys.executable, *prefix, *args]
+    process = subprocess.Popen(
+        command, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        served = 0
+        while served < 10:  # both workers serve some (round robin is not promised)
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("gunicorn did not serve")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/x", timeout=5) as reply:
+                    reply.read()
+                served += 1
+            except OSError:
+                time.sleep(0.1)
+        return _measure(process.pid, window, settle)
+    finally:
+        _stop(process)
+
+
+def _tracer_run(workdir: Path) -> list[str]:
+    return ["-m", "tracer", "run", "--no-report", "--db", str(workdir / "cmr.sqlite")]
+
+
+def _measure(pid: int, window: float, settle: float) -> tuple[float, float]:
+    """CPU % of a core of the process tree under ``pid`` over ``window`` seconds, after
+    ``settle``; the embedded repository's (``cmr serve``) apart."""
+    time.sleep(settle)
+    program, repository = _tree(pid)
+    before = _cpu_ns(program), _cpu_ns(repository)
+    time.sleep(window)
+    after = _cpu_ns(program), _cpu_ns(repository)
+    return (
+        100 * (after[0] - before[0]) / 1e9 / window,
+        100 * (after[1] - before[1]) / 1e9 / window,
+    )
+
+
+def _tree(root: int) -> tuple[list[int], list[int]]:
+    """The processes under ``root`` (itself included), and among them the repository's."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    repository = [pid for pid in found if "cmr\0serve" in _cmdline(pid)]
+    return [pid for pid in found if pid not in repository], repository
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
+
+
+def _cpu_ns(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(30)
+    if process.stdout is not None:
+        process.stdout.close()
