@@ -538,6 +538,26 @@ static PyObject *subtree_sizes(PyObject *module, PyObject *arg) {
     return out;
 }
 
+/* How much of [node_start, end) the union of the windows of `rows` (in start order) covers,
+ * each clipped to it, a row not ended counting until `end` (`calltree._covered`). */
+static int64_t union_within(const int64_t *rows, Py_ssize_t count, const int64_t *starts,
+                            const int64_t *ends, const uint8_t *is_ended, int64_t node_start,
+                            int64_t end) {
+    int64_t covered = 0, span_start = node_start, span_end = node_start;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        int64_t row = rows[k];
+        int64_t start = starts[row] < node_start ? node_start : starts[row];
+        int64_t stop = !is_ended[row] || ends[row] > end ? end : ends[row];
+        if (stop <= start) continue;
+        if (start > span_end) {
+            covered += span_end - span_start;
+            span_start = start;
+        }
+        if (stop > span_end) span_end = stop;
+    }
+    return covered + span_end - span_start;
+}
+
 /* ---------------------------------------------------------------- profile_lines() */
 
 /* A profile line is a path of names from the root: (its caller's line, its name). */
@@ -557,7 +577,8 @@ static int by_line(const void *a, const void *b) { /* caller, longest first, the
 }
 
 /* profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, self,
- * order), one int64 bytes column each, a row per line in order of first appearance; `order`
+ * order, line_of), one int64 bytes column each, a row per line in order of first appearance
+ * (`line_of`: each row's line, a value per row); `order`
  * lists the lines but the root's by caller, then longest first, then by the rank of their name
  * (`ranks[name]`: names in text order), as `profile.sort_profile` orders a line's children. Row 0 is the root; every
  * caller comes before its callees (held[i] < i). A call's time is its duration, or for one not
@@ -658,20 +679,8 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
         if (!is_ended[i]) continue;
         int64_t own = time[i];
         if (first[i] < first[i + 1]) { /* less the union of the callees' windows within it */
-            int64_t end = ends[i], node_start = starts[i];
-            int64_t covered = 0, span_start = node_start, span_end = node_start;
-            for (int64_t k = first[i]; k < first[i + 1]; k++) {
-                int64_t child = kids[k];
-                int64_t start = starts[child] < node_start ? node_start : starts[child];
-                int64_t stop = !is_ended[child] || ends[child] > end ? end : ends[child];
-                if (stop <= start) continue;
-                if (start > span_end) {
-                    covered += span_end - span_start;
-                    span_start = start;
-                }
-                if (stop > span_end) span_end = stop;
-            }
-            covered += span_end - span_start;
+            int64_t covered = union_within(kids + first[i], first[i + 1] - first[i], starts,
+                                           ends, is_ended, starts[i], ends[i]);
             own = own > covered ? own - covered : 0;
         }
         out[4][line] += own;
@@ -684,11 +693,12 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
     by_line_time = out[3];
     by_line_rank = line_rank;
     qsort(order, (size_t)(lines - 1), sizeof(int64_t), by_line);
-    result = PyTuple_New(6);
-    for (int c = 0; result && c < 6; c++) {
-        Py_ssize_t rows = c == 5 ? lines - 1 : lines;
+    result = PyTuple_New(7);
+    for (int c = 0; result && c < 7; c++) {
+        Py_ssize_t rows = c == 6 ? n : c == 5 ? lines - 1 : lines;
+        const int64_t *column = c == 6 ? line_of : out[c];
         PyObject *col =
-            PyBytes_FromStringAndSize((const char *)out[c], rows * (Py_ssize_t)sizeof(int64_t));
+            PyBytes_FromStringAndSize((const char *)column, rows * (Py_ssize_t)sizeof(int64_t));
         if (!col) {
             Py_CLEAR(result);
             break;
@@ -707,10 +717,162 @@ release:
     return result;
 }
 
+/* The buffers of `given[0..k)` as `item`-byte values, all of one length but the first `free`
+ * (any length each). Returns how many views it holds: k, with the common length in `*n` (-1:
+ * there were none), or fewer after an error (the caller releases those). */
+static int views_of(PyObject *const *given, Py_buffer *view, const size_t *item,
+                    const char *const *what, int k, int free, Py_ssize_t *n) {
+    *n = -1;
+    int got;
+    for (got = 0; got < k; got++) {
+        Py_ssize_t found = values_of(given[got], &view[got], item[got], got < free ? -1 : *n,
+                                     what[got]);
+        if (found < 0) break;
+        if (got >= free) *n = found;
+    }
+    return got;
+}
+
+/* ---------------------------------------------------------------- covered(), fold_sums() */
+
+/* covered(rows, starts, ends, ended, start, end) -> int: how much of the window [start, end)
+ * the union of the windows of `rows` (in start order) covers, each clipped to it, a row not
+ * ended counting until `end` (`calltree._covered`). */
+static PyObject *covered(PyObject *module, PyObject *args) {
+    PyObject *given[4];
+    long long node_start, end;
+    if (!PyArg_ParseTuple(args, "OOOOLL:covered", &given[0], &given[1], &given[2], &given[3],
+                          &node_start, &end))
+        return NULL;
+    static const char *const what[4] = {"rows", "starts", "ends", "ended"};
+    static const size_t item[4] = {8, 8, 8, 1};
+    Py_buffer view[4];
+    Py_ssize_t n;
+    int got = views_of(given, view, item, what, 4, 1, &n);
+    Py_ssize_t count = got ? view[0].len / (Py_ssize_t)sizeof(int64_t) : 0;
+    PyObject *result = NULL;
+    if (got == 4) {
+        const int64_t *rows = view[0].buf, *starts = view[1].buf, *ends = view[2].buf;
+        const uint8_t *is_ended = view[3].buf;
+        Py_ssize_t k = 0;
+        while (k < count && rows[k] >= 0 && rows[k] < n) k++;
+        if (k < count)
+            PyErr_SetString(PyExc_ValueError, "covered: a row out of range");
+        else
+            result = PyLong_FromLongLong(
+                union_within(rows, count, starts, ends, is_ended, node_start, end));
+    }
+    for (int k = 0; k < got; k++) PyBuffer_Release(&view[k]);
+    return result;
+}
+
+/* fold_sums(rows, names, starts, ends, ended) -> ({name: (calls, time)}, running, total): what
+ * a fold line says of the rows a budget left out (`budget.make_fold`): per name id the calls and
+ * the time of the ended ones, how many have not ended, and the ended ones' time in all. A
+ * duration is the end less the start, at least 0. */
+static PyObject *fold_sums(PyObject *module, PyObject *args) {
+    PyObject *given[5];
+    if (!PyArg_ParseTuple(args, "OOOOO:fold_sums", &given[0], &given[1], &given[2], &given[3],
+                          &given[4]))
+        return NULL;
+    static const char *const what[5] = {"rows", "names", "starts", "ends", "ended"};
+    static const size_t item[5] = {8, 8, 8, 8, 1};
+    Py_buffer view[5];
+    Py_ssize_t n;
+    int got = views_of(given, view, item, what, 5, 1, &n);
+    Py_ssize_t count = got ? view[0].len / (Py_ssize_t)sizeof(int64_t) : 0;
+    PyObject *result = NULL, *by_name = NULL;
+    int64_t *calls = NULL, *spent = NULL, *seen = NULL;
+    if (got < 5) goto release;
+    const int64_t *rows = view[0].buf, *names = view[1].buf, *starts = view[2].buf;
+    const int64_t *ends = view[3].buf;
+    const uint8_t *is_ended = view[4].buf;
+    /* Name ids are small (a sequence's distinct names): sums indexed by them. */
+    int64_t top = -1;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (rows[k] < 0 || rows[k] >= n || names[rows[k]] < 0 || names[rows[k]] > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "fold_sums: a row or a name out of range");
+            goto release;
+        }
+        if (names[rows[k]] > top) top = names[rows[k]];
+    }
+    calls = PyMem_Calloc((size_t)top + 1, sizeof(int64_t));
+    spent = PyMem_Calloc((size_t)top + 1, sizeof(int64_t));
+    seen = PyMem_Malloc(((size_t)top + 1) * sizeof(int64_t));
+    if (!calls || !spent || !seen) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    int64_t running = 0, total = 0, distinct = 0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        int64_t row = rows[k], name = names[row];
+        if (!calls[name]++) seen[distinct++] = name;
+        if (!is_ended[row]) {
+            running++;
+            continue;
+        }
+        int64_t duration = ends[row] > starts[row] ? ends[row] - starts[row] : 0;
+        spent[name] += duration;
+        total += duration;
+    }
+    by_name = PyDict_New();
+    for (int64_t d = 0; by_name && d < distinct; d++) {
+        int64_t name = seen[d];
+        PyObject *key = PyLong_FromLongLong(name);
+        PyObject *value = Py_BuildValue("(LL)", (long long)calls[name], (long long)spent[name]);
+        int failed = !key || !value || PyDict_SetItem(by_name, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (failed) Py_CLEAR(by_name);
+    }
+    if (by_name) result = Py_BuildValue("(OLL)", by_name, (long long)running, (long long)total);
+release:
+    Py_XDECREF(by_name);
+    PyMem_Free(calls);
+    PyMem_Free(spent);
+    PyMem_Free(seen);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&view[k]);
+    return result;
+}
+
+/* spans(starts, ends, ended) -> bytes of uint64: each row's duration (its end less its start,
+ * at least 0), or 2**63 for a row not ended: the line budget's priority (`budget.priority_of`). */
+static PyObject *spans(PyObject *module, PyObject *args) {
+    PyObject *given[3];
+    if (!PyArg_ParseTuple(args, "OOO:spans", &given[0], &given[1], &given[2])) return NULL;
+    static const char *const what[3] = {"starts", "ends", "ended"};
+    static const size_t item[3] = {8, 8, 1};
+    Py_buffer view[3];
+    Py_ssize_t n;
+    int got = views_of(given, view, item, what, 3, 0, &n);
+    PyObject *out = NULL;
+    if (got == 3) out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
+    if (out) {
+        const int64_t *starts = view[0].buf, *ends = view[1].buf;
+        const uint8_t *is_ended = view[2].buf;
+        uint64_t *span = (uint64_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++)
+            span[i] = !is_ended[i]          ? (uint64_t)1 << 63
+                      : ends[i] > starts[i] ? (uint64_t)(ends[i] - starts[i])
+                                            : 0;
+    }
+    for (int k = 0; k < got; k++) PyBuffer_Release(&view[k]);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"profile_lines", profile_lines, METH_VARARGS,
      "profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, "
-     "self, order): a start-ordered tree's profile lines as int64 columns."},
+     "self, order, line_of): a start-ordered tree's profile lines as int64 columns."},
+    {"covered", covered, METH_VARARGS,
+     "covered(rows, starts, ends, ended, start, end) -> int: how much of [start, end) the union "
+     "of the rows' windows covers (rows in start order)."},
+    {"spans", spans, METH_VARARGS,
+     "spans(starts, ends, ended) -> uint64 bytes: each row's duration (at least 0), 2**63 for "
+     "one not ended."},
+    {"fold_sums", fold_sums, METH_VARARGS,
+     "fold_sums(rows, names, starts, ends, ended) -> (by_name, running, total): the calls and "
+     "time of the given rows per name id, how many have not ended, the ended ones' time."},
     {"subtree_sizes", subtree_sizes, METH_O,
      "subtree_sizes(held) -> int64 bytes: per row, the rows beneath it (callers first)."},
     {"gather", gather, METH_VARARGS,

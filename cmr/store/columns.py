@@ -222,12 +222,42 @@ def profile_lines(
     row 0; ``held``: each row's caller, ``names``: each row's name id): each line's parent
     line, name id, calls, time and self time, in order of first appearance; then the lines but
     the root by parent, longest first, then by ``ranks[name]`` (the order
-    ``profile.sort_profile`` gives a line's children). Needs the accelerator."""
+    ``profile.sort_profile`` gives a line's children); then each row's line. Needs the
+    accelerator."""
     assert _accel is not None
     found = _accel.profile_lines(
         held, records.start_ns, records.end_ns, records.ended, names, ranks
     )
     return tuple(array("q", column) for column in found)
+
+
+def spans(records: RecordColumns) -> array[int]:
+    """Each row's duration (at least 0), or 2**63 for a row not ended: what the line budget
+    ranks calls by (``budget.priority_of``), as an unsigned array. Needs the accelerator."""
+    assert _accel is not None
+    return array("Q", _accel.spans(records.start_ns, records.end_ns, records.ended))
+
+
+def covered(records: RecordColumns, rows: array[int], start: int, end: int) -> int:
+    """How much of the window ``[start, end)`` the union of the windows of ``rows`` (in start
+    order) covers, each clipped to it, one not ended counting until ``end`` (as
+    ``calltree.covered_in_order``). Needs the accelerator."""
+    assert _accel is not None
+    found: int = _accel.covered(rows, records.start_ns, records.end_ns, records.ended, start, end)
+    return found
+
+
+def fold_sums(
+    records: RecordColumns, rows: array[int], names: array[int]
+) -> tuple[dict[int, tuple[int, int]], int, int]:
+    """Of ``rows`` (``names``: each row's name id): per name id the calls and the ended ones'
+    time, how many have not ended, and the ended ones' time in all (a duration at least 0).
+    Needs the accelerator."""
+    assert _accel is not None
+    sums: tuple[dict[int, tuple[int, int]], int, int] = _accel.fold_sums(
+        rows, names, records.start_ns, records.end_ns, records.ended
+    )
+    return sums
 
 
 def children(held: array[int]) -> tuple[array[int], array[int]]:

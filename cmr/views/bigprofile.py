@@ -27,7 +27,7 @@ from cmr.views.calltree import covered_in_order
 from cmr.views.model import KIND_MEASURED
 from cmr.views.profile import Profile, ProfileNode, sort_profile
 from cmr.views.records import Naming
-from cmr.views.shape import Shape, tree_shape
+from cmr.views.shape import Shape, row_names, tree_shape
 
 
 def sequence_profile(data: SequenceData) -> Profile | None:
@@ -99,27 +99,12 @@ def _record_lines(records: Sequence[InvocationRecord], shape: Shape, naming: Nam
 def _column_lines(records: RecordColumns, shape: Shape, naming: Naming) -> ProfileNode:
     """The root's line, from columns: the lines and their sums come from one C pass
     (``profile_lines``, the rules of ``_record_lines``); only a line becomes an object."""
-    names = naming.names
-    name_ids: dict[str, int] = {}
-    id_of = {
-        (puid, method): name_ids.setdefault(name, len(name_ids))
-        for puid, by_method in names.items()
-        for method, name in by_method.items()
-    }
-    if len(names) == 1:
-        [puid] = names
-        by_method = {method: id_of[puid, method] for method in names[puid]}
-        row_names = array("q", map(by_method.__getitem__, records.method))
-    else:
-        row_names = array(
-            "q", map(id_of.__getitem__, zip(records.puid, records.method, strict=True))
-        )
-    text = list(name_ids)
+    named, text = row_names(records, naming)
     ranks = array("q", [0] * len(text))
     for rank, name_id in enumerate(sorted(range(len(text)), key=text.__getitem__)):
         ranks[name_id] = rank
-    parent, name, calls, time_ns, self_ns, order = profile_lines(
-        records, shape.held, row_names, ranks
+    parent, name, calls, time_ns, self_ns, order, _line_of = profile_lines(
+        records, shape.held, named, ranks
     )
     lines = [
         ProfileNode(text[n], KIND_MEASURED, calls=c, time_ns=t, self_ns=o)

@@ -15,16 +15,25 @@ Anything else returns None and the caller builds the whole tree, whose rules cov
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
-from cmr.store.columns import RecordColumns, field
-from cmr.views.budget import Fold, Selection, make_fold, priority_of, select
+from cmr.store.columns import RecordColumns, covered, field, fold_sums, spans
+from cmr.views.budget import (
+    FOLD_NAMES,
+    Fold,
+    Selection,
+    TreeAccess,
+    make_fold,
+    priority_of,
+    select,
+)
 from cmr.views.calltree import covered_in_order, tree_status
-from cmr.views.model import SequenceTree, Status
+from cmr.views.model import Node, SequenceTree, Status
 from cmr.views.records import Naming, dropped_by
-from cmr.views.shape import Shape, tree_shape
+from cmr.views.shape import Shape, row_names, tree_shape
 
 
 def shown_tree(data: SequenceData, max_lines: int) -> tuple[SequenceTree, Selection] | None:
@@ -47,8 +56,12 @@ def _shown_tree(
         return None
     root = shape.root
     naming = _naming(records, data)
-    columns = _Columns(records, shape, naming)
-    shown, folds, nodes_shown, hidden = select(root, max_lines, columns)
+    access: TreeAccess[int] = (
+        _ColumnTree(records, shape, naming)
+        if isinstance(records, RecordColumns)
+        else _RecordTree(records, shape, naming)
+    )
+    shown, folds, nodes_shown, hidden = select(root, max_lines, access)
 
     positions = sorted(shown)
     made = naming.nodes([records[i] for i in positions])
@@ -65,8 +78,7 @@ def _shown_tree(
         node.children = [node_at[child] for child in shown[i]]
         callees = shape.callees(i)
         if len(callees) and node.duration_ns is not None:
-            below = [records[child] for child in callees]
-            node.self_ns = max(0, node.duration_ns - covered_in_order(node, below))
+            node.self_ns = max(0, node.duration_ns - _covered(records, node, callees))
     open_status = naming.open_status
     statuses: set[Status] = {open_status[puid] for puid in _unended_processes(records)}
     root_node = node_at[root]
@@ -95,8 +107,17 @@ def _unended_processes(records: Sequence[InvocationRecord]) -> set[int]:
     return {r.puid for r in records if r.end_ns is None}
 
 
-class _Columns:
-    """The tree as positions in the records (``budget.TreeAccess``), from its ``Shape``."""
+def _covered(records: Sequence[InvocationRecord], node: Node, callees: Sequence[int]) -> int:
+    """How much of the node's window its callees (positions in start order) cover."""
+    if isinstance(records, RecordColumns):
+        assert node.end_ns is not None
+        return covered(records, array("q", callees), node.start_ns, node.end_ns)
+    return covered_in_order(node, [records[child] for child in callees])
+
+
+class _RecordTree:
+    """The tree as positions in a list of records (``budget.TreeAccess``), from its
+    ``Shape``."""
 
     __slots__ = ("_records", "_shape", "naming")
 
@@ -114,6 +135,9 @@ class _Columns:
     def priority(self, node: int) -> int:
         return priority_of(self._shape.duration(node))
 
+    def priorities(self, nodes: Sequence[int]) -> list[int]:
+        return [priority_of(self._shape.duration(node)) for node in nodes]
+
     def fold(self, left_out: list[int]) -> Fold:
         records, names = self._records, self.naming.names
         return make_fold(
@@ -121,3 +145,39 @@ class _Columns:
             [self._shape.duration(i) for i in left_out],
             self._shape.beneath(left_out),
         )
+
+
+class _ColumnTree:
+    """The tree as rows of ``RecordColumns`` (``budget.TreeAccess``): priorities read from one
+    array, and a fold's sums made in C (``columns.fold_sums``), so the calls a fold hides never
+    become objects."""
+
+    __slots__ = ("_names", "_priority", "_records", "_shape", "_text")
+
+    def __init__(self, records: RecordColumns, shape: Shape, naming: Naming) -> None:
+        self._records = records
+        self._shape = shape
+        self._names, self._text = row_names(records, naming)
+        self._priority = spans(records)
+
+    def children(self, node: int) -> Sequence[int]:
+        return self._shape.callees(node)
+
+    def own_lines(self, node: int) -> int:
+        return 2 if len(self._shape.callees(node)) else 1
+
+    def priority(self, node: int) -> int:
+        return self._priority[node]
+
+    def priorities(self, nodes: Sequence[int]) -> list[int]:
+        return list(map(self._priority.__getitem__, nodes))
+
+    def fold(self, left_out: list[int]) -> Fold:
+        rows = array("q", left_out)
+        by_name, running, total = fold_sums(self._records, rows, self._names)
+        text = self._text
+        repeated = sorted(
+            ((text[name], calls, spent) for name, (calls, spent) in by_name.items() if calls > 1),
+            key=lambda entry: (-entry[2], -entry[1], entry[0]),
+        )[:FOLD_NAMES]
+        return Fold(len(left_out), self._shape.beneath(left_out), total, running, tuple(repeated))

@@ -94,6 +94,9 @@ class TreeAccess(Protocol[T]):
     def priority(self, node: T) -> int:
         """Its duration; ``_OPEN`` without one."""
 
+    def priorities(self, nodes: Sequence[T]) -> list[int]:
+        """Each one's ``priority``."""
+
     def fold(self, left_out: list[T]) -> Fold: ...
 
 
@@ -120,7 +123,7 @@ def select(
                 return
             entry = ranked[caller] = (
                 children,
-                _rank([tree.priority(c) for c in children], max_lines),
+                _rank(tree.priorities(children), max_lines),
             )
         children, ranking = entry
         if position < len(ranking):
@@ -166,8 +169,8 @@ def _own_lines(node: Node) -> int:
 def _rank(priorities: list[int], limit: int) -> list[int]:
     """Positions of the (at most ``limit``) longest children, longest first; ties by start."""
     positions = range(len(priorities))
-    if len(priorities) <= limit:
-        return sorted(positions, key=lambda i: -priorities[i])
+    if len(priorities) <= limit:  # a stable sort: reversed, ties stay in start order
+        return sorted(positions, key=priorities.__getitem__, reverse=True)
     return heapq.nlargest(limit, positions, key=lambda i: (priorities[i], -i))
 
 
@@ -191,6 +194,9 @@ class _NodeTree:
 
     def priority(self, node: Node) -> int:
         return _priority(node)
+
+    def priorities(self, nodes: Sequence[Node]) -> list[int]:
+        return [_priority(node) for node in nodes]
 
     def fold(self, left_out: list[Node]) -> Fold:
         return _fold(left_out)

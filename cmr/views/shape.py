@@ -25,6 +25,7 @@ from cmr.store.base import HandoffRecord, InvocationRecord
 from cmr.store.columns import RecordColumns, children, subtree_sizes
 from cmr.views.records import (
     Links,
+    Naming,
     children_lists,
     duration,
     held_under,
@@ -131,3 +132,22 @@ def _columns_shape(records: RecordColumns, handoffs: dict[int, HandoffRecord]) -
         lambda positions: sum(map(sizes.__getitem__, positions)),
         spent,
     )
+
+
+def row_names(records: RecordColumns, naming: Naming) -> tuple[array[int], list[str]]:
+    """Each row's name as an id (one per distinct name, whatever process or method gives it),
+    and the names by id."""
+    names = naming.names
+    name_ids: dict[str, int] = {}
+    id_of = {
+        (puid, method): name_ids.setdefault(name, len(name_ids))
+        for puid, by_method in names.items()
+        for method, name in by_method.items()
+    }
+    if len(names) == 1:
+        [puid] = names
+        by_method = {method: id_of[puid, method] for method in names[puid]}
+        found = array("q", map(by_method.__getitem__, records.method))
+    else:
+        found = array("q", map(id_of.__getitem__, zip(records.puid, records.method, strict=True)))
+    return found, list(name_ids)

@@ -6,6 +6,7 @@ take to the whole tree."""
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from collections.abc import Callable
 
 import msgspec
@@ -13,17 +14,27 @@ import pytest
 
 from cmr.store import open_store
 from cmr.store.base import SequenceData
-from cmr.store.columns import columns_available, unpack_columns
+from cmr.store.columns import (
+    RecordColumns,
+    columns_available,
+    covered,
+    fold_sums,
+    spans,
+    unpack_columns,
+)
 from cmr.store.packed import encode_chunks
 from cmr.views.bigprofile import sequence_profile
 from cmr.views.bigtree import shown_tree
-from cmr.views.calltree import build_tree
+from cmr.views.budget import make_fold
+from cmr.views.calltree import build_tree, covered_in_order
 from cmr.views.merge import merge_samples
 from cmr.views.pipeline import render_sequence
 from cmr.views.profile import profile_sequence
+from cmr.views.records import Naming, duration
 from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
 from cmr.views.render.text import render_text
+from cmr.views.shape import row_names, tree_shape
 from invoseq import wire
 from tests.cmr.views.conftest import PUID, SequenceBuilder
 
@@ -184,3 +195,32 @@ def test_a_profile_with_samples_or_without_a_first_root_is_left_to_the_whole_tre
     builder.frame(1, "main", line=1)
     builder.sample(10, [1])
     assert sequence_profile(builder.data()) is None
+
+
+@pytest.mark.skipif(not columns_available(), reason="no C accelerator")
+def test_the_column_helpers_sum_what_the_records_give() -> None:
+    data = as_columns(service())
+    columns = data.invocations
+    assert isinstance(columns, RecordColumns)
+    records = list(columns)
+    shape = tree_shape(columns, data.handoffs)
+    assert shape is not None
+    naming = Naming(columns, sorted(set(columns.puid)), data)
+    named, text = row_names(columns, naming)
+    assert [text[n] for n in named] == [naming.names[r.puid][r.method] for r in records]
+    durations = [duration(r) for r in records]
+    assert list(spans(columns)) == [2**63 if d is None else d for d in durations]
+    for row, record in enumerate(records):
+        callees = array("q", shape.callees(row))
+        if record.end_ns is not None and callees:
+            within = [records[c] for c in callees]
+            assert covered(columns, callees, record.start_ns, record.end_ns) == (
+                covered_in_order(record, within)
+            )
+            by_name, running, total = fold_sums(columns, callees, named)
+            fold = make_fold([text[named[c]] for c in callees], [durations[c] for c in callees], 0)
+            assert (running, total) == (fold.running, fold.total_ns)
+            repeated = {
+                (text[n], calls, spent) for n, (calls, spent) in by_name.items() if calls > 1
+            }
+            assert set(fold.repeated) <= repeated
