@@ -143,8 +143,8 @@ def _sequence_profile(store: Store, seq: bytes, args: argparse.Namespace) -> Pro
         data = store.load_sequence(seq)
         if not args.all_calls:
             data = fold_empty_hops(data)
-        if not args.by_thread:  # without samples, read straight from the records
-            profile = sequence_profile(data)
+        if not args.by_thread:  # read straight from the records, samples grafted on
+            profile = sequence_profile(data, lines=args.lines)
             if profile is not None:
                 return profile
         tree = merge_samples(build_tree(data), data, lines=args.lines)

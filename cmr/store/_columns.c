@@ -733,6 +733,14 @@ static int views_of(PyObject *const *given, Py_buffer *view, const size_t *item,
     return got;
 }
 
+/* Where a row's window ends: max(end, start + 1), or never (INT64_MAX) when it has not ended
+ * (`timeline.Call`'s window, `_samples.sample_windows`'s). */
+static inline int64_t window_end(const int64_t *starts, const int64_t *ends,
+                                 const uint8_t *is_ended, int64_t row) {
+    if (!is_ended[row]) return INT64_MAX;
+    return ends[row] > starts[row] + 1 ? ends[row] : starts[row] + 1;
+}
+
 /* ---------------------------------------------------------------- covered(), fold_sums() */
 
 /* covered(rows, starts, ends, ended, start, end) -> int: how much of the window [start, end)
@@ -860,6 +868,99 @@ static PyObject *spans(PyObject *module, PyObject *args) {
     return out;
 }
 
+/* nested(held, starts, ends, ended) -> bool: whether every row's window lies within its
+ * caller's and starts at or after the end of the caller's row before it (the calls open at any
+ * instant are then one chain, callers above callees). A window is [start, max(end, start + 1)),
+ * one not ended has no end. Every caller comes before the rows it holds (held[i] < i). */
+static PyObject *nested(PyObject *module, PyObject *args) {
+    PyObject *given[4];
+    if (!PyArg_ParseTuple(args, "OOOO:nested", &given[0], &given[1], &given[2], &given[3]))
+        return NULL;
+    static const char *const what[4] = {"held", "starts", "ends", "ended"};
+    static const size_t item[4] = {8, 8, 8, 1};
+    Py_buffer view[4];
+    Py_ssize_t n;
+    int got = views_of(given, view, item, what, 4, 0, &n);
+    PyObject *result = NULL;
+    int64_t *last = NULL; /* per row: where its latest callee's window ends (its start: none) */
+    if (got == 4 && !(last = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t)))) PyErr_NoMemory();
+    if (last) {
+        const int64_t *held = view[0].buf, *starts = view[1].buf, *ends = view[2].buf;
+        const uint8_t *is_ended = view[3].buf;
+        int ok = 1;
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            int64_t end = window_end(starts, ends, is_ended, i);
+            int64_t caller = held[i];
+            last[i] = starts[i];
+            if (caller < 0) continue;
+            if (caller >= i) {
+                PyErr_SetString(PyExc_ValueError, "nested: a caller after its callee");
+                ok = -1;
+                break;
+            }
+            int64_t caller_end = window_end(starts, ends, is_ended, caller);
+            ok = starts[i] >= last[caller] && end <= caller_end;
+            last[caller] = end;
+        }
+        if (ok >= 0) result = PyBool_FromLong(ok);
+    }
+    PyMem_Free(last);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&view[k]);
+    return result;
+}
+
+/* windows(rows, starts, ends, ended) -> [(start, end), ...]: the union of the windows of `rows`
+ * (None: every row), in start order, as sorted disjoint windows (touching ones joined). A row's
+ * window is [start, max(end, start + 1)), or [start, 2**63 - 1) when it has not ended
+ * (`_samples.sample_windows`'s). */
+static PyObject *windows(PyObject *module, PyObject *args) {
+    PyObject *given[4];
+    if (!PyArg_ParseTuple(args, "OOOO:windows", &given[0], &given[1], &given[2], &given[3]))
+        return NULL;
+    static const char *const what[4] = {"rows", "starts", "ends", "ended"};
+    static const size_t item[4] = {8, 8, 8, 1};
+    Py_buffer view[4];
+    int all = given[0] == Py_None;
+    Py_ssize_t n;
+    int got = all ? 1 + views_of(given + 1, view + 1, item + 1, what + 1, 3, 0, &n)
+                  : views_of(given, view, item, what, 4, 1, &n);
+    PyObject *result = NULL;
+    if (got == 4) result = PyList_New(0);
+    if (result) {
+        const int64_t *rows = all ? NULL : view[0].buf, *starts = view[1].buf, *ends = view[2].buf;
+        const uint8_t *is_ended = view[3].buf;
+        Py_ssize_t count = all ? n : view[0].len / (Py_ssize_t)sizeof(int64_t);
+        int64_t low = 0, high = 0;
+        int open = 0;
+        for (Py_ssize_t k = 0; k <= count && result; k++) {
+            int64_t row = k < count ? (all ? k : rows[k]) : 0;
+            if (k < count && (row < 0 || row >= n)) {
+                PyErr_SetString(PyExc_ValueError, "windows: a row out of range");
+                Py_CLEAR(result);
+                break;
+            }
+            int64_t start = k < count ? starts[row] : 0;
+            if (k < count && open && start <= high) {
+                int64_t end = window_end(starts, ends, is_ended, row);
+                if (end > high) high = end;
+                continue;
+            }
+            if (open) {
+                PyObject *window = Py_BuildValue("(LL)", (long long)low, (long long)high);
+                if (!window || PyList_Append(result, window) < 0) Py_CLEAR(result);
+                Py_XDECREF(window);
+            }
+            if (k < count) {
+                low = start;
+                high = window_end(starts, ends, is_ended, row);
+                open = 1;
+            }
+        }
+    }
+    for (int k = all ? 1 : 0; k < got; k++) PyBuffer_Release(&view[k]);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"profile_lines", profile_lines, METH_VARARGS,
      "profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, "
@@ -867,6 +968,12 @@ static PyMethodDef module_methods[] = {
     {"covered", covered, METH_VARARGS,
      "covered(rows, starts, ends, ended, start, end) -> int: how much of [start, end) the union "
      "of the rows' windows covers (rows in start order)."},
+    {"windows", windows, METH_VARARGS,
+     "windows(rows, starts, ends, ended) -> [(start, end)]: the union of the rows' windows (None: "
+     "every row), sorted and disjoint; the rows in start order."},
+    {"nested", nested, METH_VARARGS,
+     "nested(held, starts, ends, ended) -> bool: whether the calls open at any instant are one "
+     "chain (each window within its caller's, after its previous sibling's)."},
     {"spans", spans, METH_VARARGS,
      "spans(starts, ends, ended) -> uint64 bytes: each row's duration (at least 0), 2**63 for "
      "one not ended."},

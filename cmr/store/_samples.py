@@ -22,7 +22,7 @@ from cmr.store.base import (
     SampleRecord,
     SamplerRecord,
 )
-from cmr.store.columns import RecordColumns, field, on_threads
+from cmr.store.columns import RecordColumns, field, on_threads, thread_windows
 from invoseq.wire import GAP_TID, Batch, SamplerReport
 
 I64_MIN: Final = -(2**63)
@@ -109,6 +109,8 @@ def sample_windows(
         if not sampled:
             return {}
         invocations = on_threads(invocations, sampled)
+    if isinstance(invocations, RecordColumns):  # no record per call: one C pass per thread
+        return thread_windows(invocations) | gaps
     spans: dict[ThreadKey, list[Window]] = {}
     for record in invocations:
         end = OPEN_END if record.end_ns is None else max(record.end_ns, record.start_ns + 1)

@@ -231,6 +231,33 @@ def profile_lines(
     return tuple(array("q", column) for column in found)
 
 
+def thread_windows(records: RecordColumns) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """Per thread (puid, tid), the union of its rows' windows as sorted disjoint windows (a
+    window: ``[start, max(end, start + 1))``, unending when not ended), from one C pass per
+    thread. Needs the accelerator."""
+    assert _accel is not None
+    (threads,) = process_pairs(records, "tid")
+    args = (records.start_ns, records.end_ns, records.ended)
+    if len(threads) == 1:
+        return {thread: _accel.windows(None, *args) for thread in threads}
+    pairs = list(zip(records.puid, records.tid, strict=True))
+    found: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for thread in threads:
+        rows = array("q", itertools.compress(range(len(pairs)), map(thread.__eq__, pairs)))
+        found[thread] = _accel.windows(rows, *args)
+    return found
+
+
+def nested(records: RecordColumns, held: array[int]) -> bool:
+    """Whether, with ``held`` each row's caller (every caller before its callees), each row's
+    window lies within its caller's and after its previous sibling's: the calls open at any
+    instant are then one chain. A window is ``[start, max(end, start + 1))``, unending when the
+    row has not ended (``timeline.Call``'s). Needs the accelerator."""
+    assert _accel is not None
+    found: bool = _accel.nested(held, records.start_ns, records.end_ns, records.ended)
+    return found
+
+
 def spans(records: RecordColumns) -> array[int]:
     """Each row's duration (at least 0), or 2**63 for a row not ended: what the line budget
     ranks calls by (``budget.priority_of``), as an unsigned array. Needs the accelerator."""

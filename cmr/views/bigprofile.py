@@ -8,8 +8,9 @@ up per line the calls, their time and their self time. The result is the same ``
 for line (the tests compare them, as text and as JSON).
 
 It takes the case ``bigtree`` takes (records in start order, every parent before its child, a
-true root that comes first, no duplicate) and only without samples; anything else returns None and
-the caller folds the whole tree.
+true root that comes first, no duplicate); with samples, only from columns and where
+``bigsamples`` can graft them onto the lines (one thread, nested calls). Anything else returns
+None and the caller folds the whole tree.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
 from cmr.store.columns import RecordColumns, field, profile_lines
+from cmr.views.bigsamples import graft_samples, graftable
 from cmr.views.calltree import covered_in_order
 from cmr.views.model import KIND_MEASURED
 from cmr.views.profile import Profile, ProfileNode, sort_profile
@@ -30,26 +32,33 @@ from cmr.views.records import Naming
 from cmr.views.shape import Shape, row_names, tree_shape
 
 
-def sequence_profile(data: SequenceData) -> Profile | None:
-    """``profile_sequence(build_tree(data))`` for the common case without samples, else None."""
-    if data.samples or not data.invocations:
+def sequence_profile(data: SequenceData, *, lines: bool = False) -> Profile | None:
+    """``profile_sequence(merge_samples(build_tree(data), data, lines=lines))`` for the common
+    case (module docstring), else None."""
+    if not data.invocations or (data.samples and not isinstance(data.invocations, RecordColumns)):
         return None
     with paused_gc():
-        return _sequence_profile(data)
+        return _sequence_profile(data, lines)
 
 
-def _sequence_profile(data: SequenceData) -> Profile | None:
+def _sequence_profile(data: SequenceData, by_line: bool) -> Profile | None:
     records = data.invocations
     shape = tree_shape(records, data.handoffs)
     if shape is None or shape.root != 0:
         return None
+    if data.samples and not graftable(data, shape):
+        return None
     naming = Naming(records, sorted(set(field(records, "puid"))), data)
+    skipped = 0
     if isinstance(records, RecordColumns):
-        root = _column_lines(records, shape, naming)  # sorted as it is made
+        lines, line_of = _column_lines(records, shape, naming)  # sorted as they are made
+        if data.samples:
+            skipped = graft_samples(data, shape, lines, line_of, by_line=by_line)
+        root = lines[0]
     else:
         root = _record_lines(records, shape, naming)
         sort_profile(root)
-    return Profile([root], sequences=1, samples_skipped=0)
+    return Profile([root], sequences=1, samples_skipped=skipped)
 
 
 def _record_lines(records: Sequence[InvocationRecord], shape: Shape, naming: Naming) -> ProfileNode:
@@ -96,14 +105,17 @@ def _record_lines(records: Sequence[InvocationRecord], shape: Shape, naming: Nam
     return lines[0]
 
 
-def _column_lines(records: RecordColumns, shape: Shape, naming: Naming) -> ProfileNode:
-    """The root's line, from columns: the lines and their sums come from one C pass
-    (``profile_lines``, the rules of ``_record_lines``); only a line becomes an object."""
+def _column_lines(
+    records: RecordColumns, shape: Shape, naming: Naming
+) -> tuple[list[ProfileNode], array[int]]:
+    """The lines (the root's first) and each row's line, from columns: the lines and their sums
+    come from one C pass (``profile_lines``, the rules of ``_record_lines``); only a line
+    becomes an object."""
     named, text = row_names(records, naming)
     ranks = array("q", [0] * len(text))
     for rank, name_id in enumerate(sorted(range(len(text)), key=text.__getitem__)):
         ranks[name_id] = rank
-    parent, name, calls, time_ns, self_ns, order, _line_of = profile_lines(
+    parent, name, calls, time_ns, self_ns, order, line_of = profile_lines(
         records, shape.held, named, ranks
     )
     lines = [
@@ -119,4 +131,4 @@ def _column_lines(records: RecordColumns, shape: Shape, naming: Naming) -> Profi
         ),
         maxlen=0,
     )
-    return lines[0]
+    return lines, line_of

@@ -80,7 +80,13 @@ class _Attributed:
     self_cpu: int = 0
 
 
-def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False) -> SequenceTree:
+def merge_samples(
+    tree: SequenceTree,
+    data: SequenceData,
+    *,
+    lines: bool = False,
+    free_ns: Callable[[Node], int | None] | None = None,
+) -> SequenceTree:
     """A copy of ``tree`` with ``data``'s samples merged in (see the module's docstring).
 
     Estimated nodes never make a measured node look longer than it was: when the estimated
@@ -94,7 +100,10 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
     sample fell).
 
     With no samples, a tree without estimated nodes is returned as it is: the copy would equal
-    it (a million calls, never sampled, cost no copy)."""
+    it (a million calls, never sampled, cost no copy). ``free_ns`` says a measured node's free
+    time on its own thread when ``tree`` holds only some of the calls (``bigsamples``); by
+    default it is read from the node's children."""
+    free = _own_thread_free_ns if free_ns is None else free_ns
     if not data.samples and not _has_estimated(tree.root):
         if data.gaps:
             return dataclasses.replace(tree, unsampled_ns=unsampled(tree, data.gaps))
@@ -111,7 +120,7 @@ def merge_samples(tree: SequenceTree, data: SequenceData, *, lines: bool = False
     for call, attributed in merger.attributed.items():
         if attributed.tallies:
             key = (call.node.process.puid, call.node.thread.tid)
-            _grow(call.node, attributed.tallies, ticks.bounding(key))
+            _grow(call.node, attributed.tallies, ticks.bounding(key), free)
     _total(root, {id(call.node): found for call, found in merger.attributed.items()})
     return dataclasses.replace(
         tree,
@@ -293,7 +302,10 @@ class _Merger:
 
 
 def _grow(
-    node: Node, tallies: dict[Signature, _Tally], bounds: Callable[[Node, Seen], Bounds]
+    node: Node,
+    tallies: dict[Signature, _Tally],
+    bounds: Callable[[Node, Seen], Bounds],
+    free_ns: Callable[[Node], int | None],
 ) -> None:
     """Hang the estimated subtree under its measured node, scaled down to fit the time its own
     thread had free: its window less what its measured children on the same thread covered
@@ -332,7 +344,7 @@ def _grow(
         (among if among_tasks else built).append(child)
         stack.extend((inner, child, among_tasks) for inner in tally.children.values())
     total = sum(_time(child) for child in top)
-    limit = _own_thread_free_ns(node)
+    limit = free_ns(node)
     if limit is not None and total > limit:
         for child in built:
             child.duration_ns = _time(child) * limit // total

@@ -191,6 +191,29 @@ def _fold(
         nodes, targets = next_nodes, next_targets
 
 
+class Grafts:
+    """Estimated subtrees folded under the lines of a profile made without them
+    (``bigsamples``), merged where their signatures meet as ``build_profile`` merges them."""
+
+    def __init__(self) -> None:
+        self._children = _Children()
+        self._lines: dict[int, ProfileNode] = {}
+
+    def add(self, line: ProfileNode, nodes: Iterable[Node]) -> None:
+        """Fold ``nodes`` (estimated, each with its subtree) under ``line``."""
+        for node in nodes:
+            _fold(node, line, {}, self._children, same_thread=False)
+            self._lines[id(line)] = line
+
+    def sort(self) -> None:
+        """The lines that took subtrees, and those subtrees, in ``sort_profile``'s order."""
+        for line in self._lines.values():
+            line.children.sort(key=_longest_first)
+            for child in line.children:
+                if child.kind != KIND_MEASURED:
+                    sort_profile(child)
+
+
 def _same_thread(child: Node, parent: Node) -> bool:
     return child.process.puid == parent.process.puid and child.thread.tid == parent.thread.tid
 

@@ -1,0 +1,135 @@
+"""Samples merged into the profile of a big sequence, with a node only for the calls they need.
+
+``merge_samples`` places each sample on the calls of its thread that hold its instant, and cuts
+its span where a callee starts; it needs no other call. In a sequence of one thread whose calls
+nest (``columns.nested``: the calls open at any instant are one chain), those are few: the chain
+holding a tick's instant (found by bisection on the start column, then up the callers), the
+first callee starting after it, and, for a collapsed sample, every call that meets its span.
+``graft_samples`` makes a tree of those calls and their callers only, gives each its self time
+from the columns (its free time on the thread, which ``merge_samples`` scales estimates into),
+merges the samples into it, and adds what they brought to the profile lines of ``bigprofile``:
+sample counts and CPU time up the callers, the self time the estimated frames took, and the
+estimated frames themselves, folded under their call's line. The profile is the one the whole
+tree gives (the tests compare them, as text and as JSON).
+
+Anything else (several threads, calls that interleave, records as a list) returns None and the
+caller merges the samples into the whole tree.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from array import array
+from collections.abc import Iterable
+
+from cmr.store.base import SampleRecord, SequenceData
+from cmr.store.columns import RecordColumns, covered, nested
+from cmr.views.calltree import build_tree
+from cmr.views.merge import merge_samples
+from cmr.views.model import KIND_MEASURED, walk
+from cmr.views.profile import Grafts, ProfileNode
+from cmr.views.shape import Shape
+from cmr.views.timeline import OPEN
+
+
+def graftable(data: SequenceData, shape: Shape) -> bool:
+    """Whether ``graft_samples`` takes this sequence (module docstring)."""
+    records = data.invocations
+    if not isinstance(records, RecordColumns) or len(set(records.tid)) != 1:
+        return False
+    return len(set(records.puid)) == 1 and nested(records, array("q", shape.held))
+
+
+def graft_samples(
+    data: SequenceData,
+    shape: Shape,
+    lines: list[ProfileNode],
+    line_of: array[int],
+    *,
+    by_line: bool = False,
+) -> int:
+    """Merge ``data``'s samples into ``lines`` (each row's line: ``line_of``), as
+    ``merge_samples`` would into the whole tree (``by_line``: its ``lines``); returns the
+    sample weight skipped. Only where ``graftable``."""
+    records = data.invocations
+    assert isinstance(records, RecordColumns)
+    rows = _needed(records, shape, data.samples)
+    row_of = {records.iid[row]: row for row in rows}
+    part = dataclasses.replace(data, invocations=[records.record(row) for row in rows])
+    merged = merge_samples(
+        build_tree(part),
+        part,
+        lines=by_line,
+        free_ns=lambda node: _self_ns(records, shape, row_of[node.iid]),
+    )
+    grafts = Grafts()
+    for node, _depth in walk(merged.root):
+        if node.kind != KIND_MEASURED:
+            continue
+        row = row_of[node.iid]
+        line = lines[line_of[row]]
+        line.samples += node.samples
+        line.self_samples += node.self_samples
+        if node.cpu_ns is not None:
+            line.cpu_ns = (line.cpu_ns or 0) + node.cpu_ns
+        estimated = [child for child in node.children if child.kind != KIND_MEASURED]
+        if not estimated:
+            continue
+        # Its self time less its estimated frames' (calls that nest interleave no task, so
+        # every one of them took its time from the call's own, ``merge._grow``).
+        before = _self_ns(records, shape, row)
+        if before is not None:
+            taken = sum(child.duration_ns or 0 for child in estimated)
+            line.self_ns += max(0, before - taken) - before
+        grafts.add(line, estimated)
+    grafts.sort()
+    return merged.samples_skipped
+
+
+def _self_ns(records: RecordColumns, shape: Shape, row: int) -> int | None:
+    """A row's self time: its duration less what its callees cover (None: not ended)."""
+    if not records.ended[row]:
+        return None
+    start, end = records.start_ns[row], records.end_ns[row]
+    callees = shape.callees(row)
+    spent = max(0, end - start)
+    if not len(callees):
+        return spent
+    return max(0, spent - covered(records, array("q", callees), start, end))
+
+
+def _needed(records: RecordColumns, shape: Shape, samples: Iterable[SampleRecord]) -> list[int]:
+    """The rows ``merge_samples`` reads to place ``samples`` (module docstring), with their
+    callers, in row order."""
+    starts, ends, ended, held = records.start_ns, records.end_ns, records.ended, shape.held
+    thread = (records.puid[0], records.tid[0]) if len(records) else None
+
+    def holding(t: int) -> int:
+        """The innermost row holding ``t`` (-1: none)."""
+        row = bisect.bisect_right(starts, t) - 1
+        while row >= 0 and (ended[row] and max(ends[row], starts[row] + 1) <= t):
+            row = held[row]
+        return row
+
+    wanted: set[int] = {0} if len(records) else set()
+    for sample in samples:
+        if (sample.puid, sample.tid) != thread:
+            continue
+        t, duration = sample.t_ns, sample.duration_ns
+        innermost = holding(t)
+        if innermost >= 0:
+            wanted.add(innermost)
+            callees = shape.callees(innermost)
+            after = bisect.bisect_right(callees, t, key=starts.__getitem__)
+            if after < len(callees):
+                wanted.add(callees[after])
+        if sample.weight > 1 and duration > 0:  # every call that meets its span
+            stop = min(t + duration, OPEN)
+            wanted.update(range(bisect.bisect_left(starts, t), bisect.bisect_left(starts, stop)))
+    for found in list(wanted):
+        caller = held[found]
+        while caller >= 0 and caller not in wanted:
+            wanted.add(caller)
+            caller = held[caller]
+    return sorted(wanted)
