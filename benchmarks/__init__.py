@@ -41,6 +41,7 @@ CASES: Final = {
     "serve": Case("serve", "cmr serve over a socket, one process against --workers 2", 25, 6),
     "sampler": Case("sampler", "sampler overhead at 100 Hz with 32 threads", 35, 8),
     "views": Case("views", "cmr show / cmr profile on 10 k to 1 M invocations", 20, 6),
+    "reads": Case("reads", "cmr show / cmr profile of 1 M calls with samples, two shapes", 200, 20),
     "memory": Case("memory", "tracer RSS with the repository down", 20, 8),
     "listing": Case("listing", "cmr ls queries over 200 k sequences against plain cmr ls", 15, 5),
     "beside": Case("beside", "a traced loop under coverage, VizTracer, sys.settrace", 40, 10),

@@ -39,7 +39,8 @@ class Encoded:
     seqs: list[bytes]
 
 
-def _process() -> tuple[Any, ...]:
+def process() -> tuple[Any, ...]:
+    """The ``ProcessInfo`` every synthetic batch carries."""
     return (
         os.getpid(),
         "benchmark-host",
@@ -51,7 +52,8 @@ def _process() -> tuple[Any, ...]:
     )
 
 
-def _methods() -> list[tuple[int, str, str, str, int]]:
+def methods() -> list[tuple[int, str, str, str, int]]:
+    """The ``MethodInfo``s of a synthetic process: ``handler_1`` … ``handler_50``."""
     return [(m, "app.module", f"handler_{m}", "/srv/app/module.py", 10 * m) for m in range(1, 51)]
 
 
@@ -70,8 +72,8 @@ def encode(puid: int, threads: dict[int, list[Event]], first_batch: int = 1) -> 
         body = wire.batch_layout(
             puid=puid,
             batch_no=batch_no,
-            process=_process(),
-            methods=_methods() if first else [],
+            process=process(),
+            methods=methods() if first else [],
             threads=[(tid, 1000 + tid, f"worker-{tid}") for tid in threads] if first else [],
             chunks=pending,
         )

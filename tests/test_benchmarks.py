@@ -74,12 +74,30 @@ def test_the_listing_case_times_each_query_in_each_store(tmp_path: Path) -> None
 
 
 @pytest.mark.system
+def test_the_reads_case_times_show_and_profile_of_both_shapes_against_the_floor(
+    tmp_path: Path,
+) -> None:
+    done = run_benchmarks("--quick", "--only", "reads", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    case = json.loads((tmp_path / "quick-reads.json").read_text())["cases"]["reads"]
+    timed = [row for row in case["rows"] if row["unit"] == "s"]
+    assert [row["name"].split(" sequence")[0] for row in timed] == [
+        "cmr show, wide",
+        "cmr profile, wide",
+        "cmr show, deep",
+        "cmr profile, deep",
+    ]
+    assert all(row["ratio"] == row["value"] / row["baseline"] for row in timed)
+    assert case["raw"]["calls"] == 1 + 100 * 100
+
+
+@pytest.mark.system
 def test_an_unknown_case_is_a_one_line_error() -> None:
     done = run_benchmarks("--only", "nonsense")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
-        "sampler, views, memory, listing, beside, startup, idle)"
+        "sampler, views, reads, memory, listing, beside, startup, idle)"
     ]
 
 
