@@ -21,9 +21,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from array import array
-from collections.abc import Iterable
+from collections.abc import Sequence
 
-from cmr.store.base import SampleRecord, SequenceData
+import msgspec
+
+from cmr.store.base import InvocationRecord, SampleRecord, SequenceData
 from cmr.store.columns import RecordColumns, covered, nested
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
@@ -54,25 +56,26 @@ def graft_samples(
     sample weight skipped. Only where ``graftable``."""
     records = data.invocations
     assert isinstance(records, RecordColumns)
-    rows = _needed(records, shape, data.samples)
+    rows = _needed(data, records, shape)
     row_of = {records.iid[row]: row for row in rows}
-    part = dataclasses.replace(data, invocations=[records.record(row) for row in rows])
     merged = merge_samples(
-        build_tree(part),
+        build_tree(part := _part(data, records, shape, rows)),
         part,
         lines=by_line,
         free_ns=lambda node: _self_ns(records, shape, row_of[node.iid]),
     )
+    weight: dict[int, int] = {}  # row -> the sample weight it holds itself, and its CPU time
+    cpu: dict[int, int] = {}
     grafts = Grafts()
     for node, _depth in walk(merged.root):
         if node.kind != KIND_MEASURED:
             continue
         row = row_of[node.iid]
+        measured = [child for child in node.children if child.kind == KIND_MEASURED]
+        weight[row] = node.samples - sum(child.samples for child in measured)
+        cpu[row] = (node.cpu_ns or 0) - sum(child.cpu_ns or 0 for child in measured)
         line = lines[line_of[row]]
-        line.samples += node.samples
         line.self_samples += node.self_samples
-        if node.cpu_ns is not None:
-            line.cpu_ns = (line.cpu_ns or 0) + node.cpu_ns
         estimated = [child for child in node.children if child.kind != KIND_MEASURED]
         if not estimated:
             continue
@@ -83,8 +86,56 @@ def graft_samples(
             taken = sum(child.duration_ns or 0 for child in estimated)
             line.self_ns += max(0, before - taken) - before
         grafts.add(line, estimated)
+    _add_totals(weight, cpu, shape.held, lines, line_of)
     grafts.sort()
     return merged.samples_skipped
+
+
+def _part(
+    data: SequenceData, records: RecordColumns, shape: Shape, rows: list[int]
+) -> SequenceData:
+    """``data`` with only ``rows``, each under its nearest caller among them: a call's callers
+    between the two are left out (what it is placed by is its own frame, module docstring)."""
+    kept = set(rows)
+    held, iids = shape.held, records.iid
+    part: list[InvocationRecord] = []
+    for row in rows:
+        caller = held[row]
+        while caller >= 0 and caller not in kept:
+            caller = held[caller]
+        record = records.record(row)
+        part.append(
+            msgspec.structs.replace(record, parent=iids[caller] if caller >= 0 else 0, hid=0)
+        )
+    return dataclasses.replace(data, invocations=part)
+
+
+def _add_totals(
+    weight: dict[int, int],
+    cpu: dict[int, int],
+    held: Sequence[int],
+    lines: list[ProfileNode],
+    line_of: array[int],
+) -> None:
+    """Sample counts and CPU times up every caller's line, as ``merge._total`` sums them up the
+    whole tree: a call's CPU time counts, for itself and its callers, only where samples fell."""
+    total = dict(weight)
+    for row in list(weight):
+        caller = held[row]
+        while caller >= 0 and caller not in total:
+            total[caller] = 0
+            cpu[caller] = 0
+            caller = held[caller]
+    for row in sorted(total, reverse=True):  # callees before their callers
+        caller = held[row]
+        if caller >= 0 and total[row]:
+            total[caller] += total[row]
+            cpu[caller] += cpu[row]
+    for row, samples in total.items():
+        if samples:
+            line = lines[line_of[row]]
+            line.samples += samples
+            line.cpu_ns = (line.cpu_ns or 0) + cpu[row]
 
 
 def _self_ns(records: RecordColumns, shape: Shape, row: int) -> int | None:
@@ -99,9 +150,10 @@ def _self_ns(records: RecordColumns, shape: Shape, row: int) -> int | None:
     return max(0, spent - covered(records, array("q", callees), start, end))
 
 
-def _needed(records: RecordColumns, shape: Shape, samples: Iterable[SampleRecord]) -> list[int]:
-    """The rows ``merge_samples`` reads to place ``samples`` (module docstring), with their
-    callers, in row order."""
+def _needed(data: SequenceData, records: RecordColumns, shape: Shape) -> list[int]:
+    """The rows ``merge_samples`` reads to place ``data``'s samples (module docstring), in row
+    order; with its callers, each innermost call whose own frame the stack does not show (it is
+    then placed by theirs), and every call a collapsed sample's span meets."""
     starts, ends, ended, held = records.start_ns, records.end_ns, records.ended, shape.held
     thread = (records.puid[0], records.tid[0]) if len(records) else None
 
@@ -113,7 +165,8 @@ def _needed(records: RecordColumns, shape: Shape, samples: Iterable[SampleRecord
         return row
 
     wanted: set[int] = {0} if len(records) else set()
-    for sample in samples:
+    chained: list[int] = []  # rows whose callers are wanted too
+    for sample in data.samples:
         if (sample.puid, sample.tid) != thread:
             continue
         t, duration = sample.t_ns, sample.duration_ns
@@ -126,10 +179,29 @@ def _needed(records: RecordColumns, shape: Shape, samples: Iterable[SampleRecord
                 wanted.add(callees[after])
         if sample.weight > 1 and duration > 0:  # every call that meets its span
             stop = min(t + duration, OPEN)
-            wanted.update(range(bisect.bisect_left(starts, t), bisect.bisect_left(starts, stop)))
-    for found in list(wanted):
-        caller = held[found]
-        while caller >= 0 and caller not in wanted:
+            span = range(bisect.bisect_left(starts, t), bisect.bisect_left(starts, stop))
+            wanted.update(span)
+            chained += span
+            chained.append(innermost)
+        elif innermost >= 0 and _key(data, records, innermost) not in _keys(data, sample):
+            chained.append(innermost)
+    complete: set[int] = set()  # rows whose every caller is wanted
+    for found in chained:
+        caller = held[found] if found >= 0 else -1
+        while caller >= 0 and caller not in complete:
             wanted.add(caller)
+            complete.add(caller)
             caller = held[caller]
     return sorted(wanted)
+
+
+def _key(data: SequenceData, records: RecordColumns, row: int) -> tuple[str, int] | None:
+    """How a row's own frame shows on a stack: its method's (file, first line)."""
+    method = data.methods.get((records.puid[row], records.method[row]))
+    return (method.file, method.line) if method is not None and method.file else None
+
+
+def _keys(data: SequenceData, sample: SampleRecord) -> set[tuple[str, int] | None]:
+    """The (file, first line) of each frame on a sample's stack."""
+    frames = [data.frames.get((sample.puid, frame)) for frame in sample.frames]
+    return {(frame.file, frame.line) for frame in frames if frame is not None}

@@ -85,7 +85,7 @@ def _texts(data: SequenceData, profile: object, lines: bool) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("lines", [False, True])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(20))
 def test_grafted_samples_give_the_profile_of_the_whole_merged_tree(seed: int, lines: bool) -> None:
     data = sampled(seed)
     quick = sequence_profile(as_columns(data), lines=lines)
