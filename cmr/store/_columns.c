@@ -567,6 +567,15 @@ typedef struct {
     int64_t line;
 } LineSlot;
 
+/* The slot of (parent, name) in a table of mask + 1 slots: its own, or the empty one it would
+ * take. */
+static size_t line_slot(const LineSlot *table, size_t mask, int64_t parent, int64_t name) {
+    size_t h = mix((uint64_t)parent * 0x9e3779b97f4a7c15ULL ^ (uint64_t)name) & mask;
+    while (table[h].parent >= 0 && (table[h].parent != parent || table[h].name != name))
+        h = (h + 1) & mask;
+    return h;
+}
+
 static const int64_t *by_line_parent, *by_line_time, *by_line_rank;
 
 static int by_line(const void *a, const void *b) { /* caller, longest first, then name */
@@ -623,18 +632,19 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
     fill = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
     time = PyMem_Malloc((size_t)n * sizeof(int64_t));
     line_of = PyMem_Malloc((size_t)n * sizeof(int64_t));
-    for (int c = 0; c < 6; c++) out[c] = PyMem_Calloc((size_t)n, sizeof(int64_t));
-    size_t size = 1024;
-    while (size < (size_t)n * 2) size <<= 1;
+    /* The line columns but the first two are made once the lines are counted (few, usually) */
+    for (int c = 0; c < 2; c++) out[c] = PyMem_Calloc((size_t)n, sizeof(int64_t));
+    size_t size = 1024; /* doubled while the lines fill more than half of it */
     table = PyMem_Malloc(size * sizeof(LineSlot));
-    if (!first || !kids || !fill || !time || !line_of || !out[0] || !out[1] || !out[2] ||
-        !out[3] || !out[4] || !out[5] || !table) {
+    if (!first || !kids || !fill || !time || !line_of || !out[0] || !out[1] || !table) {
         PyErr_NoMemory();
         goto release;
     }
     for (Py_ssize_t i = 1; i < n; i++) first[held[i] + 1]++;
     for (Py_ssize_t i = 0; i < n; i++) first[i + 1] += first[i];
     for (Py_ssize_t i = 1; i < n; i++) kids[first[held[i]] + fill[held[i]]++] = i;
+    PyMem_Free(fill);
+    fill = NULL;
     /* Times: a duration, or (deepest first) what the callees of a call not ended account for. */
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         if (is_ended[i]) {
@@ -658,9 +668,7 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "profile_lines: a name without a rank");
             goto release;
         }
-        size_t h = mix((uint64_t)parent * 0x9e3779b97f4a7c15ULL ^ (uint64_t)name) & mask;
-        while (table[h].parent >= 0 && (table[h].parent != parent || table[h].name != name))
-            h = (h + 1) & mask;
+        size_t h = line_slot(table, mask, parent, name);
         if (table[h].parent < 0) {
             table[h].parent = parent;
             table[h].name = name;
@@ -668,8 +676,34 @@ static PyObject *profile_lines(PyObject *module, PyObject *args) {
             out[0][lines] = parent;
             out[1][lines] = name;
             lines++;
+            if ((size_t)lines * 2 > size) { /* twice the slots, the lines but the root in them */
+                LineSlot *grown = PyMem_Malloc(size * 2 * sizeof(LineSlot));
+                if (!grown) {
+                    PyErr_NoMemory();
+                    goto release;
+                }
+                PyMem_Free(table);
+                table = grown;
+                size *= 2;
+                mask = size - 1;
+                for (size_t k = 0; k < size; k++) table[k].parent = -1;
+                for (Py_ssize_t line = 1; line < lines; line++) {
+                    size_t at = line_slot(table, mask, out[0][line], out[1][line]);
+                    table[at].parent = out[0][line];
+                    table[at].name = out[1][line];
+                    table[at].line = line;
+                }
+                h = line_slot(table, mask, parent, name);
+            }
         }
         line_of[i] = table[h].line;
+    }
+    PyMem_Free(table);
+    table = NULL;
+    for (int c = 2; c < 6; c++) out[c] = PyMem_Calloc((size_t)lines, sizeof(int64_t));
+    if (!out[2] || !out[3] || !out[4] || !out[5]) {
+        PyErr_NoMemory();
+        goto release;
     }
     /* Per line: calls, time, self time. */
     for (Py_ssize_t i = 0; i < n; i++) {

@@ -224,3 +224,19 @@ def test_the_column_helpers_sum_what_the_records_give() -> None:
                 (text[n], calls, spent) for n, (calls, spent) in by_name.items() if calls > 1
             }
             assert set(fold.repeated) <= repeated
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_profile_of_thousands_of_distinct_lines_is_the_one_the_whole_tree_gives(
+    builder: SequenceBuilder, form: Callable[[SequenceData], SequenceData]
+) -> None:
+    builder.call("app.main", 1, start=0, end=100_000)
+    for n in range(2_000):  # a line each, and one more beneath each: the line table grows
+        builder.call(f"app.step{n}", 2 + 2 * n, 1, start=10 + 40 * n, end=40 + 40 * n)
+        builder.call(f"app.leaf{n % 7}", 3 + 2 * n, 2 + 2 * n, start=20 + 40 * n, end=30 + 40 * n)
+    data = in_start_order(builder.data())
+    quick = sequence_profile(form(data))
+    assert quick is not None
+    whole = profile_sequence(build_tree(data))
+    assert render_profile(quick, "t", max_nodes=0) == render_profile(whole, "t", max_nodes=0)
+    assert len(render_profile(quick, "t", max_nodes=0).splitlines()) == 2 + 4_001
