@@ -995,6 +995,77 @@ static PyObject *windows(PyObject *module, PyObject *args) {
     return result;
 }
 
+/* shape_rows(parents, parent, hid, starts) -> (handed, roots, ordered): the rows that continue
+ * a hand-off (hid != 0) and the rows with neither a parent nor a hand-off, as int64 bytes, and
+ * whether the starts increase strictly (`views/shape.py`'s common case). `parents` only sets
+ * the number of rows. */
+static PyObject *shape_rows(PyObject *module, PyObject *args) {
+    PyObject *given[4];
+    if (!PyArg_ParseTuple(args, "OOOO:shape_rows", &given[0], &given[1], &given[2], &given[3]))
+        return NULL;
+    static const char *const what[4] = {"parents", "parent", "hid", "starts"};
+    static const size_t item[4] = {8, 8, 8, 8};
+    Py_buffer view[4];
+    Py_ssize_t n;
+    int got = views_of(given, view, item, what, 4, 0, &n);
+    PyObject *result = NULL;
+    int64_t *handed = NULL, *roots = NULL;
+    if (got == 4) {
+        handed = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+        roots = PyMem_Malloc(((size_t)n + 1) * sizeof(int64_t));
+        if (!handed || !roots) PyErr_NoMemory();
+    }
+    if (handed && roots) {
+        const int64_t *parent = view[1].buf, *hid = view[2].buf, *starts = view[3].buf;
+        Py_ssize_t handed_n = 0, roots_n = 0;
+        int ordered = 1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (hid[i]) handed[handed_n++] = i;
+            else if (!parent[i]) roots[roots_n++] = i;
+            if (i && starts[i - 1] >= starts[i]) ordered = 0;
+        }
+        result = Py_BuildValue("(y#y#O)", (const char *)handed,
+                               handed_n * (Py_ssize_t)sizeof(int64_t), (const char *)roots,
+                               roots_n * (Py_ssize_t)sizeof(int64_t),
+                               ordered ? Py_True : Py_False);
+    }
+    PyMem_Free(handed);
+    PyMem_Free(roots);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&view[k]);
+    return result;
+}
+
+/* hang(parents, root) -> int64 bytes or None: each row's caller as the tree hangs it (a row
+ * without a parent here under `root`, the root under none: -1), or None when a parent comes
+ * after its row (no common case: `views/shape.py`). */
+static PyObject *hang(PyObject *module, PyObject *args) {
+    PyObject *parents_obj;
+    Py_ssize_t root;
+    if (!PyArg_ParseTuple(args, "On:hang", &parents_obj, &root)) return NULL;
+    Py_buffer view;
+    Py_ssize_t n = values_of(parents_obj, &view, sizeof(int64_t), -1, "parents");
+    if (n < 0) return NULL;
+    PyObject *out = NULL;
+    if (root < 0 || root >= n)
+        PyErr_SetString(PyExc_ValueError, "hang: the root out of range");
+    else
+        out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (out) {
+        const int64_t *parents = view.buf;
+        int64_t *held = (int64_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (parents[i] >= i) {
+                Py_CLEAR(out);
+                out = Py_NewRef(Py_None);
+                break;
+            }
+            held[i] = i == root ? -1 : parents[i] < 0 ? root : parents[i];
+        }
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"profile_lines", profile_lines, METH_VARARGS,
      "profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, "
@@ -1002,6 +1073,12 @@ static PyMethodDef module_methods[] = {
     {"covered", covered, METH_VARARGS,
      "covered(rows, starts, ends, ended, start, end) -> int: how much of [start, end) the union "
      "of the rows' windows covers (rows in start order)."},
+    {"shape_rows", shape_rows, METH_VARARGS,
+     "shape_rows(parents, parent, hid, starts) -> (handed, roots, ordered): the rows continuing a "
+     "hand-off, the rows with neither parent nor hand-off, whether the starts increase."},
+    {"hang", hang, METH_VARARGS,
+     "hang(parents, root) -> int64 bytes or None: each row's caller as the tree hangs it; None "
+     "when a parent comes after its row."},
     {"windows", windows, METH_VARARGS,
      "windows(rows, starts, ends, ended) -> [(start, end)]: the union of the rows' windows (None: "
      "every row), sorted and disjoint; the rows in start order."},

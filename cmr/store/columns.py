@@ -287,6 +287,26 @@ def fold_sums(
     return sums
 
 
+def shape_rows(records: RecordColumns, parents: array[int]) -> tuple[list[int], list[int], bool]:
+    """The rows that continue a hand-off, the rows with neither a parent nor a hand-off, and
+    whether the rows' starts increase strictly (``parents``: each row's parent row, for their
+    number). Needs the accelerator."""
+    assert _accel is not None
+    handed, roots, ordered = _accel.shape_rows(
+        parents, records.parent, records.hid, records.start_ns
+    )
+    return array("q", handed).tolist(), array("q", roots).tolist(), ordered
+
+
+def hang(parents: array[int], root: int) -> array[int] | None:
+    """Each row's caller as the tree hangs it (``parents``: each row's parent row, -1: none
+    here, then it hangs under ``root``; the root under none, -1), or None when a parent comes
+    after its row. Needs the accelerator."""
+    assert _accel is not None
+    held = _accel.hang(parents, root)
+    return None if held is None else array("q", held)
+
+
 def children(held: array[int]) -> tuple[array[int], array[int]]:
     """The rows each row holds (``held``: each row's caller, -1 for none), in row order: row r's
     are ``rows[starts[r]:starts[r + 1]]``. Needs the accelerator."""

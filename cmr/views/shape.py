@@ -15,14 +15,13 @@ caller builds the whole tree, whose rules cover every case.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cmr.store.base import HandoffRecord, InvocationRecord
-from cmr.store.columns import RecordColumns, children, subtree_sizes
+from cmr.store.columns import RecordColumns, children, hang, shape_rows, subtree_sizes
 from cmr.views.records import (
     Links,
     Naming,
@@ -95,28 +94,18 @@ def _ordered(links: Links, start_ordered: bool) -> bool:
 
 
 def _columns_shape(records: RecordColumns, handoffs: dict[int, HandoffRecord]) -> Shape | None:
-    count = len(records)
-    rows = range(count)
     parents = records.parent_rows()
-    handed = list(itertools.compress(rows, records.hid))
-    roots = list(
-        itertools.compress(rows, map(operator.not_, map(operator.or_, records.parent, records.hid)))
-    )
+    handed, roots, ordered = shape_rows(records, parents)
     links = linked(
         records, parents, locate=records.position, handed=handed, roots=roots, handoffs=handoffs
     )
     root = links.root_index
-    starts = records.start_ns
-    ordered = all(map(operator.lt, starts, itertools.islice(starts, 1, None)))
-    if root is None or not _ordered(links, ordered):
+    held = hang(parents, root) if root is not None and ordered else None
+    if held is None:
         return None
-    held = array("q", parents)
-    for orphan in list(itertools.compress(rows, map(operator.lt, held, itertools.repeat(0)))):
-        held[orphan] = root
-    held[root] = -1
     first, callees = children(held)
     sizes = subtree_sizes(held)
-    ends, ended = records.end_ns, records.ended
+    starts, ends, ended = records.start_ns, records.end_ns, records.ended
 
     def spent(position: int) -> int | None:
         if not ended[position]:
