@@ -1066,6 +1066,52 @@ static PyObject *hang(PyObject *module, PyObject *args) {
     return out;
 }
 
+/* ranked(rows, priorities, limit) -> int64 bytes: the positions in `rows` of the (at most
+ * `limit`) highest `priorities[row]` (uint64), highest first, ties by position (`budget.rank`). */
+static const uint64_t *rank_of;
+static const int64_t *rank_rows;
+
+static int by_priority(const void *a, const void *b) {
+    int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    uint64_t p = rank_of[rank_rows[i]], q = rank_of[rank_rows[j]];
+    if (p != q) return p > q ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+static PyObject *ranked(PyObject *module, PyObject *args) {
+    PyObject *given[2];
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "OOn:ranked", &given[0], &given[1], &limit)) return NULL;
+    static const char *const what[2] = {"rows", "priorities"};
+    static const size_t item[2] = {8, 8};
+    Py_buffer view[2];
+    Py_ssize_t n;
+    int got = views_of(given, view, item, what, 2, 1, &n);
+    PyObject *out = NULL;
+    int64_t *order = NULL;
+    Py_ssize_t count = got ? view[0].len / (Py_ssize_t)sizeof(int64_t) : 0;
+    if (got == 2 && !(order = PyMem_Malloc(((size_t)count + 1) * sizeof(int64_t))))
+        PyErr_NoMemory();
+    if (order) {
+        const int64_t *rows = view[0].buf;
+        Py_ssize_t k = 0;
+        while (k < count && rows[k] >= 0 && rows[k] < n) k++;
+        if (k < count)
+            PyErr_SetString(PyExc_ValueError, "ranked: a row out of range");
+        else {
+            for (k = 0; k < count; k++) order[k] = k;
+            rank_of = view[1].buf;
+            rank_rows = rows;
+            qsort(order, (size_t)count, sizeof(int64_t), by_priority);
+            Py_ssize_t kept = limit < 0 ? 0 : limit < count ? limit : count;
+            out = PyBytes_FromStringAndSize((const char *)order, kept * (Py_ssize_t)sizeof(int64_t));
+        }
+    }
+    PyMem_Free(order);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&view[k]);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"profile_lines", profile_lines, METH_VARARGS,
      "profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, "
@@ -1085,6 +1131,9 @@ static PyMethodDef module_methods[] = {
     {"nested", nested, METH_VARARGS,
      "nested(held, starts, ends, ended) -> bool: whether the calls open at any instant are one "
      "chain (each window within its caller's, after its previous sibling's)."},
+    {"ranked", ranked, METH_VARARGS,
+     "ranked(rows, priorities, limit) -> int64 bytes: the positions of the highest priorities, "
+     "highest first, ties in order, at most limit of them."},
     {"spans", spans, METH_VARARGS,
      "spans(starts, ends, ended) -> uint64 bytes: each row's duration (at least 0), 2**63 for "
      "one not ended."},

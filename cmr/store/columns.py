@@ -265,6 +265,13 @@ def spans(records: RecordColumns) -> array[int]:
     return array("Q", _accel.spans(records.start_ns, records.end_ns, records.ended))
 
 
+def ranked(rows: array[int], priorities: array[int], limit: int) -> list[int]:
+    """Positions in ``rows`` of the (at most ``limit``) highest ``priorities[row]`` (unsigned),
+    highest first, ties in order: ``budget.rank`` in C. Needs the accelerator."""
+    assert _accel is not None
+    return array("q", _accel.ranked(rows, priorities, limit)).tolist()
+
+
 def covered(records: RecordColumns, rows: array[int], start: int, end: int) -> int:
     """How much of the window ``[start, end)`` the union of the windows of ``rows`` (in start
     order) covers, each clipped to it, one not ended counting until ``end`` (as

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
-from cmr.store.columns import RecordColumns, covered, field, fold_sums, spans
+from cmr.store.columns import RecordColumns, covered, field, fold_sums, ranked, spans
 from cmr.views.budget import (
     FOLD_NAMES,
     Fold,
@@ -28,6 +28,7 @@ from cmr.views.budget import (
     TreeAccess,
     make_fold,
     priority_of,
+    rank,
     select,
 )
 from cmr.views.calltree import covered_in_order, tree_status
@@ -135,8 +136,8 @@ class _RecordTree:
     def priority(self, node: int) -> int:
         return priority_of(self._shape.duration(node))
 
-    def priorities(self, nodes: Sequence[int]) -> list[int]:
-        return [priority_of(self._shape.duration(node)) for node in nodes]
+    def ranking(self, nodes: Sequence[int], limit: int) -> list[int]:
+        return rank([priority_of(self._shape.duration(node)) for node in nodes], limit)
 
     def fold(self, left_out: list[int]) -> Fold:
         records, names = self._records, self.naming.names
@@ -169,8 +170,8 @@ class _ColumnTree:
     def priority(self, node: int) -> int:
         return self._priority[node]
 
-    def priorities(self, nodes: Sequence[int]) -> list[int]:
-        return list(map(self._priority.__getitem__, nodes))
+    def ranking(self, nodes: Sequence[int], limit: int) -> list[int]:
+        return ranked(array("q", nodes), self._priority, limit)
 
     def fold(self, left_out: list[int]) -> Fold:
         rows = array("q", left_out)

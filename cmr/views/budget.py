@@ -94,8 +94,9 @@ class TreeAccess(Protocol[T]):
     def priority(self, node: T) -> int:
         """Its duration; ``_OPEN`` without one."""
 
-    def priorities(self, nodes: Sequence[T]) -> list[int]:
-        """Each one's ``priority``."""
+    def ranking(self, nodes: Sequence[T], limit: int) -> list[int]:
+        """Positions in ``nodes`` of the (at most ``limit``) highest priorities, highest
+        first, ties in order (``rank``)."""
 
     def fold(self, left_out: list[T]) -> Fold: ...
 
@@ -123,7 +124,7 @@ def select(
                 return
             entry = ranked[caller] = (
                 children,
-                _rank(tree.priorities(children), max_lines),
+                tree.ranking(children, max_lines),
             )
         children, ranking = entry
         if position < len(ranking):
@@ -166,7 +167,7 @@ def _own_lines(node: Node) -> int:
     return 1 + (1 if node.children else 0) + (1 if node.hidden else 0)
 
 
-def _rank(priorities: list[int], limit: int) -> list[int]:
+def rank(priorities: list[int], limit: int) -> list[int]:
     """Positions of the (at most ``limit``) longest children, longest first; ties by start."""
     positions = range(len(priorities))
     if len(priorities) <= limit:  # a stable sort: reversed, ties stay in start order
@@ -195,8 +196,8 @@ class _NodeTree:
     def priority(self, node: Node) -> int:
         return _priority(node)
 
-    def priorities(self, nodes: Sequence[Node]) -> list[int]:
-        return [_priority(node) for node in nodes]
+    def ranking(self, nodes: Sequence[Node], limit: int) -> list[int]:
+        return rank([_priority(node) for node in nodes], limit)
 
     def fold(self, left_out: list[Node]) -> Fold:
         return _fold(left_out)
