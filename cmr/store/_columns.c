@@ -1112,6 +1112,78 @@ static PyObject *ranked(PyObject *module, PyObject *args) {
     return out;
 }
 
+/* line_totals(held, line_of, rows, weights, cpus, lines) -> (samples, cpu, sampled): sample
+ * weights and CPU times summed up the callers as `merge._total` sums them, then per line. `rows`
+ * hold `weights[k]` and `cpus[k]` themselves; a row's total weight is its own and its callees',
+ * its CPU time its own and that of its callees whose total weight is not 0. Per line (of
+ * `lines`): the rows' total weights, the CPU times of those whose total weight is not 0, and
+ * whether there was one (uint8). Every caller comes before the rows it holds. */
+static PyObject *line_totals(PyObject *module, PyObject *args) {
+    PyObject *given[5];
+    Py_ssize_t lines;
+    if (!PyArg_ParseTuple(args, "OOOOOn:line_totals", &given[0], &given[1], &given[2],
+                          &given[3], &given[4], &lines))
+        return NULL;
+    static const char *const what[5] = {"rows", "weights", "cpus", "held", "line_of"};
+    static const size_t item[5] = {8, 8, 8, 8, 8};
+    PyObject *ordered[5] = {given[2], given[3], given[4], given[0], given[1]};
+    Py_buffer view[5];
+    Py_ssize_t n, count = 0;
+    int got = views_of(ordered, view, item, what, 3, 0, &count);
+    if (got == 3) got += views_of(ordered + 3, view + 3, item + 3, what + 3, 2, 0, &n);
+    PyObject *result = NULL;
+    int64_t *total = NULL, *cpu = NULL, *out_samples = NULL, *out_cpu = NULL;
+    uint8_t *sampled = NULL;
+    if (got == 5) {
+        total = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+        cpu = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+        out_samples = PyMem_Calloc((size_t)lines + 1, sizeof(int64_t));
+        out_cpu = PyMem_Calloc((size_t)lines + 1, sizeof(int64_t));
+        sampled = PyMem_Calloc((size_t)lines + 1, 1);
+        if (!total || !cpu || !out_samples || !out_cpu || !sampled) PyErr_NoMemory();
+    }
+    if (sampled) {
+        const int64_t *rows = view[0].buf, *weights = view[1].buf, *cpus = view[2].buf;
+        const int64_t *held = view[3].buf, *line_of = view[4].buf;
+        int ok = 1;
+        for (Py_ssize_t k = 0; ok && k < count; k++) {
+            if (rows[k] < 0 || rows[k] >= n) ok = 0;
+            else {
+                total[rows[k]] += weights[k];
+                cpu[rows[k]] += cpus[k];
+            }
+        }
+        for (Py_ssize_t i = n - 1; ok && i >= 0; i--) {
+            if (held[i] >= i || line_of[i] < 0 || line_of[i] >= lines) {
+                ok = 0;
+                break;
+            }
+            if (!total[i]) continue;
+            if (held[i] >= 0) {
+                total[held[i]] += total[i];
+                cpu[held[i]] += cpu[i];
+            }
+            out_samples[line_of[i]] += total[i];
+            out_cpu[line_of[i]] += cpu[i];
+            sampled[line_of[i]] = 1;
+        }
+        if (!ok)
+            PyErr_SetString(PyExc_ValueError, "line_totals: a row, caller or line out of range");
+        else
+            result = Py_BuildValue("(y#y#y#)", (const char *)out_samples,
+                                   lines * (Py_ssize_t)sizeof(int64_t), (const char *)out_cpu,
+                                   lines * (Py_ssize_t)sizeof(int64_t), (const char *)sampled,
+                                   lines);
+    }
+    PyMem_Free(total);
+    PyMem_Free(cpu);
+    PyMem_Free(out_samples);
+    PyMem_Free(out_cpu);
+    PyMem_Free(sampled);
+    for (int k = 0; k < got; k++) PyBuffer_Release(&view[k]);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"profile_lines", profile_lines, METH_VARARGS,
      "profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, "
@@ -1131,6 +1203,9 @@ static PyMethodDef module_methods[] = {
     {"nested", nested, METH_VARARGS,
      "nested(held, starts, ends, ended) -> bool: whether the calls open at any instant are one "
      "chain (each window within its caller's, after its previous sibling's)."},
+    {"line_totals", line_totals, METH_VARARGS,
+     "line_totals(held, line_of, rows, weights, cpus, lines) -> (samples, cpu, sampled): sample "
+     "weights and CPU times summed up the callers, then per line."},
     {"ranked", ranked, METH_VARARGS,
      "ranked(rows, priorities, limit) -> int64 bytes: the positions of the highest priorities, "
      "highest first, ties in order, at most limit of them."},

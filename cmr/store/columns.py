@@ -49,6 +49,7 @@ class RecordColumns(Sequence[InvocationRecord]):
     __slots__ = (
         "_index",
         "attributes",
+        "distinct",
         "end_ns",
         "ended",
         "errors",
@@ -81,6 +82,7 @@ class RecordColumns(Sequence[InvocationRecord]):
         self.errors = errors
         self.attributes = attributes
         self._index = index
+        self.distinct: dict[str, set[int]] = {}  # a field's distinct values (process_pairs)
 
     def __len__(self) -> int:
         return len(self.iid)
@@ -168,18 +170,32 @@ def field(records: Sequence[InvocationRecord], name: str) -> Iterable[int]:
     return map(operator.attrgetter(name), records)
 
 
+def distinct_values(records: Sequence[InvocationRecord], name: str) -> set[int]:
+    """The distinct values of one field; of columns' ``puid``, ``method`` and ``tid`` (which
+    never change once read) kept for the next ask."""
+    if not isinstance(records, RecordColumns) or name not in _KEPT_DISTINCT:
+        return set(field(records, name))
+    found = records.distinct.get(name)
+    if found is None:
+        found = records.distinct[name] = set(getattr(records, name))
+    return found
+
+
+_KEPT_DISTINCT: Final = frozenset({"puid", "method", "tid"})
+
+
 def process_pairs(
     records: Sequence[InvocationRecord], *names: str
 ) -> tuple[set[tuple[int, int]], ...]:
     """For each field in ``names``, the distinct (puid, field) pairs of ``records``: a million
     records of one process (the usual case) cost a set of ints per field, not a tuple each, and
     the processes are found once for every field."""
-    puids = set(field(records, "puid"))
+    puids = distinct_values(records, "puid")
     found: list[set[tuple[int, int]]] = []
     for name in names:
         if len(puids) == 1:
             [puid] = puids
-            found.append({(puid, value) for value in set(field(records, name))})
+            found.append({(puid, value) for value in distinct_values(records, name)})
         else:
             found.append(set(zip(field(records, "puid"), field(records, name), strict=True)))
     return tuple(found)
@@ -263,6 +279,21 @@ def spans(records: RecordColumns) -> array[int]:
     ranks calls by (``budget.priority_of``), as an unsigned array. Needs the accelerator."""
     assert _accel is not None
     return array("Q", _accel.spans(records.start_ns, records.end_ns, records.ended))
+
+
+def line_totals(
+    held: array[int], line_of: array[int], own: dict[int, tuple[int, int]], lines: int
+) -> tuple[array[int], array[int], bytes]:
+    """Sample weights and CPU times summed up the callers as ``merge._total`` sums them (``own``:
+    row -> the weight and CPU time it holds itself; ``held``: each row's caller), then per line
+    (``line_of``: each row's line, of ``lines``): the weights, the CPU times where the weight
+    is not 0, and whether there was one. Needs the accelerator."""
+    assert _accel is not None
+    rows = array("q", own)
+    weights = array("q", [weight for weight, _cpu in own.values()])
+    cpus = array("q", [cpu for _weight, cpu in own.values()])
+    samples, cpu, sampled = _accel.line_totals(held, line_of, rows, weights, cpus, lines)
+    return array("q", samples), array("q", cpu), sampled
 
 
 def ranked(rows: array[int], priorities: array[int], limit: int) -> list[int]:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
-from cmr.store.columns import RecordColumns, field, profile_lines
+from cmr.store.columns import RecordColumns, distinct_values, profile_lines
 from cmr.views.bigsamples import graft_samples, graftable
 from cmr.views.calltree import covered_in_order
 from cmr.views.model import KIND_MEASURED
@@ -48,7 +48,7 @@ def _sequence_profile(data: SequenceData, by_line: bool) -> Profile | None:
         return None
     if data.samples and not graftable(data, shape):
         return None
-    naming = Naming(records, sorted(set(field(records, "puid"))), data)
+    naming = Naming(records, sorted(distinct_values(records, "puid")), data)
     skipped = 0
     if isinstance(records, RecordColumns):
         lines, line_of = _column_lines(records, shape, naming)  # sorted as they are made

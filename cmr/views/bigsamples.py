@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 from array import array
-from collections.abc import Sequence
 
 import msgspec
 
 from cmr.store.base import InvocationRecord, SampleRecord, SequenceData
-from cmr.store.columns import RecordColumns, covered, nested
+from cmr.store.columns import RecordColumns, covered, distinct_values, line_totals, nested
 from cmr.views.calltree import build_tree
 from cmr.views.merge import merge_samples
 from cmr.views.model import KIND_MEASURED, walk
@@ -38,9 +38,9 @@ from cmr.views.timeline import OPEN
 def graftable(data: SequenceData, shape: Shape) -> bool:
     """Whether ``graft_samples`` takes this sequence (module docstring)."""
     records = data.invocations
-    if not isinstance(records, RecordColumns) or len(set(records.tid)) != 1:
+    if not isinstance(records, RecordColumns) or len(distinct_values(records, "tid")) != 1:
         return False
-    return len(set(records.puid)) == 1 and nested(records, array("q", shape.held))
+    return len(distinct_values(records, "puid")) == 1 and nested(records, array("q", shape.held))
 
 
 def graft_samples(
@@ -64,16 +64,17 @@ def graft_samples(
         lines=by_line,
         free_ns=lambda node: _self_ns(records, shape, row_of[node.iid]),
     )
-    weight: dict[int, int] = {}  # row -> the sample weight it holds itself, and its CPU time
-    cpu: dict[int, int] = {}
+    own: dict[int, tuple[int, int]] = {}  # row -> the sample weight and CPU time it holds itself
     grafts = Grafts()
     for node, _depth in walk(merged.root):
         if node.kind != KIND_MEASURED:
             continue
         row = row_of[node.iid]
         measured = [child for child in node.children if child.kind == KIND_MEASURED]
-        weight[row] = node.samples - sum(child.samples for child in measured)
-        cpu[row] = (node.cpu_ns or 0) - sum(child.cpu_ns or 0 for child in measured)
+        own[row] = (
+            node.samples - sum(child.samples for child in measured),
+            (node.cpu_ns or 0) - sum(child.cpu_ns or 0 for child in measured),
+        )
         line = lines[line_of[row]]
         line.self_samples += node.self_samples
         estimated = [child for child in node.children if child.kind != KIND_MEASURED]
@@ -86,7 +87,7 @@ def graft_samples(
             taken = sum(child.duration_ns or 0 for child in estimated)
             line.self_ns += max(0, before - taken) - before
         grafts.add(line, estimated)
-    _add_totals(weight, cpu, shape.held, lines, line_of)
+    _add_totals(own, array("q", shape.held), lines, line_of)
     grafts.sort()
     return merged.samples_skipped
 
@@ -111,31 +112,16 @@ def _part(
 
 
 def _add_totals(
-    weight: dict[int, int],
-    cpu: dict[int, int],
-    held: Sequence[int],
-    lines: list[ProfileNode],
-    line_of: array[int],
+    own: dict[int, tuple[int, int]], held: array[int], lines: list[ProfileNode], line_of: array[int]
 ) -> None:
     """Sample counts and CPU times up every caller's line, as ``merge._total`` sums them up the
-    whole tree: a call's CPU time counts, for itself and its callers, only where samples fell."""
-    total = dict(weight)
-    for row in list(weight):
-        caller = held[row]
-        while caller >= 0 and caller not in total:
-            total[caller] = 0
-            cpu[caller] = 0
-            caller = held[caller]
-    for row in sorted(total, reverse=True):  # callees before their callers
-        caller = held[row]
-        if caller >= 0 and total[row]:
-            total[caller] += total[row]
-            cpu[caller] += cpu[row]
-    for row, samples in total.items():
-        if samples:
-            line = lines[line_of[row]]
-            line.samples += samples
-            line.cpu_ns = (line.cpu_ns or 0) + cpu[row]
+    whole tree: a call's CPU time counts, for itself and its callers, only where samples fell
+    (``columns.line_totals``; ``own``: row -> the weight and CPU time it holds itself)."""
+    samples, cpu, sampled = line_totals(held, line_of, own, len(lines))
+    for at in itertools.compress(range(len(lines)), sampled):
+        line = lines[at]
+        line.samples += samples[at]
+        line.cpu_ns = (line.cpu_ns or 0) + cpu[at]
 
 
 def _self_ns(records: RecordColumns, shape: Shape, row: int) -> int | None:

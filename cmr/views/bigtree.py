@@ -20,7 +20,14 @@ from collections.abc import Sequence
 
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
-from cmr.store.columns import RecordColumns, covered, field, fold_sums, ranked, spans
+from cmr.store.columns import (
+    RecordColumns,
+    covered,
+    distinct_values,
+    fold_sums,
+    ranked,
+    spans,
+)
 from cmr.views.budget import (
     FOLD_NAMES,
     Fold,
@@ -99,7 +106,7 @@ def _shown_tree(
 
 
 def _naming(records: Sequence[InvocationRecord], data: SequenceData) -> Naming:
-    return Naming(records, sorted(set(field(records, "puid"))), data)
+    return Naming(records, sorted(distinct_values(records, "puid")), data)
 
 
 def _unended_processes(records: Sequence[InvocationRecord]) -> set[int]:

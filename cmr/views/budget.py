@@ -152,7 +152,7 @@ def select(
         kept = shown[caller]
         if len(kept) < len(children):
             kept_set = set(kept)
-            left_out = [child for child in children if child not in kept_set]
+            left_out = list(itertools.filterfalse(kept_set.__contains__, children))
             fold = folds[caller] = tree.fold(left_out)
             hidden += fold.calls + fold.beneath
             if len(kept) > 1:  # chosen by length: draw them in start order again

@@ -21,7 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cmr.store.base import HandoffRecord, InvocationRecord
-from cmr.store.columns import RecordColumns, children, hang, shape_rows, subtree_sizes
+from cmr.store.columns import (
+    RecordColumns,
+    children,
+    distinct_values,
+    hang,
+    shape_rows,
+    subtree_sizes,
+)
 from cmr.views.records import (
     Links,
     Naming,
@@ -115,7 +122,7 @@ def _columns_shape(records: RecordColumns, handoffs: dict[int, HandoffRecord]) -
     return Shape(
         links,
         held,
-        len(set(records.puid)),
+        len(distinct_values(records, "puid")),
         records.position,
         lambda position: callees[first[position] : first[position + 1]],
         lambda positions: sum(map(sizes.__getitem__, positions)),
