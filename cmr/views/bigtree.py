@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from typing import Final
 
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
@@ -155,6 +156,10 @@ class _RecordTree:
         )
 
 
+#: Method ids below this are keys of a fold's sums as they are (an array of sums each).
+_FEW_METHODS: Final = 1 << 16
+
+
 class _ColumnTree:
     """The tree as rows of ``RecordColumns`` (``budget.TreeAccess``): priorities read from one
     array, and a fold's sums made in C (``columns.fold_sums``), so the calls a fold hides never
@@ -165,7 +170,14 @@ class _ColumnTree:
     def __init__(self, records: RecordColumns, shape: Shape, naming: Naming) -> None:
         self._records = records
         self._shape = shape
-        self._names, self._text = row_names(records, naming)
+        methods = naming.names
+        if len(methods) == 1 and max(next(iter(methods.values())), default=0) < _FEW_METHODS:
+            # One process with small method ids (every real one): a row's method is its key.
+            self._names: array[int] = records.method
+            self._text: dict[int, str] = next(iter(methods.values()))
+        else:
+            named, text = row_names(records, naming)
+            self._names, self._text = named, dict(enumerate(text))
         self._priority = spans(records)
 
     def children(self, node: int) -> Sequence[int]:
@@ -182,10 +194,14 @@ class _ColumnTree:
 
     def fold(self, left_out: list[int]) -> Fold:
         rows = array("q", left_out)
-        by_name, running, total = fold_sums(self._records, rows, self._names)
-        text = self._text
+        by_key, running, total = fold_sums(self._records, rows, self._names)
+        by_name: dict[str, list[int]] = {}  # two methods may share a name
+        for key, (calls, spent) in by_key.items():
+            found = by_name.setdefault(self._text[key], [0, 0])
+            found[0] += calls
+            found[1] += spent
         repeated = sorted(
-            ((text[name], calls, spent) for name, (calls, spent) in by_name.items() if calls > 1),
+            ((name, calls, spent) for name, (calls, spent) in by_name.items() if calls > 1),
             key=lambda entry: (-entry[2], -entry[1], entry[0]),
         )[:FOLD_NAMES]
         return Fold(len(left_out), self._shape.beneath(left_out), total, running, tuple(repeated))
