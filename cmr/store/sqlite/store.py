@@ -32,7 +32,7 @@ from cmr.store.base import (
     StoreStats,
     UnknownSequenceError,
 )
-from cmr.store.columns import distinct_values
+from cmr.store.columns import field
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of
 from cmr.store.packing import PackingStore, Preparation
@@ -190,7 +190,7 @@ class SQLiteStore(PackingStore):
         lost_by = frozenset(
             puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
         )
-        puids = distinct_values(invocations, "puid") | {h.puid for h in handoffs.values()} | lost_by
+        puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
         processes = sqlite_read.processes(conn, puids, now)
         sampled, frames = (
             load_samples(conn, sample_windows(invocations, sampled_threads(conn, puids)))
