@@ -82,7 +82,7 @@ def main() -> None:
         passes_cpu.append(time.process_time() - started_cpu)
         passes.append(time.perf_counter() - started)
     result: dict[str, Any] = {"passes_s": passes, "passes_cpu_s": passes_cpu}
-    if "tracer" in sys.modules:  # under tracer run: what was recorded, what was dropped
+    if "tracer" in sys.modules and params.get("stats", True):  # under tracer run: what was sent
         import tracer
 
         tracer.flush(timeout_s=120)
