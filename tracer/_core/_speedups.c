@@ -56,10 +56,15 @@
 
 #define MAX_NAME 1024         /* tracer.wire.MAX_NAME: an error's type name is cut to this */
 #define INITIAL_RECORDS 64    /* records preallocated per thread (4.5 KiB) */
-#define MAX_SPARE_RECORDS (1 << 16) /* a larger drained array is freed, not kept as the spare */
-/* The spare arrays of all threads together, at most (4.5 MiB): their memory stays whatever the
+/* A drained array up to this size is kept as the thread's spare, and reused by its next take:
+ * fresh pages cost a page fault each on first write (measured 4-15 us in a VM here: 60-250 ns a
+ * record), so a busy thread must not record into new memory every drain. 262,144 records (18 MiB)
+ * is more than a thread records between two drains at 2 M events/s; an idle thread gives its
+ * arrays back (trim). */
+#define MAX_SPARE_RECORDS (1 << 18) /* a larger drained array is freed, not kept as the spare */
+/* The spare arrays of all threads together, at most (18 MiB): their memory stays whatever the
  * number of threads; a thread with no spare allocates its fresh array at take(). */
-#define MAX_SPARE_RECORDS_TOTAL (1 << 16)
+#define MAX_SPARE_RECORDS_TOTAL (1 << 18)
 
 /* ---------------------------------------------------------------------------------------------
  * Process-wide state. Set by configure() (recorder.py does it at import); until then a traced
@@ -864,8 +869,8 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     Record *fresh = self->spare;
     Py_ssize_t fresh_capacity = self->spare_capacity;
     if (fresh == NULL || fresh_capacity < kept) {
-        fresh_capacity = INITIAL_RECORDS;
-        while (fresh_capacity < kept) {
+        fresh_capacity = INITIAL_RECORDS; /* as many as this take's: the next interval's likely */
+        while (fresh_capacity < kept || fresh_capacity < count) {
             fresh_capacity *= 2;
         }
         fresh = records_alloc(fresh_capacity);
@@ -919,6 +924,28 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     return (PyObject *)result;
 }
 
+/* An idle thread's buffer (nothing recorded since the last drain) gives its memory back: the
+ * spare array, and a large empty array for a small one. */
+static PyObject *
+buffer_trim(EventBuffer *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->spare != NULL) {
+        g_spare_records -= self->spare_capacity;
+        records_free(self->spare, self->spare_capacity);
+        self->spare = NULL;
+        self->spare_capacity = 0;
+    }
+    if (self->count == 0 && self->capacity > INITIAL_RECORDS) {
+        Record *small = records_alloc(INITIAL_RECORDS);
+        if (small != NULL) {
+            records_free(self->records, self->capacity);
+            self->records = small;
+            self->capacity = INITIAL_RECORDS;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PySequenceMethods buffer_as_sequence = {
     .sq_length = (lenfunc)buffer_length,
 };
@@ -929,6 +956,8 @@ static PyMethodDef buffer_methods[] = {
     {"take", (PyCFunction)(void (*)(void))buffer_take, METH_FASTCALL,
      "take(count=-1, /): remove the oldest count events (every one when count < 0) and return "
      "them encoded (EncodedEvents), or None if there are none."},
+    {"trim", (PyCFunction)buffer_trim, METH_NOARGS,
+     "Give back the memory an idle thread's buffer holds: its spare array, a large empty one."},
     {NULL},
 };
 
@@ -2504,13 +2533,14 @@ step_end(PyObject *state, PyObject *code)
     if (token == Py_True) {
         PyList_SetItem(state, 2, Py_NewRef(Py_None));
         uint64_t iid;
-        EventBuffer *events = (EventBuffer *)t_cache.buffer;
-        if (events == NULL || t_cache.generation != g_generation
-            || t_cache.tstate_id != PyThreadState_GetID(PyThreadState_Get())
-            || !fits_u64(PyList_GET_ITEM(state, 0), &iid)) {
-            PyErr_Clear();
-            return 0; /* no entry of this thread can be the step's */
+        if (!fits_u64(PyList_GET_ITEM(state, 0), &iid)) {
+            return -1;
         }
+        PyObject *buffer = current_buffer(); /* the step began on this thread: its entry is here */
+        if (buffer == NULL) {
+            return -1;
+        }
+        EventBuffer *events = (EventBuffer *)buffer;
         for (Py_ssize_t i = events->depth - 1; i >= 0; i--) {
             StackEntry *entry = &events->stack[i];
             if (entry->step && entry->code == code && entry->iid == iid) {
@@ -2518,6 +2548,7 @@ step_end(PyObject *state, PyObject *code)
                 break;
             }
         }
+        Py_DECREF(buffer);
         return 0;
     }
     Py_INCREF(token);

@@ -289,6 +289,8 @@ def drain() -> Drained:
                 budget.hold(-taken * budget.EVENT_BYTES)
                 raise
             taken += count
+        elif not isinstance(buffer.events, list):
+            buffer.events.trim()  # idle since the last drain: its arrays' memory goes back
         if ended:
             budget.forget(buffer.events)
             finished.append(buffer)

@@ -146,6 +146,28 @@ def test_a_generator_resumed_outside_its_sequence_keeps_its_calls_and_copies_in_
     assert tracer.current_sequence() is None
 
 
+@traced
+def steps_starting_threads() -> Iterator[int]:
+    for i in range(2):
+        thread = threading.Thread(target=leaf)  # a thread of its own: a buffer of its own
+        thread.start()
+        thread.join(60)
+        yield i
+
+
+@traced
+def consumes() -> None:
+    for _ in steps_starting_threads():
+        leaf()  # between the generator's steps: the caller's call
+
+
+def test_a_step_that_started_a_thread_ends_at_its_yield(trace: Capture) -> None:
+    consumes()
+    caller, generator = one(trace, "consumes"), one(trace, "steps_starting_threads")
+    parents = sorted(i.parent for i in trace.invocations() if i.name == MODULE + "leaf")
+    assert parents == sorted([caller.iid] * 2 + [generator.iid] * 2)
+
+
 def test_a_user_thread_running_a_copied_context_has_the_exact_parent(trace: Capture) -> None:
     @traced
     def starts() -> None:
