@@ -54,7 +54,8 @@ def test_cmr_help_builds_no_command() -> None:
         from cmr.cli import main
         with contextlib.redirect_stdout(io.StringIO()):
             code = main(["--help"])
-        loaded = sorted(m for m in sys.modules if m.startswith(("cmr.", "msgspec", "zmq")))
+        prefixes = ("cmr.", "msgspec", "zmq", "shutil", "typing")
+        loaded = sorted(m for m in sys.modules if m.startswith(prefixes))
         print(json.dumps({"code": code, "loaded": loaded}))
         """
     )
@@ -100,6 +101,45 @@ HOT_PATH = {
         )
     ),
 }
+
+
+def test_cmr_ls_loads_the_read_side_alone(tmp_path: Path) -> None:
+    """A listing opens the read side of the store (``SQLiteReader``): no msgspec nor protocol,
+    no ingest machinery, no record a listing does not print, and (its help formatter reads the
+    terminal's width itself) no shutil."""
+    from cmr.store import open_store
+
+    db = tmp_path / "cmr.sqlite"
+    open_store(str(db)).close()
+    found = _loaded(
+        f"""
+        import contextlib, io, sys
+        from cmr.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["--db", {str(db)!r}, "ls"])
+        modules = sorted(sys.modules)
+        import json
+        print(json.dumps({{"code": code, "modules": modules}}))
+        """
+    )
+    assert found["code"] == 0
+    modules: list[str] = found["modules"]  # type: ignore[assignment]
+    never = ("msgspec", "invoseq.wire", "shutil", "threading", "json")
+    assert [m for m in modules if m.startswith(never)] == []
+    store = {m for m in modules if m.startswith("cmr.store.")}
+    assert store == {
+        "cmr.store._shared",
+        "cmr.store.base",
+        "cmr.store.listing",
+        "cmr.store.listing_sql",
+        "cmr.store.sqlite",
+        "cmr.store.sqlite.connect",
+        "cmr.store.sqlite.read",
+        "cmr.store.sqlite.reader",
+        "cmr.store.sqlite.schema",
+        "cmr.store.sqlite.summaries",
+        "cmr.store.summaries",
+    }
 
 
 def test_import_tracer_loads_only_the_hot_path_and_starts_nothing() -> None:

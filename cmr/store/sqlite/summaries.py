@@ -5,11 +5,11 @@ connection inside a transaction the caller holds (``SQLiteStore``)."""
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
-from cmr.store.packing import GroupParts
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,
@@ -23,6 +23,9 @@ from cmr.store.sqlite.schema import (
     UPSERT_SEQUENCE,
 )
 from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
+
+if TYPE_CHECKING:  # the write side's (a listing reads summaries without the ingest machinery)
+    from cmr.store.packing import GroupParts
 
 
 def store(conn: sqlite3.Connection, group: GroupParts) -> None:
