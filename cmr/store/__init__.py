@@ -6,7 +6,6 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
 
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, needs_extra
 from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
@@ -25,7 +24,10 @@ from cmr.store.base import (
     UnknownSequenceError,
 )
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # cmr.store.records, loaded on use as in cmr.store.base
+    from typing import Final
+
     from cmr.store.records import (
         FrameRecord,
         HandoffRecord,

@@ -9,7 +9,6 @@ restating them (SQL backends restate them in SQL, next to which the rule is name
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
 
 from cmr.store.base import (
     REMOTE_PARENT,
@@ -19,7 +18,10 @@ from cmr.store.base import (
     UnknownSequenceError,
 )
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
+    from typing import Final
+
     from cmr.store.base import SequenceData
     from invoseq.wire import Batch
 

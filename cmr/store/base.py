@@ -16,9 +16,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # the records a listing needs not, and the protocol: loaded on use (below)
+    from typing import Final, Literal, TypeAlias
+
     from cmr.store.records import FrameRecord as FrameRecord
     from cmr.store.records import HandoffRecord as HandoffRecord
     from cmr.store.records import InvocationRecord as InvocationRecord
@@ -86,7 +88,7 @@ class MethodRecord:
 
 
 #: Process states (``ProcessRecord.state``): still sending, shut down cleanly, or gone silent.
-ProcessState: TypeAlias = Literal["alive", "ended", "lost"]
+ProcessState: TypeAlias = 'Literal["alive", "ended", "lost"]'
 PROCESS_ALIVE: Final = "alive"
 PROCESS_ENDED: Final = "ended"
 PROCESS_LOST: Final = "lost"

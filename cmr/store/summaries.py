@@ -27,7 +27,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import TYPE_CHECKING, TypeAlias
 
 from cmr.store._shared import (
     RemoteEntries,
@@ -39,7 +38,10 @@ from cmr.store._shared import (
 )
 from cmr.store.base import MethodRecord, ProcessRecord, SequenceSummary
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # a listing reads summaries without the protocol (msgspec)
+    from typing import TypeAlias
+
     from cmr.store.base import InvocationRecord
     from invoseq.wire import End, Error, Start, ThreadChunk
 

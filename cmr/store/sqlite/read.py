@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Final
 
 from cmr.store._shared import is_lost
 from cmr.store.base import MethodRecord, ProcessRecord
 from cmr.store.sqlite.schema import PROCESS_COLUMNS, SEQUENCE_BATCHES
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # what a listing never reads (``processes`` is all it asks here) loads on use
+    from typing import Any, Final
+
     from cmr.store.packed import LateAttrs, LateEnd
     from cmr.store.records import HandoffRecord, InvocationRecord, PruneResult, ThreadRecord
     from cmr.store.summaries import BatchCache

@@ -14,7 +14,6 @@ import functools
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final
 
 from cmr.store import listing_sql
 from cmr.store._shared import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
@@ -39,7 +38,10 @@ from cmr.store.sqlite.schema import (
     UPGRADES,
 )
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
+    from typing import Any, Final
+
     from cmr.store.base import PruneResult, SequenceData, StoreStats
     from invoseq.wire import Batch
 

@@ -5,7 +5,6 @@ connection inside a transaction the caller holds (``SQLiteStore``)."""
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
@@ -24,6 +23,7 @@ from cmr.store.sqlite.schema import (
 )
 from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # the write side's (a listing reads summaries without the ingest machinery)
     from cmr.store.packing import GroupParts
 
