@@ -15,7 +15,9 @@ interval to each process's sampler report (additive: 0 for the reports stored be
 
 from __future__ import annotations
 
-from typing import Final
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final
 
 SCHEMA_VERSION: Final = 10
 

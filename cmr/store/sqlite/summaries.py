@@ -9,7 +9,6 @@ import sqlite3
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
-from cmr.store.packing import GroupParts
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,
@@ -23,6 +22,10 @@ from cmr.store.sqlite.schema import (
     UPSERT_SEQUENCE,
 )
 from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:  # the write side's (a listing reads summaries without the ingest machinery)
+    from cmr.store.packing import GroupParts
 
 
 def store(conn: sqlite3.Connection, group: GroupParts) -> None:

@@ -17,6 +17,7 @@ from cmr.store import (
 from cmr.store.base import SequenceQuery
 from cmr.store.listing import NEWEST
 from cmr.store.listing_sql import SQLITE, Plan, picked
+from cmr.store.sqlite.reader import SQLiteReader
 from cmr.store.sqlite.schema import (
     METHODS_BY_RECENT_SEQUENCE,
     OPEN_BY_PROCESS,
@@ -80,6 +81,32 @@ def test_readonly_store_reads_while_a_writer_has_the_file_open(
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_readonly_store_is_the_read_side_alone_and_refuses_every_write(
+    tmp_path: Path, make_batch: BatchFactory
+) -> None:
+    """``open_store(readonly=True)`` opens a ``SQLiteReader``: the reads, without the ingest
+    machinery (``cmr ls`` loads none of it); a write is refused in one line."""
+    path = str(tmp_path / "cmr.sqlite")
+    writer = open_store(path)
+    writer.ingest(make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]}), 1)
+    writer.close()
+    reader = open_store(path, readonly=True)
+    try:
+        assert type(reader) is SQLiteReader
+        assert [line.seq for line in reader.list_sequences(5)] == [S]
+        assert len(reader.load_sequence(S).invocations) == 1
+        refused = f"^the repository {path} is open readonly: nothing is written$"
+        with pytest.raises(StoreError, match=refused):
+            reader.ingest(make_batch(7, 2, {1: [start(2, 300, S)]}), 2)
+        with pytest.raises(StoreError, match=refused):
+            reader.record_rejected("garbage")
+        with pytest.raises(StoreError, match=refused):
+            reader.prune(10**18)
+        assert reader.stats().batches == 1
+    finally:
+        reader.close()
 
 
 def test_readonly_open_of_a_missing_repository_fails_clearly(tmp_path: Path) -> None:
