@@ -46,4 +46,5 @@ CASES: Final = {
     "beside": Case("beside", "a traced loop under coverage, VizTracer, sys.settrace", 40, 10),
     "startup": Case("startup", "import tracer, cmr --help, cmr ls against python -c pass", 20, 6),
     "idle": Case("idle", "CPU of idle traced processes (a script, gunicorn) against bare", 100, 40),
+    "requests": Case("requests", "requests/s of Flask/gunicorn, FastAPI/uvicorn traced", 100, 24),
 }
