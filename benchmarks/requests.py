@@ -11,8 +11,9 @@ flight, so the server always has the next one waiting: uvicorn keeps the connect
 gunicorn's sync worker closes each one after its response (it has no keep-alive), so the client
 connects again. Every round sends ``requests`` requests to each of the four servers (bare and
 traced, 1 and 10 calls) in turn, the order reversed every other round. A row is the traced median
-requests/s, its ratio to bare, and the per-request difference in ms; the fixed cost per request
-is the intercept of that difference at zero calls, from the 1- and 10-call routes. Beside each
+requests/s, its ratio to bare, and the per-request difference in ms (the median of each
+round's difference); the fixed cost per request is the intercept of that difference at zero
+calls, from the 1- and 10-call routes. Beside each
 chunk, the CPU time of the server's processes (every thread), of the embedded repository and of
 the load generator, per request.
 
@@ -298,7 +299,9 @@ def _rows(
     for calls in CALLS:
         bare, traced = series[f"bare {calls}"], series[f"traced {calls}"]
         result.noise[f"{kind} bare {calls}"] = spread(bare)
-        differences[calls] = 1000 / median(traced) - 1000 / median(bare)
+        # Paired by round: the machine's drift from one round to the next cancels.
+        paired = zip(traced, bare, strict=True)
+        differences[calls] = median([1000 / t - 1000 / b for t, b in paired])
         result.rows.append(
             Row(
                 case=NAME,
@@ -327,7 +330,17 @@ def _rows(
             note=f"{slope * 1000:.2f} µs a traced call",
         )
     )
-    added = {calls: cpu[f"traced {calls}"] - cpu[f"bare {calls}"] for calls in CALLS}
+    added = {
+        calls: median(
+            [
+                t - b
+                for t, b in zip(
+                    variants[f"traced {calls}"].cpu, variants[f"bare {calls}"].cpu, strict=True
+                )
+            ]
+        )
+        for calls in CALLS
+    }
     client = median([value for variant in variants.values() for value in variant.client])
     result.rows.append(
         Row(
