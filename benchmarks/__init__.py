@@ -48,4 +48,5 @@ CASES: Final = {
     "real": Case("real", "a real program's calls (sqlparse) traced, bare, under VizTracer", 60, 20),
     "endrun": Case("endrun", "what tracer run spends after the program, per M events", 60, 20),
     "idle": Case("idle", "CPU of idle traced processes (a script, gunicorn) against bare", 100, 40),
+    "requests": Case("requests", "requests/s of Flask/gunicorn, FastAPI/uvicorn traced", 100, 24),
 }

@@ -79,7 +79,7 @@ def test_an_unknown_case_is_a_one_line_error() -> None:
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
-        "sampler, views, memory, listing, beside, startup, real, endrun, idle)"
+        "sampler, views, memory, listing, beside, startup, real, endrun, idle, requests)"
     ]
 
 
@@ -110,3 +110,23 @@ def test_the_startup_case_compares_each_command_with_python_c_pass(tmp_path: Pat
         "cmr ls (a small repository)",
     ]
     assert all(row["ratio"] == row["value"] / row["baseline"] for row in rows)
+
+
+@pytest.mark.system
+def test_the_requests_case_compares_each_traced_service_with_it_bare(tmp_path: Path) -> None:
+    done = run_benchmarks("--quick", "--only", "requests", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    case = json.loads((tmp_path / "quick-requests.json").read_text())["cases"]["requests"]
+    names = [row["name"] for row in case["rows"]]
+    for label in ("Flask under gunicorn -k sync -w 1", "FastAPI under uvicorn"):
+        assert names.count(f"{label}, 1 traced call a request") == 1
+        assert names.count(f"{label}, 10 traced calls a request") == 1
+        assert names.count(f"{label}: fixed cost a request (intercept at 0 calls)") == 1
+        assert names.count(f"{label}: server CPU a request added by tracing, 1 call") == 1
+    for row in case["rows"]:
+        if row["unit"] == "requests/s":
+            assert row["value"] > 0
+            assert row["ratio"] == row["value"] / row["baseline"]
+    for kind in ("flask", "fastapi"):
+        chunks = case["raw"][kind]["traced 10"]
+        assert len(chunks["requests/s"]) == len(chunks["cpu µs a request"]) >= 3
