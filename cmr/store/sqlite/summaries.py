@@ -45,9 +45,20 @@ def store(conn: sqlite3.Connection, group: GroupParts) -> None:
             [(puid, iid) for puid, iid, _end, _error in group.late_ends],
         )
     _store_parts(conn, parts)
+    first_start = group.first_start
     sequences = [
-        {"seq": seq, "start": start_ns, "count": counts[seq]}
-        for seq, start_ns in group.first_start.items()
+        {
+            "seq": seq,
+            "start": first_start[seq],
+            "count": counts[seq],
+            "decided": not (untrue or handed),
+            "puid": puid,
+            "iid": iid,
+            "method": method,
+            "end": end,
+            "error": error,
+        }
+        for seq, untrue, handed, _start, puid, iid, method, end, error in parts.roots
     ]
     conn.executemany(UPSERT_SEQUENCE, sequences)
 
