@@ -32,6 +32,7 @@ from cmr.store._samples import sampler_record, without_gaps
 from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
 from cmr.store.packing import PackedBatch
+from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.partitions import day_of, day_sql
 from cmr.store.postgres.schema import (
@@ -179,14 +180,14 @@ def _store_index(conn: Conn, batch: Batch, packed: PackedBatch) -> None:
     if packed.seqs:
         conn.execute(
             "INSERT INTO batch_seqs SELECT seq, %s, %s FROM unnest(%b::bytea[]) AS s (seq)",
-            (puid, batch_no, sorted(packed.seqs)),
+            (puid, batch_no, column(sorted(packed.seqs))),
         )
     if packed.seq_methods:
         seqs = sorted(packed.seq_methods)
         conn.execute(
             "INSERT INTO seq_methods SELECT m.seq, %s, %s, m.methods "
             "FROM unnest(%b::bytea[], %b::bytea[]) AS m (seq, methods)",
-            (puid, batch_no, seqs, [packed.seq_methods[seq] for seq in seqs]),
+            (puid, batch_no, column(seqs), column([packed.seq_methods[seq] for seq in seqs])),
         )
     if packed.late_ends:
         conn.execute(

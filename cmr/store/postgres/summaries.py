@@ -11,6 +11,7 @@ from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
 from cmr.store.packing import GroupParts
 from cmr.store.postgres import read as postgres_read
+from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.schema import (
     OPEN_BY_PROCESS,
@@ -37,18 +38,18 @@ def store(conn: Conn, group: GroupParts) -> None:
     conn.execute(
         UPSERT_SEQUENCES,
         (
-            [s for s, _ in ordered],
-            [t for _, t in ordered],
-            [counts[s] for s, _ in ordered],
-            late_puids,
-            late_iids,
+            column([s for s, _ in ordered]),
+            column([t for _, t in ordered]),
+            column([counts[s] for s, _ in ordered]),
+            column(late_puids),
+            column(late_iids),
         ),
     )
     if late_puids:
         conn.execute(
             "DELETE FROM open_calls o USING unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid) "
             "WHERE o.puid = k.puid AND o.iid = k.iid",
-            (late_puids, late_iids),
+            (column(late_puids), column(late_iids)),
         )
 
 
