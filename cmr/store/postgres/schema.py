@@ -279,30 +279,47 @@ UPSERT_SAMPLE_THREADS: Final = """
     SET longest_ns = greatest(t.longest_ns, excluded.longest_ns)"""
 
 #: Rows are sorted by seq, so concurrent nodes lock shared sequence rows in one order. A
-#: sequence counts the Starts of every batch that brought some (``cmr.store.summaries``).
+#: sequence counts the Starts of every batch that brought some (``cmr.store.summaries``). A new
+#: sequence's listing keys come from its group's root candidate, bound with it (its method's
+#: name looked up, and its late End only when it has not ended); a sequence stored before takes
+#: them from its stored candidate (the join), as does one whose open root a late End of the
+#: group ends (the second part of ``batch``, always stored before). Joining every row to
+#: ``seq_roots`` and ``late_ends`` cost a request-sized sequence more than storing it (issue 33).
 UPSERT_SEQUENCES: Final = f"""
     WITH batch AS (
-        SELECT seq, min(start_ns) AS start_ns, sum(invocations)::bigint AS invocations
+        SELECT seq, min(start_ns) AS start_ns, sum(invocations)::bigint AS invocations,
+               min(root_name) AS root_name, min(end_ns) AS end_ns, min(error) AS error
         FROM (
-            SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[])
-                AS b (seq, start_ns, invocations)
+            SELECT b.seq, b.start_ns, b.invocations,
+                CASE WHEN b.decided <> 0 THEN (
+                    SELECT CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname
+                                ELSE m.qualname END
+                    FROM methods m WHERE m.puid = b.puid AND m.method = b.method) END,
+                coalesce(b.end_ns, (
+                    SELECT l.end_ns FROM late_ends l WHERE l.puid = b.puid AND l.iid = b.iid)),
+                CASE WHEN b.end_ns IS NULL THEN (
+                    SELECT l.error FROM late_ends l WHERE l.puid = b.puid AND l.iid = b.iid)
+                ELSE b.error END
+            FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[],
+                        %b::bigint[], %b::bigint[], %b::bigint[], %b::text[])
+                AS b (seq, start_ns, invocations, decided, puid, iid, method, end_ns, error)
             UNION ALL
-            SELECT o.seq, q.start_ns, 0
+            SELECT o.seq, q.start_ns, 0, NULL, NULL, NULL
             FROM unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid)
             JOIN open_calls o ON o.puid = k.puid AND o.iid = k.iid
             JOIN seq_roots r ON r.seq = o.seq AND r.puid = k.puid AND r.iid = k.iid
             JOIN sequences q ON q.seq = o.seq
-        ) AS u
+        ) AS u (seq, start_ns, invocations, root_name, end_ns, error)
         GROUP BY seq
     )
     INSERT INTO sequences AS q (seq, start_ns, invocations, root_name, end_ns, error)
-    SELECT b.seq, b.start_ns, b.invocations, {_KEYS}
-    FROM batch b JOIN seq_roots r ON r.seq = b.seq {_KEYS_JOINS}
+    SELECT seq, start_ns, invocations, root_name, end_ns, error FROM batch
     ORDER BY 1
     ON CONFLICT (seq) DO UPDATE SET
         start_ns = least(q.start_ns, excluded.start_ns),
         invocations = q.invocations + excluded.invocations,
-        root_name = excluded.root_name, end_ns = excluded.end_ns, error = excluded.error"""
+        (root_name, end_ns, error) = (
+            SELECT {_KEYS} FROM seq_roots r {_KEYS_JOINS} WHERE r.seq = excluded.seq)"""
 #: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
 UPSERT_ROOTS: Final = """
     INSERT INTO seq_roots AS r

@@ -6,6 +6,8 @@ nodes lock them in one order."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
@@ -23,6 +25,10 @@ from cmr.store.postgres.schema import (
 )
 from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
 
+#: The columns of a sequence's row ``UPSERT_SEQUENCES`` binds: seq, start, count, decided, and
+#: its root candidate's puid, iid, method, end and error.
+_SEQUENCE_COLUMNS: Final = 9
+
 
 def store(conn: Conn, group: GroupParts) -> None:
     """Add the parts of the batches a transaction stored (``packing.group_parts``); their late
@@ -32,15 +38,17 @@ def store(conn: Conn, group: GroupParts) -> None:
     parts = group.summary
     counts = parts.counts
     store_parts(conn, parts)
-    ordered = sorted(group.first_start.items())
+    first_start = group.first_start
+    sequences = [
+        (seq, first_start[seq], counts[seq], int(not (untrue or handed)), *candidate)
+        for seq, untrue, handed, _start, *candidate in sorted(parts.roots)
+    ]
     late_puids = [row[0] for row in group.late_ends]
     late_iids = [row[1] for row in group.late_ends]
     conn.execute(
         UPSERT_SEQUENCES,
         (
-            column([s for s, _ in ordered]),
-            column([t for _, t in ordered]),
-            column([counts[s] for s, _ in ordered]),
+            *(arrays(sequences) if sequences else [[]] * _SEQUENCE_COLUMNS),
             column(late_puids),
             column(late_iids),
         ),
