@@ -10,14 +10,16 @@ upgraded. Version 8 adds the exception the root raised to the listing line (its 
 computed again on upgrade). Version 9 keeps each sequence's listing keys (its root's name, end
 and exception) on its row, indexed, so that ``cmr ls --root/--min-duration/--status/--sort
 duration`` are served by index (``cmr.store.listing``). Version 10 adds the sampler's paced
-interval to each process's sampler report (additive: 0 for the reports stored before).
+interval to each process's sampler report (additive: 0 for the reports stored before). Version
+11 keeps the methods a sequence ran in a batch on its ``batch_seqs`` row (same key) instead of a
+table of its own: one B-tree row less per sequence and batch (issue 33).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -66,6 +68,17 @@ SAMPLES_SCHEMA: Final = (
 SAMPLER_INTERVALS_SCHEMA: Final = (
     "ALTER TABLE samplers ADD COLUMN current_interval_ns INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE samplers ADD COLUMN longest_interval_ns INTEGER NOT NULL DEFAULT 0",
+)
+#: Version 11: ``seq_methods`` folded into ``batch_seqs``, whose key it shared: the methods a
+#: sequence's Starts ran in the batch (a msgpack array), NULL on a row of a sequence the batch
+#: has only Handoffs of.
+BATCH_METHODS_SCHEMA: Final = (
+    "ALTER TABLE batch_seqs ADD COLUMN methods BLOB",
+    """UPDATE batch_seqs SET methods = (
+        SELECT m.methods FROM seq_methods m
+        WHERE m.seq = batch_seqs.seq AND m.puid = batch_seqs.puid
+          AND m.batch_no = batch_seqs.batch_no)""",
+    "DROP TABLE seq_methods",
 )
 #: Version 5 added lossy sequences: (seq, puid) when process puid reported (``Batch.lost_seqs``)
 #: that it dropped events of seq. Keyed by sequence first, so listing asks by index.
@@ -199,6 +212,7 @@ SCHEMA: Final = (
     *ROOT_ERROR_SCHEMA,
     *LISTING_KEYS_SCHEMA,
     *SAMPLER_INTERVALS_SCHEMA,
+    *BATCH_METHODS_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
@@ -215,6 +229,7 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
     2: (
         *HEARTBEAT_SCHEMA,
@@ -225,6 +240,7 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
     3: (
         *SAMPLES_SCHEMA,
@@ -234,6 +250,7 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
     4: (
         *LOST_SEQS_SCHEMA,
@@ -242,6 +259,7 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
     5: (
         *PACKED_SCHEMA,
@@ -249,11 +267,19 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
-    6: (*SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
-    7: (*ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
-    8: (*LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
-    9: SAMPLER_INTERVALS_SCHEMA,
+    6: (
+        *SUMMARY_SCHEMA,
+        *ROOT_ERROR_SCHEMA,
+        *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
+    ),
+    7: (*ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
+    8: (*LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
+    9: (*SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
+    10: BATCH_METHODS_SCHEMA,
 }
 CURRENT_VERSION: Final = _CURRENT
 
@@ -387,5 +413,6 @@ NAMED_METHODS: Final = """
 #: The methods each sequence ran, most recent sequence first (from :since): ``find_sequences``
 #: reads it until it has found enough sequences running a wanted method.
 METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN seq_methods m ON m.seq = q.seq
-    WHERE q.start_ns >= :since ORDER BY q.start_ns DESC, q.seq DESC"""
+    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
+    WHERE q.start_ns >= :since AND m.methods IS NOT NULL
+    ORDER BY q.start_ns DESC, q.seq DESC"""

@@ -38,23 +38,20 @@ class _Index:
     rows keyed by a random sequence id land on pages in order, each page visited once, instead
     of a page a row (issue 33: a batch of short sequences carries hundreds)."""
 
-    __slots__ = ("methods", "seqs")
+    __slots__ = ("rows",)
 
     def __init__(self) -> None:
-        self.seqs: list[tuple[bytes, int, int]] = []
-        self.methods: list[tuple[bytes, int, int, bytes]] = []
+        self.rows: list[tuple[bytes, int, int, bytes | None]] = []
 
     def add(
         self, puid: int, batch_no: int, seqs: Iterable[bytes], seq_methods: Mapping[bytes, bytes]
     ) -> None:
-        self.seqs += [(seq, puid, batch_no) for seq in seqs]
-        self.methods += [(seq, puid, batch_no, methods) for seq, methods in seq_methods.items()]
+        methods = seq_methods.get
+        self.rows += [(seq, puid, batch_no, methods(seq)) for seq in seqs]
 
     def write(self, conn: sqlite3.Connection) -> None:
-        self.seqs.sort()
-        self.methods.sort()
-        conn.executemany("INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?)", self.seqs)
-        conn.executemany("INSERT OR IGNORE INTO seq_methods VALUES (?, ?, ?, ?)", self.methods)
+        self.rows.sort()  # keys are distinct: a batch is written once
+        conn.executemany("INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?, ?)", self.rows)
 
 
 def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int, index: _Index) -> bool:
@@ -129,7 +126,7 @@ def write_index(
     seq_methods: Mapping[bytes, bytes],
 ) -> None:
     """Which sequences batch ``batch_no`` of ``puid`` holds (``seqs``), and the methods each ran
-    in it (``seq_methods``: a msgpack array each)."""
+    in it (``seq_methods``: a msgpack array each, for those of ``seqs`` with Starts in it)."""
     index = _Index()
     index.add(puid, batch_no, seqs, seq_methods)
     index.write(conn)

@@ -19,6 +19,7 @@ from cmr.store.listing import (
 )
 from cmr.store.listing_sql import Dialect, Plan, key_params, picked
 from cmr.store.sqlite.schema import (
+    BATCH_METHODS_SCHEMA,
     HANDOFFS_SCHEMA,
     HEARTBEAT_SCHEMA,
     LEGACY_EVENTS_SCHEMA,
@@ -68,6 +69,7 @@ def older_schema(path: str, version: int) -> None:
         + ROOT_ERROR_SCHEMA
         + LISTING_KEYS_SCHEMA
         + SAMPLER_INTERVALS_SCHEMA
+        + BATCH_METHODS_SCHEMA
         + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
             6: (),
