@@ -178,16 +178,12 @@ def _store_index(conn: Conn, batch: Batch, packed: PackedBatch) -> None:
     Attrs whose Start is not in it (first write of an event key wins)."""
     puid, batch_no = batch.puid, batch.batch_no
     if packed.seqs:
+        seqs = sorted(packed.seqs)
+        methods = packed.seq_methods.get
         conn.execute(
-            "INSERT INTO batch_seqs SELECT seq, %s, %s FROM unnest(%b::bytea[]) AS s (seq)",
-            (puid, batch_no, column(sorted(packed.seqs))),
-        )
-    if packed.seq_methods:
-        seqs = sorted(packed.seq_methods)
-        conn.execute(
-            "INSERT INTO seq_methods SELECT m.seq, %s, %s, m.methods "
-            "FROM unnest(%b::bytea[], %b::bytea[]) AS m (seq, methods)",
-            (puid, batch_no, column(seqs), column([packed.seq_methods[seq] for seq in seqs])),
+            "INSERT INTO batch_seqs SELECT s.seq, %s, %s, s.methods "
+            "FROM unnest(%b::bytea[], %b::bytea[]) AS s (seq, methods)",
+            (puid, batch_no, column(seqs), column([methods(seq) for seq in seqs])),
         )
     if packed.late_ends:
         conn.execute(

@@ -228,6 +228,15 @@ _SAMPLER_INTERVALS: Final = (
     "ALTER TABLE samplers ADD COLUMN current_interval_ns bigint NOT NULL DEFAULT 0, "
     "ADD COLUMN longest_interval_ns bigint NOT NULL DEFAULT 0",
 )
+#: The methods a sequence's Starts ran in a batch, on its ``batch_seqs`` row (same key) instead
+#: of a table of their own: one index row less per sequence and batch (issue 33). NULL on the
+#: row of a sequence the batch has only Handoffs of.
+_BATCH_METHODS: Final = (
+    "ALTER TABLE batch_seqs ADD COLUMN methods bytea",
+    """UPDATE batch_seqs s SET methods = m.methods FROM seq_methods m
+       WHERE m.seq = s.seq AND m.puid = s.puid AND m.batch_no = s.batch_no""",
+    "DROP TABLE seq_methods",
+)
 #: The versions whose migration also runs Python after its statements (``postgres_migrate``):
 #: moving the rows into batches, then computing the listing lines.
 PACKED_VERSION: Final = 3
@@ -240,6 +249,7 @@ MIGRATIONS: Final = (
     Migration(ROOT_ERROR_VERSION, "the exception the root raised, in listing lines", _ROOT_ERROR),
     Migration(5, "listing keys on each sequence, indexed", _LISTING_KEYS),
     Migration(6, "the sampler's paced interval in its report", _SAMPLER_INTERVALS),
+    Migration(7, "the methods each sequence ran, on its batch_seqs row", _BATCH_METHODS),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
@@ -398,5 +408,6 @@ NAMED_METHODS: Final = """
 #: The methods each sequence ran, most recent sequence first (from %(since)s):
 #: ``find_sequences`` reads it until it has found enough sequences running a wanted method.
 METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN seq_methods m ON m.seq = q.seq
-    WHERE q.start_ns >= %(since)s ORDER BY q.start_ns DESC, q.seq DESC"""
+    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
+    WHERE q.start_ns >= %(since)s AND m.methods IS NOT NULL
+    ORDER BY q.start_ns DESC, q.seq DESC"""

@@ -256,7 +256,7 @@ def test_a_version_4_repository_gets_its_listing_keys_and_queries_find_its_seque
             pg_url,
             "DROP INDEX sequences_by_root, sequences_by_duration, sequences_failed; "
             "ALTER TABLE sequences DROP COLUMN root_name, DROP COLUMN end_ns, "
-            f"DROP COLUMN error; {_DROP_SAMPLER_INTERVALS}; "
+            f"DROP COLUMN error; {_DROP_SAMPLER_INTERVALS}; {_SPLIT_BATCH_METHODS}; "
             "DELETE FROM schema_migrations WHERE version >= 5",
         )
 
@@ -267,6 +267,16 @@ def test_a_version_4_repository_gets_its_listing_keys_and_queries_find_its_seque
 #: What version 6 added: the sampler's paced interval in its report.
 _DROP_SAMPLER_INTERVALS = (
     "ALTER TABLE samplers DROP COLUMN current_interval_ns, DROP COLUMN longest_interval_ns"
+)
+
+
+#: What version 7 changed: the methods each sequence ran in a batch were a table of their own.
+_SPLIT_BATCH_METHODS = (
+    "CREATE TABLE seq_methods (seq bytea NOT NULL, puid bigint NOT NULL, "
+    "batch_no bigint NOT NULL, methods bytea NOT NULL, PRIMARY KEY (seq, puid, batch_no)); "
+    "INSERT INTO seq_methods SELECT seq, puid, batch_no, methods FROM batch_seqs "
+    "WHERE methods IS NOT NULL; "
+    "ALTER TABLE batch_seqs DROP COLUMN methods"
 )
 
 
@@ -281,12 +291,40 @@ def test_a_version_5_repository_keeps_its_sampler_reports_and_reads_them_as_unpa
 ) -> None:
     def downgrade() -> None:  # back to what version 5 wrote
         _downgrade(
-            pg_url, f"{_DROP_SAMPLER_INTERVALS}; DELETE FROM schema_migrations WHERE version = 6"
+            pg_url,
+            f"{_DROP_SAMPLER_INTERVALS}; {_SPLIT_BATCH_METHODS}; "
+            "DELETE FROM schema_migrations WHERE version >= 6",
         )
 
     check_sampler_reports_kept_on_upgrade(
         lambda: open_store(pg_url, clock=clock), make_batch, downgrade
     )
+    assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_version_6_repository_keeps_the_methods_its_sequences_ran(
+    pg_url: str, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    ran, other = seq_id("a1"), seq_id("b2")
+    events = [start(1, 100, ran, method=2), wire.End(1, 150), start(2, 200, other)]
+    store = open_store(pg_url, clock=clock)
+    try:
+        store.ingest(make_batch(7, 1, {1: events}, methods={1: "a.f", 2: "a.g"}), 1)
+    finally:
+        store.close()
+    _downgrade(  # back to what version 6 wrote
+        pg_url, f"{_SPLIT_BATCH_METHODS}; DELETE FROM schema_migrations WHERE version = 7"
+    )
+
+    store = open_store(pg_url, clock=clock)
+    try:
+        found = {
+            name: store.find_sequences(name, since_ns=None, limit=5) for name in ("a.f", "a.g")
+        }
+    finally:
+        store.close()
+
+    assert found == {"a.f": [other], "a.g": [ran]}
     assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
 
 
