@@ -34,6 +34,7 @@ from tests.cmr.store.records import (
     INDEXED_QUERIES,
     BatchFactory,
     check_keys_computed_on_upgrade,
+    check_methods_kept_on_upgrade,
     check_sampler_reports_kept_on_upgrade,
     handoff,
     page_statements,
@@ -305,26 +306,12 @@ def test_a_version_5_repository_keeps_its_sampler_reports_and_reads_them_as_unpa
 def test_a_version_6_repository_keeps_the_methods_its_sequences_ran(
     pg_url: str, make_batch: BatchFactory, clock: FakeClock
 ) -> None:
-    ran, other = seq_id("a1"), seq_id("b2")
-    events = [start(1, 100, ran, method=2), wire.End(1, 150), start(2, 200, other)]
-    store = open_store(pg_url, clock=clock)
-    try:
-        store.ingest(make_batch(7, 1, {1: events}, methods={1: "a.f", 2: "a.g"}), 1)
-    finally:
-        store.close()
-    _downgrade(  # back to what version 6 wrote
-        pg_url, f"{_SPLIT_BATCH_METHODS}; DELETE FROM schema_migrations WHERE version = 7"
-    )
+    def downgrade() -> None:  # back to what version 6 wrote
+        _downgrade(
+            pg_url, f"{_SPLIT_BATCH_METHODS}; DELETE FROM schema_migrations WHERE version = 7"
+        )
 
-    store = open_store(pg_url, clock=clock)
-    try:
-        found = {
-            name: store.find_sequences(name, since_ns=None, limit=5) for name in ("a.f", "a.g")
-        }
-    finally:
-        store.close()
-
-    assert found == {"a.f": [other], "a.g": [ran]}
+    check_methods_kept_on_upgrade(lambda: open_store(pg_url, clock=clock), make_batch, downgrade)
     assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
 
 

@@ -31,11 +31,15 @@ from cmr.store.sqlite.schema import (
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import (
+    HANDED,
     INDEXED_QUERIES,
+    OTHER,
+    RAN,
     BatchFactory,
     H,
     S,
     check_keys_computed_on_upgrade,
+    check_methods_kept_on_upgrade,
     check_sampler_reports_kept_on_upgrade,
     handoff,
     older_schema,
@@ -190,39 +194,21 @@ def test_a_version_10_file_keeps_the_methods_its_sequences_ran_when_upgraded(
     tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
 ) -> None:
     path = str(tmp_path / "cmr.sqlite")
-    ran, other, handed = seq_id("a1"), seq_id("b2"), seq_id("c3")
-    events = [
-        start(1, 100, ran, method=2),
-        wire.End(1, 150),
-        start(2, 200, other),
-        handoff(H, 2, 210, handed),
-    ]
-    store = open_store(path, clock=clock)
-    try:
-        store.ingest(make_batch(7, 1, {1: events}, methods={1: "a.f", 2: "a.g"}), 1)
-    finally:
-        store.close()
-    with sqlite3.connect(path) as conn:  # as version 10 wrote it
-        _split_batch_methods(conn)
-        conn.execute("PRAGMA user_version = 10")
-    conn.close()
 
-    store = open_store(path, clock=clock)
-    try:
-        found = {
-            name: store.find_sequences(name, since_ns=None, limit=5) for name in ("a.f", "a.g")
-        }
-    finally:
-        store.close()
+    def downgrade() -> None:
+        with sqlite3.connect(path) as conn:  # as version 10 wrote it
+            _split_batch_methods(conn)
+            conn.execute("PRAGMA user_version = 10")
+        conn.close()
 
+    check_methods_kept_on_upgrade(lambda: open_store(path, clock=clock), make_batch, downgrade)
     assert user_version(path) == SCHEMA_VERSION
-    assert found == {"a.f": [other], "a.g": [ran]}
     with sqlite3.connect(path) as conn:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
         index = conn.execute("SELECT seq, methods IS NULL FROM batch_seqs ORDER BY seq").fetchall()
     conn.close()
     assert "seq_methods" not in tables
-    assert index == [(ran, 0), (other, 0), (handed, 1)]  # the hand-off's sequence ran nothing
+    assert index == [(RAN, 0), (OTHER, 0), (HANDED, 1)]  # the hand-off's sequence ran nothing
 
 
 def test_a_version_8_file_gets_its_listing_keys_when_upgraded_and_queries_find_its_sequences(
