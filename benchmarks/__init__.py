@@ -46,5 +46,7 @@ CASES: Final = {
     "listing": Case("listing", "cmr ls queries over 200 k sequences against plain cmr ls", 15, 5),
     "beside": Case("beside", "a traced loop under coverage, VizTracer, sys.settrace", 40, 10),
     "startup": Case("startup", "import tracer, cmr --help, cmr ls against python -c pass", 20, 6),
+    "real": Case("real", "a real program's calls (sqlparse) traced, bare, under VizTracer", 60, 20),
+    "endrun": Case("endrun", "what tracer run spends after the program, per M events", 60, 20),
     "idle": Case("idle", "CPU of idle traced processes (a script, gunicorn) against bare", 100, 40),
 }

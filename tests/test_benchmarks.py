@@ -98,7 +98,7 @@ def test_an_unknown_case_is_a_one_line_error() -> None:
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
-        "sampler, views, memory, listing, beside, startup, idle)"
+        "sampler, views, memory, listing, beside, startup, real, endrun, idle)"
     ]
 
 
