@@ -97,8 +97,8 @@ def test_an_unknown_case_is_a_one_line_error() -> None:
     done = run_benchmarks("--only", "nonsense")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
-        "sampler, views, memory, listing, beside, startup, real, endrun, idle)"
+        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, requests, "
+        "serve, sampler, views, memory, listing, beside, startup, real, endrun, idle)"
     ]
 
 
