@@ -6,7 +6,7 @@ receive the same batch, the second waits there for the first to commit, then fin
 stores nothing. Then its small index, each one statement over arrays (``unnest``), sent in one
 pipeline: a batch costs a round trip or two, not one per statement. The listing lines of the
 sequences (``postgres_summaries``) are written once for all the batches of the transaction, after
-the last of them (``packing.group_parts``): a sequence several of them carry is one row.
+the last of them (``grouping.group_parts``): a sequence several of them carry is one row.
 Hand-offs and samples are streamed with binary COPY into temporary staging tables and moved into
 the day-partitioned tables by one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` each, which
 computes every row's day and keeps the first write of a key.

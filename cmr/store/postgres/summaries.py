@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Final
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
+from cmr.store.grouping import GroupParts
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
-from cmr.store.packing import GroupParts
 from cmr.store.postgres import read as postgres_read
 from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
@@ -31,7 +31,7 @@ _SEQUENCE_COLUMNS: Final = 9
 
 
 def store(conn: Conn, group: GroupParts) -> None:
-    """Add the parts of the batches a transaction stored (``packing.group_parts``); their late
+    """Add the parts of the batches a transaction stored (``grouping.group_parts``); their late
     Ends are stored already. Each sequence, and each whose open root a late End ends, is written
     last, once, with its listing keys from its root candidate as it now stands (rows locked in
     one order: ``UPSERT_SEQUENCES``). Then the late Ends close the invocations they end."""

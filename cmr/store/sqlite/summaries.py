@@ -7,9 +7,9 @@ from __future__ import annotations
 import sqlite3
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
+from cmr.store.grouping import GroupParts
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
-from cmr.store.packing import GroupParts
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,
@@ -26,7 +26,7 @@ from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary
 
 
 def store(conn: sqlite3.Connection, group: GroupParts) -> None:
-    """Add the parts of the batches a transaction stored (``packing.group_parts``), after their
+    """Add the parts of the batches a transaction stored (``grouping.group_parts``), after their
     late Ends are stored (they close open invocations, and set the end of a sequence whose root
     they end). Each sequence is written last, once, with its listing keys from its root
     candidate as it now stands."""

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 
 from cmr.store._shared import lost_rows
 from cmr.store.base import Outcome
-from cmr.store.packing import Prepared, group_parts, write_each
+from cmr.store.grouping import group_parts
+from cmr.store.packing import Prepared, write_each
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.samples import store_samples
 from cmr.store.sqlite.schema import UPSERT_PROCESS
