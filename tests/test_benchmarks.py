@@ -74,12 +74,31 @@ def test_the_listing_case_times_each_query_in_each_store(tmp_path: Path) -> None
 
 
 @pytest.mark.system
+def test_the_sequences_case_counts_sequences_per_store_and_shape(tmp_path: Path) -> None:
+    done = run_benchmarks("--quick", "--only", "sequences", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "quick-sequences.json").read_text())["cases"]["sequences"]["rows"]
+    stores = ["SQLite", *(["PostgreSQL (one node)"] if os.environ.get(PG_ENV) else [])]
+    assert [row["name"] for row in rows] == [
+        f"{calls} sequences into {store}, {how}"
+        for store in stores
+        for how in ("pre-encoded batches, grouped", "cmr serve over ipc")
+        for calls in ("one-call", "10-call")
+    ]
+    for row in rows:
+        assert row["unit"] == "sequences/s"
+        assert row["value"] > 0
+        assert row["ratio"] == row["value"] / row["baseline"]
+        assert [v["target"] for v in row["verdicts"]] == ["issue 33"]
+
+
+@pytest.mark.system
 def test_an_unknown_case_is_a_one_line_error() -> None:
     done = run_benchmarks("--only", "nonsense")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
-        "sampler, views, memory, listing, beside, startup, real, endrun, idle, requests)"
+        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, sequences, "
+        "serve, sampler, views, memory, listing, beside, startup, real, endrun, idle, requests)"
     ]
 
 

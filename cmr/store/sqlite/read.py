@@ -149,7 +149,6 @@ def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:
     (sequences,) = conn.execute("SELECT count(*) FROM temp.pruned").fetchone()
     for table in (
         "batch_seqs",
-        "seq_methods",
         "handoffs",
         "lost_seqs",
         "sequences",
