@@ -38,6 +38,9 @@ CASES: Final = {
     "overhead": Case("overhead", "ns per traced call against a bare call", 60, 12),
     "throughput": Case("throughput", "events/s from a traced process into the repository", 25, 6),
     "ingest": Case("ingest", "durable ingest events/s of pre-encoded batches", 10, 3),
+    "sequences": Case(
+        "short_sequences", "sequences/s of one- and ten-call sequences, per store", 90, 20
+    ),
     "serve": Case("serve", "cmr serve over a socket, one process against --workers 2", 25, 6),
     "sampler": Case("sampler", "sampler overhead at 100 Hz with 32 threads", 35, 8),
     "views": Case("views", "cmr show / cmr profile on 10 k to 1 M invocations", 20, 6),
@@ -46,5 +49,8 @@ CASES: Final = {
     "listing": Case("listing", "cmr ls queries over 200 k sequences against plain cmr ls", 15, 5),
     "beside": Case("beside", "a traced loop under coverage, VizTracer, sys.settrace", 40, 10),
     "startup": Case("startup", "import tracer, cmr --help, cmr ls against python -c pass", 20, 6),
+    "real": Case("real", "a real program's calls (sqlparse) traced, bare, under VizTracer", 60, 20),
+    "endrun": Case("endrun", "what tracer run spends after the program, per M events", 60, 20),
     "idle": Case("idle", "CPU of idle traced processes (a script, gunicorn) against bare", 100, 40),
+    "requests": Case("requests", "requests/s of Flask/gunicorn, FastAPI/uvicorn traced", 100, 24),
 }

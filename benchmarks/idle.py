@@ -10,8 +10,6 @@ embedded repository's apart. The value is CPU % of one core.
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +18,13 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks.harness import CaseResult, Row, Settings, Target
-from benchmarks.processes import clean_environment
+from benchmarks.processes import (
+    clean_environment,
+    cpu_ns,
+    free_port,
+    process_tree,
+    stop,
+)
 
 NAME: Final = "idle"
 TARGETS: Final = (Target("first", "<=", 0.05),)
@@ -97,13 +101,13 @@ def _script(
             raise RuntimeError("the idle script did not start")
         return _measure(process.pid, window, settle)
     finally:
-        _stop(process)
+        stop(process)
 
 
 def _gunicorn(
     workdir: Path, env: dict[str, str], traced: bool, window: float, settle: float
 ) -> tuple[float, float]:
-    port = _free_port()
+    port = free_port()
     args = ["-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}", "idleapp:app"]
     prefix = [*_tracer_run(workdir), "--include", "idleapp"] if traced else []
     command = [sys.executable, *prefix, *args]
@@ -124,7 +128,7 @@ def _gunicorn(
                 time.sleep(0.1)
         return _measure(process.pid, window, settle)
     finally:
-        _stop(process)
+        stop(process)
 
 
 def _tracer_run(workdir: Path) -> list[str]:
@@ -135,71 +139,11 @@ def _measure(pid: int, window: float, settle: float) -> tuple[float, float]:
     """CPU % of a core of the process tree under ``pid`` over ``window`` seconds, after
     ``settle``; the embedded repository's (``cmr serve``) apart."""
     time.sleep(settle)
-    program, repository = _tree(pid)
-    before = _cpu_ns(program), _cpu_ns(repository)
+    program, repository = process_tree(pid)
+    before = cpu_ns(program), cpu_ns(repository)
     time.sleep(window)
-    after = _cpu_ns(program), _cpu_ns(repository)
+    after = cpu_ns(program), cpu_ns(repository)
     return (
         100 * (after[0] - before[0]) / 1e9 / window,
         100 * (after[1] - before[1]) / 1e9 / window,
     )
-
-
-def _tree(root: int) -> tuple[list[int], list[int]]:
-    """The processes under ``root`` (itself included), and among them the repository's."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    repository = [pid for pid in found if "cmr\0serve" in _cmdline(pid)]
-    return [pid for pid in found if pid not in repository], repository
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_text()
-    except OSError:
-        return ""
-
-
-def _cpu_ns(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-    return total
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(30)
-    if process.stdout is not None:
-        process.stdout.close()

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -35,16 +36,22 @@ def clean_environment(**settings: str) -> dict[str, str]:
 
 
 def run_worker(
-    module: str, params: Mapping[str, Any], *, timeout_s: float, env: Mapping[str, str]
+    module: str,
+    params: Mapping[str, Any],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str],
+    prefix: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Run ``python -m <module> <params as JSON>`` and return the JSON it reports.
+    """Run ``python [prefix] -m <module> <params as JSON>`` and return the JSON it reports
+    (``prefix``: ``-m tracer run ...``, to run the worker under ``tracer run``).
 
     The worker prints its result on one line starting with RESULT_PREFIX; anything else it prints
     is ignored. A worker that fails or overruns ``timeout_s`` raises RuntimeError (the harness
     reports the case as failed and goes on)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", module, json.dumps(dict(params))],
+            [sys.executable, *prefix, "-m", module, json.dumps(dict(params))],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -103,7 +110,7 @@ def start_reporting(
     return process, line[len(ready) :].strip()
 
 
-def stop(process: subprocess.Popen[str], timeout_s: float = 30.0) -> None:
+def stop(process: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
     """SIGTERM, then SIGKILL if it does not exit within ``timeout_s``."""
     if process.poll() is None:
         process.terminate()
@@ -114,3 +121,54 @@ def stop(process: subprocess.Popen[str], timeout_s: float = 30.0) -> None:
         process.wait(timeout_s)
     if process.stdout is not None:
         process.stdout.close()
+
+
+def process_tree(root: int) -> tuple[list[int], list[int]]:
+    """The processes under ``root`` (itself included), and among them the repository's (an
+    embedded ``cmr serve``)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    repository = [pid for pid in found if "cmr\0serve" in command_line(pid)]
+    return [pid for pid in found if pid not in repository], repository
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
+
+
+def cpu_ns(pids: list[int]) -> int:
+    """The CPU time of every thread of ``pids`` so far, in nanoseconds (``schedstat``)."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 (bound to 0, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

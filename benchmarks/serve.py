@@ -44,7 +44,7 @@ def run(settings: Settings) -> CaseResult:
             chunks += 1
             db = settings.workdir / f"serve-{chunks}.sqlite"
             try:
-                return _chunk(settings.workdir, db, workers, traffic.frames, traffic.events)
+                return serve_chunk(settings.workdir, db, workers, traffic.frames, traffic.events)
             finally:
                 for path in settings.workdir.glob(f"serve-{chunks}.sqlite*"):
                     path.unlink()
@@ -77,7 +77,11 @@ def run(settings: Settings) -> CaseResult:
     return result
 
 
-def _chunk(workdir: Path, db: Path, workers: int, frames: list[list[bytes]], events: int) -> float:
+def serve_chunk(
+    workdir: Path, db: Path | str, workers: int, frames: list[list[bytes]], events: int
+) -> float:
+    """Events/s of ``frames`` sent to a fresh ``cmr serve --db db`` (a file or a URL) until the
+    last is acknowledged."""
     endpoint = f"ipc://{workdir}/serve.sock"
     options = ["--workers", str(workers), "--bind", endpoint, "--db", str(db)]
     process = subprocess.Popen(

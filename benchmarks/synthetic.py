@@ -8,10 +8,13 @@ decoder as it would real traffic. Two shapes:
   leaves), spread over a few threads: the traffic of a busy service (ingest).
 - ``one_sequence``: one sequence of N invocations, fan-out 10, depth-first: the biggest tree a
   user asks ``cmr show`` for (views).
+- ``short_requests``: many sequences of one or ten calls from a few worker processes, each batch
+  holding hundreds of them: a web service's traffic, a sequence per request (ingest, serve).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterator
@@ -139,6 +142,31 @@ def requests(puid: int, events: int, threads: int = 4) -> Encoded:
         iid += 111
         total += len(tree)
     return Encoded(encode(puid, per_thread), total, total // 2, seqs)
+
+
+def short_requests(
+    sequences: int, calls: int, *, processes: int = 4, first_puid: int = 1
+) -> Encoded:
+    """``sequences`` sequences of ``calls`` calls each (a root and ``calls - 1`` children), dealt
+    round-robin to ``processes`` worker processes of one thread each (gunicorn's sync workers),
+    each process's batches of ``BATCH_EVENTS`` events; the processes' batches interleaved, as
+    they reach one repository."""
+    per_process: list[list[Event]] = [[] for _ in range(processes)]
+    seqs: list[bytes] = []
+    iids = [1] * processes
+    clocks = [0] * processes
+    for n in range(sequences):
+        at = n % processes
+        seq = os.urandom(16)
+        tree = list(_tree_events(seq, calls, max(calls - 1, 1), iids[at], clocks[at]))
+        per_process[at].extend(tree)
+        clocks[at] = tree[-1][2] + STEP_NS
+        iids[at] += calls
+        seqs.append(seq)
+    streams = [encode(first_puid + at, {1: events}) for at, events in enumerate(per_process)]
+    frames = [frame for row in itertools.zip_longest(*streams) for frame in row if frame]
+    total = sum(len(events) for events in per_process)
+    return Encoded(frames, total, total // 2, seqs)
 
 
 def one_sequence(puid: int, invocations: int) -> Encoded:

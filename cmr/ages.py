@@ -4,10 +4,12 @@ wanted, an ISO time is taken too."""
 
 from __future__ import annotations
 
-import datetime
 import re
 import time
-from typing import Final
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final
 
 AGE_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 AGE_GRAMMAR: Final = "a number and a unit s, m, h, d or w (90m, 1.5h, 7d, 2w)"
@@ -28,6 +30,8 @@ def moment_ns(text: str, now_ns: int | None = None) -> int:
     ago = age_ns(text)
     if ago is not None:
         return (time.time_ns() if now_ns is None else now_ns) - ago
+    import datetime  # with the first ISO time, not with every command line
+
     try:
         moment = datetime.datetime.fromisoformat(text.strip())
     except ValueError:

@@ -5,9 +5,11 @@ listens (``tracer run``, tests and benchmarks wait for it).
 
 from __future__ import annotations
 
-from typing import Final
-
 from invoseq import DEFAULT_ENDPOINT
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = [
     "DB_ENV",

@@ -6,7 +6,9 @@ loads no msgspec (it loads when the sender starts).
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final, Literal, TypeAlias
 
 #: Event tags: the first element of every event array.
 TAG_START: Final = 0
@@ -16,7 +18,7 @@ TAG_HANDOFF: Final = 3
 TAG_ATTRS: Final = 4
 
 #: Hand-off kinds: where the work went.
-HandoffKind: TypeAlias = Literal["thread", "task", "process", "remote"]
+HandoffKind: TypeAlias = 'Literal["thread", "task", "process", "remote"]'
 HANDOFF_KINDS: Final[tuple[HandoffKind, ...]] = ("thread", "task", "process", "remote")
 
 #: Attributes of one invocation (``wire.Attrs``): at most this many, each value cut to this long.

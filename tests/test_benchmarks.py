@@ -92,12 +92,32 @@ def test_the_reads_case_times_show_and_profile_of_both_shapes_against_the_floor(
 
 
 @pytest.mark.system
+def test_the_sequences_case_counts_sequences_per_store_and_shape(tmp_path: Path) -> None:
+    done = run_benchmarks("--quick", "--only", "sequences", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "quick-sequences.json").read_text())["cases"]["sequences"]["rows"]
+    stores = ["SQLite", *(["PostgreSQL (one node)"] if os.environ.get(PG_ENV) else [])]
+    assert [row["name"] for row in rows] == [
+        f"{calls} sequences into {store}, {how}"
+        for store in stores
+        for how in ("pre-encoded batches, grouped", "cmr serve over ipc")
+        for calls in ("one-call", "10-call")
+    ]
+    for row in rows:
+        assert row["unit"] == "sequences/s"
+        assert row["value"] > 0
+        assert row["ratio"] == row["value"] / row["baseline"]
+        assert [v["target"] for v in row["verdicts"]] == ["issue 33"]
+
+
+@pytest.mark.system
 def test_an_unknown_case_is_a_one_line_error() -> None:
     done = run_benchmarks("--only", "nonsense")
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, serve, "
-        "sampler, views, reads, memory, listing, beside, startup, idle)"
+        "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, sequences, "
+        "serve, sampler, views, reads, memory, listing, beside, startup, real, endrun, idle, "
+        "requests)"
     ]
 
 
@@ -128,3 +148,23 @@ def test_the_startup_case_compares_each_command_with_python_c_pass(tmp_path: Pat
         "cmr ls (a small repository)",
     ]
     assert all(row["ratio"] == row["value"] / row["baseline"] for row in rows)
+
+
+@pytest.mark.system
+def test_the_requests_case_compares_each_traced_service_with_it_bare(tmp_path: Path) -> None:
+    done = run_benchmarks("--quick", "--only", "requests", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    case = json.loads((tmp_path / "quick-requests.json").read_text())["cases"]["requests"]
+    names = [row["name"] for row in case["rows"]]
+    for label in ("Flask under gunicorn -k sync -w 1", "FastAPI under uvicorn"):
+        assert names.count(f"{label}, 1 traced call a request") == 1
+        assert names.count(f"{label}, 10 traced calls a request") == 1
+        assert names.count(f"{label}: fixed cost a request (intercept at 0 calls)") == 1
+        assert names.count(f"{label}: server CPU a request added by tracing, 1 call") == 1
+    for row in case["rows"]:
+        if row["unit"] == "requests/s":
+            assert row["value"] > 0
+            assert row["ratio"] == row["value"] / row["baseline"]
+    for kind in ("flask", "fastapi"):
+        chunks = case["raw"][kind]["traced 10"]
+        assert len(chunks["requests/s"]) == len(chunks["cpu µs a request"]) >= 3

@@ -54,7 +54,8 @@ def test_cmr_help_builds_no_command() -> None:
         from cmr.cli import main
         with contextlib.redirect_stdout(io.StringIO()):
             code = main(["--help"])
-        loaded = sorted(m for m in sys.modules if m.startswith(("cmr.", "msgspec", "zmq")))
+        prefixes = ("cmr.", "msgspec", "zmq", "shutil", "typing")
+        loaded = sorted(m for m in sys.modules if m.startswith(prefixes))
         print(json.dumps({"code": code, "loaded": loaded}))
         """
     )
@@ -68,13 +69,88 @@ def test_cmr_help_builds_no_command() -> None:
     }
 
 
+#: What ``import tracer`` adds to a bare interpreter with the C accelerator: the hot path, and of
+#: the standard library only these (no typing, threading, weakref or random).
+HOT_PATH_STDLIB = {"_contextvars", "contextvars", "_random", "atexit"}
+HOT_PATH = {
+    "invoseq",
+    "invoseq.events",
+    "tracer",
+    "tracer._patching",
+    "tracer._runtime",
+    *(
+        f"tracer._core{name}"
+        for name in (
+            "",
+            "._speedups",
+            ".accel",
+            ".adoption",
+            ".budget",
+            ".clock",
+            ".codes",
+            ".context",
+            ".decorator",
+            ".frames",
+            ".ids",
+            ".imports",
+            ".lifecycle",
+            ".log",
+            ".recorder",
+            ".stack",
+            ".traced",
+        )
+    ),
+}
+
+
+def test_cmr_ls_loads_the_read_side_alone(tmp_path: Path) -> None:
+    """A listing opens the read side of the store (``SQLiteReader``): no msgspec nor protocol,
+    no ingest machinery, no record a listing does not print, no typing, and (its help formatter
+    reads the terminal's width itself) no shutil."""
+    from cmr.store import open_store
+
+    db = tmp_path / "cmr.sqlite"
+    open_store(str(db)).close()
+    found = _loaded(
+        f"""
+        import contextlib, io, sys
+        from cmr.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["--db", {str(db)!r}, "ls"])
+        modules = sorted(sys.modules)
+        import json
+        print(json.dumps({{"code": code, "modules": modules}}))
+        """
+    )
+    assert found["code"] == 0
+    modules: list[str] = found["modules"]  # type: ignore[assignment]
+    never = ("msgspec", "invoseq.wire", "shutil", "threading", "json", "typing")
+    assert [m for m in modules if m.startswith(never)] == []
+    store = {m for m in modules if m.startswith("cmr.store.")}
+    assert store == {
+        "cmr.store._shared",
+        "cmr.store.base",
+        "cmr.store.listing",
+        "cmr.store.listing_sql",
+        "cmr.store.sqlite",
+        "cmr.store.sqlite.connect",
+        "cmr.store.sqlite.read",
+        "cmr.store.sqlite.reader",
+        "cmr.store.sqlite.schema",
+        "cmr.store.sqlite.summaries",
+        "cmr.store.summaries",
+    }
+
+
 def test_import_tracer_loads_only_the_hot_path_and_starts_nothing() -> None:
     found = _loaded(
         """
-        import json, sys, threading
+        import json, sys
+        before = set(sys.modules)
         import tracer
 
-        imported = sorted(sys.modules)
+        imported = sorted(set(sys.modules) - before)
+        import threading
 
         @tracer.traced
         def f():
@@ -93,9 +169,12 @@ def test_import_tracer_loads_only_the_hot_path_and_starts_nothing() -> None:
     # Nor, until a function is decorated, what only the sender, the settings, a message or the
     # code rewriting of 3.11 need.
     imported: list[str] = found["imported"]  # type: ignore[assignment]
-    later = ["msgspec", "logging", "inspect", "dataclasses", "tracer.config", "socket"]
+    later = ["msgspec", "logging", "inspect", "dataclasses", "tracer.config", "socket", "typing"]
+    later += ["random", "tracer.propagation", "tracer._tracecontext", "tracer._core.shaped"]
     if os.environ.get("INVOSEQ_PURE") == "1":
         later.remove("logging")  # the accelerator says, at debug level, that it is left out
+    if "tracer._core._speedups" in imported:
+        assert sorted(set(imported) - HOT_PATH - HOT_PATH_STDLIB) == []
     assert [m for m in imported if m in later] == []
     assert [m for m in modules if m.startswith(("tracer._shipping", "tracer._sampler"))] == []
     assert found["threads"] == ["MainThread"]
@@ -192,6 +271,7 @@ def test_what_the_hot_path_keeps_without_its_module_matches_it() -> None:
     """Constants kept where ``import tracer`` reads them without loading their source."""
     import inspect
 
+    from tracer import _runtime, propagation
     from tracer._core import budget, codes
     from tracer.config import Config
 
@@ -200,6 +280,8 @@ def test_what_the_hot_path_keeps_without_its_module_matches_it() -> None:
     assert codes.CO_ITERABLE_COROUTINE == inspect.CO_ITERABLE_COROUTINE
     assert codes.CO_ASYNC_GENERATOR == inspect.CO_ASYNC_GENERATOR
     assert Config().max_buffered_bytes == budget.DEFAULT_BOUND
+    carried = (propagation.TRACEPARENT.upper(), propagation.TRACESTATE.upper())
+    assert carried == _runtime._CARRIED
 
 
 def test_a_process_that_traced_nothing_loads_nothing_more_at_exit() -> None:
@@ -213,3 +295,33 @@ def test_a_process_that_traced_nothing_loads_nothing_more_at_exit() -> None:
         """
     )
     assert found["config"] is False
+
+
+def test_the_propagation_loads_with_its_first_use_and_a_parents_sequence() -> None:
+    """``tracer.inject`` and the rest load ``tracer.propagation`` when taken; a child started in
+    a sequence (``TRACEPARENT`` in its environment) loads it at import, to continue it."""
+    found = _loaded(
+        """
+        import json, os, sys
+        import tracer
+        loaded = "tracer.propagation" in sys.modules
+        from tracer import SequenceContext, continue_from, extract, inject
+        from tracer import propagation
+        same = [inject, extract, continue_from] == [
+            propagation.inject, propagation.extract, propagation.continue_from
+        ]
+        print(json.dumps({"loaded": loaded, "same": same}))
+        """
+    )
+    assert found == {"loaded": False, "same": True}
+    seq = "4bf92f3577b34da6a3ce929d0e0e4736"
+    done = subprocess.run(
+        [sys.executable, "-c", "import tracer; print(tracer.current_sequence())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "TRACEPARENT": f"00-{seq}-00f067aa0ba902b7-01"},
+        check=True,
+    )
+    assert done.stdout.strip() == seq

@@ -7,17 +7,19 @@ interpreter exit and is bounded by ``flush_timeout_ms`` even when no repository 
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import os
 import sys
-import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Unpack
 
 from tracer import _patching as patching
 from tracer._core import decorator, ids, lifecycle, recorder
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # the sender, the sampler and ZeroMQ load when a sender starts (_start)
+    from collections.abc import Callable
+    from typing import Final, Unpack
+
     from tracer._sampler import Sampler
     from tracer._shipping.sender import Sender
     from tracer._shipping.transport import Transport
@@ -33,7 +35,7 @@ def _default() -> Config:
     return Config()
 
 
-_lock = threading.RLock()
+_lock = _thread.RLock()  # threading's RLock
 _config: Config | None = None
 _sender: Sender | None = None
 _shut_down = False
@@ -224,10 +226,20 @@ def stats() -> TracerStats:
     )
 
 
+#: The variables a parent's sequence comes in (``propagation.TRACEPARENT`` and ``TRACESTATE``,
+#: upper case, as ``propagation.extract_env`` reads them; a test keeps them equal).
+_CARRIED: Final = ("TRACEPARENT", "TRACESTATE")
+
+
 def adopt_environment(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     """A child process started inside a sequence carries it in ``TRACEPARENT`` (the subprocess
     patch puts it there): the main thread continues that sequence. The variables are consumed,
-    so this process's own children get fresh hand-offs rather than inheriting the same one."""
+    so this process's own children get fresh hand-offs rather than inheriting the same one.
+    Without them (most processes) nothing loads: neither the propagation nor ``threading``."""
+    if not any(name in environ for name in _CARRIED):
+        return False
+    import threading
+
     from tracer import propagation
     from tracer._core import context
 
@@ -244,7 +256,7 @@ def adopt_environment(environ: dict[str, str] | os._Environ[str] = os.environ) -
 
 def _after_fork_in_child() -> None:
     global _sender, _last, _lock
-    _lock = threading.RLock()
+    _lock = _thread.RLock()  # threading's RLock
     if _sender is not None:
         _abandoned.append(_sender)
     _sender = _last = None

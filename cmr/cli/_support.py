@@ -8,16 +8,18 @@ import itertools
 import math
 import os
 import sys
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, NoReturn, TypeAlias
 
 from cmr.ages import AGE_GRAMMAR, age_ns, moment_ns
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Final, NoReturn, TypeAlias
+
     from cmr.store.base import Store
 
-Handler = Callable[[argparse.Namespace], int]
+Handler: TypeAlias = "Callable[[argparse.Namespace], int]"
 Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 DB_HELP = (
@@ -70,10 +72,41 @@ def command(
         help=SUMMARIES[name] if summary is None else summary,
         description=description,
         epilog=examples_epilog(*examples),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Formatter,
     )
     parser.set_defaults(handler=handler)
     return parser
+
+
+def terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` reads it (``COLUMNS``, then the
+    terminal of stdout, then 80), without loading ``shutil`` and the compression modules it
+    imports: argparse's help formatter loads it for every parser it makes otherwise."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's ``RawDescriptionHelpFormatter`` (descriptions and epilogs kept as written), as
+    wide as the terminal (``terminal_columns``), as argparse's own would be."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        width = terminal_columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
 
 
 def add_read_options(parser: argparse.ArgumentParser) -> None:

@@ -13,19 +13,23 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
-from typing import Final
 
 from cmr.cli._support import (
     DB_HELP,
     SUMMARIES,
     CliError,
+    Formatter,
     Handler,
     Parser,
     discard_stdout,
     examples_epilog,
 )
 from cmr.defaults import DEFAULT_ENDPOINT
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Final
 
 __all__ = ["build_parser", "main"]
 
@@ -89,7 +93,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             "cmr show 3f2a9c                # the call tree of one sequence",
             "cmr --db /tmp/shop.sqlite stats",
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Formatter,
     )
     parser.add_argument("--db", metavar="PATH", help=DB_HELP)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
@@ -98,5 +102,5 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             add = getattr(importlib.import_module(f"cmr.cli.{module}"), f"add_{name}")
             add(commands)
         else:
-            commands.add_parser(name, help=SUMMARIES[name])
+            commands.add_parser(name, help=SUMMARIES[name], formatter_class=Formatter)
     return parser

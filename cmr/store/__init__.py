@@ -6,7 +6,6 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import Final
 
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, needs_extra
 from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
@@ -16,22 +15,29 @@ from cmr.store.base import (
     PROCESS_LOST,
     REMOTE_PARENT,
     AmbiguousSequenceError,
-    FrameRecord,
-    HandoffRecord,
     InvalidBatchError,
-    InvocationRecord,
     MethodRecord,
     ProcessRecord,
-    SampleRecord,
-    SamplerRecord,
-    SequenceData,
     SequenceSummary,
     Store,
     StoreError,
-    StoreStats,
-    ThreadRecord,
     UnknownSequenceError,
 )
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:  # cmr.store.records, loaded on use as in cmr.store.base
+    from typing import Final
+
+    from cmr.store.records import (
+        FrameRecord,
+        HandoffRecord,
+        InvocationRecord,
+        SampleRecord,
+        SamplerRecord,
+        SequenceData,
+        StoreStats,
+        ThreadRecord,
+    )
 
 __all__ = [
     "LOST_GRACE_MS",
@@ -60,6 +66,14 @@ __all__ = [
     "open_store",
     "repository_target",
 ]
+
+
+def __getattr__(name: str) -> object:
+    from cmr.store import base
+
+    if name in base._RECORDS:
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _URL: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -109,6 +123,10 @@ def open_store(
         raise StoreError(
             f"unsupported repository '{target}': give a file path or a postgresql:// URL"
         )
+    if readonly:  # the read side alone: no ingest machinery to load
+        from cmr.store.sqlite.reader import SQLiteReader
+
+        return SQLiteReader(target, readonly=True, clock=clock)
     from cmr.store.sqlite.store import SQLiteStore
 
-    return SQLiteStore(target, readonly=readonly, clock=clock)
+    return SQLiteStore(target, clock=clock)

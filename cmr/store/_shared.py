@@ -9,17 +9,21 @@ restating them (SQL backends restate them in SQL, next to which the rule is name
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 from cmr.store.base import (
     REMOTE_PARENT,
     AmbiguousSequenceError,
-    SequenceData,
     SequenceSummary,
     StoreError,
     UnknownSequenceError,
 )
-from invoseq.wire import Batch
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final
+
+    from cmr.store.base import SequenceData
+    from invoseq.wire import Batch
 
 SEQ_HEX_DIGITS: Final = 32
 #: How many matches an ambiguous prefix lookup names in its message.

@@ -14,11 +14,15 @@ always read.
 from __future__ import annotations
 
 import fnmatch
+from collections import namedtuple
 from collections.abc import Callable
-from typing import Final, NamedTuple
 
 from cmr.store._shared import COMPLETE, INCOMPLETE, RUNNING
 from cmr.store.base import SORT_DURATION, STATUS_ERROR, SequenceQuery, SequenceSummary
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final, NamedTuple
 
 #: Listing lines a store reads at a time while a query passes over some.
 PAGE_SIZE: Final = 256
@@ -60,16 +64,21 @@ def window(query: SequenceQuery | None) -> tuple[int, int]:
     return since, until
 
 
-class ListingKeys(NamedTuple):
-    """What a sequence's own row says for a listing query (``listing_sql``): ``root_name`` is
-    set only when the root is decided (a true root with a known method), and then its line
-    shows that name, ``end_ns`` and ``error``."""
+if TYPE_CHECKING:
 
-    start_ns: int
-    root_name: str | None
-    end_ns: int | None
-    error: str | None
-    open: bool  # an invocation is still open
+    class ListingKeys(NamedTuple):
+        """What a sequence's own row says for a listing query (``listing_sql``): ``root_name``
+        is set only when the root is decided (a true root with a known method), and then its
+        line shows that name, ``end_ns`` and ``error``."""
+
+        start_ns: int
+        root_name: str | None
+        end_ns: int | None
+        error: str | None
+        open: bool  # an invocation is still open
+
+else:  # the same, without typing (a listing loads none)
+    ListingKeys = namedtuple("ListingKeys", ("start_ns", "root_name", "end_ns", "error", "open"))
 
 
 def candidate(

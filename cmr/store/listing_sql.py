@@ -19,13 +19,17 @@ otherwise the same text.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
 
 from cmr.store._shared import COMPLETE, INCOMPLETE, RUNNING
 from cmr.store.base import STATUS_ERROR, SequenceQuery
 from cmr.store.listing import LONGEST, UNDECIDED, UNENDED, PageKey, PageKind, matching_names
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Any, Final, NamedTuple, TypeAlias
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +47,20 @@ SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)")
 POSTGRES: Final = Dialect("%({})s", "{}")
 
 
-class Plan(NamedTuple):
-    """What a store asks its database once per listing query, before reading pages."""
+if TYPE_CHECKING:
 
-    names: list[str] | None  # the decided root names the pattern matches (``matching_names``)
-    few_durations: bool  # the duration range holds few rows: read them by their index
+    class Plan(NamedTuple):
+        """What a store asks its database once per listing query, before reading pages."""
+
+        names: list[str] | None  # the decided root names the pattern matches (matching_names)
+        few_durations: bool  # the duration range holds few rows: read them by their index
+
+else:  # the same, without typing (a listing loads none)
+    Plan = namedtuple("Plan", ("names", "few_durations"))
 
 
 #: Rows a statement with named parameters gives (a store's connection).
-Rows = Callable[[str, Mapping[str, object]], list[tuple[Any, ...]]]
+Rows: TypeAlias = "Callable[[str, Mapping[str, object]], list[tuple[Any, ...]]]"
 #: At most this many rows in the duration range and its index reads them all, then sorts
 #: (at most this many); more, and the start index is walked newest first until enough pass.
 FEW_DURATIONS: Final = 4096

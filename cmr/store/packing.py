@@ -120,8 +120,8 @@ def write_each(
 ) -> list[PackedBatch]:
     """Write the ``prepared`` batches of a transaction in order with ``write`` (False: the batch
     was stored before, and nothing of it is written again), each outcome set; the packs of the
-    batches written, whose summaries the store then writes once (``group_parts``), after every
-    batch's late Ends."""
+    batches written, whose summaries the store then writes once (``grouping.group_parts``),
+    after every batch's late Ends."""
     written: list[PackedBatch] = []
     for ready in prepared:
         outcomes[ready.at] = fresh = write(ready)
@@ -277,12 +277,22 @@ def _pack_scanned(
             return error.t_ns + offset, error.error
         return (None if end_ns is None else end_ns + offset), None
 
-    roots: list[RootRow] = []
-    for seq, _count, _first, _methods, (parent, hid, t_ns, iid, method), end_ns in seq_rows:
-        end, error = end_of(iid, end_ns)
-        roots.append(
-            (seq, int(parent != 0), int(hid != 0), t_ns + offset, puid, iid, method, end, error)
+    roots: list[RootRow] = [
+        (
+            seq,
+            int(parent != 0),
+            int(hid != 0),
+            t_ns + offset,
+            puid,
+            iid,
+            method,
+            None if end_ns is None else end_ns + offset,
+            None,
         )
+        for seq, _count, _first, _methods, (parent, hid, t_ns, iid, method), end_ns in seq_rows
+    ]
+    if errors:  # rare: a root that raised takes its Error's end and exception
+        roots = [(*row[:7], *end_of(row[5], None)) if row[5] in errors else row for row in roots]
     summary = SummaryParts(
         counts=Counter({row[0]: row[1] for row in seq_rows if row[1]}),
         threads={(seq, puid, tid) for seq, tid in threads},
@@ -326,58 +336,3 @@ def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:
         if known is None or (event.t_ns, event.iid) < (known.t_ns, known.iid):
             earliest[event.seq] = event
     return earliest
-
-
-@dataclass(frozen=True, slots=True)
-class GroupParts:
-    """What the batches one transaction stores add to their sequences' summaries, as one
-    batch's would be: a sequence that several of them carry is written once (``group_parts``)."""
-
-    summary: SummaryParts
-    first_start: dict[bytes, int]  # seq -> its earliest Start in the group, wall clock
-    late_ends: list[LateEnd]  # the batches' first of each invocation, in the batches' order
-
-
-def group_parts(packs: Sequence[PackedBatch]) -> GroupParts:
-    """The summary parts of ``packs`` (the batches a transaction stored, in the order it stored
-    them) merged: Start counts added, each sequence's earliest Start and lowest-ranked root
-    candidate kept (the first of equal ones, as the stores' upserts keep), the first late End of
-    each invocation (a forged repeat, in a later batch or the same one, changes nothing),
-    threads, entries and open invocations together. A store writes them after every batch's
-    late Ends are stored, so an invocation a later batch of the group ends is never opened."""
-    late_ends = _first_late_ends(packs)
-    if len(packs) == 1:
-        [only] = packs
-        return GroupParts(only.summary, only.first_start, late_ends)
-    merged = SummaryParts()
-    first_start: dict[bytes, int] = {}
-    roots: dict[bytes, RootRow] = {}
-    for packed in packs:
-        parts = packed.summary
-        merged.counts.update(parts.counts)
-        merged.threads |= parts.threads
-        merged.entries += parts.entries
-        merged.opened += parts.opened
-        for seq, start in packed.first_start.items():
-            known = first_start.get(seq)
-            first_start[seq] = start if known is None or start < known else known
-        for row in parts.roots:
-            best = roots.get(row[0])
-            if best is None or row[1:6] < best[1:6]:
-                roots[row[0]] = row
-    merged.roots = list(roots.values())
-    return GroupParts(merged, first_start, late_ends)
-
-
-def _first_late_ends(packs: Sequence[PackedBatch]) -> list[LateEnd]:
-    """The late Ends of ``packs`` in the order the stores insert them, only the first of each
-    invocation: the one the stores keep (first write wins for an event key)."""
-    late_ends: list[LateEnd] = []
-    ended: set[tuple[int, int]] = set()
-    for packed in packs:
-        for end in packed.late_ends:
-            key = (end[0], end[1])
-            if key not in ended:
-                ended.add(key)
-                late_ends.append(end)
-    return late_ends

@@ -36,12 +36,18 @@ from cmr.store._shared import (
     sequence_status,
     summary_root,
 )
-from cmr.store.base import InvocationRecord, MethodRecord, ProcessRecord, SequenceSummary
-from invoseq.wire import End, Error, Start, ThreadChunk
+from cmr.store.base import MethodRecord, ProcessRecord, SequenceSummary
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:  # a listing reads summaries without the protocol (msgspec)
+    from typing import TypeAlias
+
+    from cmr.store.base import InvocationRecord
+    from invoseq.wire import End, Error, Start, ThreadChunk
 
 #: Decoded stored batches by (puid, batch_no), kept while one pass reads many sequences
 #: (``packed.unpack``'s cache; defined here because packed imports this module).
-BatchCache = dict[tuple[int, int], list[ThreadChunk]]
+BatchCache: TypeAlias = "dict[tuple[int, int], list[ThreadChunk]]"
 
 _IID = operator.attrgetter("iid")
 _PARENT = operator.attrgetter("parent")
@@ -119,6 +125,8 @@ class SummaryCollector:
         found: list[End | Error] = [*compress(ends, map(chosen.__contains__, map(_IID, ends)))]
         found += [e for e in errors if e.iid in chosen]
         end_of = {e.iid: e.t_ns + offset for e in found}
+        from invoseq.wire import Error  # loaded by now: the batches were decoded with it
+
         error_of = {e.iid: e.error for e in found if type(e) is Error}
         parts.roots = [
             (

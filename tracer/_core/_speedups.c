@@ -56,10 +56,15 @@
 
 #define MAX_NAME 1024         /* tracer.wire.MAX_NAME: an error's type name is cut to this */
 #define INITIAL_RECORDS 64    /* records preallocated per thread (4.5 KiB) */
-#define MAX_SPARE_RECORDS (1 << 16) /* a larger drained array is freed, not kept as the spare */
-/* The spare arrays of all threads together, at most (4.5 MiB): their memory stays whatever the
+/* A drained array up to this size is kept as the thread's spare, and reused by its next take:
+ * fresh pages cost a page fault each on first write (measured 4-15 us in a VM here: 60-250 ns a
+ * record), so a busy thread must not record into new memory every drain. 262,144 records (18 MiB)
+ * is more than a thread records between two drains at 2 M events/s; an idle thread gives its
+ * arrays back (trim). */
+#define MAX_SPARE_RECORDS (1 << 18) /* a larger drained array is freed, not kept as the spare */
+/* The spare arrays of all threads together, at most (18 MiB): their memory stays whatever the
  * number of threads; a thread with no spare allocates its fresh array at take(). */
-#define MAX_SPARE_RECORDS_TOTAL (1 << 16)
+#define MAX_SPARE_RECORDS_TOTAL (1 << 18)
 
 /* ---------------------------------------------------------------------------------------------
  * Process-wide state. Set by configure() (recorder.py does it at import); until then a traced
@@ -641,6 +646,11 @@ typedef struct {
     PyObject *code;  /* strong: the code whose frame this is (its end pops this entry only) */
     PyObject *token; /* strong: a root's ContextVar token */
     PyObject *root;  /* borrowed (the strand): a root's RootValue */
+    /* A strand's step (a generator's or coroutine's run from its start or a resume to its
+     * yield): `code` is the strand's, `iid` and `seq` its invocation's, `strand` the value the
+     * resumer ran under; popped at the yield. Calls in the step nest under it like a sync call's
+     * children, and the ContextVar is left alone. */
+    int step;
 } StackEntry;
 
 #define INITIAL_STACK 32
@@ -859,8 +869,8 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     Record *fresh = self->spare;
     Py_ssize_t fresh_capacity = self->spare_capacity;
     if (fresh == NULL || fresh_capacity < kept) {
-        fresh_capacity = INITIAL_RECORDS;
-        while (fresh_capacity < kept) {
+        fresh_capacity = INITIAL_RECORDS; /* as many as this take's: the next interval's likely */
+        while (fresh_capacity < kept || fresh_capacity < count) {
             fresh_capacity *= 2;
         }
         fresh = records_alloc(fresh_capacity);
@@ -914,6 +924,28 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     return (PyObject *)result;
 }
 
+/* An idle thread's buffer (nothing recorded since the last drain) gives its memory back: the
+ * spare array, and a large empty array for a small one. */
+static PyObject *
+buffer_trim(EventBuffer *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->spare != NULL) {
+        g_spare_records -= self->spare_capacity;
+        records_free(self->spare, self->spare_capacity);
+        self->spare = NULL;
+        self->spare_capacity = 0;
+    }
+    if (self->count == 0 && self->capacity > INITIAL_RECORDS) {
+        Record *small = records_alloc(INITIAL_RECORDS);
+        if (small != NULL) {
+            records_free(self->records, self->capacity);
+            self->records = small;
+            self->capacity = INITIAL_RECORDS;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PySequenceMethods buffer_as_sequence = {
     .sq_length = (lenfunc)buffer_length,
 };
@@ -924,6 +956,8 @@ static PyMethodDef buffer_methods[] = {
     {"take", (PyCFunction)(void (*)(void))buffer_take, METH_FASTCALL,
      "take(count=-1, /): remove the oldest count events (every one when count < 0) and return "
      "them encoded (EncodedEvents), or None if there are none."},
+    {"trim", (PyCFunction)buffer_trim, METH_NOARGS,
+     "Give back the memory an idle thread's buffer holds: its spare array, a large empty one."},
     {NULL},
 };
 
@@ -1546,24 +1580,36 @@ record_start(PyObject *buffer, const Beginning *b, uint64_t iid, uint64_t method
     return 0;
 }
 
-static int
-stack_push(EventBuffer *buffer, uint64_t iid, PyObject *strand, const Beginning *b)
+/* The next entry of the thread's stack, growing it when full (NULL: no memory, the error set);
+ * the caller fills it at once. */
+static StackEntry *
+stack_next(EventBuffer *buffer)
 {
     if (buffer->depth == buffer->stack_capacity) {
         Py_ssize_t capacity = buffer->stack_capacity ? buffer->stack_capacity * 2 : INITIAL_STACK;
         StackEntry *stack = realloc(buffer->stack, capacity * sizeof(StackEntry));
         if (stack == NULL) {
             PyErr_NoMemory();
-            return -1;
+            return NULL;
         }
         buffer->stack = stack;
         buffer->stack_capacity = capacity;
     }
-    StackEntry *entry = &buffer->stack[buffer->depth++];
+    return &buffer->stack[buffer->depth++];
+}
+
+static int
+stack_push(EventBuffer *buffer, uint64_t iid, PyObject *strand, const Beginning *b)
+{
+    StackEntry *entry = stack_next(buffer);
+    if (entry == NULL) {
+        return -1;
+    }
     entry->iid = iid;
     entry->strand = Py_NewRef(strand);
     memcpy(entry->seq, b->seq_bytes, 16);
     entry->exotic = b->exotic;
+    entry->step = 0;
     entry->code = entry->token = entry->root = NULL;
     return 0;
 }
@@ -1862,6 +1908,7 @@ begin_fast(uint64_t method, Invocation *inv)
     entry->strand = current; /* the reference PyContextVar_Get gave */
     memcpy(entry->seq, seq, 16);
     entry->exotic = 0;
+    entry->step = 0;
     entry->code = entry->token = entry->root = NULL;
     buffer->depth = depth + 1;
     inv->buffer = Py_NewRef((PyObject *)buffer);
@@ -2158,9 +2205,6 @@ new_seq(PyObject *module, PyObject *Py_UNUSED(ignored))
 static PyObject *
 innermost(PyObject *current)
 {
-    if (current == Py_None || is_closed(current)) {
-        Py_RETURN_NONE; /* no sequence: no stack entry can match (entries never hold None) */
-    }
     PyObject *buffer = current_buffer();
     if (buffer == NULL) {
         return NULL;
@@ -2168,7 +2212,10 @@ innermost(PyObject *current)
     EventBuffer *events = (EventBuffer *)buffer;
     PyObject *result = Py_None;
     if (events->depth > 0 && events->stack[events->depth - 1].strand == current) {
-        PyObject *seq = PySequence_GetItem(current, 0); /* the strand's sequence is the entry's */
+        /* A strand's step may run under None or another sequence's value: its entry says */
+        StackEntry *top = &events->stack[events->depth - 1];
+        PyObject *seq = top->exotic ? PySequence_GetItem(current, 0)
+                                    : PyBytes_FromStringAndSize((const char *)top->seq, 16);
         result = seq == NULL ? NULL
                              : Py_BuildValue("(NKi)", seq,
                                              (unsigned long long)events->stack[events->depth - 1].iid,
@@ -2404,10 +2451,117 @@ strand_state(PyObject **frame_out)
     return state;
 }
 
-/* A strand begins (a generator's or coroutine's first run): its Start, its state kept by frame,
- * its context value set for this step. 0, or -1 with an error set. */
+/* Whether the ContextVar value `current` belongs to the sequence `seq` (16 bytes): an open
+ * root's value, or a (seq, parent, hid[, origin]) value. */
 static int
-strand_begin(uint64_t method)
+of_sequence(PyObject *current, const char *seq)
+{
+    if (Py_IS_TYPE(current, &RootValueType)) {
+        return !((RootValue *)current)->closed
+            && memcmp(((RootValue *)current)->seq, seq, 16) == 0;
+    }
+    if (!PyTuple_CheckExact(current) || PyTuple_GET_SIZE(current) < 3) {
+        return 0;
+    }
+    PyObject *first = PyTuple_GET_ITEM(current, 0);
+    return PyBytes_CheckExact(first) && PyBytes_GET_SIZE(first) == 16
+        && memcmp(PyBytes_AS_STRING(first), seq, 16) == 0;
+}
+
+/* A step of the strand whose state is `state` begins on this thread. When the ContextVar holds
+ * a value of the strand's own sequence, the step is an entry on the thread's stack (its iid and
+ * sequence, that value, its code): the calls it makes nest under it as under a synchronous
+ * call's, with no ContextVar write, and a context C code copies meanwhile carries the sequence
+ * (with an ancestor for parent); state[2] says so (True). Otherwise (a strand that began a
+ * sequence, one resumed from another sequence or from none, one whose sequence fits no record)
+ * the step sets the strand's value in the ContextVar, its token in state[2], so that copies
+ * carry the right sequence. 0, or -1 with an error set. */
+static int
+step_begin(PyObject *state, PyObject *code)
+{
+    PyObject *value = PyList_GET_ITEM(state, 1);
+    PyObject *seq = PyTuple_GET_ITEM(value, 0);
+    uint64_t iid;
+    PyObject *current = NULL;
+    if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        return -1;
+    }
+    if (!PyBytes_CheckExact(seq) || PyBytes_GET_SIZE(seq) != 16
+        || !fits_u64(PyList_GET_ITEM(state, 0), &iid)
+        || !of_sequence(current, PyBytes_AS_STRING(seq))) {
+        Py_DECREF(current);
+        PyObject *token = PyContextVar_Set(g_context_var, value);
+        if (token == NULL) {
+            return -1;
+        }
+        PyList_SetItem(state, 2, token);
+        return 0;
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        Py_DECREF(current);
+        return -1;
+    }
+    StackEntry *entry = stack_next((EventBuffer *)buffer);
+    if (entry == NULL) {
+        Py_DECREF(current);
+        Py_DECREF(buffer);
+        return -1;
+    }
+    entry->iid = iid;
+    entry->strand = current; /* the reference PyContextVar_Get gave */
+    memcpy(entry->seq, PyBytes_AS_STRING(seq), 16);
+    entry->exotic = 0;
+    entry->step = 1;
+    entry->code = Py_NewRef(code);
+    entry->token = entry->root = NULL;
+    Py_DECREF(buffer);
+    PyList_SetItem(state, 2, Py_NewRef(Py_True));
+    return 0;
+}
+
+/* The step of the strand whose state is `state` ends (a yield, its return or unwind): its entry
+ * leaves the thread's stack (the innermost of this code and invocation; any above it too), or
+ * its ContextVar token is reset. 0, or -1 with an error set. */
+static int
+step_end(PyObject *state, PyObject *code)
+{
+    PyObject *token = PyList_GET_ITEM(state, 2);
+    if (token == Py_None) {
+        return 0;
+    }
+    if (token == Py_True) {
+        PyList_SetItem(state, 2, Py_NewRef(Py_None));
+        uint64_t iid;
+        if (!fits_u64(PyList_GET_ITEM(state, 0), &iid)) {
+            return -1;
+        }
+        PyObject *buffer = current_buffer(); /* the step began on this thread: its entry is here */
+        if (buffer == NULL) {
+            return -1;
+        }
+        EventBuffer *events = (EventBuffer *)buffer;
+        for (Py_ssize_t i = events->depth - 1; i >= 0; i--) {
+            StackEntry *entry = &events->stack[i];
+            if (entry->step && entry->code == code && entry->iid == iid) {
+                stack_pop(events, i, iid);
+                break;
+            }
+        }
+        Py_DECREF(buffer);
+        return 0;
+    }
+    Py_INCREF(token);
+    PyList_SetItem(state, 2, Py_NewRef(Py_None));
+    int reset = PyContextVar_Reset(g_context_var, token);
+    Py_DECREF(token);
+    return reset;
+}
+
+/* A strand begins (a generator's or coroutine's first run): its Start, its state kept by frame,
+ * its first step begun. 0, or -1 with an error set. */
+static int
+strand_begin(uint64_t method, PyObject *code)
 {
     if (g_disabled || g_strands == NULL) {
         return 0;
@@ -2431,27 +2585,36 @@ strand_begin(uint64_t method)
         return value == NULL ? -1 : 0;
     }
     PyObject *buffer = current_buffer();
-    PyObject *token = buffer == NULL ? NULL : PyContextVar_Set(g_context_var, value);
-    PyObject *state = token == NULL ? NULL : PyList_New(4);
+    PyObject *state = buffer == NULL ? NULL : PyList_New(4);
     if (state == NULL) {
-        Py_XDECREF(token);
         Py_XDECREF(buffer);
         Py_DECREF(value);
         return -1;
     }
     PyList_SET_ITEM(state, 0, Py_NewRef(PyTuple_GET_ITEM(value, 1))); /* the iid */
     PyList_SET_ITEM(state, 1, value);
-    PyList_SET_ITEM(state, 2, token);
+    PyList_SET_ITEM(state, 2, Py_NewRef(Py_None));
     PyList_SET_ITEM(state, 3, buffer);
-    int stored = PyDict_SetItem(g_strands, frame, state);
+    int stored = step_begin(state, code);
+    if (stored == 0) {
+        stored = PyDict_SetItem(g_strands, frame, state);
+        if (stored < 0) {
+            PyObject *type, *error, *traceback;
+            PyErr_Fetch(&type, &error, &traceback);
+            if (step_end(state, code) < 0) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, error, traceback);
+        }
+    }
     Py_DECREF(state);
     return stored;
 }
 
-/* A strand ends: its End (its Error; GeneratorExit ends a generator ok), and the step's value
- * reset. 0, or -1 with an error set. */
+/* A strand ends: its End (its Error; GeneratorExit ends a generator ok), and its step ended.
+ * 0, or -1 with an error set. */
 static int
-strand_end(long kind, PyObject *error)
+strand_end(long kind, PyObject *error, PyObject *code)
 {
     PyObject *frame;
     PyObject *state = strand_state(&frame);
@@ -2474,57 +2637,48 @@ strand_end(long kind, PyObject *error)
                      : record_end((EventBuffer *)buffer, iid, ok ? NULL : Py_TYPE(error));
         Py_XDECREF(buffer);
     }
-    PyObject *token = PyList_GET_ITEM(state, 2);
-    if (token != Py_None) {
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        int reset = PyContextVar_Reset(g_context_var, token);
-        if (result < 0 || reset == 0) {
-            PyErr_Clear();
-            PyErr_Restore(type, value, traceback);
-        }
-        else {
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(traceback);
-            result = -1;
-        }
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    int ended = step_end(state, code);
+    if (result < 0 || ended == 0) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
+    else {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        result = -1;
     }
     Py_DECREF(state);
     return result;
 }
 
-/* PY_YIELD: the step ends, the caller's context value is back. */
+/* PY_YIELD: the step ends, and with it its entry on the thread's stack (or its context value). */
 static PyObject *
 monitor_yield(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *state = strand_state(NULL);
-    if (state == NULL || PyList_GET_ITEM(state, 2) == Py_None) {
+    if (nargs < 1 || state == NULL) {
         Py_RETURN_NONE;
     }
-    PyObject *token = Py_NewRef(PyList_GET_ITEM(state, 2));
-    PyList_SetItem(state, 2, Py_NewRef(Py_None));
-    int reset = PyContextVar_Reset(g_context_var, token);
-    Py_DECREF(token);
-    if (reset < 0 && !absorb_failure()) {
+    if (step_end(state, args[0]) < 0 && !absorb_failure()) {
         return NULL;
     }
     Py_RETURN_NONE;
 }
 
-/* PY_RESUME: a step begins under the strand's context value. */
+/* PY_RESUME: a step begins. */
 static PyObject *
 monitor_resume(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *state = strand_state(NULL);
-    if (state == NULL || PyList_GET_ITEM(state, 2) != Py_None) {
+    if (nargs < 1 || state == NULL || PyList_GET_ITEM(state, 2) != Py_None) {
         Py_RETURN_NONE;
     }
-    PyObject *token = PyContextVar_Set(g_context_var, PyList_GET_ITEM(state, 1));
-    if (token == NULL) {
-        return absorb_failure() ? Py_NewRef(Py_None) : NULL;
+    if (step_begin(state, args[0]) < 0 && !absorb_failure()) {
+        return NULL;
     }
-    PyList_SetItem(state, 2, token);
     Py_RETURN_NONE;
 }
 
@@ -2548,19 +2702,11 @@ push_marker(PyObject *code)
     if (buffer == NULL) {
         return -1;
     }
-    EventBuffer *events = (EventBuffer *)buffer;
-    if (events->depth == events->stack_capacity) {
-        Py_ssize_t capacity = events->stack_capacity ? events->stack_capacity * 2 : INITIAL_STACK;
-        StackEntry *stack = realloc(events->stack, capacity * sizeof(StackEntry));
-        if (stack == NULL) {
-            Py_DECREF(buffer);
-            PyErr_NoMemory();
-            return -1;
-        }
-        events->stack = stack;
-        events->stack_capacity = capacity;
+    StackEntry *entry = stack_next((EventBuffer *)buffer);
+    if (entry == NULL) {
+        Py_DECREF(buffer);
+        return -1;
     }
-    StackEntry *entry = &events->stack[events->depth++];
     memset(entry, 0, sizeof(StackEntry));
     entry->code = Py_NewRef(code);
     Py_DECREF(buffer);
@@ -2580,7 +2726,7 @@ monitor_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     if (kind != 0) {
-        if (strand_begin(method) < 0 && !absorb_failure()) {
+        if (strand_begin(method, code) < 0 && !absorb_failure()) {
             return NULL;
         }
         Py_RETURN_NONE;
@@ -2620,7 +2766,7 @@ monitor_end(PyObject *code, PyObject *error)
     EventBuffer *cached = (EventBuffer *)t_cache.buffer;
     PyObject *buffer;
     if (cached != NULL && t_cache.generation == g_generation && cached->depth > 0
-        && cached->stack[cached->depth - 1].code == code) {
+        && cached->stack[cached->depth - 1].code == code && !cached->stack[cached->depth - 1].step) {
         buffer = Py_NewRef((PyObject *)cached);
     }
     else {
@@ -2630,7 +2776,7 @@ monitor_end(PyObject *code, PyObject *error)
             Py_RETURN_NONE;
         }
         if (kind != 0) {
-            if (strand_end(kind, error) < 0 && !absorb_failure()) {
+            if (strand_end(kind, error, code) < 0 && !absorb_failure()) {
                 return NULL;
             }
             Py_RETURN_NONE;
@@ -2642,7 +2788,7 @@ monitor_end(PyObject *code, PyObject *error)
     }
     EventBuffer *events = (EventBuffer *)buffer;
     Py_ssize_t index = events->depth - 1;
-    if (index < 0 || events->stack[index].code != code) {
+    if (index < 0 || events->stack[index].code != code || events->stack[index].step) {
         Py_DECREF(buffer); /* a frame that began before its code was instrumented */
         Py_RETURN_NONE;
     }

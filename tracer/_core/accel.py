@@ -10,10 +10,13 @@ once each way). Decided once, at import: the hot path never asks again.
 from __future__ import annotations
 
 import os
-from types import ModuleType
-from typing import Final
 
 from tracer._core.log import log
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Final
 
 #: Set to 1 to run the pure-Python implementation even when the C accelerator is built.
 ENV_PURE: Final = "INVOSEQ_PURE"

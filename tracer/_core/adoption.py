@@ -18,13 +18,16 @@ no span current pays one ContextVar read and one dict lookup.
 
 from __future__ import annotations
 
-import contextvars
 import os
-from collections.abc import Callable, Mapping
-from types import ModuleType
-from typing import Any, Final
 
 from tracer._core import context, ids, imports, recorder
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    import contextvars
+    from collections.abc import Callable, Mapping
+    from types import ModuleType
+    from typing import Any, Final
 
 #: Spans recorded as invocations of this process: span id -> (trace id, seq, iid). Written by
 #: ``tracer.otel.InvocationSpanProcessor`` (on_start adds, on_end removes); dict operations are

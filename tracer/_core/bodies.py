@@ -8,9 +8,11 @@ Event tags are written as numbers (``invoseq.wire``: Start 0, End 1, Error 2).
 
 from __future__ import annotations
 
-from typing import Final
-
 from invoseq.events import TAG_END, TAG_ERROR, TAG_START
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final
 
 #: The sync wrapper's body (``tracer._core.shaped`` gives it the function's own
 #: parameters). Inlined: this is the path every traced call takes. A call nested in the top of its

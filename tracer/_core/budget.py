@@ -25,14 +25,16 @@ the drained events are let go.
 
 from __future__ import annotations
 
+import _thread
 import os
-import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from tracer._core import accel as _accel
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any, Final, TypeAlias
+
     from tracer._core._speedups import EventBuffer
     from tracer._core.recorder import EventList
 
@@ -49,7 +51,7 @@ MAX_CHUNK_EVENTS: Final = 4096
 
 # Reentrant, so that a signal handler running traced code on a thread that holds it finds it
 # busy (``_busy``) and counts an overflow instead of deadlocking; held for a few steps only.
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _busy = False
 #: ``Config().max_buffered_bytes`` (a test keeps them equal), until the runtime configures it:
 #: the settings load with the sender, not with ``import tracer``.
@@ -210,7 +212,7 @@ def take_overflow() -> tuple[int, set[bytes]]:
 def _after_fork_in_child() -> None:
     """The child holds none of its parent's events: the whole bound is free again."""
     global _lock, _busy, _free, _held
-    _lock = threading.RLock()
+    _lock = _thread.RLock()
     _busy = False
     _free, _held = _total, 0
 

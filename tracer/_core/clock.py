@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from typing import Final
 
 from tracer._core import accel
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Final
 
 #: Set to ``monotonic`` to read ``clock_gettime`` on every event, never the TSC.
 ENV_CLOCK: Final = "INVOSEQ_CLOCK"
@@ -40,8 +43,8 @@ def tsc_allowed() -> bool:
     if setting == "monotonic" or os.uname().machine != "x86_64":
         return False
     try:
-        with open(CLOCKSOURCE, encoding="ascii") as source:
-            return source.read().strip() == "tsc"
+        with open(CLOCKSOURCE, "rb") as source:  # bytes: no codec to load
+            return source.read().strip() == b"tsc"
     except OSError:
         return False
 

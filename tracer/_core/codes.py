@@ -16,10 +16,28 @@ traced call (the sampler's ``only_active``).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import _thread
 from types import CodeType, FunctionType
-from typing import Any, Final, Protocol
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, Final, Protocol
+
+    class Backend(Protocol):
+        """What makes a function's code report its events: ``tracer._core.monitoring`` (3.12+)
+        or ``tracer._core.rewriting`` (3.11)."""
+
+        def attach(self, function: FunctionType, method: int, kind: int) -> CodeType | None:
+            """Instrument the function's code: the code its frames run now, or None if it
+            cannot."""
+
+        def detach(self, function: FunctionType) -> None:
+            """Stop the function's code reporting (its frames run what they ran before attach)."""
+
+        def untraced_code(self, running: CodeType) -> CodeType:
+            """Code that runs as ``running`` does and reports nothing."""
+
 
 #: The kinds of traced code: a plain call, a generator (or async generator), a coroutine.
 SYNC: Final = 0
@@ -41,21 +59,7 @@ def _runs_traced(code: CodeType) -> bool:
     return TRACED_CODES.get(id(code)) is code
 
 
-_lock = threading.Lock()
-
-
-class Backend(Protocol):
-    """What makes a function's code report its events: ``tracer._core.monitoring`` (3.12+) or
-    ``tracer._core.rewriting`` (3.11)."""
-
-    def attach(self, function: FunctionType, method: int, kind: int) -> CodeType | None:
-        """Instrument the function's code: the code its frames run now, or None if it cannot."""
-
-    def detach(self, function: FunctionType) -> None:
-        """Stop the function's code reporting (its frames run what they ran before attach)."""
-
-    def untraced_code(self, running: CodeType) -> CodeType:
-        """Code that runs as ``running`` does and reports nothing."""
+_lock = _thread.allocate_lock()  # threading's Lock (threading loads with the first thread)
 
 
 _backend: Backend | None = None

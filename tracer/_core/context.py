@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
-from typing import Final
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Final
 
 Current = tuple[bytes, int, int]
 #: What the ContextVar holds: a ``Current``, or one with its ``origin`` (a synchronous root's

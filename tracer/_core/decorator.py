@@ -29,14 +29,17 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import AsyncGenerator, Callable
-from typing import Any, Final
 
 from invoseq.events import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 from tracer._core import accel as _accel
-from tracer._core import adoption, bodies, budget, codes, context, frames, ids, recorder, shaped
+from tracer._core import adoption, budget, codes, context, frames, ids, recorder
 from tracer._core import clock as clock_module
 from tracer._core import stack as stack_module
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, Callable
+    from typing import Any, Final
 
 TRACED_MARK: Final = "__invoseq_traced__"
 #: "c" when the C accelerator records events, "python" otherwise (INVOSEQ_PURE=1 forces it).
@@ -211,22 +214,30 @@ def _wrap_sync(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
     if _accel.speedups is not None:
         wrapper: Callable[..., Any] = _accel.speedups.TracedFunction(fn, method)
         return wrapper
-    return shaped.make(bodies.SYNC, "traced_call", globals(), fn, method)
+    return _shaped("SYNC", "traced_call", fn, method)
 
 
 def _wrap_coroutine(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
-    return shaped.make(
-        bodies.COROUTINE, "traced_coroutine", globals(), fn, method, kind="async def"
-    )
+    return _shaped("COROUTINE", "traced_coroutine", fn, method, kind="async def")
 
 
 def _wrap_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
-    return shaped.make(bodies.GENERATOR, "traced_generator", globals(), fn, method)
+    return _shaped("GENERATOR", "traced_generator", fn, method)
 
 
 def _wrap_async_generator(fn: Callable[..., Any], method: int) -> Callable[..., Any]:
-    body = bodies.ASYNC_GENERATOR
-    return shaped.make(body, "traced_async_generator", globals(), fn, method, kind="async def")
+    return _shaped("ASYNC_GENERATOR", "traced_async_generator", fn, method, kind="async def")
+
+
+def _shaped(
+    body: str, name: str, fn: Callable[..., Any], method: int, *, kind: str = "def"
+) -> Callable[..., Any]:
+    """A Python wrapper of ``fn`` whose body is ``bodies.<body>``: the wrapper compiler loads
+    with the first (with the C accelerator, sync calls are wrapped in C and code is
+    instrumented, so most programs never load it)."""
+    from tracer._core import bodies, shaped
+
+    return shaped.make(getattr(bodies, body), name, globals(), fn, method, kind=kind)
 
 
 async def _close_async(inner: AsyncGenerator[Any, Any], iid: int, value: Any) -> None:

@@ -9,9 +9,12 @@ covers them all.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from types import CodeType
-from typing import Any, Final
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, Final
 
 __all__ = ["WRAPPER_CODES", "register_factories", "register_wrappers"]
 

@@ -1,27 +1,39 @@
 """Identity of the platform, the process and the sequence (see DESIGN.md, "Identity").
 
 Ids are plain ints and bytes on the hot path; hex appears only at the edges. Random values come
-from a ``random.Random`` seeded from the OS at start and again in a forked child, so drawing a
-sequence id costs no syscall and a child never repeats its parent's draws.
+from a Mersenne Twister seeded from the OS at start and again in a forked child, so drawing a
+sequence id costs no syscall and a child never repeats its parent's draws. It is ``random``'s own
+generator, ``_random.Random``, without the ``random`` module (and the ``math``, ``bisect`` and
+hashing it loads), which ``import tracer`` does not need.
 """
 
 from __future__ import annotations
 
+import _random
+import _thread
 import os
-import random
 import sys
-import threading
 import time
-from collections.abc import Sequence
-from typing import Final, NamedTuple
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Final, NamedTuple
 
 _MACHINE_ID_FILES: Final = ("/etc/machine-id", "/var/lib/dbus/machine-id")
 
-_rng = random.Random(os.urandom(32))
+
+def _seed() -> int:
+    """256 bits from the OS (``_random.Random.seed`` takes an int whole; other types it hashes)."""
+    return int.from_bytes(os.urandom(32), "big")
+
+
+_rng = _random.Random(_seed())
 
 
 def _reseed() -> None:
-    _rng.seed(os.urandom(32))
+    _rng.seed(_seed())
 
 
 #: The bit ``new_seq`` sets so that an id is never all zero: the lowest of the 9th byte, left of
@@ -75,16 +87,24 @@ def platform_id() -> str:
     return hashlib.sha256(b"invoseq-host:" + host_name().encode()).hexdigest()[:16]
 
 
-class ProcessIdentity(NamedTuple):
-    """Who is sending: drawn at start, and again in a forked child."""
+if TYPE_CHECKING:
 
-    puid: int
-    pid: int
-    host: str
-    platform_id: str
-    clock_offset_ns: int  # wall ns - monotonic ns: converts event times to wall time
-    started_ns: int
-    argv: tuple[str, ...]
+    class ProcessIdentity(NamedTuple):
+        """Who is sending: drawn at start, and again in a forked child."""
+
+        puid: int
+        pid: int
+        host: str
+        platform_id: str
+        clock_offset_ns: int  # wall ns - monotonic ns: converts event times to wall time
+        started_ns: int
+        argv: tuple[str, ...]
+
+else:  # the same, without typing's NamedTuple (typing is no part of ``import tracer``)
+    ProcessIdentity = namedtuple(
+        "ProcessIdentity",
+        ("puid", "pid", "host", "platform_id", "clock_offset_ns", "started_ns", "argv"),
+    )
 
 
 def _draw_identity() -> ProcessIdentity:
@@ -105,7 +125,7 @@ _started_ns = time.time_ns()  # when the tracer was imported (or the process for
 _identity: ProcessIdentity | None = None
 
 
-_drawing = threading.Lock()  # two threads asking first get the same identity
+_drawing = _thread.allocate_lock()  # two threads asking first get the same identity
 
 
 def identity() -> ProcessIdentity:
@@ -130,7 +150,7 @@ def adopt_argv(argv: Sequence[str]) -> None:
 def _after_fork_in_child() -> None:
     global _identity, _started_ns, _drawing
     _reseed()
-    _drawing = threading.Lock()
+    _drawing = _thread.allocate_lock()
     _started_ns = time.time_ns()
     _identity = None
 

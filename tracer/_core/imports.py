@@ -12,18 +12,19 @@ The finder costs an import of a module nobody watches one set lookup.
 
 from __future__ import annotations
 
+import _thread
 import sys
-import threading
-from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any, TypeAlias
 
-Callback = Callable[[ModuleType], None]
+    Callback: TypeAlias = Callable[[ModuleType], None]
 
-_lock = threading.RLock()
+_lock = _thread.RLock()  # threading's RLock
 _waiting: dict[str, list[Callback]] = {}
 
 
@@ -71,7 +72,7 @@ class _Watcher:
     loader, so the callbacks run once the module's code has run."""
 
     def __init__(self) -> None:
-        self._finding = threading.local()
+        self._finding = _thread._local()  # threading.local
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None

@@ -8,10 +8,10 @@ and nothing for a child to inherit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tracer.config import Config
 
 __all__ = ["child_settings", "config", "flush", "install", "shutdown"]

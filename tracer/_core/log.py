@@ -3,10 +3,10 @@ at the first message, not at ``import tracer`` (it is no part of the hot path)."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
     from logging import Logger
+    from typing import Any
 
 
 class _Log:

@@ -15,33 +15,37 @@ takes exactly the events it counted when it handed their charge over to itself.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import itertools
 import os
-import threading
-import weakref
-from collections.abc import Callable
-from types import CodeType
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
+from _weakref import ref as _weak_ref
 
 from tracer._core import accel as _accel
 from tracer._core import budget, context
 from tracer._core.log import log
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:  # threading loads with the first event (register_thread)
+    import threading
+    import weakref
+    from collections.abc import Callable
+    from types import CodeType
+    from typing import Any, Final, TypeAlias
+
     import msgspec
 
     from tracer._core._speedups import EncodedEvents, EventBuffer
 
 
 #: An event as the hot path records it; the layouts are those of invoseq.wire's event structs.
-EventTuple = tuple[Any, ...]
+EventTuple: TypeAlias = "tuple[Any, ...]"
 #: A method's interned metadata, laid out as invoseq.wire.MethodInfo.
-MethodTuple = tuple[int, str, str, str, int]
+MethodTuple: TypeAlias = "tuple[int, str, str, str, int]"
 #: A thread's interned metadata, laid out as invoseq.wire.ThreadInfo.
-ThreadTuple = tuple[int, int, str]
+ThreadTuple: TypeAlias = "tuple[int, int, str]"
 #: A sampled code location, laid out as invoseq.wire.FrameInfo.
-FrameTuple = tuple[int, str, str, int]
+FrameTuple: TypeAlias = "tuple[int, str, str, int]"
 
 
 #: The top of an empty stack: a strand no ContextVar value is (so nothing nests in it).
@@ -64,7 +68,7 @@ def _new_event_list() -> EventList:
     events = EventList()
     events.limit = 0  # the first Start reserves
     events.top = NO_TOP
-    events.ident = threading.get_ident()
+    events.ident = _thread.get_ident()
     return events
 
 
@@ -73,7 +77,7 @@ EventSink: TypeAlias = "EventList | EventBuffer"
 #: A thread's drained events, for the sender: tuples, or the C accelerator's encoded events.
 Events: TypeAlias = "list[EventTuple] | EncodedEvents"
 
-tls: Final = threading.local()
+tls: Final = _thread._local()  # threading.local
 #: The process's invocation counter: one, whichever implementation records (the C one is C's).
 next_iid: Callable[[], int]
 _new_sink: Callable[[], EventSink]
@@ -132,7 +136,7 @@ class ThreadBuffer:
 #: traced code (a traced generator closed by the collector records its End), which registers its
 #: thread or interns a method here. With a plain lock that thread waited for itself, and the
 #: sender, draining, waited for it: the process's events stopped going out.
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _buffers: list[ThreadBuffer] = []
 _sampled: dict[int, tuple[int, int]] = {}  # thread ident -> (tid, native id), for the sampler
 _frames: list[FrameTuple] = []
@@ -151,11 +155,13 @@ on_new_thread: Callable[[], None] = _no_op
 
 def register_thread() -> EventSink:
     """The slow path of a thread's first event: returns the buffer its events go to."""
+    import threading  # at the process's first event, if the program has not loaded it
+
     thread = threading.current_thread()
     tid = _next_tid()
     native_id = threading.get_native_id()
     info = (tid, native_id, thread.name[:1024])
-    buffer = ThreadBuffer(tid, threading.get_ident(), info, weakref.ref(thread))
+    buffer = ThreadBuffer(tid, threading.get_ident(), info, _weak_ref(thread))
     sampled = (tid, native_id)
     # Building the buffer may have run a finalizer with traced code, which registered this
     # thread itself: keep that buffer (its events are in it) and let this one go.
@@ -254,11 +260,22 @@ def threads_in_c_calls() -> set[int]:
     return {buffer.ident for buffer in list(_buffers) if _in_c_call(buffer.events)}
 
 
-class Drained(NamedTuple):
-    chunks: list[tuple[ThreadBuffer, Events]]  # per thread, in the thread's order
-    finished: list[ThreadBuffer]  # threads that ended: they will record nothing more
-    #: Events taken: the sender holds their charge (budget.EVENT_BYTES each) until it lets them go.
-    events: int = 0
+class Drained:
+    """What a drain took: ``chunks`` per thread, in the thread's order; the threads that ended
+    (``finished``: they will record nothing more); ``events``, how many were taken (the sender
+    holds their charge, budget.EVENT_BYTES each, until it lets them go)."""
+
+    __slots__ = ("chunks", "events", "finished")
+
+    def __init__(
+        self,
+        chunks: list[tuple[ThreadBuffer, Events]],
+        finished: list[ThreadBuffer],
+        events: int = 0,
+    ) -> None:
+        self.chunks = chunks
+        self.finished = finished
+        self.events = events
 
 
 #: Called before each drain: they may append the last events of what ended unseen
@@ -289,6 +306,8 @@ def drain() -> Drained:
                 budget.hold(-taken * budget.EVENT_BYTES)
                 raise
             taken += count
+        elif not isinstance(buffer.events, list):
+            buffer.events.trim()  # idle since the last drain: its arrays' memory goes back
         if ended:
             budget.forget(buffer.events)
             finished.append(buffer)
@@ -344,7 +363,7 @@ def _after_fork_in_child() -> None:
     """The child starts with no buffered events: the parent sends its own. Only the forking thread
     exists in the child, so its thread-local list is the only one to forget."""
     global _lock
-    _lock = threading.RLock()
+    _lock = _thread.RLock()
     _buffers.clear()
     _sampled.clear()
     with contextlib.suppress(AttributeError):

@@ -26,11 +26,14 @@ call in its own entry, ``(strand, iid, seq, code, below, token)`` (``tracer._cor
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Final
+import _thread
 
 from tracer._core import accel as _accel
 from tracer._core import context, recorder
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 #: The 4th item of a synchronous root's context value.
 ORIGIN_SYNC_ROOT: Final = -1
@@ -39,7 +42,7 @@ APPROXIMATE: Final = {"invoseq.parent": "approximate"}
 
 _tls = recorder.tls
 _get = context.current.get
-_get_ident = threading.get_ident
+_get_ident = _thread.get_ident  # threading.get_ident
 
 
 def _capture() -> context.Current | None:

@@ -9,19 +9,21 @@ instrumentation backend is available, is wrapped (``tracer._core.decorator``).""
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import types
-from collections.abc import Callable
-from typing import Any, Final, TypeVar, overload
 
 from tracer._core import accel, codes, recorder
 from tracer._core.decorator import TRACED_MARK, is_traced, source, wrapper_for
 
-__all__ = ["traced"]
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, Final, TypeVar, overload
 
-F = TypeVar("F", bound=Callable[..., Any])
+    F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["traced"]
 
 
 #: Set to 1 to wrap traced functions instead of instrumenting their code (for comparison, or
@@ -60,6 +62,8 @@ def _wrap(fn: Callable[..., Any], name: str | None) -> Callable[..., Any]:
     method = recorder.register_method(module, qualname, file, line)
     if codes.instrumentable(fn) and codes.instrument(fn, method):  # type: ignore[arg-type]
         return fn
+    import functools
+
     wrapper = wrapper_for(fn, method)
     functools.update_wrapper(wrapper, fn)
     setattr(wrapper, TRACED_MARK, True)
@@ -98,10 +102,14 @@ def _wrap_any(target: Any, name: str | None) -> Any:
     return _wrap(target, name)
 
 
-@overload
-def traced(fn: F, /) -> F: ...
-@overload
-def traced(*, name: str | None = None) -> Callable[[F], F]: ...
+if TYPE_CHECKING:
+
+    @overload
+    def traced(fn: F, /) -> F: ...
+    @overload
+    def traced(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
 def traced(fn: Any = None, /, *, name: str | None = None) -> Any:
     """Trace every call of a function: ``@traced`` or ``@traced(name="checkout")``.
 

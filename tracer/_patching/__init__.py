@@ -10,28 +10,27 @@ there. Each patch keeps its original.
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
-import threading
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # the patches load at the first instrument(): importing tracer loads none
+    from collections.abc import Iterable
+    from typing import Any, TypeAlias
+
     from tracer._patching import integrations
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
 
-class Patch(NamedTuple):
-    owner: Any
-    name: str
-    original: Any
-    replacement: Any
+#: (owner, name, original, replacement): what ``_apply`` set, and what ``_uninstall`` restores.
+Patch: TypeAlias = "tuple[Any, str, Any, Any]"
 
 
 # Reentrant: an integration's hook may run while instrument() holds it (a module imported
 # already) or from any thread's import later on.
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _installed: list[Patch] = []
 _watcher: integrations.Watcher | None = None
 
@@ -49,7 +48,7 @@ def _apply(patches: Iterable[integrations.PatchSpec]) -> None:
             original = _raw(owner, name)
             replacement = make(original)
             setattr(owner, name, replacement)
-            _installed.append(Patch(owner, name, original, replacement))
+            _installed.append((owner, name, original, replacement))
 
 
 def instrument(*, disable: Iterable[str] | None = None) -> None:
@@ -97,13 +96,13 @@ def _uninstall() -> None:
     if processes is not None:
         processes.set_fork_hooks(False)
     while _installed:
-        patch = _installed.pop()
-        setattr(patch.owner, patch.name, patch.original)
+        owner, name, original, _replacement = _installed.pop()
+        setattr(owner, name, original)
 
 
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.RLock()
+    _lock = _thread.RLock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

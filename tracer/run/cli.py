@@ -281,15 +281,43 @@ def run(options: RunOptions) -> Ending:
         atexit.unregister(tracer.shutdown)
         acknowledged = tracer.shutdown()
         forked = os.getpid() != owner  # a child the program forked, back here at its end
-        problem = None if repository is None or forked else repository.stop()
+        reporting = options.report and db is not None and not forked
+        report = _stop_repository(
+            None if forked else repository,
+            _report_options(options, db, started_ns) if reporting else None,
+            acknowledged=acknowledged,
+            endpoint=endpoint,
+        )
+    if report is not None:
+        _say("\n" + report)
+    return ending
+
+
+def _stop_repository(
+    repository: EmbeddedRepository | None,
+    report: ReportOptions | None,
+    *,
+    acknowledged: bool,
+    endpoint: str,
+) -> str | None:
+    """Stop the embedded repository (when it is this process's) and say what went wrong; the
+    report's text when one is asked for. With every event acknowledged, everything is committed:
+    the report reads while the repository stops."""
+    text = None
+    try:
+        if repository is not None and report is not None and acknowledged:
+            repository.request_stop()
+            text = _report_text(report)
+    finally:
+        problem = None if repository is None else repository.stop()
     _flush_stdout()
     if not acknowledged:
         _say(f"tracer: warning: the repository at {endpoint} did not acknowledge every event")
     if problem is not None:
         _say(f"tracer: warning: {problem}")
-    if repository is not None and options.report and db is not None and not forked:
-        _print_report(ReportOptions(db, started_ns, options.db, options.patterns, _colour()))
-    return ending
+    if repository is None or report is None:
+        return None
+    return text if text is not None else _report_text(report)
 
 
 def _run_program(options: RunOptions) -> Ending:
@@ -355,15 +383,17 @@ def _die_by(signum: signal.Signals) -> int:
     return 128 + signum
 
 
-def _print_report(options: ReportOptions) -> None:
+def _report_options(options: RunOptions, db: str | None, started_ns: int) -> ReportOptions:
+    return ReportOptions(db or "", started_ns, options.db, options.patterns, _colour())
+
+
+def _report_text(options: ReportOptions) -> str:
     from cmr.store import StoreError
 
     try:
-        text = render_report(options)
+        return render_report(options)
     except (StoreError, OSError) as exc:
-        _say(f"tracer: could not read this run's sequences: {exc}")
-        return
-    _say("\n" + text)
+        return f"tracer: could not read this run's sequences: {exc}"
 
 
 def _colour() -> bool:

@@ -47,6 +47,7 @@ class EmbeddedRepository:
         self.endpoint = endpoint
         self._workdir = workdir
         self._owner = os.getpid()
+        self._stopping = False
 
     @classmethod
     def start(cls, db: str, *, timeout_s: float = START_TIMEOUT_S) -> EmbeddedRepository:
@@ -110,6 +111,14 @@ class EmbeddedRepository:
             lines = []
         return lines[-1] if lines else f"it exited with code {self.process.returncode}"
 
+    def request_stop(self) -> None:
+        """Ask the repository to stop (SIGTERM) without waiting: ``stop`` waits. It commits what
+        it received before it exits; readers of its database meanwhile see every commit."""
+        if os.getpid() == self._owner and not self._stopping and self.process.poll() is None:
+            self._stopping = True  # once: a second SIGTERM would end it before it commits
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> str | None:
         """Stop the repository (SIGTERM, then SIGKILL if it hangs) and clean up. Returns a
         one-line problem when it did not end cleanly, else None. In a forked child of the
@@ -117,9 +126,7 @@ class EmbeddedRepository:
         if os.getpid() != self._owner:
             return None
         problem = None
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
+        self.request_stop()
         try:
             self.process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -15,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
 from cmr.store.base import StoreError
+from cmr.store.postgres.binary import column
 
 Conn: TypeAlias = psycopg.Connection[TupleRow]
 
@@ -35,9 +36,10 @@ def where(url: str) -> str:
     return f"postgresql://{f'{user}@' if user else ''}{host}:{port}/{database}"
 
 
-def arrays(rows: Iterable[Sequence[object]]) -> list[list[object]]:
-    """``rows`` as the column arrays a statement over ``unnest(%b::type[], ...)`` binds."""
-    return [list(column) for column in zip(*rows, strict=True)]
+def arrays(rows: Iterable[Sequence[object]]) -> list[object]:
+    """``rows`` as the column arrays a statement over ``unnest(%b::type[], ...)`` binds, each
+    packed in binary form where it can be (``binary.column``)."""
+    return [column(values) for values in zip(*rows, strict=True)]
 
 
 def connect(url: str) -> Conn:

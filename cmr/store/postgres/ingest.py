@@ -6,7 +6,7 @@ receive the same batch, the second waits there for the first to commit, then fin
 stores nothing. Then its small index, each one statement over arrays (``unnest``), sent in one
 pipeline: a batch costs a round trip or two, not one per statement. The listing lines of the
 sequences (``postgres_summaries``) are written once for all the batches of the transaction, after
-the last of them (``packing.group_parts``): a sequence several of them carry is one row.
+the last of them (``grouping.group_parts``): a sequence several of them carry is one row.
 Hand-offs and samples are streamed with binary COPY into temporary staging tables and moved into
 the day-partitioned tables by one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` each, which
 computes every row's day and keeps the first write of a key.
@@ -32,6 +32,7 @@ from cmr.store._samples import sampler_record, without_gaps
 from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
 from cmr.store.packing import PackedBatch
+from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.partitions import day_of, day_sql
 from cmr.store.postgres.schema import (
@@ -177,16 +178,12 @@ def _store_index(conn: Conn, batch: Batch, packed: PackedBatch) -> None:
     Attrs whose Start is not in it (first write of an event key wins)."""
     puid, batch_no = batch.puid, batch.batch_no
     if packed.seqs:
+        seqs = sorted(packed.seqs)
+        methods = packed.seq_methods.get
         conn.execute(
-            "INSERT INTO batch_seqs SELECT seq, %s, %s FROM unnest(%b::bytea[]) AS s (seq)",
-            (puid, batch_no, sorted(packed.seqs)),
-        )
-    if packed.seq_methods:
-        seqs = sorted(packed.seq_methods)
-        conn.execute(
-            "INSERT INTO seq_methods SELECT m.seq, %s, %s, m.methods "
-            "FROM unnest(%b::bytea[], %b::bytea[]) AS m (seq, methods)",
-            (puid, batch_no, seqs, [packed.seq_methods[seq] for seq in seqs]),
+            "INSERT INTO batch_seqs SELECT s.seq, %s, %s, s.methods "
+            "FROM unnest(%b::bytea[], %b::bytea[]) AS s (seq, methods)",
+            (puid, batch_no, column(seqs), column([methods(seq) for seq in seqs])),
         )
     if packed.late_ends:
         conn.execute(

@@ -28,7 +28,6 @@ _PROCESS_TABLES = (
 #: What a sequence leaves behind, deleted with it.
 _SEQUENCE_TABLES = (
     "batch_seqs",
-    "seq_methods",
     "handoffs",
     "lost_seqs",
     "seq_roots",

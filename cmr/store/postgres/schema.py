@@ -228,6 +228,15 @@ _SAMPLER_INTERVALS: Final = (
     "ALTER TABLE samplers ADD COLUMN current_interval_ns bigint NOT NULL DEFAULT 0, "
     "ADD COLUMN longest_interval_ns bigint NOT NULL DEFAULT 0",
 )
+#: The methods a sequence's Starts ran in a batch, on its ``batch_seqs`` row (same key) instead
+#: of a table of their own: one index row less per sequence and batch (issue 33). NULL on the
+#: row of a sequence the batch has only Handoffs of.
+_BATCH_METHODS: Final = (
+    "ALTER TABLE batch_seqs ADD COLUMN methods bytea",
+    """UPDATE batch_seqs s SET methods = m.methods FROM seq_methods m
+       WHERE m.seq = s.seq AND m.puid = s.puid AND m.batch_no = s.batch_no""",
+    "DROP TABLE seq_methods",
+)
 #: The versions whose migration also runs Python after its statements (``postgres_migrate``):
 #: moving the rows into batches, then computing the listing lines.
 PACKED_VERSION: Final = 3
@@ -240,6 +249,7 @@ MIGRATIONS: Final = (
     Migration(ROOT_ERROR_VERSION, "the exception the root raised, in listing lines", _ROOT_ERROR),
     Migration(5, "listing keys on each sequence, indexed", _LISTING_KEYS),
     Migration(6, "the sampler's paced interval in its report", _SAMPLER_INTERVALS),
+    Migration(7, "the methods each sequence ran, on its batch_seqs row", _BATCH_METHODS),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
@@ -279,30 +289,47 @@ UPSERT_SAMPLE_THREADS: Final = """
     SET longest_ns = greatest(t.longest_ns, excluded.longest_ns)"""
 
 #: Rows are sorted by seq, so concurrent nodes lock shared sequence rows in one order. A
-#: sequence counts the Starts of every batch that brought some (``cmr.store.summaries``).
+#: sequence counts the Starts of every batch that brought some (``cmr.store.summaries``). A new
+#: sequence's listing keys come from its group's root candidate, bound with it (its method's
+#: name looked up, and its late End only when it has not ended); a sequence stored before takes
+#: them from its stored candidate (the join), as does one whose open root a late End of the
+#: group ends (the second part of ``batch``, always stored before). Joining every row to
+#: ``seq_roots`` and ``late_ends`` cost a request-sized sequence more than storing it (issue 33).
 UPSERT_SEQUENCES: Final = f"""
     WITH batch AS (
-        SELECT seq, min(start_ns) AS start_ns, sum(invocations)::bigint AS invocations
+        SELECT seq, min(start_ns) AS start_ns, sum(invocations)::bigint AS invocations,
+               min(root_name) AS root_name, min(end_ns) AS end_ns, min(error) AS error
         FROM (
-            SELECT * FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[])
-                AS b (seq, start_ns, invocations)
+            SELECT b.seq, b.start_ns, b.invocations,
+                CASE WHEN b.decided <> 0 THEN (
+                    SELECT CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname
+                                ELSE m.qualname END
+                    FROM methods m WHERE m.puid = b.puid AND m.method = b.method) END,
+                coalesce(b.end_ns, (
+                    SELECT l.end_ns FROM late_ends l WHERE l.puid = b.puid AND l.iid = b.iid)),
+                CASE WHEN b.end_ns IS NULL THEN (
+                    SELECT l.error FROM late_ends l WHERE l.puid = b.puid AND l.iid = b.iid)
+                ELSE b.error END
+            FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[],
+                        %b::bigint[], %b::bigint[], %b::bigint[], %b::text[])
+                AS b (seq, start_ns, invocations, decided, puid, iid, method, end_ns, error)
             UNION ALL
-            SELECT o.seq, q.start_ns, 0
+            SELECT o.seq, q.start_ns, 0, NULL, NULL, NULL
             FROM unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid)
             JOIN open_calls o ON o.puid = k.puid AND o.iid = k.iid
             JOIN seq_roots r ON r.seq = o.seq AND r.puid = k.puid AND r.iid = k.iid
             JOIN sequences q ON q.seq = o.seq
-        ) AS u
+        ) AS u (seq, start_ns, invocations, root_name, end_ns, error)
         GROUP BY seq
     )
     INSERT INTO sequences AS q (seq, start_ns, invocations, root_name, end_ns, error)
-    SELECT b.seq, b.start_ns, b.invocations, {_KEYS}
-    FROM batch b JOIN seq_roots r ON r.seq = b.seq {_KEYS_JOINS}
+    SELECT seq, start_ns, invocations, root_name, end_ns, error FROM batch
     ORDER BY 1
     ON CONFLICT (seq) DO UPDATE SET
         start_ns = least(q.start_ns, excluded.start_ns),
         invocations = q.invocations + excluded.invocations,
-        root_name = excluded.root_name, end_ns = excluded.end_ns, error = excluded.error"""
+        (root_name, end_ns, error) = (
+            SELECT {_KEYS} FROM seq_roots r {_KEYS_JOINS} WHERE r.seq = excluded.seq)"""
 #: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
 UPSERT_ROOTS: Final = """
     INSERT INTO seq_roots AS r
@@ -381,5 +408,6 @@ NAMED_METHODS: Final = """
 #: The methods each sequence ran, most recent sequence first (from %(since)s):
 #: ``find_sequences`` reads it until it has found enough sequences running a wanted method.
 METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN seq_methods m ON m.seq = q.seq
-    WHERE q.start_ns >= %(since)s ORDER BY q.start_ns DESC, q.seq DESC"""
+    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
+    WHERE q.start_ns >= %(since)s AND m.methods IS NOT NULL
+    ORDER BY q.start_ns DESC, q.seq DESC"""

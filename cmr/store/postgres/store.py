@@ -32,9 +32,10 @@ from cmr.store.base import (
     StoreError,
     StoreStats,
 )
+from cmr.store.grouping import group_parts
 from cmr.store.listing import select_lines
 from cmr.store.packed import methods_of
-from cmr.store.packing import PackingStore, Preparation, Prepared, group_parts, write_each
+from cmr.store.packing import PackingStore, Preparation, Prepared, write_each
 from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch

@@ -6,11 +6,14 @@ nodes lock them in one order."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
+from cmr.store.grouping import GroupParts
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
-from cmr.store.packing import GroupParts
 from cmr.store.postgres import read as postgres_read
+from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.schema import (
     OPEN_BY_PROCESS,
@@ -22,33 +25,39 @@ from cmr.store.postgres.schema import (
 )
 from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
 
+#: The columns of a sequence's row ``UPSERT_SEQUENCES`` binds: seq, start, count, decided, and
+#: its root candidate's puid, iid, method, end and error.
+_SEQUENCE_COLUMNS: Final = 9
+
 
 def store(conn: Conn, group: GroupParts) -> None:
-    """Add the parts of the batches a transaction stored (``packing.group_parts``); their late
+    """Add the parts of the batches a transaction stored (``grouping.group_parts``); their late
     Ends are stored already. Each sequence, and each whose open root a late End ends, is written
     last, once, with its listing keys from its root candidate as it now stands (rows locked in
     one order: ``UPSERT_SEQUENCES``). Then the late Ends close the invocations they end."""
     parts = group.summary
     counts = parts.counts
     store_parts(conn, parts)
-    ordered = sorted(group.first_start.items())
+    first_start = group.first_start
+    sequences = [
+        (seq, first_start[seq], counts[seq], int(not (untrue or handed)), *candidate)
+        for seq, untrue, handed, _start, *candidate in sorted(parts.roots)
+    ]
     late_puids = [row[0] for row in group.late_ends]
     late_iids = [row[1] for row in group.late_ends]
     conn.execute(
         UPSERT_SEQUENCES,
         (
-            [s for s, _ in ordered],
-            [t for _, t in ordered],
-            [counts[s] for s, _ in ordered],
-            late_puids,
-            late_iids,
+            *(arrays(sequences) if sequences else [[]] * _SEQUENCE_COLUMNS),
+            column(late_puids),
+            column(late_iids),
         ),
     )
     if late_puids:
         conn.execute(
             "DELETE FROM open_calls o USING unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid) "
             "WHERE o.puid = k.puid AND o.iid = k.iid",
-            (late_puids, late_iids),
+            (column(late_puids), column(late_iids)),
         )
 
 

@@ -5,24 +5,20 @@ hand-offs, methods, threads and processes its invocations name, each by index.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Final
 
 from cmr.store._shared import is_lost
-from cmr.store.base import (
-    HandoffRecord,
-    InvocationRecord,
-    MethodRecord,
-    ProcessRecord,
-    PruneResult,
-    ThreadRecord,
-)
-from cmr.store.columns import field, process_pairs, read_records
-from cmr.store.packed import LateAttrs, LateEnd
+from cmr.store.base import MethodRecord, ProcessRecord
 from cmr.store.sqlite.schema import PROCESS_COLUMNS, SEQUENCE_BATCHES
-from cmr.store.summaries import BatchCache
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:  # what a listing never reads (``processes`` is all it asks here) loads on use
+    from typing import Any, Final
+
+    from cmr.store.packed import LateAttrs, LateEnd
+    from cmr.store.records import HandoffRecord, InvocationRecord, PruneResult, ThreadRecord
+    from cmr.store.summaries import BatchCache
 
 #: Bound parameters per ``IN (...)`` list, well under SQLite's limit.
 _CHUNK: Final = 400
@@ -32,6 +28,7 @@ def invocations(
     conn: sqlite3.Connection, seq: bytes, cache: BatchCache | None = None
 ) -> Sequence[InvocationRecord]:
     """The sequence's invocations, from its batches and the late Ends and Attrs they lack."""
+    from cmr.store.columns import read_records
 
     def late_ends(keys: list[tuple[int, int]]) -> Iterator[LateEnd]:
         for part in _chunks(keys):
@@ -58,6 +55,9 @@ def handoffs(
 ) -> dict[int, HandoffRecord]:
     """The hand-offs recorded in the sequence, and those its invocations continue (found by hid
     alone, wherever they were recorded)."""
+    from cmr.store.columns import field
+    from cmr.store.records import HandoffRecord
+
     columns = "hid, puid, parent, kind, method, submitted_ns"
     found = {
         row[0]: HandoffRecord(*row)
@@ -77,6 +77,9 @@ def names(
     found_handoffs: dict[int, HandoffRecord],
 ) -> tuple[dict[tuple[int, int], MethodRecord], dict[tuple[int, int], ThreadRecord]]:
     """The methods and threads the invocations and hand-offs name."""
+    from cmr.store.columns import process_pairs
+    from cmr.store.records import ThreadRecord
+
     wanted_methods, wanted_threads = process_pairs(records, "method", "tid")
     wanted_methods.update((h.puid, h.method) for h in found_handoffs.values())
     puids = sorted({puid for puid, _ in wanted_methods})
@@ -111,6 +114,8 @@ def processes(conn: sqlite3.Connection, puids: Iterable[int], now: int) -> dict[
 
 
 def process_record(row: tuple[Any, ...], now: int) -> ProcessRecord:
+    import json
+
     puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms = row
     return ProcessRecord(
         puid=puid,
@@ -134,6 +139,8 @@ _PER_PROCESS: Final = ("methods", "threads", "frames", "samplers", "sample_threa
 
 def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:
     """``Store.prune`` on the caller's transaction."""
+    from cmr.store.records import PruneResult
+
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS pruned (seq BLOB PRIMARY KEY) WITHOUT ROWID")
     conn.execute("DELETE FROM temp.pruned")
     conn.execute(
@@ -142,7 +149,6 @@ def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:
     (sequences,) = conn.execute("SELECT count(*) FROM temp.pruned").fetchone()
     for table in (
         "batch_seqs",
-        "seq_methods",
         "handoffs",
         "lost_seqs",
         "sequences",

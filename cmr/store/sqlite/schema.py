@@ -10,14 +10,18 @@ upgraded. Version 8 adds the exception the root raised to the listing line (its 
 computed again on upgrade). Version 9 keeps each sequence's listing keys (its root's name, end
 and exception) on its row, indexed, so that ``cmr ls --root/--min-duration/--status/--sort
 duration`` are served by index (``cmr.store.listing``). Version 10 adds the sampler's paced
-interval to each process's sampler report (additive: 0 for the reports stored before).
+interval to each process's sampler report (additive: 0 for the reports stored before). Version
+11 keeps the methods a sequence ran in a batch on its ``batch_seqs`` row (same key) instead of a
+table of its own: one B-tree row less per sequence and batch (issue 33).
 """
 
 from __future__ import annotations
 
-from typing import Final
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -66,6 +70,17 @@ SAMPLES_SCHEMA: Final = (
 SAMPLER_INTERVALS_SCHEMA: Final = (
     "ALTER TABLE samplers ADD COLUMN current_interval_ns INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE samplers ADD COLUMN longest_interval_ns INTEGER NOT NULL DEFAULT 0",
+)
+#: Version 11: ``seq_methods`` folded into ``batch_seqs``, whose key it shared: the methods a
+#: sequence's Starts ran in the batch (a msgpack array), NULL on a row of a sequence the batch
+#: has only Handoffs of.
+BATCH_METHODS_SCHEMA: Final = (
+    "ALTER TABLE batch_seqs ADD COLUMN methods BLOB",
+    """UPDATE batch_seqs SET methods = (
+        SELECT m.methods FROM seq_methods m
+        WHERE m.seq = batch_seqs.seq AND m.puid = batch_seqs.puid
+          AND m.batch_no = batch_seqs.batch_no)""",
+    "DROP TABLE seq_methods",
 )
 #: Version 5 added lossy sequences: (seq, puid) when process puid reported (``Batch.lost_seqs``)
 #: that it dropped events of seq. Keyed by sequence first, so listing asks by index.
@@ -199,6 +214,7 @@ SCHEMA: Final = (
     *ROOT_ERROR_SCHEMA,
     *LISTING_KEYS_SCHEMA,
     *SAMPLER_INTERVALS_SCHEMA,
+    *BATCH_METHODS_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
@@ -215,6 +231,7 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
     2: (
         *HEARTBEAT_SCHEMA,
@@ -225,6 +242,7 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
     3: (
         *SAMPLES_SCHEMA,
@@ -234,6 +252,7 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
     4: (
         *LOST_SEQS_SCHEMA,
@@ -242,6 +261,7 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
     5: (
         *PACKED_SCHEMA,
@@ -249,11 +269,19 @@ UPGRADES: Final = {
         *ROOT_ERROR_SCHEMA,
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
     ),
-    6: (*SUMMARY_SCHEMA, *ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
-    7: (*ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
-    8: (*LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA),
-    9: SAMPLER_INTERVALS_SCHEMA,
+    6: (
+        *SUMMARY_SCHEMA,
+        *ROOT_ERROR_SCHEMA,
+        *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
+    ),
+    7: (*ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
+    8: (*LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
+    9: (*SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
+    10: BATCH_METHODS_SCHEMA,
 }
 CURRENT_VERSION: Final = _CURRENT
 
@@ -281,17 +309,30 @@ _KEYS: Final = """
     FROM seq_roots r
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
     LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
-#: A batch's sequence (:seq, :start its earliest Start, :count its Starts), written once per
-#: batch with its listing keys: run after the batch's root candidates and methods are stored.
+#: A group's sequence (:seq, :start its earliest Start, :count its Starts), written once per
+#: group with its listing keys: run after the group's root candidates and methods are stored.
+#: A new sequence's candidate is the group's (:puid, :iid, :method, :decided when it is a true
+#: root, :end and :error), so its keys come from the parameters, with a lookup of the method's
+#: name and, only when the candidate has not ended, of its late End: far cheaper than the join
+#: (issue 33). A sequence stored before takes its keys from its stored candidate, which the
+#: group's may not have displaced (the join, ``_KEYS``).
 #: Parameters by name, bound from dicts: numbered ones bound from a tuple are deprecated since
 #: Python 3.12 (an error in 3.14).
 UPSERT_SEQUENCE: Final = f"""
     INSERT INTO sequences (seq, start_ns, invocations, root_name, end_ns, error)
-    SELECT :seq, :start, :count, {_KEYS} WHERE r.seq = :seq
+    VALUES (
+        :seq, :start, :count,
+        CASE WHEN :decided THEN (
+            SELECT CASE WHEN module != '' THEN module || '.' || qualname ELSE qualname END
+            FROM methods WHERE puid = :puid AND method = :method) END,
+        coalesce(:end, (SELECT end_ns FROM late_ends WHERE puid = :puid AND iid = :iid)),
+        CASE WHEN :end IS NULL
+             THEN (SELECT error FROM late_ends WHERE puid = :puid AND iid = :iid)
+             ELSE :error END)
     ON CONFLICT (seq) DO UPDATE SET
         start_ns = min(start_ns, excluded.start_ns),
         invocations = invocations + excluded.invocations,
-        root_name = excluded.root_name, end_ns = excluded.end_ns, error = excluded.error"""
+        (root_name, end_ns, error) = (SELECT {_KEYS} WHERE r.seq = excluded.seq)"""
 #: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
 UPSERT_ROOT: Final = """
     INSERT INTO seq_roots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -374,5 +415,6 @@ NAMED_METHODS: Final = """
 #: The methods each sequence ran, most recent sequence first (from :since): ``find_sequences``
 #: reads it until it has found enough sequences running a wanted method.
 METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN seq_methods m ON m.seq = q.seq
-    WHERE q.start_ns >= :since ORDER BY q.start_ns DESC, q.seq DESC"""
+    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
+    WHERE q.start_ns >= :since AND m.methods IS NOT NULL
+    ORDER BY q.start_ns DESC, q.seq DESC"""

@@ -6,127 +6,30 @@ reads only its own batches. Hand-offs get a table of their own, keyed by ``hid``
 invocations that continue them only when a tree is built, so they may arrive before or after
 those invocations. The ``sequences`` table keeps each sequence's earliest start so that listing
 and prefix lookup never scan the events. Stack samples live in tables of their own
-(``sqlite_samples``), keyed by thread and time.
+(``sqlite_samples``), keyed by thread and time. The reads are ``SQLiteReader``'s
+(``cmr.store.sqlite.reader``), which commands that only read open alone.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import sqlite3
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING
 
-from cmr.store import listing_sql
-from cmr.store._samples import I64_MIN, sample_windows, without_gaps
-from cmr.store._shared import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
-from cmr.store.base import (
-    Outcome,
-    PruneResult,
-    SequenceData,
-    SequenceQuery,
-    SequenceSummary,
-    StoreError,
-    StoreStats,
-    UnknownSequenceError,
-)
-from cmr.store.columns import field
-from cmr.store.listing import select_lines
-from cmr.store.packed import methods_of
 from cmr.store.packing import PackingStore, Preparation
 from cmr.store.sqlite import read as sqlite_read
-from cmr.store.sqlite import summaries as sqlite_summaries
-from cmr.store.sqlite.connect import connect, missing
-from cmr.store.sqlite.migrate import move_legacy_rows
-from cmr.store.sqlite.samples import load_samplers, load_samples, sampled_threads
-from cmr.store.sqlite.schema import (
-    CURRENT_VERSION,
-    METHODS_BY_RECENT_SEQUENCE,
-    NAMED_METHODS,
-    PROCESS_COLUMNS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    UPGRADES,
-)
+from cmr.store.sqlite.reader import BUSY_TIMEOUT_MS, SQLiteReader
 from cmr.store.sqlite.writes import write_group
 
-#: How long a reader or writer waits for a lock held by another connection before failing.
-BUSY_TIMEOUT_MS: Final = 10_000
+if TYPE_CHECKING:
+    from cmr.store.base import Outcome, PruneResult
+
+__all__ = ["BUSY_TIMEOUT_MS", "SQLiteStore"]
 
 
-class SQLiteStore(PackingStore):
-    """A repository in one SQLite file. Thread-safe: one connection, used under a lock.
+class SQLiteStore(PackingStore, SQLiteReader):
+    """A repository in one SQLite file, read and written: ``SQLiteReader`` with the write side.
+    Thread-safe: one connection, used under a lock.
 
     ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
-
-    def __init__(
-        self,
-        path: str,
-        *,
-        readonly: bool = False,
-        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
-        clock: Callable[[], int] = time.time_ns,
-    ) -> None:
-        self.path = path
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = connect(path, readonly, busy_timeout_ms)
-        try:
-            self._prepare(readonly)
-        except BaseException:
-            self._conn.close()
-            raise
-
-    def _prepare(self, readonly: bool) -> None:
-        conn = self._connection()
-        if not readonly:
-            # WAL lets the CLI read while `cmr serve` writes. With synchronous=NORMAL a commit is
-            # durable once it returns as far as a crash of this process goes; an OS crash or power
-            # loss can lose the last transactions (the WAL is synced at checkpoints, not at every
-            # commit) but never corrupts the file. The ack therefore survives a repository crash,
-            # not a power cut; that trade buys several times the ingest rate of synchronous=FULL.
-            self._pragma("PRAGMA journal_mode = WAL")
-            self._pragma("PRAGMA synchronous = NORMAL")
-            # Checkpoint the WAL into the database every 32 MiB rather than SQLite's 4 MiB: each
-            # checkpoint syncs, and at full ingest rate the default makes that every few batches.
-            self._pragma("PRAGMA wal_autocheckpoint = 8192")
-        with self._transaction("BEGIN" if readonly else "BEGIN IMMEDIATE"):
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
-                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-                if tables:
-                    raise StoreError(f"{self.path} is not an invoseq repository")
-                if readonly:
-                    raise StoreError(missing(self.path))
-                for statement in SCHEMA:
-                    conn.execute(statement)
-            elif version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"{self.path} has repository schema version {version}, newer than this "
-                    f"invoseq understands ({SCHEMA_VERSION}): upgrade invoseq"
-                )
-            elif version < SCHEMA_VERSION:
-                upgrade = UPGRADES.get(version)
-                if upgrade is None:
-                    raise StoreError(f"{self.path} has an unknown schema version {version}")
-                if readonly:
-                    raise StoreError(
-                        f"{self.path} has repository schema version {version}, older than this "
-                        f"invoseq uses ({SCHEMA_VERSION}): run `cmr serve` or `tracer run` on it "
-                        "once to upgrade it"
-                    )
-                for statement in upgrade:
-                    conn.execute(statement)
-                move_legacy_rows(conn)
-                if version < 8:
-                    conn.execute("DELETE FROM seq_roots")  # version 7's lack the root's exception
-                    sqlite_summaries.backfill(conn)
-                sqlite_summaries.backfill_keys(conn)
-                conn.execute(CURRENT_VERSION)
-
-    # -- write side -----------------------------------------------------------------------
 
     def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:
         outcomes = list(group.outcomes)
@@ -143,159 +46,6 @@ class SQLiteStore(PackingStore):
                 (reason, count),
             )
 
-    # -- read side ------------------------------------------------------------------------
-
-    def list_sequences(
-        self, limit: int, query: SequenceQuery | None = None
-    ) -> list[SequenceSummary]:
-        check_limit(limit)
-        now = self._clock()
-        with self._transaction("BEGIN") as conn:
-            plan = listing_sql.plan(query, listing_sql.SQLITE, _rows_of(conn))
-            page = functools.partial(
-                sqlite_summaries.page, conn=conn, query=query, plan=plan, now=now
-            )
-            return select_lines(page, limit, query)
-
-    def resolve_sequence(self, prefix: str) -> bytes:
-        wanted = seq_range(prefix)
-        where, params = _range_clause(wanted)
-        with self._transaction("BEGIN") as conn:
-            count = conn.execute(f"SELECT count(*) FROM sequences WHERE {where}", params)
-            matches = count.fetchone()[0]
-            first = conn.execute(
-                f"SELECT seq FROM sequences WHERE {where} ORDER BY seq LIMIT {SHOWN_MATCHES}",
-                params,
-            ).fetchall()
-        return pick_match(wanted, matches, [seq for (seq,) in first])
-
-    def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
-        now = self._clock()
-        with self._transaction("BEGIN") as conn:
-            return self._load(conn, seq, now, samples=samples)
-
-    def _load(
-        self,
-        conn: sqlite3.Connection,
-        seq: bytes,
-        now: int,
-        *,
-        samples: bool,
-    ) -> SequenceData:
-        invocations = sqlite_read.invocations(conn, seq)
-        if not invocations:
-            raise UnknownSequenceError(f"no sequence {seq.hex()}")
-        handoffs = sqlite_read.handoffs(conn, seq, invocations)
-        methods, threads = sqlite_read.names(conn, invocations, handoffs)
-        lost_by = frozenset(
-            puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
-        )
-        puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
-        processes = sqlite_read.processes(conn, puids, now)
-        sampled, frames = (
-            load_samples(conn, sample_windows(invocations, sampled_threads(conn, puids)))
-            if samples
-            else ([], {})
-        )
-        sampled, gaps = without_gaps(sampled)
-        return SequenceData(
-            seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by,
-            gaps=gaps,
-        )  # fmt: skip
-
-    def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
-        check_limit(limit)
-        since = I64_MIN if since_ns is None else since_ns
-        found: list[bytes] = []
-        with self._transaction("BEGIN") as conn:
-            wanted = set(conn.execute(NAMED_METHODS, {"name": method}).fetchall())
-            if not wanted or limit == 0:
-                return found
-            rows = conn.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since})
-            for seq, puid, blob in rows:
-                if found and found[-1] == seq:
-                    continue
-                if any((puid, m) in wanted for m in methods_of(blob)):
-                    found.append(seq)
-                    if len(found) == limit:
-                        break
-        return found
-
     def prune(self, before_ns: int) -> PruneResult:
         with self._transaction("BEGIN IMMEDIATE") as conn:
             return sqlite_read.prune(conn, before_ns)
-
-    def stats(self) -> StoreStats:
-        now = self._clock()
-        with self._transaction("BEGIN") as conn:
-            counters = dict(conn.execute("SELECT name, value FROM counters"))
-            rejected = dict(conn.execute("SELECT reason, frames FROM rejected ORDER BY reason"))
-            processes = [
-                sqlite_read.process_record(row, now)
-                for row in conn.execute(
-                    f"SELECT {PROCESS_COLUMNS} FROM processes ORDER BY last_seen_ns DESC, puid"
-                )
-            ]
-            samplers = load_samplers(conn)
-        return StoreStats(
-            batches=counters["batches"],
-            duplicate_batches=counters["duplicate_batches"],
-            events=counters["events"],
-            rejected=rejected,
-            processes=processes,
-            samples=counters["samples"],
-            samplers=samplers,
-        )
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-    # -- plumbing -------------------------------------------------------------------------
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise StoreError(f"the repository {self.path} is closed")
-        return self._conn
-
-    def _pragma(self, statement: str) -> None:
-        try:
-            self._connection().execute(statement)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot use repository {self.path}: {exc}") from exc
-
-    @contextlib.contextmanager
-    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
-        """One transaction under the lock; SQLite errors become one-line StoreErrors."""
-        with self._lock:
-            conn = self._connection()
-            try:
-                conn.execute(begin)
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise StoreError(f"repository {self.path}: {exc}") from exc
-            except OverflowError as exc:  # an integer SQLite cannot hold
-                raise StoreError(f"repository {self.path}: {exc}") from exc
-
-
-def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
-    if wanted.hi is None:
-        return "seq >= ?", (wanted.lo,)
-    return "seq >= ? AND seq < ?", (wanted.lo, wanted.hi)
-
-
-def _rows_of(conn: sqlite3.Connection) -> listing_sql.Rows:
-    def rows(sql: str, params: Mapping[str, object]) -> list[tuple[Any, ...]]:
-        return conn.execute(sql, params).fetchall()
-
-    return rows

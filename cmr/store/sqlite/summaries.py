@@ -9,7 +9,6 @@ import sqlite3
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
-from cmr.store.packing import GroupParts
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,
@@ -24,9 +23,13 @@ from cmr.store.sqlite.schema import (
 )
 from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:  # the write side's (a listing reads summaries without the ingest machinery)
+    from cmr.store.grouping import GroupParts
+
 
 def store(conn: sqlite3.Connection, group: GroupParts) -> None:
-    """Add the parts of the batches a transaction stored (``packing.group_parts``), after their
+    """Add the parts of the batches a transaction stored (``grouping.group_parts``), after their
     late Ends are stored (they close open invocations, and set the end of a sequence whose root
     they end). Each sequence is written last, once, with its listing keys from its root
     candidate as it now stands."""
@@ -44,10 +47,22 @@ def store(conn: sqlite3.Connection, group: GroupParts) -> None:
             "DELETE FROM open_calls WHERE puid = ? AND iid = ?",
             [(puid, iid) for puid, iid, _end, _error in group.late_ends],
         )
+    parts.roots.sort()  # rows in key order land on pages in order (``writes._Index``)
     _store_parts(conn, parts)
+    first_start = group.first_start
     sequences = [
-        {"seq": seq, "start": start_ns, "count": counts[seq]}
-        for seq, start_ns in group.first_start.items()
+        {
+            "seq": seq,
+            "start": first_start[seq],
+            "count": counts[seq],
+            "decided": not (untrue or handed),
+            "puid": puid,
+            "iid": iid,
+            "method": method,
+            "end": end,
+            "error": error,
+        }
+        for seq, untrue, handed, _start, puid, iid, method, end, error in parts.roots
     ]
     conn.executemany(UPSERT_SEQUENCE, sequences)
 

@@ -4,13 +4,16 @@ nothing to install."""
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Final
 
-from cmr.store.base import SequenceSummary, StoreStats
+from cmr.store.base import SequenceSummary
 from cmr.store.listing import listed_status
 from cmr.views.render.terms import format_duration
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # cmr ls prints no tree: the views load for the one table that shows one
+    from typing import Final
+
+    from cmr.store.base import StoreStats
     from cmr.views.model import SequenceTree
     from cmr.views.processors import ThreadActivity
 

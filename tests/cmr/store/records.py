@@ -19,6 +19,7 @@ from cmr.store.listing import (
 )
 from cmr.store.listing_sql import Dialect, Plan, key_params, picked
 from cmr.store.sqlite.schema import (
+    BATCH_METHODS_SCHEMA,
     HANDOFFS_SCHEMA,
     HEARTBEAT_SCHEMA,
     LEGACY_EVENTS_SCHEMA,
@@ -68,6 +69,7 @@ def older_schema(path: str, version: int) -> None:
         + ROOT_ERROR_SCHEMA
         + LISTING_KEYS_SCHEMA
         + SAMPLER_INTERVALS_SCHEMA
+        + BATCH_METHODS_SCHEMA
         + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
             6: (),
@@ -164,6 +166,33 @@ def check_sampler_reports_kept_on_upgrade(
         store.close()
     assert upgraded == SamplerRecord("cpu", 10, 500, 3, 9_000_000, 0, 0)
     assert paced == SamplerRecord("cpu", 10, 600, 3, 9_500_000, 12_000_000, 20_000_000)
+
+
+RAN, OTHER, HANDED = seq_id("a1"), seq_id("b2"), seq_id("c3")
+
+
+def check_methods_kept_on_upgrade(
+    opened: Callable[[], Store], make_batch: BatchFactory, downgrade: Callable[[], None]
+) -> None:
+    """Store sequences that ran methods (and one a batch has only a Handoff of) in the repository
+    ``opened`` gives, ``downgrade`` it to the schema that kept their methods in a table of their
+    own, open it again (which upgrades it): each method still finds the sequence that ran it."""
+    events = [start(1, 100, RAN, method=2), wire.End(1, 150), start(2, 200, OTHER)]
+    events.append(handoff(H, 2, 210, HANDED))
+    store = opened()
+    try:
+        store.ingest(make_batch(7, 1, {1: events}, methods={1: "a.f", 2: "a.g"}), 1)
+    finally:
+        store.close()
+    downgrade()
+    store = opened()
+    try:
+        found = {
+            name: store.find_sequences(name, since_ns=None, limit=5) for name in ("a.f", "a.g")
+        }
+    finally:
+        store.close()
+    assert found == {"a.f": [OTHER], "a.g": [RAN]}
 
 
 def check_keyed_sequences_found(store: Store) -> None:

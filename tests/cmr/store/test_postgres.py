@@ -34,6 +34,7 @@ from tests.cmr.store.records import (
     INDEXED_QUERIES,
     BatchFactory,
     check_keys_computed_on_upgrade,
+    check_methods_kept_on_upgrade,
     check_sampler_reports_kept_on_upgrade,
     handoff,
     page_statements,
@@ -256,7 +257,7 @@ def test_a_version_4_repository_gets_its_listing_keys_and_queries_find_its_seque
             pg_url,
             "DROP INDEX sequences_by_root, sequences_by_duration, sequences_failed; "
             "ALTER TABLE sequences DROP COLUMN root_name, DROP COLUMN end_ns, "
-            f"DROP COLUMN error; {_DROP_SAMPLER_INTERVALS}; "
+            f"DROP COLUMN error; {_DROP_SAMPLER_INTERVALS}; {_SPLIT_BATCH_METHODS}; "
             "DELETE FROM schema_migrations WHERE version >= 5",
         )
 
@@ -267,6 +268,16 @@ def test_a_version_4_repository_gets_its_listing_keys_and_queries_find_its_seque
 #: What version 6 added: the sampler's paced interval in its report.
 _DROP_SAMPLER_INTERVALS = (
     "ALTER TABLE samplers DROP COLUMN current_interval_ns, DROP COLUMN longest_interval_ns"
+)
+
+
+#: What version 7 changed: the methods each sequence ran in a batch were a table of their own.
+_SPLIT_BATCH_METHODS = (
+    "CREATE TABLE seq_methods (seq bytea NOT NULL, puid bigint NOT NULL, "
+    "batch_no bigint NOT NULL, methods bytea NOT NULL, PRIMARY KEY (seq, puid, batch_no)); "
+    "INSERT INTO seq_methods SELECT seq, puid, batch_no, methods FROM batch_seqs "
+    "WHERE methods IS NOT NULL; "
+    "ALTER TABLE batch_seqs DROP COLUMN methods"
 )
 
 
@@ -281,12 +292,26 @@ def test_a_version_5_repository_keeps_its_sampler_reports_and_reads_them_as_unpa
 ) -> None:
     def downgrade() -> None:  # back to what version 5 wrote
         _downgrade(
-            pg_url, f"{_DROP_SAMPLER_INTERVALS}; DELETE FROM schema_migrations WHERE version = 6"
+            pg_url,
+            f"{_DROP_SAMPLER_INTERVALS}; {_SPLIT_BATCH_METHODS}; "
+            "DELETE FROM schema_migrations WHERE version >= 6",
         )
 
     check_sampler_reports_kept_on_upgrade(
         lambda: open_store(pg_url, clock=clock), make_batch, downgrade
     )
+    assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_version_6_repository_keeps_the_methods_its_sequences_ran(
+    pg_url: str, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    def downgrade() -> None:  # back to what version 6 wrote
+        _downgrade(
+            pg_url, f"{_SPLIT_BATCH_METHODS}; DELETE FROM schema_migrations WHERE version = 7"
+        )
+
+    check_methods_kept_on_upgrade(lambda: open_store(pg_url, clock=clock), make_batch, downgrade)
     assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
 
 

@@ -17,10 +17,12 @@ from cmr.store import (
 from cmr.store.base import SequenceQuery
 from cmr.store.listing import NEWEST
 from cmr.store.listing_sql import SQLITE, Plan, picked
+from cmr.store.sqlite.reader import SQLiteReader
 from cmr.store.sqlite.schema import (
     METHODS_BY_RECENT_SEQUENCE,
     OPEN_BY_PROCESS,
     OPEN_CALL,
+    PACKED_SCHEMA,
     REMOTE_ENTRY_ENDS,
     SCHEMA_VERSION,
     SEQUENCE_BATCHES,
@@ -30,11 +32,15 @@ from cmr.store.sqlite.schema import (
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import (
+    HANDED,
     INDEXED_QUERIES,
+    OTHER,
+    RAN,
     BatchFactory,
     H,
     S,
     check_keys_computed_on_upgrade,
+    check_methods_kept_on_upgrade,
     check_sampler_reports_kept_on_upgrade,
     handoff,
     older_schema,
@@ -80,6 +86,32 @@ def test_readonly_store_reads_while_a_writer_has_the_file_open(
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_readonly_store_is_the_read_side_alone_and_refuses_every_write(
+    tmp_path: Path, make_batch: BatchFactory
+) -> None:
+    """``open_store(readonly=True)`` opens a ``SQLiteReader``: the reads, without the ingest
+    machinery (``cmr ls`` loads none of it); a write is refused in one line."""
+    path = str(tmp_path / "cmr.sqlite")
+    writer = open_store(path)
+    writer.ingest(make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]}), 1)
+    writer.close()
+    reader = open_store(path, readonly=True)
+    try:
+        assert type(reader) is SQLiteReader
+        assert [line.seq for line in reader.list_sequences(5)] == [S]
+        assert len(reader.load_sequence(S).invocations) == 1
+        refused = f"^the repository {path} is open readonly: nothing is written$"
+        with pytest.raises(StoreError, match=refused):
+            reader.ingest(make_batch(7, 2, {1: [start(2, 300, S)]}), 2)
+        with pytest.raises(StoreError, match=refused):
+            reader.record_rejected("garbage")
+        with pytest.raises(StoreError, match=refused):
+            reader.prune(10**18)
+        assert reader.stats().batches == 1
+    finally:
+        reader.close()
 
 
 def test_readonly_open_of_a_missing_repository_fails_clearly(tmp_path: Path) -> None:
@@ -166,9 +198,44 @@ def _drop_listing_keys(conn: sqlite3.Connection) -> None:
 
 
 def _drop_sampler_intervals(conn: sqlite3.Connection) -> None:
-    """Make a file's sampler reports as version 9 wrote them: without the paced interval."""
+    """Make a file's sampler reports as version 9 wrote them: without the paced interval (and
+    its methods index as version 10 kept it)."""
     for column in ("current_interval_ns", "longest_interval_ns"):
         conn.execute(f"ALTER TABLE samplers DROP COLUMN {column}")
+    _split_batch_methods(conn)
+
+
+def _split_batch_methods(conn: sqlite3.Connection) -> None:
+    """Make a file's index as version 10 wrote it: the methods each sequence ran in a batch in a
+    table of their own, ``seq_methods``."""
+    [create] = [s for s in PACKED_SCHEMA if s.startswith("CREATE TABLE seq_methods")]
+    conn.execute(create)
+    conn.execute(
+        "INSERT INTO seq_methods SELECT seq, puid, batch_no, methods FROM batch_seqs "
+        "WHERE methods IS NOT NULL"
+    )
+    conn.execute("ALTER TABLE batch_seqs DROP COLUMN methods")
+
+
+def test_a_version_10_file_keeps_the_methods_its_sequences_ran_when_upgraded(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    path = str(tmp_path / "cmr.sqlite")
+
+    def downgrade() -> None:
+        with sqlite3.connect(path) as conn:  # as version 10 wrote it
+            _split_batch_methods(conn)
+            conn.execute("PRAGMA user_version = 10")
+        conn.close()
+
+    check_methods_kept_on_upgrade(lambda: open_store(path, clock=clock), make_batch, downgrade)
+    assert user_version(path) == SCHEMA_VERSION
+    with sqlite3.connect(path) as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        index = conn.execute("SELECT seq, methods IS NULL FROM batch_seqs ORDER BY seq").fetchall()
+    conn.close()
+    assert "seq_methods" not in tables
+    assert index == [(RAN, 0), (OTHER, 0), (HANDED, 1)]  # the hand-off's sequence ran nothing
 
 
 def test_a_version_8_file_gets_its_listing_keys_when_upgraded_and_queries_find_its_sequences(

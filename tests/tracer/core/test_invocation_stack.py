@@ -97,6 +97,77 @@ def test_a_copy_made_by_code_we_do_not_patch_keeps_the_sequence_with_the_root_as
     assert called.attributes == APPROXIMATE
 
 
+@traced
+def steps(copies: list[contextvars.Context]) -> Iterator[str | None]:
+    """A generator whose steps call a traced function and copy their context the C way."""
+    for _ in range(2):
+        copies.append(_contextvars.copy_context())
+        yield leaf()
+
+
+@traced
+def drives(generator: Iterator[str | None]) -> list[str | None]:
+    return list(generator)
+
+
+def test_calls_in_a_generator_s_steps_nest_under_it_and_copies_keep_its_sequence(
+    trace: Capture,
+) -> None:
+    copies: list[contextvars.Context] = []
+    seqs = drives(steps(copies))
+    generator, driver = one(trace, "steps"), one(trace, "drives")
+    assert seqs == [driver.seq, driver.seq]
+    assert (generator.seq, generator.parent) == (driver.seq, driver.iid)
+    leaves = [i for i in trace.invocations() if i.name == MODULE + "leaf"]
+    assert [(i.seq, i.parent) for i in leaves] == [(generator.seq, generator.iid)] * 2
+    for copied in copies:  # copied by C inside a step: the sequence, an ancestor for parent
+        assert copied.run(tracer.current_sequence) == generator.seq
+
+
+def test_a_generator_resumed_outside_its_sequence_keeps_its_calls_and_copies_in_it(
+    trace: Capture,
+) -> None:
+    copies: list[contextvars.Context] = []
+
+    @traced
+    def starts() -> tuple[Iterator[str | None], str | None]:
+        generator = steps(copies)
+        return generator, next(generator)  # its first step, in this sequence
+
+    generator_object, first = starts()
+    assert tracer.current_sequence() is None  # its root has ended: the next step runs under none
+    seqs = [first, *generator_object]
+    root, generator = one(trace, "starts"), one(trace, "steps")
+    assert seqs == [root.seq, root.seq]
+    assert generator.parent == root.iid
+    leaves = [i for i in trace.invocations() if i.name == MODULE + "leaf"]
+    assert [(i.seq, i.parent) for i in leaves] == [(root.seq, generator.iid)] * 2
+    assert [copied.run(tracer.current_sequence) for copied in copies] == [root.seq, root.seq]
+    assert tracer.current_sequence() is None
+
+
+@traced
+def steps_starting_threads() -> Iterator[int]:
+    for i in range(2):
+        thread = threading.Thread(target=leaf)  # a thread of its own: a buffer of its own
+        thread.start()
+        thread.join(60)
+        yield i
+
+
+@traced
+def consumes() -> None:
+    for _ in steps_starting_threads():
+        leaf()  # between the generator's steps: the caller's call
+
+
+def test_a_step_that_started_a_thread_ends_at_its_yield(trace: Capture) -> None:
+    consumes()
+    caller, generator = one(trace, "consumes"), one(trace, "steps_starting_threads")
+    parents = sorted(i.parent for i in trace.invocations() if i.name == MODULE + "leaf")
+    assert parents == sorted([caller.iid] * 2 + [generator.iid] * 2)
+
+
 def test_a_user_thread_running_a_copied_context_has_the_exact_parent(trace: Capture) -> None:
     @traced
     def starts() -> None:

@@ -80,7 +80,9 @@ class ServerRequest:
         error = error_name(status, exc)
         if error is not None:
             self.attributes[ERROR_TYPE] = error
-        self.call.finish(measured.method(self.framework, self.verb), self.attributes, error=error)
+        call = self.call
+        fallback = 0 if call.opened else measured.method(self.framework, self.verb)
+        call.finish(fallback, self.attributes, error=error)
 
 
 def begin_server(
@@ -98,14 +100,16 @@ def begin_server(
         return None
 
 
-def serving() -> contextvars.Token[bool]:
+def serving() -> contextvars.Token[bool] | None:
     """Mark the code of a served request as outside any client call (an in-process test client
-    calling the app must not hide the app's own outgoing requests); undo with ``done_serving``."""
-    return _sending.set(False)
+    calling the app must not hide the app's own outgoing requests); undo with ``done_serving``.
+    Outside any client call (a real server's requests) there is nothing to mark: None."""
+    return _sending.set(False) if _sending.get() else None
 
 
-def done_serving(token: contextvars.Token[bool]) -> None:
-    _sending.reset(token)
+def done_serving(token: contextvars.Token[bool] | None) -> None:
+    if token is not None:
+        _sending.reset(token)
 
 
 class ClientRequest:

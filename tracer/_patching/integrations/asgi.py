@@ -54,10 +54,14 @@ class ScopeHeaders(Getter[Scope]):
     ``tracestate`` lines are two items); names match in any case."""
 
     def get(self, carrier: Scope, key: str) -> list[str] | None:
+        try:
+            wanted = key.encode("ascii")  # compared as bytes: no name decoded per request
+        except UnicodeEncodeError:  # a header's name is an ASCII token: none is this key
+            return None
         found = [
             value.decode("latin-1")
             for name, value in carrier.get("headers") or ()
-            if name.decode("latin-1").lower() == key
+            if name.lower() == wanted
         ]
         return found or None
 
@@ -72,7 +76,7 @@ def name_route(scope: Scope, route: str | None) -> None:
     """Name the scope's request by ``route`` (a template, ``"/price/{item}"``), after the mounts it
     went through; the first name wins. Nothing without a request, never raises."""
     request = scope.get(REQUEST_KEY)
-    if not isinstance(request, _http.ServerRequest) or not route:
+    if not isinstance(request, _http.ServerRequest) or not route or request.call.opened:
         return
     try:
         request.name(str(scope.get(PREFIX_KEY, "")) + route)

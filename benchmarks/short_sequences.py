@@ -1,0 +1,169 @@
+"""Case 2d: request-shaped traffic, sequences per second: a web service's sequences, one per
+request, each of one call or ten, hundreds to a batch.
+
+The ingest and serve cases send a busy service's sequences of 111 calls, a few dozen to a batch:
+there the repository's cost is per event. Here it is per sequence (issue 33, goal 6): the
+traffic is ``synthetic.short_requests`` (four worker processes of one thread each, their
+batches of 4,096 events interleaved), stored two ways into SQLite (a fresh file per chunk) and
+PostgreSQL (a fresh schema per chunk):
+
+- *pre-encoded*: ``Ingest.handle_many`` ``GROUP_BATCHES`` batches at a time, what ``cmr serve``
+  does per group of messages minus the socket;
+- *end to end*: a ``cmr serve`` subprocess on ipc, the batches sent by a DEALER keeping
+  ``serve.WINDOW`` unacknowledged, timed from the first send to the last acknowledgement.
+
+Baseline: the typed decode alone of the same batches (each shape its own), in the same rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Final
+
+import msgspec
+
+from benchmarks import postgres, synthetic
+from benchmarks.harness import (
+    CaseResult,
+    Row,
+    Settings,
+    Target,
+    interleave,
+    median,
+    median_error,
+    spread,
+)
+from benchmarks.postgres import scratch_schema
+from benchmarks.serve import serve_chunk
+from cmr.server.groups import GROUP_BATCHES
+from cmr.server.ingest import Ingest
+from cmr.store import open_store
+from invoseq import wire
+
+NAME: Final = "sequences"
+#: Issue 33, goal 6: sequences per second per node.
+SQLITE_TARGETS: Final = (Target("issue 33", ">=", 100_000),)
+POSTGRES_TARGETS: Final = (Target("issue 33", ">=", 50_000),)
+#: Calls per sequence: a request that makes one traced call, and one that makes ten.
+SHAPES: Final = (1, 10)
+
+
+def run(settings: Settings) -> CaseResult:
+    result = CaseResult()
+    sequences = 2_000 if settings.quick else 20_000
+    traffic = {calls: synthetic.short_requests(sequences, calls) for calls in SHAPES}
+    decoder = msgspec.msgpack.Decoder(wire.Batch)
+    chunks = 0
+    server = postgres.server()
+
+    def decode_only(calls: int) -> Callable[[], float]:
+        def chunk() -> float:
+            started = time.perf_counter()
+            for _, body in traffic[calls].frames:
+                decoder.decode(body)
+            return sequences / (time.perf_counter() - started)
+
+        return chunk
+
+    def into(store: str, calls: int, served: bool) -> Callable[[], float]:
+        """A chunk of ``calls``-call sequences into a fresh repository of ``store``."""
+        encoded = traffic[calls]
+
+        def chunk() -> float:
+            nonlocal chunks
+            chunks += 1
+            if store == "postgres":
+                assert server is not None
+                with scratch_schema(server) as url:
+                    open_store(url).close()  # the schema made before timing starts
+                    return measure(url)
+            path = settings.workdir / f"sequences-{chunks}.sqlite"
+            try:
+                return measure(str(path))
+            finally:
+                for leftover in settings.workdir.glob(f"sequences-{chunks}.sqlite*"):
+                    leftover.unlink()
+
+        def measure(db: str) -> float:
+            if served:
+                rate = serve_chunk(settings.workdir, db, 1, encoded.frames, encoded.events)
+                return rate * len(encoded.seqs) / encoded.events
+            repository = open_store(db)
+            try:
+                ingest = Ingest(repository)
+                frames = encoded.frames
+                started = time.perf_counter()
+                for first in range(0, len(frames), GROUP_BATCHES):
+                    if None in ingest.handle_many(frames[first : first + GROUP_BATCHES]):
+                        raise RuntimeError("the repository rejected a synthetic batch")
+                elapsed = time.perf_counter() - started
+                if repository.stats().events != encoded.events:
+                    raise RuntimeError("the repository did not store every event")
+                return len(encoded.seqs) / elapsed
+            finally:
+                repository.close()
+
+        return chunk
+
+    stores = ["sqlite", *(["postgres"] if server else [])]
+    if not server:
+        result.notes.append(f"PostgreSQL variants skipped: {postgres.PG_ENV} is not set")
+    variants: dict[str, Callable[[], float]] = {
+        f"decode-{calls}": decode_only(calls) for calls in SHAPES
+    }
+    for store in stores:
+        for served in (False, True):
+            for calls in SHAPES:
+                variants[_key(store, calls, served)] = into(store, calls, served)
+    series = interleave(
+        variants,
+        rounds=2 if settings.quick else 6,
+        min_rounds=1 if settings.quick else 3,
+        budget_s=settings.budget_s,
+        warmup=not settings.quick,
+    )
+    result.raw = {"sequences_per_chunk": sequences, **series}
+    for calls in SHAPES:
+        result.noise[f"decode-{calls}"] = spread(series[f"decode-{calls}"])
+    result.rows += [
+        _row(
+            store,
+            calls,
+            served,
+            series,
+            f"{sequences} sequences ({len(traffic[calls].frames)} batches)",
+        )
+        for store in stores
+        for served in (False, True)
+        for calls in SHAPES
+    ]
+    return result
+
+
+def _row(store: str, calls: int, served: bool, series: dict[str, list[float]], size: str) -> Row:
+    """The row of one variant against the decode of its shape."""
+    values, decode = series[_key(store, calls, served)], median(series[f"decode-{calls}"])
+    label = {"sqlite": "SQLite", "postgres": "PostgreSQL (one node)"}[store]
+    how = "cmr serve over ipc" if served else "pre-encoded batches, grouped"
+    rate = median(values)
+    return Row(
+        case=NAME,
+        name=f"{_calls(calls)} sequences into {label}, {how}",
+        value=rate,
+        unit="sequences/s",
+        baseline=decode,
+        baseline_name="typed decode alone",
+        ratio=rate / decode,
+        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
+        error=median_error(values),
+        note=f"{len(values)} chunks of {size}",
+    )
+
+
+def _key(store: str, calls: int, served: bool) -> str:
+    return f"{store}-{calls}{'-served' if served else ''}"
+
+
+def _calls(calls: int) -> str:
+    return "one-call" if calls == 1 else f"{calls}-call"
