@@ -7,6 +7,7 @@ for both hot paths. Work is fixed by count; every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 import tracer
 from invoseq import wire
-from tracer._core import budget, recorder
+from tracer._core import budget, hooks, recorder
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.nodes import Nodes
 from tracer._shipping.spool import Spool
@@ -85,6 +86,10 @@ def test_many_threads_with_no_repository_stay_within_one_bound_and_every_call_is
 ) -> None:
     bound = 2000  # events, for the whole process
     calls = 3000  # per thread: 8 threads record 48,000 events
+    gc.collect()  # a traced generator an earlier test abandoned in a cycle records its End now
+    # What earlier tests left in the buffers, and the End of a generator they left suspended that
+    # ends unseen at a drain, go with this test's batches: counted with its drops.
+    earlier = recorder.buffered() + len(hooks._strands)
     tracer.configure(
         endpoint=f"ipc://{tmp_path}/nobody.sock",
         max_buffered_bytes=bound * budget.EVENT_BYTES,
@@ -112,7 +117,8 @@ def test_many_threads_with_no_repository_stay_within_one_bound_and_every_call_is
     assert max(most) <= bound + 2 * THREADS
     assert untraced[0] > 0  # past the bound, calls ran untraced ...
     assert stats.sent_events == 0  # (nobody listens)
-    assert stats.dropped_events == 2 * THREADS * calls  # ... and, like dropped batches, counted
+    counted = stats.dropped_events - 2 * THREADS * calls  # ... and, like dropped batches, counted
+    assert 0 <= counted <= earlier
     assert budget.held() == 0  # the sender let go of everything it held
 
 
