@@ -71,7 +71,8 @@ def test_cmr_help_builds_no_command() -> None:
 
 #: What ``import tracer`` adds to a bare interpreter with the C accelerator: the hot path, and of
 #: the standard library only these (no typing, threading, weakref or random).
-HOT_PATH_STDLIB = {"_contextvars", "contextvars", "_random", "atexit"}
+#: contextlib: the context helpers' (3.11 and 3.13 load it before any program; 3.12 does not)
+HOT_PATH_STDLIB = {"_contextvars", "contextvars", "_random", "atexit", "contextlib"}
 HOT_PATH = {
     "invoseq",
     "invoseq.events",
