@@ -11,18 +11,16 @@ sends to a ``cmr serve --memory`` of the case's own, as a program with a reposit
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.harness import CaseResult, Row, Settings, median, ratio_error_pct, spread
-from benchmarks.processes import RESULT_PREFIX, clean_environment, start_reporting, stop
+from benchmarks.processes import clean_environment, run_reporting, start_reporting, stop
 from cmr.defaults import READY_PREFIX
 
 NAME: Final = "beside"
-ROOT: Final = Path(__file__).resolve().parent.parent
 #: Calls per run: a few tenths of a second under each tool on this machine.
 CALLS: Final = {"none": 100_000, "coverage": 100_000, "coverage sysmon": 100_000}
 CALLS["viztracer"] = 100_000
@@ -42,21 +40,9 @@ def _command(tool: str, workdir: Path, params: dict[str, Any]) -> list[str]:
 def _once(tool: str, variant: str, settings: Settings, env: dict[str, str]) -> float:
     calls = SETTRACE_CALLS if tool == "sys.settrace" else CALLS[tool]
     params = {"variant": variant, "calls": calls, "settrace": tool == "sys.settrace"}
-    done = subprocess.run(
-        _command(tool, settings.workdir, params),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=ROOT,
-        check=False,
-    )
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            loop_s: float = json.loads(line[len(RESULT_PREFIX) :])["loop_s"]
-            return loop_s
-    tail = " | ".join(done.stderr.strip().splitlines()[-5:])
-    raise RuntimeError(f"{tool} {variant} exited {done.returncode} without a result: {tail}")
+    command = _command(tool, settings.workdir, params)
+    loop_s: float = run_reporting(command, f"{tool} {variant}", timeout_s=120, env=env)["loop_s"]
+    return loop_s
 
 
 def run(settings: Settings) -> CaseResult:

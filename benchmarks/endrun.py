@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks.harness import CaseResult, Row, Settings, median, spread
-from benchmarks.processes import RESULT_PREFIX, clean_environment, start_reporting, stop
+from benchmarks.processes import (
+    RESULT_PREFIX,
+    clean_environment,
+    run_reporting,
+    start_reporting,
+    stop,
+)
 from cmr.defaults import READY_PREFIX
 
 NAME: Final = "endrun"
@@ -65,12 +71,8 @@ def run(settings: Settings) -> CaseResult:
     try:
         base = [sys.executable, "-m", "tracer", "run", "--include", "sqlparse.*"]
         module = ["-m", "benchmarks.real_program"]
-        done = subprocess.run(
-            [*base, "--endpoint", endpoint, *module, counted],
-            capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=True,
-        )  # fmt: skip
-        line = next(x for x in done.stdout.splitlines() if x.startswith(RESULT_PREFIX))
-        events = json.loads(line[len(RESULT_PREFIX) :])["sent_events"]
+        counting = [*base, "--endpoint", endpoint, *module, counted]
+        events = run_reporting(counting, "tracer run", timeout_s=300, env=env)["sent_events"]
         deadline = time.monotonic() + settings.budget_s
         rounds = 0
         while rounds < 2 or (time.monotonic() < deadline and rounds < 6):

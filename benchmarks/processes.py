@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -36,22 +36,26 @@ def clean_environment(**settings: str) -> dict[str, str]:
 
 
 def run_worker(
-    module: str,
-    params: Mapping[str, Any],
-    *,
-    timeout_s: float,
-    env: Mapping[str, str],
-    prefix: Sequence[str] = (),
+    module: str, params: Mapping[str, Any], *, timeout_s: float, env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """Run ``python [prefix] -m <module> <params as JSON>`` and return the JSON it reports
-    (``prefix``: ``-m tracer run ...``, to run the worker under ``tracer run``).
+    """Run ``python -m <module> <params as JSON>`` and return the JSON it reports
+    (``run_reporting``)."""
+    command = [sys.executable, "-m", module, json.dumps(dict(params))]
+    return run_reporting(command, module, timeout_s=timeout_s, env=env)
+
+
+def run_reporting(
+    command: list[str], label: str, *, timeout_s: float, env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run ``command`` (a worker, or a program that reports as one: under ``tracer run``, under
+    another tool) from the repository's root and return the JSON it reports.
 
     The worker prints its result on one line starting with RESULT_PREFIX; anything else it prints
-    is ignored. A worker that fails or overruns ``timeout_s`` raises RuntimeError (the harness
-    reports the case as failed and goes on)."""
+    is ignored. A worker that fails or overruns ``timeout_s`` raises RuntimeError naming
+    ``label`` (the harness reports the case as failed and goes on)."""
     try:
         done = subprocess.run(
-            [sys.executable, *prefix, "-m", module, json.dumps(dict(params))],
+            command,
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -60,13 +64,13 @@ def run_worker(
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"{module} did not finish within {timeout_s:.0f} s") from exc
+        raise RuntimeError(f"{label} did not finish within {timeout_s:.0f} s") from exc
     for line in reversed(done.stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
             result: dict[str, Any] = json.loads(line[len(RESULT_PREFIX) :])
             return result
     tail = done.stderr.strip().splitlines()[-5:]
-    raise RuntimeError(f"{module} exited {done.returncode} without a result: {' | '.join(tail)}")
+    raise RuntimeError(f"{label} exited {done.returncode} without a result: {' | '.join(tail)}")
 
 
 def report_result(result: Mapping[str, Any]) -> None:

@@ -19,7 +19,6 @@ dropped (the target: none).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,11 +27,10 @@ from typing import Any, Final
 import sqlparse
 
 from benchmarks.harness import CaseResult, Row, Settings, Target, median, spread
-from benchmarks.processes import RESULT_PREFIX, clean_environment, start_reporting, stop
+from benchmarks.processes import clean_environment, run_reporting, start_reporting, stop
 from cmr.defaults import READY_PREFIX
 
 NAME: Final = "real"
-ROOT: Final = Path(__file__).resolve().parent.parent
 STATEMENTS: Final = 12  # about 0.3 s a bare pass here
 TOOLS: Final = ("bare", "tracer", "viztracer")
 VIZTRACER_RATIO: Final = Target("final", "<=", 0.6)
@@ -54,15 +52,7 @@ def _command(tool: str, workdir: Path, params: dict[str, Any]) -> list[str]:
 
 
 def _run(command: list[str], env: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT, check=False
-    )
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            result: dict[str, Any] = json.loads(line[len(RESULT_PREFIX) :])
-            return result
-    tail = " | ".join(done.stderr.strip().splitlines()[-5:])
-    raise RuntimeError(f"{command[2:5]} exited {done.returncode} without a result: {tail}")
+    return run_reporting(command, " ".join(command[2:5]), timeout_s=300, env=env)
 
 
 def run(settings: Settings) -> CaseResult:
