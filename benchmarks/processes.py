@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -36,11 +36,17 @@ def clean_environment(**settings: str) -> dict[str, str]:
 
 
 def run_worker(
-    module: str, params: Mapping[str, Any], *, timeout_s: float, env: Mapping[str, str]
+    module: str,
+    params: Mapping[str, Any],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str],
+    prefix: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Run ``python -m <module> <params as JSON>`` and return the JSON it reports
-    (``run_reporting``)."""
-    command = [sys.executable, "-m", module, json.dumps(dict(params))]
+    """Run ``python [prefix] -m <module> <params as JSON>`` and return the JSON it reports
+    (``prefix``: ``-m tracer run ...``, to run the worker under ``tracer run``;
+    ``run_reporting``)."""
+    command = [sys.executable, *prefix, "-m", module, json.dumps(dict(params))]
     return run_reporting(command, module, timeout_s=timeout_s, env=env)
 
 
