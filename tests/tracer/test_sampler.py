@@ -72,9 +72,11 @@ def wait_ticks(trace: Capture, ticks: int) -> None:
 
 
 def _idle() -> bool:
+    """Parked and not yet woken: a thread that entered a traced call since has set the wake-up,
+    and the sampler thread may simply not have run yet (CI saw it leave the wait at one tick)."""
     sender = _runtime._sender
     sampler = sender._sampler if sender is not None else None
-    return sampler is not None and sampler.parked
+    return sampler is not None and sampler.parked and not sampler._wakeup.is_set()
 
 
 def _ticks(trace: Capture) -> int:
