@@ -295,6 +295,17 @@ def inject(
     return _inject(carrier, HEADERS if setter is None else setter, HEADERS, name, kind)
 
 
+def inject_from(
+    carrier: Any, current: SequenceContext, *, name: str, setter: Setter[Any] | None = None
+) -> bool:
+    """``inject`` a remote hand-off from the invocation ``current`` names rather than the
+    current one (an integration's measured call, whose value it holds: a traced coroutine
+    resumed around it may be what the stack says is current)."""
+    return _inject(
+        carrier, HEADERS if setter is None else setter, HEADERS, name, "remote", current=current
+    )
+
+
 def extract(carrier: CarrierT, *, getter: Getter[CarrierT] | None = None) -> SequenceContext | None:
     """The context value ``(seq, 0, hid)`` that incoming headers continue, or None when they carry
     no valid traceparent."""

@@ -25,6 +25,7 @@ import urllib3
 
 import tracer
 from invoseq import wire
+from tracer._core import clock
 from tracer._core.ids import as_hid
 from tracer.propagation import parse_traceparent
 from tracer.testing import Capture, CapturedInvocation, capture
@@ -38,6 +39,7 @@ STATUS = {"/fail": 500, "/redirect": 302}
 class Received:
     path: str
     headers: dict[str, list[str]]  # lower-case names, every field of each
+    at_ns: int  # when the server read it, on the tracer's clock
 
     def one(self, name: str) -> str:
         [value] = self.headers[name]
@@ -56,7 +58,7 @@ class Server:
                 headers: dict[str, list[str]] = {}
                 for name, value in self.headers.items():
                     headers.setdefault(name.lower(), []).append(value)
-                server.received.put(Received(self.path, headers))
+                server.received.put(Received(self.path, headers, clock.now()))
                 body = b"done"
                 self.send_response(STATUS.get(self.path, 200))
                 if self.path == "/redirect":

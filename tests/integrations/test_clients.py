@@ -27,6 +27,7 @@ from tests.integrations.client_support import (
     call,
     callers_and_clients,
     handed_off_by,
+    handoffs,
     http_attributes,
     instrumented,
     name,
@@ -35,9 +36,18 @@ from tests.integrations.client_support import (
     via_requests,
     via_urllib,
 )
+from tracer._core.ids import as_hid
 from tracer._patching.integrations import DISABLED_ENV
 from tracer._patching.integrations._http import ERROR_TYPE, STATUS, URL
+from tracer.propagation import parse_traceparent
 from tracer.testing import Capture, capture
+
+
+def parent_hid(traceparent: str) -> int:
+    parsed = parse_traceparent(traceparent)
+    assert parsed is not None, traceparent
+    return as_hid(parsed.parent_id)
+
 
 #: Every attribute the client integrations patch.
 PATCHED: list[tuple[Any, str]] = [
@@ -150,8 +160,22 @@ def test_a_redirect_followed_inside_the_library_is_one_invocation_with_the_final
     [caller], [sent] = callers_and_clients(trace)
     assert (sent.name, sent.parent) == (name(client.library, server, "/redirect"), caller.iid)
     assert http_attributes(sent)[STATUS] == 200
-    assert first.headers["traceparent"] == second.headers["traceparent"]
     assert handed_off_by(trace, first.one("traceparent")) == (caller.seq, sent.iid)
+    assert handed_off_by(trace, second.one("traceparent")) == (caller.seq, sent.iid)
+
+
+@pytest.mark.parametrize("client", FOLLOWING, ids=lambda client: client.id)
+def test_each_hop_of_a_redirect_waits_from_its_own_send(
+    client: Client, server: Server, trace: Capture
+) -> None:
+    assert client.traced(server.url("/redirect")) == 200
+    first, second = server.next(), server.next()
+    trace.invocations()  # flushes
+    sent = handoffs(trace)
+    hops = [sent[parent_hid(r.one("traceparent"))] for r in (first, second)]
+    assert hops[0].hid != hops[1].hid  # two hand-offs, one per request on the wire
+    assert hops[0].t_ns <= first.at_ns  # each written before its own request left
+    assert first.at_ns <= hops[1].t_ns <= second.at_ns  # the second after the first arrived
 
 
 def test_urllib_request_follows_a_redirect_on_a_new_connection_so_as_a_second_invocation(

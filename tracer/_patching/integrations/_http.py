@@ -11,6 +11,10 @@ urllib3 through http.client) makes one invocation, not two: the outermost client
 context (``_sending``) and the inner ones pass straight through. A request that already carries
 a ``traceparent`` (the caller propagated it on purpose) keeps it.
 
+A client call that sends more than once (a redirect it follows, a retry) writes a fresh hand-off
+for every attempt after the first (``attempt``, called where each library puts one attempt on the
+wire): each hop the server sees measures its queue wait from its own send, not the first one's.
+
 Attribute names follow OpenTelemetry's HTTP semantic conventions.
 """
 
@@ -34,7 +38,10 @@ URL: Final = "url.full"
 SERVER: Final = "server.address"
 ERROR_TYPE: Final = "error.type"
 
-_sending: contextvars.ContextVar[bool] = contextvars.ContextVar("invoseq_sending", default=False)
+#: The client call in progress in this context (None outside one, and inside a served request).
+_sending: contextvars.ContextVar[ClientRequest | None] = contextvars.ContextVar(
+    "invoseq_sending", default=None
+)
 _set = context.current.set
 _reset = context.current.reset
 
@@ -100,14 +107,14 @@ def begin_server(
         return None
 
 
-def serving() -> contextvars.Token[bool] | None:
+def serving() -> contextvars.Token[ClientRequest | None] | None:
     """Mark the code of a served request as outside any client call (an in-process test client
     calling the app must not hide the app's own outgoing requests); undo with ``done_serving``.
     Outside any client call (a real server's requests) there is nothing to mark: None."""
-    return _sending.set(False) if _sending.get() else None
+    return _sending.set(None) if _sending.get() is not None else None
 
 
-def done_serving(token: contextvars.Token[bool] | None) -> None:
+def done_serving(token: contextvars.Token[ClientRequest | None] | None) -> None:
     if token is not None:
         _sending.reset(token)
 
@@ -115,7 +122,17 @@ def done_serving(token: contextvars.Token[bool] | None) -> None:
 class ClientRequest:
     """One request a client sends: ``inject`` writes the hand-off, ``finish`` ends it."""
 
-    __slots__ = ("attributes", "call", "hop", "library", "name", "sending", "token")
+    __slots__ = (
+        "attributes",
+        "call",
+        "hop",
+        "library",
+        "name",
+        "on_wire",
+        "sending",
+        "token",
+        "written",
+    )
 
     def __init__(
         self,
@@ -133,23 +150,42 @@ class ClientRequest:
         self.call = call
         self.attributes: dict[str, measured.AttributeValue] = {URL: url}
         self.token = _set(call.value) if attach else None
-        self.sending = _sending.set(True) if attach else None
+        self.sending = _sending.set(self) if attach else None
+        self.written: str | None = None  # the traceparent of the latest hand-off written
+        self.on_wire = False  # whether an attempt has sent ``written`` already
 
     def inject(self, carrier: Any, setter: Setter[Any] | None = None) -> None:
         """Write a fresh hand-off from this call into ``carrier`` unless it has a traceparent."""
         try:
             if propagation.HEADERS.get(carrier, propagation.TRACEPARENT):
                 return
-            if self.token is not None:
-                propagation.inject(carrier, setter=setter, name=self.hop)
-                return
-            token = _set(self.call.value)  # not attached: hand off from this call all the same
-            try:
-                propagation.inject(carrier, setter=setter, name=self.hop)
-            finally:
-                _reset(token)
+            self._hand_off(carrier, setter)
+            written = propagation.HEADERS.get(carrier, propagation.TRACEPARENT)
+            self.written = written[0] if written else None
         except Exception as exc:
             recorder.internal_error(exc)
+
+    def _hand_off(self, carrier: Any, setter: Setter[Any] | None) -> None:
+        """A hand-off from this call, attached or not: from its own value, not from what the
+        stack says is current (a traced coroutine resumed around an attached call is)."""
+        propagation.inject_from(carrier, self.call.value, name=self.hop, setter=setter)
+
+    def next_traceparent(self, sent: str) -> str:
+        """The traceparent an attempt about to send ``sent`` puts on the wire: ``sent`` itself
+        unless it is this call's hand-off and an earlier attempt sent it already (a redirect or a
+        retry), then a fresh hand-off's, recorded now, as the hop leaves."""
+        if sent != self.written:
+            return sent  # the caller's own, or none of ours
+        if not self.on_wire:
+            self.on_wire = True
+            return sent
+        fresh: dict[str, str] = {}
+        self._hand_off(fresh, None)
+        value = fresh.get(propagation.TRACEPARENT)
+        if value is None:  # no longer recording: send it as it was
+            return sent
+        self.written = value
+        return value
 
     def finish(self, status: int | None, exc: BaseException | None = None) -> None:
         """End the call (in the context that began it, when attached: it detaches the call's
@@ -172,13 +208,52 @@ class ClientRequest:
         return measured.method(self.library, self.name)
 
 
+def attempt(headers: Any) -> None:
+    """One attempt of the client call in progress is about to send ``headers`` (a mutable
+    mapping): a redirect or retry gets a fresh hand-off in place of the one an earlier attempt
+    sent (``ClientRequest.next_traceparent``). Nothing outside a client call; never raises."""
+    client = _sending.get()
+    if client is None or client.written is None:
+        return
+    try:
+        found = propagation.HEADERS.get(headers, propagation.TRACEPARENT)
+        if not found or len(found) != 1:
+            return
+        value = client.next_traceparent(found[0])
+        if value != found[0]:
+            propagation.HEADERS.set(headers, propagation.TRACEPARENT, value)
+    except Exception as exc:
+        recorder.internal_error(exc)
+
+
+def attempt_header(name: Any, values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``attempt`` for a library that writes one header at a time (http.client's ``putheader``):
+    the values to send for header ``name``. Nothing outside a client call; never raises."""
+    client = _sending.get()
+    if client is None or client.written is None or len(values) != 1:
+        return values
+    try:
+        key = name.decode("latin-1") if isinstance(name, bytes) else name
+        if not isinstance(key, str) or key.lower() != propagation.TRACEPARENT:
+            return values
+        value = values[0]
+        sent = value.decode("latin-1") if isinstance(value, bytes) else value
+        if not isinstance(sent, str):
+            return values
+        fresh = client.next_traceparent(sent)
+        return values if fresh == sent else (fresh,)
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return values
+
+
 def begin_client(library: str, verb: str, url: str, *, attach: bool = True) -> ClientRequest | None:
     """Begin a request sent to ``url``, opened at once and attached as the current invocation;
     None inside another client's call or when not recording (never raises). ``attach=False``
     leaves the caller's context attached (a library whose request and response are separate
     calls, http.client): ``finish`` may then run in any context, and the code in between is not
     inside the client's call."""
-    if _sending.get():
+    if _sending.get() is not None:
         return None
     try:
         call = measured.begin()

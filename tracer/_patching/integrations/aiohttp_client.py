@@ -6,21 +6,23 @@ Every request of a session goes through ``_request`` (``session.get``, ``session
 covered too (``trace_configs`` are fixed when a session is created). The hand-off goes into a
 copy of the ``headers`` argument, unless it or the session's default headers carry a
 ``traceparent``. The invocation ends when ``_request`` returns the ``ClientResponse``, that is
-once the response headers are received (after any redirects it follows, which carry the same
-hand-off), not when the body has been read; the status is the final response's. An exception
-(a connection error, ``raise_for_status``, a timeout, cancellation) marks it an error.
+once the response headers are received (after any redirects it follows, each with a hand-off of
+its own, written in ``ClientRequest.send``), not when the body has been read; the status is
+the final response's. An exception (a connection error, ``raise_for_status``, a timeout,
+cancellation) marks it an error.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any, Final
 
 from tracer import propagation
 from tracer._core import recorder
-from tracer._patching.integrations import Hook, PatchSpec, _clients
+from tracer._patching.integrations import Hook, PatchSpec, _clients, _http
 from tracer._patching.integrations._http import ClientRequest
 
 LIBRARY: Final = "aiohttp"
@@ -65,6 +67,15 @@ def patch_request(original: Request, multidict: type[Any]) -> Request:
     return _request
 
 
+def patch_send(original: Request) -> Request:
+    @functools.wraps(original)
+    async def send(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _http.attempt(self.headers)  # a redirect: a hand-off of its own
+        return await original(self, *args, **kwargs)
+
+    return send
+
+
 def _hook(module: ModuleType) -> list[PatchSpec]:
     from multidict import CIMultiDict  # aiohttp's own dependency, imported with it
 
@@ -72,7 +83,14 @@ def _hook(module: ModuleType) -> list[PatchSpec]:
     function = _clients.require(session, "_request", ("self", "method", "str_or_url"))
     if "headers" not in _clients.parameters_of(function):
         raise RuntimeError("ClientSession._request takes no headers argument")
-    return [(session, "_request", lambda original: patch_request(original, CIMultiDict))]
+    specs: list[PatchSpec] = [
+        (session, "_request", lambda original: patch_request(original, CIMultiDict))
+    ]
+    request = getattr(module, "ClientRequest", None)
+    send = getattr(request, "__dict__", {}).get("send")
+    if inspect.iscoroutinefunction(send):  # else every redirect keeps the first hand-off
+        specs.append((request, "send", patch_send))
+    return specs
 
 
 HOOKS: dict[str, Hook] = {"aiohttp.client": _hook}

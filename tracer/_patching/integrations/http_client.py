@@ -13,7 +13,8 @@ open: ``close()``, or the connection's next ``request``, ends it without a statu
 second request on a new connection, so a second invocation (the first with the 3xx status). Its
 ``URLError`` for a refused connection wraps the ``ConnectionRefusedError`` the invocation records.
 Inside requests or urllib3 (whose connections are ``HTTPConnection`` subclasses) these calls pass
-through: the outer library's invocation covers them.
+through: the outer library's invocation covers them, and ``putheader`` is where each of their
+attempts (a redirect, a retry) gets a hand-off of its own (``_http.attempt_header``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import recorder
-from tracer._patching.integrations import Hook, PatchSpec, _clients
+from tracer._patching.integrations import Hook, PatchSpec, _clients, _http
 from tracer._patching.integrations._http import ClientRequest
 
 LIBRARY: Final = "http.client"
@@ -118,16 +119,26 @@ def patch_close(original: Callable[..., Any]) -> Callable[..., Any]:
     return close
 
 
+def patch_putheader(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def putheader(self: Any, header: Any, *values: Any) -> Any:
+        return original(self, header, *_http.attempt_header(header, values))
+
+    return putheader
+
+
 def _hook(module: ModuleType) -> list[PatchSpec]:
     connection = module.HTTPConnection
     _clients.require(connection, "request", ("self", "method", "url", "body", "headers"))
     _clients.require(connection, "getresponse", ("self",))
     _clients.require(connection, "close", ("self",))
+    _clients.require(connection, "putheader", ("self", "header", "values"))
     https = getattr(module, "HTTPSConnection", None)  # absent without the ssl module
     return [
         (connection, "request", lambda original: patch_request(original, https)),
         (connection, "getresponse", patch_getresponse),
         (connection, "close", patch_close),
+        (connection, "putheader", patch_putheader),
     ]
 
 

@@ -4,8 +4,9 @@
 ``send`` takes the ``Request`` that goes on the wire (``client.get`` and ``client.stream`` build
 one and send it); the hand-off is written into its headers (``_clients``: a request object sent
 again gets a fresh one). Redirects and authentication retries inside ``send`` are the same
-invocation, whose status is the final response's; the redirected requests carry the same
-hand-off. The invocation ends when ``send`` returns: with ``stream=True`` (``client.stream``),
+invocation, whose status is the final response's; each redirected request carries a hand-off of
+its own, written in ``_send_single_request`` (one per request put on the wire, where it
+exists). The invocation ends when ``send`` returns: with ``stream=True`` (``client.stream``),
 once the response headers are in, before the body is read.
 """
 
@@ -16,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any, Final
 
-from tracer._patching.integrations import Hook, PatchSpec, _clients
+from tracer._patching.integrations import Hook, PatchSpec, _clients, _http
 
 LIBRARY: Final = "httpx"
 
@@ -51,13 +52,41 @@ def patch_async_send(
     return send
 
 
+def patch_send_single(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def _send_single_request(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        _http.attempt(request.headers)
+        return original(self, request, *args, **kwargs)
+
+    return _send_single_request
+
+
+def patch_async_send_single(
+    original: Callable[..., Coroutine[Any, Any, Any]],
+) -> Callable[..., Coroutine[Any, Any, Any]]:
+    @functools.wraps(original)
+    async def _send_single_request(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        _http.attempt(request.headers)
+        return await original(self, request, *args, **kwargs)
+
+    return _send_single_request
+
+
 def _hook(module: ModuleType) -> list[PatchSpec]:
     _clients.require(module.Client, "send", ("self", "request"))
     _clients.require(module.AsyncClient, "send", ("self", "request"))
-    return [
+    specs: list[PatchSpec] = [
         (module.Client, "send", patch_send),
         (module.AsyncClient, "send", patch_async_send),
     ]
+    try:  # private: a version without it keeps one hand-off for every redirect
+        _clients.require(module.Client, "_send_single_request", ("self", "request"))
+        _clients.require(module.AsyncClient, "_send_single_request", ("self", "request"))
+    except (KeyError, TypeError, RuntimeError):
+        return specs
+    specs.append((module.Client, "_send_single_request", patch_send_single))
+    specs.append((module.AsyncClient, "_send_single_request", patch_async_send_single))
+    return specs
 
 
 HOOKS: dict[str, Hook] = {"httpx": _hook}
