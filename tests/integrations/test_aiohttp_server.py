@@ -153,7 +153,7 @@ def test_statuses_and_errors(servers: list[Aiohttp]) -> None:
         ("aiohttp.GET /unavailable", "error", "HTTPServiceUnavailable", 503),
         ("aiohttp.GET /fail", "error", "RuntimeError", 500),
         ("aiohttp.GET /teapot", "error", "HTTP 507", 507),
-        ("aiohttp.GET", "ok", None, 404),  # no route matched
+        ("aiohttp.GET /nowhere", "ok", None, 404),  # no route matched: its path names it
     ]
 
 

@@ -76,7 +76,9 @@ def test_a_request_is_an_invocation_with_its_work_as_a_child(
         server = Uvicorn(InvoseqMiddleware(app))
         servers.append(server)
         assert server.get("/orders/7") == (200, b"/ORDERS/7")
-        assert trace.trees(strip=MODULE) == [{"name": "asgi.GET", "children": [{"name": "work"}]}]
+        assert trace.trees(strip=MODULE) == [
+            {"name": "asgi.GET /orders/{int}", "children": [{"name": "work"}]}
+        ]
         (request, _) = trace.invocations()
     assert request.attributes == {
         "http.request.method": "GET",
@@ -93,7 +95,7 @@ def test_an_incoming_traceparent_continues_its_sequence(servers: list[Uvicorn]) 
         server.get("/a", {"traceparent": TRACEPARENT, "tracestate": "other=1"})
         server.get("/b")
         first, _, second, _ = trace.invocations()
-    assert first.name == "asgi.GET"
+    assert (first.name, second.name) == ("asgi.GET /a", "asgi.GET /b")
     assert first.seq == TRACE_ID
     assert second.seq != TRACE_ID
 
@@ -105,8 +107,9 @@ def test_a_5xx_status_and_an_exception_are_errors(servers: list[Uvicorn]) -> Non
         assert server.get("/status/404")[0] == 404
         assert server.get("/status/503")[0] == 503
         assert server.get("/raise")[0] == 500  # uvicorn's answer to the exception
-        requests = [i for i in trace.invocations() if i.name == "asgi.GET"]
+        requests = [i for i in trace.invocations() if i.name.startswith("asgi.GET ")]
     not_found, unavailable, raised = requests
+    assert [r.name for r in requests] == ["asgi.GET /status/{int}"] * 2 + ["asgi.GET /raise"]
     assert (not_found.status, not_found.attributes) == (
         "ok",
         {"http.request.method": "GET", "url.path": "/status/404", "http.response.status_code": 404},
@@ -125,7 +128,7 @@ def test_lifespan_passes_through_unmeasured(servers: list[Uvicorn]) -> None:
         server = Uvicorn(InvoseqMiddleware(app), lifespan="on")
         servers.append(server)
         server.get("/x")
-        assert [i.name for i in trace.invocations()] == ["asgi.GET", MODULE + "work"]
+        assert [i.name for i in trace.invocations()] == ["asgi.GET /x", MODULE + "work"]
     assert app.lifespan == ["lifespan.startup"]
 
 
@@ -136,7 +139,9 @@ def test_a_middleware_inside_another_measures_nothing(servers: list[Uvicorn]) ->
         )
         servers.append(server)
         server.get("/x")
-        assert trace.trees(strip=MODULE) == [{"name": "outer.GET", "children": [{"name": "work"}]}]
+        assert trace.trees(strip=MODULE) == [
+            {"name": "outer.GET /x", "children": [{"name": "work"}]}
+        ]
 
 
 def test_outside_a_recording_tracer_the_application_runs_untouched(

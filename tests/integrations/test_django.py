@@ -175,7 +175,7 @@ def test_an_exception_or_a_5xx_is_an_error_and_a_404_is_not(
     assert (unavailable.status, unavailable.error) == ("error", "HTTP 503")
     missing = one(trace, "django.GET /missing")
     assert (missing.status, missing.error) == ("ok", None)
-    nowhere = one(trace, "django.GET")
+    nowhere = one(trace, "django.GET /nowhere")  # no route: its path names it
     assert nowhere.status == "ok"
     assert nowhere.attributes == {
         "http.request.method": "GET",

@@ -179,7 +179,7 @@ def test_an_exception_or_a_5xx_is_an_error_and_a_404_is_not(
     unavailable, missing = named(trace, "flask.GET /status/<int:code>")
     assert (unavailable.status, unavailable.error) == ("error", "HTTP 503")
     assert (missing.status, missing.error) == ("ok", None)
-    nowhere = one(trace, "flask.GET")
+    nowhere = one(trace, "flask.GET /nowhere")  # no route: its path names it
     assert nowhere.status == "ok"
     assert nowhere.attributes == {
         "http.request.method": "GET",

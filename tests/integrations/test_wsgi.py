@@ -118,7 +118,7 @@ def test_an_application_wsgiref_runs_is_measured_with_no_code_change(
 ) -> None:
     servers.append(server := Server(app, "wsgiref"))
     assert server.get("/orders/7") == (200, b"/ORDERS/7")
-    request = one(trace, "wsgi.GET")
+    request = one(trace, "wsgi.GET /orders/{int}")
     assert request.status == "ok"
     assert request.parent == 0
     assert request.attributes == {
@@ -135,7 +135,7 @@ def test_the_middleware_continues_the_callers_sequence(
     servers.append(server := Server(wsgi.InvoseqMiddleware(app)))
     server.get("/a", {"traceparent": TRACEPARENT, "tracestate": "other=1"})
     server.get("/b")
-    first, second = named(trace, "wsgi.GET")
+    first, second = named(trace, "wsgi.GET /a") + named(trace, "wsgi.GET /b")
     assert first.seq == TRACE_ID
     assert second.seq != TRACE_ID
     works = named(trace, MODULE + "work")
@@ -148,7 +148,7 @@ def test_a_streamed_body_and_the_close_count_in_the_request(
     servers.append(server := Server(wsgi.InvoseqMiddleware(app)))
     assert server.get("/stream") == (200, b"first SECOND")
     assert server.get("/closing") == (200, b"ab")
-    streaming, closing = named(trace, "wsgi.GET")
+    streaming, closing = named(trace, "wsgi.GET /stream") + named(trace, "wsgi.GET /closing")
     second, closed = named(trace, MODULE + "work")
     assert second.parent == streaming.iid
     assert closed.parent == closing.iid
@@ -165,7 +165,8 @@ def test_an_exception_or_a_5xx_is_an_error(trace: Capture, servers: list[Server]
     assert server.get("/raise")[0] == 500
     assert server.get("/status/503")[0] == 503
     assert server.get("/status/404")[0] == 404
-    raised, unavailable, missing = named(trace, "wsgi.GET")
+    raised = one(trace, "wsgi.GET /raise")
+    unavailable, missing = named(trace, "wsgi.GET /status/{int}")
     assert (raised.status, raised.error) == ("error", "LookupError")
     assert (unavailable.status, unavailable.error) == ("error", "HTTP 503")
     assert unavailable.attributes is not None
@@ -179,7 +180,7 @@ def test_an_exception_in_the_body_is_an_error(trace: Capture, servers: list[Serv
     with pytest.raises(Exception):  # noqa: B017, PT011 (the connection breaks, as it may)
         server.get("/broken")
     server.server.served.get(timeout=30)
-    request = one(trace, "wsgi.GET")
+    request = one(trace, "wsgi.GET /broken")
     assert (request.status, request.error) == ("error", "RuntimeError")
 
 
@@ -188,7 +189,7 @@ def test_a_file_wrapper_stays_one_and_ends_the_request_at_its_close(
 ) -> None:
     servers.append(server := Server(app, "wsgiref"))
     assert server.get("/file") == (200, b"from a file")
-    request = one(trace, "wsgi.GET")
+    request = one(trace, "wsgi.GET /file")
     assert request.status == "ok"
     assert children(trace, request) == [MODULE + "work"]  # the close, inside
 
@@ -198,15 +199,15 @@ def test_the_file_wrapper_itself_goes_to_the_server(trace: Capture) -> None:
     result = wsgi.serve("wsgi", app, environ, lambda status, headers, exc_info=None: print)
     assert type(result) is FileWrapper
     assert list(result) == [b"from a file"]
-    assert named(trace, "wsgi.GET") == []  # not ended (nor opened: no route names it)
+    assert named(trace, "wsgi.GET /file") == []  # not ended (nor opened: no route names it)
     result.close()  # type: ignore[attr-defined]
-    assert named(trace, "wsgi.GET")[0].status == "ok"
+    assert named(trace, "wsgi.GET /file")[0].status == "ok"
 
 
 def test_two_layers_measure_a_request_once(trace: Capture, servers: list[Server]) -> None:
     servers.append(server := Server(wsgi.InvoseqMiddleware(wsgi.InvoseqMiddleware(app)), "wsgiref"))
     server.get("/x")
-    assert [i.name for i in trace.invocations()] == ["wsgi.GET", MODULE + "work"]
+    assert [i.name for i in trace.invocations()] == ["wsgi.GET /x", MODULE + "work"]
 
 
 def test_the_environ_carrier_reads_joined_tracestate_fields() -> None:
@@ -358,9 +359,9 @@ def test_a_plain_application_under_gunicorn_is_measured_with_no_code_change(
     assert process.returncode == 0, output
     rows = json.loads(traces.read_text())
     assert [(name, status, error) for name, _, _, _, status, error, _ in rows] == [
-        ("wsgi.GET", "ok", None),
+        ("wsgi.GET /a", "ok", None),
         ("plain_app.work", "ok", None),
-        ("wsgi.GET", "error", "HTTP 503"),
+        ("wsgi.GET /busy", "error", "HTTP 503"),
         ("plain_app.work", "ok", None),
     ]
     first, work_a, busy, work_busy = rows

@@ -347,11 +347,20 @@ def test_uvicorn_workers_trace_the_app_and_flush_when_stopped(tmp_path: Path) ->
     assert bodies == [b"/R0", b"/R1", b"/R2", b"/R3"]
     summaries = sequences(tmp_path)
     assert len(summaries) == 4
+    served = []
     for summary in summaries:
         root = tree(tmp_path, summary["seq"])
-        assert shape(root) == {
-            "name": "handlers.answer",
+        request = shape(root)
+        served.append(request.pop("name"))  # each request measured by uvicorn, by its path
+        assert request == {
             "status": "ok",
-            "children": [{"name": "handlers.render", "status": "ok"}],
+            "children": [
+                {
+                    "name": "handlers.answer",
+                    "status": "ok",
+                    "children": [{"name": "handlers.render", "status": "ok"}],
+                }
+            ],
         }
         assert root["process"]["pid"] != master.pid  # recorded in a worker
+    assert sorted(served) == [f"uvicorn.GET /r{n}" for n in range(4)]

@@ -122,7 +122,7 @@ WATCHES: Final[dict[str, tuple[str, ...]]] = {
         "django.core.handlers.wsgi",
         "django.core.handlers.asgi",
     ),
-    "asgi": (),
+    "asgi": ("uvicorn.config",),
     "starlette": ("starlette.applications", "starlette.routing", "anyio._backends._asyncio"),
     "fastapi": ("fastapi.applications", "fastapi.routing", "anyio._backends._asyncio"),
     "aiohttp_server": ("aiohttp.web_app", "aiohttp.web_urldispatcher"),

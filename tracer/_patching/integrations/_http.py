@@ -2,8 +2,11 @@
 
 A server request continues the caller's sequence from ``traceparent``/``tracestate``
 (``propagation.extract``), or else the current invocation's, or else starts one; it is named
-``"GET /price/{item}"`` once the framework has matched the route (``ServerRequest.name``), or
-just ``"GET"`` when no route matched. A 5xx status or an exception marks it an error.
+``"GET /price/{item}"`` once the framework has matched the route (``ServerRequest.name``); with no
+route known (a server measuring a plain application, a 404) by its path with the ids folded,
+``"GET /orders/{int}/items/{uuid}"`` (``path_template``), and by the verb alone once
+``MAX_TEMPLATES`` such names exist (a scanner's random paths must not make a name each). A 5xx
+status or an exception marks it an error.
 
 A client request is one invocation named ``"GET host/path"`` that injects a fresh hand-off into
 the outgoing headers; a library that sends through another one we patch (requests through urllib3,
@@ -21,6 +24,7 @@ Attribute names follow OpenTelemetry's HTTP semantic conventions.
 from __future__ import annotations
 
 import contextvars
+import re
 from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -46,6 +50,51 @@ _set = context.current.set
 _reset = context.current.reset
 
 
+#: The distinct path-template names a process gives requests with no route, at most.
+MAX_TEMPLATES: Final = 200
+#: The segments of a path a template keeps (the rest is ``/...``), and the characters of one.
+MAX_SEGMENTS: Final = 8
+MAX_SEGMENT_CHARS: Final = 40
+_UUID: Final = re.compile(
+    r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+)
+_HEX: Final = re.compile(r"(?=[^/]*[0-9])[0-9a-fA-F]{8,}")
+_templates: set[str] = set()
+
+
+def _fold(segment: str) -> str:
+    if segment.isdigit():
+        return "{int}"
+    if _UUID.fullmatch(segment):
+        return "{uuid}"
+    if _HEX.fullmatch(segment):
+        return "{hex}"
+    return segment if len(segment) <= MAX_SEGMENT_CHARS else "{long}"
+
+
+def path_template(path: str) -> str:
+    """``path`` with what looks like an id folded: a number ``{int}``, a UUID ``{uuid}``, a hex
+    id of 8 or more digits ``{hex}``, a segment over ``MAX_SEGMENT_CHARS`` ``{long}``; at most
+    ``MAX_SEGMENTS`` segments kept (``/...`` after them)."""
+    segments = path.split("/")[1:] if path.startswith("/") else path.split("/")
+    folded = [_fold(segment) for segment in segments[:MAX_SEGMENTS]]
+    if len(segments) > MAX_SEGMENTS:
+        folded.append("...")
+    return "/" + "/".join(folded)
+
+
+def unrouted_name(verb: str, path: str) -> str:
+    """The name of a request no route names: the verb and ``path_template``, or the verb alone
+    once ``MAX_TEMPLATES`` names exist (every later new one too)."""
+    name = f"{verb} {path_template(path)}"
+    if name in _templates:
+        return name
+    if len(_templates) >= MAX_TEMPLATES:
+        return verb
+    _templates.add(name)
+    return name
+
+
 def error_name(status: int | None, exc: BaseException | None) -> str | None:
     """The Error event's name: the exception's type, else ``HTTP 503`` for a 5xx status."""
     if exc is not None:
@@ -59,17 +108,25 @@ class ServerRequest:
     """One request a server handles (module docstring). The integration attaches ``value`` (the
     context the handler runs under) around the code that serves the request."""
 
-    __slots__ = ("attributes", "call", "framework", "verb")
+    __slots__ = ("attributes", "call", "exception", "framework", "verb")
 
     def __init__(self, framework: str, verb: str, call: measured.Measured, path: str) -> None:
         self.framework = framework
         self.verb = verb
         self.call = call
         self.attributes: dict[str, measured.AttributeValue] = {METHOD: verb, PATH: path}
+        #: The exception a framework turned into a response: the error of a 5xx with no other.
+        self.exception: BaseException | None = None
 
     @property
     def value(self) -> context.Current:
         return self.call.value
+
+    def refine(self, framework: str) -> None:
+        """The request becomes ``framework``'s (the module its name is in), unless it is named
+        already: a framework inside the server that began it."""
+        if not self.call.opened:
+            self.framework = framework
 
     def name(self, route: str | None) -> None:
         """Open the invocation named by the matched route (first call wins)."""
@@ -79,16 +136,22 @@ class ServerRequest:
             self.attributes[ROUTE] = route
             self.call.open(measured.method(self.framework, f"{self.verb} {route}"))
         else:
-            self.call.open(measured.method(self.framework, self.verb))
+            self.call.open(measured.method(self.framework, self._unrouted()))
+
+    def _unrouted(self) -> str:
+        path = self.attributes.get(PATH)
+        return unrouted_name(self.verb, path) if isinstance(path, str) else self.verb
 
     def finish(self, status: int | None, exc: BaseException | None = None) -> None:
         if status is not None:
             self.attributes[STATUS] = status
+        if exc is None and status is not None and status >= 500:
+            exc = self.exception
         error = error_name(status, exc)
         if error is not None:
             self.attributes[ERROR_TYPE] = error
         call = self.call
-        fallback = 0 if call.opened else measured.method(self.framework, self.verb)
+        fallback = 0 if call.opened else measured.method(self.framework, self._unrouted())
         call.finish(fallback, self.attributes, error=error)
 
 

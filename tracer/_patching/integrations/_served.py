@@ -39,13 +39,21 @@ class Served:
     """One request in service (module docstring): its ``ServerRequest``, the status sent, and the
     exception the framework turned into a response (counted when that response is a 5xx)."""
 
-    __slots__ = ("exception", "request", "status", "unfinished")
+    __slots__ = ("request", "status", "unfinished")
 
     def __init__(self, request: _http.ServerRequest) -> None:
         self.request = request
         self.status: int | None = None
-        self.exception: BaseException | None = None
         self.unfinished = [True]  # popped by the one finish that counts (atomic, any thread)
+
+    @property
+    def exception(self) -> BaseException | None:
+        return self.request.exception
+
+    @exception.setter
+    def exception(self, exc: BaseException | None) -> None:
+        """Kept on the request: a server's middleware that finishes it names the error too."""
+        self.request.exception = exc
 
     def name(self, framework: str, route: str | None) -> None:
         """Open the invocation as ``framework``'s ``"GET /route"`` (``"GET"`` for no route)."""

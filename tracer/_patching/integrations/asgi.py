@@ -15,21 +15,37 @@ there, a hand-added one inside the framework's, or a mounted application's, only
 on. Whoever matches the route names the request through ``name_route`` (the framework
 integrations; one that matches nothing leaves it named by its verb alone, ``"GET"``).
 
-This integration patches nothing itself (``HOOKS`` is empty): disabling ``asgi`` changes nothing;
-disable ``starlette`` and ``fastapi`` to leave their applications alone.
+With no code change, the hook measures every application uvicorn serves (``uvicorn.config.Config.
+load``: what it loaded is wrapped, outermost, in ``ServerMiddleware``, for ``uvicorn APP``,
+``uvicorn.run``, and gunicorn's ``UvicornWorker`` alike): such a request is an invocation of the
+``uvicorn`` module until a framework inside names it; then the framework's middleware, finding the
+request in the scope, makes it its own (``"starlette.GET /price/{item}"``), so a framework under
+a server is still measured once. With no framework (an application with its own router), it is
+named by its path template (``"uvicorn.GET /orders/{int}"``, ``_http.unrouted_name``). Disabling
+``asgi`` leaves uvicorn alone; disable ``starlette`` and ``fastapi`` to leave their applications
+alone.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, MutableMapping
+from types import ModuleType
 from typing import Any, Final
 
 from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context, recorder
-from tracer._patching.integrations import Hook, _http
+from tracer._patching.integrations import Hook, PatchSpec, _http, installed, mark
 
-__all__ = ["HEADERS", "PREFIX_KEY", "REQUEST_KEY", "InvoseqMiddleware", "name_route"]
+__all__ = [
+    "HEADERS",
+    "PREFIX_KEY",
+    "REQUEST_KEY",
+    "InvoseqMiddleware",
+    "ServerMiddleware",
+    "name_route",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -37,6 +53,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+FRAMEWORK: Final = "asgi"
 #: The scope key holding the request's ``_http.ServerRequest``.
 REQUEST_KEY: Final = "invoseq.request"
 #: The scope key holding the route templates of the mounts matched so far (``"/api/{version}"``).
@@ -89,12 +106,13 @@ class InvoseqMiddleware:
     docstring). ``framework`` names the module of the invocations (``"starlette"``); ``app`` is the
     application it wraps (frameworks walk their middleware stacks through it)."""
 
-    def __init__(self, app: ASGIApp, *, framework: str = "asgi") -> None:
+    def __init__(self, app: ASGIApp, *, framework: str = FRAMEWORK) -> None:
         self.app = app
         self.framework = framework
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http" or REQUEST_KEY in scope:
+            _refine(scope, self.framework)  # inside a server's: the request becomes ours
             await self.app(scope, receive, send)
             return
         request = _http.begin_server(
@@ -126,6 +144,55 @@ class InvoseqMiddleware:
         _finish(request, scope, status, None)
 
 
+class ServerMiddleware(InvoseqMiddleware):
+    """The middleware a server hook puts outermost: its requests are the server's until a
+    framework's middleware inside takes them (``_refine``). It stays in the server's
+    application, and measures only while the hook's patch is in place (``owner.name``)."""
+
+    def __init__(self, app: ASGIApp, *, server: str, owner: type, name: str) -> None:
+        super().__init__(app, framework=server)
+        self.owner = owner
+        self.name = name
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not installed(self.owner, self.name):
+            await self.app(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def _refine(scope: Scope, framework: str) -> None:
+    """A framework's middleware sees a request a server's began: the request becomes the
+    framework's (its module), unless it is named already."""
+    request = scope.get(REQUEST_KEY)
+    if isinstance(request, _http.ServerRequest) and request.framework in SERVERS:
+        request.refine(framework)
+
+
+def _uvicorn(module: ModuleType) -> list[PatchSpec]:
+    config = module.Config
+    if not callable(config.__dict__.get("load")):
+        raise TypeError("uvicorn.config.Config.load is not a function here")
+
+    def make(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        @functools.wraps(original)
+        def load(self: Any) -> Any:
+            result = original(self)
+            try:
+                app = getattr(self, "loaded_app", None)
+                if app is not None and not isinstance(app, ServerMiddleware):
+                    self.loaded_app = ServerMiddleware(
+                        app, server="uvicorn", owner=config, name="load"
+                    )
+            except Exception as exc:
+                recorder.internal_error(exc)
+            return result
+
+        return mark(load)
+
+    return [(config, "load", make)]
+
+
 def _finish(
     request: _http.ServerRequest, scope: Scope, status: int | None, exc: BaseException | None
 ) -> None:
@@ -138,4 +205,7 @@ def _finish(
         recorder.internal_error(error)
 
 
-HOOKS: dict[str, Hook] = {}
+#: The servers whose hook measures what they serve (their requests' module until a framework's).
+SERVERS: Final = frozenset({"uvicorn"})
+
+HOOKS: dict[str, Hook] = {"uvicorn.config": _uvicorn}
