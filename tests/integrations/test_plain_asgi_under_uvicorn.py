@@ -111,21 +111,21 @@ def test_each_request_is_one_sequence_named_by_method_and_path_template(tmp_path
         assert server.wait(60) == 0, log.read_text()
     listed = cmr_json(tmp_path / "cmr.sqlite", "ls", "--limit", "100")
     requests = sorted(
-        (row["root"], row["error"]) for row in listed if row["root"].startswith("uvicorn.")
+        (row["root"], row["error"]) for row in listed if row["root"].startswith("asgi.")
     )
     assert requests == sorted(
         [
-            ("uvicorn.GET /orders/{int}", None),
-            ("uvicorn.GET /orders/{int}", None),
-            ("uvicorn.GET /orders/{int}", None),
-            ("uvicorn.GET /orders/x", None),  # a 400: not an error
-            ("uvicorn.GET /health", None),
-            ("uvicorn.GET /health", None),
-            ("uvicorn.GET /nowhere", None),  # a 404: not an error
-            ("uvicorn.GET /nowhere/else", None),
-            ("uvicorn.GET /boom", "RuntimeError"),  # the exception uvicorn answered with a 500
-            ("uvicorn.GET /orders/{int}", None),
+            ("asgi.GET /orders/{int}", None),
+            ("asgi.GET /orders/{int}", None),
+            ("asgi.GET /orders/{int}", None),
+            ("asgi.GET /orders/x", None),  # a 400: not an error
+            ("asgi.GET /health", None),
+            ("asgi.GET /health", None),
+            ("asgi.GET /nowhere", None),  # a 404: not an error
+            ("asgi.GET /nowhere/else", None),
+            ("asgi.GET /boom", "RuntimeError"),  # the exception uvicorn answered with a 500
+            ("asgi.GET /orders/{int}", None),
         ]
     )
-    numbered = [row for row in listed if row["root"] == "uvicorn.GET /orders/{int}"]
+    numbered = [row for row in listed if row["root"] == "asgi.GET /orders/{int}"]
     assert {row["invocations"] for row in numbered} == {3}  # the request, one, price

@@ -363,4 +363,4 @@ def test_uvicorn_workers_trace_the_app_and_flush_when_stopped(tmp_path: Path) ->
             ],
         }
         assert root["process"]["pid"] != master.pid  # recorded in a worker
-    assert sorted(served) == [f"uvicorn.GET /r{n}" for n in range(4)]
+    assert sorted(served) == [f"asgi.GET /r{n}" for n in range(4)]

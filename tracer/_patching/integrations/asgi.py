@@ -18,10 +18,10 @@ integrations; one that matches nothing leaves it named by its verb alone, ``"GET
 With no code change, the hook measures every application uvicorn serves (``uvicorn.config.Config.
 load``: what it loaded is wrapped, outermost, in ``ServerMiddleware``, for ``uvicorn APP``,
 ``uvicorn.run``, and gunicorn's ``UvicornWorker`` alike): such a request is an invocation of the
-``uvicorn`` module until a framework inside names it; then the framework's middleware, finding the
+``asgi`` module, as a hand-added middleware's; a framework's middleware inside, finding such a
 request in the scope, makes it its own (``"starlette.GET /price/{item}"``), so a framework under
 a server is still measured once. With no framework (an application with its own router), it is
-named by its path template (``"uvicorn.GET /orders/{int}"``, ``_http.unrouted_name``). Disabling
+named by its path template (``"asgi.GET /orders/{int}"``, ``_http.unrouted_name``). Disabling
 ``asgi`` leaves uvicorn alone; disable ``starlette`` and ``fastapi`` to leave their applications
 alone.
 """
@@ -145,12 +145,12 @@ class InvoseqMiddleware:
 
 
 class ServerMiddleware(InvoseqMiddleware):
-    """The middleware a server hook puts outermost: its requests are the server's until a
+    """The middleware a server hook puts outermost: its requests are ``asgi``'s until a
     framework's middleware inside takes them (``_refine``). It stays in the server's
     application, and measures only while the hook's patch is in place (``owner.name``)."""
 
-    def __init__(self, app: ASGIApp, *, server: str, owner: type, name: str) -> None:
-        super().__init__(app, framework=server)
+    def __init__(self, app: ASGIApp, *, owner: type, name: str) -> None:
+        super().__init__(app)
         self.owner = owner
         self.name = name
 
@@ -162,10 +162,11 @@ class ServerMiddleware(InvoseqMiddleware):
 
 
 def _refine(scope: Scope, framework: str) -> None:
-    """A framework's middleware sees a request a server's began: the request becomes the
-    framework's (its module), unless it is named already."""
+    """A framework's middleware sees a request the plain ASGI middleware began (a server's, or
+    one added by hand): the request becomes the framework's (its module), unless it is named
+    already."""
     request = scope.get(REQUEST_KEY)
-    if isinstance(request, _http.ServerRequest) and request.framework in SERVERS:
+    if isinstance(request, _http.ServerRequest) and request.framework == FRAMEWORK:
         request.refine(framework)
 
 
@@ -181,9 +182,7 @@ def _uvicorn(module: ModuleType) -> list[PatchSpec]:
             try:
                 app = getattr(self, "loaded_app", None)
                 if app is not None and not isinstance(app, ServerMiddleware):
-                    self.loaded_app = ServerMiddleware(
-                        app, server="uvicorn", owner=config, name="load"
-                    )
+                    self.loaded_app = ServerMiddleware(app, owner=config, name="load")
             except Exception as exc:
                 recorder.internal_error(exc)
             return result
@@ -204,8 +203,5 @@ def _finish(
     except Exception as error:
         recorder.internal_error(error)
 
-
-#: The servers whose hook measures what they serve (their requests' module until a framework's).
-SERVERS: Final = frozenset({"uvicorn"})
 
 HOOKS: dict[str, Hook] = {"uvicorn.config": _uvicorn}
