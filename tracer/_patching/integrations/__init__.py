@@ -113,7 +113,7 @@ def _warn_once(message: str) -> None:
 #: The modules each integration hooks (the keys of its ``HOOKS``), so that an integration's own
 #: module is imported only once the program imports its library (a test keeps them in step).
 WATCHES: Final[dict[str, tuple[str, ...]]] = {
-    "wsgi": ("wsgiref.handlers", "gunicorn.workers.base"),
+    "wsgi": ("wsgiref.handlers", "gunicorn.workers.base", "waitress.server", "werkzeug.serving"),
     "flask": ("flask.app",),
     "django": (
         "asgiref.sync",
@@ -122,7 +122,7 @@ WATCHES: Final[dict[str, tuple[str, ...]]] = {
         "django.core.handlers.wsgi",
         "django.core.handlers.asgi",
     ),
-    "asgi": ("uvicorn.config",),
+    "asgi": ("uvicorn.config", "hypercorn.app_wrappers", "daphne.server"),
     "starlette": ("starlette.applications", "starlette.routing", "anyio._backends._asyncio"),
     "fastapi": ("fastapi.applications", "fastapi.routing", "anyio._backends._asyncio"),
     "aiohttp_server": ("aiohttp.web_app", "aiohttp.web_urldispatcher"),

@@ -13,17 +13,18 @@ ends when the application returns, after the last body message: the status is th
 Never twice: the request is kept in the scope (``REQUEST_KEY``), and a middleware that finds one
 there, a hand-added one inside the framework's, or a mounted application's, only passes the request
 on. Whoever matches the route names the request through ``name_route`` (the framework
-integrations; one that matches nothing leaves it named by its verb alone, ``"GET"``).
+integrations; one that matches nothing leaves it named by its path template).
 
-With no code change, the hook measures every application uvicorn serves (``uvicorn.config.Config.
-load``: what it loaded is wrapped, outermost, in ``ServerMiddleware``, for ``uvicorn APP``,
-``uvicorn.run``, and gunicorn's ``UvicornWorker`` alike): such a request is an invocation of the
-``asgi`` module, as a hand-added middleware's; a framework's middleware inside, finding such a
+With no code change, the hooks measure every application uvicorn, hypercorn and daphne serve
+(uvicorn's ``Config.load``, hypercorn's ``ASGIWrapper`` and daphne's ``Server``: the application
+is wrapped, outermost, in ``ServerMiddleware``, for ``uvicorn APP``, ``uvicorn.run``, gunicorn's
+``UvicornWorker``, ``hypercorn APP`` and ``daphne APP`` alike): such a request is an invocation of
+the ``asgi`` module, as a hand-added middleware's; a framework's middleware inside, finding such a
 request in the scope, makes it its own (``"starlette.GET /price/{item}"``), so a framework under
 a server is still measured once. With no framework (an application with its own router), it is
 named by its path template (``"asgi.GET /orders/{int}"``, ``_http.unrouted_name``). Disabling
-``asgi`` leaves uvicorn alone; disable ``starlette`` and ``fastapi`` to leave their applications
-alone.
+``asgi`` leaves these servers alone; disable ``starlette`` and ``fastapi`` to leave their
+applications alone.
 """
 
 from __future__ import annotations
@@ -170,6 +171,37 @@ def _refine(scope: Scope, framework: str) -> None:
         request.refine(framework)
 
 
+def _wrap_after_init(owner: type, attribute: str) -> PatchSpec:
+    """A patch of ``owner.__init__`` that wraps the application it stores in ``attribute`` in
+    ``ServerMiddleware``, once (a server object per application: hypercorn's, daphne's)."""
+    init = owner.__dict__.get("__init__")
+    if not callable(init):
+        raise TypeError(f"{owner.__qualname__}.__init__ is not a function here")
+
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(original)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+            original(self, *args, **kwargs)
+            try:
+                app = getattr(self, attribute, None)
+                if app is not None and not isinstance(app, ServerMiddleware):
+                    setattr(self, attribute, ServerMiddleware(app, owner=owner, name="__init__"))
+            except Exception as exc:
+                recorder.internal_error(exc)
+
+        return mark(__init__)
+
+    return (owner, "__init__", make)
+
+
+def _hypercorn(module: ModuleType) -> list[PatchSpec]:
+    return [_wrap_after_init(module.ASGIWrapper, "app")]
+
+
+def _daphne(module: ModuleType) -> list[PatchSpec]:
+    return [_wrap_after_init(module.Server, "application")]
+
+
 def _uvicorn(module: ModuleType) -> list[PatchSpec]:
     config = module.Config
     if not callable(config.__dict__.get("load")):
@@ -204,4 +236,8 @@ def _finish(
         recorder.internal_error(error)
 
 
-HOOKS: dict[str, Hook] = {"uvicorn.config": _uvicorn}
+HOOKS: dict[str, Hook] = {
+    "uvicorn.config": _uvicorn,
+    "hypercorn.app_wrappers": _hypercorn,
+    "daphne.server": _daphne,
+}

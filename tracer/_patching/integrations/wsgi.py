@@ -11,9 +11,11 @@ with ``sendfile``): the request ends at its ``close``.
 
 ``InvoseqMiddleware(app)`` wraps an application by hand. The hooks wrap every application that
 ``wsgiref`` runs (``wsgiref.handlers.BaseHandler.run``: ``wsgiref.simple_server``, Django's
-``runserver``) and that gunicorn's WSGI workers load (``gunicorn.workers.base.Worker.load_wsgi``;
-its ASGI and tornado workers are left alone); such a request, with no route known, is named by its
-verb alone (``wsgi`` ``"GET"``), unless a framework inside names it (``_served``). Flask and
+``runserver``), that gunicorn's WSGI workers load (``gunicorn.workers.base.Worker.load_wsgi``;
+its ASGI and tornado workers are left alone), and that waitress's and werkzeug's servers are
+given (their ``BaseWSGIServer.__init__``: ``waitress.serve``, ``waitress-serve``, werkzeug's
+``run_simple``, ``flask run``); such a request, with no route known, is named by its path template
+(``"wsgi.GET /orders/{int}"``), unless a framework inside names it (``_served``). Flask and
 Django reuse ``serve``; a request is measured once however many of these layers see it.
 """
 
@@ -264,4 +266,35 @@ def _gunicorn(module: ModuleType) -> list[PatchSpec]:
     return [(worker, "load_wsgi", make)]
 
 
-HOOKS: dict[str, Hook] = {"wsgiref.handlers": _wsgiref, "gunicorn.workers.base": _gunicorn}
+def _wrap_after_init(owner: type, attribute: str) -> PatchSpec:
+    """A patch of ``owner.__init__`` that wraps the application it stores in ``attribute``, once,
+    for as long as the patch is in place (waitress's and werkzeug's servers)."""
+    if not callable(owner.__dict__.get("__init__")):
+        raise TypeError(f"{owner.__qualname__}.__init__ is not a function here")
+
+    def make(original: Callable[..., None]) -> Callable[..., None]:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+            original(self, *args, **kwargs)
+            app = getattr(self, attribute, None)
+            if callable(app) and not isinstance(app, _Loaded):
+                setattr(self, attribute, _Loaded(app, owner, "__init__"))
+
+        return _marked(__init__, original)
+
+    return (owner, "__init__", make)
+
+
+def _waitress(module: ModuleType) -> list[PatchSpec]:
+    return [_wrap_after_init(module.BaseWSGIServer, "application")]
+
+
+def _werkzeug(module: ModuleType) -> list[PatchSpec]:
+    return [_wrap_after_init(module.BaseWSGIServer, "app")]
+
+
+HOOKS: dict[str, Hook] = {
+    "wsgiref.handlers": _wsgiref,
+    "gunicorn.workers.base": _gunicorn,
+    "waitress.server": _waitress,
+    "werkzeug.serving": _werkzeug,
+}
