@@ -68,6 +68,7 @@ class Nodes:
         self._clock = clock
         self._turn = 0  # where the next tie between equally loaded nodes starts
         sockets = [n.transport for n in self._nodes if isinstance(n.transport, ZmqTransport)]
+        self._sockets = sockets
         self._poller: zmq.Poller | None = None
         if len(self._nodes) > 1 and len(sockets) == len(self._nodes):
             self._poller = zmq.Poller()
@@ -139,7 +140,11 @@ class Nodes:
 
     def receive_acks(self, timeout_ms: int) -> list[tuple[int, wire.Ack]]:
         """(node index, acknowledgement) pairs received so far, waiting up to ``timeout_ms`` for
-        the first from any node. An acknowledgement makes its node live again."""
+        the first from any node. An acknowledgement makes its node live again. What a node
+        that refuses this process tells of it is logged first (``tracer._shipping.handshakes``)."""
+        for transport in self._sockets:
+            if transport.handshakes is not None:
+                transport.handshakes.check()
         if len(self._nodes) == 1:
             acks = [(0, ack) for ack in self._nodes[0].transport.receive_acks(timeout_ms)]
         else:
