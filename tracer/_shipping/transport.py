@@ -102,7 +102,11 @@ class ZmqTransport:
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, 1024)
         #: What a refusing repository says: its monitor, read with the acknowledgements.
-        self.handshakes: Handshakes | None = Handshakes(self._socket, endpoint, curve)
+        self.handshakes: Handshakes | None = None
+        try:
+            self.handshakes = Handshakes(self._socket, endpoint, curve)
+        except zmq.ZMQError:  # no monitor: refusals go unsaid, batches are unaffected
+            log.debug("invoseq: cannot monitor the handshakes with %s", endpoint)
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError:
