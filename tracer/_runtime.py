@@ -107,6 +107,7 @@ def configure(**settings: Unpack[Settings]) -> Config:
     from tracer.config import resolve
 
     config = resolve(settings, strict=True)
+    _check_key_files(config)
     with _lock:
         _stop_sender(config.flush_timeout_ms, final=False)  # the process goes on
         _config = config
@@ -117,6 +118,23 @@ def configure(**settings: Unpack[Settings]) -> Config:
     if config.instrument:
         patching.instrument()
     return config
+
+
+def _check_key_files(config: Config) -> None:
+    """Raise ConfigError, in one line, for CURVE key files the sender could not use (a lazily
+    started tracer logs the same line from its sender instead: it never raises into the
+    program)."""
+    if not (config.enabled and config.curve_server_key and config.curve_client_key):
+        return
+    if _transport_factory is not None:  # tracer.testing's: no ZeroMQ
+        return
+    from tracer._shipping.transport import KeyFileError, load_curve
+    from tracer.config import ConfigError
+
+    try:
+        load_curve((config.curve_server_key, config.curve_client_key))
+    except KeyFileError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _stop_sender(timeout_ms: int, *, final: bool = True) -> bool:

@@ -79,7 +79,11 @@ def parse_tracestate(value: object) -> list[tuple[str, str]] | None:
     """The list-members of a ``tracestate`` value in order, or None when it is invalid as a whole.
 
     Empty and whitespace-only members are allowed and skipped; they do not count towards the 32
-    members (§3.3.2: they arise from combining several tracestate fields)."""
+    members (§3.3.2: they arise from combining several tracestate fields). A key present twice
+    keeps its first (left-most, most recent) member: one entry per key is allowed (§3.3.3) and
+    adding one must not repeat a key (§3.5), but a receiver need not clean up a duplicate another
+    participant wrote, and does not discard the header for it (the official test suite's
+    ``test_tracestate_duplicated_keys`` expects it inherited, one or both members kept)."""
     if not isinstance(value, str):
         return None
     members: dict[str, str] = {}
@@ -90,8 +94,8 @@ def parse_tracestate(value: object) -> list[tuple[str, str]] | None:
         key, equals, entry = member.partition("=")
         if not equals or not _KEY.fullmatch(key) or not _VALUE.fullmatch(entry):
             return None
-        if key in members:  # §3.3.3: only one entry per key is allowed
-            return None
+        if key in members:  # a later duplicate: the first one stands
+            continue
         members[key] = entry
         if len(members) > MAX_MEMBERS:
             return None

@@ -120,8 +120,8 @@ TRACESTATES = [  # (extra incoming fields, tracestate sent after ours, why)
         "foo=1,bar=2",
         "§3.5 our old entry in the middle: updated and moved to the left",
     ),
-    ([("tracestate", "foo=1,foo=2")], "", "§3.3.3 a duplicate key: the whole tracestate goes"),
-    ([("tracestate", "foo=1"), ("tracestate", "foo=1")], "", "§3.3.3 duplicate across fields"),
+    ([("tracestate", "foo=1,foo=2,bar=3")], "foo=1,bar=3", "§3.3.3 a duplicate key: first kept"),
+    ([("tracestate", "foo=1"), ("tracestate", "foo=1")], "foo=1", "§3.3.3 duplicate across fields"),
     ([("tracestate", "foo=1,BAR=2")], "", "§3.3.2.2.1 an invalid key: the whole tracestate goes"),
     ([("tracestate", "foo=1,bar=")], "", "§3.3.2.2.2 an empty value: the whole tracestate goes"),
     ([("tracestate", "foo=1,bar")], "", "§3.3.2.1 a member without '=': the whole goes"),
@@ -207,12 +207,15 @@ def test_every_outgoing_request_of_the_sequence_carries_the_context() -> None:
 
 def test_a_tracestate_already_in_the_outgoing_carrier_comes_before_the_incoming_one() -> None:
     """Another vendor in this process wrote it after the request came in: §3.5, newer entries
-    go left; a key it has wins over the incoming one; an invalid one is discarded."""
+    go left; a key it has wins over the incoming one; of a key it repeats, its first member is
+    kept; an invalid one is discarded."""
     incoming = headers(("traceparent", f"00-{T}-{P}-01"), ("tracestate", "foo=1,bar=2"))
     outgoing = through(incoming, {"TraceState": "congo=9,foo=3"})
     assert sent(outgoing) == (T, "01", "congo=9,foo=3,bar=2")
     assert "TraceState" not in outgoing  # one field per name
-    assert sent(through(incoming, {"tracestate": "congo=9,congo=3"})) == (T, "01", "foo=1,bar=2")
+    dup = sent(through(incoming, {"tracestate": "congo=9,congo=3"}))  # its first congo kept
+    assert dup == (T, "01", "congo=9,foo=1,bar=2")
+    assert sent(through(incoming, {"tracestate": "congo=9,CONGO=3"})) == (T, "01", "foo=1,bar=2")
 
 
 # -- the other carriers ----------------------------------------------------------------------------

@@ -20,10 +20,16 @@ node it has, and what the node refuses waits in the queue and the spool.
 
 A live node is chosen by the fewest batches in flight, ties taking turns, so batches spread
 evenly over equal nodes and a slow node gets fewer. Owned by the sender's worker thread.
+
+A node that refuses this process's handshake is said by its transport's monitor
+(``tracer._shipping.handshakes``). One that takes batches and has acknowledged none
+``UNANSWERED_NS`` after the first is said here, once: something listens there that is no
+repository taking this process's batches.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +44,10 @@ from tracer._shipping.transport import Transport, ZmqTransport
 BASE_BACKOFF_NS: Final = 100_000_000
 #: The longest wait: a node that comes back rejoins within this long after it answers again.
 MAX_BACKOFF_NS: Final = 10_000_000_000
+#: A node that took batches and acknowledged none this long after the first is said (once).
+UNANSWERED_NS: Final = 30_000_000_000
+
+log = logging.getLogger("tracer")
 
 
 @dataclass(slots=True)
@@ -49,6 +59,8 @@ class Node:
     retry_ns: int = 0  # a suspect node is probed from this time on
     answered_ns: int = -1  # when its last acknowledgement arrived
     acked_batches: int = 0  # batches whose first acknowledgement came from this node
+    first_sent_ns: int = -1  # when it first took a batch
+    unanswered_said: bool = False  # warned of: took batches, acknowledged none
 
     @property
     def suspect(self) -> bool:
@@ -67,7 +79,9 @@ class Nodes:
         self._nodes = [Node(endpoint, transport) for endpoint, transport in transports.items()]
         self._clock = clock
         self._turn = 0  # where the next tie between equally loaded nodes starts
+        self._unanswered = len(self._nodes)  # nodes neither answered nor said unanswered yet
         sockets = [n.transport for n in self._nodes if isinstance(n.transport, ZmqTransport)]
+        self._sockets = sockets
         self._poller: zmq.Poller | None = None
         if len(self._nodes) > 1 and len(sockets) == len(self._nodes):
             self._poller = zmq.Poller()
@@ -91,6 +105,8 @@ class Nodes:
             node = self._nodes[index]
             if node.transport.send(body):
                 node.inflight += 1
+                if node.first_sent_ns < 0:
+                    node.first_sent_ns = now
                 if not node.suspect:
                     self._turn = (index + 1) % len(self._nodes)
                 return index
@@ -139,7 +155,13 @@ class Nodes:
 
     def receive_acks(self, timeout_ms: int) -> list[tuple[int, wire.Ack]]:
         """(node index, acknowledgement) pairs received so far, waiting up to ``timeout_ms`` for
-        the first from any node. An acknowledgement makes its node live again."""
+        the first from any node. An acknowledgement makes its node live again. What a node
+        that refuses this process tells of it is logged first (``tracer._shipping.handshakes``)."""
+        for transport in self._sockets:
+            if transport.handshakes is not None:
+                transport.handshakes.check()
+        if self._unanswered:
+            self._say_unanswered()
         if len(self._nodes) == 1:
             acks = [(0, ack) for ack in self._nodes[0].transport.receive_acks(timeout_ms)]
         else:
@@ -155,8 +177,30 @@ class Nodes:
             for index in {index for index, _ in acks}:
                 node = self._nodes[index]
                 node.failures = 0
+                if node.answered_ns < 0 and not node.unanswered_said:
+                    self._unanswered -= 1
                 node.answered_ns = now
         return acks
+
+    def _say_unanswered(self) -> None:
+        """Warn of each node that took batches and never answered, UNANSWERED_NS after the
+        first; once per node, and not for a node that answered once."""
+        now = self._clock()
+        for node in self._nodes:
+            if node.answered_ns >= 0 or node.first_sent_ns < 0 or node.unanswered_said:
+                continue
+            if now - node.first_sent_ns >= UNANSWERED_NS:
+                node.unanswered_said = True
+                self._unanswered -= 1
+                log.warning(
+                    "invoseq: the repository at %s took this process's batches for %d s and "
+                    "acknowledged none: "
+                    "likely no invoseq repository listens there (or one of another protocol "
+                    "version), or it cannot store them (see its log); nothing this process "
+                    "sends there is stored yet",
+                    node.endpoint,
+                    UNANSWERED_NS // 1_000_000_000,
+                )
 
     def acked_by_endpoint(self) -> dict[str, int]:
         return {node.endpoint: node.acked_batches for node in self._nodes}

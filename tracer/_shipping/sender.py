@@ -22,7 +22,7 @@ from tracer._sampler import Sampler
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.nodes import Nodes
 from tracer._shipping.spool import Spool, program_key
-from tracer._shipping.transport import Transport
+from tracer._shipping.transport import KeyFileError, Transport
 from tracer.config import Config
 
 log = logging.getLogger("tracer")
@@ -129,6 +129,10 @@ class Sender:
     def _run(self) -> None:
         try:
             delivery = self.delivery = self._open_delivery()
+        except KeyFileError as exc:  # the user's to fix, and no tracer error: one line
+            endpoint = self._config.endpoint
+            log.error("invoseq: %s; nothing is sent to %s", exc, endpoint)  # noqa: TRY400 (no traceback)
+            return
         except Exception as exc:
             log.exception("invoseq: cannot open the transport to %s", self._config.endpoint)
             recorder.internal_error(exc)

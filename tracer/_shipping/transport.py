@@ -7,13 +7,15 @@ created, used and closed there only.
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+import os
+from typing import Final, Protocol
 
 import msgspec
 import zmq
 import zmq.auth
 
 from invoseq import wire
+from tracer._shipping.handshakes import Handshakes
 
 log = logging.getLogger("tracer")
 
@@ -30,13 +32,46 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def _load_curve(curve: tuple[str, str]) -> tuple[bytes, bytes, bytes]:
-    """(server public key file, client secret key file) -> the three keys a DEALER needs."""
-    server_public, _ = zmq.auth.load_certificate(curve[0])
-    client_public, client_secret = zmq.auth.load_certificate(curve[1])
+class KeyFileError(ValueError):
+    """A CURVE key file the tracer cannot use: a one-line message naming the file and setting."""
+
+
+def load_curve(curve: tuple[str, str]) -> tuple[bytes, bytes, bytes]:
+    """(server public key file, client secret key file) -> the three keys a DEALER needs.
+    Raises KeyFileError."""
+    server_public, _ = _read_key_file(curve[0], "curve_server_key")
+    client_public, client_secret = _read_key_file(curve[1], "curve_client_key")
     if client_secret is None:
-        raise ValueError(f"{curve[1]} holds no secret key: give the .key_secret file")
+        raise KeyFileError(
+            f"the CURVE key file {curve[1]} (curve_client_key) holds no secret key: give this "
+            "client's NAME.key_secret file, not its public NAME.key"
+        )
     return server_public, client_public, client_secret
+
+
+def _read_key_file(path: str, setting: str) -> tuple[bytes, bytes | None]:
+    what = f"the CURVE key file {path} ({setting})"
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except ValueError:  # no public-key line
+        raise KeyFileError(f"{what} is not a key file (made by `cmr keys generate`)") from None
+    except OSError as exc:  # pyzmq raises a bare OSError for a missing file
+        reason = exc.strerror or ("no such file" if not os.path.exists(path) else str(exc))
+        raise KeyFileError(f"cannot read {what}: {reason}") from None
+    for key in (public, secret):
+        if key is not None and not _is_key(key):
+            raise KeyFileError(f"{what} holds a malformed key")
+    return public, secret
+
+
+def _is_key(key: bytes) -> bool:
+    """A Z85-encoded 32-byte key, as ZeroMQ takes it."""
+    return len(key) == 40 and all(chr(c) in _Z85 for c in key)
+
+
+_Z85: Final = frozenset(
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+)
 
 
 class ZmqTransport:
@@ -53,7 +88,7 @@ class ZmqTransport:
         curve: tuple[str, str] | None = None,
         context: SharedContext | None = None,
     ) -> None:
-        keys = _load_curve(curve) if curve is not None else None  # before a socket exists
+        keys = load_curve(curve) if curve is not None else None  # before a socket exists
         self._shared = context or SharedContext()
         self._socket = self._shared.acquire().socket(zmq.DEALER)
         if keys is not None:
@@ -66,6 +101,12 @@ class ZmqTransport:
         self._socket.setsockopt(zmq.RCVHWM, 0)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, 1024)
+        #: What a refusing repository says: its monitor, read with the acknowledgements.
+        self.handshakes: Handshakes | None = None
+        try:
+            self.handshakes = Handshakes(self._socket, endpoint, curve)
+        except zmq.ZMQError:  # no monitor: refusals go unsaid, batches are unaffected
+            log.debug("invoseq: cannot monitor the handshakes with %s", endpoint)
         try:
             self._socket.connect(endpoint)
         except zmq.ZMQError:
@@ -106,6 +147,10 @@ class ZmqTransport:
         return self._socket
 
     def close(self) -> None:
+        if self.handshakes is not None:
+            self.handshakes.check()  # a refusal that came in the last moments is still said
+            self.handshakes.close()
+            self.handshakes = None
         self._socket.close(linger=0)
         self._shared.release()
 

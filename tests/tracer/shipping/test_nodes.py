@@ -6,13 +6,14 @@ same paths over real `cmr serve` processes are in tests/reliability/test_nodes.p
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
 
 from invoseq import wire
 from tracer._shipping.delivery import Delivery, Outgoing
-from tracer._shipping.nodes import BASE_BACKOFF_NS, MAX_BACKOFF_NS, Nodes
+from tracer._shipping.nodes import BASE_BACKOFF_NS, MAX_BACKOFF_NS, UNANSWERED_NS, Nodes
 from tracer._shipping.transport import Transport
 
 RESEND_NS = 2_000_000_000
@@ -264,3 +265,42 @@ def test_a_batch_acknowledged_late_by_the_node_it_left_counts_once(pair: Cluster
     assert pair.delivery.counters.sent_events == 2
     assert sum(pair.acked().values()) == 1
     assert not pair.delivery.nodes[0].suspect  # a answered: live again
+
+
+def test_a_node_that_takes_batches_and_never_answers_is_said_once(
+    pair: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Something listens at "a" that takes batches and acknowledges none (no invoseq
+    repository, or one that cannot store): one warning naming it, UNANSWERED_NS after its first
+    batch; "b", which answers, is never named, and "a" is not named again."""
+    pair.nodes["a"].answering = False
+    caplog.set_level(logging.WARNING, logger="tracer")
+    for _ in range(4):
+        pair.submit()
+        pair.round()
+    pair.clock.advance(UNANSWERED_NS - 1)
+    pair.round()
+    assert caplog.messages == []
+    pair.clock.advance(1)
+    for _ in range(3):
+        pair.round()
+        pair.clock.advance(UNANSWERED_NS)
+    assert caplog.messages == [
+        "invoseq: the repository at a took this process's batches for 30 s and acknowledged "
+        "none: likely no invoseq repository listens there (or one of another protocol version), "
+        "or it cannot store them (see its log); nothing this process sends there is stored yet"
+    ]
+
+
+def test_a_node_that_answered_once_is_never_said_unanswered(
+    pair: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tracer")
+    pair.submit(2)
+    pair.round()  # each node acknowledged one
+    pair.nodes["a"].answering = False  # hangs from now on
+    for _ in range(3):
+        pair.submit()
+        pair.round()
+        pair.clock.advance(UNANSWERED_NS)
+    assert caplog.messages == []
