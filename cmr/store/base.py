@@ -148,6 +148,16 @@ STATUS_ERROR: Final = "error"
 LISTED_STATUSES: Final = ("complete", "running", "incomplete", STATUS_ERROR)
 
 
+def shown_status(state: str, root_error: str | None) -> str:
+    """The one status word every surface shows for a sequence (``cmr ls``, ``show``, ``tail``,
+    the reports, ``cmr ui``): its state (running, incomplete or complete), but ``error`` for a
+    complete sequence whose root call raised (``root_error``: the exception's type, or None).
+    JSON keeps the two apart: the state as ``status`` and the exception as ``error``."""
+    if state == "complete" and root_error is not None:
+        return STATUS_ERROR
+    return state
+
+
 @dataclass(frozen=True, slots=True)
 class SequenceQuery:
     """Which listing lines ``Store.list_sequences`` gives, and in which order. A store reads the

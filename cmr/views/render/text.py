@@ -58,7 +58,8 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 def render_header(tree: SequenceTree, palette: Palette = PLAIN) -> str:
     """The sequence's id, status, duration and counts; for a lossy sequence, a second line
     naming the processes that dropped some of its events."""
-    status = _status_colour(tree.status, palette) + tree.status + palette.reset
+    word = tree.shown_status
+    status = _status_colour(word, palette) + word + palette.reset
     parts = [f"{palette.bold}{tree.seq.hex()}{palette.reset}", status]
     if tree.root.duration_ns is not None:
         parts.append(format_duration(tree.root.duration_ns))
