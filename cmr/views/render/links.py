@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from cmr.views.render.terms import printable
+
 SEQ: Final = "link.seq"
 IID: Final = "link.iid"
 PUID: Final = "link.puid"
@@ -63,5 +65,5 @@ def link_lines(attributes: dict[str, str | int | float | bool]) -> list[str]:
 
 
 def _clean(text: str) -> str:
-    """At most ``_WIDTH`` characters, a control character drawn as a replacement character."""
-    return "".join(c if c.isprintable() else "\N{REPLACEMENT CHARACTER}" for c in text[:_WIDTH])
+    """At most ``_WIDTH`` characters, escaped (``terms.printable``)."""
+    return printable(text[:_WIDTH])

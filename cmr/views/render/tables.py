@@ -7,7 +7,7 @@ import datetime
 
 from cmr.store.base import SequenceSummary
 from cmr.store.listing import listed_status
-from cmr.views.render.terms import format_duration
+from cmr.views.render.terms import format_duration, printable
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # cmr ls prints no tree: the views load for the one table that shows one
@@ -28,7 +28,9 @@ def format_local_time(ns: int) -> str:
 
 
 def table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> str:
-    """Columns padded to their widest cell; columns in ``right`` align right (numbers)."""
+    """Columns padded to their widest cell; columns in ``right`` align right (numbers). Cells
+    are shown ``printable``: a root's name, a host or a thread's name came from the wire."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [len(cell) for cell in header]
     for row in rows:
         widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
@@ -74,6 +76,7 @@ def sequence_cells(summary: SequenceSummary) -> list[str]:
 
 def fixed_line(cells: list[str]) -> str:
     """A sequence line (or the header) in SEQUENCE_WIDTHS, for lines printed one at a time."""
+    cells = [printable(cell) for cell in cells]
     padded = [
         cell.rjust(width) if at in SEQUENCE_NUMBERS else cell.ljust(width)
         for at, (cell, width) in enumerate(zip(cells, SEQUENCE_WIDTHS, strict=False))

@@ -40,6 +40,7 @@ from cmr.views.render.terms import (
     format_duration,
     format_time_of_day,
     plural,
+    printable,
 )
 
 #: Guides are drawn for this many levels; deeper lines restart at the left margin, marked with
@@ -156,7 +157,7 @@ def describe_fold(fold: Fold) -> str:
         text += f", {fold.beneath:,} more beneath them"
     if fold.repeated:
         names = ", ".join(
-            f"{name} {TIMES}{calls:,} ({format_duration(spent)})"
+            f"{printable(name)} {TIMES}{calls:,} ({format_duration(spent)})"
             for name, calls, spent in fold.repeated
         )
         text += f": {names}"
@@ -213,20 +214,20 @@ def _describe(
     else:
         colour = share_colour(node.duration_ns, total, palette)
         parts.append(colour + format_duration(node.duration_ns) + (palette.reset if colour else ""))
-    parts.append(node.name)
+    parts.append(printable(node.name))
     if node.self_ns is not None:
         parts.append(f"{palette.dim}self {format_duration(node.self_ns)}{palette.reset}")
     if node.kind != KIND_SYNTHETIC:  # a made-up root ran on no thread
-        thread = f"{node.thread.name} ({node.thread.tid})"
+        thread = f"{printable(node.thread.name)} ({node.thread.tid})"
         if labelled:
-            thread += f" {node.process.host}:{node.process.pid}"
+            thread += f" {printable(node.process.host)}:{node.process.pid}"
         parts.append(f"{palette.dim}{thread}{palette.reset}")
     if node.samples:
         parts.append(f"{palette.dim}{plural(node.samples, 'sample')}{palette.reset}")
     if node.handoff is not None:
         parts.append(f"{palette.cyan}{hop_mark(node, node.handoff)}{palette.reset}")
     if node.status == STATUS_ERROR:
-        parts.append(f"{palette.red}✗ {node.error or 'error'}{palette.reset}")
+        parts.append(f"{palette.red}✗ {printable(node.error or 'error')}{palette.reset}")
     if node.folded:
         hops = plural(node.folded, "untraced hand-off")
         parts.append(f"{palette.dim}+{hops} folded{palette.reset}")
@@ -259,7 +260,7 @@ def format_attributes(attributes: dict[str, str | int | float | bool]) -> str:
         text = str(value)
         if len(text) > ATTRIBUTE_WIDTH:
             text = text[: ATTRIBUTE_WIDTH - 1] + "…"
-        items.append(f"{key}={text}")
+        items.append(f"{printable(key)}={printable(text)}")
     if len(shown) > SHOWN_ATTRIBUTES:
         items.append(f"… {len(shown) - SHOWN_ATTRIBUTES} more")
     return "{" + ", ".join(items) + "}"
@@ -271,9 +272,9 @@ def _describe_estimated(node: Node, palette: Palette) -> str:
     spread = None if node.bounds is None else node.bounds.spread_ns()
     if spread is not None:
         estimate += f" (±{format_duration(spread)})"
-    parts = [estimate, node.name]
+    parts = [estimate, printable(node.name)]
     if node.frame is not None:
-        parts.append(f"{short_path(node.frame[0])}:{node.frame[2]}")
+        parts.append(f"{printable(short_path(node.frame[0]))}:{node.frame[2]}")
     if node.self_ns is not None:
         parts.append(f"self {format_duration(node.self_ns)}")
     parts.append(plural(node.samples, "sample"))
@@ -302,11 +303,11 @@ def hop_mark(node: Node, handoff: Handoff) -> str:
     """Where the work went and how long it waited to start there (when that is known: not for
     a remote caller this repository never heard from)."""
     if handoff.kind == "thread":
-        where = f'thread "{node.thread.name}"'
+        where = f'thread "{printable(node.thread.name)}"'
     elif handoff.kind == "process":
-        where = f"process {node.process.host}:{node.process.pid}"
+        where = f"process {printable(node.process.host)}:{node.process.pid}"
     else:  # "task", "remote", and kinds a newer tracer may send
-        where = handoff.kind
+        where = printable(handoff.kind)
     if handoff.queued_ns is None:
         return f"→ {where}"
     return f"→ {where}, queued {format_duration(handoff.queued_ns)}"
