@@ -174,7 +174,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with self._store() as store:
             summaries = select_sequences(store, wanted, now_ns)
-        page = render_list_page(summaries, wanted, repository=self.server.repository, now_ns=now_ns)
+            short_ids = store.short_ids([summary.seq for summary in summaries])
+        page = render_list_page(
+            summaries,
+            wanted,
+            repository=self.server.repository,
+            now_ns=now_ns,
+            short_ids=short_ids,
+        )
         self._send_html(HTTPStatus.OK, page)
 
     def _list_json(self, query: str) -> None:
