@@ -17,6 +17,8 @@ quickly and without recursion.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from cmr.store.base import PROCESS_ENDED, PROCESS_LOST
 from cmr.views.budget import Fold, Selection, choose, fits
 from cmr.views.model import (
@@ -86,6 +88,7 @@ def render_text(
     color: bool = False,
     max_nodes: int = 0,
     selection: Selection | None = None,
+    link_ids: Mapping[bytes, str] | None = None,
 ) -> str:
     """The header line, then the tree; no trailing newline.
 
@@ -93,7 +96,8 @@ def render_text(
     first, folds the others of each caller into one line (``cmr.views.budget``) and ends with a
     line telling how many calls are hidden and how to see them. A tree that fits prints in full.
     ``selection``: the budget's choice made already (``bigtree``, for a tree built only as far
-    as it is shown)."""
+    as it is shown). ``link_ids``: the prefixes to print of the sequences calls are linked from
+    (``views.pipeline.link_ids``)."""
     if max_nodes < 0:
         raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
     palette = ANSI if color else PLAIN
@@ -104,7 +108,7 @@ def render_text(
     lines = [render_header(tree, palette), _describe(tree.root, None, total, palette, True)]
     stack: list[_Entry] = []
     _push_children(stack, tree.root, 0, "", selection)
-    _append_logs(lines, tree.root, "", bool(stack), palette)
+    _append_logs(lines, tree.root, "", bool(stack), palette, link_ids=link_ids)
     while stack:
         item, depth, prefix, last, caller = stack.pop()
         block = (depth - 1) // GUIDE_BLOCK * GUIDE_BLOCK
@@ -126,19 +130,28 @@ def render_text(
         if item.attributes:  # its log lines go where its children's guides do
             block = depth // GUIDE_BLOCK * GUIDE_BLOCK
             marker = f"{palette.dim}[+{block}]{palette.reset} " if block else ""
-            _append_logs(lines, item, marker + child_prefix, len(stack) > pending, palette)
+            more = len(stack) > pending
+            _append_logs(lines, item, marker + child_prefix, more, palette, link_ids=link_ids)
     if selection is not None:
         lines.append(f"{palette.dim}{_closing_line(selection, max_nodes)}{palette.reset}")
     return "\n".join(lines)
 
 
-def _append_logs(lines: list[str], node: Node, prefix: str, more: bool, palette: Palette) -> None:
+def _append_logs(
+    lines: list[str],
+    node: Node,
+    prefix: str,
+    more: bool,
+    palette: Palette,
+    *,
+    link_ids: Mapping[bytes, str] | None = None,
+) -> None:
     """The node's link to the call that queued it, then its log records, a line each under it;
     ``more``: its children's lines follow, so the guide goes on down to them."""
     if not node.attributes:
         return
     indent = prefix + (PIPE if more else SPACE)
-    for line in link_lines(node.attributes):
+    for line in link_lines(node.attributes, link_ids):
         lines.append(f"{indent}{palette.cyan}{line}{palette.reset}")
     for line in log_lines(node.attributes):
         colour = palette.dim if line[0] == "…" else palette.red if severe(line) else palette.yellow

@@ -1,7 +1,7 @@
 """Printed ids always work: where a sequence id is printed shortened (``cmr ls``, ``cmr tail``,
-the report ``tracer run`` prints, ``cmr ui``'s list), it is the shortest prefix of at least 12
-hex digits that no other sequence in the repository shares, as git prints commits, and every
-command taking an id accepts it."""
+the report ``tracer run`` prints, ``cmr ui``'s list, ``cmr show``'s links), it is the shortest
+prefix of at least 12 hex digits that no other sequence in the repository shares, as git prints
+commits, and every command taking an id accepts it."""
 
 from __future__ import annotations
 
@@ -89,6 +89,26 @@ def test_the_ui_list_shows_the_prefixes_ls_prints(repo: str) -> None:
         store.close()
     for seq in CRAFTED:
         assert f"title='{seq.hex()}'>{seq.hex()[:13]}</a>" in page
+
+
+def test_show_names_the_sequence_a_call_is_linked_from_by_a_prefix_that_works(
+    repo: str, make_batch: BatchFactory, clock_offset_ns: int, capsys
+) -> None:
+    """A task queued by a call of ``CRAFTED[2]`` (a Celery task's link), in a sequence of its
+    own: ``↪ linked from`` prints the prefix ``cmr ls`` would."""
+    task = bytes.fromhex("7a" * 16)
+    link = {"link.seq": CRAFTED[2].hex(), "link.iid": "00000000000000a7", "link.kind": "celery"}
+    events = [wire.Start(1, 0, 0, 1, 0, task), wire.Attrs(1, link), wire.End(1, MS)]
+    store = open_store(repo)
+    try:
+        store.ingest(make_batch(8, 0, {1: events}, methods={1: "tasks.ship"}), clock_offset_ns)
+    finally:
+        store.close()
+    code, out, err = run(capsys, "show", task.hex()[:12], "--db", repo)
+    assert code == 0, err
+    assert f"↪ linked from {CRAFTED[2].hex()[:13]}:00000000000000a7 (celery)" in out
+    code, out, err = run(capsys, "show", CRAFTED[2].hex()[:13], "--db", repo)
+    assert code == 0, err
 
 
 class _Lines:
