@@ -29,8 +29,9 @@ def add_ls(commands: Commands) -> None:
             "or those the options select: the root's name, the duration, the status, when they "
             "started, the host they ran on, newest or longest first. A status ending in ', "
             "lossy' means a traced process had to drop some events of the sequence; 'error' "
-            "means the root call raised. The SEQ column is a prefix of the id that 'cmr show' "
-            "accepts."
+            "means the root call raised. The SEQ column is the shortest prefix of the id, of "
+            "12 digits at least, that no other sequence in the repository shares: 'cmr show' "
+            "and every other command accept it."
         ),
         examples=[
             "cmr ls",
@@ -145,6 +146,7 @@ def _ls(args: argparse.Namespace) -> int:
     store = open_for_reading(args.db)
     try:
         summaries = store.list_sequences(args.limit, query)
+        short_ids = {} if args.json else store.short_ids([line.seq for line in summaries])
     finally:
         store.close()
     if args.json:
@@ -154,5 +156,5 @@ def _ls(args: argparse.Namespace) -> int:
     elif not summaries and query != SequenceQuery(sort=query.sort):
         emit("no sequence matches")
     else:
-        emit(tables.render_sequence_list(summaries))
+        emit(tables.render_sequence_list(summaries, short_ids))
     return 0

@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if not _users_error(exc):
             raise
-        print(f"cmr: {exc}", file=sys.stderr)
+        from cmr.views.render.terms import printable  # a message may quote a sender or server
+
+        print(f"cmr: {printable(str(exc))}", file=sys.stderr)
         return 1
 
 

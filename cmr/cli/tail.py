@@ -79,12 +79,16 @@ def follow(
     while True:
         since = time.time_ns() - LOOKBACK_NS
         query = SequenceQuery(root=root, min_duration_ns=min_duration_ns, since_ns=since)
+        news = []
         for line in reversed(store.list_sequences(PER_POLL, query)):  # oldest first
             if line.status == "running" or line.seq in seen:
                 continue
             seen[line.seq] = line.start_ns
             if not first:
-                _print(_line(line, as_json=as_json))
+                news.append(line)
+        short_ids = store.short_ids([line.seq for line in news]) if news and not as_json else {}
+        for line in news:
+            _print(_line(line, short_ids.get(line.seq), as_json=as_json))
         if first:  # after the first look: what completes from now on is news
             if as_json:  # stdout stays JSON lines: say it on stderr
                 print("cmr: following; Ctrl-C ends it", file=sys.stderr, flush=True)
@@ -97,10 +101,11 @@ def follow(
             return
 
 
-def _line(line: SequenceSummary, *, as_json: bool) -> str:
+def _line(line: SequenceSummary, short_id: str | None, *, as_json: bool) -> str:
+    """The sequence's line; ``short_id``: its prefix unique in the repository as of now."""
     if as_json:
         return json_render.summary_to_json(line)
-    return fixed_line(sequence_cells(line))
+    return fixed_line(sequence_cells(line, short_id))
 
 
 def _print(text: str) -> None:

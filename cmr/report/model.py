@@ -97,7 +97,7 @@ def _build_model(data: SequenceData) -> ReportModel:
     summary: Summary = {
         "seq": tree.seq.hex(),
         "root": tree.root.name,
-        "status": tree.status,
+        "status": tree.shown_status,
         "origin_ns": origin,
         "origin": str(origin),
         "origin_iso": _iso(origin),

@@ -16,7 +16,7 @@ AttributeValue: TypeAlias = str | int | float | bool
 class Summary(TypedDict):
     seq: str
     root: str
-    status: Literal["running", "incomplete", "complete"]
+    status: str  # running, incomplete, complete or error (cmr.store.base.shown_status)
     origin_ns: int
     origin: str  # origin_ns as a decimal string: a browser's numbers lose its last digits
     origin_iso: str

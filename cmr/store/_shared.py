@@ -8,6 +8,8 @@ restating them (SQL backends restate them in SQL, next to which the rule is name
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from cmr.store.base import (
@@ -16,13 +18,14 @@ from cmr.store.base import (
     SequenceSummary,
     StoreError,
     UnknownSequenceError,
+    unique_prefix,
 )
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
     from typing import Final
 
-    from cmr.store.base import SequenceData
+    from cmr.store.base import Neighbours, SequenceData
     from invoseq.wire import Batch
 
 SEQ_HEX_DIGITS: Final = 32
@@ -88,11 +91,31 @@ def pick_match(wanted: SeqRange, count: int, first: list[bytes]) -> bytes:
         raise UnknownSequenceError(f"no sequence matches '{wanted.prefix}'")
     if count == 1:
         return first[0]
-    shown = ", ".join(seq.hex()[:12] + "…" for seq in first[:SHOWN_MATCHES])
+    listed = first[:SHOWN_MATCHES]
+    before: list[bytes | None] = [None, *listed[:-1]]
+    after: list[bytes | None] = [*listed[1:], None]
+    shown = ", ".join(
+        unique_prefix(seq, around) + "…"
+        for seq, around in zip(listed, zip(before, after, strict=True), strict=True)
+    )
     more = ", …" if count > SHOWN_MATCHES else ""
     raise AmbiguousSequenceError(
         f"'{wanted.prefix}' matches {count} sequences: {shown}{more}; give more digits"
     )
+
+
+def neighbours_in(ordered: Sequence[bytes], seqs: Iterable[bytes]) -> dict[bytes, Neighbours]:
+    """``Store.neighbours`` over ``ordered``, every id stored in ascending order (a store that
+    holds them in memory): two bisections per id."""
+    found: dict[bytes, Neighbours] = {}
+    for seq in seqs:
+        below = bisect.bisect_left(ordered, seq)
+        above = bisect.bisect_right(ordered, seq)
+        found[seq] = (
+            ordered[below - 1] if below else None,
+            ordered[above] if above < len(ordered) else None,
+        )
+    return found
 
 
 def lost_after_ns(heartbeat_ms: int) -> int:

@@ -75,6 +75,28 @@ class UnknownSequenceError(StoreError):
     pass
 
 
+#: Hex digits of a sequence id printed at least where it is shortened (``cmr ls``, ``cmr tail``,
+#: the report ``tracer run`` prints): more where a neighbouring id shares them, as git does.
+SEQ_PREFIX_MIN: Final = 12
+
+#: The ids just below and just above a sequence's among all those stored (None at either end).
+Neighbours: TypeAlias = "tuple[bytes | None, bytes | None]"
+
+
+def unique_prefix(seq: bytes, neighbours: Neighbours, minimum: int = SEQ_PREFIX_MIN) -> str:
+    """The shortest prefix of ``seq``'s hex id, of at least ``minimum`` digits, that no other
+    id starts with: one digit past what it shares with the nearer of its two neighbours in
+    sorted order (no id between them can share more)."""
+    digits = minimum
+    value = int.from_bytes(seq, "big")
+    for other in neighbours:
+        if other is not None and other != seq:
+            differ = value ^ int.from_bytes(other, "big")
+            shared = (len(seq) * 8 - differ.bit_length()) // 4  # leading hex digits in common
+            digits = max(digits, shared + 1)
+    return seq.hex()[:digits]
+
+
 class AmbiguousSequenceError(StoreError):
     pass
 
@@ -146,6 +168,16 @@ SORT_DURATION: Final = "duration"
 #: one whose root did not.
 STATUS_ERROR: Final = "error"
 LISTED_STATUSES: Final = ("complete", "running", "incomplete", STATUS_ERROR)
+
+
+def shown_status(state: str, root_error: str | None) -> str:
+    """The one status word every surface shows for a sequence (``cmr ls``, ``show``, ``tail``,
+    the reports, ``cmr ui``): its state (running, incomplete or complete), but ``error`` for a
+    complete sequence whose root call raised (``root_error``: the exception's type, or None).
+    JSON keeps the two apart: the state as ``status`` and the exception as ``error``."""
+    if state == "complete" and root_error is not None:
+        return STATUS_ERROR
+    return state
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +254,17 @@ class Store(abc.ABC):
         """The sequence whose hex id starts with ``prefix`` (case-insensitive).
 
         Raises UnknownSequenceError or AmbiguousSequenceError with a one-line message."""
+
+    @abc.abstractmethod
+    def neighbours(self, seqs: Sequence[bytes]) -> dict[bytes, Neighbours]:
+        """For each of ``seqs``, the stored ids just below and just above it in sorted order
+        (None at either end): a few index lookups each, whatever the repository holds."""
+
+    def short_ids(self, seqs: Sequence[bytes]) -> dict[bytes, str]:
+        """The shortest unique prefix of each of ``seqs`` (``unique_prefix``) among all the
+        sequences stored: what ``cmr ls`` prints, and ``resolve_sequence`` resolves."""
+        around = self.neighbours(seqs) if seqs else {}
+        return {seq: unique_prefix(seq, around.get(seq, (None, None))) for seq in seqs}
 
     @abc.abstractmethod
     def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:

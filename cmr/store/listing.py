@@ -18,7 +18,13 @@ from collections import namedtuple
 from collections.abc import Callable
 
 from cmr.store._shared import COMPLETE, INCOMPLETE, RUNNING
-from cmr.store.base import SORT_DURATION, STATUS_ERROR, SequenceQuery, SequenceSummary
+from cmr.store.base import (
+    SORT_DURATION,
+    STATUS_ERROR,
+    SequenceQuery,
+    SequenceSummary,
+    shown_status,
+)
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
@@ -202,10 +208,9 @@ def duration_of(line: SequenceSummary) -> int | None:
 
 
 def listed_status(line: SequenceSummary) -> str:
-    """complete, running or incomplete; error for a complete sequence whose root raised."""
-    if line.status == COMPLETE and line.error is not None:
-        return STATUS_ERROR
-    return line.status
+    """complete, running or incomplete; error for a complete sequence whose root raised
+    (``base.shown_status``)."""
+    return shown_status(line.status, line.error)
 
 
 def _longest_first(line: SequenceSummary) -> tuple[int, int, int, bytes]:

@@ -9,6 +9,7 @@ JavaScript). Everything is inline: the page loads nothing from anywhere.
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from typing import Final
 from urllib.parse import quote
 
@@ -109,14 +110,17 @@ def render_list_page(
     repository: str,
     now_ns: int,
     error: str | None = None,
+    short_ids: Mapping[bytes, str] | None = None,
 ) -> str:
-    """The whole front page. ``error`` (a query the user got wrong) replaces the table."""
+    """The whole front page. ``error`` (a query the user got wrong) replaces the table.
+    ``short_ids``: the prefix of each id to show (``Store.short_ids``), as ``cmr ls`` prints it;
+    without, its first SEQ_PREFIX_LEN digits."""
     parts = [*page_start("sequences", f"repository {escaped(repository)}"), _form(wanted)]
     if error is not None:
         parts.append(f"<p id='count' class='error'>{escaped(error)}</p>")
     else:
         parts.append(_count(len(summaries), wanted))
-        parts.append(_table(summaries, now_ns))
+        parts.append(_table(summaries, now_ns, short_ids or {}))
     parts.append("<p id='note'></p>")
     parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
     return "".join(parts)
@@ -183,23 +187,23 @@ def _count(shown: int, wanted: SequenceFilter) -> str:
     return f"<p id='count'>{shown} {noun}, {order}{scope}</p>"
 
 
-def _table(summaries: list[SequenceSummary], now_ns: int) -> str:
+def _table(summaries: list[SequenceSummary], now_ns: int, short_ids: Mapping[bytes, str]) -> str:
     head = "".join(
         f"<th class='num'>{title}</th>" if css == "num" else f"<th>{title}</th>"
         for title, css in _COLUMNS
     )
-    rows = "".join(_row(summary, now_ns) for summary in summaries)
+    rows = "".join(_row(summary, now_ns, short_ids.get(summary.seq)) for summary in summaries)
     if not summaries:
         rows = f"<tr><td colspan='{len(_COLUMNS)}'>no sequences match</td></tr>"
     return f"<table id='sequences'><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def _row(summary: SequenceSummary, now_ns: int) -> str:
+def _row(summary: SequenceSummary, now_ns: int, short_id: str | None) -> str:
     href = quote(sequence_path(summary.seq))
     status = listed_status(summary)
     seq_hex = summary.seq.hex()
     cells = [
-        f"<a href='{href}' title='{seq_hex}'>{seq_hex[:SEQ_PREFIX_LEN]}</a>",
+        f"<a href='{href}' title='{seq_hex}'>{short_id or seq_hex[:SEQ_PREFIX_LEN]}</a>",
         f"<a href='{href}'>{escaped(summary.root)}</a>",
         format_local_time(summary.start_ns),
         _duration(summary, now_ns),

@@ -47,6 +47,7 @@ from cmr.ui.query import QueryError, SequenceFilter, parse_filter, select_sequen
 from cmr.ui.top import TopQuery, parse_top, render_top_page, top_rows
 from cmr.views.hops import fold_empty_hops
 from cmr.views.render.json import summary_fields, top_fields
+from cmr.views.render.terms import printable
 
 #: The only address the UI listens on: the repository holds what the traced programs did.
 HOST: Final = UI_HOST
@@ -106,7 +107,7 @@ class UIServer(ThreadingHTTPServer):
         nobody's mistake; anything else is one line on stderr, not a traceback."""
         error = sys.exc_info()[1]
         if error is not None and not isinstance(error, OSError):
-            print(f"cmr: ui: {type(error).__name__}: {error}", file=sys.stderr)
+            print(f"cmr: ui: {type(error).__name__}: {printable(str(error))}", file=sys.stderr)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -127,7 +128,9 @@ class _Handler(BaseHTTPRequestHandler):
         except StoreError as exc:  # the repository itself failed (moved, corrupt, locked)
             self._send_quietly(HTTPStatus.SERVICE_UNAVAILABLE, f"repository: {exc}")
         except Exception as exc:  # a bug: one line here and there, not a traceback page
-            print(f"cmr: ui: {self.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            # the path came from the request, the message may quote what a sender wrote
+            where = printable(f"{self.path}: {type(exc).__name__}: {exc}")
+            print(f"cmr: ui: {where}", file=sys.stderr)
             self._send_quietly(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {exc}")
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -174,7 +177,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with self._store() as store:
             summaries = select_sequences(store, wanted, now_ns)
-        page = render_list_page(summaries, wanted, repository=self.server.repository, now_ns=now_ns)
+            short_ids = store.short_ids([summary.seq for summary in summaries])
+        page = render_list_page(
+            summaries,
+            wanted,
+            repository=self.server.repository,
+            now_ns=now_ns,
+            short_ids=short_ids,
+        )
         self._send_html(HTTPStatus.OK, page)
 
     def _list_json(self, query: str) -> None:

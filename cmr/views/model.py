@@ -13,7 +13,7 @@ from typing import Final, Literal, TypeAlias
 
 import msgspec
 
-from cmr.store.base import PROCESS_ALIVE, MethodRecord, ProcessState
+from cmr.store.base import PROCESS_ALIVE, MethodRecord, ProcessState, shown_status
 
 #: How a call ended, or that it has not: still running, or never will (its process ended or
 #: was lost first).
@@ -154,6 +154,13 @@ class SequenceTree:
     def lossy(self) -> bool:
         """Some events never arrived because their process dropped them: calls may be missing."""
         return bool(self.dropped_by)
+
+    @property
+    def shown_status(self) -> str:
+        """The status word a listing shows for this sequence (``store.base.shown_status``):
+        ``error`` for a complete sequence whose root call raised, else ``status``."""
+        root = self.root
+        return shown_status(self.status, root.error if root.status == STATUS_ERROR else None)
 
 
 def walk(root: Node) -> Iterator[tuple[Node, int]]:

@@ -14,8 +14,9 @@ from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree
 from cmr.views.hops import fold_empty_hops
 from cmr.views.merge import merge_samples
-from cmr.views.model import SequenceTree
+from cmr.views.model import SequenceTree, walk
 from cmr.views.processors import drop_shorter_than, limit_depth
+from cmr.views.render.links import linked_seq
 from cmr.views.render.text import render_text
 
 if TYPE_CHECKING:
@@ -42,17 +43,37 @@ def render_sequence(
         tree = view_sequence(
             store, seq, depth, min_duration_ns, samples=samples, all_calls=all_calls
         )
-        return render_text(tree, color=color, max_nodes=max_nodes)
+        return render_text(tree, color=color, max_nodes=max_nodes, link_ids=link_ids(store, tree))
     with paused_gc():  # a plain view: a big tree is built only as far as it is shown
         data = store.load_sequence(seq, samples=False)
         if not all_calls:
             data = fold_empty_hops(data)
         shown = shown_tree(data, max_nodes)
         if shown is None:
-            return render_text(build_tree(data), color=color, max_nodes=max_nodes)
+            tree = build_tree(data)
+            return render_text(
+                tree, color=color, max_nodes=max_nodes, link_ids=link_ids(store, tree)
+            )
         del data  # a million records need not outlive the nodes drawn from them
         tree, selection = shown
-        return render_text(tree, color=color, max_nodes=max_nodes, selection=selection)
+        return render_text(
+            tree,
+            color=color,
+            max_nodes=max_nodes,
+            selection=selection,
+            link_ids=link_ids(store, tree),
+        )
+
+
+def link_ids(store: Store, tree: SequenceTree) -> dict[bytes, str]:
+    """The prefix to print of each sequence a call of ``tree`` is linked from, unique in the
+    repository (``Store.short_ids``), as ``cmr ls`` prints it."""
+    linked = {
+        seq
+        for node, _ in walk(tree.root)
+        if node.attributes and (seq := linked_seq(node.attributes)) is not None
+    }
+    return store.short_ids(sorted(linked)) if linked else {}
 
 
 def view_sequence(

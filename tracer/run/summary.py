@@ -50,6 +50,7 @@ def render_report(options: ReportOptions) -> str:
             )
         slowest = sorted(ours, key=_slowness)[:LISTED]
         top = slowest[0]
+        short_ids = store.short_ids([summary.seq for summary in slowest])
         tree = render_sequence(
             store,
             top.seq,
@@ -67,13 +68,13 @@ def render_report(options: ReportOptions) -> str:
         f"tracer: {counted} sequence{'s' if len(ours) != 1 else ''} in this run"
         + (f"; the {len(slowest)} slowest:" if len(ours) > 1 else ":"),
         "",
-        render_sequence_list(slowest),
+        render_sequence_list(slowest, short_ids),
         "",
         f"slowest, calls under {MIN_SHARE:.0%} of it hidden:" if top.end_ns else "slowest:",
         _clip(tree, MAX_TREE_LINES),
         "",
         *_hints(
-            (f"cmr show {_prefix(top.seq)}", "the full tree"),
+            (f"cmr show {short_ids[top.seq]}", "the full tree"),
             ("cmr ls", "all sequences, newest first"),
             db_flag=options.db_flag,
         ),
@@ -86,12 +87,6 @@ def _slowness(summary: SequenceSummary) -> tuple[bool, int]:
     if summary.end_ns is None:
         return True, -summary.start_ns
     return False, -(summary.end_ns - summary.start_ns)
-
-
-def _prefix(seq: bytes) -> str:
-    from cmr.views.render.tables import SEQ_PREFIX_LEN
-
-    return seq.hex()[:SEQ_PREFIX_LEN]
 
 
 def _clip(text: str, limit: int) -> str:

@@ -22,6 +22,7 @@ from cmr.store._shared import (
     check_limit,
     is_lost,
     lost_rows,
+    neighbours_in,
     pick_match,
     qualified_name,
     seq_range,
@@ -30,6 +31,7 @@ from cmr.store.base import (
     HandoffRecord,
     InvocationRecord,
     MethodRecord,
+    Neighbours,
     ProcessRecord,
     PruneResult,
     SequenceData,
@@ -224,6 +226,12 @@ class MemoryStore(Store):
             self._check_open()
             matches = sorted(seq for seq in self._summaries.starts() if wanted.contains(seq))
         return pick_match(wanted, len(matches), matches[:SHOWN_MATCHES])
+
+    def neighbours(self, seqs: Sequence[bytes]) -> dict[bytes, Neighbours]:
+        with self._lock:
+            self._check_open()
+            ordered = sorted(self._summaries.starts())
+        return neighbours_in(ordered, seqs)
 
     def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
         now = self._clock()

@@ -21,6 +21,7 @@ from cmr.store.base import (
     HandoffRecord,
     InvocationRecord,
     MethodRecord,
+    Neighbours,
     ProcessRecord,
     SampleRecord,
     SequenceData,
@@ -181,3 +182,24 @@ def _one(conn: Conn, query: str, params: dict[str, Any] | None = None) -> Any:
     if row is None:  # pragma: no cover - every query here aggregates or has a row
         raise UnknownSequenceError("the repository gave no answer")
     return row
+
+
+#: Each id of ``%(seqs)s`` with its neighbours in id order: one statement, a step each way in
+#: the primary key's index per id.
+NEIGHBOURS = """
+    SELECT w.seq,
+        (SELECT s.seq FROM sequences s WHERE s.seq < w.seq ORDER BY s.seq DESC LIMIT 1),
+        (SELECT s.seq FROM sequences s WHERE s.seq > w.seq ORDER BY s.seq LIMIT 1)
+    FROM unnest(%(seqs)s::bytea[]) AS w(seq)
+"""
+
+
+def neighbours(conn: Conn, seqs: Sequence[bytes]) -> dict[bytes, Neighbours]:
+    """``Store.neighbours``: the ids just below and just above each of ``seqs``."""
+    return {
+        bytes(seq): (
+            None if below is None else bytes(below),
+            None if above is None else bytes(above),
+        )
+        for seq, below, above in conn.execute(NEIGHBOURS, {"seqs": list(seqs)})
+    }

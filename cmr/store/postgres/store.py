@@ -14,7 +14,7 @@ import functools
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import psycopg
@@ -24,6 +24,7 @@ from cmr.store import listing_sql
 from cmr.store._samples import I64_MIN
 from cmr.store._shared import SHOWN_MATCHES, check_limit, pick_match, seq_range
 from cmr.store.base import (
+    Neighbours,
     Outcome,
     PruneResult,
     SequenceData,
@@ -42,7 +43,7 @@ from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
 from cmr.store.postgres.migrate import check_readable, migrate
 from cmr.store.postgres.partitions import create_partitions, day_window
 from cmr.store.postgres.prune import prune
-from cmr.store.postgres.read import load, stats
+from cmr.store.postgres.read import load, neighbours, stats
 from cmr.store.postgres.schema import METHODS_BY_RECENT_SEQUENCE, NAMED_METHODS
 
 #: How often a transaction that lost a deadlock or a race for a new partition is retried.
@@ -167,6 +168,10 @@ class PostgresStore(PackingStore):
             ).fetchall()
         matches = int(found[0]) if found else 0
         return pick_match(wanted, matches, [bytes(seq) for (seq,) in first])
+
+    def neighbours(self, seqs: Sequence[bytes]) -> dict[bytes, Neighbours]:
+        with self._reading() as conn:
+            return neighbours(conn, seqs)
 
     def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
         now = self._clock()

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from cmr.store import listing_sql
 from cmr.store._shared import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
@@ -42,11 +42,18 @@ TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True
 if TYPE_CHECKING:
     from typing import Any, Final
 
-    from cmr.store.base import PruneResult, SequenceData, StoreStats
+    from cmr.store.base import Neighbours, PruneResult, SequenceData, StoreStats
     from invoseq.wire import Batch
 
 #: The most negative SQLite INTEGER: no sequence starts before it.
 _I64_MIN: Final = -(2**63)
+
+#: A sequence's neighbours in id order (``Store.neighbours``): a step each way in the primary
+#: key's index.
+NEIGHBOURS: Final = (
+    "SELECT (SELECT seq FROM sequences WHERE seq < ? ORDER BY seq DESC LIMIT 1),"
+    " (SELECT seq FROM sequences WHERE seq > ? ORDER BY seq LIMIT 1)"
+)
 
 #: How long a reader or writer waits for a lock held by another connection before failing.
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -158,6 +165,10 @@ class SQLiteReader(Store):
                 params,
             ).fetchall()
         return pick_match(wanted, matches, [seq for (seq,) in first])
+
+    def neighbours(self, seqs: Sequence[bytes]) -> dict[bytes, Neighbours]:
+        with self._transaction("BEGIN") as conn:
+            return {seq: conn.execute(NEIGHBOURS, (seq, seq)).fetchone() for seq in seqs}
 
     def load_sequence(self, seq: bytes, *, samples: bool = True) -> SequenceData:
         now = self._clock()

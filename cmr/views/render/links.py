@@ -21,7 +21,10 @@ ancestor of the exact parent. The tracer marks it ``invoseq.parent = approximate
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
+
+from cmr.views.render.terms import printable
 
 SEQ: Final = "link.seq"
 IID: Final = "link.iid"
@@ -43,16 +46,34 @@ def is_link_key(key: str) -> bool:
     return key in KEYS
 
 
-def link_lines(attributes: dict[str, str | int | float | bool]) -> list[str]:
+def linked_seq(attributes: dict[str, str | int | float | bool]) -> bytes | None:
+    """The id of the sequence a call is linked from, when its attributes carry a well-formed
+    one."""
+    seq = attributes.get(SEQ)
+    if not isinstance(seq, str) or len(seq) != 32:
+        return None
+    try:
+        return bytes.fromhex(seq)
+    except ValueError:
+        return None
+
+
+def link_lines(
+    attributes: dict[str, str | int | float | bool], short_ids: Mapping[bytes, str] | None = None
+) -> list[str]:
     """``↪ linked from 4a1b2c3d4e5f:00000000000000a7 (celery)`` for a call that carries a link,
-    ``≈ parent approximate …`` for one whose parent is approximate; else []."""
+    ``≈ parent approximate …`` for one whose parent is approximate; else []. ``short_ids``:
+    the prefix to print of a linked id (``Store.short_ids``: unique in the repository), else
+    its first SEQ_PREFIX_LEN digits."""
     lines = []
     if attributes.get(PARENT) == APPROXIMATE:
         lines.append("≈ parent approximate (the context came without a hand-off)")
     seq = attributes.get(SEQ)
     if not isinstance(seq, str) or not seq:
         return lines
-    text = f"{MARK} linked from {_clean(seq[:SEQ_PREFIX_LEN])}"
+    linked = linked_seq(attributes)
+    shown = None if linked is None or short_ids is None else short_ids.get(linked)
+    text = f"{MARK} linked from {_clean(shown or seq[:SEQ_PREFIX_LEN])}"
     iid = attributes.get(IID)
     if isinstance(iid, str) and iid:
         text += f":{_clean(iid)}"
@@ -63,5 +84,5 @@ def link_lines(attributes: dict[str, str | int | float | bool]) -> list[str]:
 
 
 def _clean(text: str) -> str:
-    """At most ``_WIDTH`` characters, a control character drawn as a replacement character."""
-    return "".join(c if c.isprintable() else "\N{REPLACEMENT CHARACTER}" for c in text[:_WIDTH])
+    """At most ``_WIDTH`` characters, escaped (``terms.printable``)."""
+    return printable(text[:_WIDTH])

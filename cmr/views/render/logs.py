@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from cmr.views.render.terms import printable
+
 #: The keys the tracer writes: ``log.<n>``, and the count of the records past its bound.
 PREFIX: Final = "log."
 DROPPED: Final = "log.dropped"
@@ -21,16 +23,9 @@ MARK: Final = "⚠"
 #: Levels drawn in red (the rest of a record's line is yellow).
 SEVERE: Final = ("ERROR", "CRITICAL")
 
-#: Control characters would break the tree's lines (or drive the terminal): a line break shows
-#: as ⏎, a tab as a space, any other as �.
-_PRINTABLE: Final = str.maketrans(
-    {
-        **dict.fromkeys((*range(32), *range(127, 160)), "\N{REPLACEMENT CHARACTER}"),
-        9: " ",
-        10: " \N{RETURN SYMBOL} ",
-        13: "",
-    }
-)
+#: A record's line breaks (a traceback's) show as ⏎, its tabs as spaces; any other control
+#: character is escaped (``terms.printable``), as everywhere else.
+_LINES: Final = str.maketrans({9: " ", 10: " \N{RETURN SYMBOL} ", 13: ""})
 
 
 def is_log_key(key: str) -> bool:
@@ -49,7 +44,7 @@ def log_lines(attributes: dict[str, str | int | float | bool]) -> list[str]:
         for key, value in attributes.items()
         if key != DROPPED and is_log_key(key)
     )
-    lines = [f"{MARK} {text.translate(_PRINTABLE)}" for _, text in records]
+    lines = [f"{MARK} {printable(text.translate(_LINES))}" for _, text in records]
     dropped = attributes.get(DROPPED)
     if isinstance(dropped, int) and not isinstance(dropped, bool) and dropped > 0:
         noun = "record" if dropped == 1 else "records"

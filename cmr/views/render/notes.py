@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 from cmr.views.model import SequenceTree
-from cmr.views.render.terms import Palette, format_duration, plural
+from cmr.views.render.terms import Palette, format_duration, plural, printable
 
 
 def header_notes(tree: SequenceTree, palette: Palette) -> list[str]:
@@ -75,7 +75,7 @@ def _between_tasks_note(tree: SequenceTree, palette: Palette) -> str:
 
 def _lossy_note(tree: SequenceTree, palette: Palette) -> str:
     """A second header line: the tree may miss calls, and which process lost them."""
-    names = ", ".join(f"{p.host}:{p.pid}" for p in tree.dropped_by)
+    names = ", ".join(f"{printable(p.host)}:{p.pid}" for p in tree.dropped_by)
     noun = "process" if len(tree.dropped_by) == 1 else "processes"
     return (
         f"{palette.yellow}lossy: some events of this sequence were dropped by {noun} {names}"

@@ -22,7 +22,7 @@ import itertools
 from cmr.views.budget import count_beneath
 from cmr.views.model import KIND_ESTIMATED
 from cmr.views.profile import KIND_THREAD, Profile, ProfileNode
-from cmr.views.render.terms import ANSI, PLAIN, Palette, format_duration, plural
+from cmr.views.render.terms import ANSI, PLAIN, Palette, format_duration, plural, printable
 from cmr.views.render.text import BRANCH, GUIDE_BLOCK, LAST, PIPE, SPACE, share_colour, short_path
 
 #: A node (or the lines of a caller left out), its depth, the guide prefix, and whether it is the
@@ -34,7 +34,7 @@ def render_profile(profile: Profile, title: str, *, color: bool = False, max_nod
     """``title`` (what was profiled), a summary line, then the tree(s), within ``max_nodes``
     lines of tree (0: no limit); no trailing newline."""
     palette = ANSI if color else PLAIN
-    lines = [f"{palette.bold}{title}{palette.reset}", _summary(profile)]
+    lines = [f"{palette.bold}{printable(title)}{palette.reset}", _summary(profile)]
     if not profile.roots:
         lines.append("nothing to profile")
         return "\n".join(lines)
@@ -141,12 +141,12 @@ def _describe(node: ProfileNode, total: int, palette: Palette) -> str:
     else:
         colour = share_colour(node.time_ns, total, palette)
         time = colour + time + (palette.reset if colour else "")
-    name = node.name
+    name = printable(node.name)
     if node.kind == KIND_THREAD:
         name = f"{palette.bold}{name}{palette.reset}"
     parts = [time, name]
     if estimated and node.frame is not None:
-        parts.append(f"{short_path(node.frame[0])}:{node.frame[2]}")
+        parts.append(f"{printable(short_path(node.frame[0]))}:{node.frame[2]}")
     if node.calls > 1 and node.kind != KIND_THREAD:
         parts.append(plural(node.calls, "call"))
     details = []

@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import datetime
 
-from cmr.store.base import SequenceSummary
+from cmr.store.base import SEQ_PREFIX_MIN, SequenceSummary
 from cmr.store.listing import listed_status
-from cmr.views.render.terms import format_duration
+from cmr.views.render.terms import format_duration, printable
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # cmr ls prints no tree: the views load for the one table that shows one
+    from collections.abc import Mapping
     from typing import Final
 
     from cmr.store.base import StoreStats
     from cmr.views.model import SequenceTree
     from cmr.views.processors import ThreadActivity
 
-#: Hex digits of a sequence id shown in listings; ``cmr show`` accepts any unambiguous prefix.
-SEQ_PREFIX_LEN = 12
+#: Hex digits of a sequence id shown in listings at least (``Store.short_ids`` gives more where
+#: another id shares them); ``cmr show`` accepts any unambiguous prefix.
+SEQ_PREFIX_LEN = SEQ_PREFIX_MIN
 
 
 def format_local_time(ns: int) -> str:
@@ -28,7 +30,9 @@ def format_local_time(ns: int) -> str:
 
 
 def table(header: list[str], rows: list[list[str]], right: frozenset[int] = frozenset()) -> str:
-    """Columns padded to their widest cell; columns in ``right`` align right (numbers)."""
+    """Columns padded to their widest cell; columns in ``right`` align right (numbers). Cells
+    are shown ``printable``: a root's name, a host or a thread's name came from the wire."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [len(cell) for cell in header]
     for row in rows:
         widths = [max(width, len(cell)) for width, cell in zip(widths, row, strict=True)]
@@ -49,19 +53,25 @@ SEQUENCE_NUMBERS: Final = frozenset({2, 4, 5, 6})
 SEQUENCE_WIDTHS: Final = (12, 23, 9, 10, 6, 7, 5)
 
 
-def render_sequence_list(summaries: list[SequenceSummary]) -> str:
+def render_sequence_list(
+    summaries: list[SequenceSummary], short_ids: Mapping[bytes, str] | None = None
+) -> str:
     """One line per sequence, most recent first (the order the store returns). A sequence some
-    of whose events a process dropped says so in its status ("complete, lossy")."""
+    of whose events a process dropped says so in its status ("complete, lossy"). ``short_ids``:
+    the prefix to print of each id (``Store.short_ids``: unique in the repository); without,
+    the first SEQ_PREFIX_LEN digits."""
     if not summaries:
         return "no sequences recorded yet"
-    rows = [sequence_cells(summary) for summary in summaries]
+    ids = short_ids or {}
+    rows = [sequence_cells(summary, ids.get(summary.seq)) for summary in summaries]
     return table(SEQUENCE_HEADER, rows, right=SEQUENCE_NUMBERS)
 
 
-def sequence_cells(summary: SequenceSummary) -> list[str]:
-    """The cells of a sequence's line, in SEQUENCE_HEADER's order."""
+def sequence_cells(summary: SequenceSummary, short_id: str | None = None) -> list[str]:
+    """The cells of a sequence's line, in SEQUENCE_HEADER's order; ``short_id``: the prefix of
+    its id to print (else the first SEQ_PREFIX_LEN digits)."""
     return [
-        summary.seq.hex()[:SEQ_PREFIX_LEN],
+        summary.seq.hex()[:SEQ_PREFIX_LEN] if short_id is None else short_id,
         format_local_time(summary.start_ns),
         "-" if summary.end_ns is None else format_duration(summary.end_ns - summary.start_ns),
         _listed_status(summary),
@@ -74,6 +84,7 @@ def sequence_cells(summary: SequenceSummary) -> list[str]:
 
 def fixed_line(cells: list[str]) -> str:
     """A sequence line (or the header) in SEQUENCE_WIDTHS, for lines printed one at a time."""
+    cells = [printable(cell) for cell in cells]
     padded = [
         cell.rjust(width) if at in SEQUENCE_NUMBERS else cell.ljust(width)
         for at, (cell, width) in enumerate(zip(cells, SEQUENCE_WIDTHS, strict=False))

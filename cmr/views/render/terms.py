@@ -1,5 +1,6 @@
 """The words and colours every text view shares: durations and times of day for a human,
-plurals, and the palette (ANSI escapes, or none)."""
+plurals, the palette (ANSI escapes, or none), and ``printable``: text that came from the wire,
+made safe for a terminal."""
 
 from __future__ import annotations
 
@@ -66,3 +67,32 @@ def _three_digits(value: float) -> str:
 
 def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}{'es' if word[-1] == 's' else 's'}"
+
+
+def _escapes() -> dict[int, str]:
+    r"""Code point -> its escape: the C0 controls, DEL and the C1 controls (``\x1b``; a tab,
+    line feed and carriage return as ``\t``, ``\n``, ``\r``), the line and paragraph
+    separators and the bidirectional embeddings, overrides and isolates (``\u202e``), which
+    reorder what a terminal shows."""
+    controls = [*range(0x20), *range(0x7F, 0xA0)]
+    formats = [0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+    return {
+        **{code: f"\\x{code:02x}" for code in controls},
+        **{code: f"\\u{code:04x}" for code in formats},
+        **{ord(c): repr(c)[1:-1] for c in "\t\n\r"},
+    }
+
+
+_ESCAPES: dict[int, str] = _escapes()
+
+
+def printable(text: str) -> str:
+    r"""``text`` as a terminal may show it: a name, thread name, host, error or log line any
+    sender could have written, its control characters escaped (``\x1b``, ``\r``, ``\u202e``)
+    so none can move the cursor, clear the screen, set the window title, forge a line or
+    reorder the text around it. Printable text (``é``, ``中文``) stays as it is, and a
+    backslash too. Every text output calls it on what came from the wire; JSON keeps the
+    text exact."""
+    if text.isprintable():  # the common case: nothing to escape, no copy
+        return text
+    return text.translate(_ESCAPES)

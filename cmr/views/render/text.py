@@ -17,6 +17,8 @@ quickly and without recursion.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from cmr.store.base import PROCESS_ENDED, PROCESS_LOST
 from cmr.views.budget import Fold, Selection, choose, fits
 from cmr.views.model import (
@@ -40,6 +42,7 @@ from cmr.views.render.terms import (
     format_duration,
     format_time_of_day,
     plural,
+    printable,
 )
 
 #: Guides are drawn for this many levels; deeper lines restart at the left margin, marked with
@@ -58,7 +61,8 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 def render_header(tree: SequenceTree, palette: Palette = PLAIN) -> str:
     """The sequence's id, status, duration and counts; for a lossy sequence, a second line
     naming the processes that dropped some of its events."""
-    status = _status_colour(tree.status, palette) + tree.status + palette.reset
+    word = tree.shown_status
+    status = _status_colour(word, palette) + word + palette.reset
     parts = [f"{palette.bold}{tree.seq.hex()}{palette.reset}", status]
     if tree.root.duration_ns is not None:
         parts.append(format_duration(tree.root.duration_ns))
@@ -84,6 +88,7 @@ def render_text(
     color: bool = False,
     max_nodes: int = 0,
     selection: Selection | None = None,
+    link_ids: Mapping[bytes, str] | None = None,
 ) -> str:
     """The header line, then the tree; no trailing newline.
 
@@ -91,7 +96,8 @@ def render_text(
     first, folds the others of each caller into one line (``cmr.views.budget``) and ends with a
     line telling how many calls are hidden and how to see them. A tree that fits prints in full.
     ``selection``: the budget's choice made already (``bigtree``, for a tree built only as far
-    as it is shown)."""
+    as it is shown). ``link_ids``: the prefixes to print of the sequences calls are linked from
+    (``views.pipeline.link_ids``)."""
     if max_nodes < 0:
         raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
     palette = ANSI if color else PLAIN
@@ -102,7 +108,7 @@ def render_text(
     lines = [render_header(tree, palette), _describe(tree.root, None, total, palette, True)]
     stack: list[_Entry] = []
     _push_children(stack, tree.root, 0, "", selection)
-    _append_logs(lines, tree.root, "", bool(stack), palette)
+    _append_logs(lines, tree.root, "", bool(stack), palette, link_ids=link_ids)
     while stack:
         item, depth, prefix, last, caller = stack.pop()
         block = (depth - 1) // GUIDE_BLOCK * GUIDE_BLOCK
@@ -124,19 +130,28 @@ def render_text(
         if item.attributes:  # its log lines go where its children's guides do
             block = depth // GUIDE_BLOCK * GUIDE_BLOCK
             marker = f"{palette.dim}[+{block}]{palette.reset} " if block else ""
-            _append_logs(lines, item, marker + child_prefix, len(stack) > pending, palette)
+            more = len(stack) > pending
+            _append_logs(lines, item, marker + child_prefix, more, palette, link_ids=link_ids)
     if selection is not None:
         lines.append(f"{palette.dim}{_closing_line(selection, max_nodes)}{palette.reset}")
     return "\n".join(lines)
 
 
-def _append_logs(lines: list[str], node: Node, prefix: str, more: bool, palette: Palette) -> None:
+def _append_logs(
+    lines: list[str],
+    node: Node,
+    prefix: str,
+    more: bool,
+    palette: Palette,
+    *,
+    link_ids: Mapping[bytes, str] | None = None,
+) -> None:
     """The node's link to the call that queued it, then its log records, a line each under it;
     ``more``: its children's lines follow, so the guide goes on down to them."""
     if not node.attributes:
         return
     indent = prefix + (PIPE if more else SPACE)
-    for line in link_lines(node.attributes):
+    for line in link_lines(node.attributes, link_ids):
         lines.append(f"{indent}{palette.cyan}{line}{palette.reset}")
     for line in log_lines(node.attributes):
         colour = palette.dim if line[0] == "…" else palette.red if severe(line) else palette.yellow
@@ -155,7 +170,7 @@ def describe_fold(fold: Fold) -> str:
         text += f", {fold.beneath:,} more beneath them"
     if fold.repeated:
         names = ", ".join(
-            f"{name} {TIMES}{calls:,} ({format_duration(spent)})"
+            f"{printable(name)} {TIMES}{calls:,} ({format_duration(spent)})"
             for name, calls, spent in fold.repeated
         )
         text += f": {names}"
@@ -212,20 +227,20 @@ def _describe(
     else:
         colour = share_colour(node.duration_ns, total, palette)
         parts.append(colour + format_duration(node.duration_ns) + (palette.reset if colour else ""))
-    parts.append(node.name)
+    parts.append(printable(node.name))
     if node.self_ns is not None:
         parts.append(f"{palette.dim}self {format_duration(node.self_ns)}{palette.reset}")
     if node.kind != KIND_SYNTHETIC:  # a made-up root ran on no thread
-        thread = f"{node.thread.name} ({node.thread.tid})"
+        thread = f"{printable(node.thread.name)} ({node.thread.tid})"
         if labelled:
-            thread += f" {node.process.host}:{node.process.pid}"
+            thread += f" {printable(node.process.host)}:{node.process.pid}"
         parts.append(f"{palette.dim}{thread}{palette.reset}")
     if node.samples:
         parts.append(f"{palette.dim}{plural(node.samples, 'sample')}{palette.reset}")
     if node.handoff is not None:
         parts.append(f"{palette.cyan}{hop_mark(node, node.handoff)}{palette.reset}")
     if node.status == STATUS_ERROR:
-        parts.append(f"{palette.red}✗ {node.error or 'error'}{palette.reset}")
+        parts.append(f"{palette.red}✗ {printable(node.error or 'error')}{palette.reset}")
     if node.folded:
         hops = plural(node.folded, "untraced hand-off")
         parts.append(f"{palette.dim}+{hops} folded{palette.reset}")
@@ -258,7 +273,7 @@ def format_attributes(attributes: dict[str, str | int | float | bool]) -> str:
         text = str(value)
         if len(text) > ATTRIBUTE_WIDTH:
             text = text[: ATTRIBUTE_WIDTH - 1] + "…"
-        items.append(f"{key}={text}")
+        items.append(f"{printable(key)}={printable(text)}")
     if len(shown) > SHOWN_ATTRIBUTES:
         items.append(f"… {len(shown) - SHOWN_ATTRIBUTES} more")
     return "{" + ", ".join(items) + "}"
@@ -270,9 +285,9 @@ def _describe_estimated(node: Node, palette: Palette) -> str:
     spread = None if node.bounds is None else node.bounds.spread_ns()
     if spread is not None:
         estimate += f" (±{format_duration(spread)})"
-    parts = [estimate, node.name]
+    parts = [estimate, printable(node.name)]
     if node.frame is not None:
-        parts.append(f"{short_path(node.frame[0])}:{node.frame[2]}")
+        parts.append(f"{printable(short_path(node.frame[0]))}:{node.frame[2]}")
     if node.self_ns is not None:
         parts.append(f"self {format_duration(node.self_ns)}")
     parts.append(plural(node.samples, "sample"))
@@ -301,11 +316,11 @@ def hop_mark(node: Node, handoff: Handoff) -> str:
     """Where the work went and how long it waited to start there (when that is known: not for
     a remote caller this repository never heard from)."""
     if handoff.kind == "thread":
-        where = f'thread "{node.thread.name}"'
+        where = f'thread "{printable(node.thread.name)}"'
     elif handoff.kind == "process":
-        where = f"process {node.process.host}:{node.process.pid}"
+        where = f"process {printable(node.process.host)}:{node.process.pid}"
     else:  # "task", "remote", and kinds a newer tracer may send
-        where = handoff.kind
+        where = printable(handoff.kind)
     if handoff.queued_ns is None:
         return f"→ {where}"
     return f"→ {where}, queued {format_duration(handoff.queued_ns)}"

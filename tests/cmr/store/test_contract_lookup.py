@@ -63,6 +63,48 @@ def test_ambiguous_prefix_shows_a_few_of_many_matches(
         store.resolve_sequence("7")
 
 
+#: Nine ids sharing their first 12 hex digits (as crafted ids can), two sharing 20 of them, and
+#: one alone: the shortest unique prefixes are 13, 21 and 12 digits.
+CROWDED = [seq_id("c0ffee" * 2 + f"{i:x}") for i in range(1, 8)] + [
+    seq_id("c0ffee" * 2 + "9" + "5" * 7 + "a"),
+    seq_id("c0ffee" * 2 + "9" + "5" * 7 + "b"),
+]
+ALONE = seq_id("1234")
+
+
+@pytest.fixture(name="crowded")
+def fixture_crowded(store: Store, make_batch: BatchFactory) -> Store:
+    events = [start(i + 1, 100 + i, seq) for i, seq in enumerate([*CROWDED, ALONE])]
+    store.ingest(make_batch(7, 1, {1: events}), 1)
+    return store
+
+
+def test_neighbours_are_the_ids_just_below_and_above(crowded: Store) -> None:
+    ordered = sorted([*CROWDED, ALONE])
+    around = crowded.neighbours([ordered[0], ordered[4], ordered[-1]])
+    assert around == {
+        ordered[0]: (None, ordered[1]),
+        ordered[4]: (ordered[3], ordered[5]),
+        ordered[-1]: (ordered[-2], None),
+    }
+    assert crowded.neighbours([]) == {}
+
+
+def test_short_ids_are_the_shortest_unique_prefixes_of_at_least_12_digits(crowded: Store) -> None:
+    short = crowded.short_ids([*CROWDED, ALONE])
+    assert short[ALONE] == "123400000000"
+    assert [len(short[seq]) for seq in CROWDED] == [13] * 7 + [21, 21]
+    for seq, prefix in short.items():
+        assert seq.hex().startswith(prefix)
+        assert crowded.resolve_sequence(prefix) == seq  # what is printed resolves, always
+
+
+def test_an_id_not_stored_gets_the_prefix_its_stored_neighbours_leave(crowded: Store) -> None:
+    """A sequence pruned meanwhile, or not yet listed: still a prefix no stored id shares."""
+    missing = seq_id("c0ffee" * 2 + "1" + "0" * 5 + "1")
+    assert crowded.short_ids([missing])[missing] == missing.hex()[:19]  # 18 shared, then one
+
+
 @pytest.mark.parametrize("prefix", ["", "xyz", "ab-1", "a" * 33])
 def test_malformed_prefix_is_refused(prefixed: Store, prefix: str) -> None:
     with pytest.raises(UnknownSequenceError, match="is not a sequence id: give 1 to 32 hex digits"):

@@ -40,7 +40,7 @@ def test_a_link_without_a_sequence_draws_nothing_and_odd_values_stay_on_one_line
     assert link_lines({"link.iid": "00000000000000a7"}) == []
     assert link_lines({"link.seq": 7}) == []
     assert link_lines({"link.seq": "abc\ndef", "link.kind": "x\x1b" + "y" * 40}) == [
-        f"↪ linked from abc\N{REPLACEMENT CHARACTER}def ({'x' + chr(0xFFFD) + 'y' * 30})"
+        "↪ linked from abc\\ndef (x\\x1b" + "y" * 30 + ")"  # escaped, as in every text output
     ]
     assert format_attributes({**LINK, "celery.task.id": "7"}) == "{celery.task.id=7}"
 
