@@ -24,3 +24,8 @@ HANDOFF_KINDS: Final[tuple[HandoffKind, ...]] = ("thread", "task", "process", "r
 #: Attributes of one invocation (``wire.Attrs``): at most this many, each value cut to this long.
 MAX_ATTRIBUTES: Final = 128
 MAX_ATTRIBUTE_VALUE: Final = 4096
+
+#: The module of the invocations that root a *service* sequence (``cmr ls --kind service``):
+#: what a process does to serve rather than a request it serves (an ASGI lifespan, a server's
+#: start-up). ``cmr`` leaves them out of its listings unless asked.
+SERVICE_MODULE: Final = "invoseq.service"

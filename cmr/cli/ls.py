@@ -16,7 +16,14 @@ from cmr.cli._support import (
     open_for_reading,
     parse_since,
 )
-from cmr.store.base import LISTED_STATUSES, SORT_DURATION, SORT_START, SequenceQuery
+from cmr.store.base import (
+    KIND_REQUEST,
+    KINDS,
+    LISTED_STATUSES,
+    SORT_DURATION,
+    SORT_START,
+    SequenceQuery,
+)
 from cmr.views.render import tables
 
 
@@ -62,6 +69,7 @@ def add_ls(commands: Commands) -> None:
 
 def add_query_options(parser: argparse.ArgumentParser) -> None:
     """The options that select sequences (``SequenceQuery``), but for the order."""
+    add_kind_option(parser)
     add_root_option(parser)
     add_min_duration_option(parser)
     parser.add_argument(
@@ -86,6 +94,17 @@ def add_query_options(parser: argparse.ArgumentParser) -> None:
         help="started at least AGE ago, or at or before an ISO time",
     )
     parser.add_argument("--host", metavar="NAME", help="one of its processes ran on host NAME")
+
+
+def add_kind_option(parser: argparse.ArgumentParser) -> None:
+    """``--kind``, as every command that lists sequences takes it."""
+    parser.add_argument(
+        "--kind",
+        choices=KINDS,
+        default=KIND_REQUEST,
+        help="request (the default): what the program served or ran; service: what a process "
+        "does to serve (an ASGI lifespan, a server's start-up), left out unless asked; all",
+    )
 
 
 def add_root_option(parser: argparse.ArgumentParser) -> None:
@@ -138,6 +157,7 @@ def query_from(args: argparse.Namespace, sort: str = SORT_START) -> SequenceQuer
         until_ns=args.until_ns,
         host=args.host,
         sort=sort,
+        kind=args.kind,
     )
 
 
@@ -153,7 +173,7 @@ def _ls(args: argparse.Namespace) -> int:
         from cmr.views.render import json as json_render
 
         emit(json_render.summaries_to_json(summaries))
-    elif not summaries and query != SequenceQuery(sort=query.sort):
+    elif not summaries and query != SequenceQuery(sort=query.sort, kind=query.kind):
         emit("no sequence matches")
     else:
         emit(tables.render_sequence_list(summaries, short_ids))

@@ -14,8 +14,8 @@ from cmr.cli._support import (
     command,
     open_for_reading,
 )
-from cmr.cli.ls import add_min_duration_option, add_root_option
-from cmr.store.base import SequenceQuery, SequenceSummary, Store
+from cmr.cli.ls import add_kind_option, add_min_duration_option, add_root_option
+from cmr.store.base import KIND_REQUEST, SequenceQuery, SequenceSummary, Store
 from cmr.views.render import json as json_render
 from cmr.views.render.tables import SEQUENCE_HEADER, fixed_line, sequence_cells
 
@@ -48,6 +48,7 @@ def add_tail(commands: Commands) -> None:
         ],
         handler=_tail,
     )
+    add_kind_option(parser)
     add_root_option(parser)
     add_min_duration_option(parser)
     add_read_options(parser)
@@ -56,7 +57,7 @@ def add_tail(commands: Commands) -> None:
 def _tail(args: argparse.Namespace) -> int:
     store = open_for_reading(args.db)
     try:
-        follow(store, args.root, args.min_duration_ns, as_json=args.json)
+        follow(store, args.root, args.min_duration_ns, as_json=args.json, kind=args.kind)
     except KeyboardInterrupt:  # Ctrl-C is how a user ends it
         pass
     finally:
@@ -71,6 +72,7 @@ def follow(
     *,
     as_json: bool,
     stop: threading.Event | None = None,
+    kind: str = KIND_REQUEST,
 ) -> None:
     """Print the sequences that complete from now on until ``stop`` is set (or forever)."""
     seen: dict[bytes, int] = {}  # seq -> start: completed, printed or there before we started
@@ -78,7 +80,7 @@ def follow(
     first = True
     while True:
         since = time.time_ns() - LOOKBACK_NS
-        query = SequenceQuery(root=root, min_duration_ns=min_duration_ns, since_ns=since)
+        query = SequenceQuery(root=root, min_duration_ns=min_duration_ns, since_ns=since, kind=kind)
         news = []
         for line in reversed(store.list_sequences(PER_POLL, query)):  # oldest first
             if line.status == "running" or line.seq in seen:

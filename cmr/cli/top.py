@@ -13,7 +13,7 @@ from cmr.cli._support import (
     open_for_reading,
     positive_int,
 )
-from cmr.cli.ls import add_root_option, add_since_option
+from cmr.cli.ls import add_kind_option, add_root_option, add_since_option
 from cmr.store.base import SequenceQuery
 from cmr.views.render import json as json_render
 from cmr.views.render.tables import table
@@ -47,6 +47,7 @@ def add_top(commands: Commands) -> None:
         handler=_top,
     )
     add_since_option(parser)
+    add_kind_option(parser)
     add_root_option(parser)
     parser.add_argument(
         "--by",
@@ -65,7 +66,7 @@ def add_top(commands: Commands) -> None:
 
 
 def _top(args: argparse.Namespace) -> int:
-    query = SequenceQuery(root=args.root, since_ns=args.since_ns)
+    query = SequenceQuery(root=args.root, since_ns=args.since_ns, kind=args.kind)
     by_methods = args.by == "method"
     limit = args.limit or (DEFAULT_METHOD_LIMIT if by_methods else DEFAULT_ROOT_LIMIT)
     store = open_for_reading(args.db)

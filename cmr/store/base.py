@@ -17,6 +17,8 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from invoseq.events import SERVICE_MODULE
+
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # the records a listing needs not, and the protocol: loaded on use (below)
     from typing import Final, Literal, TypeAlias
@@ -168,6 +170,18 @@ SORT_DURATION: Final = "duration"
 #: one whose root did not.
 STATUS_ERROR: Final = "error"
 LISTED_STATUSES: Final = ("complete", "running", "incomplete", STATUS_ERROR)
+#: The kinds of sequence a listing selects: requests (what a service serves: every sequence but
+#: a service one), a process's service sequences (rooted in ``SERVICE_MODULE``), or all.
+KIND_REQUEST: Final = "request"
+KIND_SERVICE: Final = "service"
+KIND_ALL: Final = "all"
+KINDS: Final = (KIND_REQUEST, KIND_SERVICE, KIND_ALL)
+_SERVICE_PREFIX: Final = SERVICE_MODULE + "."
+
+
+def kind_of(root: str) -> str:
+    """The kind of the sequence whose root is named ``root``: service or request."""
+    return KIND_SERVICE if root.startswith(_SERVICE_PREFIX) else KIND_REQUEST
 
 
 def shown_status(state: str, root_error: str | None) -> str:
@@ -194,6 +208,7 @@ class SequenceQuery:
     until_ns: int | None = None  # it started at or before
     host: str | None = None  # one of its processes ran on this host
     sort: str = SORT_START  # SORT_START: newest first; SORT_DURATION: longest first
+    kind: str = KIND_ALL  # one of KINDS (the CLI's default: KIND_REQUEST)
 
     @property
     def by_lines_only(self) -> bool:
@@ -204,6 +219,7 @@ class SequenceQuery:
             and self.max_duration_ns is None
             and self.status is None
             and self.sort == SORT_START
+            and self.kind == KIND_ALL
         )
 
 

@@ -19,10 +19,12 @@ from collections.abc import Callable
 
 from cmr.store._shared import COMPLETE, INCOMPLETE, RUNNING
 from cmr.store.base import (
+    KIND_ALL,
     SORT_DURATION,
     STATUS_ERROR,
     SequenceQuery,
     SequenceSummary,
+    kind_of,
     shown_status,
 )
 
@@ -190,6 +192,8 @@ def matching_names(pattern: str | None, names: list[str], complete: bool) -> lis
 def wanted(line: SequenceSummary, query: SequenceQuery) -> bool:
     """Whether a line passes the query's root pattern, durations and status (the store has
     applied its window and host)."""
+    if query.kind != KIND_ALL and kind_of(line.root) != query.kind:
+        return False
     if query.root is not None and not fnmatch.fnmatchcase(line.root, query.root):
         return False
     if query.min_duration_ns is not None or query.max_duration_ns is not None:

@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from typing import Final
 
 from cmr.ages import moment_ns
-from cmr.store.base import SORT_DURATION, SORT_START, SequenceQuery, SequenceSummary, Store
+from cmr.store.base import (
+    KIND_REQUEST,
+    KINDS,
+    SORT_DURATION,
+    SORT_START,
+    SequenceQuery,
+    SequenceSummary,
+    Store,
+)
 from cmr.store.listing import listed_status
 
 #: The statuses the form offers (``listing.listed_status``: error is a root that raised).
@@ -36,7 +44,19 @@ FIRST_WINDOW: Final = 100
 MAX_METHOD_LEN: Final = 1000
 
 _PARAMETERS: Final = frozenset(
-    {"method", "root", "min_ms", "max_ms", "status", "since", "until", "host", "sort", "limit"}
+    {
+        "method",
+        "root",
+        "min_ms",
+        "max_ms",
+        "status",
+        "since",
+        "until",
+        "host",
+        "sort",
+        "limit",
+        "kind",
+    }
 )
 #: The longest root pattern or host name accepted.
 MAX_TEXT_LEN: Final = 1000
@@ -60,6 +80,7 @@ class SequenceFilter:
     until: str = ""
     host: str = ""
     sort: str = SORT_START
+    kind: str = KIND_REQUEST  # as cmr ls --kind: a process's service sequences left out
 
     @property
     def filters(self) -> bool:
@@ -79,6 +100,7 @@ class SequenceFilter:
             until_ns=moment_ns(self.until, now_ns) if self.until else None,
             host=self.host or None,
             sort=self.sort,
+            kind=self.kind,
         )
 
     def matches(self, summary: SequenceSummary, now_ns: int) -> bool:
@@ -122,6 +144,9 @@ def parse_filter(query: Mapping[str, Sequence[str]]) -> SequenceFilter:
     status = values["status"]
     if status and status not in STATUSES:
         raise QueryError(f"status: expected one of {', '.join(STATUSES)}, got '{_shown(status)}'")
+    kind = values["kind"] or KIND_REQUEST
+    if kind not in KINDS:
+        raise QueryError(f"kind: expected one of {', '.join(KINDS)}, got '{_shown(kind)}'")
     sort = values["sort"] or SORT_START
     if sort not in SORTS:
         raise QueryError(f"sort: expected one of {', '.join(SORTS)}, got '{_shown(sort)}'")
@@ -146,13 +171,14 @@ def parse_filter(query: Mapping[str, Sequence[str]]) -> SequenceFilter:
         until=values["until"],
         host=values["host"],
         sort=sort,
+        kind=kind,
     )
 
 
 def select_sequences(store: Store, wanted: SequenceFilter, now_ns: int) -> list[SequenceSummary]:
     """The sequences ``wanted`` selects, newest (or longest) first, at most ``wanted.limit``."""
     if not wanted.filters:
-        return store.list_sequences(wanted.limit)
+        return store.list_sequences(wanted.limit, SequenceQuery(kind=wanted.kind))
     if wanted.method:
         return _calling_method(store, wanted, now_ns)
     query = wanted.query(now_ns)

@@ -9,7 +9,7 @@ from typing import Final
 from urllib.parse import quote, urlencode
 
 from cmr.ages import moment_ns
-from cmr.store.base import SequenceQuery, Store
+from cmr.store.base import KIND_REQUEST, SequenceQuery, Store
 from cmr.ui.listing import escaped, page_start
 from cmr.ui.query import QueryError, single
 from cmr.views.top import TopRow, row_cells, summed_up
@@ -49,6 +49,7 @@ def top_rows(store: Store, wanted: TopQuery, now_ns: int) -> list[TopRow]:
     query = SequenceQuery(
         root=wanted.root or None,
         since_ns=moment_ns(wanted.since, now_ns) if wanted.since else None,
+        kind=KIND_REQUEST,  # as cmr top: a process's service sequences left out
     )
     limit = METHOD_LIMIT if wanted.by == "method" else ROOT_LIMIT
     return summed_up(store, query, wanted.by, limit)

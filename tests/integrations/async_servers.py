@@ -77,9 +77,11 @@ class _Server(uvicorn.Server):
 
 
 class Uvicorn:
-    """uvicorn serving ``app`` on a socket of its own, in a thread; ``stop`` ends both."""
+    """uvicorn serving ``app`` on a socket of its own, in a thread; ``stop`` ends both. No
+    lifespan unless asked: a lifespan is a service sequence of its own, which the tests of
+    requests leave aside (``test_asgi`` has one of its own)."""
 
-    def __init__(self, app: ASGIApp, *, lifespan: Literal["auto", "on", "off"] = "auto") -> None:
+    def __init__(self, app: ASGIApp, *, lifespan: Literal["auto", "on", "off"] = "off") -> None:
         self.done = Done(app)
         self.socket = socket.socket()
         self.socket.bind(("127.0.0.1", 0))

@@ -41,6 +41,7 @@ class App:
                 message = await receive()
                 self.lifespan.append(message["type"])
                 if message["type"] == "lifespan.startup":
+                    work("startup")
                     await send({"type": "lifespan.startup.complete"})
                 else:
                     await send({"type": "lifespan.shutdown.complete"})
@@ -122,14 +123,24 @@ def test_a_5xx_status_and_an_exception_are_errors(servers: list[Uvicorn]) -> Non
     assert "http.response.status_code" not in raised.attributes  # nothing was sent
 
 
-def test_lifespan_passes_through_unmeasured(servers: list[Uvicorn]) -> None:
+def test_the_lifespan_is_a_service_sequence_of_its_own(servers: list[Uvicorn]) -> None:
     app = App()
     with capture(instrument=True) as trace:
         server = Uvicorn(InvoseqMiddleware(app), lifespan="on")
         servers.append(server)
         server.get("/x")
-        assert [i.name for i in trace.invocations()] == ["asgi.GET /x", MODULE + "work"]
-    assert app.lifespan == ["lifespan.startup"]
+        lifespan, startup, request, work_x = trace.invocations()
+        assert lifespan.end_ns is None  # it lasts as long as the server
+        servers.remove(server)
+        server.stop()
+        assert trace.trees(strip=MODULE) == [
+            {"name": "invoseq.service.asgi.lifespan", "children": [{"name": "work"}]},
+            {"name": "asgi.GET /x", "children": [{"name": "work"}]},
+        ]
+    assert app.lifespan == ["lifespan.startup", "lifespan.shutdown"]
+    assert (lifespan.parent, startup.parent) == (0, lifespan.iid)
+    assert (request.parent, work_x.parent) == (0, request.iid)
+    assert request.seq != lifespan.seq  # a request is never part of the lifespan
 
 
 def test_a_middleware_inside_another_measures_nothing(servers: list[Uvicorn]) -> None:

@@ -22,6 +22,8 @@ from tests.support import cmr_json, own_session, wait_for, write_script
 ROUTER = """
 import orders
 
+orders.warm()  # a traced call at import time: start-up's, not a request's
+
 ROUTES = {"orders": orders.one, "health": orders.health}
 
 
@@ -76,6 +78,10 @@ def price(number):
 
 def health(rest):
     return 200, "ok"
+
+
+def warm():
+    return price(1)
 """
 
 SERVE_WERKZEUG = """
@@ -94,11 +100,11 @@ from wsgiref.simple_server import make_server
 
 from app import app
 
+# wsgiref's handler takes a KeyboardInterrupt for the request's error and goes on: a signal
+# cannot stop it reliably, so it serves the test's requests and ends
 with make_server("127.0.0.1", int(sys.argv[1]), app) as server:
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    for _ in range(int(sys.argv[2])):
+        server.handle_request()
 """
 
 #: (path, status): ten requests to seven paths.
@@ -121,30 +127,45 @@ class Server:
     id: str
     kind: str  # "asgi" or "wsgi": the application it serves, and its requests' module
     command: tuple[str, ...]  # after `tracer run`; {port} replaced
-    stop: signal.Signals = signal.SIGINT
+    stop: signal.Signals | None = signal.SIGINT  # None: it ends by itself
+    startup: str | None = None  # the service sequence its loading the application is
+    lifespan: bool = False  # it runs the ASGI lifespan
 
 
 SERVERS = [
     Server(
-        "uvicorn", "asgi", ("-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", "{port}")
+        "uvicorn",
+        "asgi",
+        ("-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", "{port}"),
+        startup="uvicorn.startup",
+        lifespan=True,
     ),
-    Server("hypercorn", "asgi", ("-m", "hypercorn", "app:app", "--bind", "127.0.0.1:{port}")),
+    Server(
+        "hypercorn",
+        "asgi",
+        ("-m", "hypercorn", "app:app", "--bind", "127.0.0.1:{port}"),
+        lifespan=True,
+    ),
     Server("daphne", "asgi", ("-m", "daphne", "-b", "127.0.0.1", "-p", "{port}", "app:app")),
     Server(
         "gunicorn_sync",
         "wsgi",
         ("-m", "gunicorn", "-k", "sync", "-w", "1", "-b", "127.0.0.1:{port}", "app:app"),
         signal.SIGTERM,
+        startup="gunicorn.startup",
     ),
     Server(
         "gunicorn_gthread",
         "wsgi",
         ("-m", "gunicorn", "-k", "gthread", "--threads", "2", "-b", "127.0.0.1:{port}", "app:app"),
         signal.SIGTERM,
+        startup="gunicorn.startup",
     ),
     Server("waitress", "wsgi", ("-m", "waitress", "--listen=127.0.0.1:{port}", "app:app")),
     Server("werkzeug", "wsgi", ("serve_werkzeug.py", "{port}")),
-    Server("wsgiref", "wsgi", ("serve_wsgiref.py", "{port}")),
+    Server(
+        "wsgiref", "wsgi", ("serve_wsgiref.py", "{port}", str(len(REQUESTS) + 1)), None
+    ),  # + the probe
 ]
 
 
@@ -196,12 +217,14 @@ def test_each_request_is_one_sequence_named_by_method_and_path_template(
 
         wait_for(ready, timeout_s=90, interval_s=0.05)
         assert [status_of(port, path) for path, _ in REQUESTS] == [s for _, s in REQUESTS]
-        run.send_signal(server.stop)
+        if server.stop is not None:
+            run.send_signal(server.stop)
         try:  # its own exit status (a KeyboardInterrupt's, for some): the trace is sent
             run.wait(60)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"still running 60 s after {server.stop.name}:\n{log.read_text()}")
-    listed = cmr_json(tmp_path / "cmr.sqlite", "ls", "--limit", "100")
+            pytest.fail(f"still running 60 s after the requests:\n{log.read_text()}")
+    db = tmp_path / "cmr.sqlite"
+    listed = cmr_json(db, "ls", "--limit", "100")
     module = server.kind + "."
     requests = sorted(
         (row["root"], row["error"]) for row in listed if row["root"].startswith(module)
@@ -222,3 +245,15 @@ def test_each_request_is_one_sequence_named_by_method_and_path_template(
     ), log.read_text()
     numbered = [row for row in listed if row["root"] == module + "GET /orders/{int}"]
     assert {row["invocations"] for row in numbered} == {3}  # the request, one, price
+    others = [row["root"] for row in listed if not row["root"].startswith(module)]
+    # the call at import time: under the server's start-up where a hook loads the application,
+    # else a sequence of its own (the application was imported before any server code ran)
+    assert others == ([] if server.startup else ["orders.warm"])
+    service = {row["root"]: row for row in cmr_json(db, "ls", "--kind", "service")}
+    expected = set()
+    if server.startup:
+        expected.add(f"invoseq.service.{server.startup}")
+        assert service[f"invoseq.service.{server.startup}"]["invocations"] == 3  # warm, price
+    if server.lifespan:
+        expected.add("invoseq.service.asgi.lifespan")
+    assert set(service) == expected

@@ -36,12 +36,13 @@ class ReportOptions:
 def render_report(options: ReportOptions) -> str:
     """The report as text. Raises cmr's StoreError when the database cannot be read."""
     from cmr.store import open_store
+    from cmr.store.base import KIND_REQUEST, SequenceQuery
     from cmr.views.pipeline import render_sequence
     from cmr.views.render.tables import render_sequence_list
 
     store = open_store(options.db, readonly=True)
-    try:
-        recent = store.list_sequences(SCAN_LIMIT)
+    try:  # a process's service sequences (cmr ls --kind service) are not this run's work
+        recent = store.list_sequences(SCAN_LIMIT, SequenceQuery(kind=KIND_REQUEST))
         ours = [summary for summary in recent if summary.start_ns >= options.started_ns]
         if not ours:
             return (

@@ -8,7 +8,9 @@ A request continues the caller's sequence from its ``traceparent``/``tracestate`
 starts one, ``_http.begin_server``), runs the application with its context value attached, and
 ends when the application returns, after the last body message: the status is the one the
 ``http.response.start`` message sent, a 5xx or an exception (re-raised) marks it an error.
-``lifespan`` and ``websocket`` scopes pass through untouched.
+A ``lifespan`` scope is a service sequence of its own (``_service``: ``invoseq.service.asgi.
+lifespan``, left out of ``cmr ls`` unless asked), measured once, by the outermost middleware;
+``websocket`` scopes pass through untouched.
 
 Never twice: the request is kept in the scope (``REQUEST_KEY``), and a middleware that finds one
 there, a hand-added one inside the framework's, or a mounted application's, only passes the request
@@ -37,7 +39,7 @@ from typing import Any, Final
 from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context, recorder
-from tracer._patching.integrations import Hook, PatchSpec, _http, installed, mark
+from tracer._patching.integrations import Hook, PatchSpec, _http, _service, installed, mark
 
 __all__ = [
     "HEADERS",
@@ -57,6 +59,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 FRAMEWORK: Final = "asgi"
 #: The scope key holding the request's ``_http.ServerRequest``.
 REQUEST_KEY: Final = "invoseq.request"
+#: The scope key marking a lifespan measured already (by an outer middleware).
+SERVICE_KEY: Final = "invoseq.service"
 #: The scope key holding the route templates of the mounts matched so far (``"/api/{version}"``).
 PREFIX_KEY: Final = "invoseq.prefix"
 #: The scope key holding the route to name the request by when nothing more specific matched
@@ -112,6 +116,10 @@ class InvoseqMiddleware:
         self.framework = framework
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") == "lifespan" and SERVICE_KEY not in scope:
+            scope[SERVICE_KEY] = True  # measured once, by the outermost
+            await _service.run_async("asgi.lifespan", lambda: self.app(scope, receive, send))
+            return
         if scope.get("type") != "http" or REQUEST_KEY in scope:
             _refine(scope, self.framework)  # inside a server's: the request becomes ours
             await self.app(scope, receive, send)
@@ -221,7 +229,19 @@ def _uvicorn(module: ModuleType) -> list[PatchSpec]:
 
         return mark(load)
 
-    return [(config, "load", make)]
+    def make_load_app(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        @functools.wraps(original)
+        def load_app(self: Any) -> Any:
+            # it imports the application: the calls its modules make at import time are
+            # start-up's (uvicorn.run loads it once before the server, as load() does again)
+            return _service.run("uvicorn.startup", lambda: original(self))
+
+        return mark(load_app)
+
+    specs: list[PatchSpec] = [(config, "load", make)]
+    if callable(config.__dict__.get("load_app")):
+        specs.append((config, "load_app", make_load_app))
+    return specs
 
 
 def _finish(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context
-from tracer._patching.integrations import Hook, PatchSpec, _http, _served
+from tracer._patching.integrations import Hook, PatchSpec, _http, _served, _service
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -255,7 +255,8 @@ def _gunicorn(module: ModuleType) -> list[PatchSpec]:
 
     def make(original: Callable[[Any], None]) -> Callable[[Any], None]:
         def load_wsgi(self: Any) -> None:
-            original(self)
+            # loading imports the application: its calls at import time are start-up's
+            _service.run("gunicorn.startup", lambda: original(self))
             kinds = {cls.__module__ for cls in type(self).__mro__}
             app = getattr(self, "wsgi", None)
             if kinds & GUNICORN_WSGI_WORKERS and callable(app) and not isinstance(app, _Loaded):

@@ -1,0 +1,103 @@
+"""Service sequences: what a process does to serve, not a request it serves.
+
+An ASGI application's lifespan (it runs as long as the server does) and a server's start-up
+(loading the application, which imports it: every traced call its modules make at import time)
+are each measured as the root of a sequence of their own, named in ``invoseq.events.
+SERVICE_MODULE`` (``invoseq.service.asgi.lifespan``, ``invoseq.service.uvicorn.startup``): the
+repository calls such a sequence a *service* one and leaves it out of its listings unless asked
+(``cmr ls --kind service``), so a lifespan of hours never tops the slowest requests and the calls
+made at start-up are one sequence, not one each.
+
+A service invocation always roots a sequence of its own: it is begun outside whatever is current
+(a server started from inside a traced call does not make its lifespan part of that call).
+Nothing here raises into the program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
+
+from invoseq.events import SERVICE_MODULE
+from tracer._core import context, decorator, measured, recorder
+
+T = TypeVar("T")
+
+_set: Final = context.current.set
+_reset: Final = context.current.reset
+
+
+def begin(name: str, *, opened: bool = True) -> measured.Measured | None:
+    """A service invocation named ``name`` (``"asgi.lifespan"``), rooting a new sequence, opened
+    now unless ``opened`` is False; None when not recording (never raises)."""
+    try:
+        token = _set(None)
+        try:
+            call = measured.begin()
+        finally:
+            _reset(token)
+        if call is not None and opened:
+            call.open(method(name))
+        return call
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return None
+
+
+def method(name: str) -> int:
+    return measured.method(SERVICE_MODULE, name)
+
+
+def finish(call: measured.Measured, name: str, exc: BaseException | None = None) -> None:
+    """End ``call`` (opened now if it was not), as an error when ``exc`` ended it."""
+    try:
+        call.finish(method(name), None, error=None if exc is None else type(exc).__name__)
+    except Exception as error:
+        recorder.internal_error(error)
+
+
+def _finish_unless_empty(call: measured.Measured, name: str, exc: BaseException | None) -> None:
+    """``finish``, unless no invocation of any thread began since ``call`` did: a start-up
+    that ran nothing traced leaves no sequence (ids come from one counter; one is spent here)."""
+    try:
+        if decorator.next_iid() == call.iid + 1 and exc is None:
+            return
+    except Exception as error:
+        recorder.internal_error(error)
+    finish(call, name, exc)
+
+
+def run(name: str, work: Callable[[], T]) -> T:
+    """``work()`` as the service invocation ``name``: what it calls nests under it. Written
+    only when something traced ran meanwhile (its Start then comes at its end, with the time
+    it began: the repository places it whenever it arrives)."""
+    call = begin(name, opened=False)
+    if call is None:
+        return work()
+    token = _set(call.value)
+    try:
+        result = work()
+    except BaseException as exc:
+        _reset(token)
+        _finish_unless_empty(call, name, exc)
+        raise
+    _reset(token)
+    _finish_unless_empty(call, name, None)
+    return result
+
+
+async def run_async(name: str, work: Callable[[], Awaitable[T]]) -> T:
+    """``run`` for a coroutine: the service invocation ends when it returns or raises."""
+    call = begin(name)
+    if call is None:
+        return await work()
+    token = _set(call.value)
+    try:
+        result = await work()
+    except BaseException as exc:
+        _reset(token)
+        finish(call, name, exc)
+        raise
+    _reset(token)
+    finish(call, name)
+    return result
