@@ -55,12 +55,13 @@ def instrument(*, disable: Iterable[str] | None = None) -> None:
     """Patch threading, concurrent.futures, asyncio, multiprocessing and subprocess so sequences
     follow work across threads, tasks and processes, and the web servers and clients the program
     imports so they follow requests across services (docs/guide.md). ``disable`` names
-    integrations to leave out (``tracer._patching.integrations.INTEGRATIONS``), as does
-    ``INVOSEQ_DISABLED_INTEGRATIONS``; an unknown name raises ValueError."""
+    integrations to leave out (``tracer._patching.integrations.INTEGRATIONS``), as do
+    ``INVOSEQ_DISABLED_INTEGRATIONS`` and ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``; an unknown
+    name raises ValueError."""
     global _watcher
     from tracer._patching import contexts, integrations, logs, processes, tasks, threads
 
-    disabled = integrations.disabled_names(disable)
+    disabled = integrations.disabled(disable)
     with _lock:
         _uninstall()
         _apply((*threads.PATCHES, *contexts.PATCHES))
