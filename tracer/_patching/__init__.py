@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the patches load at the first instrument(): importing trace
     from typing import Any, TypeAlias
 
     from tracer._patching import integrations
+    from tracer.config import Config
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
@@ -49,6 +50,20 @@ def _apply(patches: Iterable[integrations.PatchSpec]) -> None:
             replacement = make(original)
             setattr(owner, name, replacement)
             _installed.append((owner, name, original, replacement))
+
+
+#: The runtime's configuration (``use``): the integrations' options come from it, else from the
+#: environment.
+configured: Config | None = None
+
+
+def use(config: Config) -> None:
+    """Take the integrations' options (excluded URLs, headers to record) from ``config``."""
+    global configured
+    configured = config
+    options = sys.modules.get("tracer._patching.integrations._options")
+    if options is not None:
+        options.reset()
 
 
 def instrument(*, disable: Iterable[str] | None = None) -> None:
