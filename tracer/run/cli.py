@@ -64,7 +64,9 @@ services, task queues and RPC (docs/guide.md, "Web services", "Task queues and R
   Servers (WSGI, Flask, Django, ASGI, Starlette, FastAPI, aiohttp, gRPC) continue the caller's
   sequence from its traceparent header; clients (requests, urllib3, httpx, aiohttp,
   urllib/http.client, gRPC) send one; Celery tasks and RQ jobs run in the sequence that queued
-  them. INVOSEQ_DISABLED_INTEGRATIONS=flask,requests turns some off.
+  them. INVOSEQ_DISABLED_INTEGRATIONS=flask,requests (or OpenTelemetry's
+  OTEL_PYTHON_DISABLED_INSTRUMENTATIONS) turns some off; OTEL_PYTHON_EXCLUDED_URLS leaves
+  requests untraced (health checks); 'tracer info' lists the integrations and their states.
   tracer run --include app -m gunicorn -w 2 app:app   # each worker traced, a tree per request"""
 
 _RUN_EXAMPLES = """\

@@ -45,7 +45,9 @@ __all__ = [
     "REQUEST_KEY",
     "InvoseqMiddleware",
     "ServerMiddleware",
+    "decoded",
     "name_route",
+    "request_url",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -90,7 +92,8 @@ class ScopeHeaders(Getter[Scope]):
 HEADERS: Final = ScopeHeaders()
 
 
-def _decoded(headers: Any) -> list[tuple[str, str]]:
+def decoded(headers: Any) -> list[tuple[str, str]]:
+    """An ASGI message's headers as text."""
     return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers]
 
 
@@ -158,7 +161,7 @@ class InvoseqMiddleware:
             if message.get("type") == "http.response.start":
                 found = message.get("status")
                 status = found if isinstance(found, int) else None
-                request.response_headers(_decoded(message.get("headers") or ()))
+                request.response_headers(decoded(message.get("headers") or ()))
             await send(message)
 
         token = _set(request.value)

@@ -69,6 +69,7 @@ def _asgi_handler(module: ModuleType) -> list[PatchSpec]:
                 if message.get("type") == "http.response.start":
                     status = message.get("status")
                     served.status = status if isinstance(status, int) else None
+                    served.request.response_headers(asgi.decoded(message.get("headers") or ()))
                 await send(message)
 
             with _served.attached(served):

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from typing import Final, NamedTuple
 
@@ -141,9 +140,3 @@ def _not_imported(distribution: str | None) -> str:
     if version is None:
         return f"{distribution} is not installed"
     return f"{distribution} {version}: patched when the program imports it"
-
-
-def imported(name: str) -> bool:
-    """Whether a module integration ``name`` watches is imported in this process."""
-    integration = BY_NAME.get(name)
-    return integration is not None and any(m in sys.modules for m in integration.modules)
