@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 from fastapi import FastAPI, Response
 from flask import Flask
 from starlette.applications import Starlette
@@ -214,3 +215,36 @@ def test_a_client_records_the_headers_its_allow_lists_name(
             "http.request.header.x-tenant": "acme",
             "http.response.header.x-served-by": "shop-1",
         }
+
+
+async def aiohttp_price(request: web.Request) -> web.Response:
+    return web.Response(text=request.match_info["item"], headers={"X-Served-By": "shop-4"})
+
+
+async def aiohttp_healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def test_aiohttp_takes_its_own_excluded_urls_and_records_listed_headers(
+    monkeypatch: pytest.MonkeyPatch, traced: Callable[..., Capture], servers: list[Any]
+) -> None:
+    monkeypatch.setenv("OTEL_PYTHON_AIOHTTP_SERVER_EXCLUDED_URLS", "/healthz")
+    trace = traced(
+        capture_server_request_headers="X-Request-Id", capture_server_response_headers="x-served-by"
+    )
+    app = web.Application()
+    app.router.add_get("/price/{item}", aiohttp_price)
+    app.router.add_get("/healthz", aiohttp_healthz)
+    servers.append(server := async_servers.Aiohttp(app))
+    for number in range(COUNT):
+        assert server.get("/healthz")[0] == 200
+        assert server.get(f"/price/{number}", {"X-Request-Id": f"r-{number}"})[0] == 200
+    requests = _requests(trace)
+    assert [i.name for i in requests] == ["aiohttp.GET /price/{item}"] * COUNT
+    assert [
+        (
+            i.attributes["http.request.header.x-request-id"],
+            i.attributes["http.response.header.x-served-by"],
+        )
+        for i in requests
+    ] == [(f"r-{number}", "shop-4") for number in range(COUNT)]
