@@ -5,7 +5,8 @@ Every integration is one module here with a ``HOOKS`` table: the name of a modul
 (``"flask.app"``) and a function that takes that module once it is imported and returns the
 patches to make, ``(owner, attribute, make_replacement)``, the same triples as the thread and
 process patches. ``install`` patches the modules already imported and watches the import system
-(a finder first on ``sys.meta_path``) for the others, so nothing of Flask is imported at start-up.
+for the others (``tracer._core.imports.watch``: the tracer's one finder on ``sys.meta_path``), so
+nothing of Flask is imported at start-up.
 A hook that fails (a library version it does not know) skips its integration, logged once; the
 host program never sees the failure.
 
@@ -19,16 +20,13 @@ some out; ``states`` says what each is doing. docs/guide.md, "Web services".
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import logging
 import sys
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from tracer._core import imports
 from tracer._patching.integrations import states
 from tracer._patching.integrations.registry import REGISTRY
 
@@ -132,55 +130,18 @@ def _hooks(enabled: Sequence[str]) -> dict[str, list[tuple[str, Hook]]]:
     return table
 
 
-class Watcher(importlib.abc.MetaPathFinder):
-    """Runs the hooks of a module right after the import system executes it."""
+class Watcher:
+    """Runs the hooks of a module right after the import system executes it: the callback the
+    tracer's one import finder (``tracer._core.imports.watch``) calls for each watched module."""
 
     def __init__(self, hooks: dict[str, list[tuple[str, Hook]]], apply: Apply) -> None:
         self.hooks = hooks
         self.apply = apply
         self.active = True
-        self._finding = threading.local()
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if not self.active or fullname not in self.hooks or getattr(self._finding, "on", False):
-            return None
-        self._finding.on = True
-        try:
-            spec = importlib.util.find_spec(fullname)  # the finders after this one
-        except Exception:
-            return None
-        finally:
-            self._finding.on = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        spec.loader = _HookedLoader(spec.loader, self)
-        return spec
 
     def run_hooks(self, module: ModuleType) -> None:
         if self.active:
             run_hooks(module, self.hooks.get(module.__name__, ()), self.apply)
-
-
-class _HookedLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, watcher: Watcher) -> None:
-        self.loader = loader
-        self.watcher = watcher
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        created: ModuleType | None = self.loader.create_module(spec)
-        return created
-
-    def exec_module(self, module: ModuleType) -> None:
-        if module.__spec__ is not None:  # the module keeps its own loader afterwards
-            module.__spec__.loader = self.loader
-        module.__loader__ = self.loader
-        self.loader.exec_module(module)
-        self.watcher.run_hooks(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, is_package, get_resource_reader ...
-        return getattr(self.loader, name)
 
 
 def run_hooks(module: ModuleType, hooks: Iterable[tuple[str, Hook]], apply: Apply) -> None:
@@ -237,7 +198,8 @@ def install(
     for module_name, found in _hooks([n for n in INTEGRATIONS if n not in disabled]).items():
         hooks.setdefault(module_name, []).extend(found)
     watcher = Watcher(hooks, apply)
-    sys.meta_path.insert(0, watcher)
+    for module_name in hooks:
+        imports.watch(module_name, watcher.run_hooks)
     for module_name, module_hooks in hooks.items():
         module = sys.modules.get(module_name)
         if module is not None:
@@ -250,5 +212,5 @@ def remove(watcher: Watcher) -> None:
     watcher.active = False
     _disabled = None
     states.forget()
-    while watcher in sys.meta_path:
-        sys.meta_path.remove(watcher)
+    for module_name in watcher.hooks:
+        imports.unwatch(module_name, watcher.run_hooks)
