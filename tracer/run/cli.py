@@ -322,10 +322,11 @@ def run(options: RunOptions) -> Ending:
     owner = os.getpid()
     try:
         ending = _run_program(options)
-        if options.list_integrations and os.getpid() == owner:
+        if options.list_integrations:  # in each process the program forked too (gunicorn's)
             from tracer.run.info import integrations_text
 
-            _say("\ntracer: the integrations in this run:\n" + integrations_text())
+            which = "this run" if os.getpid() == owner else f"the forked process {os.getpid()}"
+            _say(f"\ntracer: the integrations in {which}:\n" + integrations_text())
     finally:
         atexit.unregister(tracer.shutdown)
         acknowledged = tracer.shutdown()

@@ -9,8 +9,10 @@ the httpx integration supports, and Django never imported.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +176,49 @@ def test_versions_name_the_installed_distribution(tmp_path: Path) -> None:
     implementation = "pure Python" if os.environ.get("INVOSEQ_PURE") == "1" else "C accelerator"
     assert implementation in tracer.stdout
     assert cmr.stdout == f"cmr (invoseq) {version}, {python}\n"
+
+
+def test_list_integrations_under_gunicorn_says_what_each_forked_worker_patched(
+    tmp_path: Path,
+) -> None:
+    """gunicorn's master imports no application; its worker, forked, imports Flask: each says
+    its own states when it ends (SIGTERM to the master, gunicorn's graceful stop)."""
+    from tests.processes.web_support import free_port, get, wait_until_listening
+
+    (tmp_path / "app.py").write_text(
+        "from flask import Flask\napp = Flask(__name__)\n\n"
+        "@app.get('/')\ndef index():\n    return 'hi'\n"
+    )
+    port = free_port()
+    command = ["-m", "gunicorn", "-w", "1", "-b", f"127.0.0.1:{port}", "app:app"]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("INVOSEQ_", "OTEL_"))}
+    environ["INVOSEQ_DB"] = str(tmp_path / "cmr.sqlite")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tracer", "run", "--no-report", "--list-integrations", *command],
+        cwd=tmp_path,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_until_listening(port, process, timeout_s=90)
+        assert get(f"http://127.0.0.1:{port}/") == "hi"
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate(timeout=10) if process.returncode is None else None
+    # one block per process, each headed by which process it is (the worker ends first)
+    blocks = dict(
+        block.split(":\n", 1) for block in stderr.split("tracer: the integrations in ")[1:]
+    )
+    master = _states(blocks.pop("this run"))
+    [(worker_name, worker_text)] = blocks.items()
+    assert worker_name.startswith("the forked process ")
+    worker = _states(worker_text)
+    assert worker["flask"] == ("active", "patched at the import of flask.app")
+    assert worker["wsgi"][0] == master["wsgi"][0] == "active"  # the master imports the worker
+    assert master["flask"][0] == "not imported"
