@@ -222,3 +222,20 @@ def test_list_integrations_under_gunicorn_says_what_each_forked_worker_patched(
     assert worker["flask"] == ("active", "patched at the import of flask.app")
     assert worker["wsgi"][0] == master["wsgi"][0] == "active"  # the master imports the worker
     assert master["flask"][0] == "not imported"
+
+
+def test_patching_a_helper_library_alone_does_not_make_an_integration_active(
+    tmp_path: Path,
+) -> None:
+    """Starlette's integration patches anyio too: a program importing anyio alone has no
+    Starlette to speak of."""
+    code = (
+        "import tracer; tracer.instrument(); import anyio._backends._asyncio\n"
+        "from tracer._patching.integrations import report\n"
+        "print({s.name: s.state for s in report()}['starlette'])\n"
+        "import starlette.applications\n"
+        "print({s.name: s.state for s in report()}['starlette'])\n"
+    )
+    done = _run(tmp_path, "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["not imported", "active"]

@@ -28,6 +28,7 @@ from typing import Any, Final, TypeVar
 
 from tracer._core import imports
 from tracer._patching.integrations import states
+from tracer._patching.integrations.registry import BY_NAME as REGISTRY_BY_NAME
 from tracer._patching.integrations.registry import REGISTRY
 
 log = logging.getLogger("tracer")
@@ -163,7 +164,8 @@ def run_hooks(module: ModuleType, hooks: Iterable[tuple[str, Hook]], apply: Appl
             states.record(name, states.FAILED, f"skipped for {module.__name__}: {exc!r}")
             _warn_once(f"integration {name} skipped for {module.__name__}: {exc!r}")
             continue
-        if name != "core":
+        record = REGISTRY_BY_NAME.get(name)
+        if record is not None and record.own(module.__name__):
             states.record(name, states.ACTIVE, f"patched at the import of {module.__name__}")
 
 

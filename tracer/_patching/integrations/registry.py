@@ -34,6 +34,14 @@ class Integration(NamedTuple):
     description: str
     #: Its names among OpenTelemetry's instrumentations (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``).
     otel_names: tuple[str, ...] = ()
+    #: The packages of its library, where ``modules`` names others' too (Starlette's hooks of
+    #: anyio): patching those alone does not make it active (empty: the packages of ``modules``).
+    packages: tuple[str, ...] = ()
+
+    def own(self, module: str) -> bool:
+        """Whether ``module`` is of this integration's library (``packages``)."""
+        top = module.partition(".")[0]
+        return top in self.packages if self.packages else True
 
 
 _ANYIO_BACKEND: Final = "anyio._backends._asyncio"
@@ -96,6 +104,7 @@ REGISTRY: Final = (
         ),
         "each request (`django.GET /price/<str:item>`), the view a child",
         ("django",),
+        ("django",),
     ),
     Integration(
         "asgi",
@@ -127,6 +136,7 @@ REGISTRY: Final = (
         ),
         "each request (`starlette.GET /price/{item}`), the endpoint a child",
         ("starlette",),
+        ("starlette",),
     ),
     Integration(
         "fastapi",
@@ -141,6 +151,7 @@ REGISTRY: Final = (
             "anyio WorkerThread.__init__",
         ),
         "each request (`fastapi.GET /price/{item}`), the endpoint a child",
+        ("fastapi",),
         ("fastapi",),
     ),
     Integration(
