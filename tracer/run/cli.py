@@ -124,10 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help printed
         return exc.code if isinstance(exc.code, int) else 0
     except ListIntegrations:
-        from tracer.run.info import integrations_text
+        from tracer.run.info import integrations_text, say
 
-        print(integrations_text())
-        return 0
+        return say(integrations_text())
     try:
         ending = run(options)
     except KeyboardInterrupt:  # Ctrl-C while starting or reporting: cleaned up on the way out

@@ -110,5 +110,15 @@ def main(tokens: list[str]) -> int:
         parsed = parser.parse_args(tokens)
     except SystemExit as exc:  # --help printed, or a usage error said
         return exc.code if isinstance(exc.code, int) else 0
-    print(describe(parsed.endpoint, parsed.db))
+    return say(describe(parsed.endpoint, parsed.db))
+
+
+def say(text: str) -> int:
+    """Print ``text``; a reader that stops early (``tracer info | head``) is its choice: 0."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # nothing more reaches the closed pipe
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     return 0
