@@ -248,3 +248,20 @@ def test_aiohttp_takes_its_own_excluded_urls_and_records_listed_headers(
         )
         for i in requests
     ] == [(f"r-{number}", "shop-4") for number in range(COUNT)]
+
+
+def test_under_uvicorn_a_frameworks_own_list_decides_for_its_requests(
+    monkeypatch: pytest.MonkeyPatch, traced: Callable[..., Capture], servers: list[Any]
+) -> None:
+    """uvicorn's layer cannot tell the framework inside: the general list excludes the request
+    there, but FastAPI's own list replaces it for FastAPI's requests, so FastAPI measures it,
+    its endpoint a traced child; what FastAPI's list names is no invocation."""
+    monkeypatch.setenv("OTEL_PYTHON_EXCLUDED_URLS", "/price/")
+    monkeypatch.setenv("OTEL_PYTHON_FASTAPI_EXCLUDED_URLS", "/healthz")
+    trace = traced()
+    servers.append(server := async_servers.Uvicorn(fastapi_app()))
+    assert server.get("/healthz")[0] == server.get("/price/1")[0] == 200
+    (request,) = _requests(trace)
+    assert request.name == "fastapi.GET /price/{item}"
+    children = [i.name for i in trace.invocations() if i.parent == request.iid]
+    assert children == [f"{__name__}.fastapi_app.<locals>.quote"]
