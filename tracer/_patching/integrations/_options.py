@@ -6,9 +6,10 @@ take them.
   comma-separated regular expressions searched in the request's full URL
   (``http://host:port/path?query``); a framework's own ``OTEL_PYTHON_<FRAMEWORK>_EXCLUDED_URLS``
   (``FLASK``, ``DJANGO``, ``STARLETTE``, ``FASTAPI``, ``AIOHTTP_SERVER``, ``WSGI``, ``ASGI``)
-  replaces it for that framework's requests. A request a generic layer (a WSGI server's hook, the
-  ASGI middleware) measures is also excluded by the lists of the frameworks it may be serving,
-  which it cannot tell yet. An excluded request is no invocation: nothing is recorded for it.
+  replaces it for that framework's requests. A generic layer (a WSGI server's hook, uvicorn's,
+  the plain ASGI middleware) cannot tell the framework inside: it leaves a request alone when the
+  general list or any framework's list matches, and the framework's integration inside decides by
+  its own. An excluded request is no invocation: nothing is recorded for it.
 - ``capture_*_headers``: names (any case) or regular expressions matching a whole name; each
   header found is recorded as ``http.request.header.<name>`` / ``http.response.header.<name>``,
   the name in lower case, its values joined by ``", "`` (the wire's attributes are scalars; an
