@@ -44,6 +44,14 @@ _seen: dict[str, tuple[str, str]] = {}
 _versions: dict[str, str | None] = {}
 
 
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _names(variable: str) -> list[str]:
     return [n for n in os.environ.get(variable, "").replace(" ", "").split(",") if n]
 
