@@ -18,7 +18,13 @@ import os
 import threading
 from typing import Final, NamedTuple
 
-from tracer._patching.integrations.registry import BY_NAME, BY_OTEL_NAME, REGISTRY, supports
+from tracer._patching.integrations.registry import (
+    BY_NAME,
+    BY_OTEL_NAME,
+    REGISTRY,
+    Integration,
+    supports,
+)
 
 DISABLED_ENV: Final = "INVOSEQ_DISABLED_INTEGRATIONS"
 #: OpenTelemetry's: its instrumentation names (``aiohttp-client``), ours, or ``*``.
@@ -137,13 +143,14 @@ def states(disabled: dict[str, str] | None = None, *, instrumented: bool = True)
         elif not integration.modules:
             found.append(State(name, ACTIVE, "patches nothing: used by hand or by another"))
         else:
-            found.append(State(name, NOT_IMPORTED, _not_imported(integration.distribution)))
+            found.append(State(name, NOT_IMPORTED, _not_imported(integration)))
     return found
 
 
-def _not_imported(distribution: str | None) -> str:
-    if distribution is None:
-        return "patched when the program imports it (standard library)"
+def _not_imported(integration: Integration) -> str:
+    distribution = integration.distribution
+    if distribution is None:  # the standard library's, or several servers'
+        return f"patched when the program imports {' or '.join(integration.modules)}"
     version = installed_version(distribution)
     if version is None:
         return f"{distribution} is not installed"
