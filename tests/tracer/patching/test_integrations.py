@@ -222,3 +222,39 @@ def test_every_integration_module_hooks_the_modules_its_record_declares() -> Non
     for record in REGISTRY:
         module = importlib.import_module(f"{integrations.__name__}.{record.name}")
         assert tuple(module.HOOKS) == record.modules, record.name
+
+
+@pytest.fixture(name="fresh_versions")
+def _fresh_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracer._patching.integrations import states
+
+    monkeypatch.setattr(states, "_dist_infos", None)
+    monkeypatch.setattr(states, "_versions", {})
+
+
+def test_an_installed_version_is_the_first_dist_info_on_sys_path_by_normalized_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_versions: None
+) -> None:
+    from tracer._patching.integrations import states
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    (first / "Shop_Pricing-2.0.1.dist-info").mkdir(parents=True)
+    (second / "shop_pricing-1.0.dist-info").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(second))
+    monkeypatch.syspath_prepend(str(first))
+    assert states.installed_version("shop-pricing") == "2.0.1"
+    assert states.installed_version("Shop.Pricing") == "2.0.1"
+
+
+def test_a_distribution_without_a_dist_info_is_read_through_importlib_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_versions: None
+) -> None:
+    """An egg-info (a legacy or develop install) is read the slow way; none at all: None."""
+    from tracer._patching.integrations import states
+
+    info = tmp_path / "legacy_shop.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: legacy-shop\nVersion: 0.9\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert states.installed_version("legacy-shop") == "0.9"
+    assert states.installed_version("no-such-distribution") is None

@@ -239,3 +239,20 @@ def test_patching_a_helper_library_alone_does_not_make_an_integration_active(
     done = _run(tmp_path, "-c", code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["not imported", "active"]
+
+
+def test_checking_a_librarys_version_imports_no_package_metadata_machinery(
+    tmp_path: Path,
+) -> None:
+    """Django's version is read from its dist-info's name: importing Django under the tracer
+    loads no importlib.metadata (tens of milliseconds), which Django itself does not load."""
+    code = (
+        "import sys, tracer; tracer.instrument()\n"
+        "import django.core.handlers.wsgi\n"
+        "from tracer._patching.integrations import report\n"
+        "state = {s.name: s.state for s in report()}['django']\n"
+        "print(state, 'importlib.metadata' in sys.modules)\n"
+    )
+    done = _run(tmp_path, "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["active", "False"]

@@ -4,8 +4,8 @@
 - *disabled*: named by ``instrument(disable=...)``, ``INVOSEQ_DISABLED_INTEGRATIONS`` or
   OpenTelemetry's ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` (its names, ``*`` for all);
 - *unsupported version*: its library's installed version is outside the registry's range: not
-  patched, logged once (the version is read with ``importlib.metadata`` only when the library is
-  imported, or when ``tracer info`` asks);
+  patched, logged once (the version is read only when the library is imported, or when
+  ``tracer info`` asks: ``installed_version``);
 - *failed*: a hook raised (the library changed what it patches): skipped, logged once;
 - *active*: its library is imported and patched;
 - *not imported*: nothing of its library is imported yet (or it is not installed): patched when
@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 import threading
 from typing import Final, NamedTuple
 
@@ -84,19 +86,49 @@ def disabled_by(
 
 
 def installed_version(distribution: str) -> str | None:
-    """The installed version of ``distribution`` (None when it is not installed), read once."""
+    """The installed version of ``distribution`` (None when it is not installed), read once: from
+    the name of its ``.dist-info`` directory, first on ``sys.path`` (``name-version.dist-info``,
+    as importlib.metadata finds it), else through importlib.metadata (an egg, a zip), which costs
+    tens of milliseconds to import."""
     if distribution in _versions:
         return _versions[distribution]
-    from importlib import metadata
+    version = _from_dist_info(distribution)
+    if version is None:
+        from importlib import metadata
 
-    try:
-        version: str | None = metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        version = None
-    except Exception:  # a broken METADATA must not stop the program: take it as supported
-        version = None
+        try:
+            version = metadata.version(distribution)
+        except Exception:  # not installed, or a broken METADATA: take it as supported
+            version = None
     _versions[distribution] = version
     return version
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+#: Normalized distribution name -> version, of the ``.dist-info`` directories on ``sys.path``
+#: (the first of a name wins, as for importlib.metadata); read once, at the first lookup.
+_dist_infos: dict[str, str] | None = None
+
+
+def _from_dist_info(distribution: str) -> str | None:
+    global _dist_infos
+    if _dist_infos is None:
+        index: dict[str, str] = {}
+        for entry in sys.path:
+            try:
+                names = os.listdir(entry or ".")
+            except OSError:  # not a directory (a zip), or gone
+                continue
+            for found in names:
+                if found.endswith(".dist-info"):
+                    name, _, version = found.removesuffix(".dist-info").rpartition("-")
+                    if name:
+                        index.setdefault(_normalized(name), version)
+        _dist_infos = index
+    return _dist_infos.get(_normalized(distribution))
 
 
 def unsupported(name: str) -> str | None:
