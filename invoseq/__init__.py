@@ -7,5 +7,9 @@ This package imports nothing: the one setting both sides share without the proto
 here (``cmr --help`` names the endpoint and loads no msgspec).
 """
 
+#: invoseq's version: the distribution's (``pyproject.toml`` reads it from here), so
+#: ``tracer --version`` and ``cmr --version`` read no package metadata.
+__version__ = "0.1.0"
+
 #: Where the repository listens unless told otherwise (``cmr serve --bind``, ``endpoint``).
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:7311"

@@ -1,6 +1,7 @@
 """Shared fixtures: every test leaves the tracer shut down, with no sender thread behind it, every
 patched attribute as it found it and no import hook of the tracer in ``sys.meta_path`` (but the
-one ``import tracer`` installs for good: ``tracer._core.imports``, waiting for OpenTelemetry)."""
+one ``import tracer`` installs for good: ``tracer._core.imports``, waiting for OpenTelemetry),
+which watches no module for the integrations any more."""
 
 from __future__ import annotations
 
@@ -115,3 +116,5 @@ def _no_tracer_leaks() -> Iterator[None]:
         and type(f).__module__ != "tracer._core.imports"
     ]
     assert not hooks, f"tracer import hooks left in sys.meta_path: {hooks}"
+    watched = sys.modules["tracer._core.imports"]._watching
+    assert not watched, f"modules still watched for the integrations: {sorted(watched)}"

@@ -18,6 +18,10 @@ from tracer import config
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide.md"
 BLOCK = re.compile(r"(<!-- help: (?P<command>[^>]+?) -->\n```\n)(?P<body>.*?)(```)", re.S)
+#: The integrations table, generated from the registry (``registry.render_table``).
+TABLE = re.compile(
+    r"(<!-- integrations: [^>]*-->\n)(?P<body>.*?)(<!-- end of integrations -->)", re.S
+)
 
 
 def help_text(command: str) -> str:
@@ -35,7 +39,10 @@ def help_text(command: str) -> str:
 
 
 def rendered(text: str) -> str:
-    return BLOCK.sub(lambda m: m.group(1) + help_text(m.group("command")) + m.group(4), text)
+    from tracer._patching.integrations.registry import render_table
+
+    text = BLOCK.sub(lambda m: m.group(1) + help_text(m.group("command")) + m.group(4), text)
+    return TABLE.sub(lambda m: m.group(1) + render_table() + m.group(3), text)
 
 
 #: An option with a value, as argparse before 3.13 lists it (``-o FILE, --output FILE``); 3.13
@@ -54,12 +61,26 @@ def test_guide_embeds_the_current_help_of_every_command() -> None:
     the one the guide was written with (``--write`` writes this Python's, verbatim)."""
     text = GUIDE.read_text()
     blocks = {m.group("command"): m.group("body") for m in BLOCK.finditer(text)}
-    required = {"tracer run", "cmr", "cmr serve", "cmr ls", "cmr show", "cmr stats"}
+    required = {"tracer run", "tracer info", "cmr", "cmr serve", "cmr ls", "cmr show"}
+    required |= {"cmr stats"}
     required |= {"cmr profile", "cmr export", "cmr import"}
     assert required <= set(blocks)
     embedded = {command: layout_free(body) for command, body in blocks.items()}
     current = {command: layout_free(help_text(command)) for command in blocks}
     assert embedded == current, "docs/guide.md is stale: run python -m tests.test_docs --write"
+
+
+def test_guide_integrations_table_is_the_registrys() -> None:
+    """Every integration, its library, supported versions and what it patches, as the registry
+    the import watcher and ``tracer info`` read declares them."""
+    from tracer._patching.integrations.registry import REGISTRY, render_table
+
+    found = TABLE.search(GUIDE.read_text())
+    assert found, "docs/guide.md has no integrations table"
+    assert found.group("body") == render_table(), (
+        "docs/guide.md's integrations table is stale: run python -m tests.test_docs --write"
+    )
+    assert all(f"| `{integration.name}` |" in found.group("body") for integration in REGISTRY)
 
 
 def test_only_the_layout_of_the_help_is_forgiven() -> None:

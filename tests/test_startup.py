@@ -258,6 +258,25 @@ def test_tracer_otel_without_the_sdk_says_which_extra() -> None:
     assert "pip install 'invoseq[otlp]'" in done.stderr.splitlines()[-1]
 
 
+def test_tracer_version_and_help_read_no_metadata_nor_integration() -> None:
+    """``tracer --version`` and ``--help`` load no package metadata (the version is
+    ``invoseq.__version__``) and no integration."""
+    found = _loaded(
+        """
+        import contextlib, io, json, sys
+        from tracer.run.cli import main
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            codes = [main(["--version"]), main(["--help"])]
+        never = ("importlib.metadata", "tracer._patching.integrations")
+        print(json.dumps({"codes": codes, "out": out.getvalue(),
+                          "loaded": sorted(m for m in sys.modules if m.startswith(never))}))
+        """
+    )
+    assert found["codes"] == [0, 0]
+    assert found["loaded"] == []
+    assert "invoseq" in found["out"]  # type: ignore[operator]
+
+
 def test_the_integrations_table_names_the_modules_each_integration_hooks() -> None:
     import importlib
 

@@ -114,6 +114,7 @@ def configure(**settings: Unpack[Settings]) -> Config:
         _shut_down = False
         decorator.set_enabled(config.enabled)
         decorator.set_max_buffered(config.max_buffered_bytes)
+        patching.use(config)
         _start(config)
     if config.instrument:
         patching.instrument()
@@ -159,6 +160,7 @@ def ensure_started() -> None:
             _config = resolve({}, strict=False)
             decorator.set_enabled(_config.enabled)
             decorator.set_max_buffered(_config.max_buffered_bytes)
+            patching.use(_config)
             if _config.instrument and not patching.instrumented():  # tracer run's bootstrap did
                 patching.instrument()
         _start(_config)

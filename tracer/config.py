@@ -23,6 +23,7 @@ __all__ = [
     "environment",
     "resolve",
     "split_endpoints",
+    "split_patterns",
 ]
 
 log = logging.getLogger("tracer")
@@ -52,6 +53,14 @@ ENV_CURVE_SERVER_KEY: Final = "INVOSEQ_CURVE_SERVER_KEY"
 ENV_CURVE_CLIENT_KEY: Final = "INVOSEQ_CURVE_CLIENT_KEY"
 ENV_FLUSH_ON_SIGTERM: Final = "INVOSEQ_FLUSH_ON_SIGTERM"
 ENV_TASK_SEQUENCES: Final = "INVOSEQ_TASK_SEQUENCES"
+ENV_EXCLUDED_URLS: Final = "INVOSEQ_EXCLUDED_URLS"
+ENV_CAPTURE_SERVER_REQUEST_HEADERS: Final = "INVOSEQ_CAPTURE_SERVER_REQUEST_HEADERS"
+ENV_CAPTURE_SERVER_RESPONSE_HEADERS: Final = "INVOSEQ_CAPTURE_SERVER_RESPONSE_HEADERS"
+ENV_CAPTURE_CLIENT_REQUEST_HEADERS: Final = "INVOSEQ_CAPTURE_CLIENT_REQUEST_HEADERS"
+ENV_CAPTURE_CLIENT_RESPONSE_HEADERS: Final = "INVOSEQ_CAPTURE_CLIENT_RESPONSE_HEADERS"
+#: OpenTelemetry's variables for the same settings, read when invoseq's own is not set.
+OTEL_EXCLUDED_URLS: Final = "OTEL_PYTHON_EXCLUDED_URLS"
+OTEL_CAPTURE_HEADERS: Final = "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_"
 #: What a queued task (Celery, RQ) is to the request that queued it: a child in its sequence, or
 #: the root of a sequence of its own, linked to the call that queued it.
 TaskSequences: TypeAlias = Literal["one", "linked"]
@@ -121,6 +130,20 @@ class Config:
     curve_client_key: str = ""
     #: Where SIGTERM is at its default: flush (bounded by ``flush_timeout_ms``), then die by it.
     flush_on_sigterm: bool = True
+    #: Requests a server integration leaves untraced (health checks): comma-separated regular
+    #: expressions, searched in the request's full URL. OpenTelemetry's
+    #: ``OTEL_PYTHON_EXCLUDED_URLS`` when not set; ``OTEL_PYTHON_<FRAMEWORK>_EXCLUDED_URLS`` (one
+    #: framework's) takes precedence for that framework's requests.
+    excluded_urls: str = ""
+    #: Headers recorded as ``http.request.header.<name>`` of the requests servers receive:
+    #: comma-separated names (any case) or regular expressions matching the whole name.
+    capture_server_request_headers: str = ""
+    #: Headers recorded as ``http.response.header.<name>`` of the responses servers send.
+    capture_server_response_headers: str = ""
+    #: Headers recorded as ``http.request.header.<name>`` of the requests clients send.
+    capture_client_request_headers: str = ""
+    #: Headers recorded as ``http.response.header.<name>`` of the responses clients receive.
+    capture_client_response_headers: str = ""
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -154,6 +177,11 @@ class Settings(TypedDict, total=False):
     curve_server_key: str
     curve_client_key: str
     flush_on_sigterm: bool
+    excluded_urls: str
+    capture_server_request_headers: str
+    capture_server_response_headers: str
+    capture_client_request_headers: str
+    capture_client_response_headers: str
 
 
 _ENV_NAMES: Final = {
@@ -179,6 +207,19 @@ _ENV_NAMES: Final = {
     "curve_server_key": ENV_CURVE_SERVER_KEY,
     "curve_client_key": ENV_CURVE_CLIENT_KEY,
     "flush_on_sigterm": ENV_FLUSH_ON_SIGTERM,
+    "excluded_urls": ENV_EXCLUDED_URLS,
+    "capture_server_request_headers": ENV_CAPTURE_SERVER_REQUEST_HEADERS,
+    "capture_server_response_headers": ENV_CAPTURE_SERVER_RESPONSE_HEADERS,
+    "capture_client_request_headers": ENV_CAPTURE_CLIENT_REQUEST_HEADERS,
+    "capture_client_response_headers": ENV_CAPTURE_CLIENT_RESPONSE_HEADERS,
+}
+#: The OpenTelemetry variable a setting falls back to when invoseq's own is not set.
+_OTEL_ENV_NAMES: Final = {
+    "excluded_urls": OTEL_EXCLUDED_URLS,
+    "capture_server_request_headers": OTEL_CAPTURE_HEADERS + "SERVER_REQUEST",
+    "capture_server_response_headers": OTEL_CAPTURE_HEADERS + "SERVER_RESPONSE",
+    "capture_client_request_headers": OTEL_CAPTURE_HEADERS + "CLIENT_REQUEST",
+    "capture_client_response_headers": OTEL_CAPTURE_HEADERS + "CLIENT_RESPONSE",
 }
 
 _T = TypeVar("_T")
@@ -214,6 +255,23 @@ def split_endpoints(value: str) -> tuple[str, ...]:
     return tuple(value.split(","))
 
 
+def split_patterns(value: str) -> list[str]:
+    """The items of a comma-separated list of patterns (``excluded_urls``, header names)."""
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _check_patterns(value: str, what: str) -> str:
+    """Comma-separated regular expressions, each compiled once to check it."""
+    import re
+
+    for pattern in split_patterns(value):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is no regular expression of {what}: {exc}") from None
+    return value
+
+
 def _one_of(value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"expected one of {', '.join(allowed)}, got {value!r}")
@@ -241,6 +299,11 @@ _CHECKS: Final[dict[str, Callable[[Any], Any]]] = {
     "max_inflight_batches": _positive,
     "resend_ms": _positive,
     "max_buffered_bytes": _positive,
+    "excluded_urls": lambda v: _check_patterns(v, "a URL"),
+    "capture_server_request_headers": lambda v: _check_patterns(v, "a header name"),
+    "capture_server_response_headers": lambda v: _check_patterns(v, "a header name"),
+    "capture_client_request_headers": lambda v: _check_patterns(v, "a header name"),
+    "capture_client_response_headers": lambda v: _check_patterns(v, "a header name"),
 }
 
 
@@ -318,13 +381,17 @@ def _resolve_values(overrides: Mapping[str, Any], env: Mapping[str, str], strict
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"configure({name}=...): {exc}") from None
             continue
-        raw = env.get(_ENV_NAMES[name])
+        variable = _ENV_NAMES[name]
+        raw = env.get(variable)
+        if not raw and name in _OTEL_ENV_NAMES:
+            variable = _OTEL_ENV_NAMES[name]
+            raw = env.get(variable)
         if raw is None or raw == "":
             continue
         try:
             values[name] = _convert(name, raw, expected)
         except (ValueError, TypeError) as exc:
-            message = f"environment variable {_ENV_NAMES[name]}: {exc}"
+            message = f"environment variable {variable}: {exc}"
             if strict:
                 raise ConfigError(message) from None
             log.warning("invoseq: %s; using the default %r", message, getattr(Config(), name))

@@ -65,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def version_line() -> str:
+    """``cmr --version``: invoseq's version and the Python running it."""
+    from invoseq import __version__
+
+    name = sys.implementation.name
+    python = f"{'CPython' if name == 'cpython' else name} {sys.version.split()[0]}"
+    return f"cmr (invoseq) {__version__}, {python}"
+
+
 def _users_error(exc: Exception) -> bool:
     """A CliError, or a StoreError (which comes from a store, so its module is loaded)."""
     base = sys.modules.get("cmr.store.base")
@@ -98,6 +107,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         formatter_class=Formatter,
     )
     parser.add_argument("--db", metavar="PATH", help=DB_HELP)
+    parser.add_argument(
+        "--version", action="version", version=version_line(), help="print the version and exit"
+    )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for name, module in MODULES.items():
         if only is None or name == only:

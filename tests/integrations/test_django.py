@@ -209,9 +209,9 @@ def test_a_streamed_body_is_inside_the_request(
 def test_under_wsgiref_a_request_is_measured_once(trace: Capture, servers: list[Any]) -> None:
     servers.append(server := Server(WSGI_APP, "wsgiref"))  # type: ignore[arg-type]
     server.get("/price/fig")
-    assert [i.name for i in trace.invocations() if i.parent == 0] == [
-        "django.GET /price/<str:item>"
-    ]
+    # the excluded request is no invocation (its view's own @traced call still records)
+    requests = [i.name for i in trace.invocations() if i.name.startswith("django.")]
+    assert requests == ["django.GET /price/<str:item>"]
 
 
 def test_inside_the_asgi_middleware_a_request_is_measured_once(
@@ -266,3 +266,23 @@ def test_a_hook_that_fails_skips_that_part_with_one_warning(
         "invoseq: integration django skipped for django.core.handlers.wsgi: "
         "AttributeError('Django 9 moved WSGIHandler')"
     ]
+
+
+@pytest.mark.parametrize("kind", ["wsgi", "asgi"])
+def test_an_excluded_url_is_no_invocation_and_listed_headers_are_recorded(
+    monkeypatch: pytest.MonkeyPatch, servers: list[Any], kind: str
+) -> None:
+    """``OTEL_PYTHON_DJANGO_EXCLUDED_URLS`` and the header allow-lists, under WSGI and ASGI."""
+    monkeypatch.setenv("OTEL_PYTHON_DJANGO_EXCLUDED_URLS", "/things/")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST", "x-tenant")
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_RESPONSE", "Content-Type")
+    with wsgi_servers.capturing(monkeypatch) as trace:
+        server = serve(kind, servers)
+        assert server.get("/things/pear")[0] == 200
+        assert server.get("/price/apple", {"X-Tenant": "acme"}) == (200, b"APPLE")
+    # the excluded request is no invocation (its view's own @traced call still records)
+    requests = [i.name for i in trace.invocations() if i.name.startswith("django.")]
+    assert requests == ["django.GET /price/<str:item>"]
+    request = one(trace, "django.GET /price/<str:item>")
+    assert request.attributes["http.request.header.x-tenant"] == "acme"
+    assert request.attributes["http.response.header.content-type"].startswith("text/html")

@@ -85,3 +85,20 @@ def test_configure_s_typed_settings_are_exactly_the_config_fields() -> None:
 
     assert set(Settings.__annotations__) == {f.name for f in fields(Config)}
     assert Settings.__total__ is False
+
+
+def test_http_options_take_invoseqs_variable_before_opentelemetrys() -> None:
+    both = {
+        "INVOSEQ_EXCLUDED_URLS": "/healthz",
+        "OTEL_PYTHON_EXCLUDED_URLS": "/ready",
+        "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SERVER_REQUEST": "X-Request-Id",
+    }
+    config = resolve({}, both)
+    assert config.excluded_urls == "/healthz"
+    assert config.capture_server_request_headers == "X-Request-Id"
+    assert resolve({"excluded_urls": "/live"}, both).excluded_urls == "/live"
+
+
+def test_an_excluded_url_that_is_no_regular_expression_names_its_variable() -> None:
+    with pytest.raises(ConfigError, match=r"OTEL_PYTHON_EXCLUDED_URLS: '\(' is no regular"):
+        resolve({}, {"OTEL_PYTHON_EXCLUDED_URLS": "/ok,("})

@@ -22,14 +22,21 @@ if TYPE_CHECKING:
 ENV_PURE: Final = "INVOSEQ_PURE"
 
 
+#: Why the hot path is pure Python (``tracer info`` says it), or None with the C accelerator.
+why_pure: str | None = None
+
+
 def _load() -> ModuleType | None:
+    global why_pure
     if os.environ.get(ENV_PURE, "").strip() == "1":
         log.debug("invoseq: %s=1: pure-Python hot path", ENV_PURE)
+        why_pure = f"{ENV_PURE}=1"
         return None
     try:
         from tracer._core import _speedups
     except ImportError as exc:
         log.debug("invoseq: no C accelerator (%s): pure-Python hot path", exc)
+        why_pure = f"the C accelerator did not import: {exc}"
         return None
     return _speedups
 

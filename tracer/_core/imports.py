@@ -1,4 +1,5 @@
-"""Work to do once the program imports a module, without importing it: ``when_imported``.
+"""Work to do once the program imports a module, without importing it: ``when_imported`` (once),
+and ``watch`` (every time the module is executed, until ``unwatch``: the integrations' hooks).
 
 ``import tracer`` must not import what the program may never use (OpenTelemetry, asyncio,
 multiprocessing): what depends on such a module waits for the program to import it. A module
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 _lock = _thread.RLock()  # threading's RLock
 _waiting: dict[str, list[Callback]] = {}
+#: Called each time the module is executed (a reload too), until ``unwatch``.
+_watching: dict[str, list[Callback]] = {}
 
 
 def when_imported(name: str, callback: Callback) -> None:
@@ -38,6 +41,25 @@ def when_imported(name: str, callback: Callback) -> None:
         _waiting.setdefault(name, []).append(callback)
         if _FINDER not in sys.meta_path:
             sys.meta_path.insert(0, _FINDER)
+
+
+def watch(name: str, callback: Callback) -> None:
+    """Call ``callback(module)`` each time module ``name`` is executed from now on (not for a
+    module imported already: the caller handles that one)."""
+    with _lock:
+        _watching.setdefault(name, []).append(callback)
+        if _FINDER not in sys.meta_path:
+            sys.meta_path.insert(0, _FINDER)
+
+
+def unwatch(name: str, callback: Callback) -> None:
+    """No longer call ``callback`` when ``name`` is executed."""
+    with _lock:
+        callbacks = _watching.get(name, [])
+        if callback in callbacks:
+            callbacks.remove(callback)
+        if not callbacks:
+            _watching.pop(name, None)
 
 
 def forget(name: str, callback: Callback) -> None:
@@ -77,7 +99,9 @@ class _Watcher:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname not in _waiting or getattr(self._finding, "on", False):
+        if (fullname not in _waiting and fullname not in _watching) or getattr(
+            self._finding, "on", False
+        ):
             return None
         import importlib.util
 
@@ -109,6 +133,7 @@ class _Loader:
         self.loader.exec_module(module)
         with _lock:
             callbacks = _waiting.pop(module.__name__, [])
+            callbacks += _watching.get(module.__name__, ())
         _run(module, callbacks)
 
     def __getattr__(self, name: str) -> Any:  # get_source, is_package, get_resource_reader ...

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the patches load at the first instrument(): importing trace
     from typing import Any, TypeAlias
 
     from tracer._patching import integrations
+    from tracer.config import Config
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
@@ -51,16 +52,31 @@ def _apply(patches: Iterable[integrations.PatchSpec]) -> None:
             _installed.append((owner, name, original, replacement))
 
 
+#: The runtime's configuration (``use``): the integrations' options come from it, else from the
+#: environment.
+configured: Config | None = None
+
+
+def use(config: Config) -> None:
+    """Take the integrations' options (excluded URLs, headers to record) from ``config``."""
+    global configured
+    configured = config
+    options = sys.modules.get("tracer._patching.integrations._options")
+    if options is not None:
+        options.reset()
+
+
 def instrument(*, disable: Iterable[str] | None = None) -> None:
     """Patch threading, concurrent.futures, asyncio, multiprocessing and subprocess so sequences
     follow work across threads, tasks and processes, and the web servers and clients the program
     imports so they follow requests across services (docs/guide.md). ``disable`` names
-    integrations to leave out (``tracer._patching.integrations.INTEGRATIONS``), as does
-    ``INVOSEQ_DISABLED_INTEGRATIONS``; an unknown name raises ValueError."""
+    integrations to leave out (``tracer._patching.integrations.INTEGRATIONS``), as do
+    ``INVOSEQ_DISABLED_INTEGRATIONS`` and ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``; an unknown
+    name raises ValueError."""
     global _watcher
     from tracer._patching import contexts, integrations, logs, processes, tasks, threads
 
-    disabled = integrations.disabled_names(disable)
+    disabled = integrations.disabled(disable)
     with _lock:
         _uninstall()
         _apply((*threads.PATCHES, *contexts.PATCHES))

@@ -64,7 +64,9 @@ services, task queues and RPC (docs/guide.md, "Web services", "Task queues and R
   Servers (WSGI, Flask, Django, ASGI, Starlette, FastAPI, aiohttp, gRPC) continue the caller's
   sequence from its traceparent header; clients (requests, urllib3, httpx, aiohttp,
   urllib/http.client, gRPC) send one; Celery tasks and RQ jobs run in the sequence that queued
-  them. INVOSEQ_DISABLED_INTEGRATIONS=flask,requests turns some off.
+  them. INVOSEQ_DISABLED_INTEGRATIONS=flask,requests (or OpenTelemetry's
+  OTEL_PYTHON_DISABLED_INSTRUMENTATIONS) turns some off; OTEL_PYTHON_EXCLUDED_URLS leaves
+  requests untraced (health checks); 'tracer info' lists the integrations and their states.
   tracer run --include app -m gunicorn -w 2 app:app   # each worker traced, a tree per request"""
 
 _RUN_EXAMPLES = """\
@@ -80,6 +82,10 @@ class UsageError(Exception):
     """A mistake on the command line: reported in one line, exit code 1."""
 
 
+class ListIntegrations(Exception):  # noqa: N818 - a request, not an error
+    """``tracer run --list-integrations`` with no program: list them and exit."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
@@ -92,6 +98,7 @@ class RunOptions:
     endpoint: str | None
     db: str | None
     report: bool
+    list_integrations: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +113,9 @@ class Ending:
 def main(argv: list[str] | None = None) -> int:
     """The ``tracer`` console script; returns the exit code (the program's, for ``run``)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("-h", "--help"):
-        _top_parser().print_help()
-        return 0
-    if not args or args[0] != "run":
-        problem = "missing command" if not args else f"unknown command {args[0]!r}"
-        print(f"tracer: error: {problem} (see 'tracer --help')", file=sys.stderr)
-        return 1
+    done = _other_command(args)
+    if done is not None:
+        return done
     try:
         options = parse_run(args[1:])
     except UsageError as exc:
@@ -120,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except SystemExit as exc:  # --help printed
         return exc.code if isinstance(exc.code, int) else 0
+    except ListIntegrations:
+        from tracer.run.info import integrations_text, say
+
+        return say(integrations_text())
     try:
         ending = run(options)
     except KeyboardInterrupt:  # Ctrl-C while starting or reporting: cleaned up on the way out
@@ -127,10 +134,32 @@ def main(argv: list[str] | None = None) -> int:
     return ending.code if ending.signal is None else _die_by(ending.signal)
 
 
+def _other_command(args: list[str]) -> int | None:
+    """``tracer --help``, ``--version``, ``info`` or no command: the exit code; None for
+    ``run``."""
+    if args and args[0] in ("-h", "--help"):
+        _top_parser().print_help()
+        return 0
+    if args and args[0] in ("-V", "--version"):
+        from tracer.run.info import version_line
+
+        print(version_line())
+        return 0
+    if args and args[0] == "info":
+        from tracer.run.info import main as info
+
+        return info(args[1:])
+    if not args or args[0] != "run":
+        problem = "missing command" if not args else f"unknown command {args[0]!r}"
+        print(f"tracer: error: {problem} (see 'tracer --help')", file=sys.stderr)
+        return 1
+    return None
+
+
 def _top_parser() -> argparse.ArgumentParser:
-    return _Parser(
+    parser = _Parser(
         prog="tracer",
-        usage="tracer [-h] run ...",
+        usage="tracer [-h] [-V] (run ... | info)",
         description=textwrap.fill(
             "Trace Python programs: every call of a traced function becomes part of an invocation "
             "sequence, one call tree per transaction, across threads and processes. In code: "
@@ -138,9 +167,14 @@ def _top_parser() -> argparse.ArgumentParser:
             width=_WIDTH,
         ),
         epilog="commands:\n  run    run a script or module with its functions traced "
-        "(see 'tracer run --help')\n\n" + _RUN_EXAMPLES,
+        "(see 'tracer run --help')\n  info   say what is running: version, Python, "
+        "implementation, repository, integrations\n\n" + _RUN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "-V", "--version", action="store_true", help="print the version and implementation, exit"
+    )
+    return parser
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -194,6 +228,12 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-report", dest="report", action="store_false", help="print nothing after the run"
     )
+    parser.add_argument(
+        "--list-integrations",
+        action="store_true",
+        help="after the run, print each integration's state in the program (active, not "
+        "imported, disabled, unsupported version) and why; with no program, print them now",
+    )
     return parser
 
 
@@ -202,6 +242,8 @@ def parse_run(tokens: list[str]) -> RunOptions:
     program's arguments, passed on untouched. Raises UsageError (SystemExit for --help)."""
     own, script, module, program_args = _split_program(tokens)
     parsed = _run_parser().parse_args(own)
+    if script is None and module is None and parsed.list_integrations:
+        raise ListIntegrations
     if script is None and module is None:
         raise UsageError("nothing to run: give a script (tracer run app.py) or -m module")
     program = Program(script=script, module=module, args=tuple(program_args))
@@ -213,7 +255,9 @@ def parse_run(tokens: list[str]) -> RunOptions:
     if endpoint is not None and parsed.db is not None:
         source = "--endpoint" if parsed.endpoint else f"${ENV_ENDPOINT}"
         raise UsageError(f"--db is for the embedded repository, but {source} names another one")
-    return RunOptions(program, patterns, endpoint, parsed.db, parsed.report)
+    return RunOptions(
+        program, patterns, endpoint, parsed.db, parsed.report, parsed.list_integrations
+    )
 
 
 def _split_program(tokens: list[str]) -> tuple[list[str], str | None, str | None, list[str]]:
@@ -277,6 +321,11 @@ def run(options: RunOptions) -> Ending:
     owner = os.getpid()
     try:
         ending = _run_program(options)
+        if options.list_integrations:  # in each process the program forked too (gunicorn's)
+            from tracer.run.info import integrations_text
+
+            which = "this run" if os.getpid() == owner else f"the forked process {os.getpid()}"
+            _say(f"\ntracer: the integrations in {which}:\n" + integrations_text())
     finally:
         atexit.unregister(tracer.shutdown)
         acknowledged = tracer.shutdown()

@@ -157,3 +157,104 @@ def test_instrumenting_imports_none_of_the_libraries_it_integrates_with() -> Non
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("otel", "expected"),
+    [
+        ("aiohttp-client,grpc_aio_server", {"aiohttp_client", "grpc_server"}),
+        ("flask, sqlalchemy", {"flask"}),  # a name of no invoseq integration: ignored, quietly
+        ("*", set(integrations.INTEGRATIONS)),
+    ],
+)
+def test_opentelemetrys_disabled_instrumentations_turn_integrations_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, otel: str, expected: set[str]
+) -> None:
+    monkeypatch.delenv(integrations.DISABLED_ENV, raising=False)
+    monkeypatch.setenv(integrations.OTEL_DISABLED_ENV, otel)
+    with caplog.at_level(logging.WARNING, logger="tracer"):
+        found = integrations.disabled(None)
+    assert set(found) == expected
+    assert set(found.values()) == {integrations.OTEL_DISABLED_ENV}
+    assert caplog.text == ""
+
+
+def test_a_disabled_integration_says_which_setting_disabled_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(integrations.DISABLED_ENV, "requests")
+    monkeypatch.setenv(integrations.OTEL_DISABLED_ENV, "requests,httpx")
+    tracer.instrument(disable=["flask"])
+    try:
+        states = {s.name: s for s in integrations.report()}
+    finally:
+        tracer.uninstrument()
+    assert states["flask"].why == "by instrument(disable=...)"
+    assert states["requests"].why == "by INVOSEQ_DISABLED_INTEGRATIONS"
+    assert states["httpx"].why == "by OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"
+    assert {states[n].state for n in ("flask", "requests", "httpx")} == {"disabled"}
+
+
+@pytest.mark.parametrize(
+    ("versions", "version", "supported"),
+    [
+        (">=2.2", "3.1.3", True),
+        (">=2.2", "2.1.9", False),
+        (">=2.2", "2.2", True),
+        (">=1,<3", "3.0.0", False),
+        (">=1,<3", "2.99", True),
+        (">=0.24", "0.24.0rc1", True),  # compared by release numbers
+        ("", "0.0.1", True),
+        (">=2", "unreadable", True),  # cannot tell: patched, the hooks check what they patch
+    ],
+)
+def test_supported_versions_compare_by_release_numbers(
+    versions: str, version: str, supported: bool
+) -> None:
+    from tracer._patching.integrations.registry import supports
+
+    assert supports(versions, version) is supported
+
+
+def test_every_integration_module_hooks_the_modules_its_record_declares() -> None:
+    from tracer._patching.integrations.registry import REGISTRY
+
+    for record in REGISTRY:
+        module = importlib.import_module(f"{integrations.__name__}.{record.name}")
+        assert tuple(module.HOOKS) == record.modules, record.name
+
+
+@pytest.fixture(name="fresh_versions")
+def _fresh_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracer._patching.integrations import states
+
+    monkeypatch.setattr(states, "_dist_infos", None)
+    monkeypatch.setattr(states, "_versions", {})
+
+
+def test_an_installed_version_is_the_first_dist_info_on_sys_path_by_normalized_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_versions: None
+) -> None:
+    from tracer._patching.integrations import states
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    (first / "Shop_Pricing-2.0.1.dist-info").mkdir(parents=True)
+    (second / "shop_pricing-1.0.dist-info").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(second))
+    monkeypatch.syspath_prepend(str(first))
+    assert states.installed_version("shop-pricing") == "2.0.1"
+    assert states.installed_version("Shop.Pricing") == "2.0.1"
+
+
+def test_a_distribution_without_a_dist_info_is_read_through_importlib_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_versions: None
+) -> None:
+    """An egg-info (a legacy or develop install) is read the slow way; none at all: None."""
+    from tracer._patching.integrations import states
+
+    info = tmp_path / "legacy_shop.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: legacy-shop\nVersion: 0.9\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert states.installed_version("legacy-shop") == "0.9"
+    assert states.installed_version("no-such-distribution") is None

@@ -5,52 +5,39 @@ Every integration is one module here with a ``HOOKS`` table: the name of a modul
 (``"flask.app"``) and a function that takes that module once it is imported and returns the
 patches to make, ``(owner, attribute, make_replacement)``, the same triples as the thread and
 process patches. ``install`` patches the modules already imported and watches the import system
-(a finder first on ``sys.meta_path``) for the others, so nothing of Flask is imported at start-up.
+for the others (``tracer._core.imports.watch``: the tracer's one finder on ``sys.meta_path``), so
+nothing of Flask is imported at start-up.
 A hook that fails (a library version it does not know) skips its integration, logged once; the
 host program never sees the failure.
 
-``INTEGRATIONS`` lists every name; ``INVOSEQ_DISABLED_INTEGRATIONS=flask,requests`` or
-``instrument(disable=[...])`` leaves some out. docs/guide.md, "Web services".
+Every integration has a record in ``registry`` (its library, the versions it supports, what it
+patches): a library whose installed version is outside them is not patched, logged once.
+``INTEGRATIONS`` lists every name; ``INVOSEQ_DISABLED_INTEGRATIONS=flask,requests``,
+OpenTelemetry's ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` or ``instrument(disable=[...])`` leaves
+some out; ``states`` says what each is doing. docs/guide.md, "Web services".
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import logging
-import os
 import sys
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from tracer._core import imports
+from tracer._patching.integrations import states
+from tracer._patching.integrations.registry import BY_NAME as REGISTRY_BY_NAME
+from tracer._patching.integrations.registry import REGISTRY
+
 log = logging.getLogger("tracer")
 
-#: Every integration, by the name ``disable`` takes, in the order hooks of one module apply.
-INTEGRATIONS: Final = (
-    "wsgi",
-    "flask",
-    "django",
-    "asgi",
-    "starlette",
-    "fastapi",
-    "aiohttp_server",
-    "requests",
-    "urllib3",
-    "httpx",
-    "aiohttp_client",
-    "http_client",
-    "rq",
-    "celery",
-    "grpc_server",
-    "grpc_client",
-    "asgiref",
-    "anyio",
-)
-DISABLED_ENV: Final = "INVOSEQ_DISABLED_INTEGRATIONS"
+#: Every integration, by the name ``disable`` takes, in the order hooks of one module apply
+#: (``registry.REGISTRY``).
+INTEGRATIONS: Final = tuple(integration.name for integration in REGISTRY)
+DISABLED_ENV: Final = states.DISABLED_ENV
+OTEL_DISABLED_ENV: Final = states.OTEL_DISABLED_ENV
 
 PatchSpec = tuple[Any, str, Callable[[Any], Any]]
 _F = TypeVar("_F")
@@ -82,8 +69,15 @@ class UnknownIntegrationError(ValueError):
 
 
 def disabled_names(disable: Iterable[str] | None) -> frozenset[str]:
-    """The integrations to leave out: ``disable`` and the environment's list. An unknown name in
-    ``disable`` raises; in the environment it is logged (a setting must not stop the program)."""
+    """The integrations to leave out (``disabled``'s keys)."""
+    return frozenset(disabled(disable))
+
+
+def disabled(disable: Iterable[str] | None) -> dict[str, str]:
+    """The integrations to leave out, each with the setting that does: ``disable``, the
+    environment's ``INVOSEQ_DISABLED_INTEGRATIONS`` and OpenTelemetry's
+    ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``. An unknown name in ``disable`` raises; in the
+    environment it is logged (a setting must not stop the program)."""
     names = set()
     for name in disable or ():
         if name not in INTEGRATIONS:
@@ -91,14 +85,10 @@ def disabled_names(disable: Iterable[str] | None) -> frozenset[str]:
                 f"unknown integration {name!r}; known: {', '.join(INTEGRATIONS)}"
             )
         names.add(name)
-    for name in os.environ.get(DISABLED_ENV, "").replace(" ", "").split(","):
-        if not name:
-            continue
-        if name in INTEGRATIONS:
-            names.add(name)
-        else:
-            _warn_once(f"{DISABLED_ENV}: unknown integration {name!r} ignored")
-    return frozenset(names)
+    reasons, unknown = states.disabled_by(INTEGRATIONS, frozenset(names))
+    for name in unknown:
+        _warn_once(f"{DISABLED_ENV}: unknown integration {name!r} ignored")
+    return reasons
 
 
 _warned: set[str] = set()
@@ -110,34 +100,10 @@ def _warn_once(message: str) -> None:
         log.warning("invoseq: %s", message)
 
 
-#: The modules each integration hooks (the keys of its ``HOOKS``), so that an integration's own
-#: module is imported only once the program imports its library (a test keeps them in step).
-WATCHES: Final[dict[str, tuple[str, ...]]] = {
-    "wsgi": ("wsgiref.handlers", "gunicorn.workers.base", "waitress.server", "werkzeug.serving"),
-    "flask": ("flask.app",),
-    "django": (
-        "asgiref.sync",
-        "django.core.handlers.base",
-        "django.core.handlers.exception",
-        "django.core.handlers.wsgi",
-        "django.core.handlers.asgi",
-    ),
-    "asgi": ("uvicorn.config", "hypercorn.app_wrappers", "daphne.server"),
-    "starlette": ("starlette.applications", "starlette.routing", "anyio._backends._asyncio"),
-    "fastapi": ("fastapi.applications", "fastapi.routing", "anyio._backends._asyncio"),
-    "aiohttp_server": ("aiohttp.web_app", "aiohttp.web_urldispatcher"),
-    "requests": ("requests.sessions",),
-    "urllib3": ("urllib3.connectionpool", "urllib3.poolmanager"),
-    "httpx": ("httpx",),
-    "aiohttp_client": ("aiohttp.client",),
-    "http_client": ("http.client",),
-    "rq": ("rq.queue", "rq.job", "rq.worker"),
-    "celery": ("celery.signals",),
-    "grpc_server": ("grpc", "grpc.aio"),
-    "grpc_client": ("grpc", "grpc.aio"),
-    "asgiref": ("asgiref.sync",),
-    "anyio": ("anyio._backends._asyncio",),
-}
+#: The modules each integration hooks (the keys of its ``HOOKS``, declared in its record), so
+#: that an integration's own module is imported only once the program imports its library (a test
+#: keeps them in step).
+WATCHES: Final[dict[str, tuple[str, ...]]] = {r.name: r.modules for r in REGISTRY}
 
 
 def _deferred(name: str, module_name: str) -> Hook:
@@ -165,78 +131,77 @@ def _hooks(enabled: Sequence[str]) -> dict[str, list[tuple[str, Hook]]]:
     return table
 
 
-class Watcher(importlib.abc.MetaPathFinder):
-    """Runs the hooks of a module right after the import system executes it."""
+class Watcher:
+    """Runs the hooks of a module right after the import system executes it: the callback the
+    tracer's one import finder (``tracer._core.imports.watch``) calls for each watched module."""
 
     def __init__(self, hooks: dict[str, list[tuple[str, Hook]]], apply: Apply) -> None:
         self.hooks = hooks
         self.apply = apply
         self.active = True
-        self._finding = threading.local()
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if not self.active or fullname not in self.hooks or getattr(self._finding, "on", False):
-            return None
-        self._finding.on = True
-        try:
-            spec = importlib.util.find_spec(fullname)  # the finders after this one
-        except Exception:
-            return None
-        finally:
-            self._finding.on = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        spec.loader = _HookedLoader(spec.loader, self)
-        return spec
 
     def run_hooks(self, module: ModuleType) -> None:
         if self.active:
             run_hooks(module, self.hooks.get(module.__name__, ()), self.apply)
 
 
-class _HookedLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, watcher: Watcher) -> None:
-        self.loader = loader
-        self.watcher = watcher
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        created: ModuleType | None = self.loader.create_module(spec)
-        return created
-
-    def exec_module(self, module: ModuleType) -> None:
-        if module.__spec__ is not None:  # the module keeps its own loader afterwards
-            module.__spec__.loader = self.loader
-        module.__loader__ = self.loader
-        self.loader.exec_module(module)
-        self.watcher.run_hooks(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, is_package, get_resource_reader ...
-        return getattr(self.loader, name)
-
-
 def run_hooks(module: ModuleType, hooks: Iterable[tuple[str, Hook]], apply: Apply) -> None:
+    """Run each integration's hook for ``module``, unless the installed version of its library
+    is one it does not support; a failure skips the integration, logged once (``states``)."""
     for name, hook in hooks:
+        try:
+            why = None if name == "core" else states.unsupported(name)
+        except Exception as exc:  # reading the version must never stop the import
+            why = None
+            _warn_once(f"integration {name}: its library's version unread: {exc!r}")
+        if why is not None:
+            states.record(name, states.UNSUPPORTED, f"{why}: not patched")
+            _warn_once(f"integration {name} not patched: {why}")
+            continue
         try:
             apply(list(hook(module)))
         except Exception as exc:
+            states.record(name, states.FAILED, f"skipped for {module.__name__}: {exc!r}")
             _warn_once(f"integration {name} skipped for {module.__name__}: {exc!r}")
+            continue
+        record = REGISTRY_BY_NAME.get(name)
+        if record is not None and record.own(module.__name__):
+            states.record(name, states.ACTIVE, f"patched at the import of {module.__name__}")
+
+
+#: What the installed watcher leaves out, and why (None: not instrumented).
+_disabled: dict[str, str] | None = None
+
+
+def report() -> list[states.State]:
+    """Every integration's state in this process, and why (``states``)."""
+    if _disabled is not None:
+        return states.states(_disabled)
+    reasons, _unknown = states.disabled_by(INTEGRATIONS, frozenset())
+    return states.states(reasons, instrumented=False)
 
 
 def install(
-    disabled: frozenset[str], apply: Apply, core: Mapping[str, Hook] | None = None
+    disabled: frozenset[str] | Mapping[str, str],
+    apply: Apply,
+    core: Mapping[str, Hook] | None = None,
 ) -> Watcher:
     """Patch what is imported already, watch for the rest; returns the watcher to ``remove``.
     ``core``: module name -> hook of the patches that are no integration (asyncio, the pools,
-    multiprocessing, subprocess: ``tracer._patching``), applied before any integration's."""
+    multiprocessing, subprocess: ``tracer._patching``), applied before any integration's.
+    ``disabled``: the names to leave out, or (``disabled()``) each with the setting that does."""
+    global _disabled
+    _disabled = (
+        dict(disabled) if isinstance(disabled, Mapping) else dict.fromkeys(disabled, "instrument()")
+    )
     hooks: dict[str, list[tuple[str, Hook]]] = {
         module_name: [("core", hook)] for module_name, hook in (core or {}).items()
     }
     for module_name, found in _hooks([n for n in INTEGRATIONS if n not in disabled]).items():
         hooks.setdefault(module_name, []).extend(found)
     watcher = Watcher(hooks, apply)
-    sys.meta_path.insert(0, watcher)
+    for module_name in hooks:
+        imports.watch(module_name, watcher.run_hooks)
     for module_name, module_hooks in hooks.items():
         module = sys.modules.get(module_name)
         if module is not None:
@@ -245,6 +210,9 @@ def install(
 
 
 def remove(watcher: Watcher) -> None:
+    global _disabled
     watcher.active = False
-    while watcher in sys.meta_path:
-        sys.meta_path.remove(watcher)
+    _disabled = None
+    states.forget()
+    for module_name in watcher.hooks:
+        imports.unwatch(module_name, watcher.run_hooks)

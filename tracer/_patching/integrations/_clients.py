@@ -27,7 +27,7 @@ from opentelemetry import context as otel_context
 
 from tracer import propagation
 from tracer._core import recorder
-from tracer._patching.integrations import _http
+from tracer._patching.integrations import _http, _options
 from tracer._patching.integrations._http import ClientRequest
 
 T = TypeVar("T")
@@ -100,6 +100,9 @@ def inject(client: ClientRequest, headers: Any, owner: Any = None) -> None:
                     del headers[name]
             found = None
         client.inject(headers)
+        capture = _options.current().client_request
+        if capture:
+            client.attributes.update(capture.attributes(_http.header_items(headers)))
         if owner is not None and not found:
             written = propagation.HEADERS.get(headers, propagation.TRACEPARENT)
             if written:
@@ -122,6 +125,10 @@ def inject_request(client: ClientRequest, request: Any) -> None:
 def finish(client: ClientRequest, response: Any = None, exc: BaseException | None = None) -> None:
     """End ``client`` with the status of ``response`` (None: no response) or with ``exc``."""
     try:
+        capture = _options.current().client_response
+        headers = getattr(response, "headers", None)
+        if capture and headers is not None:
+            client.attributes.update(capture.attributes(_http.header_items(headers)))
         client.finish(None if response is None else _http.status_of(response), exc)
     except Exception as error:
         recorder.internal_error(error)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -33,6 +33,7 @@ from opentelemetry.propagators.textmap import Getter, Setter
 
 from tracer import propagation
 from tracer._core import context, measured, recorder
+from tracer._patching.integrations import _options
 
 METHOD: Final = "http.request.method"
 ROUTE: Final = "http.route"
@@ -46,6 +47,9 @@ ERROR_TYPE: Final = "error.type"
 _sending: contextvars.ContextVar[ClientRequest | None] = contextvars.ContextVar(
     "invoseq_sending", default=None
 )
+#: True inside a request an excluded URL leaves untraced (what the framework runs for it, an
+#: endpoint FastAPI would trace, stays untraced too).
+excluding: contextvars.ContextVar[bool] = contextvars.ContextVar("invoseq_excluding", default=False)
 _set = context.current.set
 _reset = context.current.reset
 
@@ -142,6 +146,15 @@ class ServerRequest:
         path = self.attributes.get(PATH)
         return unrouted_name(self.verb, path) if isinstance(path, str) else self.verb
 
+    def response_headers(self, headers: Iterable[tuple[str, str]]) -> None:
+        """Record the response's headers the allow-list names (``_options``); never raises."""
+        try:
+            capture = _options.current().server_response
+            if capture:
+                self.attributes.update(capture.attributes(headers))
+        except Exception as exc:
+            recorder.internal_error(exc)
+
     def finish(self, status: int | None, exc: BaseException | None = None) -> None:
         if status is not None:
             self.attributes[STATUS] = status
@@ -156,18 +169,44 @@ class ServerRequest:
 
 
 def begin_server(
-    framework: str, verb: str, path: str, carrier: Any, getter: Getter[Any] | None = None
+    framework: str,
+    verb: str,
+    path: str,
+    carrier: Any,
+    getter: Getter[Any] | None = None,
+    *,
+    url: Callable[[], str] | None = None,
 ) -> ServerRequest | None:
-    """Begin a served request from its headers; None when not recording (never raises)."""
+    """Begin a served request from its headers; None when not recording, or when ``url()``, the
+    request's full URL, is excluded (``_options``; never raises)."""
     try:
+        if url is not None and _options.excluded(framework, url):
+            return None
         remote = propagation.extract(carrier, getter=getter)
         call = measured.begin(remote)
         if call is None:
             return None
-        return ServerRequest(framework, verb.upper(), call, path)
+        request = ServerRequest(framework, verb.upper(), call, path)
+        capture = _options.current().server_request
+        if capture:
+            request.attributes.update(capture.attributes(header_items(carrier, getter)))
+        return request
     except Exception as exc:
         recorder.internal_error(exc)
         return None
+
+
+def header_items(carrier: Any, getter: Getter[Any] | None = None) -> list[tuple[str, str]]:
+    """Every ``(name, value)`` of a carrier's headers, through its getter."""
+    if getter is None:  # a mapping: its items, every field of a name
+        return [(k, v) for k, v in carrier.items() if isinstance(k, str) and isinstance(v, str)]
+    names = dict.fromkeys(name.lower() for name in getter.keys(carrier))
+    return [(name, value) for name in names for value in getter.get(carrier, name) or ()]
+
+
+def full_url(scheme: str, host: str, path: str, query: str) -> str:
+    """``scheme://host/path?query`` (the URL excluded URLs are searched in)."""
+    return f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
 
 
 def serving() -> contextvars.Token[ClientRequest | None] | None:

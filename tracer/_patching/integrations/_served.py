@@ -113,12 +113,14 @@ def begin(
     verb: str,
     path: str,
     getter: Getter[Any],
+    *,
+    url: Callable[[], str] | None = None,
 ) -> Served | None:
     """Begin the request ``holder`` (an environ, a scope) stands for and store it there; None when
-    an outer layer measures it already or the tracer is not recording."""
+    an outer layer measures it already, the tracer is not recording, or ``url()`` is excluded."""
     if KEY in holder:
         return None
-    request = _http.begin_server(framework, verb, path, holder, getter)
+    request = _http.begin_server(framework, verb, path, holder, getter, url=url)
     if request is None:
         return None
     served = holder[KEY] = Served(request)

@@ -51,7 +51,11 @@ def patch_handle(http_exception: type[BaseException], owner: type) -> Callable[[
             if not installed(owner, "_handle"):  # uninstrumented since
                 return await original(self, request)
             served = _http.begin_server(
-                FRAMEWORK, str(request.method), str(request.path), request.headers
+                FRAMEWORK,
+                str(request.method),
+                str(request.path),
+                request.headers,
+                url=lambda: str(request.url),
             )
             if served is None:
                 return await original(self, request)
@@ -78,6 +82,7 @@ def patch_handle(http_exception: type[BaseException], owner: type) -> Callable[[
                 _serving.reset(current)
                 _http.done_serving(serving)
                 _reset(token)
+            served.response_headers(getattr(response, "headers", {}).items())
             served.finish(_http.status_of(response))
             return response
 

@@ -39,7 +39,15 @@ from typing import Any, Final
 from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context, recorder
-from tracer._patching.integrations import Hook, PatchSpec, _http, _service, installed, mark
+from tracer._patching.integrations import (
+    Hook,
+    PatchSpec,
+    _http,
+    _options,
+    _service,
+    installed,
+    mark,
+)
 
 __all__ = [
     "HEADERS",
@@ -47,7 +55,9 @@ __all__ = [
     "REQUEST_KEY",
     "InvoseqMiddleware",
     "ServerMiddleware",
+    "decoded",
     "name_route",
+    "request_url",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -94,6 +104,26 @@ class ScopeHeaders(Getter[Scope]):
 HEADERS: Final = ScopeHeaders()
 
 
+def decoded(headers: Any) -> list[tuple[str, str]]:
+    """An ASGI message's headers as text."""
+    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers]
+
+
+def request_url(scope: Scope) -> str:
+    """The request's full URL: its ``host`` header (else the scope's ``server``), root path,
+    path and query."""
+    host = next(
+        (v.decode("latin-1") for n, v in scope.get("headers") or () if n.lower() == b"host"), ""
+    )
+    server = scope.get("server")
+    if not host and server:
+        host = f"{server[0]}:{server[1]}" if server[1] is not None else str(server[0])
+    path = str(scope.get("root_path") or "") + str(scope.get("path") or "")
+    query = scope.get("query_string") or b""
+    query_text = query.decode("latin-1") if isinstance(query, bytes) else str(query)
+    return _http.full_url(str(scope.get("scheme") or "http"), host, path, query_text)
+
+
 def name_route(scope: Scope, route: str | None) -> None:
     """Name the scope's request by ``route`` (a template, ``"/price/{item}"``), after the mounts it
     went through; the first name wins. Nothing without a request, never raises."""
@@ -124,12 +154,21 @@ class InvoseqMiddleware:
             _refine(scope, self.framework)  # inside a server's: the request becomes ours
             await self.app(scope, receive, send)
             return
+        if _options.excluded(self.framework, lambda: request_url(scope)):
+            excluding = _http.excluding.set(True)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _http.excluding.reset(excluding)
+            return
         request = _http.begin_server(
             self.framework, str(scope.get("method", "")), str(scope.get("path", "")), scope, HEADERS
         )
         if request is None:
             await self.app(scope, receive, send)
             return
+        # an outer layer's list excluded it, this framework's own list does not: traced here
+        included = _http.excluding.set(False) if _http.excluding.get() else None
         scope[REQUEST_KEY] = request
         status: int | None = None
 
@@ -138,6 +177,7 @@ class InvoseqMiddleware:
             if message.get("type") == "http.response.start":
                 found = message.get("status")
                 status = found if isinstance(found, int) else None
+                request.response_headers(decoded(message.get("headers") or ()))
             await send(message)
 
         token = _set(request.value)
@@ -150,6 +190,8 @@ class InvoseqMiddleware:
         finally:
             _http.done_serving(serving)
             _reset(token)
+            if included is not None:
+                _http.excluding.reset(included)
         _finish(request, scope, status, None)
 
 

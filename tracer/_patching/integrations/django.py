@@ -69,6 +69,7 @@ def _asgi_handler(module: ModuleType) -> list[PatchSpec]:
                 if message.get("type") == "http.response.start":
                     status = message.get("status")
                     served.status = status if isinstance(status, int) else None
+                    served.request.response_headers(asgi.decoded(message.get("headers") or ()))
                 await send(message)
 
             with _served.attached(served):
@@ -92,7 +93,14 @@ def _begin_asgi(scope: asgi.Scope) -> _served.Served | None:
         scope[_served.KEY] = _served.Served(outer)  # named here, finished by its middleware
         return None
     verb = str(scope.get("method") or "GET")
-    served = _served.begin(scope, FRAMEWORK, verb, str(scope.get("path", "")), asgi.HEADERS)
+    served = _served.begin(
+        scope,
+        FRAMEWORK,
+        verb,
+        str(scope.get("path", "")),
+        asgi.HEADERS,
+        url=lambda: asgi.request_url(scope),
+    )
     if served is not None:
         scope[asgi.REQUEST_KEY] = served.request
     return served

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import recorder
-from tracer._patching.integrations import Hook, PatchSpec, _endpoints, asgi, starlette
+from tracer._patching.integrations import Hook, PatchSpec, _endpoints, _http, asgi, starlette
 
 FRAMEWORK: Final = "fastapi"
 
@@ -48,7 +48,7 @@ def patch_run_endpoint(
     async def run_endpoint_function(*args: Any, **kwargs: Any) -> Any:
         dependant = kwargs.get("dependant")
         call = getattr(dependant, "call", None)
-        if call is not None:
+        if call is not None and not _http.excluding.get():
             traced = _endpoints.endpoint(call)
             if traced is not call:
                 kwargs["dependant"] = _TracedDependant(dependant, traced)

@@ -54,11 +54,30 @@ class EnvironHeaders(Getter["WSGIEnvironment"]):
     of a repeated header arrive joined by ``,`` in one value, as one field of a list does."""
 
     def get(self, carrier: WSGIEnvironment, key: str) -> list[str] | None:
-        value = carrier.get("HTTP_" + key.upper().replace("-", "_"))
+        name = key.upper().replace("-", "_")
+        value = carrier.get(name if name in _UNPREFIXED else "HTTP_" + name)
         return [value] if isinstance(value, str) else None
 
     def keys(self, carrier: WSGIEnvironment) -> list[str]:
-        return [k[5:].lower().replace("_", "-") for k in carrier if k.startswith("HTTP_")]
+        found = [k[5:].lower().replace("_", "-") for k in carrier if k.startswith("HTTP_")]
+        return found + [k.lower().replace("_", "-") for k in _UNPREFIXED if carrier.get(k)]
+
+
+#: The two headers a WSGI environ holds without the ``HTTP_`` prefix (PEP 3333).
+_UNPREFIXED: Final = ("CONTENT_TYPE", "CONTENT_LENGTH")
+
+
+def request_url(environ: WSGIEnvironment) -> str:
+    """The request's full URL, as PEP 3333's URL reconstruction gives it."""
+    scheme = str(environ.get("wsgi.url_scheme") or "http")
+    host = environ.get("HTTP_HOST")
+    if not host:
+        host = str(environ.get("SERVER_NAME") or "")
+        port = str(environ.get("SERVER_PORT") or "")
+        if port and port != ("443" if scheme == "https" else "80"):
+            host += ":" + port
+    path = str(environ.get("SCRIPT_NAME") or "") + str(environ.get("PATH_INFO") or "")
+    return _http.full_url(scheme, str(host), path, str(environ.get("QUERY_STRING") or ""))
 
 
 ENVIRON: Final = EnvironHeaders()
@@ -86,6 +105,7 @@ def serve(
         str(environ.get("REQUEST_METHOD") or "GET"),
         str(environ.get("SCRIPT_NAME") or "") + str(environ.get("PATH_INFO") or ""),
         ENVIRON,
+        url=lambda: request_url(environ),
     )
     if served is None:
         return app(environ, start_response)
@@ -98,6 +118,7 @@ def serve(
         | None = None,
     ) -> Callable[[bytes], object]:
         served.status = status_code(status)
+        served.request.response_headers(headers)
         if exc_info is None:
             return start_response(status, headers)
         return start_response(status, headers, exc_info)

@@ -1,0 +1,134 @@
+"""The HTTP integrations' options: requests left untraced (excluded URLs, health checks) and the
+headers recorded on a request's invocation (an allow-list), as OpenTelemetry's instrumentations
+take them.
+
+- ``excluded_urls`` (``INVOSEQ_EXCLUDED_URLS``, else OpenTelemetry's ``OTEL_PYTHON_EXCLUDED_URLS``):
+  comma-separated regular expressions searched in the request's full URL
+  (``http://host:port/path?query``); a framework's own ``OTEL_PYTHON_<FRAMEWORK>_EXCLUDED_URLS``
+  (``FLASK``, ``DJANGO``, ``STARLETTE``, ``FASTAPI``, ``AIOHTTP_SERVER``, ``WSGI``, ``ASGI``)
+  replaces it for that framework's requests. A generic layer (a WSGI server's hook, uvicorn's,
+  the plain ASGI middleware) cannot tell the framework inside: it leaves a request alone when the
+  general list or any framework's list matches, and the framework's integration inside decides by
+  its own. An excluded request is no invocation: nothing is recorded for it.
+- ``capture_*_headers``: names (any case) or regular expressions matching a whole name; each
+  header found is recorded as ``http.request.header.<name>`` / ``http.response.header.<name>``,
+  the name in lower case, its values joined by ``", "`` (the wire's attributes are scalars; an
+  HTTP field's values joined so are the same field).
+
+Settings come from the runtime's configuration (``tracer._patching.use``), else the environment,
+resolved once, at the first request.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+from typing import Final, NamedTuple
+
+import tracer._patching as patching
+from tracer.config import resolve, split_patterns
+
+#: The frameworks with an ``OTEL_PYTHON_<FRAMEWORK>_EXCLUDED_URLS`` of their own, by the name
+#: their invocations carry, and the frameworks each generic layer may be serving.
+FRAMEWORKS: Final = {
+    "flask": "FLASK",
+    "django": "DJANGO",
+    "starlette": "STARLETTE",
+    "fastapi": "FASTAPI",
+    "aiohttp": "AIOHTTP_SERVER",
+    "wsgi": "WSGI",
+    "asgi": "ASGI",
+}
+_SERVING: Final = {"wsgi": ("flask", "django"), "asgi": ("starlette", "fastapi", "django")}
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class Capture:
+    """An allow-list of header names: ``attributes`` picks the listed headers of a message."""
+
+    __slots__ = ("_names", "_pattern", "_prefix")
+
+    def __init__(self, listed: str, prefix: str) -> None:
+        items = split_patterns(listed)
+        self._names = frozenset(n.lower() for n in items if _PLAIN.fullmatch(n))
+        patterns = [n for n in items if not _PLAIN.fullmatch(n)]
+        self._pattern = re.compile("|".join(patterns), re.I) if patterns else None
+        self._prefix = prefix
+
+    def __bool__(self) -> bool:
+        return bool(self._names) or self._pattern is not None
+
+    def attributes(self, headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+        """``{"http.request.header.x-request-id": "a, b"}`` for the listed ``(name, value)``s."""
+        found: dict[str, list[str]] = {}
+        pattern = self._pattern
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered in self._names or (pattern is not None and pattern.fullmatch(lowered)):
+                found.setdefault(lowered, []).append(value)
+        return {self._prefix + name: ", ".join(values) for name, values in found.items()}
+
+
+class Options(NamedTuple):
+    #: framework -> its excluded URLs (None: none).
+    excluded: dict[str, re.Pattern[str] | None]
+    server_request: Capture
+    server_response: Capture
+    client_request: Capture
+    client_response: Capture
+
+
+def _compile(patterns: str) -> re.Pattern[str] | None:
+    listed = split_patterns(patterns)
+    return re.compile("|".join(f"(?:{p})" for p in listed)) if listed else None
+
+
+def _build() -> Options:
+    config = patching.configured or resolve({}, strict=False)
+    own = {
+        name: os.environ.get(f"OTEL_PYTHON_{variable}_EXCLUDED_URLS", "")
+        for name, variable in FRAMEWORKS.items()
+    }
+    lists = {name: own[name] or config.excluded_urls for name in FRAMEWORKS}
+    lists["*"] = config.excluded_urls  # a framework without a list of its own
+    for layer, frameworks in _SERVING.items():
+        lists[layer] = ",".join(filter(None, (lists[layer], *(own[f] for f in frameworks))))
+    return Options(
+        {name: _compile(listed) for name, listed in lists.items()},
+        Capture(config.capture_server_request_headers, "http.request.header."),
+        Capture(config.capture_server_response_headers, "http.response.header."),
+        Capture(config.capture_client_request_headers, "http.request.header."),
+        Capture(config.capture_client_response_headers, "http.response.header."),
+    )
+
+
+_current: Options | None = None
+
+
+def current() -> Options:
+    """The options, resolved at the first call after ``reset``."""
+    global _current
+    found = _current
+    if found is None:
+        found = _current = _build()
+    return found
+
+
+def reset() -> None:
+    """Resolve again at the next request (the configuration changed)."""
+    global _current
+    _current = None
+
+
+def excluded(framework: str, url: Callable[[], str] | None) -> bool:
+    """Whether the request of ``framework`` at ``url()`` is left untraced (never raises: a URL
+    that cannot be built is traced)."""
+    patterns = current().excluded
+    pattern = patterns.get(framework, patterns["*"])
+    if pattern is None or url is None:
+        return False
+    try:
+        return pattern.search(url()) is not None
+    except Exception:
+        return False
