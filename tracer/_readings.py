@@ -23,6 +23,7 @@ class Pending:
     tid: int
     start_ns: int  # where its span begins (at or before the first sample's instant)
     last_ns: int  # the instant of its last sample
+    first_ns: int  # the instant of its first sample: the stack was this one then
     cpu_clock: int  # the thread's CPU clock at that instant
     frames: tuple[int, ...]
     lines: tuple[int, ...]
@@ -130,10 +131,13 @@ class Readings:
         *,
         weight: int = 1,
         running: bool = False,
+        since: int | None = None,
     ) -> None:
         """Sample the thread, seen at ``stack`` (frame ids and lines, outermost first):
         ``weight`` ticks; ``running`` when it is known to have been running, not waiting, where
-        it is seen (``boundary``)."""
+        it is seen (``boundary``); ``since`` an instant before ``now`` when the stack was
+        already this one (the main thread asked at a tick, answering when its blocking call
+        returned), else ``now``."""
         cpu = self.cpu_now(ident)
         if cpu is None:
             return
@@ -141,10 +145,12 @@ class Readings:
         previous = self.pending.get(ident)
         if previous is None:
             since_idle = self.idle_since.pop(ident, cpu)
+            first = now if since is None else min(since, now)
             self.pending[ident] = Pending(
                 tid,
+                first,
                 now,
-                now,
+                first,
                 cpu,
                 frames,
                 lines,
@@ -166,6 +172,7 @@ class Readings:
             tid,
             split,
             now,
+            now if since is None else max(split, min(since, now)),
             cpu,
             frames,
             lines,

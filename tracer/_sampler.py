@@ -80,8 +80,11 @@ if accel.speedups is not None:
 _TRACER_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 MAX_PENDING_SAMPLES: Final = 200_000
 
-#: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines).
-SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
+#: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines,
+#: first_tick_ns, last_tick_ns), the ticks as offsets from ``t_ns`` (None: a gap's, it has none).
+SampleTuple = tuple[
+    int, int, int, int, int, tuple[int, ...], tuple[int, ...], int | None, int | None
+]
 
 
 #: While only the main thread records (and samples itself), the sampler thread ticks this many
@@ -314,7 +317,7 @@ class Sampler:
             return
         self.late_ticks += 1
         if late >= GAP_INTERVALS * interval:
-            self._queue((wire.GAP_TID, due, max(1, late // interval), late, 0, (), ()))
+            self._queue((wire.GAP_TID, due, max(1, late // interval), late, 0, (), (), None, None))
 
     def _wait(self, timeout_ns: int) -> bool:
         """Wait for the next tick; True when the sampler stops. With ``tracer/_gil_turn.c`` the
@@ -349,8 +352,14 @@ class Sampler:
             elif self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
             else:
+                # Ticks it could not answer (it was blocked): it was where it is since it was
+                # asked. (Waiting for the GIL, it may have entered the innermost frame since.)
+                ticks = self._ticks
+                since = ticks.asked_ns if skipped and ticks is not None else None
                 stack, running = self._stack(top), not skipped
-                readings.sample(ident, sampled[0], stack, now, weight=1 + skipped, running=running)
+                readings.sample(
+                    ident, sampled[0], stack, now, weight=1 + skipped, running=running, since=since
+                )
             self._main_cpu_ns += time.thread_time_ns() - now_cpu
         except Exception as exc:
             recorder.internal_error(exc)
@@ -406,6 +415,8 @@ class Sampler:
         # In CPU mode a thread off the CPU is not sampled, so a span may hide a wait: a sample
         # then stands for the CPU time it used, and the views read CPU time.
         duration = cpu if self.mode == "cpu" else max(0, end - sample.start_ns)
+        # The instants its first and last ticks saw its stack, in its span (bounds: docs/guide.md).
+        first = max(0, sample.first_ns - sample.start_ns)
         record = (
             sample.tid,
             sample.start_ns,
@@ -414,6 +425,8 @@ class Sampler:
             cpu,
             sample.frames,
             sample.lines,
+            first,
+            max(first, sample.last_ns - sample.start_ns),
         )
         self._queue(record)
 

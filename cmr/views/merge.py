@@ -47,7 +47,7 @@ from cmr.views.model import (
     SequenceTree,
     walk,
 )
-from cmr.views.placement import Placement, Seen, Ticks, place_sample
+from cmr.views.placement import Placement, Seen, SeenTicks, Ticks, place_sample
 from cmr.views.timeline import OPEN, Call, ThreadCalls, index_threads
 
 Signature = tuple[str, str] | tuple[str, str, int]
@@ -269,8 +269,11 @@ class _Merger:
             attributed.self_cpu += cpu
             return
         level = attributed.tallies
-        end = sample.t_ns + time
-        window = placement.window()
+        end = placement.start + time
+        seen = placement.seen()
+        if seen is None:  # no tick of a collapsed sample fell in the call: its part there
+            part = (placement.start, placement.start + max(1, time) - 1)
+            seen = SeenTicks(sample.t_ns, *part, first_exact=True, last_exact=True)
         tally: _Tally | None = None
         for position in range(cut + 1, len(sample.frames)):
             signature, frame = self._describe(
@@ -284,9 +287,9 @@ class _Merger:
             tally.weight += count
             tally.time += time
             tally.cpu += cpu
-            tally.first = min(tally.first, sample.t_ns)
+            tally.first = min(tally.first, placement.start)
             tally.last = max(tally.last, end)
-            tally.seen.add(*window)
+            tally.seen.add(seen)
             level = tally.children
         if tally is not None:
             tally.self_weight += count

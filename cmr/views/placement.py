@@ -44,15 +44,46 @@ class Placement:
     between_tasks: bool = False
     # Of those, one whose stack showed the event loop itself (not a function tasks share).
     at_loop: bool = False
+    # When the sample's first and last ticks saw its stack (``SampleRecord.ticks``), and the
+    # ``t_ns`` that names the sample on its thread (``Ticks``).
+    ticks: tuple[int, int] | None = None
+    sample_t: int = 0
 
-    def window(self) -> tuple[int, int]:
-        """Where the ticks that saw what it saw fell: ``[from, until)``. One tick: anywhere in
-        its sample's span. A collapsed sample's N ticks: anywhere in the part of its span inside
-        the call, as far as anything is certain (the sampler does not send when its first and
-        last ticks were, and a starved sampler's ticks are late by any amount)."""
-        if self.until is not None:
-            return self.start, max(self.until, self.start + 1)
-        return self.start, self.start + max(1, self.time)
+    def seen(self) -> SeenTicks | None:
+        """When the ticks that saw what it saw, in this call, fell (None: none of them did).
+
+        With the ticks known, the first and last of them in the call's part of the sample: its
+        own first and last where the part holds them (exact), else the edges of the part (a
+        collapsed sample cut by a call's edge; its ticks in between are not sent). Without them
+        (a tracer that predates them) it is taken to have run throughout its sample's span (or
+        the part of a collapsed one inside the call), as its time is: bounds that are ordered,
+        though not certain (a tick anywhere in a span bounds nothing in order)."""
+        part_end = self.start + max(1, self.time)
+        if self.ticks is None:
+            until = part_end if self.until is None else max(self.until, self.start + 1)
+            return SeenTicks(self.sample_t, self.start, until - 1, True, True)
+        first, last = self.ticks
+        if self.until is not None:  # one tick (or ticks of one sample, wholly in the call)
+            return SeenTicks(self.sample_t, first, last, True, True)
+        low, high = max(first, self.start), min(last, part_end - 1)
+        if low > high:
+            return None  # its ticks fell outside the call: only its time did not
+        return SeenTicks(self.sample_t, low, high, low == first, high == last)
+
+
+@dataclass(frozen=True, slots=True)
+class SeenTicks:
+    """The ticks of one sample that saw a frame: the first at ``first``, the last at ``last``;
+    ``first_exact`` when the first is the sample's own first tick (the tick before it is the
+    previous sample's), ``last_exact`` likewise. Where the sample's ticks are unknown, ``first``
+    and ``last`` are the edges of the stretch they fell in (and the ticks before and after are
+    the previous and next samples')."""
+
+    sample_t: int
+    first: int
+    last: int
+    first_exact: bool
+    last_exact: bool
 
 
 def _is_loop(frame: FrameRecord) -> bool:
@@ -76,22 +107,39 @@ def place_sample(
                 loop_at = position
     t, duration = sample.t_ns, sample.duration_ns
     if sample.weight == 1 or duration == 0:
-        candidates = thread.innermost(t)
+        # The calls open when its tick saw the stack: its span may begin before a task that
+        # the tick saw had started (the sampler places where a stack changed by the CPU clock),
+        # and the one task open there then is not the one the stack shows.
+        tick = t if sample.ticks is None else sample.ticks[0]
+        candidates = thread.innermost(tick)
         if not candidates:
             return [], 0
         placed = _place(candidates, deepest, loop_at)
         if placed is None:
             return [], sample.weight
         call, cut, between, at_loop = placed
-        # Its time ends where a callee of the call starts; not when it ran in one of the
-        # interleaved tasks that are the callees (``between``), which one the stack cannot say.
+        # Its time starts no earlier than the call, and ends where a callee of the call starts;
+        # not when it ran in one of the interleaved tasks that are the callees (``between``),
+        # which one the stack cannot say.
+        begin = min(max(t, call.start), tick)
         stop = min(
-            t + duration, call.end, t + duration if between else call.inner.next_start_after(t)
+            t + duration,
+            call.end,
+            t + duration if between else call.inner.next_start_after(tick),
         )
-        time = max(0, stop - t)
+        time = max(0, stop - begin)
         cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
         placement = Placement(
-            call, cut, sample.weight, t, time, cpu, between_tasks=between, at_loop=at_loop
+            call,
+            cut,
+            sample.weight,
+            begin,
+            time,
+            cpu,
+            between_tasks=between,
+            at_loop=at_loop,
+            ticks=sample.ticks,
+            sample_t=t,
         )
         return [placement], 0
     # A collapsed sample: split its span where any call on the thread starts or ends.
@@ -128,6 +176,8 @@ def place_sample(
             sample.cpu_ns * spent // duration,
             between_tasks=between,
             at_loop=at_loop,
+            ticks=sample.ticks,
+            sample_t=t,
         )
         for call, (cut, first, spent, between, at_loop) in overlap.items()
     ]
@@ -226,63 +276,99 @@ def _loop_outside_calls(
 
 
 class Ticks:
-    """Each thread's samples as spans in time order. A sample starts where the stack changed,
-    somewhere between two ticks, and lasts until the next sample starts (the last one:
-    ``duration_ns``), so its ticks fell within its span: what a tick saw is certain; when, only
-    to its span."""
+    """Each thread's samples as spans in time order, with their ticks. A sample starts where
+    the stack changed, somewhere between two ticks, and lasts until the next sample starts (the
+    last one: ``duration_ns``); its ticks fell within its span, and the sampler says when its
+    first and last were (``SampleRecord.ticks``; a tracer that predates them does not: then
+    they are known only to the span)."""
 
     def __init__(self, samples: list[SampleRecord]) -> None:
-        spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        spans: dict[tuple[int, int], list[tuple[int, int, tuple[int, int] | None]]] = {}
         for s in samples:
-            spans.setdefault((s.puid, s.tid), []).append((s.t_ns, s.duration_ns))
-        self._threads: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+            spans.setdefault((s.puid, s.tid), []).append((s.t_ns, s.duration_ns, s.ticks))
+        self._threads: dict[tuple[int, int], _Spans] = {}
         for thread, found in spans.items():
-            found.sort()
-            starts = [t for t, _ in found]
-            self._threads[thread] = (starts, [*starts[1:], found[-1][0] + found[-1][1]])
+            found.sort(key=lambda span: span[0])
+            starts = [t for t, _, _ in found]
+            ends = [*starts[1:], found[-1][0] + found[-1][1]]
+            # Each one's first tick, and its last: where its ticks are unknown, as late and as
+            # early as they can have been (its span's end and start).
+            firsts = [
+                e if ticks is None else ticks[0]
+                for e, (_, _, ticks) in zip(ends, found, strict=True)
+            ]
+            lasts = [
+                s if ticks is None else ticks[1]
+                for s, (_, _, ticks) in zip(starts, found, strict=True)
+            ]
+            self._threads[thread] = _Spans(starts, ends, firsts, lasts)
 
     def span_end(self, thread: tuple[int, int], t_ns: int) -> int:
         """Where the span of the thread's sample starting at ``t_ns`` ends."""
-        starts, ends = self._threads[thread]
-        return ends[bisect.bisect_left(starts, t_ns)]
+        spans = self._threads[thread]
+        return spans.ends[bisect.bisect_left(spans.starts, t_ns)]
 
     def bounding(self, thread: tuple[int, int]) -> Callable[[Node, Seen], Bounds]:
         """For a measured node of ``thread``: the bounds of an estimated node under it that the
-        samples saw as ``seen`` says. It started after the tick of the sample before the first
-        that saw it (after that sample's start) and before a tick that saw it (by the end of the
-        earliest window); it ran until a tick in the latest window (from its start) and ended
-        before the tick of the sample after the last (by that sample's end)."""
-        starts, ends = self._threads.get(thread, ([], []))
+        samples saw as ``seen`` says. It had started by the first tick that saw it, and after
+        the tick before that one (the last of the sample before); it ran until the last tick
+        that saw it, and ended by the tick after that (the first of the sample after): each
+        window is the gap between two ticks. Within its measured caller's window, always, and
+        ordered: start_min <= start_max <= end_min <= end_max."""
+        spans = self._threads.get(thread, _Spans([], [], [], []))
 
         def bounds(node: Node, seen: Seen) -> Bounds:
-            before = bisect.bisect_left(starts, seen.first_from) - 1
-            start_min = max(node.start_ns, starts[before]) if before >= 0 else node.start_ns
-            after = bisect.bisect_left(starts, seen.last_until)
-            end_max = ends[after] if after < len(starts) else None
+            start_min = node.start_ns
+            at = bisect.bisect_left(spans.starts, seen.first_sample)
+            if seen.first_exact and 0 < at <= len(spans.starts):
+                start_min = max(start_min, spans.lasts[at - 1])
+            end_max = node.end_ns
+            at = bisect.bisect_left(spans.starts, seen.last_sample)
+            if seen.last_exact and at + 1 < len(spans.starts):
+                after = spans.firsts[at + 1]
+                end_max = after if end_max is None else min(end_max, after)
+            start_max, end_min = seen.first_until, seen.last_from
             if node.end_ns is not None:
-                end_max = node.end_ns if end_max is None else min(end_max, node.end_ns)
-            start_max = seen.first_until
-            if end_max is not None:  # it started before it ended
-                start_max = min(start_max, end_max)
-            return Bounds(min(start_min, start_max), start_max, seen.last_from, end_max)
+                end_min = min(end_min, node.end_ns)
+                start_max = min(start_max, end_min)
+            end_min = max(end_min, node.start_ns)
+            start_max = max(start_max, node.start_ns)
+            start_min = min(start_min, start_max)
+            if end_max is not None:
+                end_max = max(end_max, end_min)
+            return Bounds(start_min, start_max, end_min, end_max)
 
         return bounds
 
 
 @dataclass(slots=True)
+class _Spans:
+    """One thread's samples, by start: span starts and ends, and the ticks nearest each edge."""
+
+    starts: list[int]
+    ends: list[int]
+    firsts: list[int]
+    lasts: list[int]
+
+
+@dataclass(slots=True)
 class Seen:
-    """Where the samples that saw an estimated frame fell: each saw it at one instant of its
-    window (``Placement.window``). The frame had started by the end of the earliest window
-    (``first_until``) and was still running at the start of the latest (``last_from``)."""
+    """Where the ticks that saw an estimated frame fell (``Placement.seen`` of each sample): it
+    had started by the earliest (``first_until``) and was still running at the latest
+    (``last_from``); ``first_sample``, ``last_sample`` name their samples (their ``t_ns``)."""
 
-    first_from: int = 2**63 - 1  # the earliest window's start
-    first_until: int = 2**63 - 1  # the earliest end of a window
-    last_from: int = -(2**63)  # the latest start of a window
-    last_until: int = -(2**63)  # the latest window's end
+    first_until: int = 2**63 - 1  # the earliest tick that saw it
+    last_from: int = -(2**63)  # the latest
+    first_sample: int = 0
+    last_sample: int = 0
+    first_exact: bool = False  # the earliest is its sample's own first tick
+    last_exact: bool = False  # the latest is its sample's own last tick
 
-    def add(self, start: int, until: int) -> None:
-        """One more window."""
-        self.first_from = min(self.first_from, start)
-        self.first_until = min(self.first_until, until)
-        self.last_from = max(self.last_from, start)
-        self.last_until = max(self.last_until, until)
+    def add(self, seen: SeenTicks) -> None:
+        """The ticks of one more sample that saw it."""
+        if seen.first < self.first_until:
+            self.first_until, self.first_sample = seen.first, seen.sample_t
+            self.first_exact = seen.first_exact
+        if seen.last > self.last_from:
+            self.last_from, self.last_sample = seen.last, seen.sample_t
+            self.last_exact = seen.last_exact
