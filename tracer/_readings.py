@@ -167,16 +167,21 @@ class Readings:
             previous.running = False
             return
         split = now if same else boundary(previous, gap, used, running=running)
+        if since is not None:  # it was at this stack by then: it changed no later
+            since = max(previous.last_ns, min(since, now))
+            split = min(split, since)
         before = self._end(previous, split, used, now)
         self.pending[ident] = Pending(
             tid,
             split,
             now,
-            now if since is None else max(split, min(since, now)),
+            now if since is None else since,
             cpu,
             frames,
             lines,
-            running=used * 2 > gap,
+            # Known to run at the sample (the main thread answering at once), or mostly on the
+            # CPU since the last: a loaded machine gives a busy thread less than half of it.
+            running=running or used * 2 > gap,
             cpu_ns=used - before,
             weight=weight,
         )

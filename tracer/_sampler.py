@@ -93,6 +93,12 @@ SampleTuple = tuple[
 #: of two asyncio tasks was estimated 13 % long for it).
 MAIN_ONLY_SPACING: Final = 10
 
+#: The main thread answered a tick this much after it was asked, or later: it was blocked where
+#: it is (in a call, or waiting for the GIL), not running there (it answers within microseconds
+#: where it runs Python). Ticks that fell meanwhile say so too, but a ticker thread kept off
+#: the CPU may have asked only once.
+MAIN_ANSWER_NS: Final = 1_000_000
+
 #: A tick this many intervals late leaves a gap (``Sampler._late``), sent as a sample of
 #: ``wire.GAP_TID``.
 GAP_INTERVALS: Final = 4
@@ -352,13 +358,21 @@ class Sampler:
             elif self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
             else:
-                # Ticks it could not answer (it was blocked): it was where it is since it was
-                # asked. (Waiting for the GIL, it may have entered the innermost frame since.)
+                # It answers at once where it runs Python; later, where it was blocked (in a
+                # call, or waiting for the GIL), and then it was where it is since it was asked
+                # (but for the innermost frame perhaps, entered as it took the GIL back).
                 ticks = self._ticks
-                since = ticks.asked_ns if skipped and ticks is not None else None
-                stack, running = self._stack(top), not skipped
+                asked = now if ticks is None else ticks.asked_ns
+                blocked = skipped > 0 or now - asked > MAIN_ANSWER_NS
+                stack = self._stack(top)
                 readings.sample(
-                    ident, sampled[0], stack, now, weight=1 + skipped, running=running, since=since
+                    ident,
+                    sampled[0],
+                    stack,
+                    now,
+                    weight=1 + skipped,
+                    running=not blocked,
+                    since=asked if blocked else None,
                 )
             self._main_cpu_ns += time.thread_time_ns() - now_cpu
         except Exception as exc:

@@ -33,6 +33,7 @@ and the innermost function by the line it was running.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,7 +48,7 @@ from cmr.views.model import (
     SequenceTree,
     walk,
 )
-from cmr.views.placement import Placement, Seen, SeenTicks, Ticks, place_sample
+from cmr.views.placement import Placement, Seen, Ticks, bounds_of, place_sample
 from cmr.views.timeline import OPEN, Call, ThreadCalls, index_threads
 
 Signature = tuple[str, str] | tuple[str, str, int]
@@ -78,6 +79,14 @@ class _Attributed:
     tallies: dict[Signature, _Tally] = field(default_factory=dict)
     self_weight: int = 0
     self_cpu: int = 0
+    # Of each sample placed under the call: its last tick, and its first (``bounds_of``); where
+    # its ticks are unknown, the earliest and the latest they can have been.
+    lasts: list[int] = field(default_factory=list)
+    firsts: list[int] = field(default_factory=list)
+
+
+def _bounds(attributed: _Attributed, node: Node, seen: Seen) -> Bounds:
+    return bounds_of(node, attributed.lasts, attributed.firsts, seen)
 
 
 def merge_samples(
@@ -119,8 +128,10 @@ def merge_samples(
             skipped += merger.attribute(sample, thread)
     for call, attributed in merger.attributed.items():
         if attributed.tallies:
-            key = (call.node.process.puid, call.node.thread.tid)
-            _grow(call.node, attributed.tallies, ticks.bounding(key), free)
+            attributed.lasts.sort()
+            attributed.firsts.sort()
+            bounds = functools.partial(_bounds, attributed)
+            _grow(call.node, attributed.tallies, bounds, free)
     _total(root, {id(call.node): found for call, found in merger.attributed.items()})
     return dataclasses.replace(
         tree,
@@ -264,16 +275,19 @@ class _Merger:
         attributed = self.attributed.get(call)
         if attributed is None:
             attributed = self.attributed[call] = _Attributed()
+        seen = placement.seen()
+        if seen is not None:
+            known = placement.ticks is not None
+            attributed.lasts.append(seen[1] if known else seen[0])
+            attributed.firsts.append(seen[0] if known else seen[1])
+        else:  # no tick of a collapsed sample fell in the call: its part there
+            seen = placement.start, placement.start + max(1, time) - 1
         if cut == len(sample.frames) - 1:
             attributed.self_weight += count
             attributed.self_cpu += cpu
             return
         level = attributed.tallies
         end = placement.start + time
-        seen = placement.seen()
-        if seen is None:  # no tick of a collapsed sample fell in the call: its part there
-            part = (placement.start, placement.start + max(1, time) - 1)
-            seen = SeenTicks(sample.t_ns, *part, first_exact=True, last_exact=True)
         tally: _Tally | None = None
         for position in range(cut + 1, len(sample.frames)):
             signature, frame = self._describe(
@@ -289,7 +303,7 @@ class _Merger:
             tally.cpu += cpu
             tally.first = min(tally.first, placement.start)
             tally.last = max(tally.last, end)
-            tally.seen.add(seen)
+            tally.seen.add(*seen)
             level = tally.children
         if tally is not None:
             tally.self_weight += count

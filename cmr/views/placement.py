@@ -6,7 +6,6 @@ with the OTLP profiles export (``cmr.otlp.profiles``), which links each sample t
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -44,46 +43,30 @@ class Placement:
     between_tasks: bool = False
     # Of those, one whose stack showed the event loop itself (not a function tasks share).
     at_loop: bool = False
-    # When the sample's first and last ticks saw its stack (``SampleRecord.ticks``), and the
-    # ``t_ns`` that names the sample on its thread (``Ticks``).
+    # When the sample's first and last ticks saw its stack (``SampleRecord.ticks``).
     ticks: tuple[int, int] | None = None
-    sample_t: int = 0
 
-    def seen(self) -> SeenTicks | None:
+    def seen(self) -> tuple[int, int] | None:
         """When the ticks that saw what it saw, in this call, fell (None: none of them did).
 
         With the ticks known, the first and last of them in the call's part of the sample: its
         own first and last where the part holds them (exact), else the edges of the part (a
-        collapsed sample cut by a call's edge; its ticks in between are not sent). Without them
+        collapsed sample cut by a call's edge; its ticks in between are not sent): (first, last).
+        Without them
         (a tracer that predates them) it is taken to have run throughout its sample's span (or
         the part of a collapsed one inside the call), as its time is: bounds that are ordered,
         though not certain (a tick anywhere in a span bounds nothing in order)."""
         part_end = self.start + max(1, self.time)
         if self.ticks is None:
             until = part_end if self.until is None else max(self.until, self.start + 1)
-            return SeenTicks(self.sample_t, self.start, until - 1, True, True)
+            return self.start, until - 1
         first, last = self.ticks
         if self.until is not None:  # one tick (or ticks of one sample, wholly in the call)
-            return SeenTicks(self.sample_t, first, last, True, True)
+            return first, last
         low, high = max(first, self.start), min(last, part_end - 1)
         if low > high:
             return None  # its ticks fell outside the call: only its time did not
-        return SeenTicks(self.sample_t, low, high, low == first, high == last)
-
-
-@dataclass(frozen=True, slots=True)
-class SeenTicks:
-    """The ticks of one sample that saw a frame: the first at ``first``, the last at ``last``;
-    ``first_exact`` when the first is the sample's own first tick (the tick before it is the
-    previous sample's), ``last_exact`` likewise. Where the sample's ticks are unknown, ``first``
-    and ``last`` are the edges of the stretch they fell in (and the ticks before and after are
-    the previous and next samples')."""
-
-    sample_t: int
-    first: int
-    last: int
-    first_exact: bool
-    last_exact: bool
+        return low, high
 
 
 def _is_loop(frame: FrameRecord) -> bool:
@@ -139,7 +122,6 @@ def place_sample(
             between_tasks=between,
             at_loop=at_loop,
             ticks=sample.ticks,
-            sample_t=t,
         )
         return [placement], 0
     # A collapsed sample: split its span where any call on the thread starts or ends.
@@ -177,7 +159,6 @@ def place_sample(
             between_tasks=between,
             at_loop=at_loop,
             ticks=sample.ticks,
-            sample_t=t,
         )
         for call, (cut, first, spent, between, at_loop) in overlap.items()
     ]
@@ -276,99 +257,65 @@ def _loop_outside_calls(
 
 
 class Ticks:
-    """Each thread's samples as spans in time order, with their ticks. A sample starts where
-    the stack changed, somewhere between two ticks, and lasts until the next sample starts (the
-    last one: ``duration_ns``); its ticks fell within its span, and the sampler says when its
-    first and last were (``SampleRecord.ticks``; a tracer that predates them does not: then
-    they are known only to the span)."""
+    """Each thread's samples as spans in time order. A sample starts where the stack changed,
+    somewhere between two ticks, and lasts until the next sample starts (the last one:
+    ``duration_ns``), so its ticks fell within its span."""
 
     def __init__(self, samples: list[SampleRecord]) -> None:
-        spans: dict[tuple[int, int], list[tuple[int, int, tuple[int, int] | None]]] = {}
+        spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
         for s in samples:
-            spans.setdefault((s.puid, s.tid), []).append((s.t_ns, s.duration_ns, s.ticks))
-        self._threads: dict[tuple[int, int], _Spans] = {}
+            spans.setdefault((s.puid, s.tid), []).append((s.t_ns, s.duration_ns))
+        self._threads: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
         for thread, found in spans.items():
-            found.sort(key=lambda span: span[0])
-            starts = [t for t, _, _ in found]
-            ends = [*starts[1:], found[-1][0] + found[-1][1]]
-            # Each one's first tick, and its last: where its ticks are unknown, as late and as
-            # early as they can have been (its span's end and start).
-            firsts = [
-                e if ticks is None else ticks[0]
-                for e, (_, _, ticks) in zip(ends, found, strict=True)
-            ]
-            lasts = [
-                s if ticks is None else ticks[1]
-                for s, (_, _, ticks) in zip(starts, found, strict=True)
-            ]
-            self._threads[thread] = _Spans(starts, ends, firsts, lasts)
+            found.sort()
+            starts = [t for t, _ in found]
+            self._threads[thread] = (starts, [*starts[1:], found[-1][0] + found[-1][1]])
 
     def span_end(self, thread: tuple[int, int], t_ns: int) -> int:
         """Where the span of the thread's sample starting at ``t_ns`` ends."""
-        spans = self._threads[thread]
-        return spans.ends[bisect.bisect_left(spans.starts, t_ns)]
-
-    def bounding(self, thread: tuple[int, int]) -> Callable[[Node, Seen], Bounds]:
-        """For a measured node of ``thread``: the bounds of an estimated node under it that the
-        samples saw as ``seen`` says. It had started by the first tick that saw it, and after
-        the tick before that one (the last of the sample before); it ran until the last tick
-        that saw it, and ended by the tick after that (the first of the sample after): each
-        window is the gap between two ticks. Within its measured caller's window, always, and
-        ordered: start_min <= start_max <= end_min <= end_max."""
-        spans = self._threads.get(thread, _Spans([], [], [], []))
-
-        def bounds(node: Node, seen: Seen) -> Bounds:
-            start_min = node.start_ns
-            at = bisect.bisect_left(spans.starts, seen.first_sample)
-            if seen.first_exact and 0 < at <= len(spans.starts):
-                start_min = max(start_min, spans.lasts[at - 1])
-            end_max = node.end_ns
-            at = bisect.bisect_left(spans.starts, seen.last_sample)
-            if seen.last_exact and at + 1 < len(spans.starts):
-                after = spans.firsts[at + 1]
-                end_max = after if end_max is None else min(end_max, after)
-            start_max, end_min = seen.first_until, seen.last_from
-            if node.end_ns is not None:
-                end_min = min(end_min, node.end_ns)
-                start_max = min(start_max, end_min)
-            end_min = max(end_min, node.start_ns)
-            start_max = max(start_max, node.start_ns)
-            start_min = min(start_min, start_max)
-            if end_max is not None:
-                end_max = max(end_max, end_min)
-            return Bounds(start_min, start_max, end_min, end_max)
-
-        return bounds
+        starts, ends = self._threads[thread]
+        return ends[bisect.bisect_left(starts, t_ns)]
 
 
-@dataclass(slots=True)
-class _Spans:
-    """One thread's samples, by start: span starts and ends, and the ticks nearest each edge."""
+def bounds_of(node: Node, lasts: list[int], firsts: list[int], seen: Seen) -> Bounds:
+    """The bounds of an estimated frame under the measured ``node``, which the ticks of its
+    samples saw as ``seen`` says, among the ticks of every sample placed under the node: the
+    last and the first tick of each (``lasts``, ``firsts``, sorted).
 
-    starts: list[int]
-    ends: list[int]
-    firsts: list[int]
-    lasts: list[int]
+    It had started by the first tick that saw it, and after the tick under the node before
+    that one; it ran until the last tick that saw it, and ended by the next tick under the node:
+    each window is the gap between two ticks of the node, or reaches the node's own start or
+    end. Ticks of other strands say nothing: while one of them ran (another asyncio task on the
+    thread), this one's frames may have been suspended, not ended. Ordered, start_min <=
+    start_max <= end_min <= end_max, and within the node's window."""
+    start_max, end_min = seen.first_until, seen.last_from
+    before = bisect.bisect_left(lasts, start_max) - 1
+    start_min = max(node.start_ns, lasts[before]) if before >= 0 else node.start_ns
+    after = bisect.bisect_right(firsts, end_min)
+    end_max = node.end_ns
+    if after < len(firsts):
+        end_max = firsts[after] if end_max is None else min(end_max, firsts[after])
+    if node.end_ns is not None:
+        end_min = min(end_min, node.end_ns)
+        start_max = min(start_max, end_min)
+    end_min = max(end_min, node.start_ns)
+    start_max = max(start_max, node.start_ns)
+    start_min = min(start_min, start_max)
+    if end_max is not None:
+        end_max = max(end_max, end_min)
+    return Bounds(start_min, start_max, end_min, end_max)
 
 
 @dataclass(slots=True)
 class Seen:
     """Where the ticks that saw an estimated frame fell (``Placement.seen`` of each sample): it
     had started by the earliest (``first_until``) and was still running at the latest
-    (``last_from``); ``first_sample``, ``last_sample`` name their samples (their ``t_ns``)."""
+    (``last_from``)."""
 
     first_until: int = 2**63 - 1  # the earliest tick that saw it
     last_from: int = -(2**63)  # the latest
-    first_sample: int = 0
-    last_sample: int = 0
-    first_exact: bool = False  # the earliest is its sample's own first tick
-    last_exact: bool = False  # the latest is its sample's own last tick
 
-    def add(self, seen: SeenTicks) -> None:
-        """The ticks of one more sample that saw it."""
-        if seen.first < self.first_until:
-            self.first_until, self.first_sample = seen.first, seen.sample_t
-            self.first_exact = seen.first_exact
-        if seen.last > self.last_from:
-            self.last_from, self.last_sample = seen.last, seen.sample_t
-            self.last_exact = seen.last_exact
+    def add(self, first: int, last: int) -> None:
+        """The first and last ticks of one more sample that saw it."""
+        self.first_until = min(self.first_until, first)
+        self.last_from = max(self.last_from, last)

@@ -218,4 +218,4 @@ def test_without_ticks_a_sample_counts_as_its_span_and_the_bounds_stay_ordered()
     b.sample(30 * MS, [1], duration=10 * MS)
     data = b.data()
     bounds = estimated(merge_samples(build_tree(data), data).root)["work"].bounds
-    assert bounds == Bounds(10 * MS, 20 * MS, 30 * MS - 1, 40 * MS)
+    assert bounds == Bounds(10 * MS, 20 * MS, 30 * MS - 1, 40 * MS - 1)

@@ -232,15 +232,16 @@ def test_frames_estimated_from_samples_are_drawn_apart(builder):
         f"{data.seq.hex()}  complete  100 ms  "
         "2 calls · 1 thread · 1 process · 2 samples (1 skipped)",
         "100 ms  shop.checkout  self 70.0 ms  T1 (1) box:4242  2 samples",
-        # seen by the ticks at 15 and 25 ms, not by the one at 35, none before it: started in
-        # [0, 15] (the call's start, the first tick), ended in [25, 35]: ±12.5 ms. read, seen
-        # at 15 ms only: [0, 15] and [15, 25].
-        "├─ ~20.0 ms (±12.5 ms)  Parser.parse  shop/io.py:30  self 10.0 ms  2 samples",
+        # seen by the ticks at 15 and 25 ms, no tick of the call before or after them (the one
+        # at 35 showed none of its frames): started in [0, 15] (the call's start, the first
+        # tick), ended in [25, 100] (the call's end): ±45 ms. read, seen at 15 ms and not at
+        # 25: [0, 15] and [15, 25], ±12.5 ms.
+        "├─ ~20.0 ms (±45.0 ms)  Parser.parse  shop/io.py:30  self 10.0 ms  2 samples",
         "│  └─ ~10.0 ms (±12.5 ms)  read  python3.11/socket.py:7  self 10.0 ms  1 sample",
         "└─ 10.0 ms  shop.pay  self 10.0 ms  T1 (1)",
     ]
     coloured = render_text(tree, color=True)
-    assert "\033[2m~20.0 ms (±12.5 ms)  Parser.parse  shop/io.py:30" in coloured
+    assert "\033[2m~20.0 ms (±45.0 ms)  Parser.parse  shop/io.py:30" in coloured
 
 
 def test_a_tree_without_merged_samples_says_nothing_about_them(builder):
