@@ -34,7 +34,9 @@ show different stacks, the boundary between their spans is placed with the threa
 because the sampler thread only sees a thread when it holds the GIL: a thread that blocks gives
 it up at once, a busy one only every switch interval. Consecutive identical samples of a thread
 that used no CPU in between collapse into one with ``weight = N``: a thread blocked for minutes
-costs one record. The tracer's own frames are left out of every stack.
+costs one record. Each sample carries when its first and last ticks saw its stack (the
+repository's bounds on an estimated frame are the gaps between two ticks). The tracer's own
+frames are left out of every stack.
 
 While no thread is inside a traced call the sampler does not tick at all (``Sampler._park``):
 it waits until a thread's next traced call reserves allowance (``budget.on_reserved``), which

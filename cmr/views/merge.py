@@ -18,11 +18,14 @@ just starting, or the method's code could not be found), the stack is cut below 
 of a measured ancestor on the same thread instead; when none is there either, the sample is
 skipped and counted (``SequenceTree.samples_skipped``, in sample weight).
 
-**Time.** Ticks are instants. A sample of weight 1 is the tick at its ``t_ns`` and stands for
-``duration_ns`` from then on, cut at the end of its node and at the start of the node's next
-measured child on the thread (which has samples of its own). A collapsed sample (weight N > 1)
-is N ticks spread over ``[t, t + duration)``: the part inside a node counts
-``round(N * overlap / duration)`` samples and the overlap's time, its CPU time pro rata.
+**Time.** Ticks are instants. A sample of weight 1 is one tick (at ``ticks``, or anywhere in
+its span when its tracer did not say) and stands for ``duration_ns`` from ``t_ns`` on; it
+belongs to the calls open at its tick, and is cut at the start and end of its node and at the
+start of the node's next measured child on the thread (which has samples of its own). A
+collapsed sample (weight N > 1) is N ticks spread over ``[t, t + duration)``: the part inside a
+node counts ``round(N * overlap / duration)`` samples and the overlap's time, its CPU time pro
+rata. Each estimated node's bounds are the gaps between the ticks of its node around its first
+and last (``placement.bounds_of``).
 
 **Merging.** The cut stacks of a node merge into a tree: frames with the same signature at the same
 depth under the same parent are one node. The signature is (file, function), or with ``lines``
