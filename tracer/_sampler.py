@@ -361,8 +361,9 @@ class Sampler:
                 readings.idle(ident, now)
             else:
                 # It answers at once where it runs Python; later, where it was blocked (in a
-                # call, or waiting for the GIL), and then it was where it is since it was asked
-                # (but for the innermost frame perhaps, entered as it took the GIL back).
+                # call, or waiting for the GIL). Blocked past the next tick, it was where it is
+                # since it was asked (but for the innermost frame perhaps, entered as it took
+                # the GIL back: a wait for the GIL past a tick is rarer than one in a call).
                 ticks = self._ticks
                 asked = now if ticks is None else ticks.asked_ns
                 blocked = skipped > 0 or now - asked > MAIN_ANSWER_NS
@@ -374,7 +375,7 @@ class Sampler:
                     now,
                     weight=1 + skipped,
                     running=not blocked,
-                    since=asked if blocked else None,
+                    since=asked if skipped else None,
                 )
             self._main_cpu_ns += time.thread_time_ns() - now_cpu
         except Exception as exc:
