@@ -28,6 +28,7 @@ from typing import Annotated, Final, TypeVar
 
 import msgspec
 
+from cmr.store._samples import tick_offsets
 from cmr.store.base import InvocationRecord, SequenceData, Store
 from invoseq import wire
 
@@ -160,7 +161,16 @@ def _process_batches(data: SequenceData, puid: int) -> Iterator[Entry]:
     invocations = [r for r in data.invocations if r.puid == puid]
     events = _events(data, puid, invocations)
     samples = [
-        wire.Sample(s.tid, s.t_ns, s.weight, s.duration_ns, s.cpu_ns, list(s.frames), list(s.lines))
+        wire.Sample(
+            s.tid,
+            s.t_ns,
+            s.weight,
+            s.duration_ns,
+            s.cpu_ns,
+            list(s.frames),
+            list(s.lines),
+            *tick_offsets(s),
+        )
         for s in sorted([*data.samples, *data.gaps], key=lambda s: (s.t_ns, s.tid))
         if s.puid == puid
     ]

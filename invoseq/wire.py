@@ -239,7 +239,8 @@ class Sample(msgspec.Struct, array_like=True, frozen=True):
     ``frames`` are frame ids from the outermost call to the innermost, ``lines`` the line each
     was executing. ``weight`` consecutive identical samples of an idle thread are collapsed into
     one: it stands for ``duration_ns`` from ``t_ns`` on. ``cpu_ns`` is the CPU time the thread used
-    over that span (0: it was off-CPU: sleeping, waiting)."""
+    over that span (0: it was off-CPU: sleeping, waiting). Its ticks saw the stack at
+    ``t_ns + first_tick_ns`` and ``t_ns + last_tick_ns`` (the same instant for one tick)."""
 
     tid: Id63
     t_ns: I64
@@ -250,6 +251,10 @@ class Sample(msgspec.Struct, array_like=True, frozen=True):
     lines: Annotated[
         list[Annotated[int, msgspec.Meta(ge=0, le=2**31)]], msgspec.Meta(max_length=MAX_STACK_DEPTH)
     ]
+    # When its first and last ticks saw the stack, as offsets from ``t_ns`` (None: not sent, by
+    # a tracer that predates them, or a gap). Appended, optional: no new protocol version.
+    first_tick_ns: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    last_tick_ns: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
 
 
 class SamplerReport(msgspec.Struct, array_like=True, frozen=True):

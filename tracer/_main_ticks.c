@@ -58,6 +58,7 @@ typedef struct {
     atomic_int outstanding; /* a request is queued and has not finished running */
     atomic_long skipped;    /* ticks that fell while one was queued */
     atomic_long requests;   /* requests queued */
+    atomic_llong asked_ns;  /* CLOCK_MONOTONIC when the outstanding request was queued */
     uint64_t random;        /* the thread's xorshift state */
 } Ticks;
 
@@ -153,8 +154,14 @@ ask_main(Ticks *self)
            breaker itself when it takes the GIL back). Poking it again would only send the other
            threads through the eval loop's slow path until their next GIL switch. */
         atomic_fetch_add(&self->skipped, 1);
+        return;
     }
-    else if (Py_AddPendingCall(run_in_main, self) == 0) {
+    /* Stored before the request is queued, read by the callback while it runs: a main thread
+       blocked in a call answers when the call returns, in the frame it was in when asked. */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    atomic_store(&self->asked_ns, (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+    if (Py_AddPendingCall(run_in_main, self) == 0) {
         atomic_fetch_add(&self->requests, 1);
         wake_main();
     }
@@ -335,10 +342,18 @@ static PyMethodDef Ticks_methods[] = {
     {NULL},
 };
 
+static PyObject *
+Ticks_asked(Ticks *self, void *closure)
+{
+    return PyLong_FromLongLong(atomic_load(&self->asked_ns));
+}
+
 static PyGetSetDef Ticks_getset[] = {
     {"interval_ns", (getter)Ticks_get_interval, (setter)Ticks_set_interval,
      "the mean interval between ticks; may change while the thread runs", NULL},
     {"requests", (getter)Ticks_requests, NULL, "requests made so far", NULL},
+    {"asked_ns", (getter)Ticks_asked, NULL,
+     "when the latest request was queued (CLOCK_MONOTONIC, time.perf_counter_ns's clock)", NULL},
     {NULL},
 };
 

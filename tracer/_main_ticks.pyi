@@ -15,3 +15,8 @@ class Ticks:
     interval_ns: int
     @property
     def requests(self) -> int: ...
+    @property
+    def asked_ns(self) -> int:
+        """When the latest request was queued (``time.perf_counter_ns``'s clock): while the
+        callback runs, when the main thread was asked where it is, which a thread blocked in a
+        call answers when the call returns."""

@@ -4,7 +4,8 @@ reads, and how consecutive samples of a thread become spans of its time.
 A sample stands for a span of its thread's time. Where two samples show different stacks, the
 boundary between their spans is placed with the thread's CPU clock (``boundary``); consecutive
 identical samples of a thread that used no CPU in between collapse into one with ``weight = N``:
-a thread blocked for minutes costs one record.
+a thread blocked for minutes costs one record. Each keeps when its first and last ticks saw its
+stack, which the repository bounds estimated frames with.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Pending:
     tid: int
     start_ns: int  # where its span begins (at or before the first sample's instant)
     last_ns: int  # the instant of its last sample
+    first_ns: int  # the instant of its first sample: the stack was this one then
     cpu_clock: int  # the thread's CPU clock at that instant
     frames: tuple[int, ...]
     lines: tuple[int, ...]
@@ -130,10 +132,13 @@ class Readings:
         *,
         weight: int = 1,
         running: bool = False,
+        since: int | None = None,
     ) -> None:
         """Sample the thread, seen at ``stack`` (frame ids and lines, outermost first):
         ``weight`` ticks; ``running`` when it is known to have been running, not waiting, where
-        it is seen (``boundary``)."""
+        it is seen (``boundary``); ``since`` an instant before ``now`` when the stack was
+        already this one (the main thread asked at a tick, answering when its blocking call
+        returned), else ``now``."""
         cpu = self.cpu_now(ident)
         if cpu is None:
             return
@@ -141,10 +146,12 @@ class Readings:
         previous = self.pending.get(ident)
         if previous is None:
             since_idle = self.idle_since.pop(ident, cpu)
+            first = now if since is None else min(since, now)
             self.pending[ident] = Pending(
                 tid,
+                first,
                 now,
-                now,
+                first,
                 cpu,
                 frames,
                 lines,
@@ -161,15 +168,21 @@ class Readings:
             previous.running = False
             return
         split = now if same else boundary(previous, gap, used, running=running)
+        if since is not None:  # it was at this stack by then: it changed no later
+            since = max(previous.last_ns, min(since, now))
+            split = min(split, since)
         before = self._end(previous, split, used, now)
         self.pending[ident] = Pending(
             tid,
             split,
             now,
+            now if since is None else since,
             cpu,
             frames,
             lines,
-            running=used * 2 > gap,
+            # Known to run at the sample (the main thread answering at once), or mostly on the
+            # CPU since the last: a loaded machine gives a busy thread less than half of it.
+            running=running or used * 2 > gap,
             cpu_ns=used - before,
             weight=weight,
         )

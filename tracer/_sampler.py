@@ -34,7 +34,9 @@ show different stacks, the boundary between their spans is placed with the threa
 because the sampler thread only sees a thread when it holds the GIL: a thread that blocks gives
 it up at once, a busy one only every switch interval. Consecutive identical samples of a thread
 that used no CPU in between collapse into one with ``weight = N``: a thread blocked for minutes
-costs one record. The tracer's own frames are left out of every stack.
+costs one record. Each sample carries when its first and last ticks saw its stack (the
+repository's bounds on an estimated frame are the gaps between two ticks). The tracer's own
+frames are left out of every stack.
 
 While no thread is inside a traced call the sampler does not tick at all (``Sampler._park``):
 it waits until a thread's next traced call reserves allowance (``budget.on_reserved``), which
@@ -80,8 +82,11 @@ if accel.speedups is not None:
 _TRACER_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 MAX_PENDING_SAMPLES: Final = 200_000
 
-#: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines).
-SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
+#: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines,
+#: first_tick_ns, last_tick_ns), the ticks as offsets from ``t_ns`` (None: a gap's, it has none).
+SampleTuple = tuple[
+    int, int, int, int, int, tuple[int, ...], tuple[int, ...], int | None, int | None
+]
 
 
 #: While only the main thread records (and samples itself), the sampler thread ticks this many
@@ -89,6 +94,12 @@ SampleTuple = tuple[int, int, int, int, int, tuple[int, ...], tuple[int, ...]]
 #: from the main thread (which, waiting, had that wait credited to the stack it resumed in: one
 #: of two asyncio tasks was estimated 13 % long for it).
 MAIN_ONLY_SPACING: Final = 10
+
+#: The main thread answered a tick this much after it was asked, or later: it was blocked where
+#: it is (in a call, or waiting for the GIL), not running there (it answers within microseconds
+#: where it runs Python). Ticks that fell meanwhile say so too, but a ticker thread kept off
+#: the CPU may have asked only once.
+MAIN_ANSWER_NS: Final = 1_000_000
 
 #: A tick this many intervals late leaves a gap (``Sampler._late``), sent as a sample of
 #: ``wire.GAP_TID``.
@@ -314,7 +325,7 @@ class Sampler:
             return
         self.late_ticks += 1
         if late >= GAP_INTERVALS * interval:
-            self._queue((wire.GAP_TID, due, max(1, late // interval), late, 0, (), ()))
+            self._queue((wire.GAP_TID, due, max(1, late // interval), late, 0, (), (), None, None))
 
     def _wait(self, timeout_ns: int) -> bool:
         """Wait for the next tick; True when the sampler stops. With ``tracer/_gil_turn.c`` the
@@ -349,8 +360,23 @@ class Sampler:
             elif self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
             else:
-                stack, running = self._stack(top), not skipped
-                readings.sample(ident, sampled[0], stack, now, weight=1 + skipped, running=running)
+                # It answers at once where it runs Python; later, where it was blocked (in a
+                # call, or waiting for the GIL). Blocked past the next tick, it was where it is
+                # since it was asked (but for the innermost frame perhaps, entered as it took
+                # the GIL back: a wait for the GIL past a tick is rarer than one in a call).
+                ticks = self._ticks
+                asked = now if ticks is None else ticks.asked_ns
+                blocked = skipped > 0 or now - asked > MAIN_ANSWER_NS
+                stack = self._stack(top)
+                readings.sample(
+                    ident,
+                    sampled[0],
+                    stack,
+                    now,
+                    weight=1 + skipped,
+                    running=not blocked,
+                    since=asked if skipped else None,
+                )
             self._main_cpu_ns += time.thread_time_ns() - now_cpu
         except Exception as exc:
             recorder.internal_error(exc)
@@ -406,6 +432,8 @@ class Sampler:
         # In CPU mode a thread off the CPU is not sampled, so a span may hide a wait: a sample
         # then stands for the CPU time it used, and the views read CPU time.
         duration = cpu if self.mode == "cpu" else max(0, end - sample.start_ns)
+        # The instants its first and last ticks saw its stack, in its span (bounds: docs/guide.md).
+        first = max(0, sample.first_ns - sample.start_ns)
         record = (
             sample.tid,
             sample.start_ns,
@@ -414,6 +442,8 @@ class Sampler:
             cpu,
             sample.frames,
             sample.lines,
+            first,
+            max(first, sample.last_ns - sample.start_ns),
         )
         self._queue(record)
 

@@ -52,6 +52,14 @@ def sample_records(batch: Batch) -> list[SampleRecord]:
         lines = tuple(sample.lines[: len(frames)])
         if len(lines) < len(frames):
             lines += (0,) * (len(frames) - len(lines))
+        first, last = sample.first_tick_ns, sample.last_tick_ns
+        ticks = None
+        if first is not None and last is not None:
+            if wall + max(first, last) > I64_MAX:
+                raise InvalidBatchError(
+                    f"batch {batch.batch_no} of process {puid:x}: sample tick out of range"
+                )
+            ticks = (wall + first, wall + max(first, last))
         records.append(
             SampleRecord(
                 puid,
@@ -62,9 +70,19 @@ def sample_records(batch: Batch) -> list[SampleRecord]:
                 sample.cpu_ns,
                 frames,
                 lines,
+                ticks,
             )
         )
     return records
+
+
+def tick_offsets(sample: SampleRecord) -> tuple[int, int] | tuple[None, None]:
+    """The sample's ticks as offsets from its ``t_ns``, as the wire and the stored stack carry
+    them (None, None: unknown)."""
+    if sample.ticks is None:
+        return None, None
+    first, last = sample.ticks
+    return first - sample.t_ns, last - sample.t_ns
 
 
 def span_end(t_ns: int, duration_ns: int) -> int:
@@ -153,8 +171,39 @@ def _end_or_open(end_ns: int, ended: int) -> int:
     return end_ns if ended else OPEN_END
 
 
-#: A stored sample's ``stack`` column: msgpack ``[[frame ids], [lines]]``, outermost first.
-decode_stack: Final = msgspec.msgpack.Decoder(tuple[tuple[int, ...], tuple[int, ...]]).decode
+class _Stack(msgspec.Struct, array_like=True, frozen=True):
+    """A stored sample's ``stack`` column: msgpack ``[[frame ids], [lines]]``, outermost
+    first, then its ticks' offsets from ``t_ns`` when they are known (stored without a new
+    schema: a stack stored before has two items)."""
+
+    frames: tuple[int, ...]
+    lines: tuple[int, ...]
+    first_tick_ns: int | None = None
+    last_tick_ns: int | None = None
+
+
+_decode_stack: Final = msgspec.msgpack.Decoder(_Stack).decode
+_encode: Final = msgspec.msgpack.Encoder().encode
+
+
+def encode_stack(sample: SampleRecord) -> bytes:
+    """The ``stack`` column of a sample (``_Stack``)."""
+    first, last = tick_offsets(sample)
+    if first is None:
+        return _encode((sample.frames, sample.lines))
+    return _encode((sample.frames, sample.lines, first, last))
+
+
+def decode_stack(
+    t_ns: int, stack: bytes
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, int] | None]:
+    """Frames, lines and ticks (wall clock) of a stored sample at ``t_ns``."""
+    decoded = _decode_stack(stack)
+    first, last = decoded.first_tick_ns, decoded.last_tick_ns
+    ticks = None if first is None or last is None else (t_ns + first, t_ns + last)
+    return decoded.frames, decoded.lines, ticks
+
+
 #: (t_ns, weight, duration_ns, cpu_ns, stack) of a stored sample.
 SampleRow = tuple[int, int, int, int, bytes]
 
@@ -187,9 +236,9 @@ def read_windows(
                 if t_ns in seen:
                     continue
                 seen.add(t_ns)
-                frames, lines = decode_stack(stack)
+                frames, lines, ticks = decode_stack(t_ns, stack)
                 samples.append(
-                    SampleRecord(puid, tid, t_ns, weight, duration_ns, cpu_ns, frames, lines)
+                    SampleRecord(puid, tid, t_ns, weight, duration_ns, cpu_ns, frames, lines, ticks)
                 )
     return samples
 

@@ -74,6 +74,9 @@ class SampleRecord:
     cpu_ns: int
     frames: tuple[int, ...]  # frame ids, outermost first
     lines: tuple[int, ...]
+    # The instants its first and last ticks saw the stack (wall clock), None when its tracer did
+    # not send them (it predates them): then they fell somewhere in its span.
+    ticks: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

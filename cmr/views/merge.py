@@ -18,11 +18,14 @@ just starting, or the method's code could not be found), the stack is cut below 
 of a measured ancestor on the same thread instead; when none is there either, the sample is
 skipped and counted (``SequenceTree.samples_skipped``, in sample weight).
 
-**Time.** Ticks are instants. A sample of weight 1 is the tick at its ``t_ns`` and stands for
-``duration_ns`` from then on, cut at the end of its node and at the start of the node's next
-measured child on the thread (which has samples of its own). A collapsed sample (weight N > 1)
-is N ticks spread over ``[t, t + duration)``: the part inside a node counts
-``round(N * overlap / duration)`` samples and the overlap's time, its CPU time pro rata.
+**Time.** Ticks are instants. A sample of weight 1 is one tick (at ``ticks``, or anywhere in
+its span when its tracer did not say) and stands for ``duration_ns`` from ``t_ns`` on; it
+belongs to the calls open at its tick, and is cut at the start and end of its node and at the
+start of the node's next measured child on the thread (which has samples of its own). A
+collapsed sample (weight N > 1) is N ticks spread over ``[t, t + duration)``: the part inside a
+node counts ``round(N * overlap / duration)`` samples and the overlap's time, its CPU time pro
+rata. Each estimated node's bounds are the gaps between the ticks of its node around its first
+and last (``placement.bounds_of``).
 
 **Merging.** The cut stacks of a node merge into a tree: frames with the same signature at the same
 depth under the same parent are one node. The signature is (file, function), or with ``lines``
@@ -33,6 +36,7 @@ and the innermost function by the line it was running.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,7 +51,7 @@ from cmr.views.model import (
     SequenceTree,
     walk,
 )
-from cmr.views.placement import Placement, Seen, Ticks, place_sample
+from cmr.views.placement import Placement, Seen, Ticks, bounds_of, place_sample
 from cmr.views.timeline import OPEN, Call, ThreadCalls, index_threads
 
 Signature = tuple[str, str] | tuple[str, str, int]
@@ -78,6 +82,14 @@ class _Attributed:
     tallies: dict[Signature, _Tally] = field(default_factory=dict)
     self_weight: int = 0
     self_cpu: int = 0
+    # Of each sample placed under the call: its last tick, and its first (``bounds_of``); where
+    # its ticks are unknown, the earliest and the latest they can have been.
+    lasts: list[int] = field(default_factory=list)
+    firsts: list[int] = field(default_factory=list)
+
+
+def _bounds(attributed: _Attributed, node: Node, seen: Seen) -> Bounds:
+    return bounds_of(node, attributed.lasts, attributed.firsts, seen)
 
 
 def merge_samples(
@@ -119,8 +131,10 @@ def merge_samples(
             skipped += merger.attribute(sample, thread)
     for call, attributed in merger.attributed.items():
         if attributed.tallies:
-            key = (call.node.process.puid, call.node.thread.tid)
-            _grow(call.node, attributed.tallies, ticks.bounding(key), free)
+            attributed.lasts.sort()
+            attributed.firsts.sort()
+            bounds = functools.partial(_bounds, attributed)
+            _grow(call.node, attributed.tallies, bounds, free)
     _total(root, {id(call.node): found for call, found in merger.attributed.items()})
     return dataclasses.replace(
         tree,
@@ -264,13 +278,19 @@ class _Merger:
         attributed = self.attributed.get(call)
         if attributed is None:
             attributed = self.attributed[call] = _Attributed()
+        seen = placement.seen()
+        if seen is not None:
+            known = placement.ticks is not None
+            attributed.lasts.append(seen[1] if known else seen[0])
+            attributed.firsts.append(seen[0] if known else seen[1])
+        else:  # no tick of a collapsed sample fell in the call: its part there
+            seen = placement.start, placement.start + max(1, time) - 1
         if cut == len(sample.frames) - 1:
             attributed.self_weight += count
             attributed.self_cpu += cpu
             return
         level = attributed.tallies
-        end = sample.t_ns + time
-        window = placement.window()
+        end = placement.start + time
         tally: _Tally | None = None
         for position in range(cut + 1, len(sample.frames)):
             signature, frame = self._describe(
@@ -284,9 +304,9 @@ class _Merger:
             tally.weight += count
             tally.time += time
             tally.cpu += cpu
-            tally.first = min(tally.first, sample.t_ns)
+            tally.first = min(tally.first, placement.start)
             tally.last = max(tally.last, end)
-            tally.seen.add(*window)
+            tally.seen.add(*seen)
             level = tally.children
         if tally is not None:
             tally.self_weight += count

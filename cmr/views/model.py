@@ -73,11 +73,12 @@ class Handoff:
 
 
 class Bounds(msgspec.Struct, frozen=True, gc=False):
-    """Where an estimated node can have started and ended, from the samples around it: it had
-    started by the first sample that saw it (``start_max_ns``) and not before the last one of
-    its thread that did not (``start_min_ns``, or its measured caller's start); it ran until
-    the last that saw it (``end_min_ns``) and ended by the next one of its thread
-    (``end_max_ns``, or its caller's end; None when neither is known yet)."""
+    """Where an estimated node can have started and ended, from the ticks around it: it had
+    started by the first tick that saw it (``start_max_ns``) and not before the tick of its
+    measured caller before that one (``start_min_ns``, or the caller's start); it ran until the
+    last tick that saw it (``end_min_ns``) and ended by the caller's next tick (``end_max_ns``,
+    or the caller's end; None when neither is known yet). Always ordered: start_min <=
+    start_max <= end_min <= end_max (``views.placement.bounds_of``)."""
 
     start_min_ns: int
     start_max_ns: int

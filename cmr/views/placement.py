@@ -6,7 +6,6 @@ with the OTLP profiles export (``cmr.otlp.profiles``), which links each sample t
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -44,15 +43,30 @@ class Placement:
     between_tasks: bool = False
     # Of those, one whose stack showed the event loop itself (not a function tasks share).
     at_loop: bool = False
+    # When the sample's first and last ticks saw its stack (``SampleRecord.ticks``).
+    ticks: tuple[int, int] | None = None
 
-    def window(self) -> tuple[int, int]:
-        """Where the ticks that saw what it saw fell: ``[from, until)``. One tick: anywhere in
-        its sample's span. A collapsed sample's N ticks: anywhere in the part of its span inside
-        the call, as far as anything is certain (the sampler does not send when its first and
-        last ticks were, and a starved sampler's ticks are late by any amount)."""
-        if self.until is not None:
-            return self.start, max(self.until, self.start + 1)
-        return self.start, self.start + max(1, self.time)
+    def seen(self) -> tuple[int, int] | None:
+        """When the ticks that saw what it saw, in this call, fell (None: none of them did).
+
+        With the ticks known, the first and last of them in the call's part of the sample: its
+        own first and last where the part holds them (exact), else the edges of the part (a
+        collapsed sample cut by a call's edge; its ticks in between are not sent): (first, last).
+        Without them
+        (a tracer that predates them) it is taken to have run throughout its sample's span (or
+        the part of a collapsed one inside the call), as its time is: bounds that are ordered,
+        though not certain (a tick anywhere in a span bounds nothing in order)."""
+        part_end = self.start + max(1, self.time)
+        if self.ticks is None:
+            until = part_end if self.until is None else max(self.until, self.start + 1)
+            return self.start, until - 1
+        first, last = self.ticks
+        if self.until is not None:  # one tick (or ticks of one sample, wholly in the call)
+            return first, last
+        low, high = max(first, self.start), min(last, part_end - 1)
+        if low > high:
+            return None  # its ticks fell outside the call: only its time did not
+        return low, high
 
 
 def _is_loop(frame: FrameRecord) -> bool:
@@ -76,22 +90,38 @@ def place_sample(
                 loop_at = position
     t, duration = sample.t_ns, sample.duration_ns
     if sample.weight == 1 or duration == 0:
-        candidates = thread.innermost(t)
+        # The calls open when its tick saw the stack: its span may begin before a task that
+        # the tick saw had started (the sampler places where a stack changed by the CPU clock),
+        # and the one task open there then is not the one the stack shows.
+        tick = t if sample.ticks is None else sample.ticks[0]
+        candidates = thread.innermost(tick)
         if not candidates:
             return [], 0
         placed = _place(candidates, deepest, loop_at)
         if placed is None:
             return [], sample.weight
         call, cut, between, at_loop = placed
-        # Its time ends where a callee of the call starts; not when it ran in one of the
-        # interleaved tasks that are the callees (``between``), which one the stack cannot say.
+        # Its time starts no earlier than the call, and ends where a callee of the call starts;
+        # not when it ran in one of the interleaved tasks that are the callees (``between``),
+        # which one the stack cannot say.
+        begin = min(max(t, call.start), tick)
         stop = min(
-            t + duration, call.end, t + duration if between else call.inner.next_start_after(t)
+            t + duration,
+            call.end,
+            t + duration if between else call.inner.next_start_after(tick),
         )
-        time = max(0, stop - t)
+        time = max(0, stop - begin)
         cpu = sample.cpu_ns if duration == 0 else sample.cpu_ns * time // duration
         placement = Placement(
-            call, cut, sample.weight, t, time, cpu, between_tasks=between, at_loop=at_loop
+            call,
+            cut,
+            sample.weight,
+            begin,
+            time,
+            cpu,
+            between_tasks=between,
+            at_loop=at_loop,
+            ticks=sample.ticks,
         )
         return [placement], 0
     # A collapsed sample: split its span where any call on the thread starts or ends.
@@ -128,6 +158,7 @@ def place_sample(
             sample.cpu_ns * spent // duration,
             between_tasks=between,
             at_loop=at_loop,
+            ticks=sample.ticks,
         )
         for call, (cut, first, spent, between, at_loop) in overlap.items()
     ]
@@ -228,8 +259,7 @@ def _loop_outside_calls(
 class Ticks:
     """Each thread's samples as spans in time order. A sample starts where the stack changed,
     somewhere between two ticks, and lasts until the next sample starts (the last one:
-    ``duration_ns``), so its ticks fell within its span: what a tick saw is certain; when, only
-    to its span."""
+    ``duration_ns``), so its ticks fell within its span."""
 
     def __init__(self, samples: list[SampleRecord]) -> None:
         spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -246,43 +276,46 @@ class Ticks:
         starts, ends = self._threads[thread]
         return ends[bisect.bisect_left(starts, t_ns)]
 
-    def bounding(self, thread: tuple[int, int]) -> Callable[[Node, Seen], Bounds]:
-        """For a measured node of ``thread``: the bounds of an estimated node under it that the
-        samples saw as ``seen`` says. It started after the tick of the sample before the first
-        that saw it (after that sample's start) and before a tick that saw it (by the end of the
-        earliest window); it ran until a tick in the latest window (from its start) and ended
-        before the tick of the sample after the last (by that sample's end)."""
-        starts, ends = self._threads.get(thread, ([], []))
 
-        def bounds(node: Node, seen: Seen) -> Bounds:
-            before = bisect.bisect_left(starts, seen.first_from) - 1
-            start_min = max(node.start_ns, starts[before]) if before >= 0 else node.start_ns
-            after = bisect.bisect_left(starts, seen.last_until)
-            end_max = ends[after] if after < len(starts) else None
-            if node.end_ns is not None:
-                end_max = node.end_ns if end_max is None else min(end_max, node.end_ns)
-            start_max = seen.first_until
-            if end_max is not None:  # it started before it ended
-                start_max = min(start_max, end_max)
-            return Bounds(min(start_min, start_max), start_max, seen.last_from, end_max)
+def bounds_of(node: Node, lasts: list[int], firsts: list[int], seen: Seen) -> Bounds:
+    """The bounds of an estimated frame under the measured ``node``, which the ticks of its
+    samples saw as ``seen`` says, among the ticks of every sample placed under the node: the
+    last and the first tick of each (``lasts``, ``firsts``, sorted).
 
-        return bounds
+    It had started by the first tick that saw it, and after the tick under the node before
+    that one; it ran until the last tick that saw it, and ended by the next tick under the node:
+    each window is the gap between two ticks of the node, or reaches the node's own start or
+    end. Ticks of other strands say nothing: while one of them ran (another asyncio task on the
+    thread), this one's frames may have been suspended, not ended. Ordered, start_min <=
+    start_max <= end_min <= end_max, and within the node's window."""
+    start_max, end_min = seen.first_until, seen.last_from
+    before = bisect.bisect_left(lasts, start_max) - 1
+    start_min = max(node.start_ns, lasts[before]) if before >= 0 else node.start_ns
+    after = bisect.bisect_right(firsts, end_min)
+    end_max = node.end_ns
+    if after < len(firsts):
+        end_max = firsts[after] if end_max is None else min(end_max, firsts[after])
+    if node.end_ns is not None:
+        end_min = min(end_min, node.end_ns)
+        start_max = min(start_max, end_min)
+    end_min = max(end_min, node.start_ns)
+    start_max = max(start_max, node.start_ns)
+    start_min = min(start_min, start_max)
+    if end_max is not None:
+        end_max = max(end_max, end_min)
+    return Bounds(start_min, start_max, end_min, end_max)
 
 
 @dataclass(slots=True)
 class Seen:
-    """Where the samples that saw an estimated frame fell: each saw it at one instant of its
-    window (``Placement.window``). The frame had started by the end of the earliest window
-    (``first_until``) and was still running at the start of the latest (``last_from``)."""
+    """Where the ticks that saw an estimated frame fell (``Placement.seen`` of each sample): it
+    had started by the earliest (``first_until``) and was still running at the latest
+    (``last_from``)."""
 
-    first_from: int = 2**63 - 1  # the earliest window's start
-    first_until: int = 2**63 - 1  # the earliest end of a window
-    last_from: int = -(2**63)  # the latest start of a window
-    last_until: int = -(2**63)  # the latest window's end
+    first_until: int = 2**63 - 1  # the earliest tick that saw it
+    last_from: int = -(2**63)  # the latest
 
-    def add(self, start: int, until: int) -> None:
-        """One more window."""
-        self.first_from = min(self.first_from, start)
-        self.first_until = min(self.first_until, until)
-        self.last_from = max(self.last_from, start)
-        self.last_until = max(self.last_until, until)
+    def add(self, first: int, last: int) -> None:
+        """The first and last ticks of one more sample that saw it."""
+        self.first_until = min(self.first_until, first)
+        self.last_from = max(self.last_from, last)

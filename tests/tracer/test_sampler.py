@@ -373,7 +373,7 @@ def test_a_tick_that_came_late_is_counted_and_a_long_gap_is_sent_as_the_samplers
     sampler._late(due=20 * ms, started=22 * ms, interval=ms)  # late, no gap
     sampler._late(due=30 * ms, started=36 * ms + 1, interval=ms)  # a gap of 6 ms
     assert sampler.late_ticks == 2
-    assert sampler.drain() == [(wire.GAP_TID, 30 * ms, 6, 6 * ms + 1, 0, (), ())]
+    assert sampler.drain() == [(wire.GAP_TID, 30 * ms, 6, 6 * ms + 1, 0, (), (), None, None)]
 
 
 def test_without_thread_cpu_clocks_cpu_mode_says_so_once_and_samples_wall_time(

@@ -26,9 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import msgspec
-
-from cmr.store._samples import sampler_record, without_gaps
+from cmr.store._samples import encode_stack, sampler_record, without_gaps
 from cmr.store._shared import lost_rows
 from cmr.store.base import SampleRecord
 from cmr.store.packing import PackedBatch
@@ -42,8 +40,6 @@ from cmr.store.postgres.schema import (
     UPSERT_SAMPLER,
 )
 from invoseq.wire import Batch
-
-_encode = msgspec.msgpack.Encoder().encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +164,7 @@ def write_batch(
 
 def _sample_rows(samples: list[SampleRecord]) -> list[tuple[object, ...]]:
     return [
-        (r.puid, r.tid, r.t_ns, r.weight, r.duration_ns, r.cpu_ns, _encode((r.frames, r.lines)))
-        for r in samples
+        (r.puid, r.tid, r.t_ns, r.weight, r.duration_ns, r.cpu_ns, encode_stack(r)) for r in samples
     ]
 
 

@@ -9,9 +9,7 @@ import dataclasses
 import sqlite3
 from collections.abc import Iterable
 
-import msgspec
-
-from cmr.store._samples import ThreadKey, Window, sampler_record, without_gaps
+from cmr.store._samples import ThreadKey, Window, encode_stack, sampler_record, without_gaps
 from cmr.store._samples import load_samplers as shared_load_samplers
 from cmr.store._samples import load_samples as shared_load_samples
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
@@ -21,8 +19,6 @@ from cmr.store.sqlite.schema import (
     UPSERT_SAMPLER,
 )
 from invoseq.wire import Batch
-
-_encode_stack = msgspec.msgpack.Encoder().encode
 
 
 def store_samples(conn: sqlite3.Connection, batch: Batch, records: list[SampleRecord]) -> int:
@@ -66,7 +62,7 @@ def _insert(conn: sqlite3.Connection, records: list[SampleRecord]) -> int:
                 r.weight,
                 r.duration_ns,
                 r.cpu_ns,
-                _encode_stack((r.frames, r.lines)),
+                encode_stack(r),
             )
             for r in records
         ],

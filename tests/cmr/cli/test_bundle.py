@@ -96,14 +96,17 @@ def test_a_bundle_keeps_every_record_of_the_sequence(tmp_path):
     assert tree_to_json(build_tree(copy)) == tree_to_json(build_tree(original))
 
 
-def test_a_bundle_carries_the_samplers_gaps() -> None:
+def test_a_bundle_carries_the_samplers_gaps_and_its_samples_ticks() -> None:
     clock = FakeClock()
     source, target = open_store(memory=True, clock=clock), open_store(memory=True, clock=clock)
     fill(source)
     gap = wire.Sample(0, 2_000_000, 3, 6_000_000, 0, [], [])  # from 2 ms, no thread read for 6
-    assert source.ingest(make_batch(SHOP, 3, {}, methods={}, samples=[gap]), 1)
+    # Four ticks saw the stack, the first 0.1 ms into the sample, the last 0.9 ms.
+    ticked = wire.Sample(2, 7_000_000, 4, 1_000_000, 0, [1, 2, 3], [995, 18, 44], 100_000, 900_000)
+    assert source.ingest(make_batch(SHOP, 3, {}, methods={}, samples=[gap, ticked]), 1)
     original = source.load_sequence(SEQ)
     assert len(original.gaps) == 1
+    assert any(s.ticks is not None for s in original.samples)
 
     bundle.import_bundle(target, bundle.read_bundle(bundle.write_bundle(original)))
 

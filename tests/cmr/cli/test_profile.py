@@ -47,9 +47,10 @@ def fixture_repo(tmp_path, make_batch, clock_offset_ns) -> str:
             wire.FrameInfo(3, "/srv/db/query.py", "lookup", 40),
         ],
         samples=[
-            wire.Sample(1, 12 * MS, 1, 5 * MS, 5 * MS, [1, 2, 3], [15, 13, 41]),
-            wire.Sample(1, 32 * MS, 1, 5 * MS, 0, [1, 2, 3], [15, 13, 44]),
-            wire.Sample(1, 70 * MS, 1, 10 * MS, 10 * MS, [1], [20]),
+            # Ticks at 14, 34 and 75 ms (2, 2 and 5 ms into each sample).
+            wire.Sample(1, 12 * MS, 1, 5 * MS, 5 * MS, [1, 2, 3], [15, 13, 41], 2 * MS, 2 * MS),
+            wire.Sample(1, 32 * MS, 1, 5 * MS, 0, [1, 2, 3], [15, 13, 44], 2 * MS, 2 * MS),
+            wire.Sample(1, 70 * MS, 1, 10 * MS, 10 * MS, [1], [20], 5 * MS, 5 * MS),
         ],
         sampler=wire.SamplerReport("wall", 5, 40, 2, 3 * MS, 6 * MS, 8 * MS),
     )
@@ -95,10 +96,12 @@ def test_show_samples_interleaves_the_estimated_frames(repo, capsys):
     assert out.splitlines() == [
         f"{SEQ_P.hex()}  complete  100 ms  4 calls · 1 thread · 1 process · 3 samples",
         "100 ms  shop.checkout  self 70.0 ms  thread-1 (1) testhost:4242  3 samples",
+        # Each lookup: started after its call (no tick before it there) and by its tick,
+        # ended after the tick and by its call's end: [10, 14] and [14, 20] ms, ±5 ms.
         "├─ 10.0 ms  shop.price  self 5.00 ms  thread-1 (1)  1 sample",
-        "│  └─ ~5.00 ms (±9.00 ms)  lookup  db/query.py:40  self 5.00 ms  1 sample",
+        "│  └─ ~5.00 ms (±5.00 ms)  lookup  db/query.py:40  self 5.00 ms  1 sample",
         "├─ 10.0 ms  shop.price  self 5.00 ms  thread-1 (1)  1 sample",
-        "│  └─ ~5.00 ms (±9.00 ms)  lookup  db/query.py:40  self 5.00 ms  1 sample",
+        "│  └─ ~5.00 ms (±5.00 ms)  lookup  db/query.py:40  self 5.00 ms  1 sample",
         "└─ 10.0 ms  shop.price  self 10.0 ms  thread-1 (1)",
     ]
 

@@ -171,13 +171,13 @@ def test_estimated_bars_carry_their_bounds_for_the_whiskers() -> None:
     b.call("app.handle", 1, start=100 * ms, end=200 * ms, line=10)
     b.frame(1, "handle", line=10)
     b.frame(2, "work", line=20)
-    b.sample(110 * ms, [1], duration=10 * ms)
-    b.sample(120 * ms, [1, 2], duration=10 * ms)
-    b.sample(130 * ms, [1], duration=10 * ms)
+    b.sample(110 * ms, [1], duration=10 * ms, ticks=(115 * ms, 115 * ms))
+    b.sample(120 * ms, [1, 2], duration=10 * ms, ticks=(125 * ms, 125 * ms))
+    b.sample(130 * ms, [1], duration=10 * ms, ticks=(135 * ms, 135 * ms))
     bars = build_model(b.data())["bars"]
     kinds = ["measured", "estimated", "synthetic"]
     by_kind = {kinds[k]: i for i, k in enumerate(bars["kind"])}
     assert bars["bounds"][by_kind["measured"]] is None
-    # seen by the sample spanning [120, 130) ms, not by those before and after it; the page's
-    # times start at the sequence's first call (100 ms)
-    assert bars["bounds"][by_kind["estimated"]] == [10 * ms, 30 * ms, 20 * ms, 40 * ms]
+    # seen by the tick at 125 ms, not by those at 115 and 135 ms; the page's times start at
+    # the sequence's first call (100 ms)
+    assert bars["bounds"][by_kind["estimated"]] == [15 * ms, 25 * ms, 25 * ms, 35 * ms]

@@ -69,6 +69,21 @@ def test_samples_and_their_frames_round_trip_in_wall_clock_time(
     }
 
 
+def test_a_samples_ticks_round_trip_and_a_sample_without_them_reads_as_unknown(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    """The sampler says when a sample's first and last ticks saw its stack (offsets from its
+    start); a tracer that predates them sends none."""
+    events = {1: [start(1, 100, S), wire.End(1, 1_000)]}
+    collapsed = wire.Sample(1, 200, 9, 500, 0, [1], [0], 30, 470)
+    older = wire.Sample(1, 700, 1, 100, 0, [1], [0])
+    store.ingest(make_batch(7, 1, events, samples=[collapsed, older]), 1)
+
+    data = store.load_sequence(S)
+
+    assert [s.ticks for s in data.samples] == [(OFFSET + 230, OFFSET + 670), None]
+
+
 def test_a_sequence_reads_the_samples_overlapping_its_windows_on_its_threads(
     store: Store, make_batch: BatchFactory
 ) -> None:

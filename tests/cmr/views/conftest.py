@@ -131,12 +131,13 @@ class SequenceBuilder:
         cpu: int = 0,
         lines: list[int] | None = None,
         puid: int = PUID,
+        ticks: tuple[int, int] | None = None,
     ) -> None:
         """A stack of thread ``tid`` at ``t`` (frame ids, outermost first); ``lines`` default
-        to 0 for every frame."""
+        to 0 for every frame; ``ticks``: when its first and last ticks saw it (None: unknown)."""
         executing = tuple(lines) if lines is not None else (0,) * len(frames)
         self.samples.append(
-            SampleRecord(puid, tid, t, weight, duration, cpu, tuple(frames), executing)
+            SampleRecord(puid, tid, t, weight, duration, cpu, tuple(frames), executing, ticks)
         )
 
     def data(self) -> SequenceData:

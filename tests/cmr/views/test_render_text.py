@@ -219,9 +219,10 @@ def test_frames_estimated_from_samples_are_drawn_apart(builder):
     builder.frame(2, "Parser.parse", line=30, file="/srv/shop/io.py")
     builder.frame(3, "read", line=7, file="/usr/lib/python3.11/socket.py")
     builder.frame(4, "elsewhere", line=1)
-    builder.sample(10 * MS, [1, 2, 3], duration=10 * MS)
-    builder.sample(20 * MS, [1, 2], duration=10 * MS)
-    builder.sample(30 * MS, [4], duration=10 * MS)  # no frame of a call of the sequence: skipped
+    builder.sample(10 * MS, [1, 2, 3], duration=10 * MS, ticks=(15 * MS, 15 * MS))
+    builder.sample(20 * MS, [1, 2], duration=10 * MS, ticks=(25 * MS, 25 * MS))
+    # No frame of a call of the sequence: skipped.
+    builder.sample(30 * MS, [4], duration=10 * MS, ticks=(35 * MS, 35 * MS))
     data = builder.data()
     tree = merge_samples(build_tree(data), data)
 
@@ -231,15 +232,16 @@ def test_frames_estimated_from_samples_are_drawn_apart(builder):
         f"{data.seq.hex()}  complete  100 ms  "
         "2 calls · 1 thread · 1 process · 2 samples (1 skipped)",
         "100 ms  shop.checkout  self 70.0 ms  T1 (1) box:4242  2 samples",
-        # seen by the ticks of the samples spanning [10, 20) and [20, 30) ms, not by the one
-        # spanning [30, 40), none before it: started in [0, 20] (the call's start, the end of
-        # the first span), ended in [20, 40]: ±20 ms. read: [0, 20] and [10, 30].
-        "├─ ~20.0 ms (±20.0 ms)  Parser.parse  shop/io.py:30  self 10.0 ms  2 samples",
-        "│  └─ ~10.0 ms (±20.0 ms)  read  python3.11/socket.py:7  self 10.0 ms  1 sample",
+        # seen by the ticks at 15 and 25 ms, no tick of the call before or after them (the one
+        # at 35 showed none of its frames): started in [0, 15] (the call's start, the first
+        # tick), ended in [25, 100] (the call's end): ±45 ms. read, seen at 15 ms and not at
+        # 25: [0, 15] and [15, 25], ±12.5 ms.
+        "├─ ~20.0 ms (±45.0 ms)  Parser.parse  shop/io.py:30  self 10.0 ms  2 samples",
+        "│  └─ ~10.0 ms (±12.5 ms)  read  python3.11/socket.py:7  self 10.0 ms  1 sample",
         "└─ 10.0 ms  shop.pay  self 10.0 ms  T1 (1)",
     ]
     coloured = render_text(tree, color=True)
-    assert "\033[2m~20.0 ms (±20.0 ms)  Parser.parse  shop/io.py:30" in coloured
+    assert "\033[2m~20.0 ms (±45.0 ms)  Parser.parse  shop/io.py:30" in coloured
 
 
 def test_a_tree_without_merged_samples_says_nothing_about_them(builder):

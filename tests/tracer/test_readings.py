@@ -1,0 +1,55 @@
+"""A reader's samples in the making (tracer/_readings.py): where one sample's span ends and the
+next begins, and when each sample's first and last ticks saw its stack, with the thread's CPU
+clock given by the test."""
+
+from __future__ import annotations
+
+from tracer._readings import Pending, Readings
+
+MS = 1_000_000
+SPIN = ((1, 2), (10, 20))
+SLEEP = ((1, 3), (10, 30))
+TIDY = ((1, 4), (10, 40))
+
+
+class Clocked(Readings):
+    """Readings of one thread whose CPU clock reads ``cpu``."""
+
+    __slots__ = ("cpu", "emitted")
+
+    def __init__(self) -> None:
+        self.emitted: list[tuple[Pending, int | None]] = []
+        super().__init__(lambda sample, end, _cpu: self.emitted.append((sample, end)))
+        self.cpu = 0
+
+    def cpu_now(self, ident: int) -> int | None:
+        return self.cpu
+
+
+def test_a_collapsed_wait_keeps_its_first_and_last_ticks() -> None:
+    readings = Clocked()
+    for k in range(5):  # ticks at 10, 20, ... 50 ms, no CPU used: one sample of weight 5
+        readings.sample(1, 1, SLEEP, (k + 1) * 10 * MS)
+    readings.cpu = 2 * MS
+    readings.sample(1, 1, TIDY, 60 * MS)
+    [(wait, end)] = readings.emitted
+    assert (wait.weight, wait.first_ns, wait.last_ns) == (5, 10 * MS, 50 * MS)
+    assert end == 58 * MS  # it woke 2 ms (of CPU) before the next tick saw it elsewhere
+
+
+def test_a_main_thread_that_answers_late_was_where_it_is_since_it_was_asked() -> None:
+    """Seen spinning (answering at once) on a loaded machine that gave it a third of the CPU,
+    then answering 90 ms late from a sleep it was asked about at 24 ms: the spin's span ends by
+    24 ms, not where the CPU clock alone would put it, and the sleep's first tick is then."""
+    readings = Clocked()
+    readings.sample(1, 1, SPIN, 10 * MS, running=True)
+    readings.cpu = 3 * MS
+    readings.sample(1, 1, SPIN, 19 * MS, running=True)  # 3 ms of CPU in 9: still running
+    readings.cpu = 4 * MS
+    readings.sample(1, 1, SLEEP, 110 * MS, weight=10, since=24 * MS)
+    [_first, (spin, end)] = readings.emitted
+    assert spin.frames == SPIN[0]
+    assert end is not None
+    assert 19 * MS <= end <= 24 * MS
+    sleep = readings.pending[1]
+    assert (sleep.start_ns, sleep.first_ns, sleep.last_ns) == (end, 24 * MS, 110 * MS)
