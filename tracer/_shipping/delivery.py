@@ -36,6 +36,9 @@ from tracer._shipping.spool import Spool
 
 _batch_decoder = msgspec.msgpack.Decoder(wire.Batch)
 
+#: A batch waits at most 2**MAX_BACKOFF times its node's patience before it is sent again.
+MAX_BACKOFF = 5
+
 #: Lossy sequences remembered until a batch reports them: 16 batches' worth of reports.
 MAX_UNREPORTED = 16 * wire.MAX_LOST_SEQS
 
@@ -52,6 +55,10 @@ class Outgoing:
     continues: tuple[bytes, ...] = ()
     sent_ns: int = 0
     node: int = 0  # the repository node it was last sent to
+    #: Times it was sent again while its node acknowledged other batches: each doubles the wait
+    #: before the next resend (``Delivery.pump``).
+    backoff: int = 0
+    resent: bool = False
 
     @property
     def key(self) -> tuple[int, int]:
@@ -167,19 +174,35 @@ class Delivery:
     # -- moving batches ---------------------------------------------------------------------------
 
     def pump(self) -> None:
-        """Resend what waited too long for its acknowledgement, then fill the window."""
+        """Resend what waited too long for its acknowledgement, then fill the window.
+
+        A batch is due once it waited ``resend_ns``. If its node acknowledged nothing since it
+        was sent, the node is suspect and the batch goes elsewhere at once (or to the same node,
+        when it is the only one). If the node acknowledged other batches meanwhile, it is alive
+        and maybe only slow (a repository working through a backlog acknowledges each batch
+        long after it was sent): the batch waits as long as the node's acknowledgements take
+        (``Nodes.patience``), doubled at each resend of it, so that a slow repository is not
+        sent its backlog again."""
         now = self._clock()
         for waiting in self._window.values():
-            if now - waiting.sent_ns >= self._resend_ns:
-                if not self._nodes.answered_since(waiting.node, waiting.sent_ns):
-                    self._nodes.failed(waiting.node)  # silent since: suspect
-                node = self._nodes.send(waiting.body, moving_from=waiting.node)
-                if node is None:
-                    break
-                self._nodes.moved(waiting.node)
-                waiting.node = node
-                waiting.sent_ns = now
-                self.counters.resent_batches += 1
+            waited = now - waiting.sent_ns
+            if waited < self._resend_ns:
+                continue
+            if self._nodes.answered_since(waiting.node, waiting.sent_ns):
+                patience = self._nodes.patience(waiting.node, self._resend_ns)
+                if waited < patience << waiting.backoff:
+                    continue
+                waiting.backoff = min(waiting.backoff + 1, MAX_BACKOFF)
+            else:
+                self._nodes.failed(waiting.node)  # silent since: suspect
+            node = self._nodes.send(waiting.body, moving_from=waiting.node)
+            if node is None:
+                break
+            self._nodes.moved(waiting.node)
+            waiting.node = node
+            waiting.sent_ns = now
+            waiting.resent = True
+            self.counters.resent_batches += 1
         while len(self._window) < self._window_size:
             spooled = self._spool is not None and self._spool.peek() is not None
             if self._unsendable is None and spooled:  # the spool holds the oldest batches
@@ -225,9 +248,13 @@ class Delivery:
     def collect(self, timeout_ms: int) -> int:
         """Take the acknowledgements that arrived (waiting up to ``timeout_ms`` for the first)."""
         taken = 0
-        for node, ack in self._nodes.receive_acks(timeout_ms):
+        acks = self._nodes.receive_acks(timeout_ms)
+        now = self._clock() if acks else 0
+        for node, ack in acks:
             item = self._window.pop((ack.puid, ack.batch_no), None)
             if item is not None:
+                if not item.resent and node == item.node:
+                    self._nodes.observe(node, now - item.sent_ns)
                 self._on_memory(-len(item.body))
                 self._nodes.settled(item.node)
                 self._nodes[node].acked_batches += 1

@@ -59,6 +59,9 @@ class Sender:
         self._flushed = threading.Condition(self._lock)
         self._flushes_done = 0
         self._flush_result = False
+        #: Until when the worker waits for acknowledgements for the flushes asked so far: each
+        #: caller's own timeout (``flush(timeout_s)``), the latest deadline of those waiting.
+        self._flush_deadline = 0.0
         self._stopping = False
         self._final = True
         self._methods_sent = 0
@@ -105,6 +108,7 @@ class Sender:
                 return False
             self._flush_requests += 1
             wanted = self._flush_requests
+            self._flush_deadline = max(self._flush_deadline, time.monotonic() + timeout_s)
         self._wake.set()
         with self._flushed:
             done = self._flushed.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
@@ -119,6 +123,7 @@ class Sender:
         with self._lock:
             self._stopping = True
             self._final = final
+            self._flush_deadline = max(self._flush_deadline, time.monotonic() + timeout_s)
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s + 1.0)
@@ -149,6 +154,7 @@ class Sender:
                     stopping = self._stopping
                     final = stopping and self._final
                     requested = self._flush_requests
+                    deadline = self._flush_deadline
                 silent = time.monotonic() - self._last_send
                 alive = heartbeat > 0 and silent >= min(heartbeat, self._promised_ms / 1000)
                 self._send_buffered(delivery, final=final, heartbeat=alive)
@@ -156,7 +162,7 @@ class Sender:
                 if delivery.collect(0):
                     self._silent = False
                 if stopping or requested > self._flushes_done:
-                    result = self._await_delivery(delivery)
+                    result = self._await_delivery(delivery, deadline)
                     with self._flushed:
                         self._flush_result = result
                         self._flushes_done = requested
@@ -354,18 +360,22 @@ class Sender:
                     break
         return tuple(continued)
 
-    def _await_delivery(self, delivery: Delivery) -> bool:
-        """Wait (bounded by the flush timeout; not at all while the repository is known to be
-        silent) until everything is acknowledged."""
-        timeout = 0 if self._silent else self._config.flush_timeout_ms / 1000
-        deadline = time.monotonic() + timeout
+    def _await_delivery(self, delivery: Delivery, deadline: float) -> bool:
+        """Wait until everything is acknowledged, at most until ``deadline`` (the latest of the
+        waiting callers' own timeouts), and not at all while the repository is known to be
+        silent. The repository is silent when a whole wait passed without one acknowledgement:
+        a repository that acknowledges, however slowly, is not (the next flush waits for it)."""
+        if self._silent:
+            deadline = 0.0
+        answered = False
         while delivery.pending():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                delivery.collect(0)
-                self._silent = delivery.pending()
-                return not self._silent
+                answered = delivery.collect(0) > 0 or answered
+                self._silent = delivery.pending() and not answered
+                return not delivery.pending()
             delivery.pump()
             if delivery.collect(max(1, min(50, int(remaining * 1000)))):
+                answered = True
                 self._silent = False
         return True
