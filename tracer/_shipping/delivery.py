@@ -177,24 +177,26 @@ class Delivery:
         """Resend what waited too long for its acknowledgement, then fill the window.
 
         A batch is due once it waited ``resend_ns``. If its node acknowledged nothing since it
-        was sent, the node is suspect and the batch goes elsewhere at once (or to the same node,
-        when it is the only one). If the node acknowledged other batches meanwhile, it is alive
-        and maybe only slow (a repository working through a backlog acknowledges each batch
-        long after it was sent): the batch waits as long as the node's acknowledgements take
-        (``Nodes.patience``), doubled at each resend of it, so that a slow repository is not
-        sent its backlog again."""
+        was sent, the node is suspect, and the batch goes at once to another node that can take
+        it. Otherwise the batch would go back to the node that has it, which helps only if that
+        node lost it: a node that acknowledges other batches meanwhile is alive and maybe only
+        slow (a repository working through a backlog acknowledges each batch long after it was
+        sent), and one that pauses may answer yet. The batch then waits as long as that node's
+        acknowledgements take (``Nodes.patience``), doubled at each resend of it, so that a slow
+        repository is not sent its backlog again."""
         now = self._clock()
         for waiting in self._window.values():
             waited = now - waiting.sent_ns
             if waited < self._resend_ns:
                 continue
-            if self._nodes.answered_since(waiting.node, waiting.sent_ns):
+            silent = not self._nodes.answered_since(waiting.node, waiting.sent_ns)
+            if silent:
+                self._nodes.failed(waiting.node)  # suspect
+            if not (silent and self._nodes.elsewhere(waiting.node)):
                 patience = self._nodes.patience(waiting.node, self._resend_ns)
                 if waited < patience << waiting.backoff:
                     continue
                 waiting.backoff = min(waiting.backoff + 1, MAX_BACKOFF)
-            else:
-                self._nodes.failed(waiting.node)  # silent since: suspect
             node = self._nodes.send(waiting.body, moving_from=waiting.node)
             if node is None:
                 break

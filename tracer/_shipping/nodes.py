@@ -132,6 +132,15 @@ class Nodes:
         rest.sort(key=lambda i: self._nodes[i].retry_ns)
         return ready + ([moving_from] if moving_from is not None else []) + rest
 
+    def elsewhere(self, index: int) -> bool:
+        """Whether a batch leaving node ``index`` can go to another node now: a live one, or a
+        suspect one due for a probe."""
+        now = self._clock()
+        return any(
+            other != index and (not node.suspect or (now >= node.retry_ns and node.inflight == 0))
+            for other, node in enumerate(self._nodes)
+        )
+
     def failed(self, index: int) -> None:
         """The node left a batch unacknowledged: suspect. The wait before it is probed again
         grows only when it fails a probe (or first fails), not on every batch that falls due
@@ -163,12 +172,13 @@ class Nodes:
             node.rtt_ns += (rtt_ns - node.rtt_ns) // 8
 
     def patience(self, index: int, floor_ns: int) -> int:
-        """How long a batch waits for this node's acknowledgement before it is sent again, while
-        the node acknowledges others: ``floor_ns`` (the resend timeout), or longer when its
-        acknowledgements take longer (a repository working through a backlog: RFC 6298's
-        smoothed round trip plus four deviations)."""
+        """How long a batch waits for this node's acknowledgement before it is sent back to it:
+        ``floor_ns`` (the resend timeout), or longer when its acknowledgements take longer (a
+        repository working through a backlog). RFC 6298's smoothed round trip plus four mean
+        deviations, and at least twice the round trip: a backlog's round trips vary little, and
+        each batch sent again lengthens every later one's (a jitter must not start a cascade)."""
         node = self._nodes[index]
-        return max(floor_ns, node.rtt_ns + 4 * node.rtt_dev_ns)
+        return max(floor_ns, node.rtt_ns + max(4 * node.rtt_dev_ns, node.rtt_ns))
 
     def answered_since(self, index: int, since_ns: int) -> bool:
         return self._nodes[index].answered_ns > since_ns
