@@ -161,6 +161,7 @@ class Sender:
                 delivery.pump()
                 if delivery.collect(0):
                     self._silent = False
+                delivery.write_report()
                 if stopping or requested > self._flushes_done:
                     result = self._await_delivery(delivery, deadline)
                     with self._flushed:
@@ -244,6 +245,37 @@ class Sender:
             # half of it, past which the oldest go to the spool, so the threads keep recording.
             queue_bytes=config.max_buffered_bytes // 2,
             on_memory=budget.hold,
+            reporter=self._report,
+        )
+
+    def _report(self, batch_no: int | None, lost: tuple[bytes, ...]) -> tuple[int, int, bytes]:
+        """The batch the spool's report slot holds: no events, the drop count and the sequences
+        the drops cut, under a batch number of its own (reserved once per spool file)."""
+        assert self.delivery is not None
+        if batch_no is None:
+            batch_no = recorder.next_batch_no()
+        batch = wire.batch_layout(
+            puid=self._identity.puid,
+            batch_no=batch_no,
+            process=self._process_layout(),
+            methods=[],
+            threads=[],
+            chunks=[],
+            dropped=self.delivery.counters.dropped_events,
+            lost_seqs=lost,
+        )
+        return self._identity.puid, batch_no, self._encoder.encode(batch)
+
+    def _process_layout(self) -> tuple[Any, ...]:
+        process = self._identity
+        return wire.process_layout(
+            pid=process.pid,
+            host=process.host,
+            platform_id=process.platform_id,
+            clock_offset_ns=process.clock_offset_ns,
+            started_ns=process.started_ns,
+            argv=process.argv,
+            heartbeat_ms=self._promise_ms,
         )
 
     def _forget_sent_infos(self) -> None:
@@ -309,15 +341,7 @@ class Sender:
         batch = wire.batch_layout(
             puid=process.puid,
             batch_no=batch_no,
-            process=wire.process_layout(
-                pid=process.pid,
-                host=process.host,
-                platform_id=process.platform_id,
-                clock_offset_ns=process.clock_offset_ns,
-                started_ns=process.started_ns,
-                argv=process.argv,
-                heartbeat_ms=self._promise_ms,
-            ),
+            process=self._process_layout(),
             methods=methods,
             threads=threads,
             chunks=[(buffer.tid, recorder.encodable(events)) for buffer, events in chunks],
