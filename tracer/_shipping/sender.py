@@ -158,10 +158,7 @@ class Sender:
                 silent = time.monotonic() - self._last_send
                 alive = heartbeat > 0 and silent >= min(heartbeat, self._promised_ms / 1000)
                 self._send_buffered(delivery, final=final, heartbeat=alive)
-                delivery.pump()
-                if delivery.collect(0):
-                    self._silent = False
-                delivery.write_report()
+                self._move(delivery)
                 if stopping or requested > self._flushes_done:
                     result = self._await_delivery(delivery, deadline)
                     with self._flushed:
@@ -182,6 +179,18 @@ class Sender:
                 delivery.close()
             except Exception as exc:
                 recorder.internal_error(exc)
+
+    def _move(self, delivery: Delivery) -> None:
+        """One round of delivery: the acknowledgements that arrived while this thread did not
+        run first (a batch is overdue, and its node silent, only if they do not include it: a
+        busy program may keep the worker from running for longer than the resend timeout), then
+        resend and fill the window, take what that brought, and put any drops in the spool."""
+        if delivery.collect(0):
+            self._silent = False
+        delivery.pump()
+        if delivery.collect(0):
+            self._silent = False
+        delivery.write_report()
 
     def _wait(self, idle: bool, interval: float, heartbeat: float) -> None:
         """Wait for the flush interval, or, idle, until a thread records again or the promised
