@@ -265,6 +265,10 @@ class Spool:
         a crash while it was rewritten: the report is lost, not the batches after it).
         ``header``: (slot length, length of its batch, CRC, puid, batch number)."""
         length, used, crc, puid, batch_no = header
+        if self._reading == self.path:
+            # Our own slot, about to be sent: what it says later goes under a new number (the
+            # repository would discard a second batch of this one as a duplicate).
+            self.report_batch_no = None
         slot = recorder.untracked(reader.read, length)
         if len(slot) < length:
             self._cut(reader, start, events=0)

@@ -140,3 +140,17 @@ def test_a_spool_too_small_for_a_report_slot_has_none(tmp_path: Path) -> None:
     assert not own.reports
     assert not own.write_report(7, 50, b"dropped 10")
     assert own.path.stat().st_size == 30 + 100  # its one record, header and body
+
+
+def test_a_report_written_after_its_slot_was_replayed_takes_a_new_batch_number(
+    tmp_path: Path,
+) -> None:
+    own = Spool(str(tmp_path), 1 << 20, "prog")
+    fill(own, 1)
+    own.report_batch_no = 50
+    assert own.write_report(7, 50, b"dropped 10")
+    record = own.peek()  # the repository is back: the slot goes first
+    assert record is not None
+    assert (record.batch_no, bytes(record.body)) == (50, b"dropped 10")
+    own.advance()
+    assert own.report_batch_no is None  # later drops are reported under a new number
