@@ -118,7 +118,9 @@ class Config:
     spool_bytes: int = 64 * 1024 * 1024
     #: Batches sent and not yet acknowledged, at most.
     max_inflight_batches: int = 64
-    #: A batch not acknowledged within this long is sent again.
+    #: A batch not acknowledged within this long is sent again: at once when its repository node
+    #: acknowledged nothing since; while it acknowledges other batches, once it waited as long as
+    #: the node's acknowledgements take, a wait that doubles at each resend (``Delivery.pump``).
     resend_ms: int = 2000
     #: Memory for events not yet delivered, in the whole process, at most: every thread's buffered
     #: events (budget.EVENT_BYTES each) and the encoded batches in memory (queued, in flight).

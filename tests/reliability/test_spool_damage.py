@@ -36,9 +36,10 @@ def test_a_spool_cut_mid_record_is_replayed_to_its_last_whole_batch(
     # A crash while writing the last record that holds events: the file ends inside it (what
     # follows, the final empty batch, was never written).
     size = path.stat().st_size
-    header = (size - sum(len(r.body) for r in records)) // len(records)
+    slot = spool.SLOT_BYTES  # the file begins with the report slot, empty: nothing was dropped
+    header = (size - slot - sum(len(r.body) for r in records)) // len(records)
     victim = max(n for n, r in enumerate(records) if r.events)
-    offset = sum(header + len(r.body) for r in records[:victim])
+    offset = slot + sum(header + len(r.body) for r in records[:victim])
     kept = offset + (header + len(records[victim].body) // 2 if cut == "body" else header // 2)
     with path.open("r+b") as damaged:
         damaged.truncate(kept)

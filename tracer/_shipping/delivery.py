@@ -2,17 +2,19 @@
 
 A batch goes through, in order:
 
-1. the **window**: at most ``window`` batches sent and not yet acknowledged; each is sent again
-   when no acknowledgement came within ``resend_ns`` (the repository discards a batch it already
-   stored, so resending is safe). With several repository nodes (``tracer._shipping.nodes``), a
-   batch goes to a live node, and one that waited in vain moves to another node;
+1. the **window**: at most ``window`` batches sent and not yet acknowledged; one not acknowledged
+   in time is sent again (``pump``: the repository discards a batch it already stored, so
+   resending is safe). With several repository nodes (``tracer._shipping.nodes``), a batch goes
+   to a live node, and one that waited in vain on a silent node moves to another node;
 2. the **queue**: up to ``queue_batches`` batches and ``queue_bytes`` bytes in memory, waiting
    for room in the window;
 3. the **spool**: when the queue is full its oldest batch goes to disk (bounded in bytes), and the
    spool is replayed, oldest first, before the queue;
 4. **dropped**: past both bounds a batch is dropped, its events counted, and the sequences it
-   carried remembered, so that a later batch reports them (``lost_seqs``) and the repository marks
-   them lossy.
+   carried remembered, so that a later batch reports them (``lost_seqs``, with the count in
+   ``dropped``) and the repository marks them lossy. Should no later batch reach the repository
+   (it stays away until the process exits), the spool's report slot carries them
+   (``Spool.write_report``), rewritten after each round that dropped something.
 
 The sender's worker thread owns a Delivery; nothing here blocks: sends are non-blocking and a
 batch the transport refuses stays where it is for the next round. ``on_memory`` hears of every
@@ -36,6 +38,16 @@ from tracer._shipping.spool import Spool
 
 _batch_decoder = msgspec.msgpack.Decoder(wire.Batch)
 
+#: A batch waits at most 2**MAX_BACKOFF times its node's patience before it is sent again.
+MAX_BACKOFF = 5
+
+#: Lossy sequences a spool's report slot names at most (the slot holds 4 KiB).
+REPORT_LOST_SEQS = 128
+
+#: Builds the report written into the spool's slot: (batch number or None to reserve one, the
+#: lossy sequences to name) -> (puid, batch number, encoded batch without events).
+Reporter = Callable[[int | None, tuple[bytes, ...]], tuple[int, int, bytes]]
+
 #: Lossy sequences remembered until a batch reports them: 16 batches' worth of reports.
 MAX_UNREPORTED = 16 * wire.MAX_LOST_SEQS
 
@@ -52,6 +64,10 @@ class Outgoing:
     continues: tuple[bytes, ...] = ()
     sent_ns: int = 0
     node: int = 0  # the repository node it was last sent to
+    #: Times it was sent again while its node acknowledged other batches: each doubles the wait
+    #: before the next resend (``Delivery.pump``).
+    backoff: int = 0
+    resent: bool = False
 
     @property
     def key(self) -> tuple[int, int]:
@@ -81,7 +97,10 @@ class Delivery:
         clock: Callable[[], int] = time.monotonic_ns,
         queue_bytes: int = sys.maxsize,
         on_memory: Callable[[int], None] = lambda size: None,
+        reporter: Reporter | None = None,
     ) -> None:
+        self._reporter = reporter
+        self._unwritten_drops = False  # dropped since the spool's report slot was last written
         self._on_drop = on_drop
         self._on_memory = on_memory
         self._queue_bytes = queue_bytes
@@ -96,6 +115,10 @@ class Delivery:
         self._queue: collections.deque[Outgoing] = collections.deque()
         self._unsendable: Outgoing | None = None  # read from the spool, refused by the transport
         self._unreported: set[bytes] = set()
+        #: Of those, the ones a dropped batch cut at its edges: begun in an earlier batch, or
+        #: going on in a later one. Part of them is stored, so they are named first where room
+        #: is short (the spool's report slot): a sequence dropped whole is not listed anyway.
+        self._edges: set[bytes] = set()
         self._in_spool: dict[tuple[int, int], int] = {}  # events of batches written, not yet taken
         self.counters = Counters()
 
@@ -104,10 +127,12 @@ class Delivery:
     def lost_to_report(self, limit: int = wire.MAX_LOST_SEQS) -> tuple[bytes, ...]:
         """Sequences with dropped events that no acknowledged batch has reported yet; the caller
         puts them into the batch it is building and passes them to ``submit``."""
-        return tuple(sorted(self._unreported)[:limit])
+        named = sorted(self._edges)[:limit]
+        return (*named, *sorted(self._unreported - self._edges)[: limit - len(named)])
 
     def submit(self, item: Outgoing) -> None:
         self._unreported.difference_update(item.reports)
+        self._edges.difference_update(item.reports)
         item.reports = ()  # they are in its body: a drop reads them back (no copies kept meanwhile)
         self._on_memory(len(item.body))
         while self._queue and (
@@ -127,6 +152,7 @@ class Delivery:
         """Events never recorded, because the process's memory bound was reached: counted, and
         their sequences reported as lossy, like a dropped batch's."""
         self.counters.dropped_events += events
+        self._unwritten_drops = True
         self._remember(seqs)
 
     def _spill(self, item: Outgoing) -> None:
@@ -139,47 +165,76 @@ class Delivery:
             self._drop(item)
         self._on_memory(-len(item.body))
 
-    def _remember(self, seqs: Iterable[bytes]) -> None:
-        """Sequences to report lossy; past MAX_UNREPORTED names, only counted (memory stays
-        bounded while the repository is away for long)."""
+    def _remember(self, seqs: Iterable[bytes], *, edges: bool = False) -> None:
+        """Sequences to report lossy (``edges``: cut at a dropped batch's edges); past
+        MAX_UNREPORTED names, only counted (memory stays bounded while the repository is away
+        for long)."""
         for seq in seqs:
             if seq in self._unreported:
+                if edges:
+                    self._edges.add(seq)
                 continue
             if len(self._unreported) >= MAX_UNREPORTED:
                 self.counters.unnamed_lost_seqs += 1
             else:
                 self._unreported.add(seq)
+                if edges:
+                    self._edges.add(seq)
 
     def _drop(self, item: Outgoing) -> None:
         self.counters.dropped_events += item.events
+        self._unwritten_drops = True
         self._on_drop()
-        self._remember(item.continues)
+        self._remember(item.continues, edges=True)
         try:
             batch = _batch_decoder.decode(item.body)
         except msgspec.DecodeError:
             return
         self._remember(batch.lost_seqs)  # its report is lost with it: report again
         for chunk in batch.chunks:
+            starts = []
             for event in chunk.events:
                 if isinstance(event, wire.Start | wire.Handoff):
                     self._remember((event.seq,))
+                    if isinstance(event, wire.Start):
+                        starts.append(event.seq)
+            if starts:  # the first may have begun in an earlier batch, the last go on in a later
+                self._remember((starts[0], starts[-1]), edges=True)
 
     # -- moving batches ---------------------------------------------------------------------------
 
     def pump(self) -> None:
-        """Resend what waited too long for its acknowledgement, then fill the window."""
+        """Resend what waited too long for its acknowledgement, then fill the window.
+
+        A batch is due once it waited ``resend_ns``. If its node acknowledged nothing since it
+        was sent, the node is suspect, and the batch goes at once to another node that can take
+        it. Otherwise the batch would go back to the node that has it, which helps only if that
+        node lost it: a node that acknowledges other batches meanwhile is alive and maybe only
+        slow (a repository working through a backlog acknowledges each batch long after it was
+        sent), and one that pauses may answer yet. The batch then waits as long as that node's
+        acknowledgements take (``Nodes.patience``), doubled at each resend of it, so that a slow
+        repository is not sent its backlog again."""
         now = self._clock()
         for waiting in self._window.values():
-            if now - waiting.sent_ns >= self._resend_ns:
-                if not self._nodes.answered_since(waiting.node, waiting.sent_ns):
-                    self._nodes.failed(waiting.node)  # silent since: suspect
-                node = self._nodes.send(waiting.body, moving_from=waiting.node)
-                if node is None:
-                    break
-                self._nodes.moved(waiting.node)
-                waiting.node = node
-                waiting.sent_ns = now
-                self.counters.resent_batches += 1
+            waited = now - waiting.sent_ns
+            if waited < self._resend_ns:
+                continue
+            silent = not self._nodes.answered_since(waiting.node, waiting.sent_ns)
+            if silent:
+                self._nodes.failed(waiting.node)  # suspect
+            if not (silent and self._nodes.elsewhere(waiting.node)):
+                patience = self._nodes.patience(waiting.node, self._resend_ns)
+                if waited < patience << waiting.backoff:
+                    continue
+                waiting.backoff = min(waiting.backoff + 1, MAX_BACKOFF)
+            node = self._nodes.send(waiting.body, moving_from=waiting.node)
+            if node is None:
+                break
+            self._nodes.moved(waiting.node)
+            waiting.node = node
+            waiting.sent_ns = now
+            waiting.resent = True
+            self.counters.resent_batches += 1
         while len(self._window) < self._window_size:
             spooled = self._spool is not None and self._spool.peek() is not None
             if self._unsendable is None and spooled:  # the spool holds the oldest batches
@@ -198,6 +253,21 @@ class Delivery:
                 item.node = node
             item.sent_ns = now
             self._window[item.key] = item
+
+    def write_report(self) -> None:
+        """After drops, put the counters and the sequences they cut into the spool's report slot,
+        for whoever replays the spool should no later batch reach the repository."""
+        spool = self._spool
+        if not self._unwritten_drops or spool is None or not spool.reports or not self._reporter:
+            return
+        lost = self.lost_to_report(REPORT_LOST_SEQS)
+        while True:  # fewer names when the process's own metadata (a long argv) takes the room
+            puid, batch_no, body = self._reporter(spool.report_batch_no, lost)
+            spool.report_batch_no = batch_no
+            if spool.write_report(puid, batch_no, body) or not lost:
+                break
+            lost = lost[: len(lost) // 2]
+        self._unwritten_drops = False
 
     def _take_spooled(self) -> Outgoing | None:
         """Send the oldest spooled batch; it leaves the spool only once the transport took it."""
@@ -225,9 +295,13 @@ class Delivery:
     def collect(self, timeout_ms: int) -> int:
         """Take the acknowledgements that arrived (waiting up to ``timeout_ms`` for the first)."""
         taken = 0
-        for node, ack in self._nodes.receive_acks(timeout_ms):
+        acks = self._nodes.receive_acks(timeout_ms)
+        now = self._clock() if acks else 0
+        for node, ack in acks:
             item = self._window.pop((ack.puid, ack.batch_no), None)
             if item is not None:
+                if not item.resent and node == item.node:
+                    self._nodes.observe(node, now - item.sent_ns)
                 self._on_memory(-len(item.body))
                 self._nodes.settled(item.node)
                 self._nodes[node].acked_batches += 1
@@ -253,6 +327,7 @@ class Delivery:
         self._unsendable = None
         for item in leftovers:
             self._spill(item)
+        self.write_report()
 
     @property
     def nodes(self) -> Nodes:

@@ -61,6 +61,10 @@ class Node:
     acked_batches: int = 0  # batches whose first acknowledgement came from this node
     first_sent_ns: int = -1  # when it first took a batch
     unanswered_said: bool = False  # warned of: took batches, acknowledged none
+    #: How long its acknowledgements take (smoothed, and their mean deviation), measured on
+    #: batches sent once (``observe``): 0 until the first.
+    rtt_ns: int = 0
+    rtt_dev_ns: int = 0
 
     @property
     def suspect(self) -> bool:
@@ -128,6 +132,15 @@ class Nodes:
         rest.sort(key=lambda i: self._nodes[i].retry_ns)
         return ready + ([moving_from] if moving_from is not None else []) + rest
 
+    def elsewhere(self, index: int) -> bool:
+        """Whether a batch leaving node ``index`` can go to another node now: a live one, or a
+        suspect one due for a probe."""
+        now = self._clock()
+        return any(
+            other != index and (not node.suspect or (now >= node.retry_ns and node.inflight == 0))
+            for other, node in enumerate(self._nodes)
+        )
+
     def failed(self, index: int) -> None:
         """The node left a batch unacknowledged: suspect. The wait before it is probed again
         grows only when it fails a probe (or first fails), not on every batch that falls due
@@ -147,6 +160,25 @@ class Nodes:
     def moved(self, index: int) -> None:
         """A batch last sent to this node is being sent again (maybe to another node)."""
         self.settled(index)
+
+    def observe(self, index: int, rtt_ns: int) -> None:
+        """A batch sent once was acknowledged ``rtt_ns`` after it was sent (a resent one tells
+        nothing: which of its sends was answered is unknown). Smoothed as TCP does (RFC 6298)."""
+        node = self._nodes[index]
+        if node.rtt_ns == 0:
+            node.rtt_ns, node.rtt_dev_ns = rtt_ns, rtt_ns // 2
+        else:
+            node.rtt_dev_ns += (abs(node.rtt_ns - rtt_ns) - node.rtt_dev_ns) // 4
+            node.rtt_ns += (rtt_ns - node.rtt_ns) // 8
+
+    def patience(self, index: int, floor_ns: int) -> int:
+        """How long a batch waits for this node's acknowledgement before it is sent back to it:
+        ``floor_ns`` (the resend timeout), or longer when its acknowledgements take longer (a
+        repository working through a backlog). RFC 6298's smoothed round trip plus four mean
+        deviations, and at least twice the round trip: a backlog's round trips vary little, and
+        each batch sent again lengthens every later one's (a jitter must not start a cascade)."""
+        node = self._nodes[index]
+        return max(floor_ns, node.rtt_ns + max(4 * node.rtt_dev_ns, node.rtt_ns))
 
     def answered_since(self, index: int, since_ns: int) -> bool:
         return self._nodes[index].answered_ns > since_ns

@@ -59,6 +59,9 @@ class Sender:
         self._flushed = threading.Condition(self._lock)
         self._flushes_done = 0
         self._flush_result = False
+        #: Until when the worker waits for acknowledgements for the flushes asked so far: each
+        #: caller's own timeout (``flush(timeout_s)``), the latest deadline of those waiting.
+        self._flush_deadline = 0.0
         self._stopping = False
         self._final = True
         self._methods_sent = 0
@@ -105,6 +108,7 @@ class Sender:
                 return False
             self._flush_requests += 1
             wanted = self._flush_requests
+            self._flush_deadline = max(self._flush_deadline, time.monotonic() + timeout_s)
         self._wake.set()
         with self._flushed:
             done = self._flushed.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
@@ -119,6 +123,7 @@ class Sender:
         with self._lock:
             self._stopping = True
             self._final = final
+            self._flush_deadline = max(self._flush_deadline, time.monotonic() + timeout_s)
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s + 1.0)
@@ -149,14 +154,13 @@ class Sender:
                     stopping = self._stopping
                     final = stopping and self._final
                     requested = self._flush_requests
+                    deadline = self._flush_deadline
                 silent = time.monotonic() - self._last_send
                 alive = heartbeat > 0 and silent >= min(heartbeat, self._promised_ms / 1000)
                 self._send_buffered(delivery, final=final, heartbeat=alive)
-                delivery.pump()
-                if delivery.collect(0):
-                    self._silent = False
+                self._move(delivery)
                 if stopping or requested > self._flushes_done:
-                    result = self._await_delivery(delivery)
+                    result = self._await_delivery(delivery, deadline)
                     with self._flushed:
                         self._flush_result = result
                         self._flushes_done = requested
@@ -175,6 +179,18 @@ class Sender:
                 delivery.close()
             except Exception as exc:
                 recorder.internal_error(exc)
+
+    def _move(self, delivery: Delivery) -> None:
+        """One round of delivery: the acknowledgements that arrived while this thread did not
+        run first (a batch is overdue, and its node silent, only if they do not include it: a
+        busy program may keep the worker from running for longer than the resend timeout), then
+        resend and fill the window, take what that brought, and put any drops in the spool."""
+        if delivery.collect(0):
+            self._silent = False
+        delivery.pump()
+        if delivery.collect(0):
+            self._silent = False
+        delivery.write_report()
 
     def _wait(self, idle: bool, interval: float, heartbeat: float) -> None:
         """Wait for the flush interval, or, idle, until a thread records again or the promised
@@ -238,6 +254,37 @@ class Sender:
             # half of it, past which the oldest go to the spool, so the threads keep recording.
             queue_bytes=config.max_buffered_bytes // 2,
             on_memory=budget.hold,
+            reporter=self._report,
+        )
+
+    def _report(self, batch_no: int | None, lost: tuple[bytes, ...]) -> tuple[int, int, bytes]:
+        """The batch the spool's report slot holds: no events, the drop count and the sequences
+        the drops cut, under a batch number of its own (reserved once per spool file)."""
+        assert self.delivery is not None
+        if batch_no is None:
+            batch_no = recorder.next_batch_no()
+        batch = wire.batch_layout(
+            puid=self._identity.puid,
+            batch_no=batch_no,
+            process=self._process_layout(),
+            methods=[],
+            threads=[],
+            chunks=[],
+            dropped=self.delivery.counters.dropped_events,
+            lost_seqs=lost,
+        )
+        return self._identity.puid, batch_no, self._encoder.encode(batch)
+
+    def _process_layout(self) -> tuple[Any, ...]:
+        process = self._identity
+        return wire.process_layout(
+            pid=process.pid,
+            host=process.host,
+            platform_id=process.platform_id,
+            clock_offset_ns=process.clock_offset_ns,
+            started_ns=process.started_ns,
+            argv=process.argv,
+            heartbeat_ms=self._promise_ms,
         )
 
     def _forget_sent_infos(self) -> None:
@@ -303,15 +350,7 @@ class Sender:
         batch = wire.batch_layout(
             puid=process.puid,
             batch_no=batch_no,
-            process=wire.process_layout(
-                pid=process.pid,
-                host=process.host,
-                platform_id=process.platform_id,
-                clock_offset_ns=process.clock_offset_ns,
-                started_ns=process.started_ns,
-                argv=process.argv,
-                heartbeat_ms=self._promise_ms,
-            ),
+            process=self._process_layout(),
             methods=methods,
             threads=threads,
             chunks=[(buffer.tid, recorder.encodable(events)) for buffer, events in chunks],
@@ -354,18 +393,22 @@ class Sender:
                     break
         return tuple(continued)
 
-    def _await_delivery(self, delivery: Delivery) -> bool:
-        """Wait (bounded by the flush timeout; not at all while the repository is known to be
-        silent) until everything is acknowledged."""
-        timeout = 0 if self._silent else self._config.flush_timeout_ms / 1000
-        deadline = time.monotonic() + timeout
+    def _await_delivery(self, delivery: Delivery, deadline: float) -> bool:
+        """Wait until everything is acknowledged, at most until ``deadline`` (the latest of the
+        waiting callers' own timeouts), and not at all while the repository is known to be
+        silent. The repository is silent when a whole wait passed without one acknowledgement:
+        a repository that acknowledges, however slowly, is not (the next flush waits for it)."""
+        if self._silent:
+            deadline = 0.0
+        answered = False
         while delivery.pending():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                delivery.collect(0)
-                self._silent = delivery.pending()
-                return not self._silent
+                answered = delivery.collect(0) > 0 or answered
+                self._silent = delivery.pending() and not answered
+                return not delivery.pending()
             delivery.pump()
             if delivery.collect(max(1, min(50, int(remaining * 1000)))):
+                answered = True
                 self._silent = False
         return True

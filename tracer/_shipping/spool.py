@@ -5,7 +5,14 @@ One append-only file per process, in a configurable directory, bounded in bytes.
     magic (2) | length (4) | events (4) | CRC-32 of the body (4) | puid (8) | batch no (8) | body
 
 so a file cut short by a crash is read up to its last whole record, and what follows is counted as
-lost (``Spool.lost_events``, plus ``lost_records`` for a record whose header was cut too). A file
+lost (``Spool.lost_events``, plus ``lost_records`` for a record whose header was cut too).
+
+A file of a spool large enough begins with a **report slot**, ``SLOT_BYTES`` reserved when the file
+is created and rewritten in place (``write_report``): an encoded batch without events that carries
+the process's drop counters and the sequences its drops cut, so that whoever replays the file
+tells the repository about drops that happened after the file's batches were encoded, even once
+the disk is full (the slot's blocks are already the file's). Its header has its own magic, and
+``events`` holds the length of the batch within the slot (0: nothing to report yet). A file
 is named after the program (so the next run of the same program finds what an earlier one could
 not send) and after the process that wrote it; a process adopts the files of dead processes of its
 program and replays them before its own. Batches carry their own puid and number, so a replay is
@@ -31,7 +38,12 @@ log = logging.getLogger("tracer")
 
 _MAGIC: Final = b"\xa5\x5a"
 _HEADER: Final = struct.Struct(">2sIIIQQ")
+_SLOT_MAGIC: Final = b"\xa5\x5b"
 SUFFIX: Final = ".spool"
+#: The report slot at the start of a spool file, header included; a spool bound below
+#: ``SLOT_MIN_SPOOL`` has none (it would take too much of it).
+SLOT_BYTES: Final = 4096
+SLOT_MIN_SPOOL: Final = 4 * SLOT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +100,10 @@ class Spool:
         self.lost_events = 0
         self.lost_records = 0
         self.spooled_events = 0
+        self._slot = False  # our file begins with a report slot
+        #: The batch number the slot of our current file reports under (None: not reserved yet);
+        #: a new file (the old one read to its end) gets a new one: the old one's was sent.
+        self.report_batch_no: int | None = None
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -98,19 +114,75 @@ class Spool:
             return False
         try:
             if self._writer is None:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                self._writer = open(self.path, "ab")  # noqa: SIM115 (kept open while spooling)
-                if self.path not in self._pending:
-                    self._pending.append(self.path)
+                self._open_writer()
+                if self._written + size > self.max_bytes:
+                    return False
+            assert self._writer is not None
             header = _HEADER.pack(_MAGIC, len(body), events, zlib.crc32(body), puid, batch_no)
             self._writer.write(header)  # not header + body: no copy of the body while it is written
             self._writer.write(body)
             self._writer.flush()
         except OSError as exc:
             log.warning("invoseq: cannot write the spool %s: %s", self.path, exc)
+            self._undo_partial()
             return False
         self._written += size
         self.spooled_events += events
+        return True
+
+    def _undo_partial(self) -> None:
+        """A write failed (the disk is full, say): cut off what it wrote of its record, which
+        would end the file for a reader, so that a later, smaller batch that fits is read."""
+        if self._writer is None:
+            return
+        with contextlib.suppress(OSError):  # what it could not write is dropped with the batch
+            self._writer.flush()
+        with contextlib.suppress(OSError):
+            self._writer.truncate(self._written)
+            self._writer.seek(self._written)
+
+    def _open_writer(self) -> None:
+        """Open our file to append to it (a file a process of the same pid left is appended to);
+        a new one begins with an empty report slot when the bound has room for it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # Not O_APPEND: Linux's pwrite would append the slot rather than write it in place.
+        writer = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
+        try:
+            end = writer.seek(0, os.SEEK_END)
+            self._slot = False
+            self.report_batch_no = None
+            if end == 0 and self.max_bytes >= SLOT_MIN_SPOOL:
+                writer.write(_HEADER.pack(_SLOT_MAGIC, SLOT_BYTES - _HEADER.size, 0, 0, 0, 0))
+                writer.write(bytes(SLOT_BYTES - _HEADER.size))
+                writer.flush()
+                self._slot = True
+                end = SLOT_BYTES
+        except BaseException:
+            writer.close()
+            raise
+        self._writer = writer
+        self._written = max(self._written, end)
+        if self.path not in self._pending:
+            self._pending.append(self.path)
+
+    @property
+    def reports(self) -> bool:
+        """Whether our file is open and begins with a report slot (``write_report`` can write)."""
+        return self._writer is not None and self._slot
+
+    def write_report(self, puid: int, batch_no: int, body: bytes) -> bool:
+        """Write an encoded report batch into our file's slot, in place (no new disk space);
+        False when there is no slot (no file yet, or a spool too small) or it does not fit."""
+        if self._writer is None or not self._slot or len(body) > SLOT_BYTES - _HEADER.size:
+            return False
+        header = _HEADER.pack(
+            _SLOT_MAGIC, SLOT_BYTES - _HEADER.size, len(body), zlib.crc32(body), puid, batch_no
+        )
+        try:
+            os.pwrite(self._writer.fileno(), header + body, 0)
+        except OSError as exc:
+            log.warning("invoseq: cannot write the spool %s: %s", self.path, exc)
+            return False
         return True
 
     # -- reading ----------------------------------------------------------------------------------
@@ -177,12 +249,34 @@ class Spool:
             self._cut(reader, start, events=None)
             return None
         magic, length, events, crc, puid, batch_no = _HEADER.unpack(header)
+        if magic == _SLOT_MAGIC:
+            return self._read_slot(reader, start, (length, events, crc, puid, batch_no))
         # Kept until the repository acknowledges it: the program's tracemalloc does not count it.
         body = recorder.untracked(reader.read, length) if magic == _MAGIC else b""
         if magic != _MAGIC or len(body) < length or zlib.crc32(body) != crc:
             self._cut(reader, start, events=events if magic == _MAGIC else None)
             return None
         return Record(puid, batch_no, body, events)
+
+    def _read_slot(
+        self, reader: BinaryIO, start: int, header: tuple[int, int, int, int, int]
+    ) -> Record | None:
+        """The report slot: its batch, or the next record when it holds none (empty, or torn by
+        a crash while it was rewritten: the report is lost, not the batches after it).
+        ``header``: (slot length, length of its batch, CRC, puid, batch number)."""
+        length, used, crc, puid, batch_no = header
+        if self._reading == self.path:
+            # Our own slot, about to be sent: what it says later goes under a new number (the
+            # repository would discard a second batch of this one as a duplicate).
+            self.report_batch_no = None
+        slot = recorder.untracked(reader.read, length)
+        if len(slot) < length:
+            self._cut(reader, start, events=0)
+            return None
+        body = slot[:used]
+        if used == 0 or used > length or zlib.crc32(body) != crc:
+            return self._read_one(reader)
+        return Record(puid, batch_no, body, 0)
 
     def _cut(self, reader: BinaryIO, start: int, events: int | None) -> None:
         """The file ends in a damaged record (a crash while writing): count it lost; skip it."""
@@ -203,6 +297,8 @@ class Spool:
         with contextlib.suppress(OSError):
             self.path.unlink()
         self._written = 0
+        self._slot = False
+        self.report_batch_no = None
 
     def _close_reader(self) -> None:
         if self._reader is not None:

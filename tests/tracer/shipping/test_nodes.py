@@ -243,7 +243,7 @@ def test_one_node_resends_to_itself_as_a_single_endpoint_always_did() -> None:
     node.up = node.answering = True
     single.round()
     assert node.received[-1] == 3
-    single.clock.advance(RESEND_NS)
+    single.clock.advance(2 * RESEND_NS)  # batches 1 and 2, resent once, wait twice as long
     single.round()
     assert not single.delivery.pending()
     assert single.acked() == {"a": 3}

@@ -97,3 +97,60 @@ def test_only_dead_processes_files_of_the_same_program_are_adopted(tmp_path: Pat
 def test_program_key_names_the_script() -> None:
     assert spool.program_key(["app.py"]) == spool.program_key([os.path.abspath("app.py")])
     assert spool.program_key(["app.py"]) != spool.program_key(["other.py"])
+
+
+def test_the_report_slot_is_rewritten_in_place_and_replayed_first(tmp_path: Path) -> None:
+    writer = Spool(str(tmp_path), 1 << 20, "prog", pid=999_999_993)
+    assert not writer.reports  # no file yet
+    fill(writer, 2)
+    assert writer.reports
+    size = writer.path.stat().st_size
+    assert writer.write_report(7, 50, b"dropped 10")
+    assert writer.write_report(7, 50, b"dropped 12")  # later drops: the same slot, rewritten
+    assert writer.path.stat().st_size == size  # in place: no new disk space
+    assert not writer.write_report(7, 50, b"x" * spool.SLOT_BYTES)  # does not fit: refused
+    writer.close()
+    records = spool.read_file(writer.path)
+    assert [(r.batch_no, bytes(r.body)[:10], r.events) for r in records][:1] == [
+        (50, b"dropped 12", 0)
+    ]
+    assert [(r.batch_no, r.events) for r in records[1:]] == [(1, 1), (2, 2)]
+
+
+def test_an_empty_or_torn_report_slot_is_skipped_and_the_batches_after_it_are_read(
+    tmp_path: Path,
+) -> None:
+    writer = Spool(str(tmp_path), 1 << 20, "prog", pid=999_999_992)
+    fill(writer, 2)
+    writer.close()
+    assert [(r.batch_no, r.events) for r in spool.read_file(writer.path)] == [(1, 1), (2, 2)]
+    writer = Spool(str(tmp_path), 1 << 20, "prog", pid=999_999_991)
+    fill(writer, 2)
+    assert writer.write_report(7, 50, b"dropped 10")
+    writer.close()
+    data = bytearray(writer.path.read_bytes())
+    data[35] ^= 0xFF  # a crash while the slot was rewritten: it no longer matches its CRC
+    writer.path.write_bytes(bytes(data))
+    assert [(r.batch_no, r.events) for r in spool.read_file(writer.path)] == [(1, 1), (2, 2)]
+
+
+def test_a_spool_too_small_for_a_report_slot_has_none(tmp_path: Path) -> None:
+    own = Spool(str(tmp_path), spool.SLOT_MIN_SPOOL - 1, "prog")
+    fill(own, 1)
+    assert not own.reports
+    assert not own.write_report(7, 50, b"dropped 10")
+    assert own.path.stat().st_size == 30 + 100  # its one record, header and body
+
+
+def test_a_report_written_after_its_slot_was_replayed_takes_a_new_batch_number(
+    tmp_path: Path,
+) -> None:
+    own = Spool(str(tmp_path), 1 << 20, "prog")
+    fill(own, 1)
+    own.report_batch_no = 50
+    assert own.write_report(7, 50, b"dropped 10")
+    record = own.peek()  # the repository is back: the slot goes first
+    assert record is not None
+    assert (record.batch_no, bytes(record.body)) == (50, b"dropped 10")
+    own.advance()
+    assert own.report_batch_no is None  # later drops are reported under a new number

@@ -1,0 +1,220 @@
+"""A repository that acknowledges, only slowly: the sender waits for it rather than sending its
+backlog again, and ``tracer.flush(timeout)`` waits as long as its caller asked.
+
+The resend decisions are checked on an in-memory node with a fake clock (time passes exactly as
+the test says); the flush, on a real ROUTER socket that takes a fixed time per batch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+
+import tracer
+from invoseq import wire
+from tests.tracer.shipping.test_nodes import PUID, RESEND_NS, Clock
+from tracer._shipping.delivery import Delivery, Outgoing
+from tracer._shipping.nodes import Nodes
+from tracer._shipping.transport import Transport
+
+WINDOW = 64
+
+
+class SlowNode:
+    """A repository node that stores one batch every ``per_batch_ns`` of the fake clock, in the
+    order they arrived (its backlog waits), and acknowledges each once stored; a batch it already
+    stored is acknowledged again when its turn comes, as ``cmr serve`` does."""
+
+    def __init__(self, clock: Clock, per_batch_ns: int) -> None:
+        self.clock = clock
+        self.per_batch_ns = per_batch_ns
+        self.backlog: list[int] = []
+        self.received: list[int] = []
+        self.busy_until = clock.now
+
+    def send(self, body: bytes) -> bool:
+        batch_no = int(body)
+        if not self.backlog:
+            self.busy_until = max(self.busy_until, self.clock.now)
+        self.backlog.append(batch_no)
+        self.received.append(batch_no)
+        return True
+
+    def receive_acks(self, timeout_ms: int) -> list[wire.Ack]:
+        acks = []
+        while self.backlog and self.busy_until + self.per_batch_ns <= self.clock.now:
+            self.busy_until += self.per_batch_ns
+            acks.append(wire.Ack(PUID, self.backlog.pop(0)))
+        if not self.backlog:
+            self.busy_until = self.clock.now
+        return acks
+
+    def close(self) -> None:
+        pass
+
+
+def burst(per_batch_ns: int, batches: int) -> tuple[SlowNode, Delivery]:
+    """``batches`` submitted at once to a sender whose window holds WINDOW, into one slow node;
+    the sender's rounds every 10 ms of the fake clock until everything is acknowledged."""
+    clock = Clock()
+    node = SlowNode(clock, per_batch_ns)
+    transports: dict[str, Transport] = {"slow": node}
+    delivery = Delivery(
+        Nodes(transports, clock=clock),
+        window=WINDOW,
+        queue_batches=batches,
+        spool=None,
+        resend_ns=RESEND_NS,
+        clock=clock,
+    )
+    for batch_no in range(1, batches + 1):
+        delivery.submit(Outgoing(PUID, batch_no, str(batch_no).encode(), events=4096))
+    for _ in range(1_000_000):
+        delivery.pump()
+        delivery.collect(0)
+        if not delivery.pending():
+            break
+        clock.advance(10_000_000)
+    assert not delivery.pending()
+    return node, delivery
+
+
+def test_a_burst_into_a_slow_repository_is_resent_at_most_five_percent() -> None:
+    # Issue 35's burst: 150 batches of 4,096 events into one PostgreSQL node storing a batch in
+    # 190 ms, so the window's last batch waits 12 s, six resend timeouts, for its turn.
+    node, delivery = burst(per_batch_ns=190_000_000, batches=150)
+    assert sorted(set(node.received)) == list(range(1, 151))
+    duplicates = len(node.received) - 150
+    assert duplicates <= 0.05 * 150, duplicates
+    assert delivery.counters.acked_batches == 150
+    assert delivery.counters.sent_events == 150 * 4096
+
+
+def test_a_repository_that_slows_down_mid_burst_gets_few_duplicates() -> None:
+    # Fast at first (its acknowledgements take little), then ten times slower: the batches
+    # sent before the sender learnt it may be resent once or twice, with growing waits.
+    clock = Clock()
+    node = SlowNode(clock, 20_000_000)
+    delivery = Delivery(
+        Nodes({"slow": node}, clock=clock),
+        window=WINDOW,
+        queue_batches=400,
+        spool=None,
+        resend_ns=RESEND_NS,
+        clock=clock,
+    )
+    for batch_no in range(1, 401):
+        delivery.submit(Outgoing(PUID, batch_no, str(batch_no).encode(), events=4096))
+    rounds = 0
+    while delivery.pending():
+        rounds += 1
+        if rounds == 1000:  # 10 s in: the repository slows down
+            node.per_batch_ns = 200_000_000
+        delivery.pump()
+        delivery.collect(0)
+        clock.advance(10_000_000)
+    assert sorted(set(node.received)) == list(range(1, 401))
+    assert len(node.received) - 400 <= 0.05 * 400
+
+
+def test_a_batch_lost_by_a_node_that_acknowledges_others_is_still_resent() -> None:
+    # The node acknowledges every batch but one (it lost it, say, in a restart): that one is
+    # resent after the node's patience, and stored.
+    clock = Clock()
+    node = SlowNode(clock, 1_000_000)
+    delivery = Delivery(
+        Nodes({"lossy": node}, clock=clock),
+        window=WINDOW,
+        queue_batches=10,
+        spool=None,
+        resend_ns=RESEND_NS,
+        clock=clock,
+    )
+    for batch_no in range(1, 11):
+        delivery.submit(Outgoing(PUID, batch_no, str(batch_no).encode(), events=2))
+    delivery.pump()
+    node.backlog.remove(5)  # lost on the way
+    for _ in range(10_000):
+        delivery.collect(0)
+        delivery.pump()
+        if not delivery.pending():
+            break
+        clock.advance(10_000_000)
+    assert not delivery.pending()
+    assert node.received.count(5) == 2
+    assert delivery.counters.resent_batches == 1
+    assert clock.now - 1_000_000_000 < 2 * RESEND_NS
+
+
+@pytest.fixture(name="slow_router")
+def fixture_slow_router(tmp_path: Path) -> Iterator[tuple[str, list[wire.Batch]]]:
+    """A repository on a real ROUTER socket that takes 10 ms to store each batch (it sleeps:
+    its slowness, not a wait for something), acknowledging each once stored."""
+    endpoint = f"ipc://{tmp_path}/slow.sock"
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.bind(endpoint)
+    received: list[wire.Batch] = []
+    stop = threading.Event()
+    decoder = msgspec.msgpack.Decoder(wire.Batch)
+    encoder = msgspec.msgpack.Encoder()
+
+    def serve() -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        while not stop.is_set():
+            if poller.poll(20):
+                identity, _, body = router.recv_multipart()
+                batch = decoder.decode(body)
+                received.append(batch)
+                time.sleep(0.01)  # storing it
+                ack = wire.Ack(batch.puid, batch.batch_no)
+                router.send_multipart([identity, wire.ACK_HEADER, encoder.encode(ack)])
+
+    server = threading.Thread(target=serve, name="test-slow-router")
+    server.start()
+    try:
+        yield endpoint, received
+    finally:
+        stop.set()
+        server.join(10)
+        router.close(linger=0)
+        context.term()
+
+
+@tracer.traced
+def step(n: int) -> int:
+    return n + 1
+
+
+@pytest.mark.system
+def test_flush_waits_its_own_timeout_and_says_true_once_everything_is_acknowledged(
+    slow_router: tuple[str, list[wire.Batch]], tmp_path: Path
+) -> None:
+    endpoint, received = slow_router
+    tracer.configure(
+        endpoint=endpoint,
+        flush_timeout_ms=100,  # far shorter than the repository takes for the backlog
+        resend_ms=100,
+        batch_events=256,
+        spool_dir=str(tmp_path / "spool"),
+    )
+    calls = 40_000  # 80,000 events: 313 batches, 3 s of storing
+    for n in range(calls):
+        step(n)
+    assert tracer.flush(60) is True  # waited past flush_timeout_ms, as asked
+    stats = tracer.stats()
+    assert stats.sent_events == 2 * calls
+    assert tracer.flush(60) is True  # not taken for silent: the next flush waits too
+    assert tracer.shutdown() is True
+    assert list((tmp_path / "spool").glob("*")) == []  # nothing left for a later run
+    numbers = [b.batch_no for b in received]
+    assert sum(wire.event_count(b) for b in {b.batch_no: b for b in received}.values()) == (
+        2 * calls
+    )
+    assert len(numbers) - len(set(numbers)) <= 0.05 * len(set(numbers))
