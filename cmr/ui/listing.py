@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import quote
 
-from cmr.store.base import SORT_DURATION, SequenceSummary
+from cmr.store.base import KINDS, SORT_DURATION, SequenceSummary
 from cmr.store.listing import listed_status
 from cmr.ui.query import MAX_LIMIT, SCAN_WINDOW, SORTS, STATUSES, SequenceFilter, lasted_ns
 from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
@@ -163,6 +163,7 @@ def _form(wanted: SequenceFilter) -> str:
         f"<input name='host' value='{escaped(wanted.host)}' placeholder='web-1'>"
         "</label>"
         f"<label>Order<select name='sort'>{sorts}</select></label>"
+        f"<label>Kind<select name='kind'>{_options(KINDS, wanted.kind)}</select></label>"
         "<label>Show at most"
         f"<input name='limit' type='number' min='1' max='{MAX_LIMIT}' value='{wanted.limit}'>"
         "</label>"

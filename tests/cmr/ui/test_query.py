@@ -86,3 +86,32 @@ def test_form_values_parse_and_blank_ones_filter_nothing() -> None:
         parse_filter({"limit": ["1001"]})
     with pytest.raises(QueryError, match=r"got '1111111111111111111111111111111111111111…'"):
         parse_filter({"min_ms": ["1" * 500 + "x"]})
+
+
+def test_service_sequences_are_listed_only_for_their_kind(make_batch: BatchFactory) -> None:
+    store = open_store(memory=True)
+    try:
+        events = [
+            wire.Start(1, 0, 0, 1, 100, seq_id(0)),
+            wire.End(1, 200),
+            wire.Start(2, 0, 0, 2, 300, seq_id(1)),  # the lifespan: running
+        ]
+        methods = {1: "shop.GET /orders/{int}", 2: "invoseq.service.asgi.lifespan"}
+        store.ingest(make_batch(1, 1, {1: events}, methods=methods), CLOCK_OFFSET_NS)
+        listed = {
+            kind: [s.seq for s in select_sequences(store, parse_filter(given), 0)]
+            for kind, given in (
+                ("default", {}),
+                ("service", {"kind": ["service"]}),
+                ("all", {"kind": ["all"]}),
+            )
+        }
+        assert listed == {
+            "default": [seq_id(0)],
+            "service": [seq_id(1)],
+            "all": [seq_id(1), seq_id(0)],
+        }
+        with pytest.raises(QueryError, match=r"kind: expected one of request, service, all"):
+            parse_filter({"kind": ["requests"]})
+    finally:
+        store.close()
