@@ -65,11 +65,17 @@ class Done:
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config) -> None:
+    """A server whose ``done`` wraps, outermost, what uvicorn loaded (the asgi integration's
+    measure included: a request is reported once that measure has ended too)."""
+
+    def __init__(self, config: uvicorn.Config, done: Done) -> None:
         super().__init__(config)
+        self.done = done
         self.ready = threading.Event()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self.done.app = self.config.loaded_app
+        self.config.loaded_app = self.done
         try:
             await super().startup(sockets=sockets)
         finally:
@@ -87,9 +93,9 @@ class Uvicorn:
         self.socket.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
         config = uvicorn.Config(
-            self.done, log_level="warning", loop="asyncio", http="h11", lifespan=lifespan
+            app, log_level="warning", loop="asyncio", http="h11", lifespan=lifespan
         )
-        self.server = _Server(config)
+        self.server = _Server(config, self.done)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, name="test-uvicorn"
         )
