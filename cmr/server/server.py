@@ -276,12 +276,20 @@ def _started_pool(workers: int, db: str | None, max_frame_bytes: int) -> WorkerP
 
 @contextlib.contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """Turn SIGINT and SIGTERM into ``stop.set()`` (only the main thread may install handlers)."""
+    """Turn SIGINT and SIGTERM into ``stop.set()`` (only the main thread may install handlers),
+    once: ``Event.set`` takes a lock, and a second signal whose handler ran while the first held
+    it (Python runs handlers between any two bytecodes of the main thread) would wait for it
+    forever. A ``tracer run`` killed outright sends its repository two SIGTERMs at once (its own
+    and the parent-death signal): CI found such a repository still running, deadlocked."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    requested: list[int] = []
 
     def request_stop(signum: int, frame: types.FrameType | None) -> None:
+        if requested:
+            return
+        requested.append(signum)
         stop.set()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -1,0 +1,27 @@
+"""``cmr serve`` stops on SIGINT or SIGTERM however many arrive at once: a second signal's
+handler, run while the first one's holds the stop event's lock, must not wait for it."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from cmr.server.server import _stop_on_signals
+
+
+def test_a_signal_arriving_while_the_first_is_handled_returns_at_once() -> None:
+    stop = threading.Event()
+    with _stop_on_signals(stop):
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        handler(signal.SIGTERM, None)
+        assert stop.is_set()
+        second = threading.Thread(target=handler, args=(signal.SIGTERM, None))
+        # the first handler inside Event.set, holding its lock (as a nested handler finds it)
+        with stop._cond:  # type: ignore[attr-defined]
+            second.start()
+            second.join(30)
+            returned = not second.is_alive()
+        second.join(30)
+    assert returned, "the second signal's handler waited for the lock the first one holds"
+    assert signal.getsignal(signal.SIGTERM) is not handler  # the previous handler is back
