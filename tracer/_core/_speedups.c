@@ -84,6 +84,7 @@ static PyObject *g_adopt;         /* NULL: a root draws a new sequence; else a c
 static PyObject *g_adopt_var;     /* NULL: ask g_adopt at every root; else ask it only when ... */
 static PyObject *g_adopt_key;     /* ... this key is in the mapping this ContextVar holds */
 static int g_disabled;
+static PyObject *g_overflow;      /* recorder: counts a call run untraced inside an untraced root */
 static PyObject *g_refill;        /* budget.refill(buffer, current): more allowance, or False
                                      (the call runs untraced, counted); NULL: no bound */
 static Py_ssize_t g_spare_records; /* the records of every buffer's spare array */
@@ -1647,6 +1648,34 @@ within_allowance(EventBuffer *buffer, PyObject *current)
     return granted;
 }
 
+/* A marker's `exotic` when the memory bound turned its call away (0: disabled, or a failure). */
+#define PAST_BOUND_MARKER 1
+
+/* Whether a call that would root a sequence (`current` None, or a root's closed value) starts
+ * inside a call that runs untraced with no sequence (a marker on top of the thread's stack: a
+ * root past the memory bound): it runs untraced too, counted, rather than root a sequence of
+ * one call (the bound lets go as the sender delivers, and a busy program's nested calls made
+ * hundreds of thousands of them). */
+static inline int
+inside_untraced_root(EventBuffer *buffer, PyObject *current)
+{
+    StackEntry *top = buffer->depth > 0 ? &buffer->stack[buffer->depth - 1] : NULL;
+    return top != NULL && top->strand == NULL && top->exotic == PAST_BOUND_MARKER
+           && (current == Py_None || is_closed(current));
+}
+
+/* Count a call run untraced inside an untraced root (g_overflow). 0, or -1 with an error set. */
+static int
+count_untraced_root(void)
+{
+    if (g_overflow == NULL) {
+        return 0;
+    }
+    PyObject *result = PyObject_CallNoArgs(g_overflow);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
+}
+
 /* The start of a synchronous invocation. 0: begun; 1: past the memory bound, run untraced;
  * -1 with an error set, and then nothing is left behind (the context is as it was). A nested
  * call touches no ContextVar beyond one cached read and allocates nothing: it pushes an entry
@@ -1670,6 +1699,11 @@ begin(uint64_t method, Invocation *inv)
     if (current == NULL) {
         PyErr_SetObject(PyExc_LookupError, g_context_var);
         goto failed;
+    }
+    if (inside_untraced_root(buffer, current)) {
+        Py_DECREF(current);
+        Py_CLEAR(inv->buffer);
+        return count_untraced_root() < 0 ? -1 : 1;
     }
     int granted = within_allowance(buffer, current); /* past it: untraced, counted */
     if (granted <= 0) {
@@ -1874,6 +1908,7 @@ begin_fast(uint64_t method, Invocation *inv)
         seq = top->seq;
     }
     else if (current != NULL && is_closed(current) && g_new_seq == NULL
+             && (top == NULL || top->strand != NULL) /* under a marker: begin() decides */
              && held_only_here(current, 1) && !(g_adopt != NULL && adoption_wanted())) {
         root = (RootValue *)current;
         draw_seq_bytes(root->seq);
@@ -1919,6 +1954,37 @@ begin_fast(uint64_t method, Invocation *inv)
     return 0;
 }
 
+/* A call the memory bound turned away: when it would have rooted a sequence, it runs under a
+ * marker on the thread's stack, so the calls inside it run untraced too (inside_untraced_root);
+ * a nested one needs none (its calls nest in its traced caller's sequence, as they would). */
+static PyObject *
+untraced_call(TracedFunction *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *current = NULL;
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL || PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        Py_XDECREF(buffer);
+        PyErr_Clear(); /* no marker then: the call itself still runs */
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    }
+    EventBuffer *events = (EventBuffer *)buffer;
+    int root = current == Py_None || is_closed(current);
+    Py_DECREF(current);
+    StackEntry *marker = root ? stack_next(events) : NULL;
+    if (marker == NULL) {
+        PyErr_Clear();
+        Py_DECREF(buffer);
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    }
+    memset(marker, 0, sizeof(StackEntry));
+    marker->exotic = PAST_BOUND_MARKER;
+    Py_ssize_t index = events->depth - 1;
+    PyObject *result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+    stack_pop(events, index, 0);
+    Py_DECREF(buffer);
+    return result;
+}
+
 static PyObject *
 traced_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1932,7 +1998,7 @@ traced_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyOb
         begun = begin(self->method, &inv);
     }
     if (begun == 1) {
-        return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+        return untraced_call(self, args, nargsf, kwnames);
     }
     if (begun < 0) {
         if (!absorb_failure()) {
@@ -2091,9 +2157,14 @@ static PyTypeObject TracedFunctionType = {
  */
 
 static PyObject *
-set_refill(PyObject *module, PyObject *callback)
+set_refill(PyObject *module, PyObject *args)
 {
+    PyObject *callback, *overflow = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:set_refill", &callback, &overflow)) {
+        return NULL;
+    }
     Py_XSETREF(g_refill, callback == Py_None ? NULL : Py_NewRef(callback));
+    Py_XSETREF(g_overflow, overflow == Py_None ? NULL : Py_NewRef(overflow));
     Py_RETURN_NONE;
 }
 
@@ -2314,6 +2385,10 @@ begin_strand(uint64_t method)
     Beginning b = {0};
     uint64_t iid;
     if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        goto done;
+    }
+    if (inside_untraced_root(events, current)) {
+        value = count_untraced_root() < 0 ? NULL : Py_NewRef(Py_None);
         goto done;
     }
     int granted = within_allowance(events, current);
@@ -2694,9 +2769,10 @@ monitor_throw(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return monitor_resume(module, args, nargs);
 }
 
-/* A marker on the thread's stack: the call of `code` runs untraced. */
+/* A marker on the thread's stack: the call of `code` runs untraced (`past_bound`: the memory
+ * bound turned it away, and so roots inside it). */
 static int
-push_marker(PyObject *code)
+push_marker(PyObject *code, int past_bound)
 {
     PyObject *buffer = current_buffer();
     if (buffer == NULL) {
@@ -2708,6 +2784,7 @@ push_marker(PyObject *code)
         return -1;
     }
     memset(entry, 0, sizeof(StackEntry));
+    entry->exotic = past_bound ? PAST_BOUND_MARKER : 0;
     entry->code = Py_NewRef(code);
     Py_DECREF(buffer);
     return 0;
@@ -2743,7 +2820,7 @@ monitor_start(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (begun < 0 && !absorb_failure()) {
             return NULL;
         }
-        if (push_marker(code) < 0 && !absorb_failure()) {
+        if (push_marker(code, begun == 1 && !g_disabled) < 0 && !absorb_failure()) {
             return NULL;
         }
         Py_RETURN_NONE;
@@ -2926,9 +3003,10 @@ after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 static PyMethodDef module_methods[] = {
-    {"set_refill", set_refill, METH_O,
-     "set_refill(callback): callback(buffer, current) when a Start finds its buffer at its limit "
-     "returns whether it may record (None: no limit)"},
+    {"set_refill", set_refill, METH_VARARGS,
+     "set_refill(callback, overflow=None): callback(buffer, current) when a Start finds its "
+     "buffer at its limit returns whether it may record (None: no limit); overflow() counts a "
+     "call run untraced inside an untraced root"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(context_var, internal_error, thread_events, encode, decode): what it uses."},
     {"set_enabled", set_enabled, METH_O, "Turn recording on or off (decorator.set_enabled)."},

@@ -37,13 +37,24 @@ try:
             _ivq_events.append((0, _ivq_iid, _ivq_top[1], 0, _ivq_0, _clock(), _ivq_seq))
             _ivq_events.top = (_ivq_current, _ivq_iid, _ivq_seq)
             _ivq_token = None
+        elif _ivq_current is None and inside_untraced_root(_ivq_top):
+            _overflow_inside()  # a root inside an untraced one: untraced too, counted
+            _ivq_token = _PAST_BOUND
         else:
             _ivq_token = _open(_ivq_events, _ivq_current, _ivq_iid, _ivq_0)
 except Exception as _ivq_exc:
     _internal_error(_ivq_exc)
     return {call}
 if _ivq_token is _PAST_BOUND:
-    return {call}
+    if _ivq_current is not None:
+        return {call}
+    # an untraced root: the calls inside it run untraced too (decorator.inside_untraced_root)
+    _ivq_top = _ivq_events.top
+    _ivq_events.top = (_ivq_top[0], _ivq_top[1], _ivq_top[2], None, _ivq_top, UNTRACED_CALL)
+    try:
+        return {call}
+    finally:
+        _ivq_events.top = _ivq_top
 try:
     _ivq_result = {call}
 except BaseException as _ivq_exc:

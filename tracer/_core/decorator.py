@@ -60,6 +60,10 @@ _reset = context.current.reset
 _clock = clock_module.now
 _ORIGIN_SYNC_ROOT: Final = stack_module.ORIGIN_SYNC_ROOT
 _PAST_BOUND: Final = object()  # a call past the memory bound runs untraced (counted)
+#: The token of an entry on top of a thread's stack (``tracer._core.hooks``) whose call the
+#: memory bound turned away: a call that would root a sequence inside it is turned away too.
+UNTRACED_CALL: Final = object()
+_overflow_inside: Final = budget.overflow_inside_untraced
 
 _disabled = False
 _UNTRACED: context.Current = (b"", 0, 0)
@@ -144,6 +148,9 @@ def _begin_python(method: int) -> tuple[int, Any]:
     except AttributeError:
         events = _register_thread()
     current = _get()
+    if current is None and inside_untraced_root(events.top):
+        _overflow_inside()
+        return 0, _UNTRACED
     if len(events) >= events.limit and not _refill(events, current):
         return 0, _UNTRACED
     iid = _next_iid()
@@ -173,6 +180,13 @@ def _record_start(events: Any, current: Any, iid: int, method: int) -> Any:
     if len(current) == 4 and (current[3] == _ORIGIN_SYNC_ROOT or current[3] != events.ident):
         events.append((TAG_ATTRS, iid, dict(stack_module.APPROXIMATE)))
     return seq
+
+
+def inside_untraced_root(top: Any) -> bool:
+    """Whether the top of a thread's stack is a call run untraced with no sequence around it: a
+    call starting now with no context value would root a sequence of its own, of one call (the
+    bound lets go as the sender delivers): it runs untraced too, counted, as the root did."""
+    return len(top) > 5 and top[5] is UNTRACED_CALL
 
 
 def _open(events: Any, current: Any, iid: int, method: int) -> Any:

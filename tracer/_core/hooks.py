@@ -52,6 +52,8 @@ _strands: dict[FrameType, list[Any]] = {}
 _sweep_at = 64  # sweep when this many strands are open
 #: The token of a synchronous call that runs untraced: its end records nothing.
 _UNTRACED: Final = object()
+#: The token of a call the memory bound turned away: a root inside it is turned away too.
+_PAST_BOUND: Final = _d.UNTRACED_CALL
 
 
 #: The synchronous handlers' source, compiled in ``tracer._core.decorator``'s namespace as its
@@ -78,13 +80,16 @@ def {name}(code, offset):
         current = _get()
         if len(events) >= events.limit and not _refill(events, current):
             # untraced, counted with its sequence
-            events.top = (top[0], top[1], top[2], code, top, _HOOK_UNTRACED)
+            events.top = (top[0], top[1], top[2], code, top, _HOOK_PAST_BOUND)
             return
         iid = _next_iid()
         if top[0] is current:
             seq = top[2]
             events.append((0, iid, top[1], 0, method, _clock(), seq))
             events.top = (current, iid, seq, code, top, None)
+        elif current is None and _hook_inside_untraced_root(top):
+            _overflow_inside()  # a root inside an untraced one: untraced too, counted
+            events.top = (top[0], top[1], top[2], code, top, _HOOK_PAST_BOUND)
         else:
             events.top = (top[0], top[1], top[2], code, top, _HOOK_UNTRACED)  # should _open fail
             token = _open(events, current, iid, method)
@@ -161,7 +166,7 @@ def {name}(code, offset, {parameter}):
         token = top[5]
         if token is None:
             events.append({event})
-        elif token is not _HOOK_UNTRACED:
+        elif token is not _HOOK_UNTRACED and token is not _HOOK_PAST_BOUND:
             try:
                 events.append({event})
             finally:
@@ -179,6 +184,8 @@ def _compile_sync_handlers() -> tuple[Any, Any, Any, Any]:
         _hook_start_strand=_start_strand,
         _hook_finish_strand=_finish_strand,
         _HOOK_UNTRACED=_UNTRACED,
+        _HOOK_PAST_BOUND=_PAST_BOUND,
+        _hook_inside_untraced_root=_d.inside_untraced_root,
     )
     start_for_sync = _START_HANDLER.format(name="_hook_start_sync", find="")
     source = "\n\n".join(

@@ -43,6 +43,18 @@ def work_steps(n: int) -> Iterator[int]:
     yield n + 1
 
 
+@tracer.traced
+def inner(n: int) -> int:
+    return n + 1
+
+
+@tracer.traced
+def delivering(n: int) -> int:
+    """Lets the bound go (the flush delivers what was buffered), then calls ``inner``."""
+    tracer.flush()
+    return sum(inner(i) for i in range(n))
+
+
 @pytest.fixture(name="untraced")
 def fixture_untraced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the calls the bound turned away (both hot paths call budget.overflow)."""
@@ -163,6 +175,28 @@ def test_coroutines_and_generators_are_bounded_too(
 
         run_threads(1, record)  # the flush let the first ones go: room again
         assert len(trace.invocations()) > len(traced)
+
+
+def test_the_calls_inside_a_root_past_the_bound_are_untraced_with_it_not_sequences_of_their_own(
+    untraced: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quiet = {"flush_interval_ms": HOUR_MS, "heartbeat_ms": HOUR_MS, "sample_interval_ms": 0}
+    with capture(max_buffered_bytes=40 * budget.EVENT_BYTES, **quiet) as trace:
+        monkeypatch.setattr(budget, "on_threads_full", lambda: None)  # nothing drains early
+
+        def record(_: int) -> None:
+            for i in range(30):  # 60 events: past the bound of 40
+                work(i)
+            assert delivering(10) == sum(range(1, 11))  # a root past it: untraced
+
+        run_threads(1, record)
+        names = [i.name for i in trace.invocations()]
+    traced = names.count(f"{__name__}.work")
+    # its calls found room again once it had flushed: they too ran untraced, counted, instead of
+    # each rooting a sequence of one call
+    assert names == [f"{__name__}.work"] * traced
+    assert 0 < traced <= 21
+    assert untraced[0] == (30 - traced) + 1 + 10
 
 
 def test_the_sender_is_woken_once_the_threads_hold_a_quarter_of_the_bound(
