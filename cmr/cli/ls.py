@@ -18,6 +18,7 @@ from cmr.cli._support import (
 )
 from cmr.store.base import (
     KIND_REQUEST,
+    KIND_SERVICE,
     KINDS,
     LISTED_STATUSES,
     SORT_DURATION,
@@ -164,16 +165,25 @@ def query_from(args: argparse.Namespace, sort: str = SORT_START) -> SequenceQuer
 def _ls(args: argparse.Namespace) -> int:
     query = query_from(args, args.sort)
     store = open_for_reading(args.db)
+    unfiltered = query == SequenceQuery(sort=query.sort, kind=KIND_REQUEST)
     try:
         summaries = store.list_sequences(args.limit, query)
         short_ids = {} if args.json else store.short_ids([line.seq for line in summaries])
+        # nothing but service sequences yet (a server started, no request served): say so
+        services = (
+            bool(store.list_sequences(1, SequenceQuery(kind=KIND_SERVICE)))
+            if unfiltered and not summaries and not args.json
+            else False
+        )
     finally:
         store.close()
     if args.json:
         from cmr.views.render import json as json_render
 
         emit(json_render.summaries_to_json(summaries))
-    elif not summaries and query != SequenceQuery(sort=query.sort, kind=query.kind):
+    elif services:
+        emit("no requests yet; service sequences only: cmr ls --kind service")
+    elif not summaries and not unfiltered:
         emit("no sequence matches")
     else:
         emit(tables.render_sequence_list(summaries, short_ids))

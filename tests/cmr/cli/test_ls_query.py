@@ -80,3 +80,26 @@ def test_options_that_cannot_match_are_one_line_errors(repo, capsys, options, me
 
     assert code == 1
     assert message in one_line_error(err)
+
+
+def test_service_sequences_are_listed_when_asked_and_named_when_they_are_all_there_is(
+    tmp_path, make_batch, capsys
+):
+    lifespan = seq_id("5e")
+    path = str(tmp_path / "services.sqlite")
+    store = open_store(path)
+    try:
+        events = [start(1, 0, lifespan, method=1)]  # a server started, no request served
+        methods = {1: "invoseq.service.asgi.lifespan"}
+        store.ingest(make_batch(7, 1, {1: events}, methods=methods), 0)
+    finally:
+        store.close()
+    assert run(capsys, "--db", path, "ls")[1] == (
+        "no requests yet; service sequences only: cmr ls --kind service\n"
+    )
+    assert listed(capsys, path, "--kind", "service") == [lifespan.hex()]
+    assert listed(capsys, path, "--kind", "all") == [lifespan.hex()]
+    assert listed(capsys, path) == []
+    assert run(capsys, "--db", path, "ls", "--kind", "service", "--status", "complete")[1] == (
+        "no sequence matches\n"
+    )
