@@ -144,9 +144,15 @@ SERVERS = [
         "hypercorn",
         "asgi",
         ("-m", "hypercorn", "app:app", "--bind", "127.0.0.1:{port}"),
+        startup="hypercorn.startup",
         lifespan=True,
     ),
-    Server("daphne", "asgi", ("-m", "daphne", "-b", "127.0.0.1", "-p", "{port}", "app:app")),
+    Server(
+        "daphne",
+        "asgi",
+        ("-m", "daphne", "-b", "127.0.0.1", "-p", "{port}", "app:app"),
+        startup="daphne.startup",
+    ),
     Server(
         "gunicorn_sync",
         "wsgi",

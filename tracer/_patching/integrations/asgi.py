@@ -24,9 +24,11 @@ is wrapped, outermost, in ``ServerMiddleware``, for ``uvicorn APP``, ``uvicorn.r
 the ``asgi`` module, as a hand-added middleware's; a framework's middleware inside, finding such a
 request in the scope, makes it its own (``"starlette.GET /price/{item}"``), so a framework under
 a server is still measured once. With no framework (an application with its own router), it is
-named by its path template (``"asgi.GET /orders/{int}"``, ``_http.unrouted_name``). Disabling
-``asgi`` leaves these servers alone; disable ``starlette`` and ``fastapi`` to leave their
-applications alone.
+named by its path template (``"asgi.GET /orders/{int}"``, ``_http.unrouted_name``). Where each
+server imports the application (uvicorn's ``Config.load_app``, hypercorn's ``load_application``,
+daphne's ``import_by_path``) is a service sequence too, ``<server>.startup``: the calls the
+application's modules make at import time nest in it. Disabling ``asgi`` leaves these servers
+alone; disable ``starlette`` and ``fastapi`` to leave their applications alone.
 """
 
 from __future__ import annotations
@@ -252,6 +254,31 @@ def _daphne(module: ModuleType) -> list[PatchSpec]:
     return [_wrap_after_init(module.Server, "application")]
 
 
+def _loading(module: ModuleType, name: str, service: str) -> PatchSpec:
+    """A patch of the module function ``name`` that imports the application: it runs as the
+    service invocation ``service`` (the calls the application's modules make at import time
+    are its children). The server's modules bind it by name after this module has run."""
+    if not callable(getattr(module, name, None)):
+        raise TypeError(f"{module.__name__}.{name} is not a function here")
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def load(*args: Any, **kwargs: Any) -> Any:
+            return _service.run(service, lambda: original(*args, **kwargs))
+
+        return mark(load)
+
+    return (module, name, make)
+
+
+def _hypercorn_loading(module: ModuleType) -> list[PatchSpec]:
+    return [_loading(module, "load_application", "hypercorn.startup")]
+
+
+def _daphne_loading(module: ModuleType) -> list[PatchSpec]:
+    return [_loading(module, "import_by_path", "daphne.startup")]
+
+
 def _uvicorn(module: ModuleType) -> list[PatchSpec]:
     config = module.Config
     if not callable(config.__dict__.get("load")):
@@ -301,5 +328,7 @@ def _finish(
 HOOKS: dict[str, Hook] = {
     "uvicorn.config": _uvicorn,
     "hypercorn.app_wrappers": _hypercorn,
+    "hypercorn.utils": _hypercorn_loading,
     "daphne.server": _daphne,
+    "daphne.utils": _daphne_loading,
 }

@@ -111,15 +111,23 @@ REGISTRY: Final = (
         "uvicorn (`uvicorn APP`, `uvicorn.run`, gunicorn's `UvicornWorker`), hypercorn, daphne",
         None,
         "",
-        ("uvicorn.config", "hypercorn.app_wrappers", "daphne.server"),
+        (
+            "uvicorn.config",
+            "hypercorn.app_wrappers",
+            "hypercorn.utils",
+            "daphne.server",
+            "daphne.utils",
+        ),
         (
             "uvicorn.config.Config.load",
             "uvicorn.config.Config.load_app",
             "hypercorn.app_wrappers.ASGIWrapper.__init__",
+            "hypercorn.utils.load_application",
             "daphne.server.Server.__init__",
+            "daphne.utils.import_by_path",
         ),
         "each request an ASGI app serves under one of them (`asgi.GET /orders/{int}`), named by "
-        "the framework inside it; its lifespan and uvicorn's loading it, service sequences; "
+        "the framework inside it; its lifespan and the server's loading it, service sequences; "
         "and the ASGI middleware the next two install "
         "(`tracer.web.ASGIMiddleware`)",
         ("asgi",),
