@@ -331,10 +331,10 @@ def _take(events: EventSink, count: int) -> Events:
 
 
 def encodable(events: Events) -> list[EventTuple] | msgspec.Raw:
-    import msgspec  # loaded with the sender, which calls this
-
     """Drained events as the batch encoder takes them: C-encoded ones are spliced in as they are
     (the same bytes msgspec gives for the tuples; tests/tracer/core/test_speedups.py checks it)."""
+    import msgspec  # loaded with the sender, which calls this
+
     return events if isinstance(events, list) else msgspec.Raw(events.msgpack())
 
 
