@@ -188,9 +188,24 @@ def _count(shown: int, wanted: SequenceFilter) -> str:
     return f"<p id='count'>{shown} {noun}, {order}{scope}</p>"
 
 
+#: What each column counts, on hover (its ``title``).
+_COLUMN_TITLES: Final = {
+    "Sequence": "the sequence id (the W3C trace-id), its shortest unique prefix",
+    "Root": "the call the sequence started with (a request's route, or a traced function)",
+    "Start": "when its first call started, local time",
+    "Duration": "its root call's duration; a running one: how long it has run so far",
+    "Calls": "the traced calls (invocations) in it, across all its threads and processes",
+    "Threads": "the threads its calls ran on",
+    "Processes": "the processes its calls ran in",
+    "Status": "complete, error (complete, and the root raised), running, or incomplete (some "
+    "calls will never end: their process ended or was lost)",
+    "Lossy": "lossy: the tracer dropped some of its events; what is shown is what arrived",
+}
+
+
 def _table(summaries: list[SequenceSummary], now_ns: int, short_ids: Mapping[bytes, str]) -> str:
     head = "".join(
-        f"<th class='num'>{title}</th>" if css == "num" else f"<th>{title}</th>"
+        f"<th{' class=num' if css == 'num' else ''} title='{_COLUMN_TITLES[title]}'>{title}</th>"
         for title, css in _COLUMNS
     )
     rows = "".join(_row(summary, now_ns, short_ids.get(summary.seq)) for summary in summaries)

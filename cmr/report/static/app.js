@@ -120,27 +120,45 @@
     return count;
   }
 
+  const STATUS_TITLES = {
+    complete: "Every call ended.",
+    error: "Every call ended, and the root call raised.",
+    running: "Some calls have not ended yet, in processes still running.",
+    incomplete: "Some calls will never end: their process ended or was lost first.",
+  };
+
   function renderSummary() {
     const s = data.summary;
     $("root-name").textContent = s.root;
     const status = $("status");
     status.textContent = s.status + (s.lossy ? ", lossy" : "");
     status.className = "status " + s.status;
+    status.title = STATUS_TITLES[s.status] || "";
+    if (s.lossy) status.title += " Lossy: the tracer dropped some of its events (past its memory bound, or the repository away with the spool full); what is shown is what arrived.";
+    // [label, value, what it counts]: each figure says what it is on hover (its title)
     const facts = [
-      ["seq", s.seq],
-      ["started", s.origin_iso.replace("T", " ")],
-      ["shown span", Invoseq.formatDuration(s.end_ns)],
-      ["calls", String(s.invocations)],
-      ["threads", String(s.threads)],
-      ["processes", String(s.processes)],
+      ["seq", s.seq, "the sequence id: the W3C trace-id of every call in it"],
+      ["started", s.origin_iso.replace("T", " "), "when its first call started (the repository's wall clock)"],
+      ["shown span", Invoseq.formatDuration(s.end_ns), "from the first call's start to the last call's end, as drawn"],
+      ["calls", String(s.invocations), "the traced calls (invocations) in the sequence, across all its threads and processes"],
+      ["threads", String(s.threads), "the threads its calls ran on, in all its processes"],
+      ["processes", String(s.processes), "the processes its calls ran in"],
     ];
-    if (s.samples_skipped) facts.push(["samples not placed", String(s.samples_skipped)]);
+    if (s.samples_skipped) {
+      facts.push([
+        "samples not placed",
+        String(s.samples_skipped),
+        "stack samples that fell outside every traced call of their thread (before the first, after the last, or in a thread with none): they are in no node",
+      ]);
+    }
     const list = $("facts");
     list.replaceChildren();
-    for (const [key, value] of facts) {
+    for (const [key, value, title] of facts) {
       const item = document.createElement("span");
       item.innerHTML = "<b></b> ";
       item.firstChild.textContent = key;
+      item.title = title;
+      item.dataset.fact = key;
       item.append(value);
       list.append(item);
     }

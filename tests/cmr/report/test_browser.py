@@ -80,6 +80,22 @@ def test_lanes_are_the_processes_and_threads_of_the_sequence(page: Any, shop: Sh
     assert hook(page, "violations") == []
 
 
+def test_every_figure_of_the_header_says_what_it_counts(page: Any) -> None:
+    facts = page.eval_on_selector_all(
+        "#facts > span", "items => items.map(item => [item.dataset.fact, item.title])"
+    )
+    assert [fact for fact, _ in facts][:6] == [
+        "seq",
+        "started",
+        "shown span",
+        "calls",
+        "threads",
+        "processes",
+    ]
+    assert all(len(title) > 20 for _, title in facts)
+    assert page.get_attribute("#status", "title")  # the status word too
+
+
 def test_every_call_is_a_bar_and_every_hand_off_an_arrow(page: Any, shop: Shop) -> None:
     all_nodes = list(nodes(shop.tree["root"]))
     handoffs = [n for n in all_nodes if n["handoff"] and n["handoff"]["submitted_ns"] is not None]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 import signal
 import socket
 import subprocess
@@ -107,6 +108,10 @@ def test_list_page_links_every_sequence_and_loads_nothing_from_elsewhere(
     assert "__main__.stuck" in page.body
     for column in ("Sequence", "Root", "Start", "Duration", "Calls", "Threads", "Processes"):
         assert f">{column}</th>" in page.body
+    # every column says what it counts, on hover
+    headers = re.findall(r"<th[ >][^>]*>", page.body)
+    assert len(headers) == 9
+    assert all(re.search(r"title='[^']{10,}'", header) for header in headers)
     assert "http:" not in page.body
     assert "https:" not in page.body
     assert "connect-src 'self'" in page.headers["Content-Security-Policy"]
