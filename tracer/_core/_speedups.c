@@ -2519,7 +2519,7 @@ strand_state(PyObject **frame_out)
         return NULL;
     }
     PyObject *state = PyDict_GetItemWithError(g_strands, frame);
-    if (state == NULL || !PyList_CheckExact(state) || PyList_GET_SIZE(state) != 4) {
+    if (state == NULL || !PyList_CheckExact(state) || PyList_GET_SIZE(state) != 6) {
         PyErr_Clear();
         return NULL;
     }
@@ -2561,6 +2561,23 @@ step_begin(PyObject *state, PyObject *code)
     if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
         return -1;
     }
+    PyObject *inner = PyList_GET_ITEM(state, 4);
+    if (inner != Py_None) {
+        /* code inside the frame set this value and had not reset it at the yield (a client
+         * call attached across an await): the step runs under it, claiming nothing */
+        if (current == inner) { /* still in the task's context */
+            Py_DECREF(current);
+            PyList_SetItem(state, 2, Py_NewRef(Py_False));
+            return 0;
+        }
+        Py_DECREF(current);
+        PyObject *token = PyContextVar_Set(g_context_var, inner);
+        if (token == NULL) {
+            return -1;
+        }
+        PyList_SetItem(state, 2, token);
+        return 0;
+    }
     if (!PyBytes_CheckExact(seq) || PyBytes_GET_SIZE(seq) != 16
         || !fits_u64(PyList_GET_ITEM(state, 0), &iid)
         || !of_sequence(current, PyBytes_AS_STRING(seq))) {
@@ -2595,6 +2612,48 @@ step_begin(PyObject *state, PyObject *code)
     return 0;
 }
 
+/* At the end of a step of the strand whose state is `state`: the value in effect now, when code
+ * inside the frame set it and has not reset it (neither the strand's own value nor the one its
+ * last entry step began under), is the one its next step runs under (state[4]); an entry step's
+ * value becomes state[5]. 0, or -1 with an error set. */
+static int
+remember_inner(PyObject *state, PyObject *code)
+{
+    PyObject *now = NULL;
+    if (PyContextVar_Get(g_context_var, Py_None, &now) < 0) {
+        return -1;
+    }
+    if (PyList_GET_ITEM(state, 2) == Py_True) {
+        PyObject *buffer = current_buffer();
+        if (buffer == NULL) {
+            Py_DECREF(now);
+            return -1;
+        }
+        EventBuffer *events = (EventBuffer *)buffer;
+        uint64_t iid;
+        if (fits_u64(PyList_GET_ITEM(state, 0), &iid)) {
+            for (Py_ssize_t i = events->depth - 1; i >= 0; i--) {
+                StackEntry *entry = &events->stack[i];
+                if (entry->step && entry->code == code && entry->iid == iid) {
+                    if (PyList_GET_ITEM(state, 5) != entry->strand) {
+                        PyList_SetItem(state, 5, Py_NewRef(entry->strand));
+                    }
+                    break;
+                }
+            }
+        }
+        Py_DECREF(buffer);
+    }
+    int normal = now == Py_None || now == PyList_GET_ITEM(state, 1)
+                 || now == PyList_GET_ITEM(state, 5);
+    PyObject *inner = normal ? Py_None : now;
+    if (PyList_GET_ITEM(state, 4) != inner) {
+        PyList_SetItem(state, 4, Py_NewRef(inner));
+    }
+    Py_DECREF(now);
+    return 0;
+}
+
 /* The step of the strand whose state is `state` ends (a yield, its return or unwind): its entry
  * leaves the thread's stack (the innermost of this code and invocation; any above it too), or
  * its ContextVar token is reset. 0, or -1 with an error set. */
@@ -2603,6 +2662,13 @@ step_end(PyObject *state, PyObject *code)
 {
     PyObject *token = PyList_GET_ITEM(state, 2);
     if (token == Py_None) {
+        return 0;
+    }
+    if (remember_inner(state, code) < 0) {
+        return -1;
+    }
+    if (token == Py_False) { /* it ran under a value set inside the frame: nothing to undo */
+        PyList_SetItem(state, 2, Py_NewRef(Py_None));
         return 0;
     }
     if (token == Py_True) {
@@ -2660,7 +2726,7 @@ strand_begin(uint64_t method, PyObject *code)
         return value == NULL ? -1 : 0;
     }
     PyObject *buffer = current_buffer();
-    PyObject *state = buffer == NULL ? NULL : PyList_New(4);
+    PyObject *state = buffer == NULL ? NULL : PyList_New(6);
     if (state == NULL) {
         Py_XDECREF(buffer);
         Py_DECREF(value);
@@ -2670,6 +2736,8 @@ strand_begin(uint64_t method, PyObject *code)
     PyList_SET_ITEM(state, 1, value);
     PyList_SET_ITEM(state, 2, Py_NewRef(Py_None));
     PyList_SET_ITEM(state, 3, buffer);
+    PyList_SET_ITEM(state, 4, Py_NewRef(Py_None)); /* the value to resume under, if any */
+    PyList_SET_ITEM(state, 5, Py_NewRef(Py_None)); /* the value its last entry step began under */
     int stored = step_begin(state, code);
     if (stored == 0) {
         stored = PyDict_SetItem(g_strands, frame, state);

@@ -19,7 +19,8 @@ the key the code was registered under (``codes.REGISTRY``, by id).
 - A **strand** (generator, coroutine, async generator) keeps its state by frame (``_strands``):
   its invocation, the context value its steps run under, and the token of the step running now;
   each step sets the value and the yield that ends it resets it, so calls between its steps
-  belong to the caller. A generator or async generator closed (GeneratorExit) ends ok, as an
+  belong to the caller. A value code inside the frame set and had not reset at the yield (an
+  integration's client call attached across an ``await``) is what the next step sets instead. A generator or async generator closed (GeneratorExit) ends ok, as an
   exhausted one does; a coroutine closed ends with the error, as any exception.
 - A strand closed where it has no handler (3.13 then runs none of its code, and no event comes)
   or dropped unstarted leaves a state whose frame nobody else holds: ``sweep`` ends those, at the
@@ -47,7 +48,9 @@ _registry: Final = codes.REGISTRY
 _getframe: Final = sys._getframe
 _getrefcount: Final = sys.getrefcount
 
-#: A strand's state: [iid, context value, token of the running step or None, its Start's buffer].
+#: A strand's state: [iid, context value, token of the running step or None, its Start's buffer,
+#: the value set inside its frame that was in effect when it last yielded or None, and (the C
+#: handlers') the value its last step kept on the thread's stack began under].
 _strands: dict[FrameType, list[Any]] = {}
 _sweep_at = 64  # sweep when this many strands are open
 #: The token of a synchronous call that runs untraced: its end records nothing.
@@ -127,7 +130,7 @@ def _start_strand(method: int, frame: FrameType) -> None:
     iid, value = _d._begin(method)
     if not iid:
         return
-    state = [iid, value, None, _tls.events]
+    state = [iid, value, None, _tls.events, None, None]
     _strands[frame] = state
     state[2] = _d._set(value)
 
@@ -229,8 +232,12 @@ def yield_(code: CodeType, offset: int, value: object) -> None:
     try:
         state = _strands.get(_getframe(1))
         if state is not None and state[2] is not None:
+            now = _d._get()
             token, state[2] = state[2], None
             _d._reset(token)
+            # a value code inside the frame set and has not reset (an integration's call in
+            # progress across the await): the step that resumes runs under it, not over it
+            state[4] = None if now is state[1] else now
     except Exception as exc:
         _internal_error(exc)
 
@@ -239,7 +246,7 @@ def resume(code: CodeType, offset: int) -> None:
     try:
         state = _strands.get(_getframe(1))
         if state is not None and state[2] is None:
-            state[2] = _d._set(state[1])
+            state[2] = _d._set(state[1] if state[4] is None else state[4])
     except Exception as exc:
         _internal_error(exc)
 

@@ -352,3 +352,52 @@ def test_asgiref_async_to_sync_in_a_nested_call_is_exact_and_leaves_its_caller_a
     assert coroutine.parent == bridging.iid  # the context asgiref copied carries the exact call
     assert [i.parent for i in leaves] == [coroutine.iid, caller.iid]  # not carried back to outer
     assert len({i.seq for i in trace.invocations()}) == 1
+
+
+@traced
+def tick() -> int:
+    return 1
+
+
+async def measured_call(after: list[Any]) -> None:
+    """What an integration does around a client call (aiohttp, httpx): a measured invocation
+    attached to the task's context across awaits, then detached."""
+    from tracer._core import measured
+
+    call = measured.begin()
+    assert call is not None
+    call.open(measured.method("client", "GET example"))
+    token = context.current.set(call.value)
+    try:
+        tick()  # before any await
+        await asyncio.sleep(0)
+        tick()  # resumed: still inside the measured call
+        await asyncio.sleep(0)
+        after.append(call.iid)
+    finally:
+        context.current.reset(token)
+        call.finish(0)
+
+
+@traced
+async def awaiting_a_measured_call(after: list[Any]) -> int:
+    await measured_call(after)
+    await asyncio.sleep(0)
+    return tick()  # after it: the coroutine's own again
+
+
+def test_a_value_set_inside_a_traced_coroutine_stays_in_effect_when_it_resumes(
+    trace: Capture,
+) -> None:
+    after: list[Any] = []
+    assert asyncio.run(awaiting_a_measured_call(after)) == 1
+    by_name: dict[str, list[CapturedInvocation]] = {}
+    for invocation in trace.invocations():
+        by_name.setdefault(invocation.name, []).append(invocation)
+    [caller] = by_name[MODULE + "awaiting_a_measured_call"]
+    [client] = by_name["client.GET example"]
+    assert (client.iid, client.parent) == (after[0], caller.iid)
+    inside_before, inside_after, own = by_name[MODULE + "tick"]
+    assert (inside_before.parent, inside_after.parent) == (client.iid, client.iid)
+    assert own.parent == caller.iid
+    assert not [i for i in trace.invocations() if i.attributes == APPROXIMATE]
