@@ -170,7 +170,9 @@ def test_a_collapsed_sleep_and_its_neighbours_are_bounded_by_the_ticks_around_th
     measured, root, db = run_sampled(tmp_path, SPIN_SLEEP_SPIN, interval // MS)
     assert root["name"] == "__main__.handle"
     offset = root["start_ns"] - measured["entered"]
-    helpers = estimated(root)
+    # (the tracer starts its threads at the first traced call: a tick may find the main thread
+    # in threading's Thread.start under handle, an estimated node of its own, left aside here)
+    helpers = {k: v for k, v in estimated(root).items() if k != "Thread.start"}
     assert set(helpers) == {"crunch", "wait_io", "tidy"}
     # The sleep's ticks are one sample: the thread waited where it was.
     assert helpers["wait_io"]["samples"]["total"] >= 2

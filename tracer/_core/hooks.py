@@ -20,8 +20,9 @@ the key the code was registered under (``codes.REGISTRY``, by id).
   its invocation, the context value its steps run under, and the token of the step running now;
   each step sets the value and the yield that ends it resets it, so calls between its steps
   belong to the caller. A value code inside the frame set and had not reset at the yield (an
-  integration's client call attached across an ``await``) is what the next step sets instead. A generator or async generator closed (GeneratorExit) ends ok, as an
-  exhausted one does; a coroutine closed ends with the error, as any exception.
+  integration's client call attached across an ``await``) is what the next step sets instead.
+  A generator or async generator closed (GeneratorExit) ends ok, as an exhausted one does; a
+  coroutine closed ends with the error, as any exception.
 - A strand closed where it has no handler (3.13 then runs none of its code, and no event comes)
   or dropped unstarted leaves a state whose frame nobody else holds: ``sweep`` ends those, at the
   next strand's start once they are many, and at every flush.
