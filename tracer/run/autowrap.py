@@ -22,6 +22,9 @@ dict of handlers, a default argument) run traced code too. Where code cannot be 
 (``INVOSEQ_WRAP=1``) the attribute is replaced by a wrapper, which keeps ``__module__``,
 ``__qualname__`` and ``__wrapped__`` so ``pickle`` still finds the function by reference.
 
+The same hook hands every import made while no invocation is current to ``import_phase``: what
+a module's code calls at import time is the service sequence of the program's imports.
+
 The hook never breaks an import: any failure of its own is logged once and the module is left
 as imported. ``uninstall()`` stops tracing what it traced and puts back every original it
 replaced.
@@ -30,7 +33,6 @@ replaced.
 from __future__ import annotations
 
 import builtins
-import importlib.abc
 import logging
 import sys
 import threading
@@ -43,6 +45,7 @@ from typing import Any
 from tracer._core import codes
 from tracer._core.decorator import is_traced
 from tracer._core.traced import traced
+from tracer.run import import_phase
 from tracer.run.patterns import IncludePatterns, Verdict, is_external, module_origin
 
 log = logging.getLogger("tracer")
@@ -214,24 +217,11 @@ class DefiningNamespace(MutableMapping[str, Any]):
 # -- the import hook ---------------------------------------------------------------------------
 
 
-class _WrappingLoader(importlib.abc.Loader):
+class _WrappingLoader(import_phase.DelegatingLoader):
     """Delegates everything to the real loader; after ``exec_module`` wraps the new module."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
 
     def __repr__(self) -> str:
         return f"<invoseq wrapping {self._loader!r}>"
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "_loader":  # not set yet (copy, pickle): no recursion
-            raise AttributeError(name)
-        return getattr(self._loader, name)
-
-    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
-        create = getattr(self._loader, "create_module", None)
-        module: ModuleType | None = None if create is None else create(spec)
-        return module
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)  # the module's own errors propagate unchanged
@@ -256,7 +246,10 @@ class _Finder:
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
         verdict = self.patterns.verdict(fullname)
-        if verdict is Verdict.NO or getattr(self._busy, "active", False):
+        if getattr(self._busy, "active", False):
+            return None
+        top = import_phase.at_top()
+        if verdict is Verdict.NO and not top:
             return None
         self._busy.active = True  # a finder behind us looking up the same name: no recursion
         try:
@@ -267,10 +260,13 @@ class _Finder:
         if spec is None or spec.loader is None or spec.origin is None:
             return spec  # not found, or a namespace package: nothing to wrap
         try:
-            if verdict is Verdict.UNLESS_EXTERNAL and is_external(spec.origin):
-                return spec
-            if hasattr(spec.loader, "exec_module"):
+            traces = verdict is Verdict.YES or (
+                verdict is Verdict.UNLESS_EXTERNAL and not is_external(spec.origin)
+            )
+            if traces and hasattr(spec.loader, "exec_module"):
                 spec.loader = _WrappingLoader(spec.loader)
+            if top:
+                import_phase.wrap(spec)
         except Exception as exc:
             _report_internal_error(exc, fullname)
         return spec

@@ -41,12 +41,12 @@ from typing import Any, Final
 from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context, recorder
+from tracer._core import service as _service
 from tracer._patching.integrations import (
     Hook,
     PatchSpec,
     _http,
     _options,
-    _service,
     installed,
     mark,
 )

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context
-from tracer._patching.integrations import Hook, PatchSpec, _http, _served, _service
+from tracer._core import service as _service
+from tracer._patching.integrations import Hook, PatchSpec, _http, _served
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment

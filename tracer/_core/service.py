@@ -3,7 +3,9 @@
 An ASGI application's lifespan (it runs as long as the server does) and a server's start-up
 (loading the application, which imports it: every traced call its modules make at import time)
 are each measured as the root of a sequence of their own, named in ``invoseq.events.
-SERVICE_MODULE`` (``invoseq.service.asgi.lifespan``, ``invoseq.service.uvicorn.startup``): the
+SERVICE_MODULE`` (``invoseq.service.asgi.lifespan``, ``invoseq.service.uvicorn.startup``), as is
+the import of a module ``tracer run --include`` traces when nothing is current
+(``invoseq.service.import``: its code's calls at import time, to modules traced already): the
 repository calls such a sequence a *service* one and leaves it out of its listings unless asked
 (``cmr ls --kind service``), so a lifespan of hours never tops the slowest requests and the calls
 made at start-up are one sequence, not one each.
@@ -19,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from invoseq.events import SERVICE_MODULE
-from tracer._core import context, decorator, measured, recorder
+from tracer._core import context, decorator, ids, measured, recorder, stack
 
 T = TypeVar("T")
 
@@ -56,34 +58,63 @@ def finish(call: measured.Measured, name: str, exc: BaseException | None = None)
         recorder.internal_error(error)
 
 
-def _finish_unless_empty(call: measured.Measured, name: str, exc: BaseException | None) -> None:
-    """``finish``, unless no invocation of any thread began since ``call`` did: a start-up
-    that ran nothing traced leaves no sequence (ids come from one counter; one is spent here)."""
-    try:
-        if decorator.next_iid() == call.iid + 1 and exc is None:
-            return
-    except Exception as error:
-        recorder.internal_error(error)
-    finish(call, name, exc)
-
-
 def run(name: str, work: Callable[[], T]) -> T:
     """``work()`` as the service invocation ``name``: what it calls nests under it. Written
-    only when something traced ran meanwhile (its Start then comes at its end, with the time
-    it began: the repository places it whenever it arrives)."""
+    only when something traced ran meanwhile, or it raised (its Start then comes at its end,
+    with the time it began: the repository places it whenever it arrives)."""
     call = begin(name, opened=False)
-    if call is None:
+    return work() if call is None else _run_under(call, name, work, errors_kept=True)
+
+
+def run_at_top(name: str, work: Callable[[], T]) -> T:
+    """``work()`` as the service invocation ``name`` when no invocation is current on this
+    thread (an import the program makes at start-up), else within what is current (a lazy
+    import inside a request is that request's work).
+
+    Nothing is touched before the work has run but the ContextVar: no thread registered, so
+    the tracer's own start-up (whose imports come through here) never starts it again. The
+    invocation is written afterwards, and only when a traced call of this thread may have
+    nested under it (an id was drawn since, and this thread has recorded): an import that
+    fails having called nothing traced (an optional dependency missing) leaves nothing."""
+    try:
+        if not decorator.recording() or stack.active():
+            return work()
+        call = measured.Measured(ids.new_seq(), 0, 0, decorator.next_iid(), decorator.now())
+    except Exception as exc:
+        recorder.internal_error(exc)
         return work()
+    return _run_under(call, name, work, errors_kept=False)
+
+
+def _run_under(
+    call: measured.Measured, name: str, work: Callable[[], T], *, errors_kept: bool
+) -> T:
     token = _set(call.value)
     try:
         result = work()
     except BaseException as exc:
         _reset(token)
-        _finish_unless_empty(call, name, exc)
+        _finish_unless_empty(call, name, exc, errors_kept)
         raise
     _reset(token)
-    _finish_unless_empty(call, name, None)
+    _finish_unless_empty(call, name, None, errors_kept)
     return result
+
+
+def _finish_unless_empty(
+    call: measured.Measured, name: str, exc: BaseException | None, errors_kept: bool
+) -> None:
+    """``finish``, unless this thread never recorded, or no invocation of any thread began
+    since ``call`` did (ids come from one counter; one is spent here) and it did not raise or
+    ``errors_kept`` is False: a start-up that ran nothing traced leaves no sequence."""
+    try:
+        if getattr(recorder.tls, "events", None) is None:
+            return
+        if decorator.next_iid() == call.iid + 1 and (exc is None or not errors_kept):
+            return
+    except Exception as error:
+        recorder.internal_error(error)
+    finish(call, name, exc)
 
 
 async def run_async(name: str, work: Callable[[], Awaitable[T]]) -> T:
