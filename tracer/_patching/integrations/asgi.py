@@ -33,7 +33,6 @@ alone; disable ``starlette`` and ``fastapi`` to leave their applications alone.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, MutableMapping
 from types import ModuleType
 from typing import Any, Final
@@ -48,8 +47,8 @@ from tracer._patching.integrations import (
     _http,
     _options,
     installed,
-    mark,
 )
+from tracer._patching.integrations._server_hooks import run_as_service, wrap_after
 
 __all__ = [
     "HEADERS",
@@ -223,93 +222,44 @@ def _refine(scope: Scope, framework: str) -> None:
         request.refine(framework)
 
 
-def _wrap_after_init(owner: type, attribute: str) -> PatchSpec:
-    """A patch of ``owner.__init__`` that wraps the application it stores in ``attribute`` in
-    ``ServerMiddleware``, once (a server object per application: hypercorn's, daphne's)."""
-    init = owner.__dict__.get("__init__")
-    if not callable(init):
-        raise TypeError(f"{owner.__qualname__}.__init__ is not a function here")
+def _measuring(owner: type, method: str) -> Callable[[Any], Any | None]:
+    """What ``wrap_after`` puts in place of an application a server stored: the application in
+    ``ServerMiddleware``, once."""
 
-    def make(original: Callable[..., None]) -> Callable[..., None]:
-        @functools.wraps(original)
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-            original(self, *args, **kwargs)
-            try:
-                app = getattr(self, attribute, None)
-                if app is not None and not isinstance(app, ServerMiddleware):
-                    setattr(self, attribute, ServerMiddleware(app, owner=owner, name="__init__"))
-            except Exception as exc:
-                recorder.internal_error(exc)
+    def wrap(app: Any) -> Any | None:
+        if isinstance(app, ServerMiddleware):
+            return None
+        return ServerMiddleware(app, owner=owner, name=method)
 
-        return mark(__init__)
-
-    return (owner, "__init__", make)
+    return wrap
 
 
 def _hypercorn(module: ModuleType) -> list[PatchSpec]:
-    return [_wrap_after_init(module.ASGIWrapper, "app")]
+    wrapper = module.ASGIWrapper
+    return [wrap_after(wrapper, "__init__", "app", _measuring(wrapper, "__init__"))]
 
 
 def _daphne(module: ModuleType) -> list[PatchSpec]:
-    return [_wrap_after_init(module.Server, "application")]
-
-
-def _loading(module: ModuleType, name: str, service: str) -> PatchSpec:
-    """A patch of the module function ``name`` that imports the application: it runs as the
-    service invocation ``service`` (the calls the application's modules make at import time
-    are its children). The server's modules bind it by name after this module has run."""
-    if not callable(getattr(module, name, None)):
-        raise TypeError(f"{module.__name__}.{name} is not a function here")
-
-    def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def load(*args: Any, **kwargs: Any) -> Any:
-            return _service.run(service, lambda: original(*args, **kwargs))
-
-        return mark(load)
-
-    return (module, name, make)
+    server = module.Server
+    return [wrap_after(server, "__init__", "application", _measuring(server, "__init__"))]
 
 
 def _hypercorn_loading(module: ModuleType) -> list[PatchSpec]:
-    return [_loading(module, "load_application", "hypercorn.startup")]
+    # the server's modules bind it by name after this module has run
+    return [run_as_service(module, "load_application", "hypercorn.startup")]
 
 
 def _daphne_loading(module: ModuleType) -> list[PatchSpec]:
-    return [_loading(module, "import_by_path", "daphne.startup")]
+    return [run_as_service(module, "import_by_path", "daphne.startup")]
 
 
 def _uvicorn(module: ModuleType) -> list[PatchSpec]:
     config = module.Config
-    if not callable(config.__dict__.get("load")):
-        raise TypeError("uvicorn.config.Config.load is not a function here")
-
-    def make(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        @functools.wraps(original)
-        def load(self: Any) -> Any:
-            result = original(self)
-            try:
-                app = getattr(self, "loaded_app", None)
-                if app is not None and not isinstance(app, ServerMiddleware):
-                    self.loaded_app = ServerMiddleware(app, owner=config, name="load")
-            except Exception as exc:
-                recorder.internal_error(exc)
-            return result
-
-        return mark(load)
-
-    def make_load_app(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        @functools.wraps(original)
-        def load_app(self: Any) -> Any:
-            # it imports the application: the calls its modules make at import time are
-            # start-up's (uvicorn.run loads it once before the server, as load() does again)
-            return _service.run("uvicorn.startup", lambda: original(self))
-
-        return mark(load_app)
-
-    specs: list[PatchSpec] = [(config, "load", make)]
+    specs = [wrap_after(config, "load", "loaded_app", _measuring(config, "load"))]
     if callable(config.__dict__.get("load_app")):
-        specs.append((config, "load_app", make_load_app))
+        # it imports the application: the calls its modules make at import time are
+        # start-up's (uvicorn.run loads it once before the server, as load() does again)
+        specs.append(run_as_service(config, "load_app", "uvicorn.startup"))
     return specs
 
 

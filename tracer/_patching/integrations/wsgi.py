@@ -31,6 +31,7 @@ from opentelemetry.propagators.textmap import Getter
 from tracer._core import context
 from tracer._core import service as _service
 from tracer._patching.integrations import Hook, PatchSpec, _http, _served
+from tracer._patching.integrations._server_hooks import wrap_after
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -289,30 +290,28 @@ def _gunicorn(module: ModuleType) -> list[PatchSpec]:
     return [(worker, "load_wsgi", make)]
 
 
-def _wrap_after_init(owner: type, attribute: str) -> PatchSpec:
-    """A patch of ``owner.__init__`` that wraps the application it stores in ``attribute``, once,
-    for as long as the patch is in place (waitress's and werkzeug's servers)."""
-    if not callable(owner.__dict__.get("__init__")):
-        raise TypeError(f"{owner.__qualname__}.__init__ is not a function here")
+def _measuring(owner: type) -> Callable[[Any], Any | None]:
+    """What ``wrap_after`` puts in place of the application a server stored at its
+    ``__init__``: the application, measured, once."""
 
-    def make(original: Callable[..., None]) -> Callable[..., None]:
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-            original(self, *args, **kwargs)
-            app = getattr(self, attribute, None)
-            if callable(app) and not isinstance(app, _Loaded):
-                setattr(self, attribute, _Loaded(app, owner, "__init__"))
+    def wrap(app: Any) -> Any | None:
+        return (
+            _Loaded(app, owner, "__init__")
+            if callable(app) and not isinstance(app, _Loaded)
+            else None
+        )
 
-        return _marked(__init__, original)
-
-    return (owner, "__init__", make)
+    return wrap
 
 
 def _waitress(module: ModuleType) -> list[PatchSpec]:
-    return [_wrap_after_init(module.BaseWSGIServer, "application")]
+    server = module.BaseWSGIServer
+    return [wrap_after(server, "__init__", "application", _measuring(server), PATCH_MARK)]
 
 
 def _werkzeug(module: ModuleType) -> list[PatchSpec]:
-    return [_wrap_after_init(module.BaseWSGIServer, "app")]
+    server = module.BaseWSGIServer
+    return [wrap_after(server, "__init__", "app", _measuring(server), PATCH_MARK)]
 
 
 HOOKS: dict[str, Hook] = {
