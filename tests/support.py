@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -213,3 +215,27 @@ def wait_for(predicate: Any, timeout_s: float = 30.0, interval_s: float = 0.02) 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
         time.sleep(interval_s)
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on: bound, then released."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port``."""
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def http_get(port: int, path: str, timeout_s: float = 30.0) -> tuple[int, bytes]:
+    """GET ``path`` from 127.0.0.1:``port`` on a connection of its own: status and body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        connection.request("GET", path, headers={"Connection": "close"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()

@@ -6,10 +6,8 @@ is; the application's traced calls are its children."""
 
 from __future__ import annotations
 
-import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import cmr_json, own_session, wait_for, write_script
+from tests.support import (
+    cmr_json,
+    free_port,
+    http_get,
+    listening,
+    own_session,
+    wait_for,
+    write_script,
+)
 
 ROUTER = """
 import orders
@@ -175,29 +181,6 @@ SERVERS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def status_of(port: int, path: str) -> int:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        response.read()
-        return response.status
-    finally:
-        connection.close()
-
-
 @pytest.mark.parametrize("server", SERVERS, ids=lambda server: server.id)
 def test_each_request_is_one_sequence_named_by_method_and_path_template(
     tmp_path: Path, server: Server
@@ -222,7 +205,7 @@ def test_each_request_is_one_sequence_named_by_method_and_path_template(
             return listening(port)
 
         wait_for(ready, timeout_s=90, interval_s=0.05)
-        assert [status_of(port, path) for path, _ in REQUESTS] == [s for _, s in REQUESTS]
+        assert [http_get(port, path)[0] for path, _ in REQUESTS] == [s for _, s in REQUESTS]
         if server.stop is not None:
             run.send_signal(server.stop)
         try:  # its own exit status (a KeyboardInterrupt's, for some): the trace is sent

@@ -35,7 +35,8 @@ from tests.integrations.wsgi_servers import (
     named,
     one,
 )
-from tests.processes.web_support import free_port, wait_until_listening
+from tests.processes.web_support import wait_until_listening
+from tests.support import free_port
 from tracer import traced
 from tracer._patching import integrations
 from tracer._patching.integrations import wsgi

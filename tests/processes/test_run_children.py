@@ -9,11 +9,9 @@ into tmp_path, and reads the trees back with ``cmr show --json``.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +21,15 @@ from typing import Any
 
 import pytest
 
-from tests.support import cmr_json, run_python, shape, wait_for, write_script
+from tests.support import (
+    cmr_json,
+    free_port,
+    http_get,
+    run_python,
+    shape,
+    wait_for,
+    write_script,
+)
 from tracer.run import bootstrap
 
 pytestmark = pytest.mark.system
@@ -289,13 +295,6 @@ def render(text):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextmanager
 def started(command: list[str], cwd: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A process in a session of its own: whatever happens, it and its children are killed."""
@@ -315,17 +314,6 @@ def started(command: list[str], cwd: Path, log: Path) -> Iterator[subprocess.Pop
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def get(port: int, path: str) -> bytes:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        assert response.status == 200
-        return response.read()
-    finally:
-        connection.close()
-
-
 def test_uvicorn_workers_trace_the_app_and_flush_when_stopped(tmp_path: Path) -> None:
     write_script(tmp_path / "app.py", APP)
     write_script(tmp_path / "handlers.py", HANDLERS)
@@ -341,7 +329,9 @@ def test_uvicorn_workers_trace_the_app_and_flush_when_stopped(tmp_path: Path) ->
 
     with started(command, tmp_path, log) as master:
         wait_for(ready, timeout_s=90, interval_s=0.1)
-        bodies = [get(port, f"/r{n}") for n in range(4)]
+        answers = [http_get(port, f"/r{n}") for n in range(4)]
+        assert {status for status, _ in answers} == {200}
+        bodies = [body for _, body in answers]
         master.send_signal(signal.SIGINT)
         assert master.wait(60) == 0, log.read_text()
     assert bodies == [b"/R0", b"/R1", b"/R2", b"/R3"]

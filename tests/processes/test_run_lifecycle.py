@@ -25,8 +25,8 @@ from typing import IO, Any
 import pytest
 
 from benchmarks.lifecycle import SPAWN_SERVER
-from tests.processes.web_support import free_port, nodes
-from tests.support import cmr_json, own_session, read_line, wait_for, write_script
+from tests.processes.web_support import nodes
+from tests.support import cmr_json, free_port, own_session, read_line, wait_for, write_script
 
 pytestmark = pytest.mark.system
 
@@ -162,22 +162,41 @@ def gunicorn(tmp_path: Path, *options: str) -> Iterator[tuple[subprocess.Popen[s
     """``tracer run --include app -m gunicorn -w 2 OPTIONS app:app`` with the embedded
     repository, its output in a log file, once both workers have booted; the stop is the test's."""
     write_script(tmp_path / "app.py", WSGI_APP)
+    write_script(tmp_path / "ready.conf.py", READY_HOOK)
     port = free_port()
     args = ["--include", "app", "-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}"]
-    args += ["--no-control-socket", *options, "app:app"]
+    args += ["-c", "ready.conf.py", "--no-control-socket", *options, "app:app"]
     log = tmp_path / "gunicorn.log"
     with log.open("w") as output, started(tmp_path, args, traced=True, output=output) as master:
 
         def booted() -> bool:
             assert master.poll() is None, log.read_text()
-            return log.read_text().count("Booting worker") == 2
+            return log.read_text().count(READY) == 2
 
         wait_for(booted, timeout_s=PATIENCE_S, interval_s=0.05)
         yield master, port, log
 
 
+#: A gunicorn configuration whose workers say when they are ready: their signal handlers
+#: installed, the application loaded.
+READY_HOOK = """
+def post_worker_init(worker):
+    worker.log.info("Worker ready (pid: %s)", worker.pid)
+"""
+READY = "Worker ready"
+
+
 def stop_gunicorn(master: subprocess.Popen[str], log: Path) -> tuple[float, int, str]:
-    """SIGTERM to the master: the seconds until it exited, its status and its log."""
+    """SIGTERM to the master once every worker it started is ready (a worker recycled after its
+    last request is replaced: a SIGTERM the replacement got before its own handlers were in
+    place would be gunicorn's race, not the tracer's); the seconds until it exited, its status
+    and its log."""
+
+    def settled() -> bool:
+        text = log.read_text()
+        return text.count(READY) == 2 + text.count("Autorestarting worker")
+
+    wait_for(settled, timeout_s=PATIENCE_S, interval_s=0.05)
     began = time.monotonic()
     master.send_signal(signal.SIGTERM)
     master.wait(PATIENCE_S)

@@ -14,7 +14,6 @@ import pytest
 
 from tests.processes.web_support import (
     TRACEPARENT,
-    free_port,
     get,
     named,
     nodes,
@@ -22,7 +21,7 @@ from tests.processes.web_support import (
     traced_server,
     trees,
 )
-from tests.support import cmr_server, wait_for, write_script
+from tests.support import cmr_server, free_port, wait_for, write_script
 
 FLASK_APP = """
 import os

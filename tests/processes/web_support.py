@@ -22,13 +22,6 @@ from tests.support import cmr_json, traced_env
 TRACEPARENT = "00-{seq}-00f067aa0ba902b7-01"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def wait_until_listening(port: int, process: subprocess.Popen[str], timeout_s: float) -> None:
     """Until something accepts connections on ``port`` (bounded; fails at once if the server
     exits)."""

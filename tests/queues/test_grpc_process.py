@@ -8,8 +8,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.processes.web_support import free_port, named, nodes, pid, traced_server, trees
-from tests.support import cmr_server, run_traced, write_script
+from tests.processes.web_support import named, nodes, pid, traced_server, trees
+from tests.support import cmr_server, free_port, run_traced, write_script
 
 SERVER = """
 import sys

@@ -3,7 +3,6 @@ is none or it refuses them."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, make_batch
 from tests.cmr.export_support import MS, SEQ, fill
 from tests.cmr.otlp_support import otlp_receiver
+from tests.support import free_port
 
 DAY_NS = 86_400 * 1_000_000_000
 #: A second sequence, ten days after the first (2023-11-14T22:13:20Z).
@@ -136,13 +136,6 @@ def test_a_receiver_that_refuses_the_spans_is_a_one_line_error(repo, capsys) -> 
         receiver.status = 400
         message = one_line_error(capsys, repo, SEQ.hex(), "--otlp-endpoint", receiver.url)
     assert message == f"cmr: {receiver.url}/v1/traces did not take the spans: HTTP 400 Bad Request"
-
-
-def free_port() -> int:
-    """A port nothing listens on: bound, then released."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.system

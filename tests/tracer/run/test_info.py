@@ -183,7 +183,8 @@ def test_list_integrations_under_gunicorn_says_what_each_forked_worker_patched(
 ) -> None:
     """gunicorn's master imports no application; its worker, forked, imports Flask: each says
     its own states when it ends (SIGTERM to the master, gunicorn's graceful stop)."""
-    from tests.processes.web_support import free_port, get, wait_until_listening
+    from tests.processes.web_support import get, wait_until_listening
+    from tests.support import free_port
 
     (tmp_path / "app.py").write_text(
         "from flask import Flask\napp = Flask(__name__)\n\n"
