@@ -1,11 +1,13 @@
 """Case ``idle`` (issue 33): what an idle traced process costs, against the same process bare.
 
-Two programs, each run bare and under ``python -m tracer run`` (its embedded repository
-listening): a script that makes a few traced calls, then waits (``threading.Event().wait``), and
-a gunicorn master with two sync workers that served a few requests, then none. After the calls
-and a settling pause, each process tree's CPU time is read over a fixed window from
-``/proc/PID/task/TID/schedstat`` (nanoseconds, every thread, the workers included), the
-embedded repository's apart. The value is CPU % of one core.
+Three programs, each run bare and under ``python -m tracer run`` (its embedded repository
+listening): a script that makes a few traced calls, then waits (``threading.Event().wait``), a
+gunicorn master with two sync workers, and uvicorn serving an ASGI app (its event loop, its
+lifespan a service invocation open all along), each server having served a few requests, then
+none. After the calls and a settling pause, each process tree's CPU time is read over a fixed
+window from ``/proc/PID/task/TID/schedstat`` (nanoseconds, every thread, the workers included),
+the embedded repository's apart. The value is CPU % of one core; for uvicorn, which wakes every
+second itself (0.1-0.2 % bare), the part the tracer adds.
 """
 
 from __future__ import annotations
@@ -54,6 +56,21 @@ def app(environ, start_response):
     return [body]
 """
 
+ASGI_APP: Final = """\
+async def handle(path):
+    return ("hello " + path).encode()
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    body = await handle(scope["path"])
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": body})
+"""
+
 
 def run(settings: Settings) -> CaseResult:
     window = 6.0 if settings.quick else 20.0
@@ -61,12 +78,20 @@ def run(settings: Settings) -> CaseResult:
     workdir = settings.workdir
     (workdir / "idleprog.py").write_text(SCRIPT)
     (workdir / "idleapp.py").write_text(APP)
+    (workdir / "idleasgi.py").write_text(ASGI_APP)
     env = clean_environment(INVOSEQ_SPOOL_DIR=str(workdir / "spool"))
     result = CaseResult()
     measured: dict[str, tuple[float, float]] = {}
     for traced in (False, True):
         measured[f"script {traced}"] = _script(workdir, env, traced, window, settle)
-        measured[f"gunicorn {traced}"] = _gunicorn(workdir, env, traced, window, settle)
+        gunicorn = ["-m", "gunicorn", "-w", "2", "idleapp:app"]
+        measured[f"gunicorn {traced}"] = _server(
+            workdir, env, traced, window, settle, server=gunicorn
+        )
+        uvicorn = ["-m", "uvicorn", "idleasgi:app"]
+        measured[f"uvicorn {traced}"] = _server(
+            workdir, env, traced, window, settle, server=uvicorn
+        )
     result.raw = {name: list(value) for name, value in measured.items()}
     for kind, label in (
         ("script", "idle traced process (a few calls, then a wait)"),
@@ -86,6 +111,21 @@ def run(settings: Settings) -> CaseResult:
                 note=f"over {window:.0f} s; the embedded repository beside it: {repository:.3f} %",
             )
         )
+    bare, _ = measured["uvicorn False"]
+    traced_pct, repository = measured["uvicorn True"]
+    result.rows.append(
+        Row(
+            case=NAME,
+            name="uvicorn serving an idle ASGI app, under tracer run: CPU % of a core added",
+            value=traced_pct - bare,
+            unit="%",
+            targets=TARGETS,
+            note=(
+                f"over {window:.0f} s: {traced_pct:.3f} % traced, {bare:.3f} % bare; the embedded"
+                f" repository beside it: {repository:.3f} %"
+            ),
+        )
+    )
     return result
 
 
@@ -104,22 +144,30 @@ def _script(
         stop(process)
 
 
-def _gunicorn(
-    workdir: Path, env: dict[str, str], traced: bool, window: float, settle: float
+def _server(
+    workdir: Path,
+    env: dict[str, str],
+    traced: bool,
+    window: float,
+    settle: float,
+    *,
+    server: list[str],
 ) -> tuple[float, float]:
+    """``server`` (``-m gunicorn ... idleapp:app``) on a free port: ten requests, then idle."""
     port = free_port()
-    args = ["-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}", "idleapp:app"]
-    prefix = [*_tracer_run(workdir), "--include", "idleapp"] if traced else []
-    command = [sys.executable, *prefix, *args]
+    module = server[-1].partition(":")[0]
+    bind = ["-b", f"127.0.0.1:{port}"] if "gunicorn" in server else ["--port", str(port)]
+    prefix = [*_tracer_run(workdir), "--include", module] if traced else []
+    command = [sys.executable, *prefix, *server[:-1], *bind, server[-1]]
     process = subprocess.Popen(
         command, cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + 60
         served = 0
-        while served < 10:  # both workers serve some (round robin is not promised)
+        while served < 10:  # gunicorn's both workers serve some (round robin is not promised)
             if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("gunicorn did not serve")
+                raise RuntimeError(f"{server[1]} did not serve")
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/x", timeout=5) as reply:
                     reply.read()

@@ -1,17 +1,29 @@
 """Which threads the sampler reads when only active ones are (``only_active``, the default):
-those inside a traced call, or in an asyncio event loop between the steps of its tasks."""
+those inside a traced call, or in an asyncio event loop between the steps of its tasks while the
+loop has work open (``open_async_work``: a request in flight, a traced coroutine suspended).
+
+An event loop with nothing open (an idle server: its lifespan, a service invocation, aside) is
+not read, so the sampler can rest (``Sampler._park``): what wakes it is the next traced call or
+request, whose Start takes the slow path (docs/architecture.md, "Idle")."""
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterable
 from types import CodeType, FrameType
-from typing import Final
+from typing import Any, Final
 
+from tracer._core import measured, service
 from tracer._core.codes import TRACED_CODES
 from tracer._core.frames import WRAPPER_CODES
 
 #: Frames walked from a thread's innermost one, at most (here and in the stacks sampled).
 MAX_DEPTH: Final = 512
+#: Tasks looked into for a suspended traced coroutine, at most: past it, the loop has work open.
+MAX_TASKS_SCANNED: Final = 256
+#: How long a verdict of ``open_async_work`` holds (one tick reads it for every thread).
+VERDICT_NS: Final = 2_000_000
 
 
 def worth_sampling(top: FrameType) -> bool:
@@ -26,7 +38,7 @@ def worth_sampling(top: FrameType) -> bool:
     such a loop runs, the step's frames are above it, as they are in any callback."""
     loop = _loop_codes()
     if loop is not None and top.f_code is loop[2]:
-        return True
+        return open_async_work()
     in_callback = False
     frame: FrameType | None = top
     depth = 0
@@ -38,16 +50,17 @@ def worth_sampling(top: FrameType) -> bool:
             if code is loop[1]:
                 in_callback = True
             elif code is loop[0] and not in_callback:
-                return True
+                return open_async_work()
         frame = frame.f_back
         depth += 1
     return False
 
 
 def in_event_loop(top: FrameType) -> bool:
-    """Whether a thread seen at ``top`` runs an asyncio event loop, in a callback or not: its
-    tasks may be suspended in traced coroutines, which leave no frame and record nothing when
-    they resume, so the sampler never goes idle beside it (``Sampler._park``)."""
+    """Whether a thread seen at ``top`` runs an asyncio event loop, in a callback or not: while
+    the loop has work open its tasks may be suspended in traced coroutines, which leave no frame
+    and record nothing when they resume, so the sampler does not go idle beside it
+    (``Sampler._park``)."""
     loop = _loop_codes()
     if loop is None:
         return False
@@ -85,3 +98,76 @@ def _loop_codes() -> LoopCodes | None:
         runner = getattr(getattr(runners, "Runner", None), "run", None)
         _loop = iteration, callback, getattr(runner, "__code__", None)
     return _loop
+
+
+_verdict: tuple[int, bool] = (0, False)  # (until when, open)
+
+
+def open_async_work() -> bool:
+    """Whether an event loop's wait serves work worth sampling: a measured request in flight
+    (``measured.OPEN``), or a task suspended in (or not yet started at) a traced coroutine,
+    a service's (an ASGI lifespan's) aside. Decided at most every ``VERDICT_NS``; never raises
+    (in doubt, True: the sampler stays awake, as before)."""
+    global _verdict
+    now = time.monotonic_ns()
+    until, verdict = _verdict
+    if now < until:
+        return verdict
+    try:
+        verdict = bool(measured.OPEN) or _traced_coroutine_suspended()
+    except Exception:  # a task set changed under us (another thread's loop): in doubt
+        verdict = True
+    _verdict = (now + VERDICT_NS, verdict)
+    return verdict
+
+
+def _traced_coroutine_suspended() -> bool:
+    tasks = _all_tasks()
+    if len(tasks) > MAX_TASKS_SCANNED:
+        return True
+    service_code = service.run_async.__code__
+    for task in tasks:
+        awaited: Any = task.get_coro()
+        depth = 0
+        while awaited is not None and depth < MAX_DEPTH:
+            code = _code_of(awaited)
+            if code is None or code is service_code:  # a service's work is not a request's
+                break
+            if code in WRAPPER_CODES or id(code) in TRACED_CODES:
+                return True
+            awaited = _awaiting(awaited)
+            depth += 1
+    return False
+
+
+def _all_tasks() -> list[Any]:
+    """Every asyncio task of the process, of every loop (``asyncio.all_tasks`` is one loop's,
+    from its own thread): a snapshot."""
+    tasks_module = sys.modules.get("asyncio.tasks")
+    if tasks_module is None:
+        return []
+    found: list[Any] = []
+    for name in ("_all_tasks", "_scheduled_tasks", "_eager_tasks"):  # 3.11; 3.12+
+        registry: Iterable[Any] | None = getattr(tasks_module, name, None)
+        if registry is not None:
+            found.extend(list(registry))  # RuntimeError if a loop changed it meanwhile
+    return found
+
+
+def _code_of(awaitable: Any) -> CodeType | None:
+    """The code of a coroutine (generator, async generator) not finished yet, else None (a done
+    task keeps its finished coroutine)."""
+    for prefix in ("cr_", "gi_", "ag_"):
+        code: CodeType | None = getattr(awaitable, prefix + "code", None)
+        if code is not None:
+            return None if getattr(awaitable, prefix + "frame", None) is None else code
+    return None
+
+
+def _awaiting(awaitable: Any) -> Any:
+    """What a suspended coroutine (generator, async generator) waits on, or None."""
+    for attribute in ("cr_await", "gi_yieldfrom", "ag_await"):
+        inner = getattr(awaitable, attribute, None)
+        if inner is not None:
+            return inner
+    return None

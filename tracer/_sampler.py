@@ -56,7 +56,7 @@ from types import FrameType, ModuleType
 from typing import Any, Final
 
 from invoseq import wire
-from tracer._active import MAX_DEPTH, in_event_loop, worth_sampling
+from tracer._active import MAX_DEPTH, in_event_loop, open_async_work, worth_sampling
 from tracer._core import accel, context, recorder
 from tracer._pacing import Pacer
 from tracer._readings import Pending, Readings, cpu_clock
@@ -243,7 +243,7 @@ class Sampler:
         del frames[threading.get_ident()]  # no cycle through this frame (see _tick)
         excluded = self._exclude()
         inside = any(
-            worth_sampling(top) or in_event_loop(top)
+            worth_sampling(top) or (in_event_loop(top) and open_async_work())
             for ident, top in frames.items()
             if ident in threads and ident not in excluded
         )

@@ -274,28 +274,37 @@ def test_a_threads_sample_ends_when_it_leaves_traced_calls_not_at_its_next_one(
 
 class _Watched(selectors.DefaultSelector):
     """A selector that asks, each time the loop waits in it, whether the sampler would sample
-    the loop's thread there."""
+    the loop's thread there, and files the answer under the test's current ``phase``."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.answers: list[bool] = []
+        self.phase = "starting"
+        self.answers: dict[str, list[bool]] = {}
 
     def select(self, timeout: float | None = None) -> list[Any]:
-        self.answers.append(active.worth_sampling(sys._getframe()))
+        answer = active.worth_sampling(sys._getframe())
+        self.answers.setdefault(self.phase, []).append(answer)
         return super().select(timeout)
 
 
-def test_an_event_loop_waiting_between_task_steps_is_sampled_even_outside_traced_calls() -> None:
-    """``asyncio.run`` of a traced coroutine: between the steps of its tasks no traced frame is
-    on the stack (a suspended coroutine leaves none), yet the repository can tell the loop's
-    time there from the tasks' (cmr/views/placement.py): the loop's own wait is sampled. A step
-    of an untraced task is not; a step of a traced one is."""
+def test_an_event_loop_waiting_is_sampled_while_a_traced_task_is_suspended_and_not_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between the steps of its tasks no traced frame is on the loop's stack (a suspended
+    coroutine leaves none), yet the repository can tell the loop's time there from the tasks'
+    (cmr/views/placement.py): while a traced coroutine is suspended, the loop's wait is sampled.
+    Once nothing traced is left in its tasks, the loop's wait is not (an idle server lets the
+    sampler rest). A step of an untraced task is not sampled; a step of a traced one is."""
+    monkeypatch.setattr(active, "VERDICT_NS", 0)  # each wait asks afresh
     seen: dict[str, bool] = {}
+    selector = _Watched()
 
     @tracer.traced
     async def traced_task() -> None:
         seen["traced step"] = active.worth_sampling(sys._getframe())
-        await asyncio.sleep(0)
+        selector.phase = "a traced task suspended"
+        await asyncio.sleep(0.02)
+        selector.phase = "its last step"  # (the gather's own wake-up comes after it)
 
     async def untraced_task() -> None:
         seen["untraced step"] = active.worth_sampling(sys._getframe())
@@ -303,23 +312,66 @@ def test_an_event_loop_waiting_between_task_steps_is_sampled_even_outside_traced
 
     async def main() -> None:
         await asyncio.gather(traced_task(), untraced_task())
+        selector.phase = "nothing traced left"
+        await asyncio.sleep(0.02)
 
-    selector = _Watched()
     loop = asyncio.SelectorEventLoop(selector)
     try:
         loop.run_until_complete(main())
     finally:
         loop.close()
-    assert selector.answers
-    assert all(selector.answers), selector.answers
+    suspended = selector.answers["a traced task suspended"]
+    assert suspended
+    assert all(suspended), selector.answers
+    after = selector.answers["nothing traced left"]
+    assert after
+    assert not any(after), selector.answers
     assert seen == {"traced step": True, "untraced step": False}
     assert not active.worth_sampling(sys._getframe())  # no loop here, no traced call
 
 
+def test_an_event_loop_serving_a_measured_request_is_sampled_and_its_service_alone_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request an integration measures (``measured.begin``) keeps its loop's wait sampled until
+    it finishes; a service invocation (an ASGI lifespan, open for the server's life) does not."""
+    from tracer._core import measured, service
+
+    monkeypatch.setattr(active, "VERDICT_NS", 0)
+    selector = _Watched()
+
+    async def main() -> None:
+        with capture():
+            lifespan = service.begin("asgi.lifespan")
+            assert lifespan is not None
+            selector.phase = "service only"
+            await asyncio.sleep(0.01)
+            request = measured.begin()
+            assert request is not None
+            selector.phase = "a request in flight"
+            await asyncio.sleep(0.01)
+            request.finish(measured.method("test", "GET /"))
+            selector.phase = "request finished"
+            await asyncio.sleep(0.01)
+            service.finish(lifespan, "asgi.lifespan")
+
+    loop = asyncio.SelectorEventLoop(selector)
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert selector.answers["a request in flight"]
+    assert all(selector.answers["a request in flight"]), selector.answers
+    for idle in ("service only", "request finished"):
+        assert selector.answers[idle]
+        assert not any(selector.answers[idle]), selector.answers
+
+
 def test_a_loop_iterating_in_c_is_sampled_while_it_waits_not_in_an_untraced_step() -> None:
     """uvloop runs its iteration in C: while it waits, the innermost frame of its thread is
-    ``asyncio.Runner.run`` (``uvloop.run``), and that is the loop, worth sampling; a step of an
-    untraced task, above it, is not; a step of a traced one is."""
+    ``asyncio.Runner.run`` (``uvloop.run``), and that is the loop, worth sampling while a traced
+    task is suspended; a step of an untraced task, above it, is not; a step of a traced one
+    is."""
     uvloop = pytest.importorskip("uvloop")
     seen: dict[str, bool] = {}
     waiting = threading.Event()
@@ -328,6 +380,8 @@ def test_a_loop_iterating_in_c_is_sampled_while_it_waits_not_in_an_untraced_step
     @tracer.traced
     async def traced_task() -> None:
         seen["traced step"] = active.worth_sampling(sys._getframe())
+        while not release.is_set():  # suspended: the loop's wait serves it
+            await asyncio.sleep(0.005)
 
     async def untraced_task() -> None:
         seen["untraced step"] = active.worth_sampling(sys._getframe())

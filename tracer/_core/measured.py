@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Mapping
 from typing import Final
 
@@ -47,10 +48,18 @@ _lock = threading.RLock()  # reentrant: a finalizer may intern too (recorder._lo
 _methods: dict[tuple[str, str], int] = {}
 _counts: dict[str, int] = {}  # names interned per module
 
+#: One item per invocation ``begin`` began and ``finish`` has not ended, service ones aside: a
+#: request in flight, which an event loop's wait serves (``tracer._active``: worth sampling
+#: while any is open). A deque's append and pop are atomic: no lock. Bounded: one never
+#: finished cannot grow it past ``MAX_OPEN`` (it then says "open" for as long as it is full).
+MAX_OPEN: Final = 65536
+OPEN: Final[deque[None]] = deque(maxlen=MAX_OPEN)
+
 
 def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.RLock()
+    OPEN.clear()  # the parent's requests are not the child's to finish
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -84,7 +93,7 @@ def interned(module: str, name: str) -> bool:
 class Measured:
     """One measured invocation between ``begin`` and ``finish`` (module docstring)."""
 
-    __slots__ = ("hid", "iid", "opened", "parent", "seq", "started_ns", "value")
+    __slots__ = ("counted", "hid", "iid", "opened", "parent", "seq", "started_ns", "value")
 
     def __init__(self, seq: bytes, parent: int, hid: int, iid: int, started_ns: int) -> None:
         self.seq = seq
@@ -93,6 +102,7 @@ class Measured:
         self.iid = iid
         self.started_ns = started_ns
         self.opened = False
+        self.counted = False  # in ``OPEN``
         #: The context value the code inside the invocation runs with.
         self.value: context.Current = (seq, iid, 0)
 
@@ -117,6 +127,7 @@ class Measured:
     ) -> None:
         """Write the attributes and the End (or the Error named ``error``); open it first,
         named ``fallback_method``, if it never was."""
+        self.uncount()
         self.open(fallback_method)
         try:
             events = recorder.thread_events()
@@ -129,6 +140,15 @@ class Measured:
                 events.append((TAG_ERROR, self.iid, now, error[:1024]))
         except Exception as exc:
             recorder.internal_error(exc)
+
+    def uncount(self) -> None:
+        """No longer among the ``OPEN`` invocations (it ended, or it is a service's)."""
+        if self.counted:
+            self.counted = False
+            try:
+                OPEN.pop()
+            except IndexError:  # emptied by a fork since
+                return
 
 
 def begin(start_from: context.Current | None = None) -> Measured | None:
@@ -147,7 +167,10 @@ def begin(start_from: context.Current | None = None) -> Measured | None:
         seq, parent, hid = (ids.new_seq(), 0, 0) if current is None else current
         if not seq:  # the untraced marker of a call past the memory bound
             return None
-        return Measured(seq, parent, hid, decorator.next_iid(), decorator.now())
+        call = Measured(seq, parent, hid, decorator.next_iid(), decorator.now())
+        OPEN.append(None)
+        call.counted = True
+        return call
     except Exception as exc:
         recorder.internal_error(exc)
         return None

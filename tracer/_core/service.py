@@ -38,6 +38,8 @@ def begin(name: str, *, opened: bool = True) -> measured.Measured | None:
             call = measured.begin()
         finally:
             _reset(token)
+        if call is not None:
+            call.uncount()  # no request: an event loop serving only it is idle
         if call is not None and opened:
             call.open(method(name))
         return call
