@@ -215,6 +215,9 @@
       const wait = arrow ? ", queued " + Invoseq.formatDuration(arrow.queued) : "";
       rows.push(["handoff", "hand-off", raw.handoff[i] + wait]);
     }
+    if (raw.detached && raw.detached[i]) {
+      rows.push(["detached", "detached", "it outlived its caller: the sequence did not wait for it"]);
+    }
     if (raw.samples[i]) {
       const cpu = raw.cpu[i] === null ? "" : ", CPU " + Invoseq.formatDuration(raw.cpu[i]);
       rows.push(["samples", "samples", raw.samples[i] + cpu]);

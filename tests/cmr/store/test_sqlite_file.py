@@ -20,10 +20,9 @@ from cmr.store.listing_sql import SQLITE, Plan, picked
 from cmr.store.sqlite.reader import SQLiteReader
 from cmr.store.sqlite.schema import (
     METHODS_BY_RECENT_SEQUENCE,
-    OPEN_BY_PROCESS,
     OPEN_CALL,
     PACKED_SCHEMA,
-    REMOTE_ENTRY_ENDS,
+    REMOTE_ENTRIES,
     SCHEMA_VERSION,
     SEQUENCE_BATCHES,
     SUMMARIES_OF_PICKED,
@@ -307,9 +306,7 @@ RECENT_SUMMARIES = SUMMARIES_OF_PICKED.format(
 )
 
 
-@pytest.mark.parametrize(
-    "query", [RECENT_SUMMARIES, THREAD_COUNTS, OPEN_BY_PROCESS, REMOTE_ENTRY_ENDS, OPEN_CALL]
-)
+@pytest.mark.parametrize("query", [RECENT_SUMMARIES, THREAD_COUNTS, REMOTE_ENTRIES, OPEN_CALL])
 def test_a_listing_line_is_read_by_index_whatever_the_size_of_its_sequence(
     tmp_path: Path, query: str
 ) -> None:
