@@ -2,10 +2,12 @@
 
 A listing line (``SequenceSummary``) needs, per sequence: how many invocations, on how many
 threads and processes, which invocation is the root (``_shared.root_rank``) and when it ended,
-the parentless invocations that continue a hand-off nobody here recorded (a foreign system's
-request), and which invocations are still open, with their process (running or incomplete
-depends on the process's state when read). Each batch adds to these (``SummaryParts``, built in
-``packing.pack``'s pass over the events); a store keeps them in small tables next to the batches:
+and the parentless invocations that continue a hand-off nobody here recorded (a foreign system's
+request), with their processes. The status follows the root (``_shared.sequence_status``):
+running or incomplete depends on its process's state when read (``waiting_on``); the
+invocations still open are kept for the listing by status (``listing_sql``). Each batch adds to
+these (``SummaryParts``, built in ``packing.pack``'s pass over the events); a store keeps them in
+small tables next to the batches:
 
 - per sequence: its Start count and its best root candidate so far (the lowest rank wins);
 - per (sequence, puid, tid): that the sequence ran there;

@@ -121,10 +121,10 @@
   }
 
   const STATUS_TITLES = {
-    complete: "Every call ended.",
-    error: "Every call ended, and the root call raised.",
-    running: "Some calls have not ended yet, in processes still running.",
-    incomplete: "Some calls will never end: their process ended or was lost first.",
+    complete: "The root call ended (work it did not wait for, detached, may still run).",
+    error: "The root call ended, and raised.",
+    running: "The root call has not ended yet, in a process still running.",
+    incomplete: "The root call will never end: its process ended or was lost first.",
   };
 
   function renderSummary() {

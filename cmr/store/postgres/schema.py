@@ -365,7 +365,6 @@ SUMMARIES_OF_PICKED: Final = """
     JOIN seq_roots r ON r.seq = s.seq
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
     LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
-#: The open invocations of each of the sequences %(seqs)s, per process.
 #: The entries of the sequences %(seqs)s whose hand-off nobody here recorded, with their
 #: processes and ends.
 REMOTE_ENTRIES: Final = """
