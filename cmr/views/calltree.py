@@ -89,9 +89,11 @@ def _build(data: SequenceData) -> SequenceTree:
     for i in _start_order_of(records):
         parent = parents[i]
         if parent >= 0:
-            caller, node = nodes[parent], nodes[i]
+            node = nodes[i]
+            caller = nodes[parent]
             caller.children.append(node)
-            if caller.end_ns is not None and (node.end_ns is None or node.end_ns > caller.end_ns):
+            stop = node.end_ns  # mostly ended within its caller: one comparison more
+            if stop is None or (caller.end_ns is not None and stop > caller.end_ns):
                 node.detached = outlives(node, caller)
         elif i != root_index:
             root.children.append(nodes[i])  # an orphan: keep it, under the root
