@@ -131,11 +131,16 @@ def run_python(tmp_path: Path, *command: str, **settings: str) -> subprocess.Com
 
 @contextmanager
 def interactive(
-    script: Path, endpoint: str, *args: str, **settings: str
+    script: Path,
+    endpoint: str,
+    *args: str,
+    launcher: tuple[str, ...] = (),
+    **settings: str,
 ) -> Iterator[subprocess.Popen[str]]:
-    """A traced program whose stdin and stdout the test drives; killed if the test fails."""
+    """A traced program whose stdin and stdout the test drives; killed if the test fails.
+    ``launcher`` goes between the interpreter and the script (``("-m", "tracer", "run")``)."""
     program = subprocess.Popen(
-        [sys.executable, str(script), *args],
+        [sys.executable, *launcher, str(script), *args],
         env=traced_env(endpoint, **settings),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -15,6 +15,7 @@ from tests.support import (
     run_traced,
     say,
     shape,
+    wait_for,
     write_script,
 )
 
@@ -318,3 +319,93 @@ def test_reconfiguring_loses_nothing_and_does_not_end_the_process(tmp_path: Path
     assert sorted(s["root"] for s in cmr_json(db, "ls")) == ["__main__.after", "__main__.before"]
     [process] = cmr_json(db, "stats")["processes"]
     assert process["state"] == "ended"
+
+
+DETACHED = """
+import sys
+import threading
+
+import tracer
+
+release = threading.Event()
+
+
+@tracer.traced
+def write(line):
+    return len(line)
+
+
+def writer():  # untraced (tracer run traces __main__): its thread runner times it
+    release.wait(120)
+    write("later")
+
+
+@tracer.traced
+def handle_request():
+    thread = threading.Thread(target=writer, name="writer", daemon=True)
+    thread.start()
+    write("now")
+    return thread
+
+
+thread = handle_request()
+tracer.flush()
+print("handled", flush=True)
+sys.stdin.readline()
+release.set()
+thread.join(60)
+tracer.flush()
+print("written", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_request_that_starts_a_thread_it_does_not_wait_for_completes(tmp_path: Path) -> None:
+    """Issue 34, point 3: the request completes when its own call ends; the thread shows as
+    detached under it, running, and its later calls join the same sequence."""
+    db = tmp_path / "cmr.sqlite"
+    script = write_script(tmp_path / "detached.py", DETACHED)
+    run = ("-m", "tracer", "run")
+    with cmr_server(db) as endpoint, interactive(script, endpoint, launcher=run) as program:
+        assert read_line(program, 60) == "handled\n"
+        (summary,) = cmr_json(db, "ls")
+        assert (summary["root"], summary["status"]) == ("__main__.handle_request", "complete")
+        assert summary["duration_ns"] is not None
+        assert [s["seq"] for s in cmr_json(db, "ls", "--status", "complete")] == [summary["seq"]]
+        assert cmr_json(db, "ls", "--status", "running") == []
+
+        def writer_started() -> dict | None:  # its thread's batch may come a little later
+            shown = cmr_json(db, "show", summary["seq"])
+            return shown if len(shown["root"]["children"]) == 2 else None
+
+        shown = wait_for(writer_started, 60)
+        assert shown["status"] == "complete"
+        thread, direct = shown["root"]["children"]
+        assert (thread["name"], thread["status"], thread["detached"]) == (
+            "__main__.writer",
+            "running",
+            True,
+        )
+        assert thread["handoff"]["kind"] == "thread"
+        assert (direct["name"], "detached" in direct) == ("__main__.write", False)
+        text = cmr(db, "show", summary["seq"]).stdout
+        assert "detached" in next(line for line in text.splitlines() if "writer" in line)
+
+        say(program, "go")  # the thread writes again, long after the request ended
+        assert read_line(program, 60) == "written\n"
+        (after,) = cmr_json(db, "ls")
+        assert (after["seq"], after["status"], after["invocations"]) == (
+            summary["seq"],
+            "complete",
+            4,
+        )
+        shown = cmr_json(db, "show", summary["seq"])
+        thread = shown["root"]["children"][0]
+        assert shape(thread) == {
+            "name": "__main__.writer",
+            "status": "ok",
+            "children": [{"name": "__main__.write", "status": "ok"}],
+        }
+        assert thread["detached"] is True  # it ended after the request did
+        say(program, "")
+        assert program.wait(60) == 0

@@ -27,10 +27,11 @@ the page turns each column into a typed array at once.
   ``depth`` (in the tree), ``parent`` (-1 for the root), ``start``, ``end`` (a call still open
   ends at the latest time the sequence shows, or at its caller's end on the same thread),
   ``open``, ``self`` (None while unknown), ``error``, ``iid`` (hex; None but for measured calls),
-  ``handoff`` (the hop's kind, or None), ``samples``, ``cpu`` (None without samples),
-  ``frame`` (``[file, function, line]`` of an estimated frame), ``bounds`` (an estimated
-  bar's ``[start min, start max, end min, end max]``, ``Node.bounds`` made relative; end max
-  None while unbounded; drawn as whiskers) and ``attributes``.
+  ``handoff`` (the hop's kind, or None), ``detached`` (it outlived its caller), ``samples``,
+  ``cpu`` (None without samples), ``frame`` (``[file, function, line]`` of an estimated
+  frame), ``bounds`` (an estimated bar's ``[start min, start max, end min, end max]``,
+  ``Node.bounds`` made relative; end max None while unbounded; drawn as whiskers) and
+  ``attributes``.
 - ``arrows``: one per hand-off whose submitter and submit time are known: ``from`` and ``to``
   (bar indexes), ``kind``, ``submitted``, ``start`` and ``queued`` (the wait, ns).
 - ``critical``: the bars of the critical path (``cmr.views.critical``, what ``cmr show
@@ -287,6 +288,7 @@ def _bars(
         error=[node.error for node in nodes],
         iid=[f"{node.iid:x}" if m else None for node, m in zip(nodes, measured, strict=True)],
         handoff=[None if node.handoff is None else node.handoff.kind for node in nodes],
+        detached=[node.detached for node in nodes],
         samples=[node.samples for node in nodes],
         cpu=[node.cpu_ns for node in nodes],
         frame=[None if node.frame is None else list(node.frame) for node in nodes],

@@ -54,6 +54,7 @@ class Bars(TypedDict):
     error: list[str | None]
     iid: list[str | None]
     handoff: list[str | None]
+    detached: list[bool]  # it outlived its caller (``calltree.outlives``)
     samples: list[int]
     cpu: list[int | None]
     frame: list[list[str | int] | None]

@@ -25,7 +25,7 @@ TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True
 if TYPE_CHECKING:
     from typing import Final
 
-    from cmr.store.base import Neighbours, SequenceData
+    from cmr.store.base import InvocationRecord, Neighbours, SequenceData
     from invoseq.wire import Batch
 
 SEQ_HEX_DIGITS: Final = 32
@@ -174,14 +174,16 @@ def summary_root(best: RootCandidate, remote: RemoteEntries) -> tuple[str, int |
     return best.name, best.end_ns, best.error
 
 
-def sequence_status(running: int, incomplete: int) -> str:
-    """A sequence is running while any invocation may still end, incomplete when some never will
-    (its process ended or is lost)."""
-    if running:
-        return RUNNING
-    if incomplete:
-        return INCOMPLETE
-    return COMPLETE
+def sequence_status(end_ns: int | None, open_alive: Iterable[bool]) -> str:
+    """A sequence's status follows its root, the one a listing names (``summary_root``): it is
+    complete once that root has ended (``end_ns``), whatever still runs beneath it (a thread,
+    task or process it started and did not wait for, a generator it left suspended: detached
+    work); before that it is running while one of the root's open invocations (the true root,
+    the open entries of a remote parent, or the candidate named when the root was lost) may
+    still end, its process alive (``open_alive``: one flag each), and incomplete when none will."""
+    if end_ns is not None:
+        return COMPLETE
+    return RUNNING if any(open_alive) else INCOMPLETE
 
 
 def qualified_name(module: str | None, qualname: str | None, method: int) -> str:
@@ -200,13 +202,6 @@ def summarize(data: SequenceData, start_ns: int) -> SequenceSummary:
     """A listing's line for a sequence, from its records (``processes`` read as of now): the
     rules above applied to the invocations themselves."""
     invocations = data.invocations
-    running = incomplete = 0
-    for record in invocations:
-        if record.end_ns is None:
-            if data.processes[record.puid].finished:
-                incomplete += 1
-            else:
-                running += 1
     first = min(invocations, key=lambda r: root_rank(r.parent, r.hid, r.start_ns, r.puid, r.iid))
     method = data.methods.get((first.puid, first.method))
     best = RootCandidate(
@@ -219,11 +214,14 @@ def summarize(data: SequenceData, start_ns: int) -> SequenceSummary:
         error=first.error,
     )
     remote = RemoteEntries(0, 0, None)
+    entries: list[InvocationRecord] = []
     if best.parent or best.hid:  # no true root: look for remote entries
         entries = [r for r in invocations if r.parent == 0 and r.hid and r.hid not in data.handoffs]
         ends = [r.end_ns for r in entries if r.end_ns is not None]
         remote = RemoteEntries(len(entries), len(entries) - len(ends), max(ends, default=None))
     root, root_end_ns, root_error = summary_root(best, remote)
+    # The root's invocations still open: the status waits on them (``sequence_status``).
+    waiting = [r for r in (entries if remote.count else [first]) if r.end_ns is None]
     return SequenceSummary(
         seq=data.seq,
         root=root,
@@ -232,7 +230,7 @@ def summarize(data: SequenceData, start_ns: int) -> SequenceSummary:
         invocations=len(invocations),
         threads=len({(r.puid, r.tid) for r in invocations}),
         processes=len({r.puid for r in invocations}),
-        status=sequence_status(running, incomplete),
+        status=sequence_status(root_end_ns, [not data.processes[r.puid].finished for r in waiting]),
         lossy=bool(data.lost_by),
         error=root_error,
     )

@@ -94,7 +94,7 @@ def candidate(
 ) -> bool:
     """Whether a page of ``kind`` holds the sequence: ``listing_sql.picked``'s conditions, for a
     store without SQL (window and host apart)."""
-    if query is not None and not _open_as_asked(query.status, keys.open):
+    if query is not None and not _open_as_asked(query.status, keys):
         return False
     if keys.root_name is None:
         return kind in {NEWEST, UNDECIDED}
@@ -116,11 +116,16 @@ def candidate(
     return all(checks)
 
 
-def _open_as_asked(status: str | None, is_open: bool) -> bool:
+def _open_as_asked(status: str | None, keys: ListingKeys) -> bool:
+    """``listing_sql._open_test``: a sequence follows its root (``_shared.sequence_status``),
+    so a decided one is complete once its row has an end, and running or incomplete while it
+    has none and an invocation is open; an undecided one's line decides, but it cannot be
+    running or incomplete with nothing open."""
+    decided = keys.root_name is not None
     if status in {COMPLETE, STATUS_ERROR}:
-        return not is_open
+        return not decided or keys.end_ns is not None
     if status in {RUNNING, INCOMPLETE}:
-        return is_open
+        return keys.open and not (decided and keys.end_ns is not None)
     return True
 
 

@@ -10,8 +10,8 @@ that may arrive later) and the line decides. A page is then two index reads merg
 the decided rows the query's keys select (the root names its pattern matches, by
 ``sequences_by_root``; the duration, by ``sequences_by_duration``; errors, by
 ``sequences_failed``; the window, by ``sequences_by_start``) and the undecided rows of the
-window. Whether a sequence is complete is one lookup in ``open_calls_by_seq``; those still
-running (or incomplete) are read from ``open_calls`` itself.
+window. A sequence's status follows its root: a decided row is complete once it has an end (a
+column of its own), and those still running (or incomplete) are read from ``open_calls``.
 
 Both dialects bind named parameters (``Dialect``) and compare row values; the statements are
 otherwise the same text.
@@ -82,8 +82,8 @@ _DURATION: Final = "(end_ns - start_ns)"
 _COLUMNS: Final = "seq, start_ns, invocations"
 _NEWEST_FIRST: Final = "ORDER BY start_ns DESC, seq DESC"
 _LONGEST_FIRST: Final = f"ORDER BY {_DURATION} DESC, start_ns DESC, seq DESC"
-_OPEN: Final = "EXISTS (SELECT 1 FROM open_calls o WHERE o.seq = sequences.seq)"
-#: The same, driven from ``open_calls`` (few rows: what still runs, or never will end).
+#: A sequence with an invocation open, driven from ``open_calls`` (few rows: what still runs,
+#: or never will end).
 _AMONG_OPEN: Final = "seq IN (SELECT o.seq FROM open_calls o)"
 
 
@@ -178,13 +178,16 @@ def _window(query: SequenceQuery | None, dialect: Dialect) -> list[str]:
 
 
 def _open_test(query: SequenceQuery | None) -> str | None:
-    """Whether the sequence has an invocation still open, as the status asks (running and
-    incomplete differ by the process's state, which the line knows)."""
+    """Whether the sequence's root may still be open, as the status asks: a sequence follows
+    its root (``_shared.sequence_status``), so a decided row is complete once it has an end
+    (its own column: no lookup) and running or incomplete while it has none; those are read
+    from ``open_calls`` (few rows), as a root still open is among them. An undecided row's
+    line decides (running and incomplete differ by the process's state, which it knows)."""
     status = None if query is None else query.status
     if status in (RUNNING, INCOMPLETE):
-        return _AMONG_OPEN
+        return f"{_AMONG_OPEN} AND (root_name IS NULL OR end_ns IS NULL)"
     if status in (COMPLETE, STATUS_ERROR):
-        return f"NOT {_OPEN}"
+        return "(root_name IS NULL OR end_ns IS NOT NULL)"
     return None
 
 

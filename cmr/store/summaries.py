@@ -2,10 +2,12 @@
 
 A listing line (``SequenceSummary``) needs, per sequence: how many invocations, on how many
 threads and processes, which invocation is the root (``_shared.root_rank``) and when it ended,
-the parentless invocations that continue a hand-off nobody here recorded (a foreign system's
-request), and which invocations are still open, with their process (running or incomplete
-depends on the process's state when read). Each batch adds to these (``SummaryParts``, built in
-``packing.pack``'s pass over the events); a store keeps them in small tables next to the batches:
+and the parentless invocations that continue a hand-off nobody here recorded (a foreign system's
+request), with their processes. The status follows the root (``_shared.sequence_status``):
+running or incomplete depends on its process's state when read (``waiting_on``); the
+invocations still open are kept for the listing by status (``listing_sql``). Each batch adds to
+these (``SummaryParts``, built in ``packing.pack``'s pass over the events); a store keeps them in
+small tables next to the batches:
 
 - per sequence: its Start count and its best root candidate so far (the lowest rank wins);
 - per (sequence, puid, tid): that the sequence ran there;
@@ -170,22 +172,25 @@ class StoredSummary:
     root_method: MethodRecord | None
     threads: int
     processes: int
-    open_by_process: dict[int, int]  # puid -> invocations still open
-    # The parentless entries whose hand-off nobody here recorded, as (end_ns or None): read only
-    # when the root candidate is not a true root.
-    remote_ends: list[int | None]
+    # The parentless entries whose hand-off nobody here recorded, as (puid, end_ns or None):
+    # read only when the root candidate is not a true root.
+    remote_entries: list[tuple[int, int | None]]
     lossy: bool
 
 
+def waiting_on(stored: StoredSummary) -> list[int]:
+    """The processes of the root's invocations still open, one puid each: the true root, the
+    open entries of a remote parent, or the candidate named when the root was lost. The
+    sequence's status waits on them alone (``_shared.sequence_status``)."""
+    _seq, untrue, handed, _start, puid, _iid, _method, end_ns, _error = stored.root
+    if (untrue or handed) and stored.remote_entries:
+        return [entry_puid for entry_puid, end in stored.remote_entries if end is None]
+    return [puid] if end_ns is None else []
+
+
 def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> SequenceSummary:
-    """The listing line, by the rules ``_shared.summarize`` applies to a loaded sequence."""
-    running = incomplete = 0
-    for puid, count in stored.open_by_process.items():
-        process = processes.get(puid)
-        if process is not None and process.finished:
-            incomplete += count
-        else:
-            running += count
+    """The listing line, by the rules ``_shared.summarize`` applies to a loaded sequence
+    (``processes`` holds at least those ``waiting_on`` names)."""
     _seq, untrue, handed, _start, _puid, _iid, method_id, end_ns, error = stored.root
     method = stored.root_method
     best = RootCandidate(
@@ -197,11 +202,11 @@ def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> 
         end_ns=end_ns,
         error=error,
     )
-    ends = [end for end in stored.remote_ends if end is not None]
-    remote = RemoteEntries(
-        len(stored.remote_ends), len(stored.remote_ends) - len(ends), max(ends, default=None)
-    )
+    ends = [end for _puid, end in stored.remote_entries if end is not None]
+    count = len(stored.remote_entries)
+    remote = RemoteEntries(count, count - len(ends), max(ends, default=None))
     root, root_end_ns, root_error = summary_root(best, remote)
+    alive = [not _finished(processes.get(puid)) for puid in waiting_on(stored)]
     return SequenceSummary(
         seq=stored.seq,
         root=root,
@@ -210,10 +215,15 @@ def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> 
         invocations=stored.invocations,
         threads=stored.threads,
         processes=stored.processes,
-        status=sequence_status(running, incomplete),
+        status=sequence_status(root_end_ns, alive),
         lossy=stored.lossy,
         error=root_error,
     )
+
+
+def _finished(process: ProcessRecord | None) -> bool:
+    """A process known to have ended or been lost (one never heard of may still speak)."""
+    return process is not None and process.finished
 
 
 def parts_of(seq: bytes, records: Sequence[InvocationRecord]) -> SummaryParts:

@@ -197,8 +197,8 @@ _COLUMN_TITLES: Final = {
     "Calls": "the traced calls (invocations) in it, across all its threads and processes",
     "Threads": "the threads its calls ran on",
     "Processes": "the processes its calls ran in",
-    "Status": "complete, error (complete, and the root raised), running, or incomplete (some "
-    "calls will never end: their process ended or was lost)",
+    "Status": "its root call's: complete, error (complete, and the root raised), running, or "
+    "incomplete (the root will never end: its process ended or was lost)",
     "Lossy": "lossy: the tracer dropped some of its events; what is shown is what arrived",
 }
 

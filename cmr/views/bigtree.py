@@ -39,8 +39,8 @@ from cmr.views.budget import (
     rank,
     select,
 )
-from cmr.views.calltree import covered_in_order, tree_status
-from cmr.views.model import Node, SequenceTree, Status
+from cmr.views.calltree import covered_in_order, outlives, tree_status
+from cmr.views.model import Node, SequenceTree
 from cmr.views.records import Naming, dropped_by
 from cmr.views.shape import Shape, row_names, tree_shape
 
@@ -88,12 +88,13 @@ def _shown_tree(
         callees = shape.callees(i)
         if len(callees) and node.duration_ns is not None:
             node.self_ns = max(0, node.duration_ns - _covered(records, node, callees))
-    open_status = naming.open_status
-    statuses: set[Status] = {open_status[puid] for puid in _unended_processes(records)}
+    for node in node_at.values():
+        for child in node.children:
+            child.detached = outlives(child, node)
     root_node = node_at[root]
     tree = SequenceTree(
         seq=data.seq,
-        status=tree_status(statuses | {root_node.status}),
+        status=tree_status(root_node),
         root=root_node,
         invocations=count + sum(data.folded.values()),
         threads=naming.thread_count,
@@ -108,12 +109,6 @@ def _shown_tree(
 
 def _naming(records: Sequence[InvocationRecord], data: SequenceData) -> Naming:
     return Naming(records, sorted(distinct_values(records, "puid")), data)
-
-
-def _unended_processes(records: Sequence[InvocationRecord]) -> set[int]:
-    if isinstance(records, RecordColumns):
-        return {records.puid[i] for i in records.unended()}
-    return {r.puid for r in records if r.end_ns is None}
 
 
 def _covered(records: Sequence[InvocationRecord], node: Node, callees: Sequence[int]) -> int:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from cmr.gc_paused import paused_gc
+from cmr.store._shared import root_rank
 from cmr.store.base import (
     REMOTE_PARENT,
     InvocationRecord,
@@ -88,7 +89,12 @@ def _build(data: SequenceData) -> SequenceTree:
     for i in _start_order_of(records):
         parent = parents[i]
         if parent >= 0:
-            nodes[parent].children.append(nodes[i])
+            node = nodes[i]
+            caller = nodes[parent]
+            caller.children.append(node)
+            stop = node.end_ns  # mostly ended within its caller: one comparison more
+            if stop is None or (caller.end_ns is not None and stop > caller.end_ns):
+                node.detached = outlives(node, caller)
         elif i != root_index:
             root.children.append(nodes[i])  # an orphan: keep it, under the root
 
@@ -99,12 +105,10 @@ def _build(data: SequenceData) -> SequenceTree:
         _break_cycles(root, nodes, parents)
     for node in [node for node in nodes if node.children and node.duration_ns is not None]:
         node.self_ns = max(0, (node.duration_ns or 0) - _covered(node, node.children))
-    statuses = {node.status for node in nodes}
-    if root.kind == KIND_SYNTHETIC:
-        _span_children(root, statuses)
+    followed = root if root.kind != KIND_SYNTHETIC else _synthetic(root, nodes, remote, records)
     return SequenceTree(
         seq=data.seq,
-        status=tree_status(statuses | {root.status}),
+        status=tree_status(followed),
         root=root,
         invocations=len(records) + sum(data.folded.values()),
         threads=names.thread_count,
@@ -139,6 +143,30 @@ def _start_order_of(records: list[InvocationRecord]) -> Iterable[int]:
         return range(len(records))
     keys = [(r.start_ns, r.iid, r.puid) for r in records]
     return sorted(range(len(records)), key=keys.__getitem__)
+
+
+def _synthetic(
+    root: Node, nodes: list[Node], remote: list[int], records: list[InvocationRecord]
+) -> Node:
+    """Span and status of a made-up root (a remote parent waits on its entries alone), and the
+    node whose status the sequence's is (``tree_status``): the root itself, or when the root
+    was lost the call a listing names instead."""
+    waited = [nodes[i] for i in remote] if root.name == REMOTE_PARENT else nodes
+    _span_children(root, {node.status for node in waited})
+    if root.name == UNKNOWN_ROOT and records:
+        return nodes[_best_candidate(records)]
+    return root
+
+
+def _best_candidate(records: list[InvocationRecord]) -> int:
+    """The position of the call ``root_rank`` puts first: a listing names it when the root was
+    lost (``store._shared.summary_root``), and the sequence's status follows it."""
+    return min(
+        range(len(records)),
+        key=lambda i: root_rank(
+            records[i].parent, records[i].hid, records[i].start_ns, records[i].puid, records[i].iid
+        ),
+    )
 
 
 def _count(root: Node) -> int:
@@ -232,9 +260,10 @@ def _covered(node: Window, children: Sequence[Window]) -> int:
 
 
 def _span_children(root: Node, statuses: set[Status]) -> None:
-    """A synthetic root lasts from its first child's start to its last child's end. It is running
-    while any call is. A remote parent is merely outside this repository, so it is ``ok`` once
-    every call here finished; an unknown root stands for lost events, so it stays incomplete."""
+    """A synthetic root lasts from its first child's start to its last child's end. A remote
+    parent is merely outside this repository: it is running while one of its entries is
+    (``statuses`` are theirs), ``ok`` once every one ended, incomplete when one never will. An
+    unknown root stands for lost events: running while any call is, else incomplete."""
     children = root.children
     if STATUS_RUNNING in statuses:
         root.status = STATUS_RUNNING
@@ -252,12 +281,28 @@ def _span_children(root: Node, statuses: set[Status]) -> None:
         _set_self_time(root)
 
 
+def outlives(node: Node, caller: Node) -> bool:
+    """Whether a call is *detached*: still open when its caller (which has ended) ended, or
+    ending after it: a thread, task or process the caller started and did not wait for, or a
+    generator it left suspended. Ends on two processes' clocks are not compared (a skew must
+    not detach a call its caller waited for)."""
+    end = caller.end_ns
+    if end is None:
+        return False
+    if node.end_ns is None:
+        return True
+    return node.end_ns > end and node.process.puid == caller.process.puid
+
+
 covered_in_order = _covered
 
 
-def tree_status(statuses: set[Status]) -> TreeStatus:
-    if STATUS_RUNNING in statuses:
+def tree_status(root: Node) -> TreeStatus:
+    """A sequence's status follows its root (``store._shared.sequence_status``): complete once
+    it ended, whatever detached work still runs beneath it. A remote parent's status is its
+    entries'; when the root was lost, the call a listing names stands for it."""
+    if root.status == STATUS_RUNNING:
         return STATUS_RUNNING
-    if STATUS_INCOMPLETE in statuses:
+    if root.status == STATUS_INCOMPLETE:
         return STATUS_INCOMPLETE
     return TREE_COMPLETE

@@ -23,7 +23,8 @@ STATUS_ERROR: Final = "error"
 STATUS_RUNNING: Final = "running"
 STATUS_INCOMPLETE: Final = "incomplete"
 
-#: A sequence's state: a call still running, a call that never ended, or every call ended.
+#: A sequence's state, its root's: running, never to end (its process ended or was lost), or
+#: ended (detached work beneath it may still run).
 TreeStatus: TypeAlias = Literal["running", "incomplete", "complete"]
 TREE_COMPLETE: Final = "complete"
 
@@ -123,6 +124,8 @@ class Node(msgspec.Struct, eq=False, gc=False):
     attributes: dict[str, str | int | float | bool] | None = None
     # Hand-offs to untraced code that ran nothing traced, left out beneath it (``views.hops``).
     folded: int = 0
+    # Outlived its caller: open when the caller ended, or ending after it (``calltree.outlives``).
+    detached: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,8 +118,16 @@ def test_a_child_killed_mid_invocation_is_incomplete_and_keeps_what_it_finished(
         [summary] = sequences(db)
         # The repository notices the silence after a few missed heartbeats (bounded wait).
         shown = wait_for(
-            lambda: (s := cmr_json(db, "show", summary["seq"]))["status"] == "incomplete" and s
+            lambda: (
+                (s := cmr_json(db, "show", summary["seq"]))["root"]["children"][0]["status"]
+                == "incomplete"
+                and s
+            )
         )
+    # The parent ended: the sequence is complete (its status is its root's), and the call its
+    # child never ended outlived it (detached).
+    assert (summary["status"], shown["status"]) == ("complete", "complete")
+    assert shown["root"]["children"][0]["detached"] is True
     assert shape(shown["root"]) == {
         "name": "__main__.parent",
         "status": "ok",

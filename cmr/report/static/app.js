@@ -121,10 +121,10 @@
   }
 
   const STATUS_TITLES = {
-    complete: "Every call ended.",
-    error: "Every call ended, and the root call raised.",
-    running: "Some calls have not ended yet, in processes still running.",
-    incomplete: "Some calls will never end: their process ended or was lost first.",
+    complete: "The root call ended (work it did not wait for, detached, may still run).",
+    error: "The root call ended, and raised.",
+    running: "The root call has not ended yet, in a process still running.",
+    incomplete: "The root call will never end: its process ended or was lost first.",
   };
 
   function renderSummary() {
@@ -214,6 +214,9 @@
       const arrow = data.arrows.find((a) => a.to === i);
       const wait = arrow ? ", queued " + Invoseq.formatDuration(arrow.queued) : "";
       rows.push(["handoff", "hand-off", raw.handoff[i] + wait]);
+    }
+    if (raw.detached && raw.detached[i]) {
+      rows.push(["detached", "detached", "it outlived its caller: the sequence did not wait for it"]);
     }
     if (raw.samples[i]) {
       const cpu = raw.cpu[i] === null ? "" : ", CPU " + Invoseq.formatDuration(raw.cpu[i]);

@@ -6,7 +6,6 @@ invocation is open until its late End arrives and never opened when the End came
 from __future__ import annotations
 
 import bisect
-from collections import Counter
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -14,7 +13,14 @@ from cmr.store._shared import qualified_name
 from cmr.store.base import MethodRecord, ProcessRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import ListingKeys
 from cmr.store.memory.key_index import KeyIndex, RowKeys
-from cmr.store.summaries import EntryRow, RootRow, StoredSummary, SummaryParts, summary_from
+from cmr.store.summaries import (
+    EntryRow,
+    RootRow,
+    StoredSummary,
+    SummaryParts,
+    summary_from,
+    waiting_on,
+)
 
 Key = tuple[int, int]  # (puid, iid)
 #: (end_ns, error) of a late End.
@@ -169,13 +175,12 @@ class MemorySummaries:
         """The listing line of a stored sequence (``process`` gives a process's record now)."""
         summary = self._by_seq[seq]
         root, end_ns, error = _root_and_end(summary, late_ends)
-        remote_ends: list[int | None] = []
+        remote_entries: list[tuple[int, int | None]] = []
         if root[1] or root[2]:  # no true root: the entries nobody here handed off
             for _seq, puid, iid, hid, entry_end in summary.entries.values():
                 if hid not in handoffs:
                     late = late_ends.get((puid, iid)) if entry_end is None else None
-                    remote_ends.append(entry_end if late is None else late[0])
-        open_by_process = Counter(puid for puid, _iid in summary.open)
+                    remote_entries.append((puid, entry_end if late is None else late[0]))
         stored = StoredSummary(
             seq=seq,
             start_ns=summary.start_ns,
@@ -184,11 +189,10 @@ class MemorySummaries:
             root_method=methods.get((root[4], root[6])),
             threads=len(summary.threads),
             processes=len({puid for puid, _tid in summary.threads}),
-            open_by_process=dict(open_by_process),
-            remote_ends=remote_ends,
+            remote_entries=remote_entries,
             lossy=lossy,
         )
-        return summary_from(stored, {puid: process(puid) for puid in open_by_process})
+        return summary_from(stored, {puid: process(puid) for puid in waiting_on(stored)})
 
 
 def _root_and_end(

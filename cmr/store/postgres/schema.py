@@ -365,12 +365,10 @@ SUMMARIES_OF_PICKED: Final = """
     JOIN seq_roots r ON r.seq = s.seq
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
     LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
-#: The open invocations of each of the sequences %(seqs)s, per process.
-OPEN_BY_PROCESS: Final = """
-    SELECT seq, puid, count(*) FROM open_calls WHERE seq = ANY(%(seqs)s) GROUP BY seq, puid"""
-#: The entries of the sequences %(seqs)s whose hand-off nobody here recorded, with their ends.
-REMOTE_ENTRY_ENDS: Final = """
-    SELECT e.seq, coalesce(e.end_ns, l.end_ns) FROM seq_entries e
+#: The entries of the sequences %(seqs)s whose hand-off nobody here recorded, with their
+#: processes and ends.
+REMOTE_ENTRIES: Final = """
+    SELECT e.seq, e.puid, coalesce(e.end_ns, l.end_ns) FROM seq_entries e
     LEFT JOIN late_ends l ON l.puid = e.puid AND l.iid = e.iid
     WHERE e.seq = ANY(%(seqs)s) AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = e.hid)"""
 PROCESS_COLUMNS: Final = (

@@ -16,14 +16,19 @@ from cmr.store.postgres import read as postgres_read
 from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.schema import (
-    OPEN_BY_PROCESS,
     OPEN_CALLS,
-    REMOTE_ENTRY_ENDS,
+    REMOTE_ENTRIES,
     SUMMARIES_OF_PICKED,
     UPSERT_ROOTS,
     UPSERT_SEQUENCES,
 )
-from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
+from cmr.store.summaries import (
+    StoredSummary,
+    SummaryParts,
+    backfilled,
+    summary_from,
+    waiting_on,
+)
 
 #: The columns of a sequence's row ``UPSERT_SEQUENCES`` binds: seq, start, count, decided, and
 #: its root candidate's puid, iid, method, end and error.
@@ -97,15 +102,11 @@ def page(
     picked_sql, params = picked(kind, query, plan, POSTGRES)
     params |= key_params(key, size)
     rows = conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall()
-    seqs = [bytes(row[0]) for row in rows]
-    open_by_seq: dict[bytes, dict[int, int]] = {}
-    for seq, puid, count in conn.execute(OPEN_BY_PROCESS, {"seqs": seqs}):
-        open_by_seq.setdefault(bytes(seq), {})[int(puid)] = int(count)
-    remote: dict[bytes, list[int | None]] = {}
+    remote: dict[bytes, list[tuple[int, int | None]]] = {}
     without_true_root = [bytes(row[0]) for row in rows if row[3] or row[4]]
     if without_true_root:
-        for seq, end_ns in conn.execute(REMOTE_ENTRY_ENDS, {"seqs": without_true_root}):
-            remote.setdefault(bytes(seq), []).append(end_ns)
+        for seq, puid, end_ns in conn.execute(REMOTE_ENTRIES, {"seqs": without_true_root}):
+            remote.setdefault(bytes(seq), []).append((int(puid), end_ns))
     stored: list[StoredSummary] = []
     for row in rows:
         seq_value, start_ns, invocations, *root, module, qualname, file, line = row[:15]
@@ -120,12 +121,11 @@ def page(
                 root_method=MethodRecord(module, qualname, file, line) if qualname else None,
                 threads=int(threads),
                 processes=int(processes),
-                open_by_process=open_by_seq.get(seq, {}),
-                remote_ends=remote.get(seq, []),
+                remote_entries=remote.get(seq, []),
                 lossy=bool(lossy),
             )
         )
-    puids = {puid for s in stored for puid in s.open_by_process}
+    puids = {puid for s in stored for puid in waiting_on(s)}
     processes_by_puid = postgres_read.processes(conn, puids, now)
     return [summary_from(s, processes_by_puid) for s in stored]
 

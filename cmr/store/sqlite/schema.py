@@ -372,10 +372,9 @@ SUMMARIES_OF_PICKED: Final = """
 #: How many threads and processes a sequence ran on.
 THREAD_COUNTS: Final = "SELECT count(*), count(DISTINCT puid) FROM seq_threads WHERE seq = ?"
 #: A sequence's open invocations, per process.
-OPEN_BY_PROCESS: Final = "SELECT puid, count(*) FROM open_calls WHERE seq = ? GROUP BY puid"
-#: The entries of :seq whose hand-off nobody here recorded, with their ends.
-REMOTE_ENTRY_ENDS: Final = """
-    SELECT coalesce(e.end_ns, l.end_ns) FROM seq_entries e
+#: The entries of :seq whose hand-off nobody here recorded, with their processes and ends.
+REMOTE_ENTRIES: Final = """
+    SELECT e.puid, coalesce(e.end_ns, l.end_ns) FROM seq_entries e
     LEFT JOIN late_ends l ON l.puid = e.puid AND l.iid = e.iid
     WHERE e.seq = ? AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = e.hid)"""
 PROCESS_COLUMNS: Final = (

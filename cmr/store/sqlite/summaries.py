@@ -13,15 +13,20 @@ from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,
     LISTING_KEYS,
-    OPEN_BY_PROCESS,
     OPEN_CALL,
-    REMOTE_ENTRY_ENDS,
+    REMOTE_ENTRIES,
     SUMMARIES_OF_PICKED,
     THREAD_COUNTS,
     UPSERT_ROOT,
     UPSERT_SEQUENCE,
 )
-from cmr.store.summaries import StoredSummary, SummaryParts, backfilled, summary_from
+from cmr.store.summaries import (
+    StoredSummary,
+    SummaryParts,
+    backfilled,
+    summary_from,
+    waiting_on,
+)
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # the write side's (a listing reads summaries without the ingest machinery)
@@ -96,10 +101,9 @@ def page(
         seq, start_ns, invocations, *root, module, qualname, file, line = row
         root_row = (seq, *root)
         threads, processes = conn.execute(THREAD_COUNTS, (seq,)).fetchone()
-        open_by_process = dict(conn.execute(OPEN_BY_PROCESS, (seq,)).fetchall())
         lossy = conn.execute("SELECT 1 FROM lost_seqs WHERE seq = ? LIMIT 1", (seq,)).fetchone()
         untrue, handed = root[0], root[1]
-        remote = conn.execute(REMOTE_ENTRY_ENDS, (seq,)).fetchall() if untrue or handed else []
+        remote = conn.execute(REMOTE_ENTRIES, (seq,)).fetchall() if untrue or handed else []
         stored.append(
             StoredSummary(
                 seq=seq,
@@ -109,12 +113,11 @@ def page(
                 root_method=MethodRecord(module, qualname, file, line) if qualname else None,
                 threads=threads,
                 processes=processes,
-                open_by_process=open_by_process,
-                remote_ends=[end for (end,) in remote],
+                remote_entries=[(puid, end) for puid, end in remote],
                 lossy=lossy is not None,
             )
         )
-    puids = {puid for s in stored for puid in s.open_by_process}
+    puids = {puid for s in stored for puid in waiting_on(s)}
     processes_by_puid = sqlite_read.processes(conn, puids, now)
     return [summary_from(s, processes_by_puid) for s in stored]
 

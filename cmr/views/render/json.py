@@ -32,7 +32,8 @@ CHUNK_PARTS = 4096
 
 def node_fields(node: Node) -> dict[str, Any]:
     """Everything about a node except its children, in contract order; ``folded`` only on a
-    node under which hand-offs that ran nothing traced were folded."""
+    node under which hand-offs that ran nothing traced were folded, ``detached`` only on a
+    node that outlived its caller."""
     fields = {
         "name": node.name,
         "start_ns": node.start_ns,
@@ -52,6 +53,8 @@ def node_fields(node: Node) -> dict[str, Any]:
     }
     if node.folded:
         fields["folded"] = node.folded
+    if node.detached:
+        fields["detached"] = True
     return fields
 
 

@@ -237,17 +237,26 @@ def _describe(
         parts.append(f"{palette.dim}{thread}{palette.reset}")
     if node.samples:
         parts.append(f"{palette.dim}{plural(node.samples, 'sample')}{palette.reset}")
+    return "  ".join(parts + _marks(node, palette))
+
+
+def _marks(node: Node, palette: Palette) -> list[str]:
+    """What a call's line says after its thread: its hop, that it outlived its caller, its
+    exception, the hand-offs folded under it, its attributes."""
+    marks: list[str] = []
     if node.handoff is not None:
-        parts.append(f"{palette.cyan}{hop_mark(node, node.handoff)}{palette.reset}")
+        marks.append(f"{palette.cyan}{hop_mark(node, node.handoff)}{palette.reset}")
+    if node.detached:  # the sequence did not wait for it
+        marks.append(f"{palette.yellow}detached{palette.reset}")
     if node.status == STATUS_ERROR:
-        parts.append(f"{palette.red}✗ {printable(node.error or 'error')}{palette.reset}")
+        marks.append(f"{palette.red}✗ {printable(node.error or 'error')}{palette.reset}")
     if node.folded:
         hops = plural(node.folded, "untraced hand-off")
-        parts.append(f"{palette.dim}+{hops} folded{palette.reset}")
+        marks.append(f"{palette.dim}+{hops} folded{palette.reset}")
     attributes = format_attributes(node.attributes) if node.attributes else ""
     if attributes:
-        parts.append(f"{palette.dim}{attributes}{palette.reset}")
-    return "  ".join(parts)
+        marks.append(f"{palette.dim}{attributes}{palette.reset}")
+    return marks
 
 
 #: Attributes shown on a line at most, and characters of each value; ``--json`` has them all.

@@ -22,7 +22,7 @@ from tests.cmr.cli_helpers import one_line_error, run
 MS = 1_000_000
 SEQ_A = bytes.fromhex("ab12" + "00" * 14)  # complete, one call raised
 SEQ_B = bytes.fromhex("ab34" + "00" * 14)  # still running
-SEQ_C = bytes.fromhex("c0ffee" + "00" * 13)  # its process ended with a call open
+SEQ_C = bytes.fromhex("c0ffee" + "00" * 13)  # its process ended with a call open, detached
 SHOP = 0x1111
 WORKER = 0x2222
 
@@ -87,9 +87,10 @@ def test_ls_json_lists_sequences_newest_first(repo, capsys, clock_offset_ns):
         "error": None,
     }
     assert (doc[1]["status"], doc[1]["duration_ns"]) == ("running", None)
+    # worker.job ended: the sequence is complete, though worker.step never will.
     assert (doc[0]["root"], doc[0]["status"], doc[0]["duration_ns"]) == (
         "worker.job",
-        "incomplete",
+        "complete",
         1 * MS,
     )
 
@@ -111,7 +112,7 @@ def test_ls_prints_a_table_with_short_ids_show_accepts(repo, capsys):
     ]
     assert len(rows) == 2
     assert rows[0].startswith("c0ffee000000  ")
-    assert rows[0].split()[-5:] == ["incomplete", "2", "1", "1", "worker.job"]
+    assert rows[0].split()[-5:] == ["complete", "2", "1", "1", "worker.job"]
     assert rows[1].split()[-5:] == ["running", "1", "1", "1", "shop.poll"]
 
 
@@ -130,8 +131,8 @@ def test_show_prints_the_tree_of_a_prefix(repo, capsys):
 def test_show_marks_running_and_incomplete_calls(repo, capsys):
     assert "running  shop.poll" in run(capsys, "--db", repo, "show", "ab34")[1]
     lines = run(capsys, "--db", repo, "show", "c0f")[1].splitlines()
-    assert lines[0].split("  ")[1] == "incomplete"
-    assert lines[-1] == "└─ incomplete (process ended)  worker.step  thread-1 (1)"
+    assert lines[0].split("  ")[1] == "complete"  # its root ended
+    assert lines[-1] == "└─ incomplete (process ended)  worker.step  thread-1 (1)  detached"
 
 
 def test_show_json_follows_the_contract(repo, capsys, clock_offset_ns):

@@ -70,6 +70,7 @@ def test_model_of_a_running_sequence(make_batch: BatchFactory) -> None:
     assert bars["error"] == [None, "ValueError", None]
     assert bars["iid"] == ["1", "2", "4"]
     assert bars["handoff"] == [None, "thread", None]
+    assert bars["detached"] == [False, False, False]  # the root runs: nothing outlived it
     assert bars["attributes"] == [None, {"order.id": "A-17", "items": 3}, None]
     assert model["arrows"] == [
         {"from": 0, "to": 1, "kind": "thread", "submitted": 1 * MS, "start": 3 * MS,
@@ -84,6 +85,29 @@ def test_model_of_a_running_sequence(make_batch: BatchFactory) -> None:
     assert flame["parent"] == [-1, 0]
     assert flame["value"] == [2 * MS, 2 * MS]
     json.dumps(model)  # plain JSON, as cmr ui serves it
+
+
+def test_a_thread_the_root_did_not_wait_for_is_a_detached_bar(make_batch: BatchFactory) -> None:
+    events = {
+        1: [
+            wire.Start(1, 0, 0, 1, 0, SEQ),
+            wire.Handoff(77, 1, "thread", 2, 1 * MS, SEQ),
+            wire.End(1, 4 * MS),
+        ],
+        2: [wire.Start(2, 1, 77, 2, 3 * MS, SEQ)],  # the writer runs on
+    }
+    batch = make_batch(9, 1, events, methods={1: "shop.root", 2: "shop.writer"})
+    store = open_store(memory=True)
+    try:
+        store.ingest(batch, batch.process.clock_offset_ns)
+        model = build_model(store.load_sequence(SEQ))
+    finally:
+        store.close()
+
+    assert model["summary"]["status"] == "complete"
+    bars = model["bars"]
+    assert [model["statuses"][s] for s in bars["status"]] == ["ok", "running"]
+    assert bars["detached"] == [False, True]
 
 
 def test_page_inlines_everything_and_escapes_the_model(make_batch: BatchFactory) -> None:

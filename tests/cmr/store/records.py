@@ -228,4 +228,6 @@ INDEXED_QUERIES: list[tuple[SequenceQuery, str]] = [
     (SequenceQuery(sort=SORT_DURATION), "sequences_by_duration"),
     (SequenceQuery(root="a.*", sort=SORT_DURATION), "sequences_by_root"),
     (SequenceQuery(status="running"), "open_calls_by_seq"),
+    # The status is the root's: a decided row's own end says complete, no open call is read.
+    (SequenceQuery(status="complete"), "sequences_by_start"),
 ]

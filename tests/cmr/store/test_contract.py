@@ -203,7 +203,8 @@ def test_sequences_a_group_shares_list_as_they_would_stored_one_batch_at_a_time(
     by_name = {row[0]: row for row in listed(grouped_names)}
     # (name, root, start, end, invocations, threads, processes, status, lossy, error)
     assert by_name["one"][4:] == (3, 1, 1, "complete", False, None)
-    assert by_name["two"][7] == "running"  # its call 8 never ended
+    # Its call 8 never ended, but its root did: 8 is detached, the sequence complete.
+    assert by_name["two"][7] == "complete"
     assert by_name["two"][1] == "app.m5"  # the better candidate, from the second batch
     assert by_name["three"][-1] == "ValueError"
 
@@ -355,12 +356,14 @@ def test_finished_sequence_is_complete(
     assert (summary.status, summary.end_ns) == ("complete", clock_offset_ns + 200)
 
 
-def test_running_wins_over_incomplete_across_processes(
+def test_a_root_its_process_never_ended_is_incomplete_whatever_runs_elsewhere(
     store: Store, make_batch: BatchFactory
 ) -> None:
+    # The status follows the root: process 7 ended without ending it, so the sequence never
+    # will, though process 8 still runs a call of it.
     store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}, final=True), 1)
     store.ingest(make_batch(8, 1, {1: [start(1, 150, S, hid=3)]}), 2)
-    assert store.list_sequences(1)[0].status == "running"
+    assert store.list_sequences(1)[0].status == "incomplete"
 
     store.ingest(make_batch(8, 2, {1: [wire.End(1, 160)]}), 3)
     assert store.list_sequences(1)[0].status == "incomplete"

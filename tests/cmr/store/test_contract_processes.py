@@ -92,15 +92,17 @@ def test_the_heartbeat_of_the_latest_batch_received_counts(
     assert store.stats().processes[0].heartbeat_ms == HEARTBEAT_MS
 
 
-def test_a_live_process_keeps_a_sequence_running_while_another_is_lost(
+def test_a_sequence_whose_root_process_is_lost_is_incomplete_while_another_still_runs(
     store: Store, make_batch: BatchFactory, clock: FakeClock
 ) -> None:
     seen = clock.now_ns
     store.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}, heartbeat_ms=HEARTBEAT_MS), seen)
     store.ingest(make_batch(8, 1, {1: [start(1, 150, S, hid=3)]}), seen)
+    assert store.list_sequences(1)[0].status == "running"
     clock.now_ns = seen + SILENCE_NS + 1
 
-    assert store.list_sequences(1)[0].status == "running"
+    # The status follows the root, which will never end.
+    assert store.list_sequences(1)[0].status == "incomplete"
     tree = build_tree(store.load_sequence(S))
     assert [(node.process.puid, node.status) for node, _ in walk(tree.root)] == [
         (7, "incomplete"),

@@ -91,7 +91,7 @@ def test_an_end_that_arrives_before_its_start_closes_it(
     assert (lines[-1][A].invocations, lines[-1][A].status) == (2, "complete")
 
 
-def test_open_calls_are_running_while_their_process_lives_and_incomplete_once_it_ended(
+def test_an_open_root_is_running_while_its_process_lives_and_incomplete_once_it_ended(
     store: Store, make_batch: BatchFactory, clock: FakeClock
 ) -> None:
     ingest_each(
@@ -105,8 +105,9 @@ def test_open_calls_are_running_while_their_process_lives_and_incomplete_once_it
     store.ingest(make_batch(7, 2, {1: [wire.End(1, 300)]}, final=True), 4)
     clock.now_ns += 10**12  # process 8 is lost: silent far past its heartbeat
     lines = agrees(store)
+    # A's root ended: its call 2, which its process ended without ending, is detached.
     assert {seq: line.status for seq, line in lines.items()} == {
-        A: "incomplete",
+        A: "complete",
         B: "incomplete",
         C: "complete",
     }

@@ -244,7 +244,7 @@ def test_a_version_2_repository_s_rows_become_stored_batches_with_listing_lines(
         "app.m1",
         3,
         t0 + 1_000,
-        "running",
+        "complete",  # the root ended; call 3, still open, is detached
     )
     assert (late.end_ns, after.invocations) == (t0 + 500, 4)
 

@@ -51,8 +51,9 @@ def in_start_order(data: SequenceData) -> SequenceData:
 def service() -> SequenceData:
     """A root over 30 steps of 20 calls (one in seven raised, some as long as each other), a
     step handed to a pool thread after a queue wait, a call handed to another process that ended
-    with it still open, a call still running, log lines, an orphan of lost events and an entry
-    from a foreign system beside the root."""
+    with it still open, a call still running, log lines, an orphan of lost events, an entry
+    from a foreign system beside the root, and a thread that ends after the root (the last
+    three calls of the root are detached)."""
     b = SequenceBuilder()
     b.process(OTHER, pid=5151, host="worker", ended=True)
     b.call("app.main", 1, start=0, end=10_000 * US)
@@ -76,6 +77,8 @@ def service() -> SequenceData:
     b.call("app.waiting", iid + 3, 1, start=t + 80 * US)
     b.call("app.lost_parent", iid + 4, 999_999, start=t + 90 * US, end=t + 95 * US)
     b.call("app.foreign", iid + 5, start=t + 100 * US, end=t + 120 * US, hid=0x30)
+    b.handoff(0x40, 1, submitted=t + 2 * US, kind="thread")  # a writer outliving the root
+    b.call("app.writer", iid + 6, start=t + 110 * US, end=12_000 * US, tid=3, hid=0x40)
     data = in_start_order(b.data())
     logged = [r for r in data.invocations if r.iid == 2 and r.puid == PUID]
     records = [
@@ -136,6 +139,9 @@ def test_the_shown_part_prints_what_the_whole_tree_prints(
     assert selection.nodes < len(data.invocations)  # a node only for what is shown
     whole = render_text(build_tree(data), color=color, max_nodes=budget)
     assert render_text(tree, color=color, max_nodes=budget, selection=selection) == whole
+    assert tree.status == "complete"  # the root ended: what it left running is detached
+    if budget == 600:
+        assert whole.count("detached") == 3
 
 
 def test_a_tree_that_fits_or_is_not_the_common_case_is_left_to_the_whole_tree() -> None:

@@ -84,7 +84,8 @@ def test_open_calls_of_an_ended_process_are_incomplete(builder, outline):
 
     # The open child counts until its parent's end: 100 - 40 = 60 of the 100 are not self time.
     assert outline(tree) == ["shop.checkout 100/40 ok", "  shop.pay -/- incomplete"]
-    assert tree.status == "incomplete"
+    # The root ended: the sequence is complete, the call its process never ended is detached.
+    assert (tree.status, tree.root.children[0].detached) == ("complete", True)
 
 
 def test_open_calls_of_a_lost_process_are_incomplete(builder, outline):
@@ -159,7 +160,8 @@ def test_without_a_root_a_synthetic_root_spans_what_is_left(builder, outline):
     ]
     assert tree.root.kind == KIND_SYNTHETIC
     assert (tree.root.start_ns, tree.root.end_ns) == (100, 400)
-    assert tree.status == "incomplete"
+    # The sequence follows the call a listing names (m.a, the earliest), which ended.
+    assert tree.status == "complete"
     assert tree.invocations == 2
 
 

@@ -37,7 +37,9 @@ NODE_KEYS = [
 
 
 def check_node(node: dict) -> None:
-    assert list(node) == NODE_KEYS
+    optional = ["detached"] if "detached" in node else []
+    assert list(node) == NODE_KEYS[:-1] + optional + NODE_KEYS[-1:]  # children come last
+    assert node.get("detached", True) is True  # only on a call that outlived its caller
     assert isinstance(node["name"], str)
     assert isinstance(node["start_ns"], int)
     for key in ("end_ns", "duration_ns", "self_ns"):
@@ -97,7 +99,8 @@ def test_show_document_has_exactly_the_contract_keys_and_types(builder):
 
     assert list(doc) == ["seq", "status", "lossy", "dropped_by", "root"]
     assert doc["seq"] == "0123456789abcdef0123456789abcdef"
-    assert (doc["status"], doc["lossy"], doc["dropped_by"]) == ("running", False, [])
+    # The root ended: the sequence is complete; shop.log, still running, is detached.
+    assert (doc["status"], doc["lossy"], doc["dropped_by"]) == ("complete", False, [])
     root = doc["root"]
     check_node(root)
     for child in root["children"]:
@@ -133,6 +136,7 @@ def test_show_document_has_exactly_the_contract_keys_and_types(builder):
         None,
         None,
     )
+    assert (log["detached"], "detached" in pay, "detached" in remote) == (True, False, False)
     assert remote["process"]["puid"] == 2**63 - 1  # an integer, never hex
 
 

@@ -56,14 +56,14 @@ def test_the_tree_is_drawn_with_guides_and_one_line_per_call(shop):
     lines = render_text(shop).splitlines()
 
     assert lines[0] == (
-        "0123456789abcdef0123456789abcdef  running  1.00 s  5 calls · 3 threads · 2 processes"
-    )
+        "0123456789abcdef0123456789abcdef  complete  1.00 s  5 calls · 3 threads · 2 processes"
+    )  # the root ended: shop.pay, still running, outlived it (detached)
     # Two processes: every line says which one it ran in.
     assert lines[1:] == [
         "1.00 s  shop.checkout  self 500 ms  MainThread (1) box:4242",
         "├─ 400 ms  shop.price  self 395 ms  MainThread (1) box:4242",
         "│  └─ 5.00 ms  shop.tax  self 5.00 ms  pool-0 (2) box:4242  ✗ ValueError",
-        "├─ running  shop.pay  MainThread (1) box:4242",
+        "├─ running  shop.pay  MainThread (1) box:4242  detached",
         "└─ incomplete (process ended)  shop.remote  T1 (1) worker:77",
     ]
 
@@ -104,7 +104,7 @@ def test_hidden_calls_are_announced_where_they_were_cut(shop):
         "1.00 s  shop.checkout  self 500 ms  MainThread (1) box:4242",
         "├─ 400 ms  shop.price  self 395 ms  MainThread (1) box:4242",
         "│  └─ … 1 call hidden",
-        "├─ running  shop.pay  MainThread (1) box:4242",
+        "├─ running  shop.pay  MainThread (1) box:4242  detached",
         "└─ incomplete (process ended)  shop.remote  T1 (1) worker:77",
     ]
     assert render_text(limit_depth(shop, 0)).splitlines()[-1] == "└─ … 4 calls hidden"
