@@ -59,7 +59,6 @@ def shown_tree(data: SequenceData, max_lines: int) -> tuple[SequenceTree, Select
 def _shown_tree(
     data: SequenceData, records: Sequence[InvocationRecord], max_lines: int
 ) -> tuple[SequenceTree, Selection] | None:
-    count = len(records)
     shape = tree_shape(records, data.handoffs)
     if shape is None:
         return None
@@ -71,8 +70,54 @@ def _shown_tree(
         else _RecordTree(records, shape, naming)
     )
     shown, folds, nodes_shown, hidden = select(root, max_lines, access)
+    tree, node_at = _tree_of(data, shape, naming, shown, {})
+    selection = Selection(nodes=nodes_shown, hidden=hidden)
+    selection.shown = {id(node): node.children for node in node_at.values()}
+    selection.folds = {id(node_at[i]): fold for i, fold in folds.items()}
+    return tree, selection
 
-    positions = sorted(shown)
+
+def longer_tree(data: SequenceData, min_duration_ns: int) -> SequenceTree | None:
+    """``drop_shorter_than(build_tree(data), min_duration_ns)`` without a node of any call it
+    leaves out: the calls that lasted ``min_duration_ns`` or more (or have not ended), each one
+    left out counted, with everything beneath it, on the call it was cut from (``Node.hidden``).
+    None when it is not the common case (module docstring)."""
+    records = data.invocations
+    with paused_gc():
+        shape = tree_shape(records, data.handoffs)
+        if shape is None:
+            return None
+        duration = shape.duration
+        kept_under: dict[int, list[int]] = {}
+        hidden_at: dict[int, int] = {}
+        todo = [shape.root]
+        while todo:
+            at = todo.pop()
+            kept: list[int] = []
+            left_out: list[int] = []
+            for callee in shape.callees(at):
+                spent = duration(callee)
+                (kept if spent is None or spent >= min_duration_ns else left_out).append(callee)
+            kept_under[at] = kept
+            todo.extend(kept)
+            if left_out:
+                hidden_at[at] = len(left_out) + shape.beneath(left_out)
+        tree, _ = _tree_of(data, shape, _naming(records, data), kept_under, hidden_at)
+        return tree
+
+
+def _tree_of(
+    data: SequenceData,
+    shape: Shape,
+    naming: Naming,
+    children: dict[int, list[int]],
+    hidden_at: dict[int, int],
+) -> tuple[SequenceTree, dict[int, Node]]:
+    """The tree of the positions ``children`` holds (each with its callees shown, in start
+    order), their nodes made now, each with the calls ``hidden_at`` says it hides; and the nodes
+    by position."""
+    records = data.invocations
+    positions = sorted(children)
     made = naming.nodes([records[i] for i in positions])
     node_at = dict(zip(positions, made, strict=True))
     for (puid, iid), folded in data.folded.items():
@@ -84,27 +129,26 @@ def _shown_tree(
         hop = hops.get(i)
         if hop is not None:
             node.handoff = hop
-        node.children = [node_at[child] for child in shown[i]]
+        node.children = [node_at[child] for child in children[i]]
+        node.hidden = hidden_at.get(i, 0)
         callees = shape.callees(i)
         if len(callees) and node.duration_ns is not None:
             node.self_ns = max(0, node.duration_ns - _covered(records, node, callees))
     for node in node_at.values():
         for child in node.children:
             child.detached = outlives(child, node)
-    root_node = node_at[root]
+    root_node = node_at[shape.root]
     tree = SequenceTree(
         seq=data.seq,
         status=tree_status(root_node),
         root=root_node,
-        invocations=count + sum(data.folded.values()),
+        invocations=len(records) + sum(data.folded.values()),
         threads=naming.thread_count,
         processes=shape.processes,
         dropped_by=dropped_by(data),
+        hidden=sum(hidden_at.values()),
     )
-    selection = Selection(nodes=nodes_shown, hidden=hidden)
-    selection.shown = {id(node_at[i]): node_at[i].children for i in positions}
-    selection.folds = {id(node_at[i]): fold for i, fold in folds.items()}
-    return tree, selection
+    return tree, node_at
 
 
 def _naming(records: Sequence[InvocationRecord], data: SequenceData) -> Naming:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cmr.gc_paused import paused_gc
-from cmr.views.bigtree import shown_tree
+from cmr.views.bigtree import longer_tree, shown_tree
 from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree
 from cmr.views.hops import fold_empty_hops
@@ -39,6 +39,17 @@ def render_sequence(
     """One sequence's tree as ``cmr show`` prints it (without a trailing newline); ``samples``
     merges the stack samples in, as ``cmr show --samples`` does; ``max_nodes`` bounds its lines
     as ``--max-nodes`` does (0: no limit); ``all_calls`` keeps what ``views.hops`` folds."""
+    if depth is None and min_duration_ns and not samples:  # the calls that lasted: only theirs
+        with paused_gc():  # are made nodes (the end-of-run report's tree)
+            data = store.load_sequence(seq, samples=False)
+            if not all_calls:
+                data = fold_empty_hops(data)
+            longer = longer_tree(data, min_duration_ns)
+            tree = (
+                drop_shorter_than(build_tree(data), min_duration_ns) if longer is None else longer
+            )
+            del data
+        return render_text(tree, color=color, max_nodes=max_nodes, link_ids=link_ids(store, tree))
     if depth is not None or min_duration_ns or samples or not max_nodes:
         tree = view_sequence(
             store, seq, depth, min_duration_ns, samples=samples, all_calls=all_calls

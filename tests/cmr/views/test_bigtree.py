@@ -24,11 +24,12 @@ from cmr.store.columns import (
 )
 from cmr.store.packed import encode_chunks
 from cmr.views.bigprofile import sequence_profile
-from cmr.views.bigtree import shown_tree
+from cmr.views.bigtree import longer_tree, shown_tree
 from cmr.views.budget import make_fold
 from cmr.views.calltree import build_tree, covered_in_order
 from cmr.views.merge import merge_samples
 from cmr.views.pipeline import render_sequence
+from cmr.views.processors import drop_shorter_than
 from cmr.views.profile import profile_sequence
 from cmr.views.records import Naming, duration
 from cmr.views.render.json import profile_to_json
@@ -144,6 +145,26 @@ def test_the_shown_part_prints_what_the_whole_tree_prints(
         assert whole.count("detached") == 3
 
 
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("min_us", [1, 3, 5, 150, 800, 20_000])
+@pytest.mark.parametrize("budget", [8, 2000])
+def test_the_calls_that_lasted_print_what_the_whole_tree_cut_by_duration_prints(
+    min_us: int, budget: int, form: Callable[[SequenceData], SequenceData]
+) -> None:
+    """``longer_tree``: the end-of-run report's tree (calls under 1 % of the sequence hidden),
+    made without a node of the calls it hides, is the whole tree's, cut, line for line, with
+    the same counts of what is hidden beneath each call."""
+    data = service()
+    tree = longer_tree(form(data), min_us * US)
+    assert tree is not None
+    whole = drop_shorter_than(build_tree(data), min_us * US)
+    assert tree.hidden == whole.hidden
+    assert render_text(tree, max_nodes=budget) == render_text(whole, max_nodes=budget)
+    if min_us == 150:
+        assert whole.hidden > 500  # most calls were left out, and counted
+    assert longer_tree(dataclasses.replace(data, invocations=data.invocations[::-1]), 1) is None
+
+
 def test_a_tree_that_fits_or_is_not_the_common_case_is_left_to_the_whole_tree() -> None:
     data = service()
     assert shown_tree(data, len(data.invocations)) is None  # it fits: printed in full
@@ -170,6 +191,10 @@ def test_render_sequence_takes_the_shown_part_from_a_store_and_prints_the_same(
         whole = render_text(build_tree(store.load_sequence(seq)), max_nodes=50)
         assert render_sequence(store, seq, max_nodes=50) == whole
         assert " of 601 calls hidden to keep within 50 lines" in whole.splitlines()[-1]
+        # and the calls that lasted 5 ns or more, as the end-of-run report asks
+        cut = drop_shorter_than(build_tree(store.load_sequence(seq)), 5)
+        assert render_sequence(store, seq, min_duration_ns=5) == render_text(cut)
+        assert cut.hidden == sum(1 for n in range(2, 602) if n % 7 < 5)
     finally:
         store.close()
 
