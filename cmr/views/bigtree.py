@@ -41,7 +41,7 @@ from cmr.views.budget import (
 )
 from cmr.views.calltree import covered_in_order, tree_status
 from cmr.views.model import Node, SequenceTree, Status
-from cmr.views.records import Naming, dropped_by
+from cmr.views.records import Naming, dropped_by, dropped_in_window
 from cmr.views.shape import Shape, row_names, tree_shape
 
 
@@ -99,6 +99,7 @@ def _shown_tree(
         threads=naming.thread_count,
         processes=shape.processes,
         dropped_by=dropped_by(data),
+        dropped_in_window=dropped_in_window(data),
     )
     selection = Selection(nodes=nodes_shown, hidden=hidden)
     selection.shown = {id(node_at[i]): node_at[i].children for i in positions}

@@ -19,10 +19,14 @@ from cmr.store._samples import sample_records, sample_windows, without_gaps
 from cmr.store._shared import (
     SHOWN_MATCHES,
     HandoffRow,
+    LostRow,
+    LostWindowRow,
     check_limit,
     is_lost,
     lost_rows,
+    lost_window_rows,
     neighbours_in,
+    overlaps_window,
     pick_match,
     qualified_name,
     seq_range,
@@ -86,6 +90,8 @@ class MemoryStore(Store):
         self._handoffs: dict[int, HandoffRow] = {}
         self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
         self._lost_by: dict[bytes, set[int]] = {}  # seq -> processes that dropped its events
+        #: puid -> its windows of unnamed drops (wall clock; ``_shared.lost_window_rows``)
+        self._lost_windows: dict[int, set[tuple[int, int]]] = {}
         self._summaries = MemorySummaries()
         self._rejected: dict[str, int] = {}
         self._samples = MemorySamples()
@@ -99,6 +105,7 @@ class MemoryStore(Store):
         packed = pack(batch, encode=self._columns)  # may raise; nothing below can: all or none
         samples = sample_records(batch)
         lost = lost_rows(batch)
+        windows = lost_window_rows(batch)
         with self._lock:
             self._check_open()
             puid = batch.puid
@@ -133,12 +140,17 @@ class MemoryStore(Store):
             self._summaries.add(
                 packed.first_start, packed.summary, closed, late_ends, self._methods
             )
-            for seq, lost_puid in lost:
-                self._lost_by.setdefault(seq, set()).add(lost_puid)
+            self._mark_lost(lost, windows)
             self._samples.add(batch, samples)
             self._batch_count += 1
             self._event_count += packed.events
         return True
+
+    def _mark_lost(self, lost: list[LostRow], windows: list[LostWindowRow]) -> None:
+        for seq, puid in lost:
+            self._lost_by.setdefault(seq, set()).add(puid)
+        for puid, first, last in windows:
+            self._lost_windows.setdefault(puid, set()).add((first, last))
 
     def _merge_process(self, batch: Batch, received_ns: int) -> None:
         known = self._processes.get(batch.puid)
@@ -201,9 +213,23 @@ class MemoryStore(Store):
             late_ends=self._late_ends,
             methods=self._methods,
             handoffs=self._handoffs,
-            lossy=bool(self._lost_by.get(seq)),
+            lossy=bool(self._lost_by.get(seq) or self._windows_of(seq)),
             process=functools.partial(self._process, now=now),
         )
+
+    def _windows_of(self, seq: bytes) -> dict[int, tuple[int, int]]:
+        """The processes whose windows of unnamed drops the sequence overlaps, with the first
+        and last times of those windows (``_shared.overlaps_window``)."""
+        if not self._lost_windows:
+            return {}
+        keys = self._summaries.keys(seq)
+        found: dict[int, tuple[int, int]] = {}
+        for puid in self._summaries.processes_of(seq) & self._lost_windows.keys():
+            windows = self._lost_windows[puid]
+            met = [w for w in windows if overlaps_window(w, keys.start_ns, keys.end_ns)]
+            if met:
+                found[puid] = (min(w[0] for w in met), max(w[1] for w in met))
+        return found
 
     def _hosts_of(self, seq: bytes) -> set[str]:
         """The hosts of the processes the sequence ran on."""
@@ -249,7 +275,8 @@ class MemoryStore(Store):
         wanted_methods.update((h.puid, h.method) for h in handoffs.values())
         methods = {key: self._methods[key] for key in wanted_methods if key in self._methods}
         threads = {key: self._threads[key] for key in wanted_threads if key in self._threads}
-        lost_by = frozenset(self._lost_by.get(seq, ()))
+        lost_windows = self._windows_of(seq)
+        lost_by = frozenset(self._lost_by.get(seq, ())).union(lost_windows)
         puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
         processes = {puid: self._process(puid, now) for puid in sorted(puids)}
         sampled, frames = (
@@ -260,7 +287,7 @@ class MemoryStore(Store):
         sampled, gaps = without_gaps(sampled)
         return SequenceData(
             seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by,
-            gaps=gaps,
+            gaps=gaps, lost_windows=lost_windows,
         )  # fmt: skip
 
     def _invocations(self, seq: bytes) -> Sequence[InvocationRecord]:
@@ -347,6 +374,7 @@ class MemoryStore(Store):
                 del self._processes[puid]
                 self._samples.forget(puid)
                 self._late_attrs.pop(puid, None)
+                self._lost_windows.pop(puid, None)
                 for table in (self._methods, self._threads, self._late_ends):
                     for key in [key for key in table if key[0] == puid]:
                         del table[key]

@@ -13,6 +13,7 @@ from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,
     LISTING_KEYS,
+    LOSSY,
     OPEN_BY_PROCESS,
     OPEN_CALL,
     REMOTE_ENTRY_ENDS,
@@ -97,7 +98,7 @@ def page(
         root_row = (seq, *root)
         threads, processes = conn.execute(THREAD_COUNTS, (seq,)).fetchone()
         open_by_process = dict(conn.execute(OPEN_BY_PROCESS, (seq,)).fetchall())
-        lossy = conn.execute("SELECT 1 FROM lost_seqs WHERE seq = ? LIMIT 1", (seq,)).fetchone()
+        (lossy,) = conn.execute(LOSSY, {"seq": seq}).fetchone()
         untrue, handed = root[0], root[1]
         remote = conn.execute(REMOTE_ENTRY_ENDS, (seq,)).fetchall() if untrue or handed else []
         stored.append(
@@ -111,7 +112,7 @@ def page(
                 processes=processes,
                 open_by_process=open_by_process,
                 remote_ends=[end for (end,) in remote],
-                lossy=lossy is not None,
+                lossy=bool(lossy),
             )
         )
     puids = {puid for s in stored for puid in s.open_by_process}
