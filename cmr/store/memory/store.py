@@ -19,14 +19,11 @@ from cmr.store._samples import sample_records, sample_windows, without_gaps
 from cmr.store._shared import (
     SHOWN_MATCHES,
     HandoffRow,
-    LostRow,
-    LostWindowRow,
     check_limit,
     is_lost,
     lost_rows,
     lost_window_rows,
     neighbours_in,
-    overlaps_window,
     pick_match,
     qualified_name,
     seq_range,
@@ -50,6 +47,7 @@ from cmr.store.base import (
 )
 from cmr.store.columns import columns_available, field, process_pairs, read_records
 from cmr.store.listing import matching_names, select_lines, window
+from cmr.store.memory.lossy import LossyMarks
 from cmr.store.memory.pages import MemoryPages
 from cmr.store.memory.samples import MemorySamples
 from cmr.store.memory.summaries import LateEnd, MemorySummaries
@@ -89,9 +87,7 @@ class MemoryStore(Store):
         self._late_attrs: dict[int, list[LateAttrs]] = {}  # puid -> its late Attrs
         self._handoffs: dict[int, HandoffRow] = {}
         self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
-        self._lost_by: dict[bytes, set[int]] = {}  # seq -> processes that dropped its events
-        #: puid -> its windows of unnamed drops (wall clock; ``_shared.lost_window_rows``)
-        self._lost_windows: dict[int, set[tuple[int, int]]] = {}
+        self._lossy = LossyMarks()
         self._summaries = MemorySummaries()
         self._rejected: dict[str, int] = {}
         self._samples = MemorySamples()
@@ -140,17 +136,11 @@ class MemoryStore(Store):
             self._summaries.add(
                 packed.first_start, packed.summary, closed, late_ends, self._methods
             )
-            self._mark_lost(lost, windows)
+            self._lossy.add(lost, windows)
             self._samples.add(batch, samples)
             self._batch_count += 1
             self._event_count += packed.events
         return True
-
-    def _mark_lost(self, lost: list[LostRow], windows: list[LostWindowRow]) -> None:
-        for seq, puid in lost:
-            self._lost_by.setdefault(seq, set()).add(puid)
-        for puid, first, last in windows:
-            self._lost_windows.setdefault(puid, set()).add((first, last))
 
     def _merge_process(self, batch: Batch, received_ns: int) -> None:
         known = self._processes.get(batch.puid)
@@ -213,23 +203,9 @@ class MemoryStore(Store):
             late_ends=self._late_ends,
             methods=self._methods,
             handoffs=self._handoffs,
-            lossy=bool(self._lost_by.get(seq) or self._windows_of(seq)),
+            lossy=self._lossy.lossy(seq, self._summaries),
             process=functools.partial(self._process, now=now),
         )
-
-    def _windows_of(self, seq: bytes) -> dict[int, tuple[int, int]]:
-        """The processes whose windows of unnamed drops the sequence overlaps, with the first
-        and last times of those windows (``_shared.overlaps_window``)."""
-        if not self._lost_windows:
-            return {}
-        keys = self._summaries.keys(seq)
-        found: dict[int, tuple[int, int]] = {}
-        for puid in self._summaries.processes_of(seq) & self._lost_windows.keys():
-            windows = self._lost_windows[puid]
-            met = [w for w in windows if overlaps_window(w, keys.start_ns, keys.end_ns)]
-            if met:
-                found[puid] = (min(w[0] for w in met), max(w[1] for w in met))
-        return found
 
     def _hosts_of(self, seq: bytes) -> set[str]:
         """The hosts of the processes the sequence ran on."""
@@ -275,8 +251,8 @@ class MemoryStore(Store):
         wanted_methods.update((h.puid, h.method) for h in handoffs.values())
         methods = {key: self._methods[key] for key in wanted_methods if key in self._methods}
         threads = {key: self._threads[key] for key in wanted_threads if key in self._threads}
-        lost_windows = self._windows_of(seq)
-        lost_by = frozenset(self._lost_by.get(seq, ())).union(lost_windows)
+        lost_windows = self._lossy.windows_of(seq, self._summaries)
+        lost_by = self._lossy.named_by(seq).union(lost_windows)
         puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
         processes = {puid: self._process(puid, now) for puid in sorted(puids)}
         sampled, frames = (
@@ -354,7 +330,7 @@ class MemoryStore(Store):
                 self._seq_methods.pop(seq, None)
                 for handoff in self._handoffs_by_seq.pop(seq, []):
                     self._handoffs.pop(handoff[0], None)
-                self._lost_by.pop(seq, None)
+                self._lossy.forget_sequence(seq)
                 self._summaries.forget(seq)
             # As in SQLite: a batch goes once no sequence it holds is left.
             held = {key for keys in self._batch_seqs.values() for key in keys}
@@ -374,7 +350,7 @@ class MemoryStore(Store):
                 del self._processes[puid]
                 self._samples.forget(puid)
                 self._late_attrs.pop(puid, None)
-                self._lost_windows.pop(puid, None)
+                self._lossy.forget_process(puid)
                 for table in (self._methods, self._threads, self._late_ends):
                     for key in [key for key in table if key[0] == puid]:
                         del table[key]
@@ -388,7 +364,7 @@ class MemoryStore(Store):
             and not any(key[0] == puid for key in self._batches)
             and not any(row[2] == puid for row in self._handoffs.values())
             and not self._samples.holds(puid)
-            and not any(puid in puids for puids in self._lost_by.values())
+            and not self._lossy.names(puid)
         )
 
     def stats(self) -> StoreStats:
