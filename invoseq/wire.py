@@ -47,6 +47,7 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MAX_INFOS_PER_BATCH",
     "MAX_LOST_SEQS",
+    "MAX_LOST_WINDOWS",
     "MAX_NAME",
     "MAX_PATH",
     "MAX_SAMPLES_PER_BATCH",
@@ -69,6 +70,7 @@ __all__ = [
     "Handoff",
     "HandoffKind",
     "Id63",
+    "LostWindow",
     "MethodInfo",
     "Name",
     "Path",
@@ -108,6 +110,7 @@ MAX_ARGV: Final = 64
 MAX_STACK_DEPTH: Final = 512
 MAX_SAMPLES_PER_BATCH: Final = 1_000_000
 MAX_LOST_SEQS: Final = 1024
+MAX_LOST_WINDOWS: Final = 64
 
 U64 = Annotated[int, msgspec.Meta(ge=0, le=2**64 - 1)]
 #: Ids stored as SQLite INTEGER must fit a signed 64-bit integer.
@@ -275,6 +278,15 @@ class SamplerReport(msgspec.Struct, array_like=True, frozen=True):
     longest_interval_ns: Id63 = 0
 
 
+class LostWindow(msgspec.Struct, array_like=True, frozen=True):
+    """From ``first_ns`` to ``last_ns`` (the process's monotonic clock, like events' ``t_ns``)
+    the process dropped events of sequences it could not name in ``Batch.lost_seqs`` (past the
+    bounds on the names it keeps): every sequence of the process that overlaps it is lossy."""
+
+    first_ns: I64
+    last_ns: I64
+
+
 class ThreadChunk(msgspec.Struct, array_like=True, frozen=True):
     """The events of one thread, in the order the thread produced them."""
 
@@ -288,7 +300,9 @@ class Batch(msgspec.Struct, array_like=True, frozen=True):
     ``dropped`` is the process's cumulative count of events it could not send; ``final`` marks the
     last batch of a process that shut down cleanly (its open invocations will never end).
     ``frames``, ``samples`` and ``sampler`` carry the stack sampler's output (protocol 3).
-    ``lost_seqs`` names sequences some of whose events this process had to drop (protocol 4)."""
+    ``lost_seqs`` names sequences some of whose events this process had to drop (protocol 4);
+    ``lost_windows`` are the times of drops whose sequences it could not name (appended,
+    optional: a repository that predates them ignores them)."""
 
     puid: Id63
     batch_no: Id63
@@ -302,6 +316,7 @@ class Batch(msgspec.Struct, array_like=True, frozen=True):
     samples: Annotated[list[Sample], msgspec.Meta(max_length=MAX_SAMPLES_PER_BATCH)] = []
     sampler: SamplerReport | None = None
     lost_seqs: Annotated[list[SeqId], msgspec.Meta(max_length=MAX_LOST_SEQS)] = []
+    lost_windows: Annotated[list[LostWindow], msgspec.Meta(max_length=MAX_LOST_WINDOWS)] = []
 
 
 class Ack(msgspec.Struct, array_like=True, frozen=True):
@@ -339,6 +354,7 @@ def batch_layout(
     samples: Sequence[Any] = (),
     sampler: tuple[Any, ...] | None = None,
     lost_seqs: Sequence[bytes] = (),
+    lost_windows: Sequence[tuple[int, int]] = (),
 ) -> tuple[Any, ...]:
     """A ``Batch`` as the sender encodes it. The hot path hands over its events as tuples, so
     the sender encodes tuples rather than building structs; this lays them out in ``Batch``'s
@@ -356,6 +372,7 @@ def batch_layout(
         samples,
         sampler,
         lost_seqs,
+        lost_windows,
     )
 
 

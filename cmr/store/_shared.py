@@ -56,6 +56,24 @@ def lost_rows(batch: Batch) -> list[LostRow]:
     return [(seq, batch.puid) for seq in sorted(set(batch.lost_seqs))]
 
 
+#: (puid, first_ns, last_ns) — column order of the ``lost_windows`` table, wall clock: process
+#: puid dropped events of sequences it could not name between those times.
+LostWindowRow = tuple[int, int, int]
+
+
+def lost_window_rows(batch: Batch) -> list[LostWindowRow]:
+    """The batch's windows of unnamed drops (``Batch.lost_windows``) in wall-clock time, each
+    once."""
+    offset, puid = batch.process.clock_offset_ns, batch.puid
+    return sorted({(puid, w.first_ns + offset, w.last_ns + offset) for w in batch.lost_windows})
+
+
+def overlaps_window(window: tuple[int, int], start_ns: int, end_ns: int | None) -> bool:
+    """Whether a sequence from ``start_ns`` (its earliest Start) to ``end_ns`` (its root's end;
+    None: not ended, so on until now) meets the window: it is lossy by it."""
+    return window[0] <= (end_ns if end_ns is not None else window[0]) and window[1] >= start_ns
+
+
 @dataclass(frozen=True, slots=True)
 class SeqRange:
     """The half-open range of 16-byte sequence ids that start with a hex prefix."""

@@ -110,9 +110,13 @@ class SequenceData:
     # Samples of the sequence's threads taken inside its invocations' windows, and their frames.
     samples: list[SampleRecord] = field(default_factory=list)
     frames: dict[tuple[int, int], FrameRecord] = field(default_factory=dict)  # (puid, frame id)
-    # Processes that reported dropping events of this sequence (``Batch.lost_seqs``); each is
-    # also in ``processes``. Not empty: the tree may miss calls.
+    # Processes that reported dropping events of this sequence (``Batch.lost_seqs``), or events
+    # of sequences they could not name at a time the sequence overlaps (``lost_windows``); each
+    # is also in ``processes``. Not empty: the tree may miss calls.
     lost_by: frozenset[int] = frozenset()
+    # Of those, the processes whose windows of unnamed drops (``Batch.lost_windows``, wall
+    # clock) the sequence overlaps: puid -> (first_ns, last_ns) of the windows it overlaps.
+    lost_windows: dict[int, tuple[int, int]] = field(default_factory=dict)
     # Calls a view left out (``cmr.views.hops``), counted on their caller: (puid, iid) -> count.
     folded: dict[tuple[int, int], int] = field(default_factory=dict)
     folded_threads: frozenset[tuple[int, int]] = frozenset()  # (puid, tid) they ran on

@@ -41,7 +41,7 @@ from cmr.views.budget import (
 )
 from cmr.views.calltree import covered_in_order, outlives, tree_status
 from cmr.views.model import Node, SequenceTree
-from cmr.views.records import Naming, dropped_by
+from cmr.views.records import Naming, dropped_by, dropped_in_window
 from cmr.views.shape import Shape, row_names, tree_shape
 
 
@@ -146,6 +146,7 @@ def _tree_of(
         threads=naming.thread_count,
         processes=shape.processes,
         dropped_by=dropped_by(data),
+        dropped_in_window=dropped_in_window(data),
         hidden=sum(hidden_at.values()),
     )
     return tree, node_at

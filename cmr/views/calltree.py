@@ -46,7 +46,14 @@ from cmr.views.model import (
     TreeStatus,
     walk,
 )
-from cmr.views.records import Naming, dropped_by, index_records, link, start_ordered
+from cmr.views.records import (
+    Naming,
+    dropped_by,
+    dropped_in_window,
+    index_records,
+    link,
+    start_ordered,
+)
 
 
 class Window(Protocol):
@@ -114,6 +121,7 @@ def _build(data: SequenceData) -> SequenceTree:
         threads=names.thread_count,
         processes=len(index),
         dropped_by=dropped_by(data),
+        dropped_in_window=dropped_in_window(data),
     )
 
 

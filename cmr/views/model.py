@@ -153,6 +153,9 @@ class SequenceTree:
     unsampled_ns: int = 0
     # Processes that reported dropping events of this sequence, by host, pid and puid.
     dropped_by: tuple[ProcessRef, ...] = ()
+    # Of those, the ones known by a time window: (puid, first_ns, last_ns), wall clock, when
+    # the process dropped events of sequences it could not name, which this one overlaps.
+    dropped_in_window: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def lossy(self) -> bool:

@@ -168,6 +168,11 @@ def dropped_by(data: SequenceData) -> tuple[ProcessRef, ...]:
     )
 
 
+def dropped_in_window(data: SequenceData) -> tuple[tuple[int, int, int], ...]:
+    """(puid, first_ns, last_ns) of the windows of unnamed drops the sequence overlaps."""
+    return tuple(sorted((puid, *window) for puid, window in data.lost_windows.items()))
+
+
 def duration(record: InvocationRecord) -> int | None:
     end = record.end_ns
     return None if end is None else end - record.start_ns if end > record.start_ns else 0

@@ -32,11 +32,13 @@ def make_batch(
     samples: Iterable[wire.Sample] = (),
     sampler: wire.SamplerReport | None = None,
     lost_seqs: Iterable[bytes] = (),
+    lost_windows: Iterable[tuple[int, int]] = (),
 ) -> wire.Batch:
     """A batch from process ``puid``. ``methods`` maps method ids to ``module.qualname``; by
     default every method a Start or Handoff uses is described as ``app.m<id>``. Every tid gets a
     ThreadInfo. ``frames``, ``samples`` and ``sampler`` are the stack sampler's part;
-    ``lost_seqs`` the sequences the process reports it dropped events of."""
+    ``lost_seqs`` the sequences the process reports it dropped events of, ``lost_windows`` the
+    (first, last) event times of its drops whose sequences it could not name."""
     chunks = [wire.ThreadChunk(tid, list(events)) for tid, events in events_by_tid.items()]
     if methods is None:
         used = {
@@ -68,6 +70,7 @@ def make_batch(
         samples=list(samples),
         sampler=sampler,
         lost_seqs=list(lost_seqs),
+        lost_windows=[wire.LostWindow(first, last) for first, last in lost_windows],
     )
 
 
@@ -89,7 +92,7 @@ def encode_batch(batch: wire.Batch) -> list[bytes]:
 @pytest.fixture(name="make_batch")
 def fixture_make_batch() -> BatchFactory:
     """``make_batch(puid, batch_no, {tid: [events]}, methods=..., final=..., dropped=...,
-    pid=..., host=..., heartbeat_ms=..., lost_seqs=...)``."""
+    pid=..., host=..., heartbeat_ms=..., lost_seqs=..., lost_windows=...)``."""
     return make_batch
 
 

@@ -2432,6 +2432,9 @@ done:
  */
 
 static PyObject *g_strands; /* hooks._strands: frame -> [iid, value, token or None, buffer] */
+/* hooks._untraced_strands: frame -> [running, running] (True while a step runs: its marker is
+ * on the thread's stack; None between steps), the strands turned away as roots past the bound */
+static PyObject *g_untraced_strands;
 static PyObject *g_sweep;   /* hooks.sweep(): ends the strands that ended unseen */
 static Py_ssize_t g_sweep_at = 64; /* sweep when this many strands are open */
 /* A traced code object's (method, kind) lives in its own extra slot (PEP 523's co_extra):
@@ -2452,10 +2455,12 @@ static Py_ssize_t g_code_index = -1;
 static PyObject *
 set_handlers(PyObject *module, PyObject *args)
 {
-    PyObject *strands, *sweep;
-    if (!PyArg_ParseTuple(args, "O!O:set_handlers", &PyDict_Type, &strands, &sweep)) {
+    PyObject *strands, *sweep, *untraced = NULL;
+    if (!PyArg_ParseTuple(args, "O!O|O!:set_handlers", &PyDict_Type, &strands, &sweep,
+                          &PyDict_Type, &untraced)) {
         return NULL;
     }
+    Py_XSETREF(g_untraced_strands, Py_XNewRef(untraced));
     if (g_code_index < 0) {
         g_code_index = REQUEST_CODE_INDEX(NULL);
         if (g_code_index < 0) {
@@ -2699,6 +2704,112 @@ step_end(PyObject *state, PyObject *code)
     return reset;
 }
 
+/* A step of a strand turned away as a root begins (`running`: its marker goes on top of the
+ * thread's stack, with the strand's code, so the calls it makes run untraced too) or ends (the
+ * marker comes off). 0, or -1 with an error set. */
+static int
+untraced_step(PyObject *state, PyObject *code, int running)
+{
+    if ((PyList_GET_ITEM(state, 1) != Py_None) == running) {
+        return 0;
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        return -1;
+    }
+    EventBuffer *events = (EventBuffer *)buffer;
+    if (running) {
+        StackEntry *entry = stack_next(events);
+        if (entry == NULL) {
+            Py_DECREF(buffer);
+            return -1;
+        }
+        memset(entry, 0, sizeof(StackEntry));
+        entry->exotic = PAST_BOUND_MARKER;
+        entry->step = 1;
+        entry->code = Py_NewRef(code);
+    }
+    else {
+        for (Py_ssize_t i = events->depth - 1; i >= 0; i--) {
+            StackEntry *entry = &events->stack[i];
+            if (entry->step && entry->iid == 0 && entry->code == code
+                && entry->exotic == PAST_BOUND_MARKER) {
+                stack_pop(events, i, 0);
+                break;
+            }
+        }
+    }
+    Py_DECREF(buffer);
+    PyObject *flag = running ? Py_True : Py_None;
+    PyList_SetItem(state, 0, Py_NewRef(flag));
+    PyList_SetItem(state, 1, Py_NewRef(flag));
+    return 0;
+}
+
+/* The state of the strand of the running frame if the memory bound turned it away as a root
+ * (borrowed), or NULL: only looked for when the frame has no traced state. */
+static PyObject *
+untraced_state(void)
+{
+    if (g_untraced_strands == NULL || PyDict_GET_SIZE(g_untraced_strands) == 0) {
+        return NULL;
+    }
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    PyObject *state = frame == NULL ? NULL : PyDict_GetItemWithError(g_untraced_strands, frame);
+    if (state == NULL || !PyList_CheckExact(state) || PyList_GET_SIZE(state) != 2) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return state;
+}
+
+/* A strand the memory bound turned away (begin_strand gave None, counted): when it would have
+ * rooted a sequence, it is kept apart and each of its steps is a marker on the thread's stack,
+ * so the calls it makes run untraced and counted too, as a synchronous root's do, rather than
+ * each root a sequence of one call once the bound lets go. 0, or -1 with an error set. */
+static int
+untraced_strand_begin(PyObject *frame, PyObject *code)
+{
+    PyObject *current = NULL;
+    if (g_untraced_strands == NULL || PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        return g_untraced_strands == NULL ? 0 : -1;
+    }
+    int root = current == Py_None || is_closed(current);
+    Py_DECREF(current);
+    if (!root) {
+        return 0;
+    }
+    if (PyDict_GET_SIZE(g_untraced_strands) >= g_sweep_at && g_sweep != NULL) {
+        PyObject *swept = PyObject_CallNoArgs(g_sweep);
+        if (swept == NULL) {
+            return -1;
+        }
+        Py_DECREF(swept);
+        Py_ssize_t open = PyDict_GET_SIZE(g_untraced_strands);
+        g_sweep_at = open * 2 > g_sweep_at ? open * 2 : g_sweep_at;
+    }
+    PyObject *state = PyList_New(2);
+    if (state == NULL) {
+        return -1;
+    }
+    PyList_SET_ITEM(state, 0, Py_NewRef(Py_None));
+    PyList_SET_ITEM(state, 1, Py_NewRef(Py_None));
+    int stored = untraced_step(state, code, 1);
+    if (stored == 0) {
+        stored = PyDict_SetItem(g_untraced_strands, frame, state);
+        if (stored < 0) {
+            PyObject *type, *error, *traceback;
+            PyErr_Fetch(&type, &error, &traceback);
+            if (untraced_step(state, code, 0) < 0) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, error, traceback);
+        }
+    }
+    Py_DECREF(state);
+    return stored;
+}
+
 /* A strand begins (a generator's or coroutine's first run): its Start, its state kept by frame,
  * its first step begun. 0, or -1 with an error set. */
 static int
@@ -2721,9 +2832,12 @@ strand_begin(uint64_t method, PyObject *code)
         return 0;
     }
     PyObject *value = begin_strand(method);
-    if (value == NULL || value == Py_None) {
-        Py_XDECREF(value);
-        return value == NULL ? -1 : 0;
+    if (value == Py_None) {
+        Py_DECREF(value);
+        return untraced_strand_begin(frame, code);
+    }
+    if (value == NULL) {
+        return -1;
     }
     PyObject *buffer = current_buffer();
     PyObject *state = buffer == NULL ? NULL : PyList_New(6);
@@ -2762,6 +2876,23 @@ strand_end(long kind, PyObject *error, PyObject *code)
     PyObject *frame;
     PyObject *state = strand_state(&frame);
     if (state == NULL) {
+        state = untraced_state();
+        if (state == NULL) {
+            return 0;
+        }
+        Py_INCREF(state);
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        int ended = untraced_step(state, code, 0) < 0
+                    || PyDict_DelItem(g_untraced_strands, frame) < 0;
+        Py_DECREF(state);
+        if (ended) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            return -1;
+        }
+        PyErr_Restore(type, value, traceback);
         return 0;
     }
     Py_INCREF(state);
@@ -2802,7 +2933,14 @@ static PyObject *
 monitor_yield(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *state = strand_state(NULL);
-    if (nargs < 1 || state == NULL) {
+    if (nargs < 1) {
+        Py_RETURN_NONE;
+    }
+    if (state == NULL) { /* untraced, or turned away as a root past the bound */
+        state = untraced_state();
+        if (state != NULL && untraced_step(state, args[0], 0) < 0 && !absorb_failure()) {
+            return NULL;
+        }
         Py_RETURN_NONE;
     }
     if (step_end(state, args[0]) < 0 && !absorb_failure()) {
@@ -2816,6 +2954,13 @@ static PyObject *
 monitor_resume(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *state = strand_state(NULL);
+    if (nargs >= 1 && state == NULL) { /* untraced, or turned away as a root past the bound */
+        state = untraced_state();
+        if (state != NULL && untraced_step(state, args[0], 1) < 0 && !absorb_failure()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
     if (nargs < 1 || state == NULL || PyList_GET_ITEM(state, 2) != Py_None) {
         Py_RETURN_NONE;
     }
@@ -3103,7 +3248,8 @@ static PyMethodDef module_methods[] = {
      "start(method): record a strand's Start; its context value, or None past the bound."},
     {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
     {"set_handlers", set_handlers, METH_VARARGS,
-     "set_handlers(strands, sweep): the strands' table by frame, and what ends those unseen."},
+     "set_handlers(strands, sweep, untraced=None): the strands' table by frame, what ends those "
+     "unseen, and the table of strands turned away as roots past the memory bound."},
     {"monitor_start", (PyCFunction)(void (*)(void))monitor_start, METH_FASTCALL,
      "monitor_start(code, offset): a traced code's frame starts (PY_START)."},
     {"monitor_return", (PyCFunction)(void (*)(void))monitor_return, METH_FASTCALL,

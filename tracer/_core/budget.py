@@ -29,6 +29,7 @@ import _thread
 import os
 
 from tracer._core import accel as _accel
+from tracer._core import clock as _clock
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
@@ -189,15 +190,24 @@ def held() -> int:
 _overflow_calls = 0
 _overflow_seqs: set[bytes] = set()
 _MAX_OVERFLOW_SEQS: Final = 1024
+#: When the first and the last call past ``_MAX_OVERFLOW_SEQS`` named sequences ran (the
+#: tracer's clock; 0: none since the last take): their sequences are known by this time window.
+_unnamed_first = _unnamed_last = 0
 
 
 def overflow(current: Sequence[Any] | None) -> None:
     """A traced call ran untraced because the process's bound was reached (the sender cannot
-    keep up): count its two events, and remember its sequence (when it had one) as lossy."""
-    global _overflow_calls
+    keep up): count its two events, and remember its sequence (when it had one) as lossy; past
+    the names kept, the time of the call (only then is the clock read)."""
+    global _overflow_calls, _unnamed_first, _unnamed_last
     _overflow_calls += 1
-    if current is not None and len(_overflow_seqs) < _MAX_OVERFLOW_SEQS:
-        _overflow_seqs.add(current[0])
+    if current is not None:
+        if len(_overflow_seqs) < _MAX_OVERFLOW_SEQS:
+            _overflow_seqs.add(current[0])
+        elif current[0] not in _overflow_seqs:
+            _unnamed_last = _clock.now()
+            if not _unnamed_first:
+                _unnamed_first = _unnamed_last
 
 
 def overflow_inside_untraced() -> None:
@@ -207,13 +217,16 @@ def overflow_inside_untraced() -> None:
     overflow(None)
 
 
-def take_overflow() -> tuple[int, set[bytes]]:
-    """The events of the calls left untraced since the last take, and their sequences."""
-    global _overflow_calls
+def take_overflow() -> tuple[int, set[bytes], tuple[int, int] | None]:
+    """The events of the calls left untraced since the last take, their sequences, and the
+    time window of those whose sequences were past the names kept (None: there were none)."""
+    global _overflow_calls, _unnamed_first, _unnamed_last
     calls, _overflow_calls = _overflow_calls, 0
     seqs = set(_overflow_seqs)
     _overflow_seqs.difference_update(seqs)
-    return 2 * calls, seqs
+    first, last = _unnamed_first, _unnamed_last
+    _unnamed_first = _unnamed_last = 0
+    return 2 * calls, seqs, ((first, last) if first else None)
 
 
 def _after_fork_in_child() -> None:

@@ -23,6 +23,11 @@ the key the code was registered under (``codes.REGISTRY``, by id).
   integration's client call attached across an ``await``) is what the next step sets instead.
   A generator or async generator closed (GeneratorExit) ends ok, as an exhausted one does; a
   coroutine closed ends with the error, as any exception.
+- A strand the memory bound turned away where it would have rooted a sequence runs untraced,
+  and so do the calls its steps make (as a synchronous root's, ``decorator.inside_untraced_root``):
+  it is kept apart (``_untraced_strands``) and each of its steps puts a marker on top of its
+  thread's stack, taken off at the yield that ends the step; a strand that runs traced never
+  looks there.
 - A strand closed where it has no handler (3.13 then runs none of its code, and no event comes)
   or dropped unstarted leaves a state whose frame nobody else holds: ``sweep`` ends those, at the
   next strand's start once they are many, and at every flush.
@@ -54,6 +59,9 @@ _getrefcount: Final = sys.getrefcount
 #: handlers') the value its last step kept on the thread's stack began under].
 _strands: dict[FrameType, list[Any]] = {}
 _sweep_at = 64  # sweep when this many strands are open
+#: The strands turned away as roots past the memory bound (pure Python; the C handlers keep the
+#: same table): [the buffer of the step running, the top below its marker] (None: not running).
+_untraced_strands: dict[FrameType, list[Any]] = {}
 #: The token of a synchronous call that runs untraced: its end records nothing.
 _UNTRACED: Final = object()
 #: The token of a call the memory bound turned away: a root inside it is turned away too.
@@ -130,15 +138,40 @@ def _start_strand(method: int, frame: FrameType) -> None:
         sweep()
     iid, value = _d._begin(method)
     if not iid:
+        if _d._get() is None:  # a root turned away (counted): so are the calls of its steps
+            if len(_untraced_strands) >= _sweep_at:
+                sweep()
+            state = _untraced_strands[frame] = [None, None]
+            _untraced_step(state)
         return
     state = [iid, value, None, _tls.events, None, None]
     _strands[frame] = state
     state[2] = _d._set(value)
 
 
+def _untraced_step(state: list[Any]) -> None:
+    """A step of a strand turned away as a root begins: a marker on top of its thread's stack
+    (it may resume on a thread that has recorded nothing yet)."""
+    try:
+        events = _tls.events
+    except AttributeError:
+        events = _register_thread()
+    top = events.top
+    events.top = (top[0], top[1], top[2], None, top, _PAST_BOUND)
+    state[0], state[1] = events, top
+
+
+def _untraced_step_end(state: list[Any]) -> None:
+    if state[1] is not None:
+        state[0].top, state[0], state[1] = state[1], None, None
+
+
 def _finish_strand(kind: int, error: BaseException | None, frame: FrameType) -> None:
     state = _strands.pop(frame, None)
     if state is None:
+        untraced = _untraced_strands.pop(frame, None) if _untraced_strands else None
+        if untraced is not None:
+            _untraced_step_end(untraced)
         return
     token = state[2]
     try:
@@ -239,6 +272,10 @@ def yield_(code: CodeType, offset: int, value: object) -> None:
             # a value code inside the frame set and has not reset (an integration's call in
             # progress across the await): the step that resumes runs under it, not over it
             state[4] = None if now is state[1] else now
+        elif state is None and _untraced_strands:
+            untraced = _untraced_strands.get(_getframe(1))
+            if untraced is not None:
+                _untraced_step_end(untraced)
     except Exception as exc:
         _internal_error(exc)
 
@@ -248,6 +285,10 @@ def resume(code: CodeType, offset: int) -> None:
         state = _strands.get(_getframe(1))
         if state is not None and state[2] is None:
             state[2] = _d._set(state[1] if state[4] is None else state[4])
+        elif state is None and _untraced_strands:
+            untraced = _untraced_strands.get(_getframe(1))
+            if untraced is not None and untraced[1] is None:
+                _untraced_step(untraced)
     except Exception as exc:
         _internal_error(exc)
 
@@ -266,7 +307,10 @@ def sweep() -> None:
         # the table's key, the items() list's tuple, the loop's name and getrefcount's argument
         if _getrefcount(frame) <= 4 and _strands.pop(frame, None) is state:
             state[3].append((1, state[0], _d._clock()))
-    _sweep_at = max(64, 2 * len(_strands))
+    for frame, state in list(_untraced_strands.items()):
+        if _getrefcount(frame) <= 4 and state[1] is None:  # nothing to record: forgotten
+            _untraced_strands.pop(frame, None)
+    _sweep_at = max(64, 2 * max(len(_strands), len(_untraced_strands)))
 
 
 recorder.before_drain.append(sweep)
@@ -280,7 +324,7 @@ class CHandlers:
     ``monitor_*`` builtin functions, which its specialised call instruction calls faster."""
 
     def __init__(self, speedups: Any, *, monitoring: bool) -> None:
-        speedups.set_handlers(_strands, sweep)
+        speedups.set_handlers(_strands, sweep, _untraced_strands)
         prefix = "hook_" if monitoring else "monitor_"
         self.mark = speedups.mark_code
         self.start = getattr(speedups, prefix + "start")

@@ -12,7 +12,9 @@ A batch goes through, in order:
    spool is replayed, oldest first, before the queue;
 4. **dropped**: past both bounds a batch is dropped, its events counted, and the sequences it
    carried remembered, so that a later batch reports them (``lost_seqs``, with the count in
-   ``dropped``) and the repository marks them lossy. Should no later batch reach the repository
+   ``dropped``) and the repository marks them lossy; past the bound on names kept, the time
+   window of the drop (``lost_windows``, ``tracer._shipping.windows``): the repository marks
+   the process's sequences that overlap it. Should no later batch reach the repository
    (it stays away until the process exits), the spool's report slot carries them
    (``Spool.write_report``), rewritten after each round that dropped something.
 
@@ -35,6 +37,7 @@ import msgspec
 from invoseq import wire
 from tracer._shipping.nodes import Nodes
 from tracer._shipping.spool import Spool
+from tracer._shipping.windows import LostWindows, Window
 
 _batch_decoder = msgspec.msgpack.Decoder(wire.Batch)
 
@@ -45,8 +48,9 @@ MAX_BACKOFF = 5
 REPORT_LOST_SEQS = 128
 
 #: Builds the report written into the spool's slot: (batch number or None to reserve one, the
-#: lossy sequences to name) -> (puid, batch number, encoded batch without events).
-Reporter = Callable[[int | None, tuple[bytes, ...]], tuple[int, int, bytes]]
+#: lossy sequences to name, the windows of those not named) -> (puid, batch number, encoded
+#: batch without events).
+Reporter = Callable[[int | None, tuple[bytes, ...], tuple[Window, ...]], tuple[int, int, bytes]]
 
 #: Lossy sequences remembered until a batch reports them: 16 batches' worth of reports.
 MAX_UNREPORTED = 16 * wire.MAX_LOST_SEQS
@@ -59,6 +63,7 @@ class Outgoing:
     body: bytes
     events: int
     reports: tuple[bytes, ...] = ()  # lost sequences this batch reports
+    windows: tuple[Window, ...] = ()  # and the windows of drops whose sequences were not named
     #: Sequences whose invocations, started in earlier batches, this batch ends: its End events
     #: carry no sequence id, so a drop names them from here.
     continues: tuple[bytes, ...] = ()
@@ -119,6 +124,11 @@ class Delivery:
         #: going on in a later one. Part of them is stored, so they are named first where room
         #: is short (the spool's report slot): a sequence dropped whole is not listed anyway.
         self._edges: set[bytes] = set()
+        #: The time windows of the drops whose sequences ``_unreported`` names (until it is
+        #: empty): the spool's report slot, which names fewer, reports them for the rest.
+        self._unreported_windows = LostWindows()
+        self._first_drop_ns = 0  # the earliest time of a dropped event (0: none yet)
+        self.windows = LostWindows()  # of drops whose sequences could not be named
         self._in_spool: dict[tuple[int, int], int] = {}  # events of batches written, not yet taken
         self.counters = Counters()
 
@@ -133,7 +143,10 @@ class Delivery:
     def submit(self, item: Outgoing) -> None:
         self._unreported.difference_update(item.reports)
         self._edges.difference_update(item.reports)
-        item.reports = ()  # they are in its body: a drop reads them back (no copies kept meanwhile)
+        if not self._unreported:
+            self._unreported_windows = LostWindows()
+        self.windows.reported(item.windows)
+        item.reports = item.windows = ()  # in its body: a drop reads them back (no copies kept)
         self._on_memory(len(item.body))
         while self._queue and (
             len(self._queue) >= self._queue_size
@@ -148,12 +161,19 @@ class Delivery:
         self._queued_bytes -= len(item.body)
         return item
 
-    def drop_unsent(self, events: int, seqs: set[bytes]) -> None:
+    def drop_unsent(
+        self, events: int, seqs: set[bytes], span: Window, unnamed: Window | None = None
+    ) -> None:
         """Events never recorded, because the process's memory bound was reached: counted, and
-        their sequences reported as lossy, like a dropped batch's."""
+        their sequences reported as lossy, like a dropped batch's. ``span``: when they were
+        left out (since the sender's last take); ``unnamed``: when those whose sequences the
+        budget could not name were (``budget.take_overflow``)."""
         self.counters.dropped_events += events
         self._unwritten_drops = True
-        self._remember(seqs)
+        self._dropped_at(span)
+        self._remember(seqs, span)
+        if unnamed is not None:
+            self.windows.add(unnamed)
 
     def _spill(self, item: Outgoing) -> None:
         if self._spool is not None and self._spool.append(
@@ -165,10 +185,11 @@ class Delivery:
             self._drop(item)
         self._on_memory(-len(item.body))
 
-    def _remember(self, seqs: Iterable[bytes], *, edges: bool = False) -> None:
-        """Sequences to report lossy (``edges``: cut at a dropped batch's edges); past
-        MAX_UNREPORTED names, only counted (memory stays bounded while the repository is away
-        for long)."""
+    def _remember(self, seqs: Iterable[bytes], span: Window, *, edges: bool = False) -> None:
+        """Sequences to report lossy, whose drops happened within ``span`` (``edges``: cut at a
+        dropped batch's edges); past MAX_UNREPORTED names, counted and known by ``span`` alone
+        (memory stays bounded while the repository is away for long)."""
+        unnamed = named = False
         for seq in seqs:
             if seq in self._unreported:
                 if edges:
@@ -176,30 +197,50 @@ class Delivery:
                 continue
             if len(self._unreported) >= MAX_UNREPORTED:
                 self.counters.unnamed_lost_seqs += 1
+                unnamed = True
             else:
                 self._unreported.add(seq)
+                named = True
                 if edges:
                     self._edges.add(seq)
+        if unnamed:
+            self.windows.add(span)
+        if named:
+            self._unreported_windows.add(span)
+
+    def _dropped_at(self, span: Window) -> None:
+        if not self._first_drop_ns or span[0] < self._first_drop_ns:
+            self._first_drop_ns = span[0]
 
     def _drop(self, item: Outgoing) -> None:
         self.counters.dropped_events += item.events
         self._unwritten_drops = True
         self._on_drop()
-        self._remember(item.continues, edges=True)
         try:
             batch = _batch_decoder.decode(item.body)
-        except msgspec.DecodeError:
+        except msgspec.DecodeError:  # never seen: the sender encoded it
+            now = self._clock()
+            self._remember(item.continues, (self._first_drop_ns or now, now), edges=True)
             return
-        self._remember(batch.lost_seqs)  # its report is lost with it: report again
+        times = [e.t_ns for c in batch.chunks for e in c.events if not isinstance(e, wire.Attrs)]
+        now = self._clock()
+        span = (min(times), max(times)) if times else (now, now)
+        self._dropped_at(span)
+        self._remember(item.continues, span, edges=True)
+        # its report is lost with it: report again (when those drops were is not kept: since
+        # the first drop of the process, should the names not fit)
+        self._remember(batch.lost_seqs, (self._first_drop_ns, span[1]))
+        for window in batch.lost_windows:
+            self.windows.add((window.first_ns, window.last_ns))
         for chunk in batch.chunks:
             starts = []
             for event in chunk.events:
                 if isinstance(event, wire.Start | wire.Handoff):
-                    self._remember((event.seq,))
+                    self._remember((event.seq,), span)
                     if isinstance(event, wire.Start):
                         starts.append(event.seq)
             if starts:  # the first may have begun in an earlier batch, the last go on in a later
-                self._remember((starts[0], starts[-1]), edges=True)
+                self._remember((starts[0], starts[-1]), span, edges=True)
 
     # -- moving batches ---------------------------------------------------------------------------
 
@@ -262,7 +303,13 @@ class Delivery:
             return
         lost = self.lost_to_report(REPORT_LOST_SEQS)
         while True:  # fewer names when the process's own metadata (a long argv) takes the room
-            puid, batch_no, body = self._reporter(spool.report_batch_no, lost)
+            windows = self.windows.to_report()
+            if len(lost) < len(self._unreported):  # the names left out: by the time of the drops
+                both = LostWindows()
+                for window in (*windows, *self._unreported_windows.to_report()):
+                    both.add(window)
+                windows = both.to_report()
+            puid, batch_no, body = self._reporter(spool.report_batch_no, lost, windows)
             spool.report_batch_no = batch_no
             if spool.write_report(puid, batch_no, body) or not lost:
                 break

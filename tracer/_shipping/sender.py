@@ -17,7 +17,7 @@ from typing import Any, Final
 import msgspec
 
 from invoseq import wire
-from tracer._core import budget, context, ids, recorder
+from tracer._core import budget, clock, context, ids, recorder
 from tracer._sampler import Sampler
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.nodes import Nodes
@@ -76,6 +76,7 @@ class Sender:
         #: not wait for it again until it answers (a pool task must not pay the timeout each time).
         self._silent = False
         self._samples: list[Any] = []
+        self._overflow_taken_ns = clock.now()  # calls the bound turned away since were counted
         self.delivery: Delivery | None = None
         self._thread = threading.Thread(target=self._run, name="invoseq-sender", daemon=True)
 
@@ -257,9 +258,12 @@ class Sender:
             reporter=self._report,
         )
 
-    def _report(self, batch_no: int | None, lost: tuple[bytes, ...]) -> tuple[int, int, bytes]:
+    def _report(
+        self, batch_no: int | None, lost: tuple[bytes, ...], windows: tuple[tuple[int, int], ...]
+    ) -> tuple[int, int, bytes]:
         """The batch the spool's report slot holds: no events, the drop count and the sequences
-        the drops cut, under a batch number of its own (reserved once per spool file)."""
+        the drops cut (the windows of those not named), under a batch number of its own
+        (reserved once per spool file)."""
         assert self.delivery is not None
         if batch_no is None:
             batch_no = recorder.next_batch_no()
@@ -272,6 +276,7 @@ class Sender:
             chunks=[],
             dropped=self.delivery.counters.dropped_events,
             lost_seqs=lost,
+            lost_windows=windows,
         )
         return self._identity.puid, batch_no, self._encoder.encode(batch)
 
@@ -304,9 +309,10 @@ class Sender:
     def _send_drained(
         self, delivery: Delivery, drained: recorder.Drained, *, final: bool, heartbeat: bool
     ) -> None:
-        skipped, lost = budget.take_overflow()
+        skipped, lost, unnamed = budget.take_overflow()
+        taken_ns, self._overflow_taken_ns = self._overflow_taken_ns, clock.now()
         if skipped:
-            delivery.drop_unsent(skipped, lost)
+            delivery.drop_unsent(skipped, lost, (taken_ns, self._overflow_taken_ns), unnamed)
         self._samples = self._sampler.drain() if self._sampler is not None else []
         limit = self._config.batch_events
         pending: list[tuple[recorder.ThreadBuffer, recorder.Events]] = []
@@ -347,6 +353,7 @@ class Sender:
         process = self._identity
         batch_no = recorder.next_batch_no()  # per process: never reused by a later sender
         lost = delivery.lost_to_report()
+        windows = delivery.windows.to_report()
         batch = wire.batch_layout(
             puid=process.puid,
             batch_no=batch_no,
@@ -360,10 +367,11 @@ class Sender:
             samples=samples,
             sampler=sampler,
             lost_seqs=lost,
+            lost_windows=windows,
         )
         body = recorder.untracked(self._encoder.encode, batch)  # the program's tracemalloc: unseen
         continues = self._continued_sequences(chunks)
-        delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, continues))
+        delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, windows, continues))
         self._last_send = time.monotonic()
         self._promised_ms = self._promise_ms
         self._methods_sent += len(methods)

@@ -22,6 +22,7 @@ from cmr.store._shared import (
     check_limit,
     is_lost,
     lost_rows,
+    lost_window_rows,
     neighbours_in,
     pick_match,
     qualified_name,
@@ -46,6 +47,7 @@ from cmr.store.base import (
 )
 from cmr.store.columns import columns_available, field, process_pairs, read_records
 from cmr.store.listing import matching_names, select_lines, window
+from cmr.store.memory.lossy import LossyMarks
 from cmr.store.memory.pages import MemoryPages
 from cmr.store.memory.samples import MemorySamples
 from cmr.store.memory.summaries import LateEnd, MemorySummaries
@@ -85,7 +87,7 @@ class MemoryStore(Store):
         self._late_attrs: dict[int, list[LateAttrs]] = {}  # puid -> its late Attrs
         self._handoffs: dict[int, HandoffRow] = {}
         self._handoffs_by_seq: dict[bytes, list[HandoffRow]] = {}
-        self._lost_by: dict[bytes, set[int]] = {}  # seq -> processes that dropped its events
+        self._lossy = LossyMarks()
         self._summaries = MemorySummaries()
         self._rejected: dict[str, int] = {}
         self._samples = MemorySamples()
@@ -99,6 +101,7 @@ class MemoryStore(Store):
         packed = pack(batch, encode=self._columns)  # may raise; nothing below can: all or none
         samples = sample_records(batch)
         lost = lost_rows(batch)
+        windows = lost_window_rows(batch)
         with self._lock:
             self._check_open()
             puid = batch.puid
@@ -133,8 +136,7 @@ class MemoryStore(Store):
             self._summaries.add(
                 packed.first_start, packed.summary, closed, late_ends, self._methods
             )
-            for seq, lost_puid in lost:
-                self._lost_by.setdefault(seq, set()).add(lost_puid)
+            self._lossy.add(lost, windows)
             self._samples.add(batch, samples)
             self._batch_count += 1
             self._event_count += packed.events
@@ -201,7 +203,7 @@ class MemoryStore(Store):
             late_ends=self._late_ends,
             methods=self._methods,
             handoffs=self._handoffs,
-            lossy=bool(self._lost_by.get(seq)),
+            lossy=self._lossy.lossy(seq, self._summaries),
             process=functools.partial(self._process, now=now),
         )
 
@@ -249,7 +251,8 @@ class MemoryStore(Store):
         wanted_methods.update((h.puid, h.method) for h in handoffs.values())
         methods = {key: self._methods[key] for key in wanted_methods if key in self._methods}
         threads = {key: self._threads[key] for key in wanted_threads if key in self._threads}
-        lost_by = frozenset(self._lost_by.get(seq, ()))
+        lost_windows = self._lossy.windows_of(seq, self._summaries)
+        lost_by = self._lossy.named_by(seq).union(lost_windows)
         puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
         processes = {puid: self._process(puid, now) for puid in sorted(puids)}
         sampled, frames = (
@@ -260,7 +263,7 @@ class MemoryStore(Store):
         sampled, gaps = without_gaps(sampled)
         return SequenceData(
             seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by,
-            gaps=gaps,
+            gaps=gaps, lost_windows=lost_windows,
         )  # fmt: skip
 
     def _invocations(self, seq: bytes) -> Sequence[InvocationRecord]:
@@ -327,7 +330,7 @@ class MemoryStore(Store):
                 self._seq_methods.pop(seq, None)
                 for handoff in self._handoffs_by_seq.pop(seq, []):
                     self._handoffs.pop(handoff[0], None)
-                self._lost_by.pop(seq, None)
+                self._lossy.forget_sequence(seq)
                 self._summaries.forget(seq)
             # As in SQLite: a batch goes once no sequence it holds is left.
             held = {key for keys in self._batch_seqs.values() for key in keys}
@@ -347,6 +350,7 @@ class MemoryStore(Store):
                 del self._processes[puid]
                 self._samples.forget(puid)
                 self._late_attrs.pop(puid, None)
+                self._lossy.forget_process(puid)
                 for table in (self._methods, self._threads, self._late_ends):
                     for key in [key for key in table if key[0] == puid]:
                         del table[key]
@@ -360,7 +364,7 @@ class MemoryStore(Store):
             and not any(key[0] == puid for key in self._batches)
             and not any(row[2] == puid for row in self._handoffs.values())
             and not self._samples.holds(puid)
-            and not any(puid in puids for puids in self._lost_by.values())
+            and not self._lossy.names(puid)
         )
 
     def stats(self) -> StoreStats:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from cmr.store._samples import encode_stack, sampler_record, without_gaps
-from cmr.store._shared import lost_rows
+from cmr.store._shared import lost_rows, lost_window_rows
 from cmr.store.base import SampleRecord
 from cmr.store.packing import PackedBatch
 from cmr.store.postgres.binary import column
@@ -151,6 +151,13 @@ def write_batch(
                 "INSERT INTO lost_seqs SELECT * FROM unnest(%b::bytea[], %b::bigint[]) "
                 "ON CONFLICT DO NOTHING",
                 ([seq for seq, _ in lost], [puid for _, puid in lost]),
+            )
+        if batch.lost_windows:
+            windows = lost_window_rows(batch)
+            conn.execute(
+                "INSERT INTO lost_windows SELECT * FROM unnest(%b::bigint[], %b::bigint[], "
+                "%b::bigint[]) ON CONFLICT DO NOTHING",
+                tuple([row[i] for row in windows] for i in range(3)),
             )
         _store_sampler(conn, batch, samples)
     window_params = {"lowest": window[0], "highest": window[1]}

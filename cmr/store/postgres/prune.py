@@ -24,6 +24,7 @@ _PROCESS_TABLES = (
     "samplers",
     "late_ends",
     "late_attrs",
+    "lost_windows",
 )
 #: What a sequence leaves behind, deleted with it.
 _SEQUENCE_TABLES = (

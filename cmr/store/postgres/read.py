@@ -34,6 +34,7 @@ from cmr.store.packed import LateAttrs, LateEnd, StoredBatch
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.schema import (
     LATE_ENDS,
+    LOST_WINDOWS_OF,
     PROCESS_COLUMNS,
     SAMPLES_IN_WINDOW,
     SEQUENCE_BATCHES,
@@ -92,9 +93,13 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
         )
         if (puid, tid) in wanted_threads
     }
+    lost_windows = {
+        int(puid): (int(first), int(last))
+        for puid, first, last in conn.execute(LOST_WINDOWS_OF, {"seq": seq})
+    }
     lost_by = frozenset(
         int(puid) for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = %s", (seq,))
-    )
+    ).union(lost_windows)
     processes_by_puid = processes(
         conn, set(field(records, "puid")) | {h.puid for h in handoffs.values()} | lost_by, now
     )
@@ -112,7 +117,7 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
     sampled, gaps = without_gaps(sampled)
     return SequenceData(
         seq, records, methods, threads, processes_by_puid, handoffs, sampled, frames, lost_by,
-        gaps=gaps,
+        gaps=gaps, lost_windows=lost_windows,
     )  # fmt: skip
 
 

@@ -237,6 +237,14 @@ _BATCH_METHODS: Final = (
        WHERE m.seq = s.seq AND m.puid = s.puid AND m.batch_no = s.batch_no""",
     "DROP TABLE seq_methods",
 )
+#: The time windows of drops whose sequences a process could not name (``Batch.lost_windows``,
+#: wall clock): the sequences of the process that overlap one are lossy (``LOST_WINDOWS_OF``).
+_LOST_WINDOWS: Final = (
+    """CREATE TABLE IF NOT EXISTS lost_windows (
+        puid bigint NOT NULL, first_ns bigint NOT NULL, last_ns bigint NOT NULL,
+        PRIMARY KEY (puid, first_ns, last_ns)
+    )""",
+)
 #: The versions whose migration also runs Python after its statements (``postgres_migrate``):
 #: moving the rows into batches, then computing the listing lines.
 PACKED_VERSION: Final = 3
@@ -250,6 +258,7 @@ MIGRATIONS: Final = (
     Migration(5, "listing keys on each sequence, indexed", _LISTING_KEYS),
     Migration(6, "the sampler's paced interval in its report", _SAMPLER_INTERVALS),
     Migration(7, "the methods each sequence ran, on its batch_seqs row", _BATCH_METHODS),
+    Migration(8, "the time windows of drops whose sequences were not named", _LOST_WINDOWS),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
@@ -361,10 +370,25 @@ SUMMARIES_OF_PICKED: Final = """
            (SELECT count(*) FROM seq_threads t WHERE t.seq = s.seq),
            (SELECT count(DISTINCT t.puid) FROM seq_threads t WHERE t.seq = s.seq),
            EXISTS (SELECT 1 FROM lost_seqs x WHERE x.seq = s.seq)
+           OR EXISTS (SELECT 1 FROM lost_windows LIMIT 1) AND EXISTS (
+               SELECT 1 FROM sequences q JOIN seq_threads t ON t.seq = q.seq
+               JOIN lost_windows w ON w.puid = t.puid
+               WHERE q.seq = s.seq AND w.first_ns <= coalesce(q.end_ns, w.first_ns)
+                 AND w.last_ns >= q.start_ns)
     FROM ({picked}) s
     JOIN seq_roots r ON r.seq = s.seq
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
     LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
+#: The processes whose windows of unnamed drops sequence %(seq)s overlaps (as in SQLite:
+#: ``sqlite_schema.LOST_WINDOWS_OF``), with the first and last times of those windows.
+LOST_WINDOWS_OF: Final = """
+    SELECT w.puid, min(w.first_ns), max(w.last_ns)
+    FROM sequences s
+    JOIN (SELECT DISTINCT puid FROM seq_threads WHERE seq = %(seq)s) t ON true
+    JOIN lost_windows w ON w.puid = t.puid
+    WHERE s.seq = %(seq)s AND w.first_ns <= coalesce(s.end_ns, w.first_ns)
+      AND w.last_ns >= s.start_ns
+    GROUP BY w.puid"""
 #: The entries of the sequences %(seqs)s whose hand-off nobody here recorded, with their
 #: processes and ends.
 REMOTE_ENTRIES: Final = """

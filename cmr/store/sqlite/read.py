@@ -134,7 +134,14 @@ def process_record(row: tuple[Any, ...], now: int) -> ProcessRecord:
 
 
 #: Tables of a process's own names, removed with it.
-_PER_PROCESS: Final = ("methods", "threads", "frames", "samplers", "sample_threads")
+_PER_PROCESS: Final = (
+    "methods",
+    "threads",
+    "frames",
+    "samplers",
+    "sample_threads",
+    "lost_windows",
+)
 
 
 def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:

@@ -30,6 +30,7 @@ from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
 from cmr.store.sqlite.schema import (
     CURRENT_VERSION,
+    LOST_WINDOWS_OF,
     METHODS_BY_RECENT_SEQUENCE,
     NAMED_METHODS,
     PROCESS_COLUMNS,
@@ -193,9 +194,13 @@ class SQLiteReader(Store):
             raise UnknownSequenceError(f"no sequence {seq.hex()}")
         handoffs = sqlite_read.handoffs(conn, seq, invocations)
         methods, threads = sqlite_read.names(conn, invocations, handoffs)
+        lost_windows = {
+            puid: (first, last)
+            for puid, first, last in conn.execute(LOST_WINDOWS_OF, {"seq": seq}).fetchall()
+        }
         lost_by = frozenset(
             puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
-        )
+        ).union(lost_windows)
         puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
         processes = sqlite_read.processes(conn, puids, now)
         sampled, frames = (
@@ -206,7 +211,7 @@ class SQLiteReader(Store):
         sampled, gaps = without_gaps(sampled)
         return SequenceData(
             seq, invocations, methods, threads, processes, handoffs, sampled, frames, lost_by,
-            gaps=gaps,
+            gaps=gaps, lost_windows=lost_windows,
         )  # fmt: skip
 
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:

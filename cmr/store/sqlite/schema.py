@@ -12,7 +12,8 @@ and exception) on its row, indexed, so that ``cmr ls --root/--min-duration/--sta
 duration`` are served by index (``cmr.store.listing``). Version 10 adds the sampler's paced
 interval to each process's sampler report (additive: 0 for the reports stored before). Version
 11 keeps the methods a sequence ran in a batch on its ``batch_seqs`` row (same key) instead of a
-table of its own: one B-tree row less per sequence and batch (issue 33).
+table of its own: one B-tree row less per sequence and batch (issue 33). Version 12 adds the
+time windows of drops whose sequences a process could not name (``lost_windows``, additive).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True
 if TYPE_CHECKING:
     from typing import Final
 
-SCHEMA_VERSION: Final = 11
+SCHEMA_VERSION: Final = 12
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -88,6 +89,16 @@ LOST_SEQS_SCHEMA: Final = (
     """CREATE TABLE lost_seqs (
         seq BLOB NOT NULL, puid INTEGER NOT NULL,
         PRIMARY KEY (seq, puid)
+    ) WITHOUT ROWID""",
+)
+#: Version 12: (puid, first_ns, last_ns) when process puid reported (``Batch.lost_windows``,
+#: wall clock here) that it dropped events of sequences it could not name in that window: the
+#: sequences of the process that overlap it are lossy (``LOST_WINDOWS_OF``). Rare: a process
+#: has a few.
+LOST_WINDOWS_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS lost_windows (
+        puid INTEGER NOT NULL, first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
+        PRIMARY KEY (puid, first_ns, last_ns)
     ) WITHOUT ROWID""",
 )
 
@@ -215,6 +226,7 @@ SCHEMA: Final = (
     *LISTING_KEYS_SCHEMA,
     *SAMPLER_INTERVALS_SCHEMA,
     *BATCH_METHODS_SCHEMA,
+    *LOST_WINDOWS_SCHEMA,
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 _CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
@@ -232,6 +244,7 @@ UPGRADES: Final = {
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
         *BATCH_METHODS_SCHEMA,
+        *LOST_WINDOWS_SCHEMA,
     ),
     2: (
         *HEARTBEAT_SCHEMA,
@@ -243,6 +256,7 @@ UPGRADES: Final = {
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
         *BATCH_METHODS_SCHEMA,
+        *LOST_WINDOWS_SCHEMA,
     ),
     3: (
         *SAMPLES_SCHEMA,
@@ -253,6 +267,7 @@ UPGRADES: Final = {
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
         *BATCH_METHODS_SCHEMA,
+        *LOST_WINDOWS_SCHEMA,
     ),
     4: (
         *LOST_SEQS_SCHEMA,
@@ -262,6 +277,7 @@ UPGRADES: Final = {
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
         *BATCH_METHODS_SCHEMA,
+        *LOST_WINDOWS_SCHEMA,
     ),
     5: (
         *PACKED_SCHEMA,
@@ -270,6 +286,7 @@ UPGRADES: Final = {
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
         *BATCH_METHODS_SCHEMA,
+        *LOST_WINDOWS_SCHEMA,
     ),
     6: (
         *SUMMARY_SCHEMA,
@@ -277,11 +294,24 @@ UPGRADES: Final = {
         *LISTING_KEYS_SCHEMA,
         *SAMPLER_INTERVALS_SCHEMA,
         *BATCH_METHODS_SCHEMA,
+        *LOST_WINDOWS_SCHEMA,
     ),
-    7: (*ROOT_ERROR_SCHEMA, *LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
-    8: (*LISTING_KEYS_SCHEMA, *SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
-    9: (*SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA),
-    10: BATCH_METHODS_SCHEMA,
+    7: (
+        *ROOT_ERROR_SCHEMA,
+        *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
+        *LOST_WINDOWS_SCHEMA,
+    ),
+    8: (
+        *LISTING_KEYS_SCHEMA,
+        *SAMPLER_INTERVALS_SCHEMA,
+        *BATCH_METHODS_SCHEMA,
+        *LOST_WINDOWS_SCHEMA,
+    ),
+    9: (*SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA, *LOST_WINDOWS_SCHEMA),
+    10: (*BATCH_METHODS_SCHEMA, *LOST_WINDOWS_SCHEMA),
+    11: LOST_WINDOWS_SCHEMA,
 }
 CURRENT_VERSION: Final = _CURRENT
 
@@ -369,6 +399,20 @@ SUMMARIES_OF_PICKED: Final = """
     JOIN seq_roots r ON r.seq = s.seq
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
     LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
+#: The processes whose windows of unnamed drops sequence :seq overlaps (it ran on them, from
+#: its earliest Start to its root's end, or on if open: ``_shared.overlaps_window``), with the
+#: first and last times of the windows it overlaps.
+LOST_WINDOWS_OF: Final = """
+    SELECT w.puid, min(w.first_ns), max(w.last_ns)
+    FROM sequences s
+    JOIN (SELECT DISTINCT puid FROM seq_threads WHERE seq = :seq) t
+    JOIN lost_windows w ON w.puid = t.puid
+    WHERE s.seq = :seq AND w.first_ns <= coalesce(s.end_ns, w.first_ns) AND w.last_ns >= s.start_ns
+    GROUP BY w.puid"""
+#: Whether sequence :seq is lossy: named by a process, or in a window of unnamed drops.
+LOSSY: Final = f"""
+    SELECT EXISTS (SELECT 1 FROM lost_seqs WHERE seq = :seq)
+        OR EXISTS (SELECT 1 FROM lost_windows LIMIT 1) AND EXISTS ({LOST_WINDOWS_OF})"""
 #: How many threads and processes a sequence ran on.
 THREAD_COUNTS: Final = "SELECT count(*), count(DISTINCT puid) FROM seq_threads WHERE seq = ?"
 #: A sequence's open invocations, per process.

@@ -13,6 +13,7 @@ from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.schema import (
     LATE_ROOT_END,
     LISTING_KEYS,
+    LOSSY,
     OPEN_CALL,
     REMOTE_ENTRIES,
     SUMMARIES_OF_PICKED,
@@ -101,7 +102,7 @@ def page(
         seq, start_ns, invocations, *root, module, qualname, file, line = row
         root_row = (seq, *root)
         threads, processes = conn.execute(THREAD_COUNTS, (seq,)).fetchone()
-        lossy = conn.execute("SELECT 1 FROM lost_seqs WHERE seq = ? LIMIT 1", (seq,)).fetchone()
+        (lossy,) = conn.execute(LOSSY, {"seq": seq}).fetchone()
         untrue, handed = root[0], root[1]
         remote = conn.execute(REMOTE_ENTRIES, (seq,)).fetchall() if untrue or handed else []
         stored.append(
@@ -114,7 +115,7 @@ def page(
                 threads=threads,
                 processes=processes,
                 remote_entries=[(puid, end) for puid, end in remote],
-                lossy=lossy is not None,
+                lossy=bool(lossy),
             )
         )
     puids = {puid for s in stored for puid in waiting_on(s)}

@@ -8,7 +8,7 @@ import json
 import sqlite3
 from collections.abc import Iterable, Mapping
 
-from cmr.store._shared import lost_rows
+from cmr.store._shared import lost_rows, lost_window_rows
 from cmr.store.base import Outcome
 from cmr.store.grouping import group_parts
 from cmr.store.packing import Prepared, write_each
@@ -115,6 +115,9 @@ def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int, index: _
         )
     if batch.lost_seqs:
         conn.executemany("INSERT OR IGNORE INTO lost_seqs VALUES (?, ?)", lost_rows(batch))
+    if batch.lost_windows:
+        rows = lost_window_rows(batch)
+        conn.executemany("INSERT OR IGNORE INTO lost_windows VALUES (?, ?, ?)", rows)
     store_samples(conn, batch, samples)
     return True
 

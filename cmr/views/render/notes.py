@@ -7,7 +7,13 @@ from __future__ import annotations
 from typing import Final
 
 from cmr.views.model import SequenceTree
-from cmr.views.render.terms import Palette, format_duration, plural, printable
+from cmr.views.render.terms import (
+    Palette,
+    format_duration,
+    format_time_of_day,
+    plural,
+    printable,
+)
 
 
 def header_notes(tree: SequenceTree, palette: Palette) -> list[str]:
@@ -74,10 +80,21 @@ def _between_tasks_note(tree: SequenceTree, palette: Palette) -> str:
 
 
 def _lossy_note(tree: SequenceTree, palette: Palette) -> str:
-    """A second header line: the tree may miss calls, and which process lost them."""
-    names = ", ".join(f"{printable(p.host)}:{p.pid}" for p in tree.dropped_by)
-    noun = "process" if len(tree.dropped_by) == 1 else "processes"
-    return (
-        f"{palette.yellow}lossy: some events of this sequence were dropped by {noun} {names}"
-        f"{palette.reset}"
-    )
+    """A second header line: the tree may miss calls, and which process lost them; a process
+    known by a time window (it could not name the sequences it dropped events of) says when."""
+    windows = {puid: (first, last) for puid, first, last in tree.dropped_in_window}
+    named = [p for p in tree.dropped_by if p.puid not in windows]
+    parts = []
+    if named:
+        names = ", ".join(f"{printable(p.host)}:{p.pid}" for p in named)
+        noun = "process" if len(named) == 1 else "processes"
+        parts.append(f"some events of this sequence were dropped by {noun} {names}")
+    for process in tree.dropped_by:
+        if process.puid in windows:
+            first, last = windows[process.puid]
+            parts.append(
+                f"process {printable(process.host)}:{process.pid} dropped events between "
+                f"{format_time_of_day(first)} and {format_time_of_day(last)}, of sequences it "
+                "could not name, and this sequence ran then"
+            )
+    return f"{palette.yellow}lossy: {'; '.join(parts)}{palette.reset}"

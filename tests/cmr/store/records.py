@@ -25,6 +25,7 @@ from cmr.store.sqlite.schema import (
     LEGACY_EVENTS_SCHEMA,
     LISTING_KEYS_SCHEMA,
     LOST_SEQS_SCHEMA,
+    LOST_WINDOWS_SCHEMA,
     PACKED_SCHEMA,
     ROOT_ERROR_SCHEMA,
     SAMPLER_INTERVALS_SCHEMA,
@@ -70,6 +71,7 @@ def older_schema(path: str, version: int) -> None:
         + LISTING_KEYS_SCHEMA
         + SAMPLER_INTERVALS_SCHEMA
         + BATCH_METHODS_SCHEMA
+        + LOST_WINDOWS_SCHEMA
         + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
             6: (),

@@ -55,6 +55,25 @@ def delivering(n: int) -> int:
     return sum(inner(i) for i in range(n))
 
 
+@tracer.traced
+def delivering_steps(n: int) -> Iterator[int]:
+    """``delivering`` as a generator: its first step lets the bound go, each yields a call's."""
+    tracer.flush()
+    for i in range(n):
+        yield inner(i)
+
+
+@tracer.traced
+async def delivering_async(n: int) -> int:
+    """``delivering`` as a coroutine, giving the loop a turn between its calls."""
+    tracer.flush()
+    total = 0
+    for i in range(n):
+        total += inner(i)
+        await asyncio.sleep(0)
+    return total
+
+
 @pytest.fixture(name="untraced")
 def fixture_untraced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the calls the bound turned away (both hot paths call budget.overflow)."""
@@ -194,6 +213,45 @@ def test_the_calls_inside_a_root_past_the_bound_are_untraced_with_it_not_sequenc
     traced = names.count(f"{__name__}.work")
     # its calls found room again once it had flushed: they too ran untraced, counted, instead of
     # each rooting a sequence of one call
+    assert names == [f"{__name__}.work"] * traced
+    assert 0 < traced <= 21
+    assert untraced[0] == (30 - traced) + 1 + 10
+
+
+def resumed_elsewhere(steps: Iterator[int]) -> int:
+    """The first step here, the rest on a new thread (one that has recorded nothing)."""
+    total = [next(steps)]
+    thread = threading.Thread(target=lambda: total.append(sum(steps)))
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive()
+    return sum(total)
+
+
+@pytest.mark.parametrize("kind", ["generator", "generator resumed elsewhere", "coroutine"])
+def test_the_calls_inside_a_generator_or_coroutine_root_past_the_bound_are_untraced_with_it(
+    untraced: list[int], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    quiet = {"flush_interval_ms": HOUR_MS, "heartbeat_ms": HOUR_MS, "sample_interval_ms": 0}
+    with capture(max_buffered_bytes=40 * budget.EVENT_BYTES, **quiet) as trace:
+        monkeypatch.setattr(budget, "on_threads_full", lambda: None)  # nothing drains early
+
+        def record(_: int) -> None:
+            for i in range(30):  # 60 events: past the bound of 40
+                work(i)
+            # a root past it, untraced, whose steps call inner once the bound has let go
+            if kind == "generator":
+                assert sum(delivering_steps(10)) == sum(range(1, 11))
+            elif kind == "generator resumed elsewhere":
+                assert resumed_elsewhere(delivering_steps(10)) == sum(range(1, 11))
+            else:
+                assert asyncio.run(delivering_async(10)) == sum(range(1, 11))
+
+        run_threads(1, record)
+        names = [i.name for i in trace.invocations()]
+    traced = names.count(f"{__name__}.work")
+    # its steps' calls ran untraced and counted, as a synchronous root's do, not each rooting a
+    # sequence of one call
     assert names == [f"{__name__}.work"] * traced
     assert 0 < traced <= 21
     assert untraced[0] == (30 - traced) + 1 + 10
