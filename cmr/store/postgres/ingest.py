@@ -33,7 +33,7 @@ from cmr.store.packing import PackedBatch
 from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.partitions import day_of, day_sql
-from cmr.store.postgres.schema import (
+from cmr.store.postgres.statements import (
     UPSERT_COUNTERS,
     UPSERT_PROCESS,
     UPSERT_SAMPLE_THREADS,

@@ -32,7 +32,7 @@ from cmr.store.base import (
 from cmr.store.columns import field, process_pairs, read_records
 from cmr.store.packed import LateAttrs, LateEnd, StoredBatch
 from cmr.store.postgres.connect import Conn
-from cmr.store.postgres.schema import (
+from cmr.store.postgres.statements import (
     LATE_ENDS,
     LOST_WINDOWS_OF,
     PROCESS_COLUMNS,

@@ -201,13 +201,13 @@ _ROOT_ERROR: Final = ("ALTER TABLE seq_roots ADD COLUMN error text",)
 
 #: A sequence's listing keys (``_LISTING_KEYS``) from its root candidate ``r``, its late End
 #: ``l`` and its method ``m``: root_name, end_ns, error.
-_KEYS: Final = """
+LISTING_KEYS_COLUMNS: Final = """
     CASE WHEN r.untrue = 0 AND r.handed = 0 AND m.qualname IS NOT NULL THEN
         CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname ELSE m.qualname END
     END,
     coalesce(r.end_ns, l.end_ns),
     CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END"""
-_KEYS_JOINS: Final = """
+LISTING_KEYS_JOINS: Final = """
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
     LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
 #: Each sequence's listing keys: its root's name when the root is a true root with a known
@@ -220,7 +220,7 @@ _LISTING_KEYS: Final = (
     "CREATE INDEX sequences_by_duration ON sequences ((end_ns - start_ns), start_ns, seq)",
     "CREATE INDEX sequences_failed ON sequences (start_ns, seq) WHERE error IS NOT NULL",
     f"""UPDATE sequences s SET (root_name, end_ns, error) = (
-        SELECT {_KEYS} FROM seq_roots r {_KEYS_JOINS} WHERE r.seq = s.seq)""",
+        SELECT {LISTING_KEYS_COLUMNS} FROM seq_roots r {LISTING_KEYS_JOINS} WHERE r.seq = s.seq)""",
 )
 #: The interval a process's sampler paced itself to as of its report, and the longest it used
 #: (0: a report stored before, or a tracer that predates pacing).
@@ -263,173 +263,3 @@ MIGRATIONS: Final = (
 SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
 # -- statements ---------------------------------------------------------------------------
-
-#: As in SQLite: the heartbeat interval comes from the latest batch received; everything else a
-#: process says about itself is kept from its first batch.
-UPSERT_PROCESS: Final = """
-    INSERT INTO processes AS p VALUES (
-        %(puid)s, %(pid)s, %(host)s, %(platform_id)s, %(argv)s, %(clock_offset_ns)s,
-        %(started_ns)s, %(ended)s, %(dropped)s, %(last_seen_ns)s, %(heartbeat_ms)s)
-    ON CONFLICT (puid) DO UPDATE SET
-        ended = p.ended OR excluded.ended,
-        dropped = greatest(p.dropped, excluded.dropped),
-        last_seen_ns = greatest(p.last_seen_ns, excluded.last_seen_ns),
-        heartbeat_ms = CASE WHEN excluded.last_seen_ns >= p.last_seen_ns
-                            THEN excluded.heartbeat_ms ELSE p.heartbeat_ms END"""
-UPSERT_COUNTERS: Final = """
-    INSERT INTO counters AS c VALUES (%s, %s, %s, %s, %s)
-    ON CONFLICT (node) DO UPDATE SET
-        batches = c.batches + excluded.batches,
-        duplicate_batches = c.duplicate_batches + excluded.duplicate_batches,
-        events = c.events + excluded.events,
-        samples = c.samples + excluded.samples"""
-UPSERT_SAMPLER: Final = """
-    INSERT INTO samplers AS s VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-    ON CONFLICT (puid) DO UPDATE SET
-        mode = excluded.mode, interval_ms = excluded.interval_ms, ticks = excluded.ticks,
-        late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns,
-        current_interval_ns = excluded.current_interval_ns,
-        longest_interval_ns = excluded.longest_interval_ns
-    WHERE excluded.ticks >= s.ticks"""
-UPSERT_SAMPLE_THREADS: Final = """
-    INSERT INTO sample_threads AS t
-    SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[]) ORDER BY 1, 2
-    ON CONFLICT (puid, tid) DO UPDATE
-    SET longest_ns = greatest(t.longest_ns, excluded.longest_ns)"""
-
-#: Rows are sorted by seq, so concurrent nodes lock shared sequence rows in one order. A
-#: sequence counts the Starts of every batch that brought some (``cmr.store.summaries``). A new
-#: sequence's listing keys come from its group's root candidate, bound with it (its method's
-#: name looked up, and its late End only when it has not ended); a sequence stored before takes
-#: them from its stored candidate (the join), as does one whose open root a late End of the
-#: group ends (the second part of ``batch``, always stored before). Joining every row to
-#: ``seq_roots`` and ``late_ends`` cost a request-sized sequence more than storing it (issue 33).
-UPSERT_SEQUENCES: Final = f"""
-    WITH batch AS (
-        SELECT seq, min(start_ns) AS start_ns, sum(invocations)::bigint AS invocations,
-               min(root_name) AS root_name, min(end_ns) AS end_ns, min(error) AS error
-        FROM (
-            SELECT b.seq, b.start_ns, b.invocations,
-                CASE WHEN b.decided <> 0 THEN (
-                    SELECT CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname
-                                ELSE m.qualname END
-                    FROM methods m WHERE m.puid = b.puid AND m.method = b.method) END,
-                coalesce(b.end_ns, (
-                    SELECT l.end_ns FROM late_ends l WHERE l.puid = b.puid AND l.iid = b.iid)),
-                CASE WHEN b.end_ns IS NULL THEN (
-                    SELECT l.error FROM late_ends l WHERE l.puid = b.puid AND l.iid = b.iid)
-                ELSE b.error END
-            FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[],
-                        %b::bigint[], %b::bigint[], %b::bigint[], %b::text[])
-                AS b (seq, start_ns, invocations, decided, puid, iid, method, end_ns, error)
-            UNION ALL
-            SELECT o.seq, q.start_ns, 0, NULL, NULL, NULL
-            FROM unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid)
-            JOIN open_calls o ON o.puid = k.puid AND o.iid = k.iid
-            JOIN seq_roots r ON r.seq = o.seq AND r.puid = k.puid AND r.iid = k.iid
-            JOIN sequences q ON q.seq = o.seq
-        ) AS u (seq, start_ns, invocations, root_name, end_ns, error)
-        GROUP BY seq
-    )
-    INSERT INTO sequences AS q (seq, start_ns, invocations, root_name, end_ns, error)
-    SELECT seq, start_ns, invocations, root_name, end_ns, error FROM batch
-    ORDER BY 1
-    ON CONFLICT (seq) DO UPDATE SET
-        start_ns = least(q.start_ns, excluded.start_ns),
-        invocations = q.invocations + excluded.invocations,
-        (root_name, end_ns, error) = (
-            SELECT {_KEYS} FROM seq_roots r {_KEYS_JOINS} WHERE r.seq = excluded.seq)"""
-#: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
-UPSERT_ROOTS: Final = """
-    INSERT INTO seq_roots AS r
-    SELECT * FROM unnest(%b::bytea[], %b::integer[], %b::integer[], %b::bigint[],
-                         %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::text[])
-    ORDER BY 1
-    ON CONFLICT (seq) DO UPDATE SET
-        untrue = excluded.untrue, handed = excluded.handed, start_ns = excluded.start_ns,
-        puid = excluded.puid, iid = excluded.iid, method = excluded.method,
-        end_ns = excluded.end_ns, error = excluded.error
-    WHERE (excluded.untrue, excluded.handed, excluded.start_ns, excluded.puid, excluded.iid)
-        < (r.untrue, r.handed, r.start_ns, r.puid, r.iid)"""
-#: An invocation is opened unless its End came first (a late End already stored).
-OPEN_CALLS: Final = """
-    INSERT INTO open_calls
-    SELECT o.puid, o.iid, o.seq
-    FROM unnest(%b::bigint[], %b::bigint[], %b::bytea[]) AS o (puid, iid, seq)
-    WHERE NOT EXISTS (SELECT 1 FROM late_ends l WHERE l.puid = o.puid AND l.iid = o.iid)
-    ORDER BY 1, 2
-    ON CONFLICT DO NOTHING"""
-#: The listing lines' stored parts of the sequences a page picks (``listing_sql.picked``: the
-#: statement is put in place of {picked}), in no order.
-SUMMARIES_OF_PICKED: Final = """
-    SELECT s.seq, s.start_ns, s.invocations,
-           r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
-           coalesce(r.end_ns, l.end_ns),
-           CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
-           m.module, m.qualname, m.file, m.line,
-           (SELECT count(*) FROM seq_threads t WHERE t.seq = s.seq),
-           (SELECT count(DISTINCT t.puid) FROM seq_threads t WHERE t.seq = s.seq),
-           EXISTS (SELECT 1 FROM lost_seqs x WHERE x.seq = s.seq)
-           OR EXISTS (SELECT 1 FROM lost_windows LIMIT 1) AND EXISTS (
-               SELECT 1 FROM sequences q JOIN seq_threads t ON t.seq = q.seq
-               JOIN lost_windows w ON w.puid = t.puid
-               WHERE q.seq = s.seq AND w.first_ns <= coalesce(q.end_ns, w.first_ns)
-                 AND w.last_ns >= q.start_ns)
-    FROM ({picked}) s
-    JOIN seq_roots r ON r.seq = s.seq
-    LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
-    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
-#: The processes whose windows of unnamed drops sequence %(seq)s overlaps (as in SQLite:
-#: ``sqlite_schema.LOST_WINDOWS_OF``), with the first and last times of those windows.
-LOST_WINDOWS_OF: Final = """
-    SELECT w.puid, min(w.first_ns), max(w.last_ns)
-    FROM sequences s
-    JOIN (SELECT DISTINCT puid FROM seq_threads WHERE seq = %(seq)s) t ON true
-    JOIN lost_windows w ON w.puid = t.puid
-    WHERE s.seq = %(seq)s AND w.first_ns <= coalesce(s.end_ns, w.first_ns)
-      AND w.last_ns >= s.start_ns
-    GROUP BY w.puid"""
-#: The entries of the sequences %(seqs)s whose hand-off nobody here recorded, with their
-#: processes and ends.
-REMOTE_ENTRIES: Final = """
-    SELECT e.seq, e.puid, coalesce(e.end_ns, l.end_ns) FROM seq_entries e
-    LEFT JOIN late_ends l ON l.puid = e.puid AND l.iid = e.iid
-    WHERE e.seq = ANY(%(seqs)s) AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.hid = e.hid)"""
-PROCESS_COLUMNS: Final = (
-    "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
-)
-#: The stored batches holding a sequence's Starts or Handoffs, in (puid, batch_no) order.
-SEQUENCE_BATCHES: Final = """
-    SELECT b.puid, b.batch_no, b.clock_offset_ns, b.chunks
-    FROM batch_seqs s JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
-    WHERE s.seq = %(seq)s ORDER BY s.puid, s.batch_no"""
-#: The late Ends of the invocations (puid, iid) given as two arrays.
-LATE_ENDS: Final = """
-    SELECT l.puid, l.iid, l.end_ns, l.error
-    FROM unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid)
-    JOIN late_ends l ON l.puid = k.puid AND l.iid = k.iid"""
-HANDOFF_COLUMNS: Final = "hid, puid, parent, kind, method, submitted_ns"
-#: The hand-offs recorded in the sequence, and those its invocations continue (found by hid
-#: alone, %(hids)s); the earliest day's row of a hid wins.
-SEQUENCE_HANDOFFS: Final = f"""
-    SELECT DISTINCT ON (hid) {HANDOFF_COLUMNS} FROM (
-        SELECT * FROM handoffs WHERE seq = %(seq)s
-        UNION ALL
-        SELECT * FROM handoffs WHERE hid = ANY(%(hids)s)
-    ) found ORDER BY hid, day"""
-#: _samples.overlaps in SQL (see sqlite_schema.SAMPLES_IN_WINDOW).
-SAMPLES_IN_WINDOW: Final = """
-    SELECT DISTINCT ON (t_ns) t_ns, weight, duration_ns, cpu_ns, stack FROM samples
-    WHERE puid = %(puid)s AND tid = %(tid)s AND t_ns > %(lowest)s AND t_ns < %(end)s
-      AND t_ns + greatest(duration_ns, 1) > %(start)s
-    ORDER BY t_ns, day"""
-#: base.names_method in SQL: the methods %(name)s names.
-NAMED_METHODS: Final = """
-    SELECT puid, method FROM methods
-    WHERE qualname = %(name)s OR (module != '' AND module || '.' || qualname = %(name)s)"""
-#: The methods each sequence ran, most recent sequence first (from %(since)s):
-#: ``find_sequences`` reads it until it has found enough sequences running a wanted method.
-METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
-    WHERE q.start_ns >= %(since)s AND m.methods IS NOT NULL
-    ORDER BY q.start_ns DESC, q.seq DESC"""

@@ -44,7 +44,7 @@ from cmr.store.postgres.migrate import check_readable, migrate
 from cmr.store.postgres.partitions import create_partitions, day_window
 from cmr.store.postgres.prune import prune
 from cmr.store.postgres.read import load, neighbours, stats
-from cmr.store.postgres.schema import METHODS_BY_RECENT_SEQUENCE, NAMED_METHODS
+from cmr.store.postgres.statements import METHODS_BY_RECENT_SEQUENCE, NAMED_METHODS
 
 #: How often a transaction that lost a deadlock or a race for a new partition is retried.
 ATTEMPTS: Final = 4

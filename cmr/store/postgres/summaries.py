@@ -15,7 +15,7 @@ from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
 from cmr.store.postgres import read as postgres_read
 from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
-from cmr.store.postgres.schema import (
+from cmr.store.postgres.statements import (
     OPEN_CALLS,
     REMOTE_ENTRIES,
     SUMMARIES_OF_PICKED,

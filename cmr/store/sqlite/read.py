@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from cmr.store._shared import is_lost
 from cmr.store.base import MethodRecord, ProcessRecord
-from cmr.store.sqlite.schema import PROCESS_COLUMNS, SEQUENCE_BATCHES
+from cmr.store.sqlite.statements import PROCESS_COLUMNS, SEQUENCE_BATCHES
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # what a listing never reads (``processes`` is all it asks here) loads on use

@@ -28,15 +28,12 @@ from cmr.store.listing import select_lines
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
-from cmr.store.sqlite.schema import (
-    CURRENT_VERSION,
+from cmr.store.sqlite.schema import CURRENT_VERSION, SCHEMA, SCHEMA_VERSION, UPGRADES
+from cmr.store.sqlite.statements import (
     LOST_WINDOWS_OF,
     METHODS_BY_RECENT_SEQUENCE,
     NAMED_METHODS,
     PROCESS_COLUMNS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    UPGRADES,
 )
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)

@@ -13,11 +13,7 @@ from cmr.store._samples import ThreadKey, Window, encode_stack, sampler_record, 
 from cmr.store._samples import load_samplers as shared_load_samplers
 from cmr.store._samples import load_samples as shared_load_samples
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
-from cmr.store.sqlite.schema import (
-    SAMPLES_IN_WINDOW,
-    UPSERT_SAMPLE_THREAD,
-    UPSERT_SAMPLER,
-)
+from cmr.store.sqlite.statements import SAMPLES_IN_WINDOW, UPSERT_SAMPLE_THREAD, UPSERT_SAMPLER
 from invoseq.wire import Batch
 
 

@@ -10,7 +10,7 @@ from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
 from cmr.store.sqlite import read as sqlite_read
-from cmr.store.sqlite.schema import (
+from cmr.store.sqlite.statements import (
     LATE_ROOT_END,
     LISTING_KEYS,
     LOSSY,

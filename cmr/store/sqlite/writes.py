@@ -14,7 +14,7 @@ from cmr.store.grouping import group_parts
 from cmr.store.packing import Prepared, write_each
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.samples import store_samples
-from cmr.store.sqlite.schema import UPSERT_PROCESS
+from cmr.store.sqlite.statements import UPSERT_PROCESS
 
 
 def write_group(

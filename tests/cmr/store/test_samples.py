@@ -18,7 +18,8 @@ from cmr.store import (
     StoreError,
     open_store,
 )
-from cmr.store.sqlite.schema import SAMPLES_IN_WINDOW, SCHEMA_VERSION
+from cmr.store.sqlite.schema import SCHEMA_VERSION
+from cmr.store.sqlite.statements import SAMPLES_IN_WINDOW
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import older_schema, seq_id, start, user_version

@@ -18,12 +18,11 @@ from cmr.store.base import SequenceQuery
 from cmr.store.listing import NEWEST
 from cmr.store.listing_sql import SQLITE, Plan, picked
 from cmr.store.sqlite.reader import SQLiteReader
-from cmr.store.sqlite.schema import (
+from cmr.store.sqlite.schema import PACKED_SCHEMA, SCHEMA_VERSION
+from cmr.store.sqlite.statements import (
     METHODS_BY_RECENT_SEQUENCE,
     OPEN_CALL,
-    PACKED_SCHEMA,
     REMOTE_ENTRIES,
-    SCHEMA_VERSION,
     SEQUENCE_BATCHES,
     SUMMARIES_OF_PICKED,
     THREAD_COUNTS,
