@@ -29,8 +29,9 @@ VERDICT_NS: Final = 2_000_000
 def worth_sampling(top: FrameType) -> bool:
     """Whether a thread seen at ``top`` is sampled when only active threads are: inside a traced
     call, or in an asyncio event loop itself (not in a callback or task step it runs) whose loop
-    no traced call holds: between the steps of its tasks, traced ones among them perhaps
-    (suspended, a traced coroutine leaves no frame on the stack), which the repository tells.
+    no traced call holds, while it has work open (``open_async_work``): between the steps of its
+    tasks, traced ones among them perhaps (suspended, a traced coroutine leaves no frame on the
+    stack), which the repository tells.
 
     A loop that iterates in C (uvloop) runs no Python frame of its own: between task steps the
     thread's innermost frame is ``asyncio.Runner.run`` (``asyncio.run``, ``uvloop.run``), which

@@ -4,8 +4,8 @@ An ASGI application's lifespan (it runs as long as the server does) and a server
 (loading the application, which imports it: every traced call its modules make at import time)
 are each measured as the root of a sequence of their own, named in ``invoseq.events.
 SERVICE_MODULE`` (``invoseq.service.asgi.lifespan``, ``invoseq.service.uvicorn.startup``), as is
-the import of a module ``tracer run --include`` traces when nothing is current
-(``invoseq.service.import``: its code's calls at import time, to modules traced already): the
+an import ``tracer run``'s program makes while nothing is current (``invoseq.service.import``:
+its module's calls at import time, to modules traced already; ``tracer.run.import_phase``): the
 repository calls such a sequence a *service* one and leaves it out of its listings unless asked
 (``cmr ls --kind service``), so a lifespan of hours never tops the slowest requests and the calls
 made at start-up are one sequence, not one each.
@@ -77,7 +77,9 @@ def run_at_top(name: str, work: Callable[[], T]) -> T:
     the tracer's own start-up (whose imports come through here) never starts it again. The
     invocation is written afterwards, and only when a traced call of this thread may have
     nested under it (an id was drawn since, and this thread has recorded): an import that
-    fails having called nothing traced (an optional dependency missing) leaves nothing."""
+    fails having called nothing traced (an optional dependency missing) leaves nothing. The
+    ids are the process's: a traced call another thread began meanwhile leaves an import that
+    called nothing as a service sequence of its one call."""
     try:
         if not decorator.recording() or stack.active():
             return work()
