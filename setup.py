@@ -18,22 +18,24 @@ speedups = Extension(
     optional=True,
 )
 
-#: The main thread samples itself when the sampler asks (``tracer/_sampler.py``). Linux: pthreads.
+#: The main thread samples itself when the sampler asks (``tracer/_sampling/sampler.py``). Linux:
+#: pthreads.
 main_ticks = Extension(
-    "tracer._main_ticks",
-    sources=["tracer/_main_ticks.c"],
-    depends=["tracer/_waits.h"],
+    "tracer._sampling._main_ticks",
+    sources=["tracer/_sampling/_main_ticks.c"],
+    depends=["tracer/_sampling/_waits.h"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     libraries=["m"],
     optional=True,
 )
 
-#: The sampler thread takes its turn at the GIL when its tick is due (``tracer/_sampler.py``):
-#: CPython's internal headers, so built per Python version like the others.
+#: The sampler thread takes its turn at the GIL when its tick is due
+#: (``tracer/_sampling/sampler.py``): CPython's internal headers, so built per Python version like
+#: the others.
 gil_turn = Extension(
-    "tracer._gil_turn",
-    sources=["tracer/_gil_turn.c"],
-    depends=["tracer/_waits.h"],
+    "tracer._sampling._gil_turn",
+    sources=["tracer/_sampling/_gil_turn.c"],
+    depends=["tracer/_sampling/_waits.h"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     optional=True,
 )

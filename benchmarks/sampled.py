@@ -6,13 +6,13 @@
 - ``deep``: the root calls ``outer`` functions, each of which recurses ``inner`` calls deep.
 
 Every event is ``synthetic.STEP_NS`` after the previous one. The sampler's ticks come every
-``interval_ns`` of that time, as the sampler sends them (``tracer/_sampler.py``): one ``Sample``
-per tick of weight 1, its span up to the next tick, mostly on the CPU, its stack the thread's at
-that instant from the outermost frame (``runpy``, the script's ``<module>``) through a frame per
-traced call on the stack (each method's file and first line, as ``MethodInfo`` names it) down to
-one or two untraced helpers, the innermost ``MAX_DEPTH`` frames of it; the frames are interned
-(``FrameInfo``) in the first batch. Samples travel in the batch whose events they fell among.
-"""
+``interval_ns`` of that time, as the sampler sends them (``tracer/_sampling/sampler.py``): one
+``Sample`` per tick of weight 1, its span up to the next tick, mostly on the CPU, its stack the
+thread's at that instant from the outermost frame (``runpy``, the script's ``<module>``) through a
+frame per traced call on the stack (each method's file and first line, as ``MethodInfo`` names it)
+down to one or two untraced helpers, the innermost ``MAX_DEPTH`` frames of it; the frames are
+interned (``FrameInfo``) in the first batch. Samples travel in the batch whose events they fell
+among."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from invoseq import wire
 Shape = Literal["wide", "deep"]
 #: The sampler's default interval (``tracer.config``'s ``sample_interval_ms``).
 INTERVAL_NS: Final = 10_000_000
-#: Frames a sampled stack keeps, from the innermost (``tracer/_active.py``'s ``MAX_DEPTH``).
+#: Frames a sampled stack keeps, from the innermost (``tracer/_sampling/active.py``'s
+#: ``MAX_DEPTH``).
 MAX_DEPTH: Final = 512
 _OUTER_FRAMES: Final = (
     (1, "/usr/lib/python3.11/runpy.py", "_run_module_as_main", 198, 198),

@@ -118,7 +118,8 @@ def _accounting_row(accounting: list[dict[str, Any]]) -> Row:
     ticks = sum(a["ticks"] for a in accounting)
     late = sum(a["late_ticks"] for a in accounting)
     per_tick_us = 1e6 * cost_s / ticks if ticks else float("nan")
-    # The sampler paces itself from 10 ms (tracer._pacing): how far it had to go in any chunk.
+    # The sampler paces itself from 10 ms (tracer._sampling.pacing): how far it had to go in any
+    # chunk.
     longest_ms = max((a.get("longest_interval_ns", 0) for a in accounting), default=0) / 1e6
     paced = [a.get("longest_interval_ns", 0) > 10_000_000 for a in accounting].count(True)
     return Row(

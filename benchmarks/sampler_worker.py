@@ -10,7 +10,7 @@ interleaved chunk by chunk:
 
 ``sampled / traced`` isolates the sampler; ``sampled / untraced`` is what a user pays in all.
 Two more variants run the same work on the main thread alone, which samples itself
-(``tracer/_main_ticks.c``): ``main traced`` and ``main sampled``.
+(``tracer/_sampling/_main_ticks.c``): ``main traced`` and ``main sampled``.
 The tracer sends to a ``cmr serve`` subprocess, so the repository's ingest of the samples is not
 charged to the traced process. After every sampled chunk the sampler is stopped and its own
 accounting (ticks, time spent in ticks) read back from the repository, a second, quieter

@@ -13,10 +13,10 @@ round.
 
 Two asyncio tasks taking turns in steps under 1 ms get estimates within 15 % of their truth and of
 each other, with the C accelerator: on the main thread, which samples itself where it is, and on
-another, where the sampler thread takes the GIL from the loop at each tick rather than wait for
-the loop's select() to give it up (tracer/_gil_turn.c). In pure Python the sampler thread sees the
-loop only there, when it gets the GIL at all (a test of the report's words for it: test_merge.py).
-"""
+another, where the sampler thread takes the GIL from the loop at each tick rather than wait for the
+loop's select() to give it up (tracer/_sampling/_gil_turn.c). In pure Python the sampler thread sees
+the loop only there, when it gets the GIL at all (a test of the report's words for it:
+test_merge.py)."""
 
 from __future__ import annotations
 

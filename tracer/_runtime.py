@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the sender, the sampler and ZeroMQ load when a sender start
     from collections.abc import Callable
     from typing import Final, Unpack
 
-    from tracer._sampler import Sampler
+    from tracer._sampling.sampler import Sampler
     from tracer._shipping.sender import Sender
     from tracer._shipping.transport import Transport
     from tracer._stats import TracerStats
@@ -62,7 +62,7 @@ def _start(config: Config) -> None:
     signals.arm(config)  # flush on SIGTERM (or no longer, with enabled=False): tracer/_signals.py
     if not config.enabled:
         return
-    from tracer._sampler import Sampler
+    from tracer._sampling.sampler import Sampler
     from tracer._shipping.sender import Sender
 
     factory = _transport_factory

@@ -107,8 +107,8 @@ class Config:
     task_sequences: TaskSequences = "one"
     #: Sample only threads inside a traced call (the ones whose samples can be placed in a tree).
     sample_only_active: bool = True
-    #: Lengthen the sampler's interval while its ticks cost more than 1 % of the time, and
-    #: shorten it back (``tracer/_pacing.py``); off: the configured interval whatever they cost.
+    #: Lengthen the sampler's interval while its ticks cost more than 1 % of the time, and shorten
+    #: it back (``tracer/_sampling/pacing.py``); off: the configured interval whatever they cost.
     sample_pacing: bool = True
     #: The most threads sampled in one tick, chosen at random.
     max_threads_per_tick: int = 8

@@ -1,8 +1,8 @@
 """A traced loop beside another tool's hook on the main thread: coverage (its C tracer, and its
 sys.monitoring core from 3.12), a ``sys.settrace`` function (what pdb and debugpy install),
 cProfile's profile hook, VizTracer's and pyinstrument's. Each run finishes (the main thread's
-sampling tick once spun for ever under a trace function: ``tracer/_main_ticks.c``) and records
-what the same loop records alone.
+sampling tick once spun for ever under a trace function: ``tracer/_sampling/_main_ticks.c``) and
+records what the same loop records alone.
 
 Each program is a real process, bounded by a timeout, with the sampler ticking every
 millisecond, unpaced, so that many ticks fall inside the loop; the loop's work is fixed by count.

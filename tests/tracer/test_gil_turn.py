@@ -1,5 +1,5 @@
-"""The sampler thread takes its turn at the GIL when its tick is due (tracer/_gil_turn.c): it
-sees a busy thread where it works, not where it gives the GIL up for moments; stop wakes it at
+"""The sampler thread takes its turn at the GIL when its tick is due (tracer/_sampling/_gil_turn.c):
+it sees a busy thread where it works, not where it gives the GIL up for moments; stop wakes it at
 once; a forked child's copy never waits.
 
 Each test runs real threads, fixed by count, every wait bounded.
@@ -17,7 +17,9 @@ from collections.abc import Callable
 
 import pytest
 
-_gil_turn = pytest.importorskip("tracer._gil_turn", reason="built on Linux with a compiler")
+_gil_turn = pytest.importorskip(
+    "tracer._sampling._gil_turn", reason="built on Linux with a compiler"
+)
 
 TURNS = 100
 TICK_NS = 1_000_000

@@ -13,7 +13,7 @@ import tracer
 from tests.support import wait_for
 from tracer import _runtime
 from tracer._core import recorder
-from tracer._sampler import Sampler
+from tracer._sampling.sampler import Sampler
 from tracer._shipping.sender import IDLE_HEARTBEATS, Sender
 from tracer.testing import Capture, capture
 

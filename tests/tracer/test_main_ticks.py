@@ -1,5 +1,5 @@
-"""The main thread samples itself (tracer/_main_ticks.c): where it runs, when it wakes, never
-raising into the program but what the program would have raised itself, and never after stop.
+"""The main thread samples itself (tracer/_sampling/_main_ticks.c): where it runs, when it wakes,
+never raising into the program but what the program would have raised itself, and never after stop.
 
 Each test starts a real ticker thread that asks this process's main thread (pytest's, where the
 tests run) to call back; the workloads are fixed by count, and every wait is bounded.
@@ -20,7 +20,9 @@ import pytest
 
 from tests.support import run_program
 
-_main_ticks = pytest.importorskip("tracer._main_ticks", reason="built on Linux with a compiler")
+_main_ticks = pytest.importorskip(
+    "tracer._sampling._main_ticks", reason="built on Linux with a compiler"
+)
 
 INTERVAL_NS = 2_000_000
 
@@ -146,7 +148,7 @@ def test_a_forked_child_gets_no_ticks_from_its_parent_and_stops_at_once(tmp_path
     script = tmp_path / "forked.py"
     script.write_text(
         "import os, sys\n"
-        "from tracer import _main_ticks\n"
+        "from tracer._sampling import _main_ticks\n"
         "calls = []\n"
         "ticks = _main_ticks.Ticks(lambda frame, skipped: calls.append(os.getpid()))\n"
         "ticks.start(2_000_000)\n"

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 import pytest
 
 import tracer
-from tracer import _pacing
-from tracer import _sampler as sampler_module
-from tracer._pacing import LONGEST_NS, WINDOW_NS, Pacer, paced
+from tracer._sampling import pacing as _pacing
+from tracer._sampling import sampler as sampler_module
+from tracer._sampling.pacing import LONGEST_NS, WINDOW_NS, Pacer, paced
 from tracer.testing import capture
 
 MS = 1_000_000

@@ -1,10 +1,10 @@
-"""A reader's samples in the making (tracer/_readings.py): where one sample's span ends and the
-next begins, and when each sample's first and last ticks saw its stack, with the thread's CPU
+"""A reader's samples in the making (tracer/_sampling/readings.py): where one sample's span ends and
+the next begins, and when each sample's first and last ticks saw its stack, with the thread's CPU
 clock given by the test."""
 
 from __future__ import annotations
 
-from tracer._readings import Pending, Readings
+from tracer._sampling.readings import Pending, Readings
 
 MS = 1_000_000
 SPIN = ((1, 2), (10, 20))

@@ -20,10 +20,10 @@ import pytest
 import tracer
 from invoseq import wire
 from tests.support import wait_for
-from tracer import _active as active
-from tracer import _readings as readings_module
 from tracer import _runtime
-from tracer import _sampler as sampler_module
+from tracer._sampling import active
+from tracer._sampling import readings as readings_module
+from tracer._sampling import sampler as sampler_module
 from tracer.testing import Capture, capture
 
 

@@ -49,7 +49,7 @@ _methods: dict[tuple[str, str], int] = {}
 _counts: dict[str, int] = {}  # names interned per module
 
 #: One item per invocation ``begin`` began and ``finish`` has not ended, service ones aside: a
-#: request in flight, which an event loop's wait serves (``tracer._active``: worth sampling
+#: request in flight, which an event loop's wait serves (``tracer._sampling.active``: worth sampling
 #: while any is open). A deque's append and pop are atomic: no lock. Bounded: one never
 #: finished cannot grow it past ``MAX_OPEN`` (it then says "open" for as long as it is full).
 MAX_OPEN: Final = 65536

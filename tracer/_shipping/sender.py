@@ -18,7 +18,7 @@ import msgspec
 
 from invoseq import wire
 from tracer._core import budget, clock, context, ids, recorder
-from tracer._sampler import Sampler
+from tracer._sampling.sampler import Sampler
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.nodes import Nodes
 from tracer._shipping.spool import Spool, program_key

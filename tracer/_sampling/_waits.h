@@ -1,4 +1,4 @@
-/* How tracer/_main_ticks.c and tracer/_gil_turn.c wait: on a condition variable timed on
+/* How _main_ticks.c and _gil_turn.c (beside this file) wait: on a condition variable timed on
  * CLOCK_MONOTONIC (a wall-clock step never stretches or cuts a wait), until a deadline some
  * nanoseconds from now, or until what the caller waits for is true. */
 #ifndef INVOSEQ_WAITS_H

@@ -1,4 +1,4 @@
-"""A sampler reader's bookkeeping (``tracer/_sampler.py``): what it knows of each thread it
+"""A sampler reader's bookkeeping (``tracer/_sampling/sampler.py``): what it knows of each thread it
 reads, and how consecutive samples of a thread become spans of its time.
 
 A sample stands for a span of its thread's time. Where two samples show different stacks, the

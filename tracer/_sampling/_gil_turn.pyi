@@ -1,5 +1,5 @@
-"""Type stub of tracer/_gil_turn.c: the sampler thread takes its turn at the GIL when its tick
-is due, rather than wait for a holder that gives it up only for moments."""
+"""Type stub of tracer/_sampling/_gil_turn.c: the sampler thread takes its turn at the GIL when its
+tick is due, rather than wait for a holder that gives it up only for moments."""
 
 from typing import final
 

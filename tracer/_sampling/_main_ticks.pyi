@@ -1,4 +1,5 @@
-"""Type stub of tracer/_main_ticks.c: the main thread samples itself when the sampler asks."""
+"""Type stub of tracer/_sampling/_main_ticks.c: the main thread samples itself when the sampler
+asks."""
 
 from collections.abc import Callable
 from types import FrameType

@@ -8,35 +8,35 @@ into step with periodic work) the sampler reads ``sys._current_frames()`` and pi
 ``max_threads_per_tick`` threads at random among the candidates: the threads that have recorded
 events, never the sampler or the sender, and (``only_active``) only those inside a traced call,
 which is the case when a tracer wrapper frame is on their stack, or in an asyncio event loop
-between task steps (``tracer._active.worth_sampling``). In ``cpu`` mode a candidate must
+between task steps (``tracer._sampling.active.worth_sampling``). In ``cpu`` mode a candidate must
 also have run since the sampler last looked at it: its CPU clock advanced. A first look only
 reads the clock (the thread is sampled from the next tick on if it ran in between, and that
 sample is credited with the CPU it used since), so nothing but each thread's own CPU clock is
 read; where threads have none (``pthread_getcpuclockid``), the sampler says so once and samples
 in ``wall`` mode. A CPU mode sample stands for the CPU time it used rather than wall time.
 
-The interval starts at ``interval_ms`` and is paced (``tracer._pacing``): lengthened when the
-ticks cost more than 1 % of the time, shortened back when they are cheap. The interval in effect
+The interval starts at ``interval_ms`` and is paced (``tracer._sampling.pacing``): lengthened when
+the ticks cost more than 1 % of the time, shortened back when they are cheap. The interval in effect
 and the longest used go with every report (``SamplerReport``).
 
-The main thread samples itself (``tracer/_main_ticks.c``, with the C accelerator): a thread of
-our own that never takes the GIL asks it, about every interval, to run ``_main_tick`` at its
-next bytecode boundary, which sees the frame it was in. The sampler thread sees a busy thread
-only where it gives up the GIL (every switch interval, or where it blocks: an event loop's
-select() between two task steps), so it would credit those places with the thread's time; the
-main thread, where event loops and most single-threaded programs run, is seen where it really
-is. Other threads are read by the sampler thread, which at each tick takes the GIL from its
-holder (``tracer/_gil_turn.c``) rather than wait for a release that a thread busy with short
-ones never leaves it: the holder is seen where it is too.
+The main thread samples itself (``tracer/_sampling/_main_ticks.c``, with the C accelerator): a
+thread of our own that never takes the GIL asks it, about every interval, to run ``_main_tick`` at
+its next bytecode boundary, which sees the frame it was in. The sampler thread sees a busy thread
+only where it gives up the GIL (every switch interval, or where it blocks: an event loop's select()
+between two task steps), so it would credit those places with the thread's time; the main thread,
+where event loops and most single-threaded programs run, is seen where it really is. Other threads
+are read by the sampler thread, which at each tick takes the GIL from its holder
+(``tracer/_sampling/_gil_turn.c``) rather than wait for a release that a thread busy with short ones
+never leaves it: the holder is seen where it is too.
 
-Each sample stands for a span of its thread's time (``tracer/_readings.py``). Where two samples
-show different stacks, the boundary between their spans is placed with the thread's CPU clock,
-because the sampler thread only sees a thread when it holds the GIL: a thread that blocks gives
-it up at once, a busy one only every switch interval. Consecutive identical samples of a thread
-that used no CPU in between collapse into one with ``weight = N``: a thread blocked for minutes
-costs one record. Each sample carries when its first and last ticks saw its stack (the
-repository's bounds on an estimated frame are the gaps between two ticks). The tracer's own
-frames are left out of every stack.
+Each sample stands for a span of its thread's time (``tracer/_sampling/readings.py``). Where two
+samples show different stacks, the boundary between their spans is placed with the thread's CPU
+clock, because the sampler thread only sees a thread when it holds the GIL: a thread that blocks
+gives it up at once, a busy one only every switch interval. Consecutive identical samples of a
+thread that used no CPU in between collapse into one with ``weight = N``: a thread blocked for
+minutes costs one record. Each sample carries when its first and last ticks saw its stack (the
+repository's bounds on an estimated frame are the gaps between two ticks). The tracer's own frames
+are left out of every stack.
 
 While no thread is inside a traced call the sampler does not tick at all (``Sampler._park``):
 it waits until a thread's next traced call reserves allowance (``budget.on_reserved``), which
@@ -56,26 +56,27 @@ from types import FrameType, ModuleType
 from typing import Any, Final
 
 from invoseq import wire
-from tracer._active import MAX_DEPTH, in_event_loop, open_async_work, worth_sampling
 from tracer._core import accel, context, recorder
-from tracer._pacing import Pacer
-from tracer._readings import Pending, Readings, cpu_clock
+from tracer._sampling.active import MAX_DEPTH, in_event_loop, open_async_work, worth_sampling
+from tracer._sampling.pacing import Pacer
+from tracer._sampling.readings import Pending, Readings, cpu_clock
 
 log = logging.getLogger("tracer")
 
-#: The main thread samples itself at the sampler's request (``tracer/_main_ticks.c``): with the
-#: C accelerator, on Linux; otherwise the sampler thread reads it as it reads the others.
+#: The main thread samples itself at the sampler's request (``tracer/_sampling/_main_ticks.c``):
+#: with the C accelerator, on Linux; otherwise the sampler thread reads it as it reads the others.
 _main_ticks: ModuleType | None = None
-#: The sampler thread takes its turn at the GIL when its tick is due (``tracer/_gil_turn.c``),
-#: rather than wait for a holder that releases it only for moments; likewise with the accelerator.
+#: The sampler thread takes its turn at the GIL when its tick is due
+#: (``tracer/_sampling/_gil_turn.c``), rather than wait for a holder that releases it only for
+#: moments; likewise with the accelerator.
 _gil_turn: ModuleType | None = None
 if accel.speedups is not None:
     try:
-        from tracer import _main_ticks
+        from tracer._sampling import _main_ticks
     except ImportError:  # pragma: no cover - built with the accelerator
         _main_ticks = None
     try:
-        from tracer import _gil_turn
+        from tracer._sampling import _gil_turn
     except ImportError:  # pragma: no cover - built with the accelerator
         _gil_turn = None
 #: The tracer package's directory (this module sits at its top): its frames are left out of stacks.
@@ -192,7 +193,8 @@ class Sampler:
             self._wakeup.set()
 
     def _start_ticks(self, interval_ns: int) -> None:
-        """The main thread samples itself from now on (``tracer/_main_ticks.c``), when it can."""
+        """The main thread samples itself from now on (``tracer/_sampling/_main_ticks.c``), when it
+        can."""
         if _main_ticks is None:
             return
         try:
@@ -328,18 +330,19 @@ class Sampler:
             self._queue((wire.GAP_TID, due, max(1, late // interval), late, 0, (), (), None, None))
 
     def _wait(self, timeout_ns: int) -> bool:
-        """Wait for the next tick; True when the sampler stops. With ``tracer/_gil_turn.c`` the
-        wait ends holding the GIL, taken from its holder where it is: a thread that gives the GIL
-        up for microseconds at a time (an event loop between task steps) wins it straight back
-        from a waiter, which saw it only there, and only a few times a second."""
+        """Wait for the next tick; True when the sampler stops. With
+        ``tracer/_sampling/_gil_turn.c`` the wait ends holding the GIL, taken from its holder where
+        it is: a thread that gives the GIL up for microseconds at a time (an event loop between task
+        steps) wins it straight back from a waiter, which saw it only there, and only a few times a
+        second."""
         if self._turn is not None:
             return bool(self._turn.wait(timeout_ns)) or self._stop.is_set()
         return self._stop.wait(timeout_ns / 1e9)
 
     def _main_tick(self, top: FrameType, skipped: int) -> None:
-        """In the main thread, at the request of ``tracer/_main_ticks.c``: sample the frame
-        ``top`` it was in. The ``skipped`` ticks fell while it could not answer (it was blocked
-        there): they are that stack's too."""
+        """In the main thread, at the request of ``tracer/_sampling/_main_ticks.c``: sample the
+        frame ``top`` it was in. The ``skipped`` ticks fell while it could not answer (it was
+        blocked there): they are that stack's too."""
         if self._stop.is_set() or os.getpid() != self._pid:
             return
         self._main_lock.acquire()  # uncontended but when the sampler finishes

@@ -359,7 +359,7 @@ static PyGetSetDef Ticks_getset[] = {
 
 static PyTypeObject TicksType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracer._main_ticks.Ticks",
+    .tp_name = "tracer._sampling._main_ticks.Ticks",
     .tp_basicsize = sizeof(Ticks),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Ticks(callback): a thread that asks the main thread to sample itself.",
@@ -373,7 +373,7 @@ static PyTypeObject TicksType = {
 
 static struct PyModuleDef main_ticks_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "tracer._main_ticks",
+    .m_name = "tracer._sampling._main_ticks",
     .m_doc = "The main thread samples itself when the sampler asks (Py_AddPendingCall).",
     .m_size = -1,
 };

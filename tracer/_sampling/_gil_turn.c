@@ -234,7 +234,7 @@ static PyMethodDef Turn_methods[] = {
 
 static PyTypeObject TurnType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tracer._gil_turn.Turn",
+    .tp_name = "tracer._sampling._gil_turn.Turn",
     .tp_basicsize = sizeof(Turn),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Turn(): the sampler thread's wait for its next tick, which ends holding the GIL.",
@@ -245,7 +245,7 @@ static PyTypeObject TurnType = {
 
 static struct PyModuleDef gil_turn_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "tracer._gil_turn",
+    .m_name = "tracer._sampling._gil_turn",
     .m_doc = "The sampler thread takes its turn at the GIL when its tick is due.",
     .m_size = -1,
 };
