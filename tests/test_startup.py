@@ -138,6 +138,7 @@ def test_cmr_ls_loads_the_read_side_alone(tmp_path: Path) -> None:
         "cmr.store.sqlite.read",
         "cmr.store.sqlite.reader",
         "cmr.store.sqlite.schema",
+        "cmr.store.sqlite.statements",
         "cmr.store.sqlite.summaries",
         "cmr.store.summaries",
     }
