@@ -1,16 +1,16 @@
 """``cmr export`` and ``cmr import``: one sequence out to a file other tools open, or to another
 repository.
 
-Formats: ``speedscope`` (https://www.speedscope.app), ``chrome`` (Perfetto, chrome://tracing),
-``otlp`` (OTLP/JSON traces, for OpenTelemetry backends), ``otlp-profiles`` (the samples as
-OTLP/JSON profiles, each linked to the span of ``otlp`` it was taken under), ``firefox`` (the
-Firefox Profiler's processed profile: the calls as markers, the samples weighted), ``folded``
-(flamegraph.pl, inferno) and ``bundle`` (the raw records, for ``cmr import``). The text formats
-are UTF-8 whatever the terminal's locale: they are files for other programs. The trees they are
-drawn from carry the sequence's samples, merged in as estimated calls, when it has any."""
+The formats are one table, ``FORMATS``: each ``Format`` says what it writes (its line in
+``cmr export --help``), how (``write``), an example, and what to open the file with; the command's
+choices, help and examples are drawn from the table, so a new format is one entry. The text
+formats are UTF-8 whatever the terminal's locale: they are files for other programs. The trees
+they are drawn from carry the sequence's samples, merged in as estimated calls, when it has any."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from cmr.bundle import Body, BundleError, ImportResult, read_bundle, write_bundle
@@ -18,74 +18,163 @@ from cmr.otlp.profiles import render_profiles, to_profiles
 from cmr.otlp.render import render_otlp
 from cmr.otlp.spans import to_trace
 from cmr.store.base import SequenceData
+from cmr.views.model import SequenceTree
 from cmr.views.pipeline import sequence_tree
 from cmr.views.render.chrome import render_chrome
 from cmr.views.render.firefox import render_firefox
 from cmr.views.render.folded import WEIGHT_SAMPLES, has_samples, render_folded
 from cmr.views.render.speedscope import render_speedscope
 
-SPEEDSCOPE: Final = "speedscope"
-CHROME: Final = "chrome"
-OTLP: Final = "otlp"
-OTLP_PROFILES: Final = "otlp-profiles"
-FIREFOX: Final = "firefox"
-FOLDED: Final = "folded"
-BUNDLE: Final = "bundle"
-FORMATS: Final = (SPEEDSCOPE, CHROME, OTLP, OTLP_PROFILES, FIREFOX, FOLDED, BUNDLE)
-#: What to open each file with, said once it is written.
-OPEN_WITH: Final = {
-    SPEEDSCOPE: "open it at https://www.speedscope.app",
-    CHROME: "open it at https://ui.perfetto.dev or chrome://tracing",
-    OTLP: "send it to an OTLP/HTTP receiver, or use 'cmr forward' to push sequences",
-    OTLP_PROFILES: (
-        "send it to an OTLP/HTTP receiver's /v1development/profiles, or use "
-        "'cmr forward --profiles'"
-    ),
-    FIREFOX: "open it at https://profiler.firefox.com (Load a profile from file)",
-    FOLDED: "draw it with flamegraph.pl or inferno-flamegraph",
-    BUNDLE: "load it into a repository with 'cmr import'",
-}
-#: Stands for standard input or output.
+#: A text format's renderer: the sequence's tree (samples merged in), its records, and the
+#: weight asked for (None unless the format ``takes_weight``) to the text of the file.
+TextRenderer = Callable[[SequenceTree, SequenceData, "str | None"], str]
 
 
 class ExportError(Exception):
     """A request ``cmr export`` or ``cmr import`` cannot fulfil (a one-line reason)."""
 
 
+@dataclass(frozen=True)
+class Format:
+    """One export format: everything ``cmr export`` needs of it, in one place."""
+
+    #: The value of ``--format``.
+    name: str
+    #: What the file holds, in ``cmr export --help``'s list of formats.
+    summary: str
+    #: Command lines ``cmr export --help`` shows.
+    examples: tuple[str, ...]
+    #: What to open the file with, said once it is written.
+    open_with: str
+    #: A text format's renderer; None for ``bundle``, the records themselves.
+    render: TextRenderer | None
+    #: Whether ``--weight`` applies (folded's weight by samples or by time).
+    takes_weight: bool = False
+
+    @property
+    def binary(self) -> bool:
+        """A binary file (the bundle): standard output only when asked, never to a terminal.
+        It moves the records as they are, so the CLI does not fold its empty hand-offs."""
+        return self.render is None
+
+    def write(self, data: SequenceData, weight: str | None = None) -> bytes:
+        """The file of this format for one sequence's records."""
+        if self.render is None:
+            return write_bundle(data)
+        return (self.render(sequence_tree(data), data, weight) + "\n").encode()
+
+
+def _otlp(tree: SequenceTree, data: SequenceData, _weight: str | None) -> str:
+    return render_otlp(to_trace(tree, data))
+
+
+def _otlp_profiles(tree: SequenceTree, data: SequenceData, _weight: str | None) -> str:
+    document = to_profiles(tree, data, to_trace(tree, data))
+    if document is None:
+        raise ExportError(
+            f"sequence {data.seq.hex()} has no samples to export as profiles "
+            "(sample it with the tracer's sampler on)"
+        )
+    return render_profiles(document)
+
+
+def _folded(tree: SequenceTree, data: SequenceData, weight: str | None) -> str:
+    if weight == WEIGHT_SAMPLES and not has_samples(tree):
+        raise ExportError(
+            f"sequence {data.seq.hex()} has no samples: use --weight time "
+            "(sample it with the tracer's sampler on)"
+        )
+    return render_folded(tree, weight)
+
+
+#: Every format, in the order ``cmr export --help`` lists them.
+FORMATS: Final = (
+    Format(
+        name="speedscope",
+        summary="a profile per thread, and one per sampled thread, for https://www.speedscope.app",
+        examples=("cmr export 3f2a9c --format speedscope -o seq.speedscope.json",),
+        open_with="open it at https://www.speedscope.app",
+        render=lambda tree, data, _weight: render_speedscope(tree, data),
+    ),
+    Format(
+        name="chrome",
+        summary=(
+            "the Trace Event Format for https://ui.perfetto.dev or chrome://tracing, with an "
+            "arrow per hand-off"
+        ),
+        examples=("cmr export 3f2a9c --format chrome -o seq.trace.json",),
+        open_with="open it at https://ui.perfetto.dev or chrome://tracing",
+        render=lambda tree, _data, _weight: render_chrome(tree),
+    ),
+    Format(
+        name="otlp",
+        summary=(
+            "OTLP/JSON traces for OpenTelemetry backends: a span per call, hand-offs as "
+            "parents, estimated calls flagged"
+        ),
+        examples=("cmr export 3f2a9c --format otlp -o seq.otlp.json",),
+        open_with="send it to an OTLP/HTTP receiver, or use 'cmr forward' to push sequences",
+        render=_otlp,
+    ),
+    Format(
+        name="otlp-profiles",
+        summary=(
+            "the stack samples as OTLP/JSON profiles, wall and CPU time, each sample linked to "
+            "the span of 'otlp' it was taken under"
+        ),
+        examples=("cmr export 3f2a9c --format otlp-profiles -o seq.profiles.json",),
+        open_with=(
+            "send it to an OTLP/HTTP receiver's /v1development/profiles, or use "
+            "'cmr forward --profiles'"
+        ),
+        render=_otlp_profiles,
+    ),
+    Format(
+        name="firefox",
+        summary=(
+            "the Firefox Profiler's processed profile for https://profiler.firefox.com: a thread "
+            "per traced thread, the calls as markers, the samples weighted, an idle stretch "
+            "spread over its duration"
+        ),
+        examples=("cmr export 3f2a9c --format firefox -o seq.firefox.json",),
+        open_with="open it at https://profiler.firefox.com (Load a profile from file)",
+        render=lambda tree, data, _weight: render_firefox(tree, data),
+    ),
+    Format(
+        name="folded",
+        summary="stack lines for flamegraph.pl",
+        examples=(
+            "cmr export 3f2a9c --format folded | flamegraph.pl > seq.svg",
+            "cmr export 3f2a9c --format folded --weight time -o seq.folded",
+        ),
+        open_with="draw it with flamegraph.pl or inferno-flamegraph",
+        render=_folded,
+        takes_weight=True,
+    ),
+    Format(
+        name="bundle",
+        summary="the raw records, compressed, for 'cmr import' into another repository",
+        examples=("cmr export 3f2a9c --format bundle -o seq.ivsq",),
+        open_with="load it into a repository with 'cmr import'",
+        render=None,
+    ),
+)
+#: The formats by name.
+BY_NAME: Final = {fmt.name: fmt for fmt in FORMATS}
+#: The names, for ``--format``'s choices.
+NAMES: Final = tuple(BY_NAME)
+
+
 def export_sequence(data: SequenceData, fmt: str, *, weight: str | None = None) -> bytes:
     """The file of format ``fmt`` for one sequence's records. ``weight`` is folded's (None: by
     samples when there are some, else by time)."""
-    if weight is not None and fmt != FOLDED:
-        raise ExportError("--weight applies to --format folded only")
-    if fmt == BUNDLE:
-        return write_bundle(data)
-    tree = sequence_tree(data)
-    if fmt == SPEEDSCOPE:
-        text = render_speedscope(tree, data)
-    elif fmt == CHROME:
-        text = render_chrome(tree)
-    elif fmt == OTLP:
-        text = render_otlp(to_trace(tree, data))
-    elif fmt == OTLP_PROFILES:
-        document = to_profiles(tree, data, to_trace(tree, data))
-        if document is None:
-            raise ExportError(
-                f"sequence {data.seq.hex()} has no samples to export as profiles "
-                "(sample it with the tracer's sampler on)"
-            )
-        text = render_profiles(document)
-    elif fmt == FIREFOX:
-        text = render_firefox(tree, data)
-    elif fmt == FOLDED:
-        if weight == WEIGHT_SAMPLES and not has_samples(tree):
-            raise ExportError(
-                f"sequence {data.seq.hex()} has no samples: use --weight time "
-                "(sample it with the tracer's sampler on)"
-            )
-        text = render_folded(tree, weight)
-    else:
-        raise ExportError(f"unknown format '{fmt}': choose from {', '.join(FORMATS)}")
-    return (text + "\n").encode()
+    format_ = BY_NAME.get(fmt)
+    if format_ is None:
+        raise ExportError(f"unknown format '{fmt}': choose from {', '.join(NAMES)}")
+    if weight is not None and not format_.takes_weight:
+        weighted = " or ".join(f"--format {each.name}" for each in FORMATS if each.takes_weight)
+        raise ExportError(f"--weight applies to {weighted} only")
+    return format_.write(data, weight)
 
 
 def load_bundle(source: str, blob: bytes) -> Body:

@@ -1,6 +1,12 @@
 """Imports point down: every import of every module of `invoseq`, `tracer` and `cmr` (lazy ones
 inside functions and type-checking ones too) against the layer table in docs/architecture.md, and no
-import cycle between modules (type-checking imports aside: they never run)."""
+import cycle between modules (type-checking imports aside: they never run).
+
+Importing `a.b.c` runs `a/__init__.py` and `a/b/__init__.py` first, so what those import counts
+as imported by the module that imports `a.b.c` (`effective_imports`): `tracer.wire` sits in the
+protocol layer, yet importing it from outside `tracer` runs `tracer/__init__`, the runtime. A
+module's own packages are left out: `tracer/__init__` is the front door above `tracer._core`,
+and every module of a package runs its package's `__init__` whichever way it is reached."""
 
 from __future__ import annotations
 
@@ -105,7 +111,44 @@ def read_imports(name: str, path: Path) -> list[Import]:
     return found
 
 
-IMPORTS = [i for name, path in MODULES.items() for i in read_imports(name, path)]
+DIRECT_IMPORTS = [i for name, path in MODULES.items() for i in read_imports(name, path)]
+
+
+def _packages_above(module: str) -> list[str]:
+    """The packages whose ``__init__`` runs before ``module``: ``a``, ``a.b`` for ``a.b.c``."""
+    parts = module.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts))]
+
+
+def effective_imports(direct: list[Import]) -> list[Import]:
+    """``direct`` plus, for each import of a module inside another package, what that package's
+    ``__init__`` (and those above it) imports, as imported by the importing module, at the line of
+    its import (to a fixed point: an ``__init__``'s imports may cross into a third package)."""
+    by_source: dict[str, list[Import]] = {}
+    for edge in direct:
+        by_source.setdefault(edge.source, []).append(edge)
+    found = list(direct)
+    seen = {(edge.source, edge.target) for edge in direct}
+    pending = list(direct)
+    while pending:
+        edge = pending.pop()
+        own = {edge.source, *_packages_above(edge.source)}
+        for package in _packages_above(edge.target):
+            if package in own:
+                continue
+            for init_edge in by_source.get(package, []):
+                if init_edge.target == edge.source or (edge.source, init_edge.target) in seen:
+                    continue
+                derived = Import(
+                    edge.source, init_edge.target, edge.line, edge.runs and init_edge.runs
+                )
+                seen.add((edge.source, init_edge.target))
+                found.append(derived)
+                pending.append(derived)
+    return found
+
+
+IMPORTS = effective_imports(DIRECT_IMPORTS)
 
 
 def layer_of(module: str, layers: list[Layer]) -> Layer | None:
@@ -153,16 +196,17 @@ def test_imports_point_down() -> None:
         assert source is not None
         assert target is not None
         if target.name not in reachable(source, by_name):
+            through = "" if edge in DIRECT_IMPORTS else " (through a package's __init__)"
             upward.append(
-                f"{MODULES[edge.source].relative_to(ROOT)}:{edge.line} imports {edge.target} "
-                f"({source.name} -> {target.name})"
+                f"{MODULES[edge.source].relative_to(ROOT)}:{edge.line} imports {edge.target}"
+                f"{through} ({source.name} -> {target.name})"
             )
     assert upward == []
 
 
 def test_no_import_cycles() -> None:
     graph: dict[str, set[str]] = {name: set() for name in MODULES}
-    for edge in IMPORTS:
+    for edge in DIRECT_IMPORTS:
         if edge.runs:
             graph[edge.source].add(edge.target)
     cycles = _cycles(graph)
@@ -233,3 +277,44 @@ def test_the_layer_check_sees_an_upward_import() -> None:
     assert runtime is not None
     assert runtime.name not in reachable(core, by_name)
     assert any(edge.source.startswith("tracer._core") for edge in IMPORTS)
+
+
+def test_an_import_runs_the_init_of_the_packages_above_it() -> None:
+    """The init rule is not vacuous: `tracer.wire` is in the protocol layer, but a store module
+    importing it would run `tracer/__init__`, and with it the runtime."""
+    layers = read_layers()
+    by_name = {layer.name: layer for layer in layers}
+    store = layer_of("cmr.store.base", layers)
+    assert store is not None
+    assert "protocol" in reachable(store, by_name)
+    imagined = Import("cmr.store.base", "tracer.wire", 1, runs=True)
+    reached = {
+        edge.target
+        for edge in effective_imports([*DIRECT_IMPORTS, imagined])
+        if edge.source == "cmr.store.base"
+    }
+    assert "tracer._runtime" in reached
+    runtime = layer_of("tracer._runtime", layers)
+    assert runtime is not None
+    assert runtime.name not in reachable(store, by_name)
+
+
+def test_cmr_reaches_no_module_of_the_tracer() -> None:
+    """The repository stands alone: no module of `cmr` imports one of `tracer`, directly or
+    through the packages above what it imports (lazy and type-checking imports too); the
+    protocol is `invoseq`. `tests/test_startup.py` checks the same of what loads at run time."""
+    reached: dict[str, set[str]] = {}
+    for edge in IMPORTS:
+        reached.setdefault(edge.source, set()).add(edge.target)
+    crossing = []
+    for module in MODULES:
+        if module != "cmr" and not module.startswith("cmr."):
+            continue
+        seen, pending = {module}, [module]
+        while pending:
+            for target in reached.get(pending.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    pending.append(target)
+        crossing += [f"{module} -> {t}" for t in sorted(seen) if t.split(".")[0] == "tracer"]
+    assert crossing == []

@@ -133,6 +133,7 @@ def test_cmr_ls_loads_the_read_side_alone(tmp_path: Path) -> None:
         "cmr.store.base",
         "cmr.store.listing",
         "cmr.store.listing_sql",
+        "cmr.store.migrations",
         "cmr.store.sqlite",
         "cmr.store.sqlite.connect",
         "cmr.store.sqlite.read",

@@ -1,28 +1,55 @@
 """Checking and upgrading the PostgreSQL repository's schema when a store opens.
 
-The migrations (``postgres_schema.MIGRATIONS``) that have run are rows of ``schema_migrations``.
-A writer applies the missing ones in order, all in one transaction, under an advisory lock, so
-two ``cmr serve`` nodes starting together on a fresh database migrate it once: the second waits
-for the first, then finds nothing to do. A reader never changes anything: it fails clearly when
-the schema is missing, older or newer than this code.
+The migrations (``MIGRATIONS``, each version's statements from ``postgres_schema``) that have
+run are rows of ``schema_migrations``. A writer applies the missing ones in order
+(``cmr.store.migrations``, the runner SQLite's upgrades share), all in one transaction, under an
+advisory lock, so two ``cmr serve`` nodes starting together on a fresh database migrate it
+once: the second waits for the first, then finds nothing to do. A reader never changes
+anything: it fails clearly when the schema is missing, older or newer than this code.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from cmr.store import migrations
 from cmr.store.base import StoreError
-from cmr.store.postgres import summaries
+from cmr.store.migrations import Step, latest
+from cmr.store.postgres import schema
 from cmr.store.postgres.connect import Conn
-from cmr.store.postgres.legacy import move_legacy_rows
-from cmr.store.postgres.schema import (
-    MIGRATIONS,
-    MIGRATIONS_TABLE,
-    PACKED_VERSION,
-    ROOT_ERROR_VERSION,
-    SCHEMA_VERSION,
-)
 
+
+def _move_legacy_rows(conn: Conn) -> None:
+    from cmr.store.postgres.legacy import move_legacy_rows  # loaded for an upgrade only
+
+    move_legacy_rows(conn)
+
+
+def _compute_listing_lines(conn: Conn) -> None:
+    from cmr.store.postgres import summaries  # loaded for an upgrade only
+
+    summaries.backfill(conn)
+
+
+#: Every schema version in order: a new version is one entry at the end. A data function runs
+#: right after its version's statements (``cmr.store.migrations``): the rows moved into batches,
+#: then the listing lines computed once the root's exception has its column.
+MIGRATIONS: Final = (
+    Step(1, "processes, events partitioned by day, samples, counters", schema.CORE),
+    Step(2, "invocation attributes", schema.ATTRIBUTES),
+    Step(3, "batches stored as they arrived, listing lines", schema.PACKED, _move_legacy_rows),
+    Step(
+        4,
+        "the exception the root raised, in listing lines",
+        schema.ROOT_ERROR,
+        _compute_listing_lines,
+    ),
+    Step(5, "listing keys on each sequence, indexed", schema.LISTING_KEYS),
+    Step(6, "the sampler's paced interval in its report", schema.SAMPLER_INTERVALS),
+    Step(7, "the methods each sequence ran, on its batch_seqs row", schema.BATCH_METHODS),
+    Step(8, "the time windows of drops whose sequences were not named", schema.LOST_WINDOWS),
+)
+SCHEMA_VERSION: Final = latest(MIGRATIONS)
 #: The advisory lock migrations run under (``pg_advisory_xact_lock``); "ivsq" "migr".
 MIGRATION_LOCK: Final = 0x69767371_6D696772
 
@@ -54,26 +81,24 @@ def migrate(conn: Conn, name: str, *, upto: int = SCHEMA_VERSION) -> int:
     schema); returns the version the schema is at. One transaction, one node at a time."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        conn.execute(MIGRATIONS_TABLE)
+        conn.execute(schema.MIGRATIONS_TABLE)
         version = applied_version(conn) or 0
         _refuse_newer(version, name)
-        known = {migration.version for migration in MIGRATIONS}
-        if version and version not in known:
+        if version > 0 and version not in {step.version for step in MIGRATIONS}:
             raise StoreError(f"{name} has an unknown repository schema version {version}")
-        for migration in MIGRATIONS:
-            if version < migration.version <= upto:
-                for statement in migration.statements:
-                    conn.execute(statement)
-                if migration.version == PACKED_VERSION:
-                    move_legacy_rows(conn)
-                if migration.version == ROOT_ERROR_VERSION:
-                    summaries.backfill(conn)
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
-                    (migration.version, migration.name),
-                )
-                version = migration.version
-    return version
+        return migrations.upgrade(
+            conn, MIGRATIONS, version, execute=_execute, record=_record, upto=upto
+        )
+
+
+def _execute(conn: Conn, statement: str) -> None:
+    conn.execute(statement)  # psycopg's parameter types reject a plain str where mypy looks
+
+
+def _record(conn: Conn, step: Step) -> None:
+    conn.execute(
+        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (step.version, step.name)
+    )
 
 
 def _refuse_newer(version: int, name: str) -> None:

@@ -1,4 +1,5 @@
-"""The PostgreSQL repository's schema, as the ordered list of migrations that builds it.
+"""The PostgreSQL repository's schema: each version's statements, which the ordered list of
+migrations (``postgres_migrate.MIGRATIONS``) applies.
 
 Each migration is applied once, in order, inside one transaction, and recorded in
 ``schema_migrations``; ``postgres_migrate`` checks the list at every start. Never edit a
@@ -19,16 +20,7 @@ within a day; readers take the earliest day's row when a forged duplicate sits i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    statements: tuple[str, ...]
-
 
 #: The table that records which migrations ran; created before the first one.
 MIGRATIONS_TABLE: Final = """CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -43,7 +35,7 @@ PARTITIONED: Final = {
     "samples": "t_ns",
 }
 
-_CORE: Final = (
+CORE: Final = (
     """CREATE TABLE processes (
         puid bigint PRIMARY KEY,
         pid integer NOT NULL,
@@ -131,7 +123,7 @@ _CORE: Final = (
 
 #: Invocation attributes (protocol 5): one row per invocation and batch, msgpack-encoded (exact
 #: for every value type the wire allows), merged in batch order when read.
-_ATTRIBUTES: Final = (
+ATTRIBUTES: Final = (
     """CREATE TABLE attributes (
         puid bigint NOT NULL, iid bigint NOT NULL, batch_no bigint NOT NULL,
         attributes bytea NOT NULL,
@@ -142,7 +134,7 @@ _ATTRIBUTES: Final = (
 #: Batches stored as they arrived (``cmr.store.packed``, as in SQLite) and each sequence's
 #: listing line kept at ingest (``cmr.store.summaries``). ``postgres_legacy`` moves the rows of
 #: ``starts``, ``ends`` and ``attributes`` into that form, then those tables are dropped.
-_PACKED: Final = (
+PACKED: Final = (
     """ALTER TABLE batches
         ADD COLUMN clock_offset_ns bigint NOT NULL DEFAULT 0,
         ADD COLUMN chunks bytea""",
@@ -197,9 +189,9 @@ _PACKED: Final = (
 
 #: The exception type the root candidate raised (NULL: it did not, or has not ended); the roots
 #: are computed again after it (``postgres_migrate``).
-_ROOT_ERROR: Final = ("ALTER TABLE seq_roots ADD COLUMN error text",)
+ROOT_ERROR: Final = ("ALTER TABLE seq_roots ADD COLUMN error text",)
 
-#: A sequence's listing keys (``_LISTING_KEYS``) from its root candidate ``r``, its late End
+#: A sequence's listing keys (``LISTING_KEYS``) from its root candidate ``r``, its late End
 #: ``l`` and its method ``m``: root_name, end_ns, error.
 LISTING_KEYS_COLUMNS: Final = """
     CASE WHEN r.untrue = 0 AND r.handed = 0 AND m.qualname IS NOT NULL THEN
@@ -213,7 +205,7 @@ LISTING_KEYS_JOINS: Final = """
 #: Each sequence's listing keys: its root's name when the root is a true root with a known
 #: method (NULL: the listing line decides), its end and the exception it raised; indexed for the
 #: root pattern, the duration and errors. Computed for the sequences stored before.
-_LISTING_KEYS: Final = (
+LISTING_KEYS: Final = (
     "ALTER TABLE sequences ADD COLUMN root_name text, ADD COLUMN end_ns bigint, "
     "ADD COLUMN error text",
     "CREATE INDEX sequences_by_root ON sequences (root_name, start_ns, seq)",
@@ -224,14 +216,14 @@ _LISTING_KEYS: Final = (
 )
 #: The interval a process's sampler paced itself to as of its report, and the longest it used
 #: (0: a report stored before, or a tracer that predates pacing).
-_SAMPLER_INTERVALS: Final = (
+SAMPLER_INTERVALS: Final = (
     "ALTER TABLE samplers ADD COLUMN current_interval_ns bigint NOT NULL DEFAULT 0, "
     "ADD COLUMN longest_interval_ns bigint NOT NULL DEFAULT 0",
 )
 #: The methods a sequence's Starts ran in a batch, on its ``batch_seqs`` row (same key) instead
 #: of a table of their own: one index row less per sequence and batch (issue 33). NULL on the
 #: row of a sequence the batch has only Handoffs of.
-_BATCH_METHODS: Final = (
+BATCH_METHODS: Final = (
     "ALTER TABLE batch_seqs ADD COLUMN methods bytea",
     """UPDATE batch_seqs s SET methods = m.methods FROM seq_methods m
        WHERE m.seq = s.seq AND m.puid = s.puid AND m.batch_no = s.batch_no""",
@@ -239,27 +231,12 @@ _BATCH_METHODS: Final = (
 )
 #: The time windows of drops whose sequences a process could not name (``Batch.lost_windows``,
 #: wall clock): the sequences of the process that overlap one are lossy (``LOST_WINDOWS_OF``).
-_LOST_WINDOWS: Final = (
+LOST_WINDOWS: Final = (
     """CREATE TABLE IF NOT EXISTS lost_windows (
         puid bigint NOT NULL, first_ns bigint NOT NULL, last_ns bigint NOT NULL,
         PRIMARY KEY (puid, first_ns, last_ns)
     )""",
 )
-#: The versions whose migration also runs Python after its statements (``postgres_migrate``):
-#: moving the rows into batches, then computing the listing lines.
-PACKED_VERSION: Final = 3
-ROOT_ERROR_VERSION: Final = 4
 
-MIGRATIONS: Final = (
-    Migration(1, "processes, events partitioned by day, samples, counters", _CORE),
-    Migration(2, "invocation attributes", _ATTRIBUTES),
-    Migration(PACKED_VERSION, "batches stored as they arrived, listing lines", _PACKED),
-    Migration(ROOT_ERROR_VERSION, "the exception the root raised, in listing lines", _ROOT_ERROR),
-    Migration(5, "listing keys on each sequence, indexed", _LISTING_KEYS),
-    Migration(6, "the sampler's paced interval in its report", _SAMPLER_INTERVALS),
-    Migration(7, "the methods each sequence ran, on its batch_seqs row", _BATCH_METHODS),
-    Migration(8, "the time windows of drops whose sequences were not named", _LOST_WINDOWS),
-)
-SCHEMA_VERSION: Final = MIGRATIONS[-1].version
 
 # -- statements ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from cmr.store import listing_sql
+from cmr.store import listing_sql, migrations
 from cmr.store._shared import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
 from cmr.store.base import (
     SequenceQuery,
@@ -28,7 +28,7 @@ from cmr.store.listing import select_lines
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
-from cmr.store.sqlite.schema import CURRENT_VERSION, SCHEMA, SCHEMA_VERSION, UPGRADES
+from cmr.store.sqlite.schema import SCHEMA, SCHEMA_VERSION, STEPS
 from cmr.store.sqlite.statements import (
     LOST_WINDOWS_OF,
     METHODS_BY_RECENT_SEQUENCE,
@@ -117,26 +117,23 @@ class SQLiteReader(Store):
                     f"{self.path} has repository schema version {version}, newer than this "
                     f"invoseq understands ({SCHEMA_VERSION}): upgrade invoseq"
                 )
+            elif version < 0:
+                raise StoreError(f"{self.path} has an unknown schema version {version}")
             elif version < SCHEMA_VERSION:
-                upgrade = UPGRADES.get(version)
-                if upgrade is None:
-                    raise StoreError(f"{self.path} has an unknown schema version {version}")
                 if readonly:
                     raise StoreError(
                         f"{self.path} has repository schema version {version}, older than this "
                         f"invoseq uses ({SCHEMA_VERSION}): run `cmr serve` or `tracer run` on it "
                         "once to upgrade it"
                     )
-                from cmr.store.sqlite.migrate import move_legacy_rows
-
-                for statement in upgrade:
-                    conn.execute(statement)
-                move_legacy_rows(conn)
-                if version < 8:
-                    conn.execute("DELETE FROM seq_roots")  # version 7's lack the root's exception
-                    sqlite_summaries.backfill(conn)
-                sqlite_summaries.backfill_keys(conn)
-                conn.execute(CURRENT_VERSION)
+                migrations.upgrade(
+                    conn,
+                    STEPS,
+                    version,
+                    execute=sqlite3.Connection.execute,
+                    record=_record_version,
+                    data_last=True,
+                )
 
     # -- read side ------------------------------------------------------------------------
 
@@ -310,6 +307,10 @@ class SQLiteReader(Store):
                 raise StoreError(f"repository {self.path}: {exc}") from exc
             except OverflowError as exc:  # an integer SQLite cannot hold
                 raise StoreError(f"repository {self.path}: {exc}") from exc
+
+
+def _record_version(conn: sqlite3.Connection, step: migrations.Step) -> None:
+    conn.execute(f"PRAGMA user_version = {step.version}")
 
 
 def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:

@@ -2,28 +2,29 @@
 ``statements``).
 
 Version 2 added hand-offs, version 3 each process's heartbeat interval, version 4 stack samples,
-their frames and each process's sampler report, version 5 the sequences a process dropped events
-of: each purely additive. Version 6 stores events as their batches arrived (``cmr.store.packed``)
+their frames and each process's sampler report, version 5 the sequences a process dropped events of:
+each purely additive. Version 6 stores events as their batches arrived (``cmr.store.packed``)
 instead of a row per Start and End; ``sqlite_migrate`` moves an older file's rows into that form
-when it is opened for writing (``UPGRADES`` then the move). Version 7 keeps each sequence's
-listing line at ingest (``cmr.store.summaries``); an older file's are computed when it is
-upgraded. Version 8 adds the exception the root raised to the listing line (its roots are
-computed again on upgrade). Version 9 keeps each sequence's listing keys (its root's name, end
-and exception) on its row, indexed, so that ``cmr ls --root/--min-duration/--status/--sort
-duration`` are served by index (``cmr.store.listing``). Version 10 adds the sampler's paced
-interval to each process's sampler report (additive: 0 for the reports stored before). Version
-11 keeps the methods a sequence ran in a batch on its ``batch_seqs`` row (same key) instead of a
-table of its own: one B-tree row less per sequence and batch (issue 33). Version 12 adds the
-time windows of drops whose sequences a process could not name (``lost_windows``, additive).
+when it is opened for writing (``STEPS``, run by ``cmr.store.migrations``). Version 7 keeps each
+sequence's listing line at ingest (``cmr.store.summaries``); an older file's are computed when it is
+upgraded. Version 8 adds the exception the root raised to the listing line (its roots are computed
+again on upgrade). Version 9 keeps each sequence's listing keys (its root's name, end and exception)
+on its row, indexed, so that ``cmr ls --root/--min-duration/--status/--sort duration`` are served by
+index (``cmr.store.listing``). Version 10 adds the sampler's paced interval to each process's
+sampler report (additive: 0 for the reports stored before). Version 11 keeps the methods a sequence
+ran in a batch on its ``batch_seqs`` row (same key) instead of a table of its own: one B-tree row
+less per sequence and batch (issue 33). Version 12 adds the time windows of drops whose sequences a
+process could not name (``lost_windows``, additive).
 """
 
 from __future__ import annotations
 
+from cmr.store.migrations import Step, latest
+
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
+    import sqlite3
     from typing import Final
-
-SCHEMA_VERSION: Final = 12
 
 #: Version 2 added hand-offs. The change is purely additive, so a version 1 file opened for
 #: writing is upgraded in place; the statements are shared with a fresh schema.
@@ -183,7 +184,8 @@ LISTING_KEYS_SCHEMA: Final = (
     "CREATE INDEX sequences_failed ON sequences (start_ns, seq) WHERE error IS NOT NULL",
 )
 
-SCHEMA: Final = (
+#: Version 1's tables (its row tables for events, ``LEGACY_EVENTS_SCHEMA``, aside).
+BASE_SCHEMA: Final = (
     """CREATE TABLE processes (
         puid INTEGER PRIMARY KEY,
         pid INTEGER NOT NULL,
@@ -217,101 +219,48 @@ SCHEMA: Final = (
     "CREATE TABLE rejected (reason TEXT PRIMARY KEY, frames INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
     "INSERT INTO counters VALUES ('batches', 0), ('duplicate_batches', 0), ('events', 0)",
-    *HANDOFFS_SCHEMA,
-    *HEARTBEAT_SCHEMA,
-    *SAMPLES_SCHEMA,
-    *LOST_SEQS_SCHEMA,
-    *PACKED_SCHEMA,
-    *SUMMARY_SCHEMA,
-    *ROOT_ERROR_SCHEMA,
-    *LISTING_KEYS_SCHEMA,
-    *SAMPLER_INTERVALS_SCHEMA,
-    *BATCH_METHODS_SCHEMA,
-    *LOST_WINDOWS_SCHEMA,
+)
+
+
+def _move_legacy_rows(conn: sqlite3.Connection) -> None:
+    from cmr.store.sqlite.migrate import move_legacy_rows  # loaded for an upgrade only
+
+    move_legacy_rows(conn)
+
+
+def _compute_listing_lines(conn: sqlite3.Connection) -> None:
+    from cmr.store.sqlite import summaries  # loaded for an upgrade only
+
+    conn.execute("DELETE FROM seq_roots")  # version 7's lack the root's exception
+    summaries.backfill(conn)
+
+
+def _compute_listing_keys(conn: sqlite3.Connection) -> None:
+    from cmr.store.sqlite import summaries  # loaded for an upgrade only
+
+    summaries.backfill_keys(conn)
+
+
+#: Every schema version in order: a new version is one entry at the end. Their data functions
+#: are written with the store's current code, so they run once every statement has
+#: (``migrations.upgrade(..., data_last=True)``).
+STEPS: Final = (
+    Step(1, "processes, methods, threads, sequences, batches, counters", BASE_SCHEMA),
+    Step(2, "hand-offs", HANDOFFS_SCHEMA),
+    Step(3, "each process's heartbeat interval", HEARTBEAT_SCHEMA),
+    Step(4, "stack samples, their frames, each process's sampler report", SAMPLES_SCHEMA),
+    Step(5, "the sequences a process dropped events of", LOST_SEQS_SCHEMA),
+    Step(6, "batches stored as they arrived", PACKED_SCHEMA, _move_legacy_rows),
+    Step(7, "listing lines kept at ingest", SUMMARY_SCHEMA),
+    Step(8, "the exception the root raised", ROOT_ERROR_SCHEMA, _compute_listing_lines),
+    Step(9, "listing keys on each sequence, indexed", LISTING_KEYS_SCHEMA, _compute_listing_keys),
+    Step(10, "the sampler's paced interval in its report", SAMPLER_INTERVALS_SCHEMA),
+    Step(11, "the methods each sequence ran, on its batch_seqs row", BATCH_METHODS_SCHEMA),
+    Step(12, "the time windows of drops whose sequences were not named", LOST_WINDOWS_SCHEMA),
+)
+SCHEMA_VERSION: Final = latest(STEPS)
+#: A fresh file: every step's statements, then its version.
+SCHEMA: Final = (
+    *(statement for step in STEPS for statement in step.statements),
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
-_CURRENT: Final = f"PRAGMA user_version = {SCHEMA_VERSION}"
-#: From each older version straight to SCHEMA_VERSION.
-#: From each older version to the packed tables (``sqlite_migrate`` then moves the rows).
-UPGRADES: Final = {
-    1: (
-        *HANDOFFS_SCHEMA,
-        *HEARTBEAT_SCHEMA,
-        *SAMPLES_SCHEMA,
-        *LOST_SEQS_SCHEMA,
-        *PACKED_SCHEMA,
-        *SUMMARY_SCHEMA,
-        *ROOT_ERROR_SCHEMA,
-        *LISTING_KEYS_SCHEMA,
-        *SAMPLER_INTERVALS_SCHEMA,
-        *BATCH_METHODS_SCHEMA,
-        *LOST_WINDOWS_SCHEMA,
-    ),
-    2: (
-        *HEARTBEAT_SCHEMA,
-        *SAMPLES_SCHEMA,
-        *LOST_SEQS_SCHEMA,
-        *PACKED_SCHEMA,
-        *SUMMARY_SCHEMA,
-        *ROOT_ERROR_SCHEMA,
-        *LISTING_KEYS_SCHEMA,
-        *SAMPLER_INTERVALS_SCHEMA,
-        *BATCH_METHODS_SCHEMA,
-        *LOST_WINDOWS_SCHEMA,
-    ),
-    3: (
-        *SAMPLES_SCHEMA,
-        *LOST_SEQS_SCHEMA,
-        *PACKED_SCHEMA,
-        *SUMMARY_SCHEMA,
-        *ROOT_ERROR_SCHEMA,
-        *LISTING_KEYS_SCHEMA,
-        *SAMPLER_INTERVALS_SCHEMA,
-        *BATCH_METHODS_SCHEMA,
-        *LOST_WINDOWS_SCHEMA,
-    ),
-    4: (
-        *LOST_SEQS_SCHEMA,
-        *PACKED_SCHEMA,
-        *SUMMARY_SCHEMA,
-        *ROOT_ERROR_SCHEMA,
-        *LISTING_KEYS_SCHEMA,
-        *SAMPLER_INTERVALS_SCHEMA,
-        *BATCH_METHODS_SCHEMA,
-        *LOST_WINDOWS_SCHEMA,
-    ),
-    5: (
-        *PACKED_SCHEMA,
-        *SUMMARY_SCHEMA,
-        *ROOT_ERROR_SCHEMA,
-        *LISTING_KEYS_SCHEMA,
-        *SAMPLER_INTERVALS_SCHEMA,
-        *BATCH_METHODS_SCHEMA,
-        *LOST_WINDOWS_SCHEMA,
-    ),
-    6: (
-        *SUMMARY_SCHEMA,
-        *ROOT_ERROR_SCHEMA,
-        *LISTING_KEYS_SCHEMA,
-        *SAMPLER_INTERVALS_SCHEMA,
-        *BATCH_METHODS_SCHEMA,
-        *LOST_WINDOWS_SCHEMA,
-    ),
-    7: (
-        *ROOT_ERROR_SCHEMA,
-        *LISTING_KEYS_SCHEMA,
-        *SAMPLER_INTERVALS_SCHEMA,
-        *BATCH_METHODS_SCHEMA,
-        *LOST_WINDOWS_SCHEMA,
-    ),
-    8: (
-        *LISTING_KEYS_SCHEMA,
-        *SAMPLER_INTERVALS_SCHEMA,
-        *BATCH_METHODS_SCHEMA,
-        *LOST_WINDOWS_SCHEMA,
-    ),
-    9: (*SAMPLER_INTERVALS_SCHEMA, *BATCH_METHODS_SCHEMA, *LOST_WINDOWS_SCHEMA),
-    10: (*BATCH_METHODS_SCHEMA, *LOST_WINDOWS_SCHEMA),
-    11: LOST_WINDOWS_SCHEMA,
-}
-CURRENT_VERSION: Final = _CURRENT

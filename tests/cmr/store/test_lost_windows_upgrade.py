@@ -12,7 +12,7 @@ import pytest
 
 from cmr.store import Store, StoreError, open_store
 from cmr.store.postgres.connect import connect
-from cmr.store.postgres.schema import SCHEMA_VERSION as PG_VERSION
+from cmr.store.postgres.migrate import SCHEMA_VERSION as PG_VERSION
 from cmr.store.sqlite.schema import SCHEMA_VERSION
 from invoseq import wire
 from tests.cmr.conftest import FakeClock

@@ -19,7 +19,7 @@ from cmr.store import Store, StoreError, open_store
 from cmr.store.base import SequenceQuery
 from cmr.store.listing_sql import POSTGRES
 from cmr.store.postgres.connect import connect
-from cmr.store.postgres.migrate import migrate
+from cmr.store.postgres.migrate import SCHEMA_VERSION, migrate
 from cmr.store.postgres.partitions import (
     DAY_NS,
     FUTURE,
@@ -27,7 +27,6 @@ from cmr.store.postgres.partitions import (
     create_partitions,
     partition_name,
 )
-from cmr.store.postgres.schema import SCHEMA_VERSION
 from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
 from tests.cmr.store.records import (

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from cmr.cli import main
-from cmr.exports import OPEN_WITH, export_sequence
+from cmr.exports import BY_NAME, export_sequence
 from cmr.store.base import SampleRecord
 from cmr.views.pipeline import sequence_tree
 from cmr.views.render.firefox import render_firefox, spread
@@ -267,7 +267,7 @@ def test_a_sequence_without_samples_exports_its_markers(tmp_path, capsys) -> Non
     target = tmp_path / "seq.firefox.json"
     argv = ["--db", path, "export", SHOP_SEQ.hex(), "--format", "firefox", "-o", str(target)]
     assert main(argv) == 0
-    assert capsys.readouterr().err == f"cmr: wrote {target}: {OPEN_WITH['firefox']}\n"
+    assert capsys.readouterr().err == f"cmr: wrote {target}: {BY_NAME['firefox'].open_with}\n"
     profile = Profile(target.read_text())
     assert [t["samples"]["length"] for t in profile.threads] == [0, 0, 0]
     assert sum(t["markers"]["length"] for t in profile.threads) == 7
