@@ -79,8 +79,9 @@ if accel.speedups is not None:
         from tracer._sampling import _gil_turn
     except ImportError:  # pragma: no cover - built with the accelerator
         _gil_turn = None
-#: The tracer package's directory (this module sits at its top): its frames are left out of stacks.
-_TRACER_DIR: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: The tracer package's directory (this module sits in its _sampling folder): its frames are left
+#: out of stacks.
+_TRACER_DIR: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 MAX_PENDING_SAMPLES: Final = 200_000
 
 #: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines,
