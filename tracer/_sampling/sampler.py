@@ -83,8 +83,6 @@ if accel.speedups is not None:
 #: out of stacks.
 _TRACER_DIR: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 MAX_PENDING_SAMPLES: Final = 200_000
-#: How long the sampler thread waits, at most, for ``start`` to return before its first tick.
-STARTED_WAIT_S: Final = 1.0
 
 #: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines,
 #: first_tick_ns, last_tick_ns), the ticks as offsets from ``t_ns`` (None: a gap's, it has none).
@@ -160,7 +158,6 @@ class Sampler:
         self._wakeup = threading.Event()
         self.parks = 0  # times it went idle (tests)
         self._thread = threading.Thread(target=self._run, name="invoseq-sampler", daemon=True)
-        self._started = threading.Event()  # set once ``start`` has returned to its caller
 
     @property
     def ident(self) -> int | None:
@@ -173,20 +170,15 @@ class Sampler:
                 "the sampler uses wall mode"
             )
             self.mode = "wall"
+        self._start_ticks(self.interval_ns)
         with context.detached():  # never part of a sequence (see Sender.start)
             self._thread.start()
-        # Only now, the starting thread out of Thread.start: a tick earlier would find it
-        # there (threading's frames, under whatever traced call started the tracer), and the
-        # main thread, answering late, would credit that span to the stack it later reached.
-        self._start_ticks(self.interval_ns)
-        self._started.set()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop and wait for the thread: ``timeout_s`` and a grace of its own, as the sender
         does. Waking it is local and a tick is short, but a flush timeout of 0 must not leave it
         running after shutdown (CI saw it when the machine kept it off the CPU)."""
         self._stop.set()
-        self._started.set()  # a stop before start returned: no wait for it
         self._wakeup.set()
         if self._turn is not None:
             self._turn.stop()
@@ -290,7 +282,6 @@ class Sampler:
         return interval // 2 + self._random.randrange(interval + 1)
 
     def _run(self) -> None:
-        self._started.wait(STARTED_WAIT_S)  # its first tick after ``start`` returned (bounded)
         pacer = self._pacer = Pacer(self.interval_ns, time.perf_counter_ns(), enabled=self._paced)
         due = time.perf_counter_ns() + self._next_interval()
         try:
