@@ -41,9 +41,7 @@ def render_sequence(
     as ``--max-nodes`` does (0: no limit); ``all_calls`` keeps what ``views.hops`` folds."""
     if depth is None and min_duration_ns and not samples:  # the calls that lasted: only theirs
         with paused_gc():  # are made nodes (the end-of-run report's tree)
-            data = store.load_sequence(seq, samples=False)
-            if not all_calls:
-                data = fold_empty_hops(data)
+            data = _loaded(store, seq, samples=False, all_calls=all_calls)
             longer = longer_tree(data, min_duration_ns)
             tree = (
                 drop_shorter_than(build_tree(data), min_duration_ns) if longer is None else longer
@@ -56,9 +54,7 @@ def render_sequence(
         )
         return render_text(tree, color=color, max_nodes=max_nodes, link_ids=link_ids(store, tree))
     with paused_gc():  # a plain view: a big tree is built only as far as it is shown
-        data = store.load_sequence(seq, samples=False)
-        if not all_calls:
-            data = fold_empty_hops(data)
+        data = _loaded(store, seq, samples=False, all_calls=all_calls)
         shown = shown_tree(data, max_nodes)
         if shown is None:
             tree = build_tree(data)
@@ -101,15 +97,20 @@ def view_sequence(
     ``all_calls`` (``views.hops``). The garbage collector waits meanwhile: a big sequence is
     millions of objects that all stay alive, which it would scan over and over."""
     with paused_gc():
-        data = store.load_sequence(seq, samples=samples)
-        if not all_calls:
-            data = fold_empty_hops(data)
+        data = _loaded(store, seq, samples=samples, all_calls=all_calls)
         tree = build_tree(data)
         if samples:
             tree = merge_samples(tree, data)
         if depth is not None:
             tree = limit_depth(tree, depth)
         return drop_shorter_than(tree, min_duration_ns)
+
+
+def _loaded(store: Store, seq: bytes, *, samples: bool, all_calls: bool) -> SequenceData:
+    """The sequence as the store gives it, its hand-offs that ran nothing traced folded unless
+    ``all_calls`` (``views.hops``)."""
+    data = store.load_sequence(seq, samples=samples)
+    return data if all_calls else fold_empty_hops(data)
 
 
 def sequence_tree(data: SequenceData) -> SequenceTree:
