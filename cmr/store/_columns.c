@@ -261,14 +261,30 @@ static int by_start(const void *a, const void *b) {
     return sort_iid[i] < sort_iid[j] ? -1 : sort_iid[i] > sort_iid[j];
 }
 
-static PyObject *column_bytes(const int64_t *values, const int32_t *order, size_t n) {
-    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+/* `array.array`, imported when the module is created: the columns are handed over as arrays. */
+static PyObject *array_type;
+
+/* An array('q') of `n` values: `values` in `order` (NULL: as they are), the order applied in
+ * `scratch` (n values). One copy into the array, which Python then uses as it is. */
+static PyObject *column_array(const int64_t *values, const int32_t *order, size_t n,
+                              int64_t *scratch) {
+    if (order) {
+        for (size_t i = 0; i < n; i++) scratch[i] = values[order[i]];
+        values = scratch;
+    }
+    PyObject *out = PyObject_CallFunction(array_type, "s", "q");
     if (!out) return NULL;
-    int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
-    if (order)
-        for (size_t i = 0; i < n; i++) dst[i] = values[order[i]];
-    else
-        memcpy(dst, values, n * sizeof(int64_t));
+    if (n) {
+        PyObject *view = PyMemoryView_FromMemory((char *)values,
+                                                 (Py_ssize_t)(n * sizeof(int64_t)), PyBUF_READ);
+        PyObject *done = view ? PyObject_CallMethod(out, "frombytes", "O", view) : NULL;
+        Py_XDECREF(view);
+        if (!done) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(done);
+    }
     return out;
 }
 
@@ -281,13 +297,17 @@ static void gather_free(Gather *g) {
     Py_XDECREF(g->attrs);
 }
 
-/* Builds the result once every batch is read: rows in (start, puid, iid) order. */
+/* Builds the result once every batch is read: rows in (start, puid, iid) order. The gathering
+ * table becomes the index (its entries' `start` rewritten to the final rows; entries of Ends
+ * whose Start is not here keep -1), so no second table of a million keys is built, unless most
+ * of its entries are other sequences' Ends. */
 static PyObject *gather_finish(Gather *g) {
     size_t n = g->col[C_IID].len;
+    size_t rows = n ? n : 1;
     Py_ssize_t processes = PyList_GET_SIZE(g->puids);
     int64_t *puid_of = PyMem_Calloc((size_t)processes + 1, sizeof(int64_t));
-    int32_t *order = NULL;
-    int64_t *ends = NULL, *row_ends = NULL;
+    int32_t *order = NULL, *final = NULL;
+    int64_t *ends = NULL, *scratch = NULL;
     uint8_t *ended = NULL;
     PyObject *columns = NULL, *errors = NULL, *result = NULL;
     Index *index = NULL;
@@ -300,106 +320,74 @@ static PyObject *gather_finish(Gather *g) {
     int sorted = 1;
     for (size_t i = 1; i < n && sorted; i++) sorted = start[i - 1] < start[i];
     if (!sorted) {
-        order = PyMem_Malloc(n * sizeof(int32_t));
-        if (!order) goto nomem;
+        order = PyMem_Malloc(rows * sizeof(int32_t));
+        final = PyMem_Malloc(rows * sizeof(int32_t)); /* gathered row -> row */
+        scratch = PyMem_Malloc(rows * sizeof(int64_t));
+        if (!order || !final || !scratch) goto nomem;
         for (size_t i = 0; i < n; i++) order[i] = (int32_t)i;
         sort_start = start;
         sort_iid = g->col[C_IID].data;
         sort_process = g->col[C_PROCESS].data;
         sort_puid_of = puid_of;
         qsort(order, n, sizeof(int32_t), by_start);
+        for (size_t i = 0; i < n; i++) final[order[i]] = (int32_t)i;
     }
-    /* Ends and errors per gathered row, then the rows' final positions in the index. */
-    row_ends = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
-    ended = PyMem_Calloc(n ? n : 1, 1);
-    int32_t *error_of = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
-    int32_t *final = PyMem_Malloc((n ? n : 1) * sizeof(int32_t)); /* gathered row -> row */
-    if (!row_ends || !ended || !error_of || !final) {
-        PyMem_Free(error_of);
-        PyMem_Free(final);
-        goto nomem;
-    }
-    for (size_t i = 0; i < n; i++) final[order ? order[i] : (int32_t)i] = (int32_t)i;
+    /* Each row's end and error, by its final row; the table's entries point at final rows. */
+    ends = PyMem_Malloc(rows * sizeof(int64_t));
+    ended = PyMem_Calloc(rows, 1);
+    errors = PyDict_New();
+    if (!errors) goto done;
+    if (!ends || !ended) goto nomem;
     for (size_t i = 0; i <= g->table.mask; i++) {
         Entry *e = &g->table.slots[i];
         if (e->process < 0 || e->start < 0) continue;
-        row_ends[e->start] = e->end != ENDLESS ? e->end_ns : 0;
-        ended[e->start] = e->end != ENDLESS;
-        error_of[e->start] = FAILED(e) ? e->end : -1;
-    }
-    /* The index keeps only the rows' keys: a table sized for the rows, not the Ends. */
-    index = PyObject_New(Index, &IndexType);
-    if (!index) {
-        PyMem_Free(error_of);
-        PyMem_Free(final);
-        goto done;
-    }
-    index->puid_values = puid_of;
-    puid_of = NULL; /* the index owns it now */
-    index->processes = processes;
-    index->rows = (Py_ssize_t)n;
-    if (table_init(&index->table, n) < 0) {
-        index->table.slots = NULL;
-        PyMem_Free(error_of);
-        PyMem_Free(final);
-        goto done;
-    }
-    errors = PyDict_New();
-    uint8_t *ended_out = PyMem_Calloc(n ? n : 1, 1);
-    ends = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
-    if (!errors || !ended_out || !ends) {
-        PyMem_Free(ended_out);
-        PyMem_Free(error_of);
-        PyMem_Free(final);
-        if (errors) PyErr_NoMemory();
-        goto done;
-    }
-    for (size_t i = 0; i < n; i++) {
-        int32_t row = final[i];
-        ends[row] = row_ends[i];
-        ended_out[row] = ended[i];
-        Entry *e = table_get(&index->table, (int32_t)g->col[C_PROCESS].data[i], g->col[C_IID].data[i]);
+        int32_t row = final ? final[e->start] : e->start;
         e->start = row;
-        if (error_of[i] >= 0) {
+        ends[row] = e->end != ENDLESS ? e->end_ns : 0;
+        ended[row] = e->end != ENDLESS;
+        if (FAILED(e)) {
             PyObject *key = PyLong_FromLong(row);
-            int failed = !key || PyDict_SetItem(errors, key, PyList_GET_ITEM(g->errors, error_of[i]));
+            int failed = !key || PyDict_SetItem(errors, key, PyList_GET_ITEM(g->errors, e->end));
             Py_XDECREF(key);
-            if (failed) {
-                PyMem_Free(ended_out);
-                PyMem_Free(error_of);
-                PyMem_Free(final);
-                goto done;
-            }
+            if (failed) goto done;
         }
     }
-    PyMem_Free(error_of);
-    PyMem_Free(final);
+    index = PyObject_New(Index, &IndexType);
+    if (!index) goto done;
+    index->table.slots = NULL;
+    index->puid_values = puid_of;
+    puid_of = NULL; /* the index owns the puids now */
+    index->processes = processes;
+    index->rows = (Py_ssize_t)n;
+    if (g->table.used > 4 * n + 4096) { /* mostly other sequences' Ends: keep only the rows */
+        if (table_init(&index->table, n) < 0) goto done;
+        for (size_t i = 0; i <= g->table.mask; i++) {
+            Entry *e = &g->table.slots[i];
+            if (e->process < 0 || e->start < 0) continue;
+            Entry *kept = table_get(&index->table, e->process, e->iid);
+            if (!kept) goto done;
+            kept->start = e->start;
+        }
+    } else {
+        index->table = g->table;
+        g->table.slots = NULL; /* and the table */
+    }
     /* The puid column holds puids, not process indexes. */
     for (size_t i = 0; i < n; i++)
         g->col[C_PROCESS].data[i] = index->puid_values[g->col[C_PROCESS].data[i]];
     columns = PyTuple_New(C_COUNT + 2);
-    if (!columns) {
-        PyMem_Free(ended_out);
-        goto done;
-    }
+    if (!columns) goto done;
     for (int c = 0; c < C_COUNT; c++) {
-        PyObject *col = column_bytes(g->col[c].data, order, n);
-        if (!col) {
-            PyMem_Free(ended_out);
-            goto done;
-        }
+        PyObject *col = column_array(g->col[c].data, order, n, scratch);
+        if (!col) goto done;
         PyTuple_SET_ITEM(columns, c, col);
         column_free(&g->col[c]); /* let each go as soon as it is copied */
     }
-    PyObject *end_col = column_bytes(ends, NULL, n);
-    PyObject *ended_col = PyBytes_FromStringAndSize((const char *)ended_out, (Py_ssize_t)n);
-    PyMem_Free(ended_out);
-    if (!end_col || !ended_col) {
-        Py_XDECREF(end_col);
-        Py_XDECREF(ended_col);
-        goto done;
-    }
+    PyObject *end_col = column_array(ends, NULL, n, NULL);
+    if (!end_col) goto done;
     PyTuple_SET_ITEM(columns, C_COUNT, end_col);
+    PyObject *ended_col = PyByteArray_FromStringAndSize((const char *)ended, (Py_ssize_t)n);
+    if (!ended_col) goto done;
     PyTuple_SET_ITEM(columns, C_COUNT + 1, ended_col);
     result = Py_BuildValue("(OOOO)", columns, errors, g->attrs, (PyObject *)index);
     goto done;
@@ -408,8 +396,9 @@ nomem:
 done:
     PyMem_Free(puid_of);
     PyMem_Free(order);
+    PyMem_Free(final);
+    PyMem_Free(scratch);
     PyMem_Free(ends);
-    PyMem_Free(row_ends);
     PyMem_Free(ended);
     Py_XDECREF(columns);
     Py_XDECREF(errors);
@@ -808,6 +797,97 @@ static PyObject *covered(PyObject *module, PyObject *args) {
     return result;
 }
 
+/* distinct(values) -> set: the distinct int64 values of a column, each made a Python int once
+ * (a set of a million boxed ints was 25 ms a column; a sequence's processes, threads and methods
+ * are few). An open-addressing table of the values, seeded as the (process, iid) table is. */
+static PyObject *distinct(PyObject *module, PyObject *arg) {
+    Py_buffer view;
+    Py_ssize_t n = values_of(arg, &view, sizeof(int64_t), -1, "values");
+    if (n < 0) return NULL;
+    const int64_t *values = view.buf;
+    size_t size = 64, used = 0;
+    int64_t *keys = PyMem_Malloc(size * sizeof(int64_t));
+    uint8_t *full = PyMem_Calloc(size, 1);
+    PyObject *found = NULL;
+    if (!keys || !full) goto nomem;
+    int64_t last = 0;
+    int have_last = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t v = values[k];
+        if (have_last && v == last) continue; /* runs of one value are the common case */
+        last = v;
+        have_last = 1;
+        size_t i = mix((uint64_t)v ^ table_seed) & (size - 1);
+        while (full[i] && keys[i] != v) i = (i + 1) & (size - 1);
+        if (full[i]) continue;
+        full[i] = 1;
+        keys[i] = v;
+        if (++used * 2 > size) { /* at most half full */
+            size_t bigger = size * 4;
+            int64_t *more_keys = PyMem_Malloc(bigger * sizeof(int64_t));
+            uint8_t *more_full = PyMem_Calloc(bigger, 1);
+            if (!more_keys || !more_full) {
+                PyMem_Free(more_keys);
+                PyMem_Free(more_full);
+                goto nomem;
+            }
+            for (size_t j = 0; j < size; j++) {
+                if (!full[j]) continue;
+                size_t at = mix((uint64_t)keys[j] ^ table_seed) & (bigger - 1);
+                while (more_full[at]) at = (at + 1) & (bigger - 1);
+                more_full[at] = 1;
+                more_keys[at] = keys[j];
+            }
+            PyMem_Free(keys);
+            PyMem_Free(full);
+            keys = more_keys;
+            full = more_full;
+            size = bigger;
+        }
+    }
+    found = PySet_New(NULL);
+    for (size_t i = 0; found && i < size; i++) {
+        if (!full[i]) continue;
+        PyObject *value = PyLong_FromLongLong(keys[i]);
+        if (!value || PySet_Add(found, value) < 0) Py_CLEAR(found);
+        Py_XDECREF(value);
+    }
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    PyMem_Free(keys);
+    PyMem_Free(full);
+    PyBuffer_Release(&view);
+    return found;
+}
+
+/* total_at(values, rows) -> int: the sum of values[row] over the rows (int64 both). */
+static PyObject *total_at(PyObject *module, PyObject *args) {
+    PyObject *given[2];
+    if (!PyArg_ParseTuple(args, "OO:total_at", &given[0], &given[1])) return NULL;
+    Py_buffer values, rows;
+    Py_ssize_t n = values_of(given[0], &values, sizeof(int64_t), -1, "values");
+    if (n < 0) return NULL;
+    Py_ssize_t count = values_of(given[1], &rows, sizeof(int64_t), -1, "rows");
+    if (count < 0) {
+        PyBuffer_Release(&values);
+        return NULL;
+    }
+    const int64_t *v = values.buf, *r = rows.buf;
+    int64_t total = 0;
+    int bad = 0;
+    for (Py_ssize_t k = 0; k < count && !bad; k++)
+        bad = r[k] < 0 || r[k] >= n || __builtin_add_overflow(total, v[r[k]], &total);
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&rows);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "total_at: a row out of range, or an overflow");
+        return NULL;
+    }
+    return PyLong_FromLongLong(total);
+}
+
 /* fold_sums(rows, names, starts, ends, ended) -> ({name: (calls, time)}, running, total): what
  * a fold line says of the rows a budget left out (`budget.make_fold`): per name id the calls and
  * the time of the ended ones, how many have not ended, and the ended ones' time in all. A
@@ -1098,7 +1178,13 @@ static PyObject *ranked(PyObject *module, PyObject *args) {
         while (k < count && rows[k] >= 0 && rows[k] < n) k++;
         if (k < count)
             PyErr_SetString(PyExc_ValueError, "ranked: a row out of range");
-        else {
+        else if (limit == 1 && count) { /* the longest alone: one pass, the first of ties */
+            const uint64_t *priority = view[1].buf;
+            order[0] = 0;
+            for (k = 1; k < count; k++)
+                if (priority[rows[k]] > priority[rows[order[0]]]) order[0] = k;
+            out = PyBytes_FromStringAndSize((const char *)order, (Py_ssize_t)sizeof(int64_t));
+        } else {
             for (k = 0; k < count; k++) order[k] = k;
             rank_of = view[1].buf;
             rank_rows = rows;
@@ -1215,6 +1301,10 @@ static PyMethodDef module_methods[] = {
     {"fold_sums", fold_sums, METH_VARARGS,
      "fold_sums(rows, names, starts, ends, ended) -> (by_name, running, total): the calls and "
      "time of the given rows per name id, how many have not ended, the ended ones' time."},
+    {"distinct", distinct, METH_O,
+     "distinct(values) -> set: the distinct values of an int64 column."},
+    {"total_at", total_at, METH_VARARGS,
+     "total_at(values, rows) -> int: the sum of the int64 values at the given rows."},
     {"subtree_sizes", subtree_sizes, METH_O,
      "subtree_sizes(held) -> int64 bytes: per row, the rows beneath it (callers first)."},
     {"gather", gather, METH_VARARGS,
@@ -1258,6 +1348,11 @@ static int seed_tables(void) {
 
 PyMODINIT_FUNC PyInit__columns(void) {
     if (PyType_Ready(&IndexType) < 0 || seed_tables() < 0) return NULL;
+    PyObject *array = PyImport_ImportModule("array");
+    if (!array) return NULL;
+    array_type = PyObject_GetAttrString(array, "array");
+    Py_DECREF(array);
+    if (!array_type) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (!module) return NULL;
     Py_INCREF(&IndexType);

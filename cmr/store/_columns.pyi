@@ -1,7 +1,21 @@
 """Types of the C accelerator of the repository's read path (``_columns.c``)."""
 
+from array import array
 from collections.abc import Iterable
 from typing import Any
+
+#: puid, iid, parent, hid, tid, method, start, end (int64 each), ended (a byte each).
+GatheredColumns = tuple[
+    array[int],
+    array[int],
+    array[int],
+    array[int],
+    array[int],
+    array[int],
+    array[int],
+    array[int],
+    bytearray,
+]
 
 class Index:
     def position(self, puid: int, iid: int, /) -> int: ...
@@ -9,7 +23,7 @@ class Index:
 
 def gather(
     seq: bytes, batches: Iterable[tuple[int, int, int, bytes]], /
-) -> tuple[tuple[bytes, ...], dict[int, str], list[tuple[int, bytes]], Index]: ...
+) -> tuple[GatheredColumns, dict[int, str], list[tuple[int, bytes]], Index]: ...
 def children(held: Any, /) -> tuple[bytes, bytes]: ...
 def subtree_sizes(held: Any, /) -> bytes: ...
 def profile_lines(
@@ -43,3 +57,5 @@ def scan(
     list[tuple[int, int]],
     list[tuple[int, int, bool]],
 ]: ...
+def distinct(values: Any, /) -> set[int]: ...
+def total_at(values: Any, rows: Any, /) -> int: ...

@@ -187,7 +187,7 @@ class _RecordTree:
     def ranking(self, nodes: Sequence[int], limit: int) -> list[int]:
         return rank([priority_of(self._shape.duration(node)) for node in nodes], limit)
 
-    def fold(self, left_out: list[int]) -> Fold:
+    def fold(self, left_out: Sequence[int]) -> Fold:
         records, names = self._records, self.naming.names
         return make_fold(
             [names[records[i].puid][records[i].method] for i in left_out],
@@ -232,8 +232,8 @@ class _ColumnTree:
     def ranking(self, nodes: Sequence[int], limit: int) -> list[int]:
         return ranked(array("q", nodes), self._priority, limit)
 
-    def fold(self, left_out: list[int]) -> Fold:
-        rows = array("q", left_out)
+    def fold(self, left_out: Sequence[int]) -> Fold:
+        rows = left_out if isinstance(left_out, array) else array("q", left_out)
         by_key, running, total = fold_sums(self._records, rows, self._names)
         by_name: dict[str, list[int]] = {}  # two methods may share a name
         for key, (calls, spent) in by_key.items():
@@ -244,4 +244,4 @@ class _ColumnTree:
             ((name, calls, spent) for name, (calls, spent) in by_name.items() if calls > 1),
             key=lambda entry: (-entry[2], -entry[1], entry[0]),
         )[:FOLD_NAMES]
-        return Fold(len(left_out), self._shape.beneath(left_out), total, running, tuple(repeated))
+        return Fold(len(rows), self._shape.beneath(rows), total, running, tuple(repeated))

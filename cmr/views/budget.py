@@ -98,7 +98,7 @@ class TreeAccess(Protocol[T]):
         """Positions in ``nodes`` of the (at most ``limit``) highest priorities, highest
         first, ties in order (``rank``)."""
 
-    def fold(self, left_out: list[T]) -> Fold: ...
+    def fold(self, left_out: Sequence[T]) -> Fold: ...
 
 
 def select(
@@ -116,17 +116,19 @@ def select(
     heap: list[tuple[int, int, int, T]] = []  # (-priority, tiebreak, rank position, caller)
 
     def offer(caller: T, position: int) -> None:
-        """Push the caller's ``position``-th longest child, ranking its children on first use."""
+        """Push the caller's ``position``-th longest child: its longest found on first use, its
+        children ranked when a second is asked for (most callers in a big tree never show
+        more than one, or none, of theirs)."""
         entry = ranked.get(caller)
         if entry is None:
             children = tree.children(caller)
             if not children:
                 return
-            entry = ranked[caller] = (
-                children,
-                tree.ranking(children, max_lines),
-            )
+            entry = ranked[caller] = (children, tree.ranking(children, 1))
         children, ranking = entry
+        if position == len(ranking) == 1 < len(children):
+            ranking = tree.ranking(children, max_lines)
+            ranked[caller] = (children, ranking)
         if position < len(ranking):
             child = children[ranking[position]]
             heapq.heappush(heap, (-tree.priority(child), next(tiebreak), position, caller))
@@ -151,8 +153,9 @@ def select(
     for caller, (children, _) in ranked.items():
         kept = shown[caller]
         if len(kept) < len(children):
-            kept_set = set(kept)
-            left_out = list(itertools.filterfalse(kept_set.__contains__, children))
+            left_out: Sequence[T] = children  # every one, as they are (the common case)
+            if kept:
+                left_out = list(itertools.filterfalse(set(kept).__contains__, children))
             fold = folds[caller] = tree.fold(left_out)
             hidden += fold.calls + fold.beneath
             if len(kept) > 1:  # chosen by length: draw them in start order again
@@ -199,14 +202,14 @@ class _NodeTree:
     def ranking(self, nodes: Sequence[Node], limit: int) -> list[int]:
         return rank([_priority(node) for node in nodes], limit)
 
-    def fold(self, left_out: list[Node]) -> Fold:
+    def fold(self, left_out: Sequence[Node]) -> Fold:
         return _fold(left_out)
 
 
 NODE_TREE: Final = _NodeTree()
 
 
-def _fold(left_out: list[Node]) -> Fold:
+def _fold(left_out: Sequence[Node]) -> Fold:
     """The fold of the left-out children of a tree of nodes."""
     beneath = count_beneath(left_out)
     return make_fold([c.name for c in left_out], [c.duration_ns for c in left_out], beneath)

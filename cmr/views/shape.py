@@ -28,6 +28,7 @@ from cmr.store.columns import (
     hang,
     shape_rows,
     subtree_sizes,
+    total_at,
 )
 from cmr.views.records import (
     Links,
@@ -49,7 +50,7 @@ class Shape:
     processes: int
     locate: Callable[[int, int], int]  # the position of (puid, iid); -1: not here
     callees: Callable[[int], Sequence[int]]  # a position's callees, in start order
-    beneath: Callable[[list[int]], int]  # the calls below the given positions
+    beneath: Callable[[Sequence[int]], int]  # the calls below the given positions
     duration: Callable[[int], int | None]  # a position's duration (None: not ended)
 
     @property
@@ -76,7 +77,7 @@ def tree_shape(
     held = held_under(list(links.parents), root)
     lists = children_lists(held)
 
-    def beneath(positions: list[int]) -> int:
+    def beneath(positions: Sequence[int]) -> int:
         below = 0
         level = positions
         while level:  # a level at a time
@@ -125,7 +126,7 @@ def _columns_shape(records: RecordColumns, handoffs: dict[int, HandoffRecord]) -
         len(distinct_values(records, "puid")),
         records.position,
         lambda position: callees[first[position] : first[position + 1]],
-        lambda positions: sum(map(sizes.__getitem__, positions)),
+        lambda positions: total_at(sizes, _rows(positions)),
         spent,
     )
 
@@ -147,3 +148,7 @@ def row_names(records: RecordColumns, naming: Naming) -> tuple[array[int], list[
     else:
         found = array("q", map(id_of.__getitem__, zip(records.puid, records.method, strict=True)))
     return found, list(name_ids)
+
+
+def _rows(positions: Sequence[int]) -> array[int]:
+    return positions if isinstance(positions, array) else array("q", positions)

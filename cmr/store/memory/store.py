@@ -45,7 +45,7 @@ from cmr.store.base import (
     UnknownSequenceError,
     names_method,
 )
-from cmr.store.columns import columns_available, field, process_pairs, read_records
+from cmr.store.columns import columns_available, distinct_values, process_pairs, read_records
 from cmr.store.listing import matching_names, select_lines, window
 from cmr.store.memory.lossy import LossyMarks
 from cmr.store.memory.pages import MemoryPages
@@ -253,7 +253,7 @@ class MemoryStore(Store):
         threads = {key: self._threads[key] for key in wanted_threads if key in self._threads}
         lost_windows = self._lossy.windows_of(seq, self._summaries)
         lost_by = self._lossy.named_by(seq).union(lost_windows)
-        puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
+        puids = distinct_values(invocations, "puid") | {h.puid for h in handoffs.values()} | lost_by
         processes = {puid: self._process(puid, now) for puid in sorted(puids)}
         sampled, frames = (
             self._samples.overlapping(sample_windows(invocations, self._samples.threads()))
@@ -313,7 +313,7 @@ class MemoryStore(Store):
     ) -> dict[int, HandoffRecord]:
         """Those recorded in the sequence, and those its invocations continue (by hid alone)."""
         rows = list(self._handoffs_by_seq.get(seq, ()))
-        hids = set(field(invocations, "hid"))
+        hids = distinct_values(invocations, "hid")
         rows += [self._handoffs[hid] for hid in sorted(hids) if hid and hid in self._handoffs]
         return {
             hid: HandoffRecord(hid, puid, parent, kind, method, submitted_ns)

@@ -29,7 +29,7 @@ from cmr.store.base import (
     ThreadRecord,
     UnknownSequenceError,
 )
-from cmr.store.columns import field, process_pairs, read_records
+from cmr.store.columns import distinct_values, process_pairs, read_records
 from cmr.store.packed import LateAttrs, LateEnd, StoredBatch
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.statements import (
@@ -70,7 +70,7 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
     records = invocations(conn, seq)
     if not records:
         raise UnknownSequenceError(f"no sequence {seq.hex()}")
-    continued = sorted(set(field(records, "hid")) - {0})
+    continued = sorted(distinct_values(records, "hid") - {0})
     handoffs = {
         row[0]: HandoffRecord(*row)
         for row in conn.execute(SEQUENCE_HANDOFFS, {"seq": seq, "hids": continued})
@@ -101,7 +101,7 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
         int(puid) for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = %s", (seq,))
     ).union(lost_windows)
     processes_by_puid = processes(
-        conn, set(field(records, "puid")) | {h.puid for h in handoffs.values()} | lost_by, now
+        conn, distinct_values(records, "puid") | {h.puid for h in handoffs.values()} | lost_by, now
     )
     sampled: list[SampleRecord] = []
     frames: dict[tuple[int, int], FrameRecord] = {}
@@ -110,7 +110,7 @@ def load(conn: Conn, seq: bytes, now: int, *, samples: bool) -> SequenceData:
             (puid, tid)
             for puid, tid in conn.execute(
                 "SELECT puid, tid FROM sample_threads WHERE puid = ANY(%s)",
-                (sorted(set(field(records, "puid"))),),
+                (sorted(distinct_values(records, "puid")),),
             )
         }
         sampled, frames = _samples(conn, sample_windows(records, threads_sampled))

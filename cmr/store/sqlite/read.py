@@ -55,7 +55,7 @@ def handoffs(
 ) -> dict[int, HandoffRecord]:
     """The hand-offs recorded in the sequence, and those its invocations continue (found by hid
     alone, wherever they were recorded)."""
-    from cmr.store.columns import field
+    from cmr.store.columns import distinct_values
     from cmr.store.records import HandoffRecord
 
     columns = "hid, puid, parent, kind, method, submitted_ns"
@@ -63,7 +63,7 @@ def handoffs(
         row[0]: HandoffRecord(*row)
         for row in conn.execute(f"SELECT {columns} FROM handoffs WHERE seq = ?", (seq,))
     }
-    continued = sorted(set(field(records, "hid")) - found.keys() - {0})
+    continued = sorted(distinct_values(records, "hid") - found.keys() - {0})
     for part in _chunks(continued):
         marks = ", ".join("?" * len(part))
         for row in conn.execute(f"SELECT {columns} FROM handoffs WHERE hid IN ({marks})", part):

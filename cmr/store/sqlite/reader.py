@@ -179,7 +179,7 @@ class SQLiteReader(Store):
         samples: bool,
     ) -> SequenceData:
         from cmr.store._samples import sample_windows, without_gaps
-        from cmr.store.columns import field
+        from cmr.store.columns import distinct_values
         from cmr.store.records import SequenceData
         from cmr.store.sqlite.samples import load_samples, sampled_threads
 
@@ -195,7 +195,7 @@ class SQLiteReader(Store):
         lost_by = frozenset(
             puid for (puid,) in conn.execute("SELECT puid FROM lost_seqs WHERE seq = ?", (seq,))
         ).union(lost_windows)
-        puids = set(field(invocations, "puid")) | {h.puid for h in handoffs.values()} | lost_by
+        puids = distinct_values(invocations, "puid") | {h.puid for h in handoffs.values()} | lost_by
         processes = sqlite_read.processes(conn, puids, now)
         sampled, frames = (
             load_samples(conn, sample_windows(invocations, sampled_threads(conn, puids)))

@@ -4,13 +4,21 @@ gives, whatever the batches hold, and refuses a damaged blob without reading pas
 from __future__ import annotations
 
 import contextlib
+from array import array
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmr.store.columns import RecordColumns, columns_available, unpack_columns
+from cmr.store.columns import (
+    RecordColumns,
+    columns_available,
+    distinct_values,
+    ranked,
+    total_at,
+    unpack_columns,
+)
 from cmr.store.packed import LateAttrs, LateEnd, StoredBatch, encode_chunks, unpack
 from invoseq import wire
 from tests.cmr.store.strategies import PUIDS, SEQ, iids, processes, times
@@ -67,6 +75,34 @@ def test_columns_hold_the_records_unpack_makes(
         assert columns[-1] == records[-1]
         assert columns[1:] == records[1:]
     assert columns.position(PUIDS[0], 99) == -1
+    for name in ("puid", "iid", "parent", "hid", "tid", "method", "start_ns"):
+        assert distinct_values(columns, name) == {getattr(r, name) for r in records}
+
+
+def test_a_sequence_among_many_other_calls_is_indexed_by_its_own_rows_alone() -> None:
+    """A short sequence in batches full of other sequences' Ends: its index answers for its
+    rows, and for nothing else."""
+    ours = [wire.Start(1, 0, 0, 1, 10, SEQ), wire.Start(2, 1, 0, 2, 11, SEQ), wire.End(2, 12)]
+    others: list[wire.Event] = [wire.End(iid, 13) for iid in range(100, 20_100)]
+    chunks = [wire.ThreadChunk(1, [*ours, *others, wire.End(1, 14)])]
+    columns, records = both([(3, 0, 0, encode_chunks(chunks))], [], [])
+    assert list(columns) == records
+    assert [(r.iid, r.end_ns) for r in columns] == [(1, 14), (2, 12)]
+    assert [columns.position(3, iid) for iid in (1, 2, 100, 20_099)] == [0, 1, -1, -1]
+    assert list(columns.parent_rows()) == [-1, 0]
+
+
+def test_the_sum_at_rows_and_the_longest_of_rows_are_those_python_gives() -> None:
+    values = array("q", [5, 9, 9, 1, 7, 9])
+    rows = array("q", [3, 1, 4, 2, 5])
+    assert total_at(values, rows) == 1 + 9 + 7 + 9 + 9
+    assert total_at(values, array("q")) == 0
+    with pytest.raises(ValueError, match="out of range"):
+        total_at(values, array("q", [6]))
+    everything = ranked(rows, values, len(rows))
+    assert [rows[i] for i in everything] == [1, 2, 5, 4, 3]  # ties in order
+    assert ranked(rows, values, 1) == everything[:1]
+    assert ranked(array("q"), values, 1) == []
 
 
 def test_a_call_ended_in_a_later_batch_or_failed_then_returned_keeps_the_first_end() -> None:
