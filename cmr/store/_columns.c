@@ -862,6 +862,36 @@ done:
     return found;
 }
 
+/* take(values, rows) -> int64 bytes: values[row] for each of the rows, in their order. */
+static PyObject *take(PyObject *module, PyObject *args) {
+    PyObject *given[2];
+    if (!PyArg_ParseTuple(args, "OO:take", &given[0], &given[1])) return NULL;
+    Py_buffer values, rows;
+    Py_ssize_t n = values_of(given[0], &values, sizeof(int64_t), -1, "values");
+    if (n < 0) return NULL;
+    Py_ssize_t count = values_of(given[1], &rows, sizeof(int64_t), -1, "rows");
+    if (count < 0) {
+        PyBuffer_Release(&values);
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+    if (out) {
+        const int64_t *v = values.buf, *r = rows.buf;
+        int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
+        for (Py_ssize_t k = 0; k < count; k++) {
+            if (r[k] < 0 || r[k] >= n) {
+                PyErr_SetString(PyExc_ValueError, "take: a row out of range");
+                Py_CLEAR(out);
+                break;
+            }
+            dst[k] = v[r[k]];
+        }
+    }
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&rows);
+    return out;
+}
+
 /* total_at(values, rows) -> int: the sum of values[row] over the rows (int64 both). */
 static PyObject *total_at(PyObject *module, PyObject *args) {
     PyObject *given[2];
@@ -1303,6 +1333,8 @@ static PyMethodDef module_methods[] = {
      "time of the given rows per name id, how many have not ended, the ended ones' time."},
     {"distinct", distinct, METH_O,
      "distinct(values) -> set: the distinct values of an int64 column."},
+    {"take", take, METH_VARARGS,
+     "take(values, rows) -> int64 bytes: the int64 values at the given rows, in their order."},
     {"total_at", total_at, METH_VARARGS,
      "total_at(values, rows) -> int: the sum of the int64 values at the given rows."},
     {"subtree_sizes", subtree_sizes, METH_O,

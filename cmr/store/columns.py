@@ -326,6 +326,13 @@ def covered(records: RecordColumns, rows: array[int], start: int, end: int) -> i
     return found
 
 
+def take(values: array[int], rows: array[int]) -> array[int]:
+    """``values[row]`` for each of ``rows``, in their order (ValueError: a row out of range).
+    Needs the accelerator."""
+    assert _accel is not None
+    return array("q", _accel.take(values, rows))
+
+
 def total_at(values: array[int], rows: array[int]) -> int:
     """The sum of ``values`` at ``rows``. Needs the accelerator."""
     assert _accel is not None

@@ -189,5 +189,6 @@ def _key(data: SequenceData, records: RecordColumns, row: int) -> tuple[str, int
 
 def _keys(data: SequenceData, sample: SampleRecord) -> set[tuple[str, int] | None]:
     """The (file, first line) of each frame on a sample's stack."""
-    frames = [data.frames.get((sample.puid, frame)) for frame in sample.frames]
-    return {(frame.file, frame.line) for frame in frames if frame is not None}
+    known, puid = data.frames.get, sample.puid
+    found = map(known, [(puid, frame) for frame in sample.frames])
+    return {(frame.file, frame.line) for frame in found if frame is not None}

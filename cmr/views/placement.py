@@ -69,12 +69,6 @@ class Placement:
         return low, high
 
 
-def _is_loop(frame: FrameRecord) -> bool:
-    """Whether a sampled frame is an event loop's (``LOOP_FRAMES``): a lookup per frame."""
-    files = LOOP_FRAMES.get(frame.function)
-    return files is not None and frame.file.endswith(files)
-
-
 def place_sample(
     sample: SampleRecord, thread: ThreadCalls, frames: dict[tuple[int, int], FrameRecord]
 ) -> tuple[list[Placement], int]:
@@ -82,11 +76,13 @@ def place_sample(
     collapsed sample may span several), and the weight that fell in none it could be cut for."""
     deepest: dict[FrameKey, int] = {}
     loop_at: int | None = None  # where the stack shows asyncio's event loop iteration
-    for position, frame in enumerate(sample.frames):
-        record = frames.get((sample.puid, frame))
+    known, puid = frames.get, sample.puid
+    for position, frame in enumerate(sample.frames):  # a stack of hundreds: a lookup each
+        record = known((puid, frame))
         if record is not None:
             deepest[record.file, record.line] = position
-            if _is_loop(record):
+            loop_files = LOOP_FRAMES.get(record.function)
+            if loop_files is not None and record.file.endswith(loop_files):
                 loop_at = position
     t, duration = sample.t_ns, sample.duration_ns
     if sample.weight == 1 or duration == 0:

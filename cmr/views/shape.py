@@ -15,10 +15,12 @@ caller builds the whole tree, whose rules cover every case.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from cmr.store.base import HandoffRecord, InvocationRecord
 from cmr.store.columns import (
@@ -28,6 +30,7 @@ from cmr.store.columns import (
     hang,
     shape_rows,
     subtree_sizes,
+    take,
     total_at,
 )
 from cmr.views.records import (
@@ -144,7 +147,7 @@ def row_names(records: RecordColumns, naming: Naming) -> tuple[array[int], list[
     if len(names) == 1:
         [puid] = names
         by_method = {method: id_of[puid, method] for method in names[puid]}
-        found = array("q", map(by_method.__getitem__, records.method))
+        found = _looked_up(by_method, records.method)
     else:
         found = array("q", map(id_of.__getitem__, zip(records.puid, records.method, strict=True)))
     return found, list(name_ids)
@@ -152,3 +155,20 @@ def row_names(records: RecordColumns, naming: Naming) -> tuple[array[int], list[
 
 def _rows(positions: Sequence[int]) -> array[int]:
     return positions if isinstance(positions, array) else array("q", positions)
+
+
+#: Method ids below this are looked up in an array (every real one: a process numbers its
+#: methods from 1); larger ones through the dict.
+_FEW_IDS: Final = 1 << 20
+
+
+def _looked_up(ids: dict[int, int], keys: array[int]) -> array[int]:
+    """``ids[key]`` for each of ``keys`` (every key is one of ``ids``: they are the records'
+    own methods), through an array in C when they are small."""
+    if min(ids, default=0) >= 0 and max(ids, default=0) < _FEW_IDS:
+        table = array("q", [-1]) * (max(ids, default=0) + 1)
+        for key, value in ids.items():
+            table[key] = value
+        with contextlib.suppress(ValueError):  # a key beyond the table: the dict says which
+            return take(table, keys)
+    return array("q", map(ids.__getitem__, keys))

@@ -16,6 +16,7 @@ from cmr.store.columns import (
     columns_available,
     distinct_values,
     ranked,
+    take,
     total_at,
     unpack_columns,
 )
@@ -99,6 +100,9 @@ def test_the_sum_at_rows_and_the_longest_of_rows_are_those_python_gives() -> Non
     assert total_at(values, array("q")) == 0
     with pytest.raises(ValueError, match="out of range"):
         total_at(values, array("q", [6]))
+    assert list(take(values, rows)) == [1, 9, 7, 9, 9]
+    with pytest.raises(ValueError, match="out of range"):
+        take(values, array("q", [-1]))
     everything = ranked(rows, values, len(rows))
     assert [rows[i] for i in everything] == [1, 2, 5, 4, 3]  # ties in order
     assert ranked(rows, values, 1) == everything[:1]
