@@ -862,18 +862,25 @@ done:
     return found;
 }
 
+/* The (values, rows) arguments of `take` and `total_at` as int64 views: 0, or -1 with the
+ * error set (nothing then to release). Any row out of [0, n) is the caller's to refuse. */
+static int values_and_rows(PyObject *args, const char *format, Py_buffer *values,
+                           Py_buffer *rows, Py_ssize_t *n, Py_ssize_t *count) {
+    PyObject *given[2];
+    if (!PyArg_ParseTuple(args, format, &given[0], &given[1])) return -1;
+    if ((*n = values_of(given[0], values, sizeof(int64_t), -1, "values")) < 0) return -1;
+    if ((*count = values_of(given[1], rows, sizeof(int64_t), -1, "rows")) < 0) {
+        PyBuffer_Release(values);
+        return -1;
+    }
+    return 0;
+}
+
 /* take(values, rows) -> int64 bytes: values[row] for each of the rows, in their order. */
 static PyObject *take(PyObject *module, PyObject *args) {
-    PyObject *given[2];
-    if (!PyArg_ParseTuple(args, "OO:take", &given[0], &given[1])) return NULL;
     Py_buffer values, rows;
-    Py_ssize_t n = values_of(given[0], &values, sizeof(int64_t), -1, "values");
-    if (n < 0) return NULL;
-    Py_ssize_t count = values_of(given[1], &rows, sizeof(int64_t), -1, "rows");
-    if (count < 0) {
-        PyBuffer_Release(&values);
-        return NULL;
-    }
+    Py_ssize_t n, count;
+    if (values_and_rows(args, "OO:take", &values, &rows, &n, &count) < 0) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
     if (out) {
         const int64_t *v = values.buf, *r = rows.buf;
@@ -894,16 +901,9 @@ static PyObject *take(PyObject *module, PyObject *args) {
 
 /* total_at(values, rows) -> int: the sum of values[row] over the rows (int64 both). */
 static PyObject *total_at(PyObject *module, PyObject *args) {
-    PyObject *given[2];
-    if (!PyArg_ParseTuple(args, "OO:total_at", &given[0], &given[1])) return NULL;
     Py_buffer values, rows;
-    Py_ssize_t n = values_of(given[0], &values, sizeof(int64_t), -1, "values");
-    if (n < 0) return NULL;
-    Py_ssize_t count = values_of(given[1], &rows, sizeof(int64_t), -1, "rows");
-    if (count < 0) {
-        PyBuffer_Release(&values);
-        return NULL;
-    }
+    Py_ssize_t n, count;
+    if (values_and_rows(args, "OO:total_at", &values, &rows, &n, &count) < 0) return NULL;
     const int64_t *v = values.buf, *r = rows.buf;
     int64_t total = 0;
     int bad = 0;
