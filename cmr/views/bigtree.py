@@ -205,7 +205,7 @@ class _ColumnTree:
     array, and a fold's sums made in C (``columns.fold_sums``), so the calls a fold hides never
     become objects."""
 
-    __slots__ = ("_names", "_priority", "_records", "_shape", "_text")
+    __slots__ = ("_names", "_priority", "_records", "_shape", "_text", "_unique")
 
     def __init__(self, records: RecordColumns, shape: Shape, naming: Naming) -> None:
         self._records = records
@@ -219,6 +219,8 @@ class _ColumnTree:
             named, text = row_names(records, naming)
             self._names, self._text = named, dict(enumerate(text))
         self._priority = spans(records)
+        # Whether each key names a method no other key names (then a key's sums are its name's).
+        self._unique = len(set(self._text.values())) == len(self._text)
 
     def children(self, node: int) -> Sequence[int]:
         return self._shape.callees(node)
@@ -235,13 +237,37 @@ class _ColumnTree:
     def fold(self, left_out: Sequence[int]) -> Fold:
         rows = left_out if isinstance(left_out, array) else array("q", left_out)
         by_key, running, total = fold_sums(self._records, rows, self._names)
-        by_name: dict[str, list[int]] = {}  # two methods may share a name
-        for key, (calls, spent) in by_key.items():
-            found = by_name.setdefault(self._text[key], [0, 0])
-            found[0] += calls
-            found[1] += spent
-        repeated = sorted(
-            ((name, calls, spent) for name, (calls, spent) in by_name.items() if calls > 1),
-            key=lambda entry: (-entry[2], -entry[1], entry[0]),
-        )[:FOLD_NAMES]
+        if self._unique:
+            sums = [(spent, calls, key) for key, (calls, spent) in by_key.items() if calls > 1]
+            repeated = _longest(sums, self._text)
+        else:
+            by_name: dict[str, list[int]] = {}  # two methods may share a name
+            for key, (calls, spent) in by_key.items():
+                found = by_name.setdefault(self._text[key], [0, 0])
+                found[0] += calls
+                found[1] += spent
+            repeated = sorted(
+                ((name, calls, spent) for name, (calls, spent) in by_name.items() if calls > 1),
+                key=_by_time,
+            )[:FOLD_NAMES]
         return Fold(len(rows), self._shape.beneath(rows), total, running, tuple(repeated))
+
+
+def _by_time(entry: tuple[str, int, int]) -> tuple[int, int, str]:
+    """A fold's order of repeated names: the longest in all first, then the most called, then
+    by name."""
+    name, calls, spent = entry
+    return -spent, -calls, name
+
+
+def _longest(sums: list[tuple[int, int, int]], text: dict[int, str]) -> list[tuple[str, int, int]]:
+    """The ``FOLD_NAMES`` first of ``sums`` (time, calls, key) in ``_by_time``'s order, named:
+    the few longest by time and calls found first, then ordered by name where they tie."""
+    if len(sums) > FOLD_NAMES:
+        sums.sort(reverse=True)  # tuples of ints: a sort in C, no key function
+        end, last = FOLD_NAMES, sums[FOLD_NAMES - 1][:2]
+        while end < len(sums) and sums[end][:2] == last:  # the last one's ties come too
+            end += 1
+        del sums[end:]
+    named = [(text[key], calls, spent) for spent, calls, key in sums]
+    return sorted(named, key=_by_time)[:FOLD_NAMES]

@@ -24,7 +24,7 @@ from cmr.store.columns import (
 )
 from cmr.store.packed import encode_chunks
 from cmr.views.bigprofile import sequence_profile
-from cmr.views.bigtree import longer_tree, shown_tree
+from cmr.views.bigtree import _longest, longer_tree, shown_tree
 from cmr.views.budget import make_fold
 from cmr.views.calltree import build_tree, covered_in_order
 from cmr.views.merge import merge_samples
@@ -271,3 +271,17 @@ def test_a_profile_of_thousands_of_distinct_lines_is_the_one_the_whole_tree_give
     whole = profile_sequence(build_tree(data))
     assert render_profile(quick, "t", max_nodes=0) == render_profile(whole, "t", max_nodes=0)
     assert len(render_profile(quick, "t", max_nodes=0).splitlines()) == 2 + 4_001
+
+
+def test_a_folds_repeated_names_are_the_longest_then_the_most_called_then_by_name() -> None:
+    """The column tree's few longest (``_longest``) are ``make_fold``'s, ties at the cut
+    included: four names tie for the third place, and the first by name takes it."""
+    text = {1: "delta", 2: "alpha", 3: "charlie", 4: "bravo", 5: "echo", 6: "zulu"}
+    sums = [(50, 2, 1), (90, 3, 6), (50, 2, 2), (50, 2, 3), (70, 2, 5), (50, 2, 4)]
+    names, durations = [], []
+    for spent, calls, key in sums:
+        names += [text[key]] * calls
+        durations += [spent] + [0] * (calls - 1)
+    expected = make_fold(names, durations, 0).repeated
+    assert tuple(_longest(list(sums), text)) == expected
+    assert expected == (("zulu", 3, 90), ("echo", 2, 70), ("alpha", 2, 50))
