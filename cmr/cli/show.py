@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from cmr.cli._support import (
     CliError,
@@ -18,12 +19,10 @@ from cmr.cli._support import (
     open_for_reading,
 )
 from cmr.views.budget import DEFAULT_MAX_NODES
-from cmr.views.critical import critical_path, describe_path, path_tree
 from cmr.views.pipeline import render_sequence, view_sequence
-from cmr.views.processors import thread_activity
-from cmr.views.render import json as json_render
-from cmr.views.render import tables
-from cmr.views.render.text import render_text
+
+if TYPE_CHECKING:
+    from cmr.views.model import SequenceTree
 
 
 def add_show(commands: Commands) -> None:
@@ -134,6 +133,19 @@ def _show(args: argparse.Namespace) -> int:
         )
     finally:
         store.close()
+    _show_tree(args, tree)
+    return 0
+
+
+def _show_tree(args: argparse.Namespace, tree: SequenceTree) -> None:
+    """What ``--critical-path``, ``--threads`` and ``--json`` print (their modules loaded only
+    for them: the default text needs none)."""
+    from cmr.views.critical import critical_path, describe_path, path_tree
+    from cmr.views.processors import thread_activity
+    from cmr.views.render import json as json_render
+    from cmr.views.render import tables
+    from cmr.views.render.text import render_text
+
     if args.critical_path:
         path = critical_path(tree.root)
         if args.json:
@@ -152,7 +164,6 @@ def _show(args: argparse.Namespace) -> int:
             emit(tables.render_thread_activity(tree, activity))
     else:
         emit_chunks(json_render.iter_tree_json(tree))
-    return 0
 
 
 def _check_options(args: argparse.Namespace) -> None:

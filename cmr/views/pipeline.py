@@ -13,7 +13,6 @@ from cmr.views.bigtree import longer_tree, shown_tree
 from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.calltree import build_tree
 from cmr.views.hops import fold_empty_hops
-from cmr.views.merge import merge_samples
 from cmr.views.model import SequenceTree, walk
 from cmr.views.processors import drop_shorter_than, limit_depth
 from cmr.views.render.links import linked_seq
@@ -100,6 +99,8 @@ def view_sequence(
         data = _loaded(store, seq, samples=samples, all_calls=all_calls)
         tree = build_tree(data)
         if samples:
+            from cmr.views.merge import merge_samples  # loaded with samples alone
+
             tree = merge_samples(tree, data)
         if depth is not None:
             tree = limit_depth(tree, depth)
@@ -116,4 +117,8 @@ def _loaded(store: Store, seq: bytes, *, samples: bool, all_calls: bool) -> Sequ
 def sequence_tree(data: SequenceData) -> SequenceTree:
     """The whole tree of a sequence, with its samples merged in when it has any."""
     tree = build_tree(data)
-    return merge_samples(tree, data) if data.samples else tree
+    if not data.samples:
+        return tree
+    from cmr.views.merge import merge_samples  # loaded with samples alone
+
+    return merge_samples(tree, data)
