@@ -13,7 +13,14 @@ from setuptools import Extension, setup
 speedups = Extension(
     "tracer._core._speedups",
     sources=["tracer/_core/_speedups.c"],
-    depends=["tracer/_core/_clock.h"],
+    # Its parts, included by _speedups.c in order (one translation unit).
+    depends=[
+        "tracer/_core/_clock.h",
+        *(
+            f"tracer/_core/_speedups_{part}.h"
+            for part in ("records", "events", "sources", "wrapper", "functions", "handlers")
+        ),
+    ],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     optional=True,
 )

@@ -1,0 +1,551 @@
+/* tracer._core._speedups, one of its parts: EncodedEvents (what
+ * EventBuffer.take() returns) and EventBuffer (one thread's records).
+ * Included once, in order, by _speedups.c (one translation unit: the parts share its static
+ * state and helpers); see _speedups.c for the whole. */
+
+/* ---------------------------------------------------------------------------------------------
+ * EncodedEvents: the result of EventBuffer.take(), sliceable at event boundaries.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *owner;      /* the EncodedEvents that owns data and offsets; NULL: this one */
+    char *data;
+    Py_ssize_t *offsets;  /* offsets[i]: where event i starts; offsets[count]: the end */
+    Py_ssize_t start, stop;
+} EncodedEvents;
+
+static PyTypeObject EncodedEventsType;
+
+static void
+encoded_dealloc(EncodedEvents *self)
+{
+    if (self->owner == NULL) {
+        free(self->data);
+        free(self->offsets);
+    }
+    Py_XDECREF(self->owner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t
+encoded_length(EncodedEvents *self)
+{
+    return self->stop - self->start;
+}
+
+/* Event i, decoded: the items of the tuple the pure-Python recorder would hold, as a list. */
+static PyObject *
+encoded_item(EncodedEvents *self, Py_ssize_t index)
+{
+    if (index < 0 || index >= encoded_length(self)) {
+        PyErr_SetString(PyExc_IndexError, "EncodedEvents index out of range");
+        return NULL;
+    }
+    if (g_decode == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tracer._core._speedups is not configured");
+        return NULL;
+    }
+    Py_ssize_t start = self->offsets[self->start + index];
+    Py_ssize_t stop = self->offsets[self->start + index + 1];
+    PyObject *event = PyBytes_FromStringAndSize(self->data + start, stop - start);
+    if (event == NULL) {
+        return NULL;
+    }
+    PyObject *decoded = PyObject_CallOneArg(g_decode, event);
+    Py_DECREF(event);
+    return decoded;
+}
+
+static PyObject *
+encoded_subscript(EncodedEvents *self, PyObject *item)
+{
+    if (PyIndex_Check(item)) {
+        Py_ssize_t index = PyNumber_AsSsize_t(item, PyExc_IndexError);
+        if (index == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        return encoded_item(self, index < 0 ? index + encoded_length(self) : index);
+    }
+    if (!PySlice_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "EncodedEvents indices must be integers or slices, not %.100s",
+                     Py_TYPE(item)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(item, &start, &stop, &step) < 0) {
+        return NULL;
+    }
+    if (step != 1) {
+        PyErr_SetString(PyExc_ValueError, "EncodedEvents slices take no step");
+        return NULL;
+    }
+    PySlice_AdjustIndices(encoded_length(self), &start, &stop, step);
+    if (stop < start) {
+        stop = start;
+    }
+    EncodedEvents *view = PyObject_New(EncodedEvents, &EncodedEventsType);
+    if (view == NULL) {
+        return NULL;
+    }
+    PyObject *owner = self->owner != NULL ? self->owner : (PyObject *)self;
+    view->owner = Py_NewRef(owner);
+    view->data = self->data;
+    view->offsets = self->offsets;
+    view->start = self->start + start;
+    view->stop = self->start + stop;
+    return (PyObject *)view;
+}
+
+static PyObject *
+encoded_msgpack(EncodedEvents *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t count = encoded_length(self);
+    Py_ssize_t length = self->offsets[self->stop] - self->offsets[self->start];
+    uint8_t header[5];
+    Out out = {(char *)header, 0, sizeof(header)};
+    put_array_header(&out, (uint64_t)count);
+    PyObject *result = PyBytes_FromStringAndSize(NULL, out.size + length);
+    if (result == NULL) {
+        return NULL;
+    }
+    memcpy(PyBytes_AS_STRING(result), header, out.size);
+    memcpy(PyBytes_AS_STRING(result) + out.size, self->data + self->offsets[self->start], length);
+    forget_allocation(result); /* spliced into a batch's body (msgspec.Raw) while it is built */
+    return result;
+}
+
+static PyObject *
+encoded_repr(EncodedEvents *self)
+{
+    return PyUnicode_FromFormat("<EncodedEvents: %zd events>", encoded_length(self));
+}
+
+static PyMappingMethods encoded_as_mapping = {
+    .mp_length = (lenfunc)encoded_length,
+    .mp_subscript = (binaryfunc)encoded_subscript,
+};
+
+static PySequenceMethods encoded_as_sequence = {
+    .sq_length = (lenfunc)encoded_length,
+    .sq_item = (ssizeargfunc)encoded_item, /* also makes it iterable, and reversed() */
+};
+
+static PyMethodDef encoded_methods[] = {
+    {"msgpack", (PyCFunction)encoded_msgpack, METH_NOARGS,
+     "The events as one msgpack array: the bytes msgspec gives for the list of their tuples."},
+    {NULL},
+};
+
+static PyTypeObject EncodedEventsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.EncodedEvents",
+    .tp_doc = "Events taken from a thread's buffer, encoded; slices cut at event boundaries.",
+    .tp_basicsize = sizeof(EncodedEvents),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)encoded_dealloc,
+    .tp_repr = (reprfunc)encoded_repr,
+    .tp_as_mapping = &encoded_as_mapping,
+    .tp_as_sequence = &encoded_as_sequence,
+    .tp_methods = encoded_methods,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * EventBuffer: one thread's records.
+ */
+
+/* Record arrays of MAPPED_RECORDS or more (72 KiB) are mapped pages of their own: growing one
+ * moves pages rather than copying them (mremap), its unused tail is never touched so it takes no
+ * memory, and freeing one gives its memory back at once, so a busy thread's large, short-lived
+ * arrays leave no holes in the heap: RSS stays near what the memory bound counts (72 bytes a
+ * record). Capacities are INITIAL_RECORDS times a power of two. Smaller ones come from the C
+ * library's malloc, not PyMem: they are the tracer's, not the program's, and a program measuring
+ * its own allocations with tracemalloc must not count them. */
+#define MAPPED_RECORDS 1024
+
+static Record *
+records_alloc(Py_ssize_t capacity)
+{
+    if (capacity < MAPPED_RECORDS) {
+        return malloc(capacity * sizeof(Record));
+    }
+    void *mapped = mmap(NULL, capacity * sizeof(Record), PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return mapped == MAP_FAILED ? NULL : mapped;
+}
+
+static Record *
+records_realloc(Record *records, Py_ssize_t capacity, Py_ssize_t new_capacity)
+{
+    if (new_capacity < MAPPED_RECORDS) {
+        return realloc(records, new_capacity * sizeof(Record));
+    }
+    if (capacity >= MAPPED_RECORDS) {
+        void *moved = mremap(records, capacity * sizeof(Record), new_capacity * sizeof(Record),
+                             MREMAP_MAYMOVE);
+        return moved == MAP_FAILED ? NULL : moved;
+    }
+    Record *mapped = records_alloc(new_capacity);
+    if (mapped != NULL) {
+        memcpy(mapped, records, capacity * sizeof(Record));
+        free(records);
+    }
+    return mapped;
+}
+
+static void
+records_free(Record *records, Py_ssize_t capacity)
+{
+    if (records != NULL && capacity >= MAPPED_RECORDS) {
+        munmap(records, capacity * sizeof(Record));
+    }
+    else {
+        free(records);
+    }
+}
+
+/* An open synchronous invocation on the thread's invocation stack (see begin() below). */
+typedef struct {
+    uint64_t iid;
+    PyObject *strand; /* strong: the ContextVar value the invocation began under */
+    uint8_t seq[16];  /* its sequence (the strand's, copied: nested Starts need no lookup) */
+    int exotic;       /* the strand fits no record layout: nested Starts read it as objects */
+    /* Instrumented code's calls (monitor_start) only, else NULL: what the call's end needs. */
+    PyObject *code;  /* strong: the code whose frame this is (its end pops this entry only) */
+    PyObject *token; /* strong: a root's ContextVar token */
+    PyObject *root;  /* borrowed (the strand): a root's RootValue */
+    /* A strand's step (a generator's or coroutine's run from its start or a resume to its
+     * yield): `code` is the strand's, `iid` and `seq` its invocation's, `strand` the value the
+     * resumer ran under; popped at the yield. Calls in the step nest under it like a sync call's
+     * children, and the ContextVar is left alone. */
+    int step;
+} StackEntry;
+
+#define INITIAL_STACK 32
+
+typedef struct {
+    PyObject_HEAD
+    Record *records;
+    Py_ssize_t count, capacity;
+    Record *spare; /* the array take() swaps in next (the previous take's, reused) */
+    Py_ssize_t spare_capacity;
+    /* The thread's open TracedFunction calls, innermost last: `depth` of them (they leave no
+     * frame, so the sampler asks for this count as `active`). */
+    StackEntry *stack;
+    Py_ssize_t depth, stack_capacity;
+    Py_ssize_t limit; /* the allowance: a Start past it asks g_refill (budget.py writes it) */
+} EventBuffer;
+
+static PyTypeObject EventBufferType;
+
+/* The slot for the next record, growing the array when it is full (amortised: no allocation per
+ * event). The caller fills the slot at once, with no Python call in between. */
+static inline Record *
+buffer_next_slot(EventBuffer *self)
+{
+    if (self->count == self->capacity) {
+        Py_ssize_t capacity = self->capacity * 2;
+        Record *records = records_realloc(self->records, self->capacity, capacity);
+        if (records == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        self->records = records;
+        self->capacity = capacity;
+    }
+    return &self->records[self->count++];
+}
+
+static void
+release_records(Record *records, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (record_owns_object(&records[i])) {
+            Py_DECREF(records[i].u.obj);
+        }
+    }
+}
+
+static PyObject *
+buffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "EventBuffer() takes no arguments");
+        return NULL;
+    }
+    EventBuffer *self = (EventBuffer *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->records = records_alloc(INITIAL_RECORDS);
+    if (self->records == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->capacity = INITIAL_RECORDS;
+    g_generation++; /* a thread may be given a new buffer: caches ask again */
+    return (PyObject *)self;
+}
+
+static void
+buffer_dealloc(EventBuffer *self)
+{
+    g_generation++; /* no thread's cache may keep pointing here */
+    if (self->records != NULL) {
+        release_records(self->records, self->count);
+        records_free(self->records, self->capacity);
+    }
+    if (self->spare != NULL) {
+        g_spare_records -= self->spare_capacity;
+        records_free(self->spare, self->spare_capacity);
+    }
+    for (Py_ssize_t i = 0; i < self->depth; i++) { /* a thread that ended inside a call */
+        Py_XDECREF(self->stack[i].strand);
+        Py_XDECREF(self->stack[i].code);
+        Py_XDECREF(self->stack[i].token);
+    }
+    free(self->stack);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t
+buffer_length(EventBuffer *self)
+{
+    return self->count;
+}
+
+static int
+fits_u64(PyObject *value, uint64_t *out)
+{
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    *out = PyLong_AsUnsignedLongLong(value);
+    if (*out == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static int
+fits_i64(PyObject *value, int64_t *out)
+{
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static int
+fits_seq(PyObject *value, uint8_t *out)
+{
+    if (!PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value) != 16) {
+        return 0;
+    }
+    memcpy(out, PyBytes_AS_STRING(value), 16);
+    return 1;
+}
+
+/* Fill a record from an event tuple in one of the wire layouts; 0 when it fits none (it is then
+ * kept as an object and encoded by msgspec, so the bytes still match). Raises nothing. */
+static int
+parse_event(PyObject *event, Record *r)
+{
+    if (!PyTuple_CheckExact(event) || PyTuple_GET_SIZE(event) < 3) {
+        return 0;
+    }
+    PyObject **item = &PyTuple_GET_ITEM(event, 0);
+    Py_ssize_t size = PyTuple_GET_SIZE(event);
+    uint64_t tag;
+    if (!fits_u64(item[0], &tag)) {
+        return 0;
+    }
+    if (tag == TAG_START && size == 7) {
+        r->kind = REC_START;
+        return fits_u64(item[1], &r->a) && fits_u64(item[2], &r->b) && fits_u64(item[3], &r->c)
+            && fits_u64(item[4], &r->d) && fits_i64(item[5], &r->t_ns) && fits_seq(item[6], r->seq);
+    }
+    if (tag == TAG_END && size == 3) {
+        r->kind = REC_END;
+        return fits_u64(item[1], &r->a) && fits_i64(item[2], &r->t_ns);
+    }
+    if (tag == TAG_ERROR && size == 4 && PyUnicode_CheckExact(item[3])) {
+        r->kind = REC_ERROR;
+        r->u.obj = item[3];
+        return fits_u64(item[1], &r->a) && fits_i64(item[2], &r->t_ns)
+            && PyUnicode_GET_LENGTH(item[3]) <= MAX_NAME;
+    }
+    if (tag == TAG_HANDOFF && size == 7 && PyUnicode_CheckExact(item[3])) {
+        r->kind = REC_HANDOFF;
+        r->u.obj = item[3];
+        return fits_u64(item[1], &r->a) && fits_u64(item[2], &r->b) && fits_u64(item[4], &r->d)
+            && fits_i64(item[5], &r->t_ns) && fits_seq(item[6], r->seq);
+    }
+    return 0;
+}
+
+static PyObject *
+buffer_append(EventBuffer *self, PyObject *event)
+{
+    Record parsed;
+    if (!parse_event(event, &parsed)) {
+        parsed.kind = REC_OBJECT;
+        parsed.u.obj = event;
+    }
+    Record *slot = buffer_next_slot(self);
+    if (slot == NULL) {
+        return NULL;
+    }
+    *slot = parsed;
+    if (record_owns_object(slot)) {
+        Py_INCREF(slot->u.obj);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t count = self->count;
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "take() takes at most 1 argument (%zd given)", nargs);
+        return NULL;
+    }
+    if (nargs == 1) {
+        Py_ssize_t wanted = PyNumber_AsSsize_t(args[0], PyExc_OverflowError);
+        if (wanted == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (wanted >= 0 && wanted < count) {
+            count = wanted;
+        }
+    }
+    if (count == 0) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t kept = self->count - count; /* recorded after the sender counted: they stay */
+    Record *taken = self->records;
+    Py_ssize_t taken_capacity = self->capacity;
+    Py_ssize_t *offsets = malloc((count + 1) * sizeof(Py_ssize_t));
+    Record *fresh = self->spare;
+    Py_ssize_t fresh_capacity = self->spare_capacity;
+    if (fresh == NULL || fresh_capacity < kept) {
+        fresh_capacity = INITIAL_RECORDS; /* as many as this take's: the next interval's likely */
+        while (fresh_capacity < kept || fresh_capacity < count) {
+            fresh_capacity *= 2;
+        }
+        fresh = records_alloc(fresh_capacity);
+    }
+    if (offsets == NULL || fresh == NULL) {
+        free(offsets);
+        if (fresh != self->spare) {
+            records_free(fresh, fresh_capacity);
+        }
+        return PyErr_NoMemory();
+    }
+    /* The swap: from here the owner thread records into the fresh array, and the taken records
+     * are this call's alone (encoding may call msgspec, which may let other threads run). */
+    if (fresh == self->spare) {
+        g_spare_records -= self->spare_capacity;
+        self->spare = NULL;
+    }
+    memcpy(fresh, taken + count, kept * sizeof(Record)); /* their references move with them */
+    self->records = fresh;
+    self->capacity = fresh_capacity;
+    self->count = kept;
+
+    Out out = {NULL, 0, 0};
+    int failed = out_reserve(&out, count * 40) < 0;
+    for (Py_ssize_t i = 0; !failed && i < count; i++) {
+        offsets[i] = out.size;
+        failed = put_record(&out, &taken[i]) < 0;
+    }
+    release_records(taken, count);
+    if (self->spare == NULL && taken_capacity <= MAX_SPARE_RECORDS
+        && g_spare_records + taken_capacity <= MAX_SPARE_RECORDS_TOTAL) {
+        self->spare = taken;
+        self->spare_capacity = taken_capacity;
+        g_spare_records += taken_capacity;
+    }
+    else {
+        records_free(taken, taken_capacity);
+    }
+    EncodedEvents *result = failed ? NULL : PyObject_New(EncodedEvents, &EncodedEventsType);
+    if (result == NULL) {
+        free(out.data);
+        free(offsets);
+        return NULL;
+    }
+    offsets[count] = out.size;
+    result->owner = NULL;
+    result->data = out.data;
+    result->offsets = offsets;
+    result->start = 0;
+    result->stop = count;
+    return (PyObject *)result;
+}
+
+/* An idle thread's buffer (nothing recorded since the last drain) gives its memory back: the
+ * spare array, and a large empty array for a small one. */
+static PyObject *
+buffer_trim(EventBuffer *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->spare != NULL) {
+        g_spare_records -= self->spare_capacity;
+        records_free(self->spare, self->spare_capacity);
+        self->spare = NULL;
+        self->spare_capacity = 0;
+    }
+    if (self->count == 0 && self->capacity > INITIAL_RECORDS) {
+        Record *small = records_alloc(INITIAL_RECORDS);
+        if (small != NULL) {
+            records_free(self->records, self->capacity);
+            self->records = small;
+            self->capacity = INITIAL_RECORDS;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PySequenceMethods buffer_as_sequence = {
+    .sq_length = (lenfunc)buffer_length,
+};
+
+static PyMethodDef buffer_methods[] = {
+    {"append", (PyCFunction)buffer_append, METH_O,
+     "Record an event tuple (the layouts of tracer.wire's events), as list.append would."},
+    {"take", (PyCFunction)(void (*)(void))buffer_take, METH_FASTCALL,
+     "take(count=-1, /): remove the oldest count events (every one when count < 0) and return "
+     "them encoded (EncodedEvents), or None if there are none."},
+    {"trim", (PyCFunction)buffer_trim, METH_NOARGS,
+     "Give back the memory an idle thread's buffer holds: its spare array, a large empty one."},
+    {NULL},
+};
+
+static PyMemberDef buffer_members[] = {
+    {"active", T_PYSSIZET, offsetof(EventBuffer, depth), READONLY,
+     "How many TracedFunction calls are in flight on the thread (the sampler asks)."},
+    {"limit", T_PYSSIZET, offsetof(EventBuffer, limit), 0,
+     "The thread's allowance, in events: a Start past it asks the refill callback."},
+    {NULL},
+};
+
+static PyTypeObject EventBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.EventBuffer",
+    .tp_doc = "One thread's events, as fixed-size records in a preallocated array.",
+    .tp_basicsize = sizeof(EventBuffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = buffer_new,
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_as_sequence = &buffer_as_sequence,
+    .tp_methods = buffer_methods,
+    .tp_members = buffer_members,
+};
