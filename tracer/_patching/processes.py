@@ -16,8 +16,8 @@
   run``, the bootstrap of ``tracer.run.bootstrap``, when an environment of its own is given): a
   Python child running the tracer continues the sequence.
 - A bare ``os.fork()`` inside a sequence: the child continues it under a ``process`` hand-off
-  (``os.register_at_fork``; the fork handlers in ids, recorder and runtime give it its own puid,
-  buffers and sender).
+  (the tracer's fork handler, ``tracer._core.forking``, whose earlier steps in ids, recorder and
+  runtime give it its own puid, buffers and sender).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tracer import propagation
-from tracer._core import context, decorator, frames, handoff, lifecycle, recorder, stack
+from tracer._core import context, decorator, forking, frames, handoff, lifecycle, recorder, stack
 
 if TYPE_CHECKING:
     import multiprocessing.pool
@@ -286,10 +286,11 @@ def install_fork_hooks() -> None:
     if _fork_hooks_installed:
         return
     _fork_hooks_installed = True
-    os.register_at_fork(
+    forking.on_fork(
+        "processes",
         before=lambda: _before_fork() if _enabled else None,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
+        in_parent=_after_fork_in_parent,
+        in_child=_after_fork_in_child,
     )
 
 
