@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cmr.ui.ui_support import READY_PREFIX, UI, running_ui, start_ui, stop
-from tests.support import cmr_json, cmr_server, read_line, run_traced, write_script
+from tests.cmr.ui.ui_support import READY_PREFIX, UI, filled_repository, running_ui, start_ui, stop
+from tests.support import cmr_json, read_line
 
 pytestmark = pytest.mark.system
 
@@ -64,11 +64,7 @@ CHECKOUTS = 17
 
 @pytest.fixture(name="shop_db", scope="module")
 def fixture_shop_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("shop")
-    db = root / "cmr.sqlite"
-    with cmr_server(db) as endpoint:
-        run_traced(write_script(root / "shop.py", SHOP), endpoint)
-    return db
+    return filled_repository(tmp_path_factory.mktemp("shop"), SHOP)
 
 
 @pytest.fixture(name="shop_ui", scope="module")
