@@ -191,7 +191,11 @@ def _count(shown: int, wanted: SequenceFilter) -> str:
     order = "longest first" if wanted.sort == SORT_DURATION else "newest first"
     # Only the method filter looks through a window; the others are the repository's indexes.
     scope = f", among the {SCAN_WINDOW} most recent" if wanted.method else ""
-    return f"<p id='count'>{shown} {noun}, {order}{scope}</p>"
+    title = (
+        "the sequences the filters select, at most 'Show at most' of them: the table lists them"
+        " and the charts draw them"
+    )
+    return f"<p id='count' title='{escaped(title)}'>{shown} {noun}, {order}{scope}</p>"
 
 
 #: What each column counts, on hover (its ``title``).
@@ -211,7 +215,8 @@ _COLUMN_TITLES: Final = {
 
 def _table(summaries: list[SequenceSummary], now_ns: int, short_ids: Mapping[bytes, str]) -> str:
     head = "".join(
-        f"<th{' class=num' if css == 'num' else ''} title='{_COLUMN_TITLES[title]}'>{title}</th>"
+        f"<th{' class=num' if css == 'num' else ''}"
+        f" title='{escaped(_COLUMN_TITLES[title])}'>{title}</th>"
         for title, css in _COLUMNS
     )
     rows = "".join(_row(summary, now_ns, short_ids.get(summary.seq)) for summary in summaries)

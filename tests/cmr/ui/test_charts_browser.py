@@ -248,3 +248,18 @@ def test_a_running_sequences_mark_follows_it_without_a_reload(
         assert page.locator("#histogram .pct").count() == 3
         assert page.evaluate("() => window.stillThisPage") is True
         page.close()
+
+
+def test_every_figure_of_the_pages_says_what_it_counts(shop_ui: UI, page: Any) -> None:
+    page.goto(shop_ui.url)
+    assert page.get_attribute("#count", "title")
+    untitled = "els => els.filter(el => !el.querySelector(':scope > title')).length"
+    assert page.eval_on_selector_all("#scatter .dot", untitled) == 0
+    assert page.eval_on_selector_all("#histogram .band, #histogram .pct", untitled) == 0
+    assert page.locator("#histogram .pct").count() == 3
+    for path in ("/", "/top", "/top?by=method"):
+        page.goto(shop_ui.url + path.lstrip("/"))
+        titles = page.eval_on_selector_all("th", "ths => ths.map(th => th.title)")
+        assert len(titles) >= 7
+        assert all(len(title) > 15 for title in titles), (path, titles)
+    assert "nearest-rank percentiles" in (page.text_content("#about") or "")

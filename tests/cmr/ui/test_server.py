@@ -176,7 +176,7 @@ def test_the_filters_of_cmr_ls_select_the_same(
     assert page.status == 200
     assert "value='shop.*'" in page.body  # the form keeps what was asked
     assert "<option value='duration' selected>" in page.body
-    assert "<p id='count'>0 sequences, longest first</p>" in page.body  # the index answered
+    assert ">0 sequences, longest first</p>" in page.body  # the index answered
 
 
 def test_the_top_page_sums_up_the_roots_as_cmr_top_does(shop_ui: UI, shop_db: Path) -> None:
