@@ -31,14 +31,20 @@ class TopRow:
 
     def percentile(self, share: float) -> int | None:
         """The nearest-rank percentile (``share`` in (0, 1]) of the durations, or None."""
-        if not self.durations:
-            return None
-        ordered = sorted(self.durations)
-        return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+        return percentile(self.durations, share)
 
     @property
     def max_ns(self) -> int | None:
         return max(self.durations, default=None)
+
+
+def percentile(values: list[int], share: float) -> int | None:
+    """The nearest-rank percentile (``share`` in (0, 1]) of ``values``, or None for none: what
+    ``cmr top`` and ``cmr map`` print."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
 def by_root(lines: Iterable[SequenceSummary]) -> list[TopRow]:
