@@ -95,6 +95,8 @@ def render_map_page(
 
 def _count(found: ServiceMap, wanted: SequenceFilter) -> str:
     read = len(found.sequences)
+    if not read:
+        return "<p id='count'>no sequences match</p>"
     noun = "sequence" if read == 1 else "sequences"
     scope = ", the filters' newest: limit=N reads more (up to 1000)" if found.bounded else ""
     where = " the filters select" if wanted.filters else ""

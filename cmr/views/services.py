@@ -134,7 +134,7 @@ class Edge:
 
 
 @dataclass(slots=True)
-class Node:
+class ServiceNode:
     name: str
     program: str
     processes: set[int] = field(default_factory=set)
@@ -144,16 +144,16 @@ class Node:
 
 @dataclass(slots=True)
 class ServiceMap:
-    nodes: dict[str, Node] = field(default_factory=dict)
+    nodes: dict[str, ServiceNode] = field(default_factory=dict)
     edges: dict[tuple[str, str, str], Edge] = field(default_factory=dict)
     sequences: list[SequenceSummary] = field(default_factory=list)  # the sequences read
     limit: int = DEFAULT_LIMIT
     bounded: bool = False  # the query selects more than ``limit``: only the newest were read
 
-    def node(self, service: Service) -> Node:
+    def node(self, service: Service) -> ServiceNode:
         found = self.nodes.get(service.name)
         if found is None:
-            found = self.nodes[service.name] = Node(service.name, service.program)
+            found = self.nodes[service.name] = ServiceNode(service.name, service.program)
         return found
 
     def add(self, data: SequenceData) -> None:

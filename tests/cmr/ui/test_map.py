@@ -96,7 +96,7 @@ def test_in_a_browser_the_map_draws_each_service_and_edge_and_lists_an_edge_s_se
         page.wait_for_url(f"**/seq/{SEQS[2].hex()}")
 
 
-def test_the_map_s_json_and_a_bad_filter(orders):
+def test_the_map_s_json_a_bad_filter_and_an_empty_selection(orders):
     with running_ui(orders) as ui:
         found = ui.json("/api/map?limit=2")
         assert (found["sequences"], found["bounded"]) == (2, True)
@@ -105,3 +105,7 @@ def test_the_map_s_json_and_a_bad_filter(orders):
         assert bad.status == 400
         assert "min_ms: expected milliseconds, got &#x27;abc&#x27;" in bad.body
         assert ui.get("/api/map?colour=red").status == 400
+        empty = ui.get("/map?root=nothing.*")
+        assert empty.status == 200
+        assert "<p id='count'>no sequences match</p>" in empty.body
+        assert "<svg" not in empty.body
