@@ -18,7 +18,16 @@ from urllib.parse import quote
 from cmr.store.base import KINDS, SORT_DURATION, SequenceSummary
 from cmr.store.listing import listed_status
 from cmr.ui import charts
-from cmr.ui.query import MAX_LIMIT, SCAN_WINDOW, SORTS, STATUSES, SequenceFilter, lasted_ns
+from cmr.ui.query import (
+    MAX_LIMIT,
+    SCAN_WINDOW,
+    SORTS,
+    STATUSES,
+    SequenceFilter,
+    filter_query,
+    lasted_ns,
+    ms_text,
+)
 from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
 from cmr.views.render.terms import format_duration
 
@@ -152,10 +161,10 @@ def _form(wanted: SequenceFilter) -> str:
         f"<input name='method' value='{escaped(wanted.method)}' placeholder='shop.checkout'>"
         "</label>"
         "<label>Min duration (ms)"
-        f"<input name='min_ms' type='number' min='0' step='any' value='{_ms(wanted.min_ns)}'>"
+        f"<input name='min_ms' type='number' min='0' step='any' value='{ms_text(wanted.min_ns)}'>"
         "</label>"
         "<label>Max duration (ms)"
-        f"<input name='max_ms' type='number' min='0' step='any' value='{_ms(wanted.max_ns)}'>"
+        f"<input name='max_ms' type='number' min='0' step='any' value='{ms_text(wanted.max_ns)}'>"
         "</label>"
         f"<label>Status<select name='status'><option value=''>any</option>{options}</select>"
         "</label>"
@@ -175,6 +184,7 @@ def _form(wanted: SequenceFilter) -> str:
         "</label>"
         "<button type='submit'>Filter</button> <a href='/'>clear</a>"
         " · <a href='/top'>top</a>"
+        f" · <a id='map-link' href='/map?{escaped(filter_query(wanted))}'>map</a>"
         "</form>"
     )
 
@@ -253,11 +263,6 @@ def _duration(summary: SequenceSummary, now_ns: int) -> str:
     if lasted is None:
         return "-"
     return format_duration(lasted) + (" so far" if summary.end_ns is None else "")
-
-
-def _ms(ns: int | None) -> str:
-    """Milliseconds as the user typed them, without float noise (1.5, not 1.500000)."""
-    return "" if ns is None else f"{ns / 1_000_000:.6f}".rstrip("0").rstrip(".")
 
 
 def escaped(value: str) -> str:

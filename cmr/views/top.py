@@ -23,8 +23,8 @@ from cmr.views.render.terms import format_duration
 
 def percentile(durations: Sequence[int], share: float) -> int | None:
     """The nearest-rank percentile (``share`` in (0, 1]) of ``durations``: the smallest with at
-    least that share of them at or below it; None when there are none. ``cmr top`` and the
-    histogram of ``cmr ui`` both use it, so their figures agree."""
+    least that share of them at or below it; None when there are none. ``cmr top``, ``cmr map``
+    and the histogram of ``cmr ui`` all use it, so their figures agree."""
     if not durations:
         return None
     ordered = sorted(durations)
