@@ -47,7 +47,7 @@ _ERASE: Final = "\r\x1b[K"  # back to the line's start, and clear to its end
 class Progress:
     """One line of progress for one piece of work, in steps of ``unit`` (``batches``).
 
-    ``update(done)`` as the work goes (cheap when nothing is due: one clock reading),
+    ``update(done)`` as the work goes (cheap when nothing is due: a lock and a clock reading),
     ``phase(what)`` when it moves to another part, ``close()`` at the end (always: it is what
     erases the line and stops the ticker). ``start_ticker()`` redraws the line while the work
     is inside one long call that reports nothing (the time spent goes on), reading the count
@@ -128,14 +128,21 @@ class Progress:
 
     def _tick_on(self) -> None:
         while not self._stop.wait(max(self._refresh_s, _TICK_MIN_S)):
-            read = self._read
-            if read is None:
-                self.tick()
-                continue
+            self.tick_following()
+
+    def tick_following(self) -> None:
+        """The ticker's round: the count from ``follow``'s function, if the phase still follows
+        it once read (the work may move on meanwhile), then ``tick``."""
+        read = self._read
+        if read is not None:
             try:
-                self.update(read())
+                done = read()
             except Exception:  # a count that cannot be read now: the time spent still shows
-                self.tick()
+                done = None
+            with self._lock:
+                if done is not None and self._read is read:
+                    self._done = done
+        self.tick()
 
     def _draw(self, now: float) -> None:
         line = describe(self._what, self._done, self._total, self._unit, now - self._started_s)

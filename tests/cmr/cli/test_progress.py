@@ -147,3 +147,38 @@ def test_a_terminal_gets_a_line_with_its_ticker(monkeypatch: pytest.MonkeyPatch)
     assert lines(out)[0] == "importing 0 / 4 batches  0%"  # at once, as the delay is 0
     assert any(line.startswith("importing 1 / 4 batches  25%, about ") for line in lines(out))
     assert lines(out)[-1] == ""
+
+
+def test_the_ticker_follows_a_count_read_elsewhere() -> None:
+    clock, out = Clock(), Terminal()
+    acknowledged = [0]
+    shown = Progress(out, "sending", unit="events", total=400, clock=clock, after_s=0)
+    shown.follow(lambda: acknowledged[0])
+    acknowledged[0] = 100
+    clock.now += 1
+    shown.tick_following()
+
+    assert lines(out)[-1] == "sending 100 / 400 events  25%, about 3 s left"
+
+
+def test_a_count_read_as_the_phase_changes_is_not_the_next_phases() -> None:
+    """The ticker reads the count, the work moves on to its next phase, then the count arrives:
+    it belongs to the phase that is over."""
+    clock, out = Clock(), Terminal()
+    shown = Progress(out, "sending", unit="events", total=400, clock=clock, after_s=0)
+
+    moved = []
+
+    def read() -> int:
+        if not moved:  # what the main thread does meanwhile, once
+            moved.append(True)
+            shown.phase("writing the report")
+        return 400
+
+    shown.follow(read)
+    clock.now += 1
+    shown.tick_following()
+    clock.now += 1
+    shown.tick()
+
+    assert lines(out)[-1] == "writing the report (1 s)"  # not "… 400 events (1 s)"
