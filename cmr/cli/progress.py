@@ -150,8 +150,12 @@ class Progress:
         self._next_s = now + self._refresh_s
         if self._shown and line == self._line:
             return  # the same words: the terminal has them
-        self._stream.write(_ERASE + line)
-        self._stream.flush()
+        try:
+            self._stream.write(_ERASE + line)
+            self._stream.flush()
+        except (OSError, ValueError):  # the terminal went away (or stderr was closed): the work
+            self._closed = True  # goes on without its line, which is never worth failing for
+            return
         self._shown, self._line = True, line
 
     def close(self) -> None:

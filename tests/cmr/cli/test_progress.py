@@ -182,3 +182,20 @@ def test_a_count_read_as_the_phase_changes_is_not_the_next_phases() -> None:
     shown.tick()
 
     assert lines(out)[-1] == "writing the report (1 s)"  # not "… 400 events (1 s)"
+
+
+class GoneTerminal(Terminal):
+    def write(self, text: str) -> int:
+        self.writes = getattr(self, "writes", 0) + 1
+        raise OSError(5, "Input/output error")
+
+
+def test_a_terminal_gone_away_ends_the_line_not_the_work() -> None:
+    clock, out = Clock(), GoneTerminal()
+    shown = Progress(out, "importing", unit="batches", total=10, clock=clock, after_s=0)
+    for done in range(1, 11):
+        clock.now += 1
+        shown.update(done)  # raises nothing
+    shown.close()
+
+    assert out.writes == 1  # tried once, then left alone
