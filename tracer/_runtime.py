@@ -210,6 +210,22 @@ def flush(timeout_s: float | None = None) -> bool:
     return sender.flush(config.flush_timeout_ms / 1000 if timeout_s is None else timeout_s)
 
 
+def unacknowledged_events() -> int:
+    """Events recorded and not yet acknowledged: in the threads' lists, queued, or sent and
+    waiting (approximate while the sender works): what a flush has left to do."""
+    sender = _sender
+    delivery = sender.delivery if sender is not None else None
+    waiting = delivery.unacknowledged_events() if delivery is not None else 0
+    return recorder.buffered() + waiting
+
+
+def acknowledged_events() -> int:
+    """Events the repository acknowledged so far, of the current (or last) sender."""
+    sender = _sender or _last
+    delivery = sender.delivery if sender is not None else None
+    return delivery.counters.sent_events if delivery is not None else 0
+
+
 def child_settings() -> dict[str, str]:
     """Environment variables that make a child process trace like this one (same repository,
     same settings, same instrumentation; CURVE key files, not keys)."""
