@@ -213,7 +213,7 @@ def flush(timeout_s: float | None = None) -> bool:
 def unacknowledged_events() -> int:
     """Events recorded and not yet acknowledged: in the threads' lists, queued, or sent and
     waiting (approximate while the sender works): what a flush has left to do."""
-    sender = _sender
+    sender = RUNTIME.sender
     delivery = sender.delivery if sender is not None else None
     waiting = delivery.unacknowledged_events() if delivery is not None else 0
     return recorder.buffered() + waiting
@@ -221,7 +221,7 @@ def unacknowledged_events() -> int:
 
 def acknowledged_events() -> int:
     """Events the repository acknowledged so far, of the current (or last) sender."""
-    sender = _sender or _last
+    sender = RUNTIME.sender or RUNTIME.last
     delivery = sender.delivery if sender is not None else None
     return delivery.counters.sent_events if delivery is not None else 0
 
