@@ -79,10 +79,10 @@ def _export(args: argparse.Namespace) -> int:
         finally:
             store.close()
         calls = len(data.invocations)
-        shown.phase(f"export 2/3: converting {calls:,} calls to {fmt.name}")
+        shown.phase(f"export 2/3: converting {calls:,} calls to {fmt.name}", unit="%", total=100)
         if not args.all_calls and not fmt.binary:  # a bundle moves the records as they are
             data = fold_empty_hops(data)
-        payload = export_sequence(data, args.format, weight=args.weight)
+        payload = export_sequence(data, args.format, weight=args.weight, on_step=shown.update)
         if args.output in (None, STDIO):
             shown.close()  # the file goes where the line may be: the line goes first
         shown.phase(f"export 3/3: writing {args.output or STDIO}")

@@ -254,15 +254,19 @@ def _width(stream: TextIO) -> int:
 
 
 def describe(what: str, done: int, total: int | None, unit: str, elapsed_s: float) -> str:
-    """The line: ``importing 12,345 / 100,000 batches  12%, about 8 s left``. Without a total,
-    the count alone; without a count yet, the time spent."""
+    """The line: ``importing 12,345 / 100,000 batches  12%, about 8 s left`` (in ``unit`` "%",
+    the share alone: ``building the page  45%, about 20 s left``). Without a total, the count
+    alone; without a count yet, the time spent."""
     if total is None:
         if done <= 0:
             return f"{what} ({format_duration(elapsed_s)})"
         return f"{what} {done:,} {unit} ({format_duration(elapsed_s)})"
     done = min(max(done, 0), total)
     percent = 100 * done // total if total else 100
-    line = f"{what} {done:,} / {total:,} {unit}  {percent}%"
+    # A share of the work (unit "%"): its steps' shares, not a count of things.
+    line = (
+        f"{what}  {percent}%" if unit == "%" else f"{what} {done:,} / {total:,} {unit}  {percent}%"
+    )
     left = time_left(done, total, elapsed_s)
     return f"{line}, about {format_duration(left)} left" if left is not None else line
 

@@ -63,10 +63,11 @@ def _report(args: argparse.Namespace) -> int:
             data = store.load_sequence(store.resolve_sequence(args.seq))
         finally:
             store.close()
-        shown.phase(f"report 2/3: building the page of {len(data.invocations):,} calls")
+        calls = len(data.invocations)
+        shown.phase(f"report 2/3: building the page of {calls:,} calls", unit="%", total=100)
         if not args.all_calls:
             data = fold_empty_hops(data)
-        page = render_page(build_model(data)).encode()
+        page = render_page(build_model(data, on_step=shown.update)).encode()
         if args.output == STDIO:
             shown.close()  # the page goes where the line may be: the line goes first
         shown.phase(f"report 3/3: writing {args.output}")

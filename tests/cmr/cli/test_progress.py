@@ -39,6 +39,13 @@ def test_counts_percentage_and_time_left() -> None:
     assert describe("importing", 40, 40, "batches", 3.0) == "importing 40 / 40 batches  100%"
 
 
+def test_a_share_of_the_work_shows_its_percent_and_the_time_left_alone() -> None:
+    """``cmr report`` and ``cmr export`` count their steps' shares of the work, in percent."""
+    assert describe("building", 0, 100, "%", 1.0) == "building  0%"
+    assert describe("building", 55, 100, "%", 11.0) == "building  55%, about 9 s left"
+    assert describe("building", 100, 100, "%", 20.0) == "building  100%"
+
+
 def test_without_a_total_the_count_or_the_time_spent() -> None:
     assert describe("reading", 0, None, "calls", 2.4) == "reading (2 s)"
     assert describe("reading", 5_000, None, "calls", 0.25) == "reading 5,000 calls (0.2 s)"

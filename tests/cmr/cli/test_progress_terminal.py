@@ -9,6 +9,7 @@ depends on the machine's speed."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -132,8 +133,12 @@ def test_report_and_export_name_their_phases(
     piped = run(tmp_path, argv, terminal=False, env=PROGRESS_NOW)
 
     assert shown.code == piped.code == 0
-    drawn = [line.rpartition(" (")[0] for line in shown.drawn()]  # less the time spent
+    drawn = [re.split(r" \(|  \d+%", line)[0] for line in shown.drawn()]  # less time, share
     assert [phase for phase in phases if phase in drawn] == phases
+    # The long phase says how far it got, by its steps' shares, and the time left.
+    converting = [line for line in shown.drawn() if line.startswith(phases[1])]
+    assert converting[0] == f"{phases[1]}  0%"
+    assert any(re.fullmatch(rf"{re.escape(phases[1])}  \d+%, about .+ left", c) for c in converting)
     said = f"cmr: wrote {command[-1]}: ".encode()
     assert shown.stderr.split(ERASE)[-1].startswith(said)  # erased before the command speaks
     assert piped.stderr.startswith(said)  # a pipe: only what the command always said
