@@ -1,4 +1,5 @@
-"""The wire protocol between a traced process and the repository.
+"""The wire protocol between a traced process and the repository. ``docs/protocol.md`` specifies
+every message; keep the two in step.
 
 More in docs/architecture.md, "invoseq/wire.py".
 """
