@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Final, TypeVar
 
@@ -125,12 +125,17 @@ def read_bundle(blob: bytes, *, max_body_bytes: int = MAX_BODY_BYTES) -> Body:
     return body
 
 
-def import_bundle(store: Store, body: Body) -> ImportResult:
+def import_bundle(
+    store: Store, body: Body, *, on_batch: Callable[[int], None] | None = None
+) -> ImportResult:
     """Store every batch of a bundle ``read_bundle`` checked (only those the store did not
-    have). Checking the whole bundle first means a refused one leaves the repository as it was."""
+    have). Checking the whole bundle first means a refused one leaves the repository as it was.
+    ``on_batch(n)`` after each batch: n of ``len(body.entries)`` are done (progress)."""
     stored = 0
-    for entry in body.entries:
+    for done, entry in enumerate(body.entries, 1):
         stored += store.ingest(entry.batch, entry.received_ns)
+        if on_batch is not None:
+            on_batch(done)
     processes = len({entry.batch.puid for entry in body.entries})
     return ImportResult(body.seq, len(body.entries), stored, processes)
 

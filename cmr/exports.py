@@ -27,6 +27,11 @@ from cmr.views.render.speedscope import render_speedscope
 
 #: A text format's renderer: the sequence's tree (samples merged in), its records, and the
 #: weight asked for (None unless the format ``takes_weight``) to the text of the file.
+#: How far an export has gone once its tree is built, in percent of its time (measured on a
+#: sequence of 100,000 calls with samples, in the Chrome format: the tree and its samples take a
+#: little over half): what ``cmr export``'s progress estimates the time left by.
+DONE_AFTER_TREE: Final = 55
+
 TextRenderer = Callable[[SequenceTree, SequenceData, "str | None"], str]
 
 
@@ -57,11 +62,20 @@ class Format:
         It moves the records as they are, so the CLI does not fold its empty hand-offs."""
         return self.render is None
 
-    def write(self, data: SequenceData, weight: str | None = None) -> bytes:
-        """The file of this format for one sequence's records."""
+    def write(
+        self,
+        data: SequenceData,
+        weight: str | None = None,
+        on_step: Callable[[int], object] | None = None,
+    ) -> bytes:
+        """The file of this format for one sequence's records; ``on_step`` is told the percent
+        of the work done once the tree is built (``DONE_AFTER_TREE``)."""
         if self.render is None:
             return write_bundle(data)
-        return (self.render(sequence_tree(data), data, weight) + "\n").encode()
+        tree = sequence_tree(data)
+        if on_step is not None:
+            on_step(DONE_AFTER_TREE)
+        return (self.render(tree, data, weight) + "\n").encode()
 
 
 def _otlp(tree: SequenceTree, data: SequenceData, _weight: str | None) -> str:
@@ -165,16 +179,22 @@ BY_NAME: Final = {fmt.name: fmt for fmt in FORMATS}
 NAMES: Final = tuple(BY_NAME)
 
 
-def export_sequence(data: SequenceData, fmt: str, *, weight: str | None = None) -> bytes:
+def export_sequence(
+    data: SequenceData,
+    fmt: str,
+    *,
+    weight: str | None = None,
+    on_step: Callable[[int], object] | None = None,
+) -> bytes:
     """The file of format ``fmt`` for one sequence's records. ``weight`` is folded's (None: by
-    samples when there are some, else by time)."""
+    samples when there are some, else by time); ``on_step`` as ``Format.write``'s."""
     format_ = BY_NAME.get(fmt)
     if format_ is None:
         raise ExportError(f"unknown format '{fmt}': choose from {', '.join(NAMES)}")
     if weight is not None and not format_.takes_weight:
         weighted = " or ".join(f"--format {each.name}" for each in FORMATS if each.takes_weight)
         raise ExportError(f"--weight applies to {weighted} only")
-    return format_.write(data, weight)
+    return format_.write(data, weight, on_step)
 
 
 def load_bundle(source: str, blob: bytes) -> Body:

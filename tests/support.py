@@ -15,6 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +245,113 @@ def http_get(port: int, path: str, timeout_s: float = 30.0) -> tuple[int, bytes]
         return response.status, response.read()
     finally:
         connection.close()
+
+
+def store_one_sequence(db: Path, calls: int) -> str:
+    """A SQLite repository at ``db`` holding one synthetic sequence of ``calls`` calls (fan-out
+    10, ``benchmarks.synthetic``); its id."""
+    from benchmarks import synthetic
+    from cmr.store import open_store
+
+    traffic = synthetic.one_sequence(puid=7, invocations=calls)
+    store = open_store(str(db))
+    try:
+        for batch in synthetic.decoded(traffic):
+            store.ingest(batch, time.time_ns())
+    finally:
+        store.close()
+    return traffic.seqs[0].hex()
+
+
+#: What a progress line is drawn after: back to the line's start, and clear it.
+ERASE = b"\r\x1b[K"
+#: Progress at once and at every update (the undocumented knobs of ``cmr.cli.progress``).
+PROGRESS_NOW = {"INVOSEQ_PROGRESS_AFTER": "0", "INVOSEQ_PROGRESS_EVERY": "0"}
+TERMINAL_TIMEOUT_S = 120.0
+
+
+def _terminal_environment(tmp_path: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_PROGRESS")}
+    env.update(extra, COLUMNS="200", INVOSEQ_DB=str(tmp_path / "default.sqlite"))
+    return env
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    stdout: bytes
+    stderr: bytes  # what the terminal (or the pipe) received
+
+    def drawn(self) -> list[str]:
+        """The progress lines drawn on the terminal, in order: each is followed by an erase (the
+        next line's, or the last one's), after which the command says what it says."""
+        return [part.decode() for part in self.stderr.split(ERASE)[1:-1]]
+
+
+def _environment(tmp_path: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVOSEQ_PROGRESS")}
+    env.update(extra, COLUMNS="200", INVOSEQ_DB=str(tmp_path / "default.sqlite"))
+    return env
+
+
+def run_on_terminal(
+    tmp_path: Path, command: list[str], *, terminal: bool, env: dict[str, str] | None = None
+) -> Ran:
+    """Run ``command`` with stdout into a file and stderr on a pseudo-terminal (or a pipe), read
+    to its end within TERMINAL_TIMEOUT_S; the process and the terminal are gone afterwards."""
+    out_path = tmp_path / f"stdout-{time.monotonic_ns()}"
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(open(out_path, "wb"))
+        if terminal:
+            master, slave = os.openpty()
+            stack.callback(os.close, master)
+            with contextlib.suppress(OSError):
+                os.set_blocking(master, False)
+        else:
+            master, slave = os.pipe()
+            stack.callback(os.close, master)
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=slave,
+                env=_terminal_environment(tmp_path, env or {}),
+                cwd=tmp_path,
+                start_new_session=True,
+            )
+        finally:
+            os.close(slave)  # the child's copy is the only one: its exit ends the stream
+        stack.callback(_kill, process)
+        received = _read_to_end(master, time.monotonic() + TERMINAL_TIMEOUT_S)
+        code = process.wait(TERMINAL_TIMEOUT_S)
+    return Ran(code, out_path.read_bytes(), received)
+
+
+def _read_to_end(fd: int, deadline: float) -> bytes:
+    chunks = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, (
+                f"no end of output within {TERMINAL_TIMEOUT_S} s: {b''.join(chunks)!r}"
+            )
+            if not selector.select(remaining):
+                continue
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:  # EIO: a terminal's last writer closed it
+                break
+            if not chunk:  # a pipe's
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(TERMINAL_TIMEOUT_S)

@@ -91,6 +91,7 @@ HOT_PATH = {
             ".codes",
             ".context",
             ".decorator",
+            ".forking",
             ".frames",
             ".ids",
             ".imports",

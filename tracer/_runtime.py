@@ -13,7 +13,7 @@ import os
 import sys
 
 from tracer import _patching as patching
-from tracer._core import decorator, ids, lifecycle, recorder
+from tracer._core import decorator, forking, ids, lifecycle, recorder
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # the sender, the sampler and ZeroMQ load when a sender starts (_start)
@@ -35,13 +35,34 @@ def _default() -> Config:
     return Config()
 
 
-_lock = _thread.RLock()  # threading's RLock
-_config: Config | None = None
-_sender: Sender | None = None
-_shut_down = False
-_transport_factory: Callable[[Config], Transport] | None = None  # set_transport_factory
-_abandoned: list[Sender] = []  # a forked child must not touch (or collect) its parent's sockets
-_last: Sender | None = None  # the most recent sender, so stats() still reports after shutdown
+class Runtime:
+    """The tracer's cold state, in one object: the settings in force, the sender (which holds
+    the sampler and the spool), whether the process shut down, the transport ``tracer.testing``
+    asked for, and the senders a forked child inherited. The hot path keeps its own
+    module-level state (``tracer._core``); everything here changes under ``lock``."""
+
+    __slots__ = ("abandoned", "config", "last", "lock", "sender", "shut_down", "transport_factory")
+
+    def __init__(self) -> None:
+        self.lock = _thread.RLock()  # threading's RLock
+        self.config: Config | None = None
+        self.sender: Sender | None = None
+        self.shut_down = False
+        self.transport_factory: Callable[[Config], Transport] | None = None
+        # A forked child must not touch (or collect) its parent's sockets.
+        self.abandoned: list[Sender] = []
+        # The most recent sender, so that stats() still reports after shutdown.
+        self.last: Sender | None = None
+
+    def after_fork_in_child(self) -> None:
+        """The child's sender starts on its first event; the parent's is left alone."""
+        self.lock = _thread.RLock()
+        if self.sender is not None:
+            self.abandoned.append(self.sender)
+        self.sender = self.last = None
+
+
+RUNTIME: Final = Runtime()
 
 
 def set_transport_factory(
@@ -49,14 +70,12 @@ def set_transport_factory(
 ) -> Callable[[Config], Transport] | None:
     """Make the senders started from now on use ``factory`` for their transport (None: ZeroMQ to
     the configured endpoints); returns the one it replaces. ``tracer.testing`` uses it."""
-    global _transport_factory
-    previous, _transport_factory = _transport_factory, factory
+    previous, RUNTIME.transport_factory = RUNTIME.transport_factory, factory
     return previous
 
 
 def _start(config: Config) -> None:
     """Start a sender for ``config`` (caller holds the lock)."""
-    global _sender, _last
     from tracer import _signals as signals
 
     signals.arm(config)  # flush on SIGTERM (or no longer, with enabled=False): tracer/_signals.py
@@ -65,7 +84,7 @@ def _start(config: Config) -> None:
     from tracer._sampling.sampler import Sampler
     from tracer._shipping.sender import Sender
 
-    factory = _transport_factory
+    factory = RUNTIME.transport_factory
 
     def transports() -> dict[str, Transport]:
         """One transport per repository node (``endpoint`` may list several)."""
@@ -95,7 +114,7 @@ def _start(config: Config) -> None:
         )
     sender = Sender(config, transports, sampler)
     sender.start()
-    _sender = _last = sender
+    RUNTIME.sender = RUNTIME.last = sender
 
 
 def configure(**settings: Unpack[Settings]) -> Config:
@@ -103,15 +122,14 @@ def configure(**settings: Unpack[Settings]) -> Config:
 
     Events recorded before the call are sent through the new configuration. Raises ConfigError
     for a setting the tracer cannot use."""
-    global _config, _shut_down
     from tracer.config import resolve
 
     config = resolve(settings, strict=True)
     _check_key_files(config)
-    with _lock:
+    with RUNTIME.lock:
         _stop_sender(config.flush_timeout_ms, final=False)  # the process goes on
-        _config = config
-        _shut_down = False
+        RUNTIME.config = config
+        RUNTIME.shut_down = False
         decorator.set_enabled(config.enabled)
         decorator.set_max_buffered(config.max_buffered_bytes)
         patching.use(config)
@@ -127,7 +145,7 @@ def _check_key_files(config: Config) -> None:
     program)."""
     if not (config.enabled and config.curve_server_key and config.curve_client_key):
         return
-    if _transport_factory is not None:  # tracer.testing's: no ZeroMQ
+    if RUNTIME.transport_factory is not None:  # tracer.testing's: no ZeroMQ
         return
     from tracer._shipping.transport import KeyFileError, load_curve
     from tracer.config import ConfigError
@@ -139,8 +157,7 @@ def _check_key_files(config: Config) -> None:
 
 
 def _stop_sender(timeout_ms: int, *, final: bool = True) -> bool:
-    global _sender
-    sender, _sender = _sender, None
+    sender, RUNTIME.sender = RUNTIME.sender, None
     if sender is None:
         return True
     return sender.stop(timeout_ms / 1000, final=final)
@@ -148,56 +165,71 @@ def _stop_sender(timeout_ms: int, *, final: bool = True) -> bool:
 
 def ensure_started() -> None:
     """Start the sender with the environment's settings if nothing started it yet (first event)."""
-    global _config
-    if _sender is not None or _shut_down:
+    if RUNTIME.sender is not None or RUNTIME.shut_down:
         return
-    with _lock:
-        if _sender is not None or _shut_down:
+    with RUNTIME.lock:
+        if RUNTIME.sender is not None or RUNTIME.shut_down:
             return
-        if _config is None:
+        config = RUNTIME.config
+        if config is None:
             from tracer.config import resolve
 
-            _config = resolve({}, strict=False)
-            decorator.set_enabled(_config.enabled)
-            decorator.set_max_buffered(_config.max_buffered_bytes)
-            patching.use(_config)
-            if _config.instrument and not patching.instrumented():  # tracer run's bootstrap did
+            config = RUNTIME.config = resolve({}, strict=False)
+            decorator.set_enabled(config.enabled)
+            decorator.set_max_buffered(config.max_buffered_bytes)
+            patching.use(config)
+            if config.instrument and not patching.instrumented():  # tracer run's bootstrap did
                 patching.instrument()
-        _start(_config)
+        _start(config)
 
 
 def shutdown(timeout_s: float | None = None) -> bool:
     """Flush and stop: send what is buffered, wait for the repository's acknowledgement (at most
     ``timeout_s``, default the configured flush timeout), and stop recording. True when everything
     sent was acknowledged. Runs at interpreter exit; calling it again is harmless."""
-    global _shut_down
-    with _lock:
+    with RUNTIME.lock:
         signals = sys.modules.get("tracer._signals")  # armed only by a sender's start
         if signals is not None:
             signals.disarm()  # SIGTERM at its default again: one during the flush kills at once
-        _shut_down = True
+        RUNTIME.shut_down = True
         decorator.set_enabled(False)
-        if _sender is None:  # nothing to flush (and no settings to load at exit)
+        if RUNTIME.sender is None:  # nothing to flush (and no settings to load at exit)
             return True
-        config = _config or _default()
+        config = RUNTIME.config or _default()
         timeout_ms = config.flush_timeout_ms if timeout_s is None else int(timeout_s * 1000)
         return _stop_sender(timeout_ms)
 
 
 def flush(timeout_s: float | None = None) -> bool:
     """Send what is buffered now and wait (bounded) for its acknowledgement; keeps tracing."""
-    with _lock:
-        sender = _sender
-        config = _config or _default()
+    with RUNTIME.lock:
+        sender = RUNTIME.sender
+        config = RUNTIME.config or _default()
     if sender is None:
         return recorder.buffered() == 0
     return sender.flush(config.flush_timeout_ms / 1000 if timeout_s is None else timeout_s)
 
 
+def unacknowledged_events() -> int:
+    """Events recorded and not yet acknowledged: in the threads' lists, queued, or sent and
+    waiting (approximate while the sender works): what a flush has left to do."""
+    sender = RUNTIME.sender
+    delivery = sender.delivery if sender is not None else None
+    waiting = delivery.unacknowledged_events() if delivery is not None else 0
+    return recorder.buffered() + waiting
+
+
+def acknowledged_events() -> int:
+    """Events the repository acknowledged so far, of the current (or last) sender."""
+    sender = RUNTIME.sender or RUNTIME.last
+    delivery = sender.delivery if sender is not None else None
+    return delivery.counters.sent_events if delivery is not None else 0
+
+
 def child_settings() -> dict[str, str]:
     """Environment variables that make a child process trace like this one (same repository,
     same settings, same instrumentation; CURVE key files, not keys)."""
-    config = _config or _default()
+    config = RUNTIME.config or _default()
     from tracer.config import ENV_ENDPOINT, ENV_HEARTBEAT_MS, ENV_INSTRUMENT, environment
 
     settings = environment(config)  # every setting that is not the default
@@ -210,7 +242,7 @@ def child_settings() -> dict[str, str]:
 
 def current_config() -> Config:
     """The settings in force: those ``configure`` set, else the environment's."""
-    config = _config
+    config = RUNTIME.config
     if config is not None:
         return config
     from tracer.config import resolve
@@ -222,7 +254,7 @@ def stats() -> TracerStats:
     """Counters of the current (or last) sender: what was acknowledged, spooled, dropped."""
     from tracer._stats import TracerStats
 
-    sender = _sender or _last
+    sender = RUNTIME.sender or RUNTIME.last
     delivery = sender.delivery if sender else None
     if delivery is not None:
         counters = delivery.counters
@@ -274,16 +306,8 @@ def adopt_environment(environ: dict[str, str] | os._Environ[str] = os.environ) -
     return True
 
 
-def _after_fork_in_child() -> None:
-    global _sender, _last, _lock
-    _lock = _thread.RLock()  # threading's RLock
-    if _sender is not None:
-        _abandoned.append(_sender)
-    _sender = _last = None
-
-
 recorder.on_new_thread = ensure_started
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("runtime", in_child=RUNTIME.after_fork_in_child)
 lifecycle.install(
     flush=flush, shutdown=shutdown, child_settings=child_settings, config=current_config
 )

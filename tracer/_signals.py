@@ -15,7 +15,7 @@ import threading
 from types import FrameType, ModuleType
 from typing import Any, Final
 
-from tracer._core import lifecycle, recorder
+from tracer._core import forking, lifecycle, recorder
 from tracer.config import Config
 
 log = logging.getLogger("tracer")
@@ -313,6 +313,6 @@ def _after_fork_in_child() -> None:
     _unblock_after_fork()
 
 
-os.register_at_fork(
-    before=_before_fork, after_in_parent=_unblock_after_fork, after_in_child=_after_fork_in_child
+forking.on_fork(
+    "signals", before=_before_fork, in_parent=_unblock_after_fork, in_child=_after_fork_in_child
 )

@@ -11,7 +11,6 @@ More in docs/architecture.md, "tracer/otel.py".
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -32,7 +31,7 @@ except ImportError as exc:  # one line that says what to install
 
 from invoseq import wire
 from tracer import _runtime as runtime
-from tracer._core import adoption, budget, context, decorator, ids, recorder, stack
+from tracer._core import adoption, budget, context, decorator, forking, ids, recorder, stack
 
 #: Distinct (instrumentation scope, span name) pairs interned as methods; past this many, a span
 #: is named ``OTHER_SPANS`` (its name stays in its attributes), so a span name with an id in it
@@ -68,7 +67,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.RLock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("otel", in_child=_after_fork_in_child)
 
 
 class InvocationSpanProcessor(SpanProcessor):

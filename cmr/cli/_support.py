@@ -46,6 +46,7 @@ SUMMARIES: Final = {
     "profile": "print a merged stack tree: one sequence, or one method's calls",
     "diff": "compare two sequences call path by call path",
     "top": "sum up many sequences: one row per root, or per method",
+    "map": "the services and the hand-offs between them, over many sequences",
     "tail": "print each sequence as it completes",
     "stats": "show ingest counters and known processes",
     "export": "write one sequence to a file other tools open",

@@ -16,6 +16,7 @@ from cmr.cli._support import (
     open_for_reading,
     write_output,
 )
+from cmr.cli.progress import HELP as PROGRESS_HELP
 from cmr.exports import FORMATS, NAMES
 from cmr.views.render.folded import WEIGHTS
 
@@ -27,7 +28,8 @@ def add_export(commands: Commands) -> None:
         description=(
             "Write one sequence in a format other tools open: "
             + _listed(f"'{fmt.name}' ({fmt.summary})" for fmt in FORMATS)
-            + ". Text formats go to standard output without -o."
+            + ". Text formats go to standard output without -o. "
+            + PROGRESS_HELP
         ),
         examples=[example for fmt in FORMATS for example in fmt.examples],
         handler=_export,
@@ -64,22 +66,31 @@ def _listed(items: Iterable[str], *, last: str = ", or ") -> str:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from cmr.cli import progress
     from cmr.exports import BY_NAME, ExportError, export_sequence
     from cmr.views.hops import fold_empty_hops
 
-    store = open_for_reading(args.db)
-    try:
-        data = store.load_sequence(store.resolve_sequence(args.seq))
-    finally:
-        store.close()
     fmt = BY_NAME[args.format]
-    if not args.all_calls and not fmt.binary:  # a bundle moves the records as they are
-        data = fold_empty_hops(data)
+    shown = progress.start("export 1/3: reading the sequence", unit="calls")
     try:
-        payload = export_sequence(data, args.format, weight=args.weight)
+        store = open_for_reading(args.db)
+        try:
+            data = store.load_sequence(store.resolve_sequence(args.seq))
+        finally:
+            store.close()
+        calls = len(data.invocations)
+        shown.phase(f"export 2/3: converting {calls:,} calls to {fmt.name}", unit="%", total=100)
+        if not args.all_calls and not fmt.binary:  # a bundle moves the records as they are
+            data = fold_empty_hops(data)
+        payload = export_sequence(data, args.format, weight=args.weight, on_step=shown.update)
+        if args.output in (None, STDIO):
+            shown.close()  # the file goes where the line may be: the line goes first
+        shown.phase(f"export 3/3: writing {args.output or STDIO}")
         write_output(args.output, payload, binary=fmt.binary)
     except ExportError as exc:
         raise CliError(str(exc)) from None
+    finally:
+        shown.close()
     if args.output not in (None, STDIO):
         print(f"cmr: wrote {args.output}: {fmt.open_with}", file=sys.stderr)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cmr.cli._support import DB_HELP, CliError, Commands, command, emit, read_input
+from cmr.cli.progress import HELP as PROGRESS_HELP
 
 
 def add_import(commands: Commands) -> None:
@@ -14,7 +15,7 @@ def add_import(commands: Commands) -> None:
         description=(
             "Load a bundle written by 'cmr export --format bundle' into the repository "
             "(created if missing), through the same checks as batches from the network. "
-            "Importing a bundle again stores nothing new."
+            "Importing a bundle again stores nothing new. " + PROGRESS_HELP
         ),
         examples=[
             "cmr import seq.ivsq",
@@ -29,17 +30,24 @@ def add_import(commands: Commands) -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from cmr.bundle import import_bundle
+    from cmr.cli import progress
     from cmr.exports import ExportError, describe_import, load_bundle
     from cmr.store import open_store
 
+    shown = progress.start("reading the bundle", unit="batches")
     try:
-        bundle = load_bundle(args.file, read_input(args.file))
-    except ExportError as exc:
-        raise CliError(str(exc)) from None
-    store = open_store(args.db)
-    try:
-        result = import_bundle(store, bundle)
+        try:
+            bundle = load_bundle(args.file, read_input(args.file))
+        except ExportError as exc:
+            raise CliError(str(exc)) from None
+        shown.phase("importing", total=len(bundle.entries))
+        store = open_store(args.db)
+        try:
+            result = import_bundle(store, bundle, on_batch=shown.update)
+            shown.phase("finishing: the repository's last writes")
+        finally:
+            store.close()
     finally:
-        store.close()
+        shown.close()
     emit(describe_import(result))
     return 0

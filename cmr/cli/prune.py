@@ -19,6 +19,7 @@ from cmr.cli._support import (
     open_for_reading,
     parse_age,
 )
+from cmr.cli.progress import HELP as PROGRESS_HELP
 from cmr.store.base import PruneResult
 from cmr.views.render.tables import format_local_time
 
@@ -32,7 +33,8 @@ def add_prune(commands: Commands) -> None:
             "hand-offs and lossy marks), the stack samples taken before then, the record of "
             "batches received before then, and the processes last heard from before then that "
             "nothing left names. The totals 'cmr stats' counts stay. Safe while 'cmr serve' "
-            "writes to the same repository; on PostgreSQL whole day partitions are dropped."
+            "writes to the same repository; on PostgreSQL whole day partitions are dropped. "
+            + PROGRESS_HELP
         ),
         examples=[
             "cmr prune --older-than 7d",
@@ -54,14 +56,17 @@ def add_prune(commands: Commands) -> None:
 
 
 def _prune(args: argparse.Namespace) -> int:
+    from cmr.cli import progress
     from cmr.store import open_store
 
     before_ns = time.time_ns() - args.age_ns
     open_for_reading(args.db).close()  # it exists (and is readable) before anything is written
     store = open_store(args.db)
+    shown = progress.start("pruning", unit="steps")
     try:
-        result = store.prune(before_ns)
+        result = store.prune(before_ns, on_step=shown.update)
     finally:
+        shown.close()
         store.close()
     emit(render_prune(result, before_ns, as_json=args.json))
     return 0

@@ -16,6 +16,7 @@ from cmr.cli._support import (
     open_for_reading,
     write_output,
 )
+from cmr.cli.progress import HELP as PROGRESS_HELP
 
 
 def add_report(commands: Commands) -> None:
@@ -28,7 +29,8 @@ def add_report(commands: Commands) -> None:
             "nested by depth (measured solid, estimated from samples hatched, calls that raised "
             "outlined in red), an arrow per hand-off with its queue wait shaded, and a flame "
             "graph and an icicle of the merged samples (of time, without samples). Zoom with "
-            "the wheel, pan by dragging, search by name, click a call for its details."
+            "the wheel, pan by dragging, search by name, click a call for its details. "
+            + PROGRESS_HELP
         ),
         examples=[
             "cmr report 3f2a9c -o checkout.html",
@@ -50,18 +52,28 @@ def add_report(commands: Commands) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from cmr.cli import progress
     from cmr.report import build_model, render_page
     from cmr.views.hops import fold_empty_hops
 
-    store = open_for_reading(args.db)
+    shown = progress.start("report 1/3: reading the sequence", unit="calls")
     try:
-        data = store.load_sequence(store.resolve_sequence(args.seq))
+        store = open_for_reading(args.db)
+        try:
+            data = store.load_sequence(store.resolve_sequence(args.seq))
+        finally:
+            store.close()
+        calls = len(data.invocations)
+        shown.phase(f"report 2/3: building the page of {calls:,} calls", unit="%", total=100)
+        if not args.all_calls:
+            data = fold_empty_hops(data)
+        page = render_page(build_model(data, on_step=shown.update)).encode()
+        if args.output == STDIO:
+            shown.close()  # the page goes where the line may be: the line goes first
+        shown.phase(f"report 3/3: writing {args.output}")
+        write_output(args.output, page, binary=False)
     finally:
-        store.close()
-    if not args.all_calls:
-        data = fold_empty_hops(data)
-    page = render_page(build_model(data))
-    write_output(args.output, page.encode(), binary=False)
+        shown.close()
     if args.output != STDIO:
         print(f"cmr: wrote {args.output}: open it in a browser", file=sys.stderr)
     return 0

@@ -21,11 +21,16 @@ def add_ui(commands: Commands) -> None:
         description=(
             "Serve a web page on 127.0.0.1 that lists the most recent sequences, filtered by a "
             "method they called, their duration and their status, and opens each one in the "
-            "same view as 'cmr report'. A sequence that is still running updates live as its "
-            "calls arrive. Prints the address to open on one line, then serves until Ctrl-C. "
+            "same view as 'cmr report'. Above the list, a scatter of the listed sequences (start "
+            "time by duration; click a mark to open it, drag a box to filter by it) and a "
+            "histogram of their durations with p50, p90 and p99. A sequence that is still "
+            "running updates live as its calls arrive. Its map page (/map, linked from the list) "
+            "draws 'cmr map' over the sequences the list's filters select. Prints the address to "
+            "open on one line, then serves until Ctrl-C. "
             "It listens on the loopback address only and reads the repository without ever "
             "writing to it, so it can run next to 'cmr serve'. The same data is there as JSON: "
-            "/api/sequences?method=&min_ms=&max_ms=&status=&limit= and /api/seq/SEQ/model."
+            "/api/sequences?method=&min_ms=&max_ms=&status=&limit=, /api/map?... and "
+            "/api/seq/SEQ/model."
         ),
         examples=[
             "cmr ui                     # then open http://127.0.0.1:8765/",

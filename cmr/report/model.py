@@ -69,16 +69,33 @@ WEIGHT_TIME: Final = "time"
 Attributes = dict[str, str | int | float | bool]
 
 
-def build_model(data: SequenceData) -> ReportModel:
-    """The report model of one sequence (see the module's docstring). The garbage collector
-    waits meanwhile: a big tree is many objects that all stay alive, scanned for nothing."""
+#: How far building a model has gone after each step, in percent of its time (measured on a
+#: sequence of 100,000 calls with samples: the tree and its samples take about half, laying out
+#: the timelines a fifth): what ``cmr report``'s progress estimates the time left by.
+DONE_AFTER_TREE: Final = 55
+DONE_AFTER_LAYOUT: Final = 78
+DONE_AFTER_BARS: Final = 88
+DONE_AFTER_CRITICAL: Final = 94
+
+
+def build_model(data: SequenceData, on_step: Callable[[int], object] | None = None) -> ReportModel:
+    """The report model of one sequence (see the module's docstring); ``on_step`` is told the
+    percent of the work done after each step (``DONE_AFTER_TREE`` …, then 100). The garbage
+    collector waits meanwhile: a big tree is many objects that all stay alive, scanned for
+    nothing."""
     with paused_gc():
-        return _build_model(data)
+        return _build_model(data, on_step or _ignored)
 
 
-def _build_model(data: SequenceData) -> ReportModel:
+def _ignored(_done: int) -> None:
+    pass
+
+
+def _build_model(data: SequenceData, on_step: Callable[[int], object]) -> ReportModel:
     tree = sequence_tree(data)
+    on_step(DONE_AFTER_TREE)
     layout = lay_out(tree)
+    on_step(DONE_AFTER_LAYOUT)
     nodes, depths, parents = _preorder([tree.root])
     origin = layout.start_ns if layout.tracks else _first_start(nodes)
     end = max(layout.end_ns, origin)
@@ -95,6 +112,9 @@ def _build_model(data: SequenceData) -> ReportModel:
         attributes=_attributes(data),
     )
     arrows = _arrows(nodes, parents, origin)
+    on_step(DONE_AFTER_BARS)
+    critical = _critical(tree.root, nodes)
+    on_step(DONE_AFTER_CRITICAL)
     summary: Summary = {
         "seq": tree.seq.hex(),
         "root": tree.root.name,
@@ -118,11 +138,12 @@ def _build_model(data: SequenceData) -> ReportModel:
         "lanes": lanes,
         "bars": bars,
         "arrows": arrows,
-        "critical": _critical(tree.root, nodes),
+        "critical": critical,
         "flame": _flame(
             tree_has_samples=has_samples(tree), roots=profile_sequence(tree).roots, names=names
         ),
     }
+    on_step(100)
     return model
 
 

@@ -77,7 +77,8 @@ _TEMPLATE: Final = """<!doctype html>
 <header>
   <div class="bar">
     <div class="title"><span id="root-name"></span><span id="status" class="status"></span>
-      <span id="live" hidden>live</span></div>
+      <span id="live"
+      title="re-read from cmr ui every 2 s while the sequence runs" hidden>live</span></div>
     <div class="tools">
       <input id="search" data-testid="search" type="search" placeholder="Search calls by name"
         autocomplete="off" spellcheck="false" aria-label="Search calls by name">

@@ -23,9 +23,10 @@ from cmr.store.base import (
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Final
 
-    from cmr.store.base import InvocationRecord, Neighbours, SequenceData
+    from cmr.store.base import InvocationRecord, Neighbours, OnStep, SequenceData
     from invoseq.wire import Batch
 
 SEQ_HEX_DIGITS: Final = 32
@@ -252,3 +253,17 @@ def summarize(data: SequenceData, start_ns: int) -> SequenceSummary:
         lossy=bool(data.lost_by),
         error=root_error,
     )
+
+
+def step_counter(on_step: OnStep | None, total: int) -> Callable[[], None]:
+    """A long operation's ``step()``, called after each of its ``total`` steps: tells ``on_step``
+    how far it has gone (``Store.prune``'s progress)."""
+    done = 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if on_step is not None:
+            on_step(done, total)
+
+    return step

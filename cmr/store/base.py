@@ -14,7 +14,7 @@ read computes it against the store's clock (``ProcessRecord.lost``).
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from invoseq.events import SERVICE_MODULE
@@ -83,6 +83,8 @@ SEQ_PREFIX_MIN: Final = 12
 
 #: The ids just below and just above a sequence's among all those stored (None at either end).
 Neighbours: TypeAlias = "tuple[bytes | None, bytes | None]"
+#: ``on_step(done, total)``: how far a long operation (``prune``) has gone, for progress.
+OnStep: TypeAlias = "Callable[[int, int], None]"
 
 
 def unique_prefix(seq: bytes, neighbours: Neighbours, minimum: int = SEQ_PREFIX_MIN) -> str:
@@ -298,13 +300,14 @@ class Store(abc.ABC):
         first, at most ``limit``."""
 
     @abc.abstractmethod
-    def prune(self, before_ns: int) -> PruneResult:
+    def prune(self, before_ns: int, *, on_step: OnStep | None = None) -> PruneResult:
         """Retention: remove every sequence whose first start (``SequenceSummary.start_ns``) is
         before ``before_ns`` (wall-clock), whole: its invocations, hand-offs and lossy marks; the
         samples taken before ``before_ns``; the record of batches received before it; and every
         process last seen before it that has nothing left (its methods, threads and frames go
         with it). Counters in ``stats`` (batches, events, samples) are totals ever received and
-        stay. One transaction; safe while ``cmr serve`` writes."""
+        stay. One transaction; safe while ``cmr serve`` writes. ``on_step(done, total)`` after
+        each of its statements, for progress (a store whose prune is quick may never call it)."""
 
     @abc.abstractmethod
     def stats(self) -> StoreStats: ...

@@ -1,9 +1,11 @@
-"""The HTML of ``cmr ui``'s front page: a filter form and the sequences it selects.
+"""The HTML of ``cmr ui``'s front page: a filter form, the charts of the sequences it selects
+(``cmr.ui.charts``: a scatter and a histogram) and their table.
 
 Rendered on the server, so the page works and reads the same without its script; the inline
-script only keeps the table current while a listed sequence is running, by fetching this same
-page again and swapping its table in (one renderer, no second copy of the formatting in
-JavaScript). Everything is inline: the page loads nothing from anywhere.
+script only keeps the charts and the table current while a listed sequence is running, by
+fetching this same page again and swapping them in (one renderer, no second copy of the
+formatting in JavaScript), and lets a drag over the scatter set the filters. Everything is
+inline: the page loads nothing from anywhere.
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from urllib.parse import quote
 
 from cmr.store.base import KINDS, SORT_DURATION, SequenceSummary
 from cmr.store.listing import listed_status
-from cmr.ui.query import MAX_LIMIT, SCAN_WINDOW, SORTS, STATUSES, SequenceFilter, lasted_ns
+from cmr.ui import charts
+from cmr.ui.query import (
+    MAX_LIMIT,
+    SCAN_WINDOW,
+    SORTS,
+    STATUSES,
+    SequenceFilter,
+    filter_query,
+    lasted_ns,
+    ms_text,
+)
 from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
 from cmr.views.render.terms import format_duration
 
@@ -60,7 +72,8 @@ _SCRIPT: Final = (
       try {
         const reply = await fetch(location.href, {cache: "no-store"});
         const page = new DOMParser().parseFromString(await reply.text(), "text/html");
-        for (const id of ["sequences", "count"]) {
+        if (window.invoseqDragging) return setTimeout(refresh, REFRESH_MS);
+        for (const id of ["charts", "sequences", "count"]) {
           const fresh = page.getElementById(id);
           if (fresh) document.getElementById(id).replaceWith(fresh);
         }
@@ -89,15 +102,15 @@ _COLUMNS: Final = (
 )
 
 
-def page_start(name: str, where: str) -> list[str]:
+def page_start(name: str, where: str, style: str = "") -> list[str]:
     """The head and heading every page of ``cmr ui`` opens with: ``name`` in its title and
-    heading, ``where`` (HTML) the line under the heading."""
+    heading, ``where`` (HTML) the line under the heading, ``style`` more CSS of its own."""
     return [
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>invoseq — {name}</title>",
         "<link rel='icon' href='data:,'>",  # no favicon request
-        f"<style>{STYLE}</style></head><body>",
+        f"<style>{STYLE}{style}</style></head><body>",
         f"<h1>invoseq {name}</h1>",
         f"<p class='where'>{where}</p>",
     ]
@@ -115,14 +128,16 @@ def render_list_page(
     """The whole front page. ``error`` (a query the user got wrong) replaces the table.
     ``short_ids``: the prefix of each id to show (``Store.short_ids``), as ``cmr ls`` prints it;
     without, its first SEQ_PREFIX_LEN digits."""
-    parts = [*page_start("sequences", f"repository {escaped(repository)}"), _form(wanted)]
+    where = f"repository {escaped(repository)}"
+    parts = [*page_start("sequences", where, charts.STYLE), _form(wanted)]
     if error is not None:
         parts.append(f"<p id='count' class='error'>{escaped(error)}</p>")
     else:
         parts.append(_count(len(summaries), wanted))
+        parts.append(charts.render_charts(summaries, now_ns, sequence_path(b"") + "{seq}"))
         parts.append(_table(summaries, now_ns, short_ids or {}))
     parts.append("<p id='note'></p>")
-    parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
+    parts.append(f"<script>{_SCRIPT}{charts.SCRIPT}</script></body></html>\n")
     return "".join(parts)
 
 
@@ -146,10 +161,10 @@ def _form(wanted: SequenceFilter) -> str:
         f"<input name='method' value='{escaped(wanted.method)}' placeholder='shop.checkout'>"
         "</label>"
         "<label>Min duration (ms)"
-        f"<input name='min_ms' type='number' min='0' step='any' value='{_ms(wanted.min_ns)}'>"
+        f"<input name='min_ms' type='number' min='0' step='any' value='{ms_text(wanted.min_ns)}'>"
         "</label>"
         "<label>Max duration (ms)"
-        f"<input name='max_ms' type='number' min='0' step='any' value='{_ms(wanted.max_ns)}'>"
+        f"<input name='max_ms' type='number' min='0' step='any' value='{ms_text(wanted.max_ns)}'>"
         "</label>"
         f"<label>Status<select name='status'><option value=''>any</option>{options}</select>"
         "</label>"
@@ -169,6 +184,7 @@ def _form(wanted: SequenceFilter) -> str:
         "</label>"
         "<button type='submit'>Filter</button> <a href='/'>clear</a>"
         " · <a href='/top'>top</a>"
+        f" · <a id='map-link' href='/map?{escaped(filter_query(wanted))}'>map</a>"
         "</form>"
     )
 
@@ -185,7 +201,11 @@ def _count(shown: int, wanted: SequenceFilter) -> str:
     order = "longest first" if wanted.sort == SORT_DURATION else "newest first"
     # Only the method filter looks through a window; the others are the repository's indexes.
     scope = f", among the {SCAN_WINDOW} most recent" if wanted.method else ""
-    return f"<p id='count'>{shown} {noun}, {order}{scope}</p>"
+    title = (
+        "the sequences the filters select, at most 'Show at most' of them: the table lists them"
+        " and the charts draw them"
+    )
+    return f"<p id='count' title='{escaped(title)}'>{shown} {noun}, {order}{scope}</p>"
 
 
 #: What each column counts, on hover (its ``title``).
@@ -205,7 +225,8 @@ _COLUMN_TITLES: Final = {
 
 def _table(summaries: list[SequenceSummary], now_ns: int, short_ids: Mapping[bytes, str]) -> str:
     head = "".join(
-        f"<th{' class=num' if css == 'num' else ''} title='{_COLUMN_TITLES[title]}'>{title}</th>"
+        f"<th{' class=num' if css == 'num' else ''}"
+        f" title='{escaped(_COLUMN_TITLES[title])}'>{title}</th>"
         for title, css in _COLUMNS
     )
     rows = "".join(_row(summary, now_ns, short_ids.get(summary.seq)) for summary in summaries)
@@ -242,11 +263,6 @@ def _duration(summary: SequenceSummary, now_ns: int) -> str:
     if lasted is None:
         return "-"
     return format_duration(lasted) + (" so far" if summary.end_ns is None else "")
-
-
-def _ms(ns: int | None) -> str:
-    """Milliseconds as the user typed them, without float noise (1.5, not 1.500000)."""
-    return "" if ns is None else f"{ns / 1_000_000:.6f}".rstrip("0").rstrip(".")
 
 
 def escaped(value: str) -> str:

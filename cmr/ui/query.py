@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlencode
 
 from cmr.ages import moment_ns
 from cmr.store.base import (
@@ -261,3 +262,26 @@ def _limit(text: str) -> int:
 def _shown(text: str) -> str:
     """A user's value as an error message quotes it: short enough for one line."""
     return text if len(text) <= 40 else text[:40] + "…"
+
+
+def filter_query(wanted: SequenceFilter) -> str:
+    """The query string that asks for ``wanted`` (its fields that filter, and a limit that is
+    not the default): how the list page links to the map of what it lists."""
+    fields = {
+        "root": wanted.root,
+        "method": wanted.method,
+        "min_ms": ms_text(wanted.min_ns),
+        "max_ms": ms_text(wanted.max_ns),
+        "status": wanted.status,
+        "since": wanted.since,
+        "until": wanted.until,
+        "host": wanted.host,
+        "kind": "" if wanted.kind == KIND_REQUEST else wanted.kind,
+        "limit": "" if wanted.limit == DEFAULT_LIMIT else str(wanted.limit),
+    }
+    return urlencode({name: value for name, value in fields.items() if value})
+
+
+def ms_text(ns: int | None) -> str:
+    """Milliseconds as a user would type them, without float noise (1.5, not 1.500000)."""
+    return "" if ns is None else f"{ns / 1_000_000:.6f}".rstrip("0").rstrip(".")

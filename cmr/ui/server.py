@@ -6,6 +6,8 @@ Routes (GET only):
 - ``/api/sequences?root=&method=&min_ms=&max_ms=&status=&since=&until=&host=&sort=&limit=`` —
   the same selection as JSON, in the shape of ``cmr ls --json``;
 - ``/top?since=&root=&by=`` — ``cmr top``'s table (``cmr.ui.top``), and ``/api/top`` its JSON;
+- ``/map?<the list's parameters>`` — ``cmr map`` drawn (``cmr.ui.map``), and ``/api/map`` its
+  JSON;
 - ``/seq/<hex>`` — the view of one sequence (``cmr.report``), which polls the next route while
   the sequence runs;
 - ``/api/seq/<hex>/model`` — the view's model of one sequence as JSON.
@@ -154,6 +156,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._top_page(parts.query)
         elif path == "/api/top":
             self._top_json(parts.query)
+        elif path in ("/map", "/api/map"):
+            self._map(parts.query, page=path == "/map")
         elif match := _SEQ_VIEW.match(path):
             self._sequence_page(match.group(1))
         elif match := _SEQ_MODEL.match(path):
@@ -219,6 +223,30 @@ class _Handler(BaseHTTPRequestHandler):
         with self._store() as store:
             rows = top_rows(store, wanted, self.server.clock())
         self._send_json(top_fields(rows, with_self=wanted.by == "method"))
+
+    def _map(self, query: str, *, page: bool) -> None:
+        from cmr.ui.map import map_of, parse_map, render_map_page
+        from cmr.views.services import map_fields
+
+        now_ns = self.server.clock()
+        repository = self.server.repository
+        try:
+            wanted = parse_map(_parse_query(query))
+        except QueryError as exc:
+            if not page:
+                raise _RequestError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+            failed = render_map_page(
+                None, SequenceFilter(), repository=repository, now_ns=now_ns, error=str(exc)
+            )
+            self._send_html(HTTPStatus.BAD_REQUEST, failed)
+            return
+        with self._store() as store:
+            found = map_of(store, wanted, now_ns)
+        if page:
+            shown = render_map_page(found, wanted, repository=repository, now_ns=now_ns)
+            self._send_html(HTTPStatus.OK, shown)
+        else:
+            self._send_json(map_fields(found))
 
     def _sequence_page(self, prefix: str) -> None:
         from cmr.report import build_model, render_page  # the list pages never need it

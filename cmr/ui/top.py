@@ -64,6 +64,7 @@ def render_top_page(
     if error is not None:
         parts.append(f"<p id='count' class='error'>{escaped(error)}</p>")
     else:
+        parts.append(_about(wanted))
         parts.append(_table(rows, wanted))
     parts.append("</body></html>\n")
     return "".join(parts)
@@ -85,11 +86,46 @@ def _form(wanted: TopQuery) -> str:
     )
 
 
+_ENDED: Final = "nearest rank over the durations of those that ended (not a running one)"
+#: What each column counts, on hover (its ``title``): per root, and per method where it differs.
+_TITLES: Final = {
+    "Name": "the root call's name; click it for its sequences, the slowest first",
+    "Count": "the sequences of the window with this root",
+    "Errors": "of those sequences, the ones whose root call raised",
+    "p50": f"half of them lasted this long or less: {_ENDED}",
+    "p90": f"90% of them lasted this long or less: {_ENDED}",
+    "p99": f"99% of them lasted this long or less: {_ENDED}",
+    "Max": "the longest of those that ended",
+}
+_METHOD_TITLES: Final = {
+    "Name": "the traced method (module.qualname)",
+    "Count": "its calls (traced, not estimated from stack samples) in the sequences read",
+    "Errors": "of its calls, the ones that raised",
+    "Self": "its calls' self time added up: their durations less the time their callees covered",
+}
+
+
+def _about(wanted: TopQuery) -> str:
+    """What the table sums up, in one visible line."""
+    if wanted.by == "method":
+        scope = (
+            f"the calls of each traced method in the newest {METHOD_LIMIT} sequences of the window"
+        )
+    else:
+        scope = f"the sequences of each root in the window (the newest {ROOT_LIMIT:,} at most)"
+    return (
+        f"<p id='about' class='where'>Sums up {scope}; services' own sequences left out. "
+        "p50, p90, p99: nearest-rank percentiles of the durations that ended; Errors: raised."
+        "</p>"
+    )
+
+
 def _table(rows: list[TopRow], wanted: TopQuery) -> str:
     per_method = wanted.by == "method"
     titles = ["Name", "Count", "Errors", "p50", "p90", "p99", "Max"] + (["Self"] * per_method)
+    meaning = {**_TITLES, **_METHOD_TITLES} if per_method else _TITLES
     head = "".join(
-        f"<th class='num'>{title}</th>" if at else f"<th>{title}</th>"
+        f"<th{' class=num' if at else ''} title='{escaped(meaning[title])}'>{title}</th>"
         for at, title in enumerate(titles)
     )
     body = "".join(_row(row, wanted, per_method=per_method) for row in rows)

@@ -118,7 +118,7 @@ def linked(
                 remote.append(i)
             continue
         submitted = handoff.submitted_ns
-        hops[i] = Handoff(r.hid, handoff.kind, submitted, max(0, r.start_ns - submitted))
+        hops[i] = Handoff(r.hid, handoff.kind, submitted, queued_ns(r, handoff))
         if handoff.parent:
             submitter = locate(handoff.puid, handoff.parent)
             if submitter >= 0 and submitter != i:
@@ -171,6 +171,12 @@ def dropped_by(data: SequenceData) -> tuple[ProcessRef, ...]:
 def dropped_in_window(data: SequenceData) -> tuple[tuple[int, int, int], ...]:
     """(puid, first_ns, last_ns) of the windows of unnamed drops the sequence overlaps."""
     return tuple(sorted((puid, *window) for puid, window in data.lost_windows.items()))
+
+
+def queued_ns(record: InvocationRecord, handoff: HandoffRecord) -> int:
+    """How long the work waited between its hand-off and the call that continues it (0 when
+    the two processes' clocks disagree): the queue wait ``cmr show`` prints on a hop."""
+    return max(0, record.start_ns - handoff.submitted_ns)
 
 
 def duration(record: InvocationRecord) -> int | None:

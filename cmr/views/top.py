@@ -11,7 +11,7 @@ that ended; a row whose calls have not ended has none.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from cmr.store.base import SequenceQuery, SequenceSummary, Store
@@ -19,6 +19,16 @@ from cmr.store.listing import duration_of
 from cmr.views.model import KIND_MEASURED, SequenceTree, walk
 from cmr.views.pipeline import view_sequence
 from cmr.views.render.terms import format_duration
+
+
+def percentile(durations: Sequence[int], share: float) -> int | None:
+    """The nearest-rank percentile (``share`` in (0, 1]) of ``durations``: the smallest with at
+    least that share of them at or below it; None when there are none. ``cmr top``, ``cmr map``
+    and the histogram of ``cmr ui`` all use it, so their figures agree."""
+    if not durations:
+        return None
+    ordered = sorted(durations)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
 
 
 @dataclass(slots=True)
@@ -31,10 +41,7 @@ class TopRow:
 
     def percentile(self, share: float) -> int | None:
         """The nearest-rank percentile (``share`` in (0, 1]) of the durations, or None."""
-        if not self.durations:
-            return None
-        ordered = sorted(self.durations)
-        return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+        return percentile(self.durations, share)
 
     @property
     def max_ns(self) -> int | None:

@@ -129,7 +129,7 @@ def test_web_shop_example_is_one_tree_per_order_across_both_servers(tmp_path: Pa
 def test_web_shop_with_tasks_puts_each_tax_task_in_its_order_s_tree(tmp_path: Path) -> None:
     """The third tier: the pricing service has a Celery worker (prefork, redis-server broker)
     compute the tax; each order is one tree across four processes or more, with the task's
-    queue wait on its hop."""
+    queue wait on its hop; `cmr map` draws the four services and their hand-offs."""
     requirements.redis_server()
     for root in web_shop_orders(tmp_path, "storefront,pricing,tasks", "--tasks"):
         assert root["summary"]["processes"] >= 4  # script, gunicorn, uvicorn, a celery child
@@ -137,3 +137,20 @@ def test_web_shop_with_tasks_puts_each_tax_task_in_its_order_s_tree(tmp_path: Pa
         assert task["handoff"]["kind"] == "remote"
         assert task["handoff"]["queued_ns"] > 0
         assert [child["name"] for child in task["children"]] == ["tasks.rate"]
+    # cmr map: the four services and the hand-offs between them, over the three orders
+    found = cmr_json(tmp_path / "cmr.sqlite", "map")
+    assert {(node["name"], node["program"]) for node in found["nodes"]} == {
+        ("web_shop", "web_shop"),
+        ("storefront", "gunicorn"),
+        ("pricing", "uvicorn"),
+        ("tasks", "celery"),
+    }
+    edges = {(e["source"], e["target"], e["kind"]): e for e in found["edges"]}
+    assert {key: edge["count"] for key, edge in edges.items()} == {
+        ("web_shop", "storefront", "http"): 3,  # the three orders
+        ("storefront", "pricing", "http"): 3,  # a quote each
+        ("pricing", "storefront", "http"): 5,  # the stock of each item: 2 + 2 + 1
+        ("pricing", "tasks", "queue"): 3,  # a tax task each
+    }
+    assert {edge["errors"] for edge in edges.values()} == {0}
+    assert edges["pricing", "tasks", "queue"]["queued_p50_ns"] > 0

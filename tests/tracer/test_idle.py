@@ -38,7 +38,7 @@ def _idle() -> Iterator[Capture]:
 
 
 def parts() -> tuple[Sender, Sampler]:
-    sender = _runtime._sender
+    sender = _runtime.RUNTIME.sender
     assert sender is not None
     assert sender._sampler is not None
     return sender, sender._sampler

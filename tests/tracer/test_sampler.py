@@ -74,7 +74,7 @@ def wait_ticks(trace: Capture, ticks: int) -> None:
 def _idle() -> bool:
     """Parked and not yet woken: a thread that entered a traced call since has set the wake-up,
     and the sampler thread may simply not have run yet (CI saw it leave the wait at one tick)."""
-    sender = _runtime._sender
+    sender = _runtime.RUNTIME.sender
     sampler = sender._sampler if sender is not None else None
     return sampler is not None and sampler.parked and not sampler._wakeup.is_set()
 
@@ -213,8 +213,8 @@ def test_at_most_max_threads_are_sampled_per_tick() -> None:
 def _active_sampler() -> sampler_module.Sampler:
     from tracer import _runtime as runtime
 
-    assert runtime._sender is not None
-    found = runtime._sender._sampler
+    assert runtime.RUNTIME.sender is not None
+    found = runtime.RUNTIME.sender._sampler
     assert found is not None
     return found
 

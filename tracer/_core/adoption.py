@@ -5,9 +5,7 @@ More in docs/architecture.md, "tracer/_core/adoption.py".
 
 from __future__ import annotations
 
-import os
-
-from tracer._core import context, ids, imports, recorder
+from tracer._core import context, forking, ids, imports, recorder
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
@@ -22,7 +20,7 @@ if TYPE_CHECKING:
 nodes: Final[dict[int, tuple[int, bytes, int]]] = {}
 
 # A forked child's spans are its own: the parent's open ones end (and are recorded) in the parent.
-os.register_at_fork(after_in_child=nodes.clear)
+forking.on_fork("adoption", in_child=nodes.clear)
 
 #: Whether OpenTelemetry's API is loaded: until the program imports ``opentelemetry.trace`` no
 #: span can be current, so a root adopts nothing and the C wrapper is not even asked to look.

@@ -6,10 +6,10 @@ More in docs/architecture.md, "One memory bound per process".
 from __future__ import annotations
 
 import _thread
-import os
 
 from tracer._core import accel as _accel
 from tracer._core import clock as _clock
+from tracer._core import forking
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
@@ -217,4 +217,4 @@ def _after_fork_in_child() -> None:
     _free, _held = _total, 0
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("budget", in_child=_after_fork_in_child)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, Final
 
 from invoseq.events import TAG_HANDOFF
 from tracer._core import clock as clock_module
-from tracer._core import context, decorator, frames, ids, recorder, stack
+from tracer._core import context, decorator, forking, frames, ids, recorder, stack
 
 BOUND_MARK: Final = "__invoseq_bound__"
 #: On a function that runs what it is given in a context it was given (an integration marks
@@ -34,7 +33,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.RLock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("handoff", in_child=_after_fork_in_child)
 
 
 def _unwrap(fn: Any) -> Any:

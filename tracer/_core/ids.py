@@ -12,6 +12,8 @@ import sys
 import time
 from collections import namedtuple
 
+from tracer._core import forking
+
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -151,4 +153,4 @@ def _after_fork_in_child() -> None:
     _identity = None
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("ids", in_child=_after_fork_in_child)

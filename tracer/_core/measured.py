@@ -7,7 +7,6 @@ More in docs/architecture.md, "tracer/_core/measured.py".
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import deque
 from collections.abc import Mapping
@@ -21,7 +20,7 @@ from invoseq.events import (
     TAG_ERROR,
     TAG_START,
 )
-from tracer._core import adoption, budget, context, decorator, ids, recorder, stack
+from tracer._core import adoption, budget, context, decorator, forking, ids, recorder, stack
 
 MAX_NAMES: Final = 4096
 _I64: Final = 2**63
@@ -47,7 +46,7 @@ def _after_fork_in_child() -> None:
     OPEN.clear()  # the parent's requests are not the child's to finish
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("measured", in_child=_after_fork_in_child)
 
 
 def method(module: str, name: str) -> int:

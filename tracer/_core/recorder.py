@@ -8,11 +8,10 @@ from __future__ import annotations
 import _thread
 import contextlib
 import itertools
-import os
 from _weakref import ref as _weak_ref
 
 from tracer._core import accel as _accel
-from tracer._core import budget, context
+from tracer._core import budget, context, forking
 from tracer._core.log import log
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -362,7 +361,7 @@ def _after_fork_in_child() -> None:
         _speedups.after_fork()  # new sequence-id seed; no thread keeps its parent's buffer
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("recorder", in_child=_after_fork_in_child)
 
 
 _codec: list[Callable[[Any], Any]] = []  # msgspec's msgpack encode and decode, once loaded

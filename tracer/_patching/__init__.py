@@ -7,8 +7,9 @@ More in docs/architecture.md, "tracer/_patching/__init__.py".
 from __future__ import annotations
 
 import _thread
-import os
 import sys
+
+from tracer._core import forking
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # the patches load at the first instrument(): importing tracer loads none
@@ -117,4 +118,4 @@ def _after_fork_in_child() -> None:
     _lock = _thread.RLock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("patching", in_child=_after_fork_in_child)

@@ -6,12 +6,11 @@ More in docs/architecture.md, "tracer/_patching/logs.py".
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from tracer._core import budget, context, decorator, measured, recorder, stack
+from tracer._core import budget, context, decorator, forking, measured, recorder, stack
 
 #: The value of ``invoseq_seq`` and ``invoseq_iid`` when there is none.
 PLACEHOLDER: Final = "-"
@@ -41,7 +40,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.RLock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("logs", in_child=_after_fork_in_child)
 
 
 class _Factory:

@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tracer import propagation
-from tracer._core import context, decorator, frames, handoff, lifecycle, recorder, stack
+from tracer._core import context, decorator, forking, frames, handoff, lifecycle, recorder, stack
 
 if TYPE_CHECKING:
     import multiprocessing.pool
@@ -269,10 +269,11 @@ def install_fork_hooks() -> None:
     if _fork_hooks_installed:
         return
     _fork_hooks_installed = True
-    os.register_at_fork(
+    forking.on_fork(
+        "processes",
         before=lambda: _before_fork() if _enabled else None,
-        after_in_parent=_after_fork_in_parent,
-        after_in_child=_after_fork_in_child,
+        in_parent=_after_fork_in_parent,
+        in_child=_after_fork_in_child,
     )
 
 

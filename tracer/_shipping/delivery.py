@@ -338,6 +338,19 @@ class Delivery:
                 taken += 1
         return taken
 
+    def unacknowledged_events(self) -> int:
+        """Events in batches queued or sent and not yet acknowledged (not the spool's), for
+        progress; read from another thread, so approximate, and 0 if it keeps changing."""
+        for _ in range(3):
+            try:
+                items = [*self._window.values(), *self._queue]
+            except RuntimeError:  # changed while copied: the sender thread is at work
+                continue
+            unsendable = self._unsendable
+            waiting = sum(item.events for item in items)
+            return waiting + (unsendable.events if unsendable is not None else 0)
+        return 0
+
     def pending(self) -> bool:
         spooled = self._spool is not None and self._spool.has_records()
         return bool(self._window or self._queue or self._unsendable or spooled)

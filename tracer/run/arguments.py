@@ -118,7 +118,9 @@ def _run_parser() -> argparse.ArgumentParser:
             "code are as with 'python'. Unless an endpoint is given (--endpoint or "
             f"${ENV_ENDPOINT}), a repository is started for the run (cmr serve, on a private "
             "socket, storing into --db) and afterwards the slowest sequences of this run and "
-            "the call tree of the slowest are printed to stderr.",
+            "the call tree of the slowest are printed to stderr. On a terminal, an end still "
+            "going after 0.75 s (the last events sent, the report read) shows its progress on "
+            "stderr; INVOSEQ_PROGRESS=0 turns it off.",
             width=_WIDTH,
         ),
         epilog=_PATTERN_RULES + "\n\n" + _RUN_EXAMPLES,

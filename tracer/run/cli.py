@@ -41,6 +41,10 @@ from tracer.run.embedded import EmbeddedRepository, RepositoryError
 from tracer.run.launch import ProgramNotFoundError
 from tracer.run.summary import ReportOptions, render_report
 
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from cmr.cli.progress import Progress
+
 
 @dataclass(frozen=True, slots=True)
 class Ending:
@@ -144,15 +148,22 @@ def run(options: RunOptions) -> Ending:
             _say(f"\ntracer: the integrations in {which}:\n" + integrations_text())
     finally:
         atexit.unregister(tracer.shutdown)
-        acknowledged = tracer.shutdown()
         forked = os.getpid() != owner  # a child the program forked, back here at its end
-        reporting = options.report and db is not None and not forked
-        report = _stop_repository(
-            None if forked else repository,
-            _report_options(options, db, started_ns) if reporting else None,
-            acknowledged=acknowledged,
-            endpoint=endpoint,
-        )
+        shown = _flush_progress(wanted=not forked)
+        try:
+            acknowledged = tracer.shutdown()
+            reporting = options.report and db is not None and not forked
+            if repository is not None and not forked:
+                shown.phase("tracer: " + ("writing the report" if reporting else "stopping"))
+            report = _stop_repository(
+                None if forked else repository,
+                _report_options(options, db, started_ns) if reporting else None,
+                acknowledged=acknowledged,
+                endpoint=endpoint,
+                progress=shown,
+            )
+        finally:
+            shown.close()
     if report is not None:
         _say("\n" + report)
     return ending
@@ -164,6 +175,7 @@ def _stop_repository(
     *,
     acknowledged: bool,
     endpoint: str,
+    progress: Progress,
 ) -> str | None:
     """Stop the embedded repository (when it is this process's) and say what went wrong; the
     report's text when one is asked for. With every event acknowledged, everything is committed:
@@ -175,6 +187,7 @@ def _stop_repository(
             text = _report_text(report)
     finally:
         problem = None if repository is None else repository.stop()
+    progress.close()  # before anything is said
     _flush_stdout()
     if not acknowledged:
         _say(f"tracer: warning: the repository at {endpoint} did not acknowledge every event")
@@ -183,6 +196,21 @@ def _stop_repository(
     if repository is None or report is None:
         return None
     return text if text is not None else _report_text(report)
+
+
+def _flush_progress(*, wanted: bool) -> Progress:
+    """Progress of the end of the run on a terminal: the events the final flush has left to
+    send, acknowledged one batch after the other (then ``run`` names the repository's stop and
+    the report). Imported here, after the program ran, as every use of ``cmr`` is."""
+    from cmr.cli import progress
+
+    if not wanted or not progress.enabled():  # a forked process: its parent shows the end
+        return progress.NO_PROGRESS
+    first = runtime.acknowledged_events()
+    left = runtime.unacknowledged_events()
+    shown = progress.start("tracer: sending", unit="events", total=left)
+    shown.follow(lambda: runtime.acknowledged_events() - first)
+    return shown
 
 
 def _run_program(options: RunOptions) -> Ending:

@@ -114,6 +114,7 @@
     const label = $("search-count");
     label.dataset.count = String(count);
     label.textContent = found ? count + (count === 1 ? " call" : " calls") : "";
+    label.title = found ? "the calls on the timeline (measured or estimated from samples) whose name contains the search text, in any case; the flame graph lights its frames of those names too" : "";
     timeline.requestDraw();
     flame.requestDraw();
     icicle.requestDraw();
@@ -135,31 +136,42 @@
     status.className = "status " + s.status;
     status.title = STATUS_TITLES[s.status] || "";
     if (s.lossy) status.title += " Lossy: the tracer dropped some of its events (past its memory bound, or the repository away with the spool full); what is shown is what arrived.";
-    // [label, value, what it counts]: each figure says what it is on hover (its title)
+    // [label, value, what it counts, a short visible word where the figure needs one]: each
+    // figure says what it is on hover (its title). What each counts: cmr/report/model.py.
     const facts = [
-      ["seq", s.seq, "the sequence id: the W3C trace-id of every call in it"],
-      ["started", s.origin_iso.replace("T", " "), "when its first call started (the repository's wall clock)"],
-      ["shown span", Invoseq.formatDuration(s.end_ns), "from the first call's start to the last call's end, as drawn"],
-      ["calls", String(s.invocations), "the traced calls (invocations) in the sequence, across all its threads and processes"],
-      ["threads", String(s.threads), "the threads its calls ran on, in all its processes"],
-      ["processes", String(s.processes), "the processes its calls ran in"],
+      ["seq", s.seq, "the sequence id: the W3C trace-id every call of the sequence carries"],
+      ["started", s.origin_iso.replace("T", " ").replace("Z", " UTC"),
+        "when its earliest call started, in UTC, by the clock of the host that ran it (each process's times are turned into wall-clock time when they are stored)"],
+      ["shown span", Invoseq.formatDuration(s.end_ns),
+        "from its earliest call's start to the latest end among its calls (a call still open: its start): the width of the timeline. More than the root's duration when work outlived the root"],
+      ["calls", String(s.invocations),
+        "the traced calls (invocations) recorded in the sequence, across all its threads and processes, empty hand-off calls folded away included; frames estimated from stack samples are not counted"],
+      ["threads", String(s.threads), "the threads its traced calls ran on, in all its processes"],
+      ["processes", String(s.processes), "the processes its traced calls ran in"],
     ];
     if (s.samples_skipped) {
       facts.push([
         "samples not placed",
         String(s.samples_skipped),
-        "stack samples that fell outside every traced call of their thread (before the first, after the last, or in a thread with none): they are in no node",
+        "stack samples (a collapsed sample counts its ticks) taken inside a traced call of their thread whose stack showed neither that call's function nor a traced caller's, so they could not be cut into the tree: they are in no frame of the flame graph and no estimated call. Samples outside every traced call are not counted here: they belong to no call at all",
+        "not in the tree: their stack showed no traced call",
       ]);
     }
     const list = $("facts");
     list.replaceChildren();
-    for (const [key, value, title] of facts) {
+    for (const [key, value, title, note] of facts) {
       const item = document.createElement("span");
       item.innerHTML = "<b></b> ";
       item.firstChild.textContent = key;
       item.title = title;
       item.dataset.fact = key;
       item.append(value);
+      if (note) {
+        const small = document.createElement("small");
+        small.className = "fact-note";
+        small.textContent = " (" + note + ")";
+        item.append(small);
+      }
       list.append(item);
     }
     const live = $("live");

@@ -33,6 +33,7 @@ from cmr.store.base import (
     InvocationRecord,
     MethodRecord,
     Neighbours,
+    OnStep,
     ProcessRecord,
     PruneResult,
     SequenceData,
@@ -320,7 +321,8 @@ class MemoryStore(Store):
             for hid, _seq, puid, parent, kind, method, submitted_ns in rows
         }
 
-    def prune(self, before_ns: int) -> PruneResult:
+    def prune(self, before_ns: int, *, on_step: OnStep | None = None) -> PruneResult:
+        """In memory, quick: ``on_step`` is never called."""
         with self._lock:
             self._check_open()
             starts = self._summaries.starts()

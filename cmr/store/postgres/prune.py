@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from cmr.store.base import PruneResult
+from cmr.store._shared import step_counter
+from cmr.store.base import OnStep, PruneResult
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.partitions import DAY_NS, FUTURE, PAST_DAYS, droppable
 
@@ -38,7 +39,14 @@ _SEQUENCE_TABLES = (
 )
 
 
-def prune(conn: Conn, before_ns: int, now_ns: int) -> PruneResult:
+#: ``prune``'s steps, for progress: the sequences, their tables, the partitions dropped, samples,
+#: batches, late ends, late attributes, processes.
+_STEPS = 1 + len(_SEQUENCE_TABLES) + 6
+
+
+def prune(conn: Conn, before_ns: int, now_ns: int, on_step: OnStep | None = None) -> PruneResult:
+    step = step_counter(on_step, _STEPS)
+
     conn.execute("CREATE TEMP TABLE pruned (seq bytea PRIMARY KEY) ON COMMIT DROP")
     # Sorted: the same order ingest locks sequence rows in.
     sequences = conn.execute(
@@ -48,18 +56,21 @@ def prune(conn: Conn, before_ns: int, now_ns: int) -> PruneResult:
         (before_ns,),
     ).rowcount
     conn.execute("ANALYZE pruned")
-    if sequences:
-        for table in _SEQUENCE_TABLES:
+    step()
+    for table in _SEQUENCE_TABLES:
+        if sequences:
             conn.execute(
                 sql.SQL("DELETE FROM {} t USING pruned p WHERE t.seq = p.seq").format(
                     sql.Identifier(table)
                 )
             )
+        step()
     samples = 0
     for name in droppable(conn, before_ns):
         if name.startswith("samples_"):
             samples += _count(conn, name)
         conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
+    step()
     # Rows older than the cutoff sit in partitions up to its day, or up to the oldest day of
     # the window when they were clamped (postgres_partitions), or in FUTURE.
     last_day = max((before_ns - 1) // DAY_NS, now_ns // DAY_NS - PAST_DAYS)
@@ -68,19 +79,24 @@ def prune(conn: Conn, before_ns: int, now_ns: int) -> PruneResult:
         "DELETE FROM samples WHERE t_ns < %(before)s AND (day <= %(last)s OR day = %(future)s)",
         days,
     ).rowcount
+    step()
     conn.execute(
         "DELETE FROM batches b WHERE received_ns < %s AND NOT EXISTS (SELECT 1 FROM batch_seqs s "
         "WHERE s.puid = b.puid AND s.batch_no = b.batch_no)",
         (before_ns,),
     )
+    step()
     # An End before the cutoff belongs to an invocation that started before it, so its sequence
     # was pruned.
     conn.execute("DELETE FROM late_ends WHERE end_ns < %s", (before_ns,))
+    step()
     conn.execute(
         "DELETE FROM late_attrs a WHERE NOT EXISTS (SELECT 1 FROM batches b "
         "WHERE b.puid = a.puid AND b.batch_no = a.batch_no)"
     )
+    step()
     processes = _prune_processes(conn, before_ns)
+    step()
     return PruneResult(sequences=sequences, samples=samples, processes=processes)
 
 

@@ -25,6 +25,7 @@ from cmr.store._samples import I64_MIN
 from cmr.store._shared import SHOWN_MATCHES, check_limit, pick_match, seq_range
 from cmr.store.base import (
     Neighbours,
+    OnStep,
     Outcome,
     PruneResult,
     SequenceData,
@@ -131,10 +132,10 @@ class PostgresStore(PackingStore):
 
         self._retry(record)
 
-    def prune(self, before_ns: int) -> PruneResult:
+    def prune(self, before_ns: int, *, on_step: OnStep | None = None) -> PruneResult:
         def run(conn: Conn) -> PruneResult:
             with conn.transaction():
-                return prune(conn, before_ns, self._clock())
+                return prune(conn, before_ns, self._clock(), on_step)
 
         return self._retry(run)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 
-from cmr.store._shared import is_lost
+from cmr.store._shared import is_lost, step_counter
 from cmr.store.base import MethodRecord, ProcessRecord
 from cmr.store.sqlite.statements import PROCESS_COLUMNS, SEQUENCE_BATCHES
 
@@ -16,6 +16,7 @@ TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True
 if TYPE_CHECKING:  # what a listing never reads (``processes`` is all it asks here) loads on use
     from typing import Any, Final
 
+    from cmr.store.base import OnStep
     from cmr.store.packed import LateAttrs, LateEnd
     from cmr.store.records import HandoffRecord, InvocationRecord, PruneResult, ThreadRecord
     from cmr.store.summaries import BatchCache
@@ -144,9 +145,26 @@ _PER_PROCESS: Final = (
 )
 
 
-def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:
+_PRUNED_PER_SEQUENCE: Final = (
+    "batch_seqs",
+    "handoffs",
+    "lost_seqs",
+    "sequences",
+    "seq_roots",
+    "seq_threads",
+    "seq_entries",
+    "open_calls",
+)
+#: ``prune``'s steps, for progress: the sequences found, a table each, batches, late ends, late
+#: attributes, samples, processes.
+_PRUNE_STEPS: Final = 1 + len(_PRUNED_PER_SEQUENCE) + 5
+
+
+def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = None) -> PruneResult:
     """``Store.prune`` on the caller's transaction."""
     from cmr.store.records import PruneResult
+
+    step = step_counter(on_step, _PRUNE_STEPS)
 
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS pruned (seq BLOB PRIMARY KEY) WITHOUT ROWID")
     conn.execute("DELETE FROM temp.pruned")
@@ -154,31 +172,28 @@ def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:
         "INSERT INTO temp.pruned SELECT seq FROM sequences WHERE start_ns < ?", (before_ns,)
     )
     (sequences,) = conn.execute("SELECT count(*) FROM temp.pruned").fetchone()
-    for table in (
-        "batch_seqs",
-        "handoffs",
-        "lost_seqs",
-        "sequences",
-        "seq_roots",
-        "seq_threads",
-        "seq_entries",
-        "open_calls",
-    ):
+    step()
+    for table in _PRUNED_PER_SEQUENCE:
         conn.execute(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM temp.pruned)")
+        step()
     # A batch goes once no sequence it holds is left (a batch may hold old and new sequences).
     conn.execute(
         "DELETE FROM batches WHERE received_ns < ? AND NOT EXISTS (SELECT 1 FROM batch_seqs s "
         "WHERE s.puid = batches.puid AND s.batch_no = batches.batch_no)",
         (before_ns,),
     )
+    step()
     # An End before the cutoff belongs to an invocation that started before it, so its sequence
     # was pruned.
     conn.execute("DELETE FROM late_ends WHERE end_ns < ?", (before_ns,))
+    step()
     conn.execute(
         "DELETE FROM late_attrs WHERE NOT EXISTS (SELECT 1 FROM batches b "
         "WHERE b.puid = late_attrs.puid AND b.batch_no = late_attrs.batch_no)"
     )
+    step()
     samples = conn.execute("DELETE FROM samples WHERE t_ns < ?", (before_ns,)).rowcount
+    step()
     gone = [
         puid
         for (puid,) in conn.execute(
@@ -196,6 +211,7 @@ def prune(conn: sqlite3.Connection, before_ns: int) -> PruneResult:
         for table in (*_PER_PROCESS, "late_ends", "late_attrs", "processes"):
             conn.execute(f"DELETE FROM {table} WHERE puid IN ({marks})", part)
     conn.execute("DELETE FROM temp.pruned")
+    step()
     return PruneResult(sequences=sequences, samples=samples, processes=len(gone))
 
 

@@ -40,7 +40,7 @@ TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True
 if TYPE_CHECKING:
     from typing import Any, Final
 
-    from cmr.store.base import Neighbours, PruneResult, SequenceData, StoreStats
+    from cmr.store.base import Neighbours, OnStep, PruneResult, SequenceData, StoreStats
     from invoseq.wire import Batch
 
 #: The most negative SQLite INTEGER: no sequence starts before it.
@@ -268,7 +268,7 @@ class SQLiteReader(Store):
     def record_rejected(self, reason: str, count: int = 1) -> None:
         raise self._read_only()
 
-    def prune(self, before_ns: int) -> PruneResult:
+    def prune(self, before_ns: int, *, on_step: OnStep | None = None) -> PruneResult:
         raise self._read_only()
 
     def _read_only(self) -> StoreError:

@@ -20,7 +20,7 @@ from cmr.store.sqlite.reader import BUSY_TIMEOUT_MS, SQLiteReader
 from cmr.store.sqlite.writes import write_group
 
 if TYPE_CHECKING:
-    from cmr.store.base import Outcome, PruneResult
+    from cmr.store.base import OnStep, Outcome, PruneResult
 
 __all__ = ["BUSY_TIMEOUT_MS", "SQLiteStore"]
 
@@ -46,6 +46,6 @@ class SQLiteStore(PackingStore, SQLiteReader):
                 (reason, count),
             )
 
-    def prune(self, before_ns: int) -> PruneResult:
+    def prune(self, before_ns: int, *, on_step: OnStep | None = None) -> PruneResult:
         with self._transaction("BEGIN IMMEDIATE") as conn:
-            return sqlite_read.prune(conn, before_ns)
+            return sqlite_read.prune(conn, before_ns, on_step)

@@ -79,7 +79,9 @@ def test_the_html_report_and_the_ui_listing_say_error(repo: str) -> None:
     finally:
         store.close()
     assert model["summary"]["status"] == "error"
-    raised_row = next(row for row in page.split("</tr>") if RAISED.hex() in row)
+    table = page.split("<table id='sequences'>")[1]  # the charts above name the sequence too
+    raised_row = next(row for row in table.split("</tr>") if RAISED.hex() in row)
+    assert f"<a class='dot s-error' href='/seq/{RAISED.hex()}'" in page  # a red mark
     assert "<span class='status-error'>error</span>" in raised_row
 
 

@@ -13,10 +13,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import synthetic
-from cmr.store import open_store
 from tests.cmr.report.conftest import Browser, save_screenshot
-from tests.support import cmr
+from tests.support import cmr, store_one_sequence
 
 pytestmark = [pytest.mark.browser, pytest.mark.system, pytest.mark.timing]
 
@@ -31,16 +29,10 @@ RESPONSE_WITHIN_S = 5.0
 def fixture_large_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     tmp = tmp_path_factory.mktemp("large")
     db = tmp / "large.sqlite"
-    traffic = synthetic.one_sequence(puid=7, invocations=CALLS)
-    store = open_store(str(db))
-    try:
-        for batch in synthetic.decoded(traffic):
-            store.ingest(batch, time.time_ns())
-    finally:
-        store.close()
+    seq = store_one_sequence(db, CALLS)
     report = tmp / "large.html"
     started = time.perf_counter()
-    cmr(db, "report", traffic.seqs[0].hex(), "-o", str(report))
+    cmr(db, "report", seq, "-o", str(report))
     return report, time.perf_counter() - started
 
 

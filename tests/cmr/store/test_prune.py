@@ -100,3 +100,25 @@ def test_a_process_still_named_by_a_recent_sequence_is_kept(
 def test_pruning_an_empty_repository_removes_nothing(store: Store) -> None:
     result = store.prune(2**62)
     assert (result.sequences, result.samples, result.processes) == (0, 0, 0)
+
+
+def test_prune_tells_how_far_it_has_gone(
+    store: Store, make_batch: BatchFactory, clock_offset_ns: int
+) -> None:
+    """``on_step(done, total)``: each statement of a database's prune, in order, to the total
+    (``cmr prune``'s progress); the memory store's prune is quick and says nothing."""
+    store.ingest(
+        make_batch(1, 1, {1: [start(1, 100, OLD), wire.End(1, 300)]}),
+        received_ns=clock_offset_ns + 400,
+    )
+    steps: list[tuple[int, int]] = []
+
+    result = store.prune(clock_offset_ns + 1_000, on_step=lambda *step: steps.append(step))
+
+    assert result.sequences == 1
+    if type(store).__name__.startswith("Memory"):
+        assert steps == []
+        return
+    total = steps[0][1]
+    assert steps == [(done, total) for done in range(1, total + 1)]
+    assert total > 5

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.cmr.ui.ui_support import READY_PREFIX, UI, running_ui, start_ui, stop
-from tests.support import cmr_json, cmr_server, read_line, run_traced, write_script
+from tests.cmr.ui.ui_support import READY_PREFIX, UI, filled_repository, running_ui, start_ui, stop
+from tests.support import cmr_json, read_line
 
 pytestmark = pytest.mark.system
 
@@ -64,11 +64,7 @@ CHECKOUTS = 17
 
 @pytest.fixture(name="shop_db", scope="module")
 def fixture_shop_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("shop")
-    db = root / "cmr.sqlite"
-    with cmr_server(db) as endpoint:
-        run_traced(write_script(root / "shop.py", SHOP), endpoint)
-    return db
+    return filled_repository(tmp_path_factory.mktemp("shop"), SHOP)
 
 
 @pytest.fixture(name="shop_ui", scope="module")
@@ -180,7 +176,7 @@ def test_the_filters_of_cmr_ls_select_the_same(
     assert page.status == 200
     assert "value='shop.*'" in page.body  # the form keeps what was asked
     assert "<option value='duration' selected>" in page.body
-    assert "<p id='count'>0 sequences, longest first</p>" in page.body  # the index answered
+    assert ">0 sequences, longest first</p>" in page.body  # the index answered
 
 
 def test_the_top_page_sums_up_the_roots_as_cmr_top_does(shop_ui: UI, shop_db: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cmr.defaults import READY_PREFIX
-from tests.support import read_line, traced_env, write_script
+from tests.support import cmr_server, read_line, run_traced, traced_env, write_script
 
 
 @dataclass
@@ -56,6 +56,15 @@ class UI:
 def _reply(status: int, headers: Any, body: bytes) -> Reply:
     content_type = headers.get("Content-Type", "").split(";")[0]
     return Reply(status, content_type, body.decode(), dict(headers.items()))
+
+
+def filled_repository(root: Path, program: str) -> Path:
+    """A repository file under ``root`` holding what ``program`` (a script's source) did, run
+    traced against a real `cmr serve`."""
+    db = root / "cmr.sqlite"
+    with cmr_server(db) as endpoint:
+        run_traced(write_script(root / "program.py", program), endpoint)
+    return db
 
 
 def start_ui(db: Path, *args: str) -> subprocess.Popen[str]:

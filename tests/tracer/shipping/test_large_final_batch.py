@@ -17,7 +17,7 @@ import tracer
 from tracer import _runtime
 
 def ticks():
-    sampler = _runtime._sender._sampler if _runtime._sender is not None else None
+    sampler = _runtime.RUNTIME.sender._sampler if _runtime.RUNTIME.sender is not None else None
     return sampler.ticks if sampler is not None else 0
 
 def deep(depth):

@@ -218,3 +218,26 @@ def test_flush_waits_its_own_timeout_and_says_true_once_everything_is_acknowledg
         2 * calls
     )
     assert len(numbers) - len(set(numbers)) <= 0.05 * len(set(numbers))
+
+
+def test_the_events_not_yet_acknowledged_fall_as_acknowledgements_come() -> None:
+    """What `tracer run`'s progress counts at its end: events queued or sent, not acknowledged."""
+    clock = Clock()
+    node = SlowNode(clock, 1_000_000)
+    delivery = Delivery(
+        Nodes({"slow": node}, clock=clock),
+        window=4,
+        queue_batches=10,
+        spool=None,
+        resend_ns=RESEND_NS,
+        clock=clock,
+    )
+    for batch_no in range(1, 11):
+        delivery.submit(Outgoing(PUID, batch_no, str(batch_no).encode(), events=100))
+    assert delivery.unacknowledged_events() == 1_000  # queued
+    delivery.pump()
+    assert delivery.unacknowledged_events() == 1_000  # 4 sent, 6 queued
+    clock.advance(3_000_000)
+    delivery.collect(0)
+    assert delivery.unacknowledged_events() == 700
+    assert delivery.counters.sent_events == 300

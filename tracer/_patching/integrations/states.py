@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import Final, NamedTuple
 
+from tracer._core import forking
 from tracer._patching.integrations.registry import (
     BY_NAME,
     BY_OTEL_NAME,
@@ -49,7 +50,7 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()  # a thread of the parent may have held it at the fork
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.on_fork("integration states", in_child=_after_fork_in_child)
 
 
 def _names(variable: str) -> list[str]:
