@@ -1,12 +1,7 @@
-"""The wire protocol between a traced process and the repository.
+"""The wire protocol between a traced process and the repository. ``docs/protocol.md`` specifies
+every message; keep the two in step.
 
-Every message is a ZeroMQ multipart message of two frames: a fixed 6-byte header (magic, protocol
-version, message kind) and a msgpack body. Bodies are msgspec Structs encoded ``array_like`` so a
-batch is a compact nest of arrays. Events are encoded from plain tuples on the sending side (cheaper
-to build on the hot path) and decoded into tagged Structs on the receiving side, where every field
-has a type and a size limit: the repository treats whatever arrives as untrusted.
-
-``docs/protocol.md`` specifies every message; keep the two in step.
+More in docs/architecture.md, "invoseq/wire.py".
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@
     @traced
     def checkout(cart): ...
 
-Every call of a traced function becomes an invocation of a sequence; the sequences stream to the
-repository (``cmr serve``, or the one ``tracer run`` embeds). See docs/guide.md.
+More in docs/architecture.md, "tracer/__init__.py".
 """
 
 from __future__ import annotations

@@ -1,57 +1,7 @@
 """Flush on SIGTERM: a process stopped the ordinary way (containers, systemd,
 ``Process.terminate()``, ``Pool.terminate()``) keeps what it traced.
 
-Where the program has left SIGTERM at its default (``SIG_DFL``), the tracer installs a handler:
-on SIGTERM it puts ``SIG_DFL`` back (a second SIGTERM kills at once), shuts the tracer down (sends
-what it holds, waits for the acknowledgement at most ``flush_timeout_ms``, spools the rest) and
-dies by SIGTERM exactly as the process would have: exit status -15, none of the program's code
-run (no ``atexit``, no ``finally``).
-
-Design:
-
-- **Only over SIG_DFL.** A program's own handler (or ``SIG_IGN``) is left alone: one installed
-  before the tracer starts is kept, one installed after replaces ours. Such a program calls
-  ``tracer.flush()`` from its handler (``Sender``'s lock is reentrant, so that cannot deadlock on
-  the main thread it interrupted). PID 1 (a container's init) is left alone too: the kernel does
-  not end init with a signal at its default, so neither would our re-raise.
-- **Who notices.** Python runs a signal handler in the main thread between two bytecodes. A
-  SIGTERM that lands in the microseconds before the main thread blocks in a system call (a pool
-  worker going back to wait for its next task) would wait for that call to return, perhaps for
-  ever (``Pool.terminate()`` would then hang joining the worker). So a watchdog thread (started
-  with ``_thread``, blocked in ``read`` on a pipe of its own, costing nothing until a signal
-  comes) does the work at once, whatever the main thread is doing: ``tracer/_sigterm.c`` puts an
-  OS-level handler over CPython's for SIGTERM that writes to the pipe, then calls CPython's. Not
-  the signal wakeup fd, which is the process's: asyncio and trio set their own, and trio refuses
-  to start where it is taken (issue 32). The Python-level handler does the work when there is no
-  watchdog (an install without a compiler), or when CPython's handler was installed again over
-  ours (a program that put ours back with ``signal.signal`` after handling SIGTERM itself). The
-  first to claim the SIGTERM does the work; the main thread, if it comes second, waits there.
-- **The work** runs in a helper thread, waited for at most ``flush_timeout_ms`` +
-  ``SPOOL_GRACE_S``: the code the handler interrupted may hold a lock the shutdown needs, which
-  in the main thread would deadlock and in a helper costs at most the bound. Threads are started
-  with ``_thread``, because ``threading.Thread.start`` takes a lock of ``threading`` that the
-  interrupted code may hold. ``SIG_DFL`` is put back with ``signal.signal`` on the main thread,
-  with libc's ``signal()`` from the watchdog (Python allows the former only on the main thread).
-  Nothing raises: a ``KeyboardInterrupt`` during the wait ends it, and the process dies all the
-  same (the signal is unblocked and raised in the thread doing the work).
-- **The main thread.** ``signal.signal`` works only there, and the
-  tracer may start from another thread's first traced call. ``arm()`` runs whenever a sender
-  starts (``configure()``, or the first traced call of the process): on the main thread it
-  installs at once; elsewhere it asks CPython to install on the main thread
-  (``Py_AddPendingCall``, the mechanism that runs signal handlers there), which happens as soon as
-  the main thread runs Python code again. A main thread blocked for good in C (``Thread.join()``)
-  installs it only when it wakes: such a program calls ``tracer.configure()`` at start-up.
-- **Processes.** A forked child starts with no events and no sender: right after ``os.fork()``
-  it puts SIGTERM back at its default and drops the pipe it shares with its parent (SIGTERM is
-  blocked around the fork meanwhile: a child's signal must not wake the parent's watchdog). At its
-  first traced call its tracer starts a fresh sender and installs handler and watchdog again, so
-  a forked pool worker ended by ``Pool.terminate()`` flushes its own events, and one that never
-  traced dies at once as before. ``exec`` resets handlers: a spawned child installs its own when
-  its tracer starts.
-- **Undone** by ``disarm()``: ``shutdown()`` (so SIGTERM during the flush at exit kills at once),
-  ``configure(enabled=False)`` and ``configure(flush_on_sigterm=False)`` put ``SIG_DFL`` back if
-  our handler is still the one installed, and stop the watchdog. ``uninstrument()`` does not:
-  the handler belongs to the sender, which ``@traced`` keeps using after it.
+More in docs/architecture.md, "tracer/_signals.py".
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 ``tracestate`` values, and cut a tracestate to its limits. No state and no ids of ours:
 ``tracer.propagation`` decides what goes in them (and re-exports the public names).
 
-Sections (§) are those of W3C Trace Context Level 2, https://www.w3.org/TR/trace-context-2/.
-Reading never raises: None stands for a value the spec says to ignore (traceparent) or to discard
-as a whole (tracestate).
+More in docs/architecture.md, "tracer/_tracecontext.py".
 """
 
 from __future__ import annotations

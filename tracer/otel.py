@@ -6,28 +6,7 @@
     provider = TracerProvider()
     provider.add_span_processor(InvocationSpanProcessor())
 
-Every span any instrumentation starts on that provider (Flask, requests, urllib, DB drivers …)
-becomes a node of the current sequence: a Start when the span starts, its attributes (a
-``wire.Attrs`` event) and an End, or an Error when its status is ERROR, when it ends. Times are
-the span's own, converted to the tracer's monotonic clock.
-
-Where a span's node goes:
-
-- inside a traced invocation: under that invocation;
-- outside any sequence, under a span this processor recorded (its parent span, current in the
-  OpenTelemetry context): under that span's node, in its sequence;
-- otherwise it is a root that adopts the span's trace id as its sequence, under the span's
-  parent as a remote parent (``tracer._core.adoption``), like a root traced call.
-
-A traced call that starts outside any sequence while such a span is current nests under the
-span's node (``tracer._core.adoption.adopt`` looks the span up). A traced call inside a traced
-invocation stays under that invocation even when a span was started in between: the hot path does
-not consult OpenTelemetry while a sequence is current, so the span's node and the call are
-siblings then.
-
-Never raises into the instrumented code: a failure is counted as the tracer's internal error.
-``on_end`` may run in another thread than ``on_start``: its events are then recorded by the thread
-that ends the span (the repository joins events by invocation id, whatever thread sent them).
+More in docs/architecture.md, "tracer/otel.py".
 """
 
 from __future__ import annotations

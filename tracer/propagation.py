@@ -1,30 +1,6 @@
 """W3C Trace Context across processes and services: the ``traceparent`` and ``tracestate`` headers.
 
-A hop to another process is a hand-off like any other. ``inject`` records a Handoff from the
-current invocation and writes it into the outgoing carrier::
-
-    traceparent: 00-<sequence: 32 hex>-<hand-off id: 16 hex>-<the sequence's trace-flags>
-    tracestate:  invoseq=<sending process's puid, hex>,<the other vendors' entries>
-
-``extract`` on the receiving side returns the context value ``(seq, 0, hid)`` and
-``continue_from`` attaches it for a block: the first traced call there carries the hid, and the
-repository hangs it under the injecting invocation, whichever process that ran in. A traceparent
-written by another tracing system joins its trace-id as the sequence, under a parent the repository
-does not know.
-
-What the context value cannot carry (the hot path never sees it) waits in a side table keyed by
-the sequence: the incoming trace-flags and the other vendors' tracestate entries, which every
-``inject`` in that sequence sends on. It holds the last ``MAX_SEQUENCES`` sequences seen, least
-recently used first out; a forgotten sequence is sent like one invoseq started.
-
-Parsing (``tracer._tracecontext``) follows W3C Trace Context Level 2
-(https://www.w3.org/TR/trace-context-2/, sections cited as §) and never raises: an invalid
-traceparent is ignored, its tracestate with it (§3.3), so the next traced call starts a new
-sequence; an invalid tracestate is discarded and never affects the traceparent.
-
-One implementation serves three carriers: HTTP-style headers (names in any case), a child
-process's environment (``TRACEPARENT``/``TRACESTATE``, OpenTelemetry's convention for environment
-carriers), and OpenTelemetry's propagator API (``InvoseqPropagator``).
+More in docs/architecture.md, "tracer/propagation.py".
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@
         checkout(cart)
     assert [i.name for i in trace.invocations()] == ["shop.checkout", "shop.price"]
 
-The captured batches went through the same encoder as production and were decoded with the
-repository's typed decoder, so a test also checks what goes on the wire.
+More in docs/architecture.md, "tracer/testing.py".
 """
 
 from __future__ import annotations

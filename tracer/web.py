@@ -5,11 +5,7 @@
     app = WSGIMiddleware(app)   # any WSGI server
     app = ASGIMiddleware(app)   # any ASGI server
 
-Under ``tracer run`` or ``tracer.instrument()`` the integrations put them in place themselves for
-Flask, Django, Starlette, FastAPI, aiohttp, gunicorn and wsgiref (docs/guide.md, "Web services
-with no code change"); a request is measured once however many of them it passes through.
-``INTEGRATIONS`` names every integration, as ``instrument(disable=[...])`` and
-``INVOSEQ_DISABLED_INTEGRATIONS`` take them.
+More in docs/architecture.md, "tracer/web.py".
 """
 
 from __future__ import annotations

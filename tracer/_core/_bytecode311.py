@@ -1,20 +1,6 @@
 """Decode and re-assemble CPython 3.11 code objects, for the code instrumentation in ``inject``.
 
-What: ``decode`` turns a code object's ``co_code``, exception table and location table into a
-list of ``Instr`` (one per instruction: opcode, argument, jump target as an ``Instr``, source
-position, exception handler as a ``Handler``); ``assemble`` turns an edited list back into a code
-object: it lays the instructions out (EXTENDED_ARG prefixes and inline CACHE entries included,
-relative jump arguments recomputed until the layout is stable), and encodes the exception table
-and the location table anew from each instruction's handler and position.
-
-Why our own and not the ``bytecode`` package: we only ever *insert* instructions into code that
-CPython 3.11 compiled, and everything we do not touch must come out exactly as it went in (each
-instruction's full position, with columns, for tracebacks; each instruction's handler, depth and
-lasti flag; the constants at their indices). Round-tripping through a general-purpose model of
-bytecode (which recomputes stack depths and rebuilds positions) is more code than this module and
-a dependency to track; 3.11's formats are fixed (the interpreter's own ``Objects/locations.md``
-and ``Objects/exception_handling_notes.txt``) and small. Python 3.12 and later do not need this
-module (``sys.monitoring``); it imports there but ``decode`` refuses to run.
+More in docs/architecture.md, "tracer/_core/_bytecode311.py".
 """
 
 from __future__ import annotations

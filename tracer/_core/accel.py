@@ -1,10 +1,7 @@
 """Which implementation records events: the C accelerator (``tracer._core._speedups``) or pure
 Python.
 
-The C extension is built by ``pip install`` when a C compiler and the Python headers are there;
-when it was not built, or does not import, the pure-Python code runs instead, with the same
-behaviour and byte-identical batches. ``INVOSEQ_PURE=1`` forces pure Python (the test suite runs
-once each way). Decided once, at import: the hot path never asks again.
+More in docs/architecture.md, "C accelerator".
 """
 
 from __future__ import annotations

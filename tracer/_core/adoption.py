@@ -1,19 +1,6 @@
 """A root invocation joins the OpenTelemetry trace it starts in.
 
-When a traced call starts with no sequence current, the hot path asks ``adopt()`` (the pure
-wrappers directly, the C wrapper through the callback ``decorator`` gives it). While an
-OpenTelemetry span is current, the answer is the context value a foreign ``traceparent`` naming
-that span would give: the span's trace id as the sequence, under a remote parent (the span's id
-as the hand-off id). So invoseq sequences and the team's OpenTelemetry traces line up, sampled
-or not.
-
-A span that ``tracer.otel.InvocationSpanProcessor`` recorded as an invocation of this process is
-no remote parent: ``adopt()`` nests the traced call under that span's node instead. The
-processor keeps the registry of those nodes here (``nodes``), below the decorator, so the hot
-path never imports the OpenTelemetry SDK.
-
-Nested calls never come here: the decorator asks only when no sequence is current. A root with
-no span current pays one ContextVar read and one dict lookup.
+More in docs/architecture.md, "tracer/_core/adoption.py".
 """
 
 from __future__ import annotations

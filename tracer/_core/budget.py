@@ -1,26 +1,6 @@
 """One memory bound per process: ``max_buffered_bytes`` for every event the tracer holds.
 
-What counts: the events in every thread's buffer, charged ``EVENT_BYTES`` each, and the sender's
-encoded batches, charged their size, from the moment they are built until they leave memory
-(acknowledged, written to the spool, or dropped). Past the bound a traced call runs untraced and
-is counted (``overflow``): dropped events, its sequence lossy. Nothing here blocks or raises into
-the program.
-
-The hot path pays one comparison: a thread's buffer carries its allowance (``limit``, in events)
-and a Start compares the buffer's length with it. Reaching it takes the slow path, ``refill``,
-which reserves another chunk of events from the process-wide pool under this module's lock, or
-counts the call as overflow when the pool is empty; once the threads hold more than a quarter
-of the bound it also wakes the sender (``on_threads_full``), which drains them before its
-interval is up: encoded, the same events take a quarter of the memory. The sender hands the
-charge of what it drains over to itself (``hand_over``: an idle thread's unused allowance goes
-back to the pool, a busy one is given its next chunk), and gives it back as batches leave memory
-(``hold`` with a negative size). docs/architecture.md, "One memory bound per process".
-
-Exact but for small slacks: the End (or Error) of a call whose Start was recorded is always
-recorded, so trees stay whole (a thread may pass its allowance by one event per call in flight,
-repaid from its next chunk); a thread may record one more Start while the sender trims it; the
-sender's charges are never refused, so the batches built from one drain may pass the bound until
-the drained events are let go.
+More in docs/architecture.md, "One memory bound per process".
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """The tracer's clock: nanoseconds on ``CLOCK_MONOTONIC``'s scale (``time.perf_counter_ns``).
 
-With the C accelerator every event of the process takes its time from ``_speedups.clock``, which
-reads the CPU's time-stamp counter where the kernel keeps time with it (its clocksource is
-``tsc``): an unordered RDTSC and a multiplication cost about 11 ns against ``clock_gettime``'s 30,
-and a traced call reads the clock twice. The counter is converted by a line it fits to pairs of
-readings of both clocks, one pair every 50 ms while it is read, so it stays within a
-microsecond of ``time.perf_counter_ns`` and never steps back (``tracer/_core/_clock.h``).
-Elsewhere, and with ``INVOSEQ_CLOCK=monotonic``, it is ``clock_gettime(CLOCK_MONOTONIC)``.
-
-Pure Python reads ``time.perf_counter_ns``. Decided once, at import.
+More in docs/architecture.md, "C accelerator".
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """Traced code objects: which code is traced, under which method, and how its frames are seen.
 
-Tracing instruments a function's *code*, not the function (DESIGN.md, "Instrumentation"): the
-function stays the program's object, of the same type, with the same attributes and frames, and
-every reference to it, taken before or after, runs traced code. ``REGISTRY`` maps each traced
-code object (by id) to ``(method, kind)``; the pure-Python handlers (``tracer._core.hooks``) look
-the code up there, the C accelerator's read it from the code object's extra slot. The backend
-that makes the code report its events is ``tracer._core.monitoring`` (``sys.monitoring``, Python
-3.12+) or ``tracer._core.rewriting`` (an instrumented copy of the code, Python 3.11); where there
-is none, ``@traced`` falls back to a wrapper (``tracer._core.decorator``).
-
-``TRACED_CODES`` holds the code objects the frames of traced calls run (on 3.12+ the function's
-own code, on 3.11 its instrumented copy): a thread with one of them on its stack is inside a
-traced call (the sampler's ``only_active``).
+More in docs/architecture.md, "Instrumentation: code objects, not functions".
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """The invocation context: one ContextVar holding one immutable value per strand.
 
-The value is a tuple ``(seq, parent, hid)``: the sequence id (16 bytes), an invocation's id in
-this process, and a pending hand-off id (0 for none); a fourth item, ``origin``, says where it
-was set (``tracer._core.stack``). It is set where a strand begins or crosses (a root, a coroutine,
-a hand-off, a request): nested synchronous calls find their parent on their thread's invocation
-stack (``tracer._core.stack``) and leave the ContextVar as it is, so read the current invocation
-with ``stack.capture()``, never from here. ``None`` means no sequence is active, so the next
-traced call starts one. Attach/detach use ContextVar tokens, so a ``try/finally`` always
-restores exactly what was there.
+More in docs/architecture.md, "tracer/_core/context.py".
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """The traced wrappers: start and end events around every call (``@traced`` itself, which picks
 and applies them, is ``tracer._core.traced``).
 
-Hot path per nested sync call: one ContextVar read, one comparison of the thread's buffer with
-its allowance under the process's memory bound (``tracer._core.budget``), one counter step, the
-thread's invocation stack (``tracer._core.stack``: its top is the parent when it began under the
-same ContextVar value), two clock reads and two list appends of a tuple, no lock, no syscall, no
-ContextVar write (a root sets it, a strand's wrapper sets it at each step). Everything else is
-decided at decoration time: the method is interned then, the wrapper's shape (sync, coroutine,
-generator, async generator) is chosen then, and the pure-Python wrappers are compiled then with
-the function's own parameters (``tracer._core.shaped``, their code in ``tracer._core.bodies``).
-
-A root call (no sequence current) first asks ``_adopt`` (``tracer._core.adoption.adopt``): while an
-OpenTelemetry span is current, the root joins its trace instead of drawing a new sequence. Nested
-calls never ask: a current sequence costs nothing extra.
-
-The wrapper never raises into user code: a failure in the tracer's own steps is counted and logged
-once (``recorder.internal_error``), and the user's function still runs. The user's own exceptions
-propagate unchanged, after an ``Error`` event that names their type.
-
-With the C accelerator (``IMPLEMENTATION == "c"``) the sync wrapper is ``_speedups.TracedFunction``,
-which does the same steps in C; the coroutine and generator wrappers stay in Python, their Start
-recorded by ``_speedups.start``. The hot path's
-sources, ``_clock``, ``_new_seq``, ``_next_iid``, ``_adopt`` and ``_disabled``, are module globals
-either way: assigning one from outside (a test fixing the clock) reaches the C wrapper too.
+More in docs/architecture.md, "The hot path" and "C accelerator".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The tracer's wrapper frames, known by their code objects rather than by file name.
 
-A thread with one of these frames on its stack is inside a traced call (the sampler samples only
-such threads by default), and ``tracer run`` leaves them out of the program's tracebacks. Each
-module that defines a wrapper registers it where it is defined; a closure's code object is shared
-by every function the enclosing ``def`` makes, so registering the factory that makes them
-covers them all.
+More in docs/architecture.md, "tracer/_core/frames.py".
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """Hand-offs: work that leaves the current invocation for another thread or asyncio task.
 
-``record(kind, fn)`` runs on the submitting side: it appends a Handoff event (a fresh hid, the
-submitting invocation, the callable's interned name, the submit time) and returns the context value
-the other side must run with, ``(seq, parent, hid)``. ``bind(fn, kind)`` wraps a callable for a
-thread: the wrapper attaches that value while the callable runs, so the first invocation there
-carries the hid. When the callable itself is not traced, the wrapper records it as an invocation of
-its own, so a slow task is visible even if it calls nothing traced.
-
-Outside any sequence both return at once and record nothing.
+More in docs/architecture.md, "tracer/_core/handoff.py".
 """
 
 from __future__ import annotations

@@ -1,39 +1,7 @@
 """The events of an instrumented code object, in pure Python: what happens when a traced
 function's own frame starts, yields, resumes, returns or unwinds.
 
-A traced function is not wrapped: its code is instrumented (``tracer._core.codes``), and these
-six handlers run at the points ``sys.monitoring`` names (PY_START, PY_YIELD, PY_RESUME,
-PY_THROW, PY_RETURN, PY_UNWIND), called by ``sys.monitoring`` on 3.12+ or by the instrumented
-bytecode on 3.11, with the same arguments either way: ``(code, offset[, value])``. ``code`` is
-the key the code was registered under (``codes.REGISTRY``, by id).
-
-- A **synchronous** call cannot be interleaved on its thread, so its thread keeps its open calls
-  as a chain of entries from the top of its invocation stack (``EventList.top``): ``(strand, iid,
-  seq, code, the entry below, token)``, whose first three items are the top the wrappers keep
-  (``tracer._core.stack``), so the parent is found as they find it. The start makes its entry
-  the top; the return or unwind of the top entry's code puts the entry below back (a top of
-  another code means the frame began before its code was instrumented: its end is left alone).
-  ``token`` is a root's ContextVar token, None, or ``_UNTRACED`` for a call that runs untraced
-  (recording off, past the memory bound), whose entry repeats the one below's first three items.
-  One thread-local read per handler, one tuple per call besides its two events.
-- A **strand** (generator, coroutine, async generator) keeps its state by frame (``_strands``):
-  its invocation, the context value its steps run under, and the token of the step running now;
-  each step sets the value and the yield that ends it resets it, so calls between its steps
-  belong to the caller. A value code inside the frame set and had not reset at the yield (an
-  integration's client call attached across an ``await``) is what the next step sets instead.
-  A generator or async generator closed (GeneratorExit) ends ok, as an exhausted one does; a
-  coroutine closed ends with the error, as any exception.
-- A strand the memory bound turned away where it would have rooted a sequence runs untraced,
-  and so do the calls its steps make (as a synchronous root's, ``decorator.inside_untraced_root``):
-  it is kept apart (``_untraced_strands``) and each of its steps puts a marker on top of its
-  thread's stack, taken off at the yield that ends the step; a strand that runs traced never
-  looks there.
-- A strand closed where it has no handler (3.13 then runs none of its code, and no event comes)
-  or dropped unstarted leaves a state whose frame nobody else holds: ``sweep`` ends those, at the
-  next strand's start once they are many, and at every flush.
-
-A handler never raises into user code: a failure is counted and logged once
-(``recorder.internal_error``).
+More in docs/architecture.md, "tracer/_core/hooks.py".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Identity of the platform, the process and the sequence (see DESIGN.md, "Identity").
 
-Ids are plain ints and bytes on the hot path; hex appears only at the edges. Random values come
-from a Mersenne Twister seeded from the OS at start and again in a forked child, so drawing a
-sequence id costs no syscall and a child never repeats its parent's draws. It is ``random``'s own
-generator, ``_random.Random``, without the ``random`` module (and the ``math``, ``bisect`` and
-hashing it loads), which ``import tracer`` does not need.
+More in docs/architecture.md, "tracer/_core/ids.py".
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Work to do once the program imports a module, without importing it: ``when_imported`` (once),
 and ``watch`` (every time the module is executed, until ``unwatch``: the integrations' hooks).
 
-``import tracer`` must not import what the program may never use (OpenTelemetry, asyncio,
-multiprocessing): what depends on such a module waits for the program to import it. A module
-imported already runs its callbacks at once; any other is watched by one finder, first on
-``sys.meta_path``, which lets the finders after it find the module and runs the callbacks right
-after the module's code has run (before its importer sees it). A callback that fails is logged
-once; the program's import never fails for it.
-
-The finder costs an import of a module nobody watches one set lookup.
+More in docs/architecture.md, "tracer/_core/imports.py".
 """
 
 from __future__ import annotations

@@ -1,65 +1,9 @@
-"""Instrument a function's code object in place of wrapping the function (CPython 3.11).
+"""Instrument a function's code object in place of wrapping the function (CPython 3.11):
+``f.__code__ = instrument(f.__code__, key, hooks)`` calls the hooks where ``sys.monitoring`` (3.12+)
+would fire its events, so the traced function stays the very same object and runs in its own frame;
+``uninstrument`` gives the original code back.
 
-What: ``instrument(code, key, hooks)`` returns a new code object that behaves as ``code`` does and
-also calls the hooks where ``sys.monitoring`` (Python 3.12+, PEP 669) would fire these events for
-``code``; ``f.__code__ = instrument(f.__code__, key, hooks)`` instruments ``f`` itself, so the
-traced function stays the very same object and runs in its own frame: identity, type, pickling
-by reference, ``sys._getframe(n)``, ``warnings.warn(stacklevel=n)`` and references captured
-before instrumentation all see the untraced function. ``uninstrument(new)`` gives back the
-original code object (``f.__code__ = uninstrument(f.__code__)`` restores exactly).
-
-Why only 3.11: 3.12+ has ``sys.monitoring`` local events for this; 3.11 has nothing but the
-bytecode itself (``_bytecode311`` decodes and re-assembles it).
-
-Where each hook is called, as ``hooks.X(key, 0, ...)`` with its result discarded:
-
-- ``start(key, 0)`` right after the prologue's ``RESUME 0`` (after ``COPY_FREE_VARS`` and
-  ``MAKE_CELL``; for a generator, coroutine or async generator after ``RETURN_GENERATOR``,
-  ``POP_TOP``, so when it first runs): PY_START.
-- ``resume(key, 0)`` right after every other ``RESUME`` (after a yield, ``yield from`` or await
-  step): PY_RESUME.
-- ``yield_(key, 0, value)`` right before every ``YIELD_VALUE`` (after an async generator's
-  ``ASYNC_GEN_WRAP``, so with the wrapped value, as 3.12 passes it): PY_YIELD.
-- ``return_(key, 0, value)`` right before every ``RETURN_VALUE``: PY_RETURN.
-- ``throw(key, 0, exc)`` when an exception is thrown into the suspended frame (``throw()``,
-  ``close()``, asyncio's cancellation; also into a generator not yet started): PY_THROW. 3.11
-  raises a thrown exception "at" the ``YIELD_VALUE`` the frame is suspended at (at
-  ``RETURN_GENERATOR`` when not started, and at the ``yield from``/await loop's
-  ``JUMP_BACKWARD_NO_INTERRUPT`` when the delegate's ``throw`` raised), instructions that raise
-  nothing themselves: each gets an exception-table entry of its own, keeping the whole stack (so
-  that nothing is released, and no finalizer runs, before the hook: 3.12 fires PY_THROW before
-  unwinding), to a pad that calls the hook and ``RERAISE 1``s into the handler the instruction
-  had (or the unwind handler): the frame's last instruction is the throw point again, no
-  traceback entry is added, the handler sees the stack it did. When the delegate of a ``yield
-  from``/await handles the thrown exception and *returns*, 3.12 throws its StopIteration into
-  this frame (PY_THROW) while 3.11 resumes the frame after the loop: we route that resumption
-  through a block that calls ``throw(key, 0, StopIteration(value))`` (a new StopIteration with
-  the same value, not the delegate's object).
-- ``unwind(key, 0, exc)`` when an exception leaves the frame: PY_UNWIND. Every instruction that
-  had no handler gets an outermost one (depth 0, lasti kept) that calls the hook and re-raises
-  with ``RERAISE 1``: the frame's last instruction is set back to the raising one and no
-  traceback entry is added, so tracebacks, ``f_lineno`` and tracing are as without it. A
-  generator's StopIteration (an async generator's StopAsyncIteration too) reaches the hook as
-  the RuntimeError it becomes, as in 3.12 (3.11 makes that RuntimeError after the frame: the
-  hook gets an equal one, chained to the StopIteration the same way, not the same object).
-
-Deviations from 3.12: ``throw(GeneratorExit)`` into a generator or coroutine not yet started,
-and an async generator's ``aclose()`` before its first ``asend()``, call no hook (3.12: PY_THROW,
-PY_UNWIND), because 3.11 runs such a frame for ``close()`` too (garbage collection of a
-generator never started) where 3.12 does not, and both look the same from inside the frame.
-(3.13 differs from 3.12 itself: it closes a generator suspended outside any try without running
-it, so no PY_THROW, PY_UNWIND; we follow 3.12.) The hooks' ``offset`` is always 0.
-
-Inserted instructions take the position (line and columns) of the instruction they precede, so
-they start no line event of their own; the pads and the unwind handler have none. Jumps to a
-``YIELD_VALUE`` or ``RETURN_VALUE`` go to its hook. Hooks inserted before or after an instruction
-are covered by that instruction's exception handler, so a hook that raises raises as a call at
-that point would (the real hooks never raise); a throw hook that raises replaces the thrown
-exception; an unwind hook that raises replaces the exception leaving the frame.
-
-Cost: the hook calls (``PUSH_NULL``, three ``LOAD_CONST``, ``PRECALL``/``CALL``, ``POP_TOP``);
-the pads and handlers cost nothing until an exception. The hooks (and ``key``) are constants of
-the new code object, which therefore hashes them, and does not marshal.
+More in docs/architecture.md, "tracer/_core/inject.py".
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Invocations that an integration measures: a request a server handles, a request a client sends.
+Their name is known only part of the way in (a route, once matched), so an invocation is begun,
+opened once named, and finished, in three steps.
 
-A traced function's wrapper knows its name when it is decorated; an integration often learns the
-name of what it measures only part of the way in (a server's route is matched after the request
-began). So a measured invocation is begun (its id drawn, its start time read, its context value
-ready for the code inside it), *opened* once its name is known (the Start event written, with the
-start time read at ``begin``), and finished (attributes, then End or Error; opened first under
-its fallback name if it never was)::
-
-    call = measured.begin(remote)              # None: not recording, or past the memory bound
-    token = context.current.set(call.value)    # the code inside runs under it
-    ...
-    call.open(measured.method("flask", "GET /price/<item>"))
-    ...
-    call.finish(fallback, {"http.status_code": 200}, error=None)
-
-Names are interned once each; past ``MAX_NAMES`` distinct names a module's further names share
-``OTHER_NAMES`` (the name itself stays in the attributes), so a route or URL with ids in it cannot
-grow the method table without bound. Nothing here raises into the program: a failure is counted as
-the tracer's internal error and the call goes on unmeasured.
+More in docs/architecture.md, "tracer/_core/measured.py".
 """
 
 from __future__ import annotations

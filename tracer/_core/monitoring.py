@@ -1,14 +1,6 @@
 """The instrumentation backend of Python 3.12+: ``sys.monitoring`` (PEP 669).
 
-The tracer takes a tool id of its own, the first free of ``CANDIDATE_IDS`` (never the ids
-``sys.monitoring`` names for debuggers, coverage, profilers and optimizers, so coverage.py, pdb,
-cProfile and the like keep theirs), and turns on, for each traced code object only, the local
-events PY_START, PY_RESUME, PY_YIELD and PY_RETURN. PY_UNWIND and PY_THROW exist only
-process-wide; the handlers return at once for code that is not traced (one dict lookup).
-
-The handlers are the C accelerator's when it is built, else ``tracer._core.hooks``'. With every
-id taken by other tools the tracer wraps functions instead (``codes.available()`` is False), and
-says so once.
+More in docs/architecture.md, "tracer/_core/monitoring.py".
 """
 
 from __future__ import annotations

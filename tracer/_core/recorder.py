@@ -1,16 +1,6 @@
 """Where events wait for the sender: per-thread buffers, and the interned methods and threads.
 
-The hot path appends a tuple to its own thread's list and takes no lock. The sender drains a list
-with ``events[:n]`` then ``del events[:n]``: each is atomic under the GIL, and anything appended in
-between stays for the next round, so nothing is lost and nothing is sent twice. With the C
-accelerator a thread's buffer is an ``EventBuffer`` instead: fixed-size records that ``take()``
-swaps out atomically and hands over already encoded (``EncodedEvents``); the Python wrappers still
-``append`` tuples to it, so a thread's events stay in one buffer, in order.
-
-The first event of a thread takes the slow path (``register_thread``), which assigns the thread's
-serial ``tid``, interns its metadata and makes sure a sender is running. Each buffer carries its
-thread's allowance under the process's memory bound (``limit``: ``tracer._core.budget``); the sender
-takes exactly the events it counted when it handed their charge over to itself.
+More in docs/architecture.md, "tracer/_core/recorder.py".
 """
 
 from __future__ import annotations

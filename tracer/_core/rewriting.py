@@ -3,11 +3,7 @@ function's ``__code__`` is replaced by an instrumented copy (``tracer._core.inje
 the handlers where 3.12's local events would fire, so the function stays the same object and
 runs in its own frame.
 
-The copy is made once per code object: every function made by the same ``def`` (closures,
-methods made by a factory) is given the same copy when it is traced. ``detach`` puts the
-original code back. The handlers are called with the original code as their key, the key the
-registry holds (``tracer._core.codes``); the pure-Python start of sync code is one made for
-that code (``hooks.start_for``), which needs no registry.
+More in docs/architecture.md, "tracer/_core/rewriting.py".
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""Service sequences: what a process does to serve, not a request it serves.
+"""Service sequences: what a process does to serve, not a request it serves (an ASGI lifespan, a
+server loading its application, an import at the top). They are roots of their own, named under
+``invoseq.service``, which ``cmr ls`` leaves out unless asked.
 
-An ASGI application's lifespan (it runs as long as the server does) and a server's start-up
-(loading the application, which imports it: every traced call its modules make at import time)
-are each measured as the root of a sequence of their own, named in ``invoseq.events.
-SERVICE_MODULE`` (``invoseq.service.asgi.lifespan``, ``invoseq.service.uvicorn.startup``), as is
-an import ``tracer run``'s program makes while nothing is current (``invoseq.service.import``:
-its module's calls at import time, to modules traced already; ``tracer.run.import_phase``): the
-repository calls such a sequence a *service* one and leaves it out of its listings unless asked
-(``cmr ls --kind service``), so a lifespan of hours never tops the slowest requests and the calls
-made at start-up are one sequence, not one each.
-
-A service invocation always roots a sequence of its own: it is begun outside whatever is current
-(a server started from inside a traced call does not make its lifespan part of that call).
-Nothing here raises into the program.
+More in docs/architecture.md, "tracer/_core/service.py".
 """
 
 from __future__ import annotations

@@ -5,13 +5,7 @@ them into the function again: 125 ns above a bare call here, most of what the pu
 cost beyond recording. A wrapper with the function's own parameters passes them on in an
 ordinary Python-to-Python call (24 ns; docs/architecture.md, "The invocation stack").
 
-``make(template, ...)`` compiles a wrapper's body for one *shape* (the names and kinds of the
-parameters) once, as ``collections.namedtuple`` and ``dataclasses`` compile theirs, in the
-namespace of the module that owns the template: its code reads that module's globals, so
-replacing one (a test fixing the clock) reaches every wrapper. The wrapper takes the function's
-defaults as its own, so it passes on exactly what the function would have received. A callable
-that is not a plain function, or whose parameter names the body uses itself, gets the generic
-shape, ``*args, **kwargs``.
+More in docs/architecture.md, "tracer/_core/shaped.py".
 """
 
 from __future__ import annotations

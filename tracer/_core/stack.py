@@ -1,27 +1,7 @@
 """The invocation stack: where a new invocation finds its parent (docs/architecture.md, "The
 invocation stack").
 
-A synchronous traced call cannot be interleaved with other code on its thread, so its thread
-keeps the open ones on a stack: a nested call pushes an entry (its iid, its sequence, and the
-ContextVar value it began under, its *strand*) and pops it at the end, and touches the ContextVar
-only to read it. The ContextVar (``tracer._core.context.current``) is set only where a strand
-begins or crosses: a root, a coroutine's or generator's invocation, a hand-off's runner, a
-remote context continued. A new invocation's parent is the top of its thread's stack when that
-entry began under the value the ContextVar holds now (same strand), else the value itself.
-
-A context value is ``(seq, parent, hid)`` or ``(seq, parent, hid, origin)``. ``origin`` says
-where it was set, so a Start that takes its parent from the ContextVar rather than from its
-thread's stack knows whether that parent is exact: ``ORIGIN_SYNC_ROOT`` (a synchronous root's:
-its nested calls never set the ContextVar, so a context copied inside one of them names the
-root, an ancestor of the exact parent) or the thread a strand runs on (exact there; elsewhere the
-context travelled without a hand-off of ours). Such a Start is followed by an ``Attrs`` event,
-``{"invoseq.parent": "approximate"}``. A 3-tuple (an integration's, a remote context) is exact
-wherever it is found.
-
-With the C accelerator the stack lives in the thread's ``EventBuffer`` and ``capture``/``nested``
-are C; on the pure-Python path the thread's event list holds the top entry and every open call
-keeps the one below it: a wrapper in its frame (``tracer._core.decorator``), an instrumented
-call in its own entry, ``(strand, iid, seq, code, below, token)`` (``tracer._core.hooks``).
+More in docs/architecture.md, "The invocation stack".
 """
 
 from __future__ import annotations

@@ -2,10 +2,8 @@
 staticmethods, coroutines, generators, async generators) and how each is traced, once, at
 decoration.
 
-A plain Python function is returned as it is: its code is instrumented (``tracer._core.codes``),
-so the function keeps its identity, type, attributes and frames. Anything else callable (a
-builtin, a ``functools.partial``, an object with ``__call__``), or every function where no
-instrumentation backend is available, is wrapped (``tracer._core.decorator``)."""
+More in docs/architecture.md, "tracer/_core/traced.py".
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Symmetric patches that carry the invocation context across threads, asyncio tasks, processes
 and services.
 
-``instrument()`` installs every patch (uninstalling first, so calling it twice is harmless): the
-thread, task and process patches at once, the integrations with web servers and clients
-(``tracer._patching.integrations``) when the program imports their library, and the log record
-factory (``tracer._patching.logs``). ``uninstrument()`` puts back exactly the objects that were
-there. Each patch keeps its original.
+More in docs/architecture.md, "tracer/_patching/__init__.py".
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """Contexts copied inside a synchronous call carry that call (docs/architecture.md, "The
 invocation stack").
 
-A nested synchronous call does not set the ContextVar (``tracer._core.stack``), so a plain copy of
-the context taken inside it names the strand it runs in (the root, the coroutine), an ancestor.
-``contextvars.copy_context`` is patched: inside a call nested on this thread's stack, the copy
-carries that call, ``Copied((seq, iid, 0))``, exact wherever it runs. Everything that copies
-through the module attribute gets this: asyncio's callbacks (``loop.call_soon``),
-``asyncio.to_thread``, asgiref in both directions. anyio binds ``copy_context`` at import: its
-integration patches the name there (``copy_context_in``).
-
-asgiref carries the variables a callee changed back to its caller (``_restore_context``); the
-value a copy was given is not a change of the callee's, so it is never carried back
-(``restore_context``), or it would outlive the call it names.
+More in docs/architecture.md, "tracer/_patching/contexts.py".
 """
 
 from __future__ import annotations

@@ -1,34 +1,6 @@
 """Log records name their sequence: the record factory the tracer chains in while instrumented.
 
-``install()`` wraps the log record factory in place (``logging.getLogRecordFactory()``) with one
-that gives every ``LogRecord`` two attributes, so a formatter can say what a line belongs to::
-
-    logging.Formatter("%(asctime)s %(invoseq_seq)s %(invoseq_iid)s %(levelname)s %(message)s")
-
-- ``invoseq_seq``: the current sequence id, 32 hex digits (what ``cmr show`` takes);
-- ``invoseq_iid``: the current invocation id, 16 hex digits (as the HTML report's details show
-  it; ``int(text, 16)`` is the number).
-
-Both are ``PLACEHOLDER`` outside any sequence, and ``invoseq_iid`` alone is while the sequence
-has no invocation on this side yet (a remote caller's or a hand-off's context attached, no traced
-call begun there), so a format naming them never fails.
-
-A record at WARNING or above made inside an invocation is also recorded on that invocation, as
-the attribute ``log.<n>`` (n = 0, 1, …, in order) with the value ``"WARNING app.pricing: stock low
-for apple"`` (level, logger, message; `` [ValueError]`` after it when the record carries an
-exception). Bounded per invocation: at most ``MAX_RECORDS`` records, each message cut to
-``MAX_MESSAGE`` characters; further ones are counted in ``log.dropped`` (rewritten as it grows,
-within the thread's allowance under the memory bound only). The counts live in one small table of
-the latest ``MAX_TRACKED`` invocations that logged, so a program that runs for days keeps it
-bounded (an invocation that outlives that many others and logs again counts afresh from
-``log.0``, over its first records).
-A record is recorded whatever the handlers then do with it: only the logger's level decides.
-
-Nothing else of logging is touched: no handler, formatter, level or ``basicConfig``. ``uninstall``
-puts back exactly the factory that was there when ours is still the one installed; when another
-factory was chained on top of ours since, ours stays in that chain as a pass-through. Nothing here
-raises into the program: a failure is counted as the tracer's internal error and the record keeps
-the placeholders.
+More in docs/architecture.md, "tracer/_patching/logs.py".
 """
 
 from __future__ import annotations

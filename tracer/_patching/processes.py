@@ -1,23 +1,6 @@
 """Processes: the sequence follows work into child processes, as a hand-off of kind ``process``.
 
-- ``multiprocessing.Process.start``, ``Pool`` (``apply_async``, ``map``/``starmap`` and their async
-  forms, ``imap``, ``imap_unordered``) and ``ProcessPoolExecutor.submit``/``map`` wrap the callable
-  in a ``ProcessRunner``: a picklable object carrying the hand-off, so the same code serves the
-  fork, spawn and forkserver start methods with nothing patched in the child. In the child it
-  attaches the hand-off, runs the callable (recorded as an invocation of its own when it is not
-  traced), and flushes: pool workers often end with ``os._exit`` or SIGTERM, never running atexit.
-- A fork or forkserver child ends with ``os._exit`` once its ``run`` returned, whatever it ran:
-  ``BaseProcess._bootstrap`` flushes what it recorded first (nothing to wait for when it
-  recorded nothing).
-- Pools and executors are created and fed with no context attached, so their worker processes and
-  helper threads never inherit the sequence that happened to start them.
-- ``subprocess.Popen`` gives the child an environment with ``TRACEPARENT`` (a fresh hand-off), the
-  repository endpoint, the other settings and the instrumentation switch (and, under ``tracer
-  run``, the bootstrap of ``tracer.run.bootstrap``, when an environment of its own is given): a
-  Python child running the tracer continues the sequence.
-- A bare ``os.fork()`` inside a sequence: the child continues it under a ``process`` hand-off
-  (the tracer's fork handler, ``tracer._core.forking``, whose earlier steps in ids, recorder and
-  runtime give it its own puid, buffers and sender).
+More in docs/architecture.md, "tracer/_patching/processes.py".
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """asyncio: tasks created inside a sequence are hand-offs of kind ``task``; ``to_thread`` hands off
 to a thread.
 
-Coroutines of one thread interleave, so a task is a strand of its own. ``asyncio.Task`` is replaced
-by a subclass whose constructor, when a sequence is active, records the hand-off and gives the task
-a copy of the context carrying it (``create_task``, ``ensure_future``, ``gather`` and ``TaskGroup``
-all construct tasks through ``asyncio.tasks.Task``). ``run_in_executor`` goes through the patched
-``ThreadPoolExecutor.submit``; ``to_thread`` is patched so the hand-off lands inside the context it
-copies for the thread.
+More in docs/architecture.md, "tracer/_patching/tasks.py".
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Threads and thread pools: the context is captured when work is submitted and attached where it
 runs, with a hand-off of kind ``thread`` between the two.
 
-- ``Thread.start`` replaces the instance's ``run`` with a bound runner, so subclasses that override
-  ``run`` (``Timer`` among them) are covered, and ``Thread.run()`` called without ``start()`` runs
-  untouched in the caller's context.
-- ``ThreadPoolExecutor.submit`` (which ``map`` and asyncio's ``run_in_executor`` go through) binds
-  the callable. The pool's own worker threads are started with no context attached: a pool thread
-  serves many sequences and must not inherit the one that happened to spawn it.
+More in docs/architecture.md, "tracer/_patching/threads.py".
 """
 
 from __future__ import annotations

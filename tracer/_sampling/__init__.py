@@ -4,5 +4,5 @@ the making (``readings``), its pacing to hold its cost near 1 % (``pacing``), an
 it stands on: the main thread sampling itself where it is (``_main_ticks.c``) and the sampler
 thread taking its turn at the GIL (``_gil_turn.c``), both waiting as ``_waits.h`` says.
 
-``import tracer`` imports nothing of it: the runtime loads ``sampler`` when it starts a sender
-with sampling on."""
+More in docs/architecture.md, "tracer/_sampling/__init__.py".
+"""

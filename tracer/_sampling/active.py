@@ -2,9 +2,8 @@
 those inside a traced call, or in an asyncio event loop between the steps of its tasks while the
 loop has work open (``open_async_work``: a request in flight, a traced coroutine suspended).
 
-An event loop with nothing open (an idle server: its lifespan, a service invocation, aside) is
-not read, so the sampler can rest (``Sampler._park``): what wakes it is the next traced call or
-request, whose Start takes the slow path (docs/architecture.md, "Idle")."""
+More in docs/architecture.md, "tracer/_sampling/active.py".
+"""
 
 from __future__ import annotations
 

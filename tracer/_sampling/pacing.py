@@ -1,20 +1,7 @@
 """The sampler's pace: the interval between its ticks, lengthened when its ticks cost more than
 1 % of the time and shortened back, never below the configured interval, when they are cheap.
 
-A tick's cost is the CPU time the sampler thread used in it, judged against the wall time
-elapsed, over windows of at least ``WINDOW_NS``. CPU time of its own thread, because a tick
-holds the GIL while it works: what it uses is time no thread of the program runs Python, while
-the time it waits for the GIL mid-tick (behind busy threads) is time the program runs. Wall
-time as the whole, not the process's CPU time: a program that waits (a server between
-requests) uses little CPU, and judged against that its ticks would look dear exactly when they
-cost it nothing, leaving it unsampled in the waits wall mode is there to show.
-
-Datadog's Python profiler does the same, in two generations: its stack collector picked the
-next interval so that the wall time of a collection is ``max_time_usage_pct`` (1 %) of the
-period; its native sampler scales the interval by (sampler thread CPU / process CPU) / target.
-Here a window whose share is above ``MAX_SHARE`` scales the interval so that the same ticks
-would cost ``TARGET_SHARE``, and one below ``MAX_SHARE / 2`` scales it back towards that target:
-between the two nothing changes, so the interval does not hunt on noise.
+More in docs/architecture.md, "tracer/_sampling/pacing.py".
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A sampler reader's bookkeeping (``tracer/_sampling/sampler.py``): what it knows of each thread it
 reads, and how consecutive samples of a thread become spans of its time.
 
-A sample stands for a span of its thread's time. Where two samples show different stacks, the
-boundary between their spans is placed with the thread's CPU clock (``boundary``); consecutive
-identical samples of a thread that used no CPU in between collapse into one with ``weight = N``:
-a thread blocked for minutes costs one record. Each keeps when its first and last ticks saw its
-stack, which the repository bounds estimated frames with.
+More in docs/architecture.md, "tracer/_sampling/readings.py".
 """
 
 from __future__ import annotations

@@ -3,44 +3,7 @@
 Instrumenting every function costs too much, so the tree stops at the last traced call; samples
 fill in what ran below it (the repository merges them in as *estimated* nodes).
 
-About every interval (jittered between half and one and a half intervals, so ticks never fall
-into step with periodic work) the sampler reads ``sys._current_frames()`` and picks at most
-``max_threads_per_tick`` threads at random among the candidates: the threads that have recorded
-events, never the sampler or the sender, and (``only_active``) only those inside a traced call,
-which is the case when a tracer wrapper frame is on their stack, or in an asyncio event loop
-between task steps (``tracer._sampling.active.worth_sampling``). In ``cpu`` mode a candidate must
-also have run since the sampler last looked at it: its CPU clock advanced. A first look only
-reads the clock (the thread is sampled from the next tick on if it ran in between, and that
-sample is credited with the CPU it used since), so nothing but each thread's own CPU clock is
-read; where threads have none (``pthread_getcpuclockid``), the sampler says so once and samples
-in ``wall`` mode. A CPU mode sample stands for the CPU time it used rather than wall time.
-
-The interval starts at ``interval_ms`` and is paced (``tracer._sampling.pacing``): lengthened when
-the ticks cost more than 1 % of the time, shortened back when they are cheap. The interval in effect
-and the longest used go with every report (``SamplerReport``).
-
-The main thread samples itself (``tracer/_sampling/_main_ticks.c``, with the C accelerator): a
-thread of our own that never takes the GIL asks it, about every interval, to run ``_main_tick`` at
-its next bytecode boundary, which sees the frame it was in. The sampler thread sees a busy thread
-only where it gives up the GIL (every switch interval, or where it blocks: an event loop's select()
-between two task steps), so it would credit those places with the thread's time; the main thread,
-where event loops and most single-threaded programs run, is seen where it really is. Other threads
-are read by the sampler thread, which at each tick takes the GIL from its holder
-(``tracer/_sampling/_gil_turn.c``) rather than wait for a release that a thread busy with short ones
-never leaves it: the holder is seen where it is too.
-
-Each sample stands for a span of its thread's time (``tracer/_sampling/readings.py``). Where two
-samples show different stacks, the boundary between their spans is placed with the thread's CPU
-clock, because the sampler thread only sees a thread when it holds the GIL: a thread that blocks
-gives it up at once, a busy one only every switch interval. Consecutive identical samples of a
-thread that used no CPU in between collapse into one with ``weight = N``: a thread blocked for
-minutes costs one record. Each sample carries when its first and last ticks saw its stack (the
-repository's bounds on an estimated frame are the gaps between two ticks). The tracer's own frames
-are left out of every stack.
-
-While no thread is inside a traced call the sampler does not tick at all (``Sampler._park``):
-it waits until a thread's next traced call reserves allowance (``budget.on_reserved``), which
-costs the hot path nothing (docs/architecture.md, "Idle").
+More in docs/architecture.md, "tracer/_sampling/sampler.py".
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
-"""Getting encoded batches to the repository exactly once, never blocking, never unbounded.
+"""Getting encoded batches to the repository exactly once, never blocking, never unbounded: a
+window of batches in flight, a bounded memory queue, the spool on disk past it, and resends until
+the repository acknowledges each batch after it stored it.
 
-A batch goes through, in order:
-
-1. the **window**: at most ``window`` batches sent and not yet acknowledged; one not acknowledged
-   in time is sent again (``pump``: the repository discards a batch it already stored, so
-   resending is safe). With several repository nodes (``tracer._shipping.nodes``), a batch goes
-   to a live node, and one that waited in vain on a silent node moves to another node;
-2. the **queue**: up to ``queue_batches`` batches and ``queue_bytes`` bytes in memory, waiting
-   for room in the window;
-3. the **spool**: when the queue is full its oldest batch goes to disk (bounded in bytes), and the
-   spool is replayed, oldest first, before the queue;
-4. **dropped**: past both bounds a batch is dropped, its events counted, and the sequences it
-   carried remembered, so that a later batch reports them (``lost_seqs``, with the count in
-   ``dropped``) and the repository marks them lossy; past the bound on names kept, the time
-   window of the drop (``lost_windows``, ``tracer._shipping.windows``): the repository marks
-   the process's sequences that overlap it. Should no later batch reach the repository
-   (it stays away until the process exits), the spool's report slot carries them
-   (``Spool.write_report``), rewritten after each round that dropped something.
-
-The sender's worker thread owns a Delivery; nothing here blocks: sends are non-blocking and a
-batch the transport refuses stays where it is for the next round. ``on_memory`` hears of every
-batch body entering memory (submitted, or read back from the spool) and leaving it (acknowledged,
-spooled, dropped): the process's memory bound counts them (``tracer._core.budget``).
+More in docs/architecture.md, "tracer/_shipping/delivery.py".
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Refusals said: what a repository that will not take this process's batches tells it, logged.
 
-A repository that refuses a connection (a CURVE key it does not allow, a client without CURVE, or
-the wrong repository key) sends nothing back: ZeroMQ retries in the background, the DEALER's
-IMMEDIATE keeps every batch in the sender's queue and spool, and nothing is stored. Only the
-socket's monitor sees why: each failed handshake is an event. ``Handshakes`` reads them in the
-sender's worker thread (never waiting: a non-blocking read per round, when acknowledgements are
-collected) and logs one warning naming the endpoint and the likely cause: once per cause, and
-not again (for another cause of the same refusal: ZeroMQ reports a client without CURVE now as a
-protocol error, now as a hang-up) until a handshake has succeeded. The events come at each
-connection attempt only, so the monitor costs nothing per batch.
-
-A peer that hangs up during the handshake tells nothing: a repository given the wrong public key
-(it cannot read the client's hello) does so at every attempt, a repository that stopped mid-
-handshake once. So hang-ups are a cause only after ``HANGUPS`` in a row without a handshake that
-succeeded.
+More in docs/architecture.md, "tracer/_shipping/handshakes.py".
 """
 
 from __future__ import annotations

@@ -4,27 +4,7 @@ and when a suspect node is tried again.
 Nodes are ``cmr serve`` processes sharing one database; any of them may store any batch, and the
 database discards a batch stored twice, so a batch is free to move from one node to another.
 
-A node with no connection (nothing listens there, or its process died) refuses a send at once
-(ZeroMQ's IMMEDIATE): the batch goes to the next node, at the cost of a failed non-blocking
-call, while ZeroMQ reconnects in the background. A node that is connected but silent costs
-more: a batch sent to it and not acknowledged within the resend timeout, while it acknowledged
-nothing else meanwhile (``Delivery`` tells), makes it **suspect**. A suspect node gets no new
-batches, and what it holds unacknowledged is sent elsewhere as it falls due. From ``retry_ns``
-on, it gets one batch at a time, a probe; the first acknowledgement from it makes it live again.
-Every failed probe doubles the wait before the next (from ``BASE_BACKOFF_NS`` to
-``MAX_BACKOFF_NS``), so a node that stays silent holds one batch for a resend timeout per wait.
-
-When no node is live, batches still go to a suspect one, most promising first: with one node
-that is always the case, and the sender behaves as with a single endpoint: it resends to the
-node it has, and what the node refuses waits in the queue and the spool.
-
-A live node is chosen by the fewest batches in flight, ties taking turns, so batches spread
-evenly over equal nodes and a slow node gets fewer. Owned by the sender's worker thread.
-
-A node that refuses this process's handshake is said by its transport's monitor
-(``tracer._shipping.handshakes``). One that takes batches and has acknowledged none
-``UNANSWERED_NS`` after the first is said here, once: something listens there that is no
-repository taking this process's batches.
+More in docs/architecture.md, "tracer/_shipping/nodes.py".
 """
 
 from __future__ import annotations

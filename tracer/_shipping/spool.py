@@ -7,16 +7,7 @@ One append-only file per process, in a configurable directory, bounded in bytes.
 so a file cut short by a crash is read up to its last whole record, and what follows is counted as
 lost (``Spool.lost_events``, plus ``lost_records`` for a record whose header was cut too).
 
-A file of a spool large enough begins with a **report slot**, ``SLOT_BYTES`` reserved when the file
-is created and rewritten in place (``write_report``): an encoded batch without events that carries
-the process's drop counters and the sequences its drops cut, so that whoever replays the file
-tells the repository about drops that happened after the file's batches were encoded, even once
-the disk is full (the slot's blocks are already the file's). Its header has its own magic, and
-``events`` holds the length of the batch within the slot (0: nothing to report yet). A file
-is named after the program (so the next run of the same program finds what an earlier one could
-not send) and after the process that wrote it; a process adopts the files of dead processes of its
-program and replays them before its own. Batches carry their own puid and number, so a replay is
-idempotent in the repository.
+More in docs/architecture.md, "tracer/_shipping/spool.py".
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The time windows of drops whose sequences a process could not name (``Batch.lost_windows``).
 
-Names of lossy sequences are bounded (``tracer._shipping.delivery``, ``tracer._core.budget``);
-past the bounds a drop is known by when it happened: the repository marks every sequence of the
-process that overlaps one of its windows lossy. Windows wait here until a batch reports them,
-like names; at most ``MAX_WINDOWS``, the two closest merged into one when a new one would pass
-that (a wider window marks more sequences, never fewer). Times are the tracer's clock, the one
-events are stamped with.
+More in docs/architecture.md, "tracer/_shipping/windows.py".
 """
 
 from __future__ import annotations

@@ -5,29 +5,7 @@ matches, it asks the finders behind it for the real spec and swaps the loader fo
 real loader's ``exec_module`` and then traces, with ``tracer.traced``, everything the module itself
 defines. No source is rewritten: the module runs exactly as it would.
 
-Which modules match is ``tracer.run.patterns``'s to say.
-
-What gets traced in a matching module (``wrap_module``):
-
-- module-level functions whose ``__module__`` is the module's name (imported functions, lambdas
-  and dunder names such as a module ``__getattr__`` are left alone);
-- in classes defined there, and in classes nested in their bodies at any depth: plain methods,
-  staticmethods, classmethods, coroutines, generators and async generators, except dunder methods
-  other than ``__call__``; properties and other descriptors are left alone;
-- never anything already traced, so ``@traced`` code is not traced twice.
-
-A function's code is instrumented in place (``tracer._core.codes``): nothing in the module or
-its classes is replaced, and references taken while the module ran (a decorator's registry, a
-dict of handlers, a default argument) run traced code too. Where code cannot be instrumented
-(``INVOSEQ_WRAP=1``) the attribute is replaced by a wrapper, which keeps ``__module__``,
-``__qualname__`` and ``__wrapped__`` so ``pickle`` still finds the function by reference.
-
-The same hook hands every import made while no invocation is current to ``import_phase``: what
-a module's code calls at import time is the service sequence of the program's imports.
-
-The hook never breaks an import: any failure of its own is logged once and the module is left
-as imported. ``uninstall()`` stops tracing what it traced and puts back every original it
-replaced.
+More in docs/architecture.md, "tracer/run/autowrap.py".
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Imports at the top are service work: what a module's code calls while the program imports it,
 nothing current (its start-up, not a request), is one service sequence, ``invoseq.service.import``.
 
-``tracer run``'s import hook (``autowrap``) hands this module every import made while no
-invocation is current on the importing thread: its loader is wrapped for as long as the module's
-code runs (``ImportPhaseLoader``), which runs it as ``service.run_at_top("import", ...)`` and then
-puts the real loader back in the module's ``__loader__`` and ``__spec__``. An import made inside a
-traced call (a lazy import in a request) is that call's work and is not wrapped; nor is an import
-nested in one wrapped already (its calls nest under the outer import's). An import that ran no
-traced call leaves no sequence. Only modules loaded from files are wrapped (built-in and frozen
-ones run no Python of the program's).
+More in docs/architecture.md, "tracer/run/import_phase.py".
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """``tracer info`` and ``tracer --version``: say what is running.
 
-The version, the Python, the implementation of the hot path (the C accelerator, or pure Python
-and why), the repository a traced program would send to as the configuration stands (an
-embedded one under ``tracer run``, else the endpoint), and each integration's state
-(``tracer._patching.integrations.states``): in this process nothing of the libraries is imported,
-so *not imported* says the library is installed and supported; under ``tracer run
---list-integrations`` the program's own states are printed after it ran (*active* among them).
+More in docs/architecture.md, "tracer/run/info.py".
 """
 
 from __future__ import annotations

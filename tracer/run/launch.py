@@ -1,14 +1,7 @@
 """Run a script or a module as ``__main__``, as ``python script.py`` and ``python -m`` do, with the
 functions it defines traced from the moment they are defined.
 
-A script's own functions are usually called from its module-level code (``main()`` at the bottom),
-before any hook could wrap them after the fact. So the code runs with the module's real globals
-and, as its local namespace, an ``autowrap.DefiningNamespace`` that wraps each function and class
-as it is stored. Everything else mirrors the interpreter: ``sys.argv``, ``sys.path[0]``, a fresh
-``__main__`` module in ``sys.modules`` (so pickling ``__main__`` functions works), ``__file__``,
-``__spec__`` and ``__loader__``. Directories and zip files with a ``__main__.py``, and compiled
-``.pyc`` scripts, run through ``runpy.run_path``: their imports are wrapped, their ``__main__``
-functions are not.
+More in docs/architecture.md, "tracer/run/launch.py".
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """Which modules ``tracer run`` traces: the include patterns, and what counts as external code.
 
-A module matches (``IncludePatterns``) as follows:
-
-- ``shop`` (no wildcard) matches the module ``shop`` only;
-- ``shop.*`` matches ``shop`` itself and every module below it (``shop.cart``, ``shop.a.b``);
-- any other glob is matched with ``fnmatch`` against the dotted name (``*`` crosses dots), and a
-  glob ending in ``.*`` also matches the name without that suffix (``sh?p.*`` matches ``shop``);
-- the standard library, built-in modules and anything under a site-packages directory match only
-  patterns without wildcards before an optional trailing ``.*`` — ``json`` or ``json.*`` — so
-  ``*`` means "my code", never the stdlib or installed libraries;
-- the tracer's own modules (``tracer``, ``tracer.*``) never match: it must not trace itself.
+More in docs/architecture.md, "tracer/run/patterns.py".
 """
 
 from __future__ import annotations

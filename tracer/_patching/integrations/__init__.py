@@ -1,20 +1,7 @@
 """Integrations with the libraries real services are built from, each patched only once the
 program imports it.
 
-Every integration is one module here with a ``HOOKS`` table: the name of a module of the library
-(``"flask.app"``) and a function that takes that module once it is imported and returns the
-patches to make, ``(owner, attribute, make_replacement)``, the same triples as the thread and
-process patches. ``install`` patches the modules already imported and watches the import system
-for the others (``tracer._core.imports.watch``: the tracer's one finder on ``sys.meta_path``), so
-nothing of Flask is imported at start-up.
-A hook that fails (a library version it does not know) skips its integration, logged once; the
-host program never sees the failure.
-
-Every integration has a record in ``registry`` (its library, the versions it supports, what it
-patches): a library whose installed version is outside them is not patched, logged once.
-``INTEGRATIONS`` lists every name; ``INVOSEQ_DISABLED_INTEGRATIONS=flask,requests``,
-OpenTelemetry's ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` or ``instrument(disable=[...])`` leaves
-some out; ``states`` says what each is doing. docs/guide.md, "Web services".
+More in docs/architecture.md, "Integrations: patched on import".
 """
 
 from __future__ import annotations

@@ -2,18 +2,7 @@
 of the caller's headers, a fresh hand-off for a request object sent again, and running the
 library's call between ``begin`` and ``finish``.
 
-The URL an invocation records (``url.full``, and the ``host/path`` of its name) never carries
-credentials: ``user:password@`` and the fragment are dropped. The caller's headers are copied
-before the hand-off is written into them, except where the library sends a request object of its
-own (requests' ``PreparedRequest``, httpx's ``Request``): that object's headers are what goes on
-the wire, so the hand-off is written there, and a ``traceparent`` the integration wrote on an
-earlier send of the same object is replaced, not kept as if the caller had set it.
-
-A request sent while OpenTelemetry suppresses instrumentation (its SDK does around every export,
-so a program's own OTLP/HTTP exporter does not trace itself) is not measured either.
-
-Nothing here raises into the program: a failure of ours is counted as the tracer's internal error
-and the request goes out as the caller made it; the request's own exceptions propagate unchanged.
+More in docs/architecture.md, "tracer/_patching/integrations/_clients.py".
 """
 
 from __future__ import annotations

@@ -2,19 +2,7 @@
 view functions as traced children of the request, and anyio's worker threads started with no
 context.
 
-``endpoint(fn)`` is ``fn`` traced under its own name (``module.qualname``), as ``@traced`` would
-trace it, its method interned once per function (``handoff.method_for``) and its wrapper kept (at
-most ``MAX_WRAPPERS`` of them), so a framework asking for it on every request costs one lookup. A
-function the program traced itself comes back unchanged (it is the child already), and so does
-anything that is not a function or a method (a class, a callable object): its shape (sync or
-coroutine) cannot be known from outside.
-
-anyio runs the sync endpoints of Starlette and FastAPI in its worker threads, and starts one from
-the task that first needs it: through the thread patch that thread would carry that request's
-context for its whole life, recorded as an invocation of its ``run`` under the first request it
-served. ``detach_anyio_workers`` marks each worker's ``run`` as bound already, so the workers start
-with no context, as a ``ThreadPoolExecutor``'s do. Each call still runs in a copy of its caller's
-context (anyio copies it), so a sync endpoint has its request as exact parent.
+More in docs/architecture.md, "tracer/_patching/integrations/_endpoints.py".
 """
 
 from __future__ import annotations

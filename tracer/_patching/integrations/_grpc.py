@@ -1,24 +1,7 @@
 """What the gRPC integrations share (``grpc_server``, ``grpc_client``): metadata as the carrier of
 ``traceparent``/``tracestate``, status codes, and one measured call from begin to finish.
 
-gRPC metadata is a sequence of ``(key, value)`` pairs, keys in lower case, a key possibly repeated,
-a ``-bin`` key carrying bytes (never one of ours). A call a server handles continues the sequence
-its metadata carries, else starts one: never the sequence the server's threads or tasks happen to
-carry (whatever called ``server.start()``). A call a client makes writes a fresh hand-off into a
-copy of the caller's metadata, after the caller's own pairs, unless they hold a ``traceparent``
-already (the caller propagated on purpose); its streamed request is stepped with the call
-attached (``Requests``), in whichever thread or task gRPC consumes it.
-
-Names, in the module ``grpc``: ``"server /shop.Pricing/Quote"`` for a call a server handles,
-``"client /shop.Pricing/Quote"`` for one a client makes (gRPC's full method name, as on the wire),
-so ``grpc.server /shop.Pricing/Quote``. Attributes follow OpenTelemetry's RPC conventions:
-``rpc.system`` (``"grpc"``), ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code`` (the number,
-0 for OK), ``error.type``; a client's ``server.address`` and ``server.port`` come from its
-channel's target. A non-OK status is an error named ``"gRPC NOT_FOUND"``; an exception that set no
-status is an error named by its type.
-
-Nothing here raises into the program: a failure is counted as the tracer's internal error and the
-call goes on unmeasured.
+More in docs/architecture.md, "tracer/_patching/integrations/_grpc.py".
 """
 
 from __future__ import annotations

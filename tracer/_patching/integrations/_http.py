@@ -1,24 +1,6 @@
 """What every HTTP integration shares: a request served, a request sent.
 
-A server request continues the caller's sequence from ``traceparent``/``tracestate``
-(``propagation.extract``), or else the current invocation's, or else starts one; it is named
-``"GET /price/{item}"`` once the framework has matched the route (``ServerRequest.name``); with no
-route known (a server measuring a plain application, a 404) by its path with the ids folded,
-``"GET /orders/{int}/items/{uuid}"`` (``path_template``), and by the verb alone once
-``MAX_TEMPLATES`` such names exist (a scanner's random paths must not make a name each). A 5xx
-status or an exception marks it an error.
-
-A client request is one invocation named ``"GET host/path"`` that injects a fresh hand-off into
-the outgoing headers; a library that sends through another one we patch (requests through urllib3,
-urllib3 through http.client) makes one invocation, not two: the outermost client call marks the
-context (``_sending``) and the inner ones pass straight through. A request that already carries
-a ``traceparent`` (the caller propagated it on purpose) keeps it.
-
-A client call that sends more than once (a redirect it follows, a retry) writes a fresh hand-off
-for every attempt after the first (``attempt``, called where each library puts one attempt on the
-wire): each hop the server sees measures its queue wait from its own send, not the first one's.
-
-Attribute names follow OpenTelemetry's HTTP semantic conventions.
+More in docs/architecture.md, "tracer/_patching/integrations/_http.py".
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Links between sequences: a queued task that runs as the root of a sequence of its own, linked to
 the invocation that queued it (``task_sequences="linked"``, ``INVOSEQ_TASK_SEQUENCES=linked``).
 
-A fan-out of thousands of tasks from one call is one tree by default: every task a child of the
-call that queued it. For pipelines where that tree would grow without bound, the linked setting
-makes each task the root of a new sequence; the producer records nothing in its own sequence, the
-message carries the link instead, ``"<sequence: 32 hex>-<invocation: 16 hex>-<process: 16 hex>"``
-(an invocation id is a counter of its process, so the process's puid makes it exact), and the task's
-root invocation gets the attributes ``link.seq``, ``link.iid``, ``link.puid`` and ``link.kind``
-(the integration: ``"celery"``). ``cmr show`` draws them as a line under the root, ``↪ linked from
-4a1b2c3d4e5f:00000000000000a7 (celery)``; ``--json`` has the attributes as they are.
+More in docs/architecture.md, "tracer/_patching/integrations/_links.py".
 """
 
 from __future__ import annotations

@@ -2,21 +2,7 @@
 headers recorded on a request's invocation (an allow-list), as OpenTelemetry's instrumentations
 take them.
 
-- ``excluded_urls`` (``INVOSEQ_EXCLUDED_URLS``, else OpenTelemetry's ``OTEL_PYTHON_EXCLUDED_URLS``):
-  comma-separated regular expressions searched in the request's full URL
-  (``http://host:port/path?query``); a framework's own ``OTEL_PYTHON_<FRAMEWORK>_EXCLUDED_URLS``
-  (``FLASK``, ``DJANGO``, ``STARLETTE``, ``FASTAPI``, ``AIOHTTP_SERVER``, ``WSGI``, ``ASGI``)
-  replaces it for that framework's requests. A generic layer (a WSGI server's hook, uvicorn's,
-  the plain ASGI middleware) cannot tell the framework inside: it leaves a request alone when the
-  general list or any framework's list matches, and the framework's integration inside decides by
-  its own. An excluded request is no invocation: nothing is recorded for it.
-- ``capture_*_headers``: names (any case) or regular expressions matching a whole name; each
-  header found is recorded as ``http.request.header.<name>`` / ``http.response.header.<name>``,
-  the name in lower case, its values joined by ``", "`` (the wire's attributes are scalars; an
-  HTTP field's values joined so are the same field).
-
-Settings come from the runtime's configuration (``tracer._patching.use``), else the environment,
-resolved once, at the first request.
+More in docs/architecture.md, "tracer/_patching/integrations/_options.py".
 """
 
 from __future__ import annotations

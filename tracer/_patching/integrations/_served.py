@@ -1,15 +1,7 @@
 """What the server integrations of WSGI, Flask and Django share: the request in service, and the
 view functions they trace.
 
-A request is measured once, by the outermost layer that sees it (a WSGI server's hook, a
-framework's entry point, a user's middleware): that layer begins it and stores a ``Served`` in the
-WSGI environ (or the ASGI scope) under ``KEY``; every inner layer finds it there and passes
-straight through, and the framework only names it (``Served.name``) once it matched the route.
-
-The view a request runs is a traced child named after the user's function (``module.qualname``),
-or after its class for a class-based view (``view_class``, as Flask's and Django's ``as_view``
-set it). Views are wrapped where the framework calls them, never in the application's own tables,
-so nothing of the program's state changes; the wrappers are cached per view, a bounded number.
+More in docs/architecture.md, "tracer/_patching/integrations/_served.py".
 """
 
 from __future__ import annotations

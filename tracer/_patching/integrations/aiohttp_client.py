@@ -1,15 +1,7 @@
 """aiohttp's client: ``ClientSession._request`` is one invocation per request,
 ``"GET host/path"``.
 
-Every request of a session goes through ``_request`` (``session.get``, ``session.request``,
-``aiohttp.request``), patched on the class, so sessions created before ``instrument()`` are
-covered too (``trace_configs`` are fixed when a session is created). The hand-off goes into a
-copy of the ``headers`` argument, unless it or the session's default headers carry a
-``traceparent``. The invocation ends when ``_request`` returns the ``ClientResponse``, that is
-once the response headers are received (after any redirects it follows, each with a hand-off of
-its own, written in ``ClientRequest.send``), not when the body has been read; the status is
-the final response's. An exception (a connection error, ``raise_for_status``, a timeout,
-cancellation) marks it an error.
+More in docs/architecture.md, "tracer/_patching/integrations/aiohttp_client.py".
 """
 
 from __future__ import annotations

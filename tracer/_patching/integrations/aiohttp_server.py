@@ -2,21 +2,7 @@
 named by its method and the route's canonical template (``"aiohttp.GET /price/{item}"``), the
 handler a traced child.
 
-- ``Application._handle``, the coroutine aiohttp's server calls for each request (it takes the
-  application's bound method when a runner sets the server up, so an application created before
-  ``instrument()`` is measured too; one whose server was already set up is not): the request
-  continues the caller's sequence from ``traceparent``/``tracestate`` (or starts one) and runs with
-  its context value attached. The status is the returned response's, or the status of a raised
-  ``web.HTTPException`` (a 404 is no error); another exception is a 500 as aiohttp answers it
-  (504 for a timeout), an error named by its type, re-raised. A 5xx is an error.
-- ``UrlMappingMatchInfo.handler``, which ``_handle`` reads once the router resolved the request:
-  names the request by ``route.resource.canonical`` (a sub-application's routes carry its prefix)
-  and returns the handler traced (``_endpoints.endpoint``, one wrapper per handler, so aiohttp's
-  cache of middleware chains keyed by handler still hits), whenever it was registered (``add_get``,
-  ``add_route``, a ``RouteTableDef``). A class-based view is not traced (a class, not a function);
-  an unmatched request (404, 405) stays named by its verb alone.
-
-``INVOSEQ_DISABLED_INTEGRATIONS=aiohttp_server`` leaves the server alone.
+More in docs/architecture.md, "tracer/_patching/integrations/aiohttp_server.py".
 """
 
 from __future__ import annotations

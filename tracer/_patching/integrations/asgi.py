@@ -4,31 +4,7 @@ and a program may wrap any other ASGI application in it by hand::
 
     app = InvoseqMiddleware(app)
 
-A request continues the caller's sequence from its ``traceparent``/``tracestate`` headers (or
-starts one, ``_http.begin_server``), runs the application with its context value attached, and
-ends when the application returns, after the last body message: the status is the one the
-``http.response.start`` message sent, a 5xx or an exception (re-raised) marks it an error.
-A ``lifespan`` scope is a service sequence of its own (``_service``: ``invoseq.service.asgi.
-lifespan``, left out of ``cmr ls`` unless asked), measured once, by the outermost middleware;
-``websocket`` scopes pass through untouched.
-
-Never twice: the request is kept in the scope (``REQUEST_KEY``), and a middleware that finds one
-there, a hand-added one inside the framework's, or a mounted application's, only passes the request
-on. Whoever matches the route names the request through ``name_route`` (the framework
-integrations; one that matches nothing leaves it named by its path template).
-
-With no code change, the hooks measure every application uvicorn, hypercorn and daphne serve
-(uvicorn's ``Config.load``, hypercorn's ``ASGIWrapper`` and daphne's ``Server``: the application
-is wrapped, outermost, in ``ServerMiddleware``, for ``uvicorn APP``, ``uvicorn.run``, gunicorn's
-``UvicornWorker``, ``hypercorn APP`` and ``daphne APP`` alike): such a request is an invocation of
-the ``asgi`` module, as a hand-added middleware's; a framework's middleware inside, finding such a
-request in the scope, makes it its own (``"starlette.GET /price/{item}"``), so a framework under
-a server is still measured once. With no framework (an application with its own router), it is
-named by its path template (``"asgi.GET /orders/{int}"``, ``_http.unrouted_name``). Where each
-server imports the application (uvicorn's ``Config.load_app``, hypercorn's ``load_application``,
-daphne's ``import_by_path``) is a service sequence too, ``<server>.startup``: the calls the
-application's modules make at import time nest in it. Disabling ``asgi`` leaves these servers
-alone; disable ``starlette`` and ``fastapi`` to leave their applications alone.
+More in docs/architecture.md, "tracer/_patching/integrations/asgi.py".
 """
 
 from __future__ import annotations

@@ -1,47 +1,6 @@
 """Integration: celery. A task published inside a sequence continues it in the worker that runs it.
 
-Publishing: every message Celery sends passes its ``before_task_publish`` signal, whatever sent it
-(``delay``, ``apply_async``, ``send_task`` by name, the tasks of a group or of a chord's header, a
-chain's next step and a chord's callback, which the worker publishes when the task before them
-ends, a retry). Inside a sequence, a fresh hand-off of kind ``remote`` from the current invocation
-(named ``celery.task <task name>``) goes into the message's headers as ``traceparent`` and
-``tracestate``: Celery's protocol 2 (its default since 4.0) keeps headers it does not know, and
-the worker's request has them. A ``headers`` dict nested in the message's headers (where older
-Celery versions put the caller's ``apply_async(headers=...)``, and where the worker side looks
-too) gets them as well. Inside a sequence these replace any the message had: Celery copies a
-task's own request headers into what it publishes again (a retry, a replace), so a stale one
-cannot be told from one the caller meant. Outside any sequence the message goes as the caller
-made it, and the task starts a sequence of its own.
-
-Running: ``task_prerun`` begins the run's invocation, continuing the hand-off the message carries,
-named after the task's function (``module.qualname``: the run is the function itself, one node);
-the task's code runs under it, so its traced callees, and the tasks it publishes, hang beneath
-it. ``task_postrun`` ends it (after the result is stored and a chain's next step or a chord's
-callback published) with the task's state: ``SUCCESS``; ``FAILURE``, an error named after the
-exception (``task_failure``); ``RETRY``, an error named after the exception given to ``retry``
-(``task_retry``). The hop's queue time is publish → start of the run. Its attributes:
-``celery.task.name``, ``celery.task.id``, ``celery.task.retries``, ``celery.task.state``. An
-eager ``apply`` runs the same way in the caller's process: a direct child, with no hop.
-
-Retries: ``Task.retry`` publishes the task again with the same id and one more retry; that
-message carries the trace headers the run itself received, so the retried run is a new invocation
-under the same parent as the first (its hop queued since the first publish), its
-``celery.task.retries`` counting. A run that started a sequence of its own has no parent: its
-retry is a new sequence, linked to the first run (``_links``, kind ``celery.retry``).
-
-Linked mode (``task_sequences="linked"``, read when publishing): the producer records nothing in
-its own sequence; the message carries an ``invoseq_link`` header (``_links``, prefixed
-``celery.retry:`` for a retry's) and the run is the root of a new sequence with the link's
-attributes.
-
-Prefork: a pool child sends what it recorded, and that it ended, when it exits
-(``worker_process_shutdown``, which billiard's child sends before ``os._exit``), so
-``--max-tasks-per-child`` loses nothing.
-
-The signal receivers are connected (``weak=False``) by setting them as attributes of a
-``Receivers`` object and disconnected by setting them back to None: the patch mechanism's own
-undo, so ``uninstrument`` disconnects exactly what it connected. Celery is never imported here;
-nothing here raises into it (a failure of ours is counted as the tracer's internal error).
+More in docs/architecture.md, "tracer/_patching/integrations/celery.py".
 """
 
 from __future__ import annotations

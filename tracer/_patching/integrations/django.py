@@ -1,24 +1,9 @@
-"""Integration: django, its WSGI and ASGI handlers.
+"""Integration: Django, its WSGI and ASGI handlers. Each request is one invocation named by its
+URL pattern (``"django.GET /price/<str:item>"``), the view a traced child, an exception Django turns
+into a 500 an error; under a WSGI server or an ASGI middleware that measures already, the request is
+measured once.
 
-- ``django.core.handlers.wsgi.WSGIHandler.__call__`` measures a request (``wsgi.serve``; under a
-  WSGI server the ``wsgi`` integration measures, the request is measured once);
-- ``django.core.handlers.asgi.ASGIHandler.__call__`` measures one from the ASGI scope: headers
-  from its ``(name, value)`` byte pairs, the status from the ``http.response.start`` message; it
-  ends when the handler returns, the response sent (a streamed body counts). The request is kept
-  in the scope for the ASGI integrations as well (``asgi.REQUEST_KEY``): one that an outer
-  ``asgi.InvoseqMiddleware`` measures already (Django mounted in a Starlette application) is
-  only named here, after the mounts' templates;
-- ``django.core.handlers.base.BaseHandler.resolve_request`` names it by the matched route,
-  ``"GET /price/<str:item>"`` (``ResolverMatch.route``, ``/`` before it; ``"GET"`` when nothing
-  matched, a 404), and hands the handler a traced child for the view, named after the user's
-  function or, for a class-based view, its ``view_class``: sync or async as the view is, with the
-  view's attributes (``csrf_exempt``, ...). ``request.resolver_match`` keeps the view itself;
-- ``django.core.handlers.exception.response_for_exception`` keeps the exception a view or a
-  middleware raised, so the 500 it becomes is an error named by the exception's type (a 404 from
-  ``Http404`` is no error).
-
-A sync view under ASGI runs in a thread of ``sync_to_async``, which copies the context: its parent
-is the request, exactly. ``INVOSEQ_DISABLED_INTEGRATIONS=django`` leaves Django unmeasured.
+More in docs/architecture.md, "tracer/_patching/integrations/django.py".
 """
 
 from __future__ import annotations

@@ -2,19 +2,7 @@
 template (``"fastapi.GET /price/{item}"``), the endpoint function a traced child; the rest of the
 request (middleware, Starlette routes, mounts) is the ``starlette`` integration's.
 
-- ``FastAPI.build_middleware_stack``, when FastAPI overrides Starlette's (it does today):
-  the stack is wrapped in ``asgi.InvoseqMiddleware``, outermost. The stack is built at the first
-  request, so an application created before ``instrument()`` is measured too.
-- ``fastapi.routing._route_selected`` (FastAPI's own hook for its telemetry, where there is one)
-  names the request by the selected route's template, prefixes of included routers in it; older
-  releases name it through Starlette's ``Route.handle``.
-- ``fastapi.routing.run_endpoint_function`` runs ``dependant.call``, the endpoint, traced
-  (``_endpoints.endpoint``, one wrapper per function) through a view of the dependant, so
-  FastAPI's signature and dependency introspection, done when the route was created, never sees
-  the wrapper. A sync endpoint runs in anyio's thread pool in a copy of the request's context:
-  its parent is the request.
-
-``INVOSEQ_DISABLED_INTEGRATIONS=fastapi`` leaves FastAPI alone.
+More in docs/architecture.md, "tracer/_patching/integrations/fastapi.py".
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""Integration: flask.
+"""Integration: Flask. Each request is one invocation named by its rule
+(``"flask.GET /price/<item>"``), the view a traced child, an unhandled exception an error. The class
+``flask.Flask`` is patched, not an application, so one made before ``instrument()`` is measured too.
 
-Patches the class ``flask.app.Flask`` (so an application created before ``instrument()``, or from
-``from flask import Flask`` run earlier, is measured as well):
-
-- ``wsgi_app`` and ``__call__`` measure the request (``wsgi.serve``; ``__call__`` too, so a
-  middleware the program put on ``app.wsgi_app`` before instrumenting counts in the request);
-  under a WSGI server the ``wsgi`` integration measures already, the request is measured once;
-- ``full_dispatch_request`` names it once Flask matched the URL, before the ``before_request``
-  functions run: ``"GET /price/<item>"`` (the rule as written, blueprint prefix included),
-  ``"GET"`` when nothing matched (a 404, a 405);
-- ``ensure_sync``, through which ``dispatch_request`` calls the view of the matched endpoint, runs
-  that view as a traced child named after the user's function (``shop.views.price``) or, for a
-  class-based view (``View``, ``MethodView``), its class; a view already ``@traced`` is left be.
-  Every route is covered however it was registered (``@app.route``, blueprints,
-  ``add_url_rule``), before or after instrumenting: ``app.view_functions`` is never changed;
-- ``handle_exception`` keeps the unhandled exception, so the 500 it becomes is an error named by
-  the exception's type.
-
-The status is an attribute (``http.response.status_code``), as are the route and the method.
+More in docs/architecture.md, "tracer/_patching/integrations/flask.py".
 """
 
 from __future__ import annotations

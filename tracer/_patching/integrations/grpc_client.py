@@ -1,37 +1,8 @@
 """Integration: gRPC clients, ``grpc`` and ``grpc.aio``. Each call a channel makes is one
 invocation, ``grpc.client /shop.Pricing/Quote``, under the traced call that made it, handing off to
-the server in the call's metadata (``_grpc``)::
+the server in the call's metadata (``_grpc``), so the server's RPC continues the sequence.
 
-    shop.checkout
-    └── grpc.client /shop.Pricing/Quote      server.address=127.0.0.1  rpc.grpc.status_code=0
-        └── grpc.server /shop.Pricing/Quote  (the server's process, a remote hand-off)
-
-- ``grpc.insecure_channel`` and ``grpc.secure_channel`` return the channel wrapped by
-  ``grpc.intercept_channel`` in an interceptor of ours; ``grpc.aio.insecure_channel`` and
-  ``grpc.aio.secure_channel`` get ours last in ``interceptors``. Ours is the innermost: every
-  call the channel makes (a retry of the program's own interceptor too) is one invocation, and
-  sees the metadata the caller and its interceptors passed, which it keeps, adding a fresh
-  ``traceparent``/``tracestate`` unless they carry a ``traceparent``.
-- Unary-unary, unary-stream, stream-unary and stream-stream; ``__call__``, ``with_call`` and
-  ``future()``. The invocation begins when the call is made and ends when gRPC reports the call
-  done (its done callback), with the call's status: for a unary response when it arrives, for a
-  streamed response once the program has read the last message and the status came, or when the
-  call is cancelled (a ``future()`` or an iterator cancelled, or dropped unread). The program's
-  own read that finds a call done ends it too, first (``_grpc_reads``). A non-OK status
-  is an error named by it (``"gRPC UNAVAILABLE"``); an exception of the call that is no
-  ``RpcError`` (a request that does not serialize) is an error named by its type. What the call
-  raises reaches the program unchanged.
-- A streamed request is consumed (in a thread gRPC starts, or an aio task) one step at a time with
-  the call attached, so what the program's request generator calls is under the call. The threads
-  and tasks gRPC starts for a call (the channel's polling thread, which serves every call in
-  flight) start with no sequence.
-
-A channel created before ``instrument()`` is not measured (nor is one ``intercept_channel``
-wraps: it measures what the channel below it measures); one created while instrumented passes
-calls through after ``uninstrument()``. A sync channel is the interceptor channel gRPC's
-``intercept_channel`` returns, not ``grpc._channel.Channel``. Not measured: calls while the
-tracer is not recording, or while OpenTelemetry suppresses instrumentation (its gRPC exporter).
-``INVOSEQ_DISABLED_INTEGRATIONS=grpc_client`` leaves channels alone.
+More in docs/architecture.md, "tracer/_patching/integrations/grpc_client.py".
 """
 
 from __future__ import annotations

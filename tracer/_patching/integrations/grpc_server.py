@@ -5,30 +5,7 @@ program's function (``shop.Pricing.Quote``), as a web request has its view::
     grpc.server /shop.Pricing/Quote      rpc.service=shop.Pricing  rpc.grpc.status_code=0
     └── shop.Pricing.Quote
 
-- ``grpc.server(...)`` and ``grpc.aio.server(...)`` put an interceptor of ours first in
-  ``interceptors`` (before the program's own, which run inside the call). For each RPC whose
-  method the server knows it wraps the handler's behavior (unary or streaming, sync, coroutine or
-  async generator, the shape kept); a method with no handler (``UNIMPLEMENTED``) is not measured.
-- The behavior continues the caller's sequence from the ``traceparent``/``tracestate`` metadata,
-  else starts one (``_grpc.begin_server``), and runs the handler with the call attached, wherever
-  the server runs it: a sync server's ``ThreadPoolExecutor``, an aio server's task, the thread
-  pool an aio server gives sync handlers. So the handler's parent is exact, whichever pool thread
-  serves it.
-- A call with a streamed response ends when the response iterator is exhausted, raises or is
-  closed (the client went away), each step of it run with the call attached; any other call ends
-  when the handler returns or raises. The status is the one the handler set
-  (``context.set_code``, ``context.abort``), else OK, or UNKNOWN for an exception with none set,
-  CANCELLED for a call closed early or cancelled: any non-OK status marks the call an error
-  (``_grpc``).
-- ``grpc._server._Server.start`` and ``grpc.aio._server.Server.start`` run with no sequence
-  attached: the server's serving thread (and the aio server's tasks) serve every RPC and must not
-  inherit the sequence of whatever started the server (a traced ``main``).
-
-A server created before ``instrument()`` has no interceptor of ours and is not measured; one
-created while instrumented keeps the interceptor, which passes calls through after
-``uninstrument()``. Behaviors marked ``experimental_non_blocking`` (responses sent through a
-callback) pass through unmeasured. ``INVOSEQ_DISABLED_INTEGRATIONS=grpc_server`` leaves servers
-alone.
+More in docs/architecture.md, "tracer/_patching/integrations/grpc_server.py".
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """http.client (and ``urllib.request``, which sends through it): one invocation per request,
 ``"GET host/path"``, from ``HTTPConnection.request`` to ``getresponse``.
 
-A request and its response are two calls here, so the invocation is begun in ``request`` (which
-writes the hand-off into a copy of its ``headers``) without being attached: the code the caller
-runs between the two is not inside it. It is kept on the connection and ends in ``getresponse``
-with the status (once the status line and headers are read, before the body), or with the
-exception ``request`` or ``getresponse`` raises. One whose response is never read does not stay
-open: ``close()``, or the connection's next ``request``, ends it without a status.
-``HTTPSConnection`` and every other subclass inherit the patched methods.
-
-``urllib.request.urlopen`` is one invocation per connection it opens: a redirect it follows is a
-second request on a new connection, so a second invocation (the first with the 3xx status). Its
-``URLError`` for a refused connection wraps the ``ConnectionRefusedError`` the invocation records.
-Inside requests or urllib3 (whose connections are ``HTTPConnection`` subclasses) these calls pass
-through: the outer library's invocation covers them, and ``putheader`` is where each of their
-attempts (a redirect, a retry) gets a hand-off of its own (``_http.attempt_header``).
+More in docs/architecture.md, "tracer/_patching/integrations/http_client.py".
 """
 
 from __future__ import annotations

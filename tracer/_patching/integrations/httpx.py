@@ -1,13 +1,7 @@
 """httpx: ``Client.send`` and ``AsyncClient.send`` are one invocation per request,
 ``"GET host/path"``.
 
-``send`` takes the ``Request`` that goes on the wire (``client.get`` and ``client.stream`` build
-one and send it); the hand-off is written into its headers (``_clients``: a request object sent
-again gets a fresh one). Redirects and authentication retries inside ``send`` are the same
-invocation, whose status is the final response's; each redirected request carries a hand-off of
-its own, written in ``_send_single_request`` (one per request put on the wire, where it
-exists). The invocation ends when ``send`` returns: with ``stream=True`` (``client.stream``),
-once the response headers are in, before the body is read.
+More in docs/architecture.md, "tracer/_patching/integrations/httpx.py".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The registry of integrations: one record per integration, read by the import watcher
-(``tracer._patching.integrations``), ``tracer info`` and the guide's integrations table.
+(``tracer._patching.integrations``), ``tracer info`` and the guide's integrations table. The
+watcher reads it at ``instrument()``, so nothing here imports more than ``typing`` (versions are
+compared without ``packaging``).
 
-A record says what an integration is for (its library and the distribution whose version it
-supports), which modules' import makes it patch (the keys of its module's ``HOOKS``, which a test
-keeps in step), what it patches, and its OpenTelemetry instrumentation names (so
-``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` can name it). The records live here rather than in each
-integration's module because the watcher reads them at ``instrument()``, and importing the
-integrations' modules then would load asyncio, ssl and OpenTelemetry before the program needs them.
-Nothing here imports more than ``typing``; versions are compared without ``packaging``.
+More in docs/architecture.md, "Integrations: patched on import".
 """
 
 from __future__ import annotations

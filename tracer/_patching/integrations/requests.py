@@ -1,11 +1,6 @@
 """requests: ``Session.send`` is one invocation per request, ``"GET host/path"``.
 
-``send`` takes the ``PreparedRequest`` that goes on the wire; the hand-off is written into its
-headers (``_clients``: a request object sent again gets a fresh one). Everything ``send`` does is
-the one invocation: urllib3 and http.client below it pass through, and so do the further
-``send`` calls of the redirects it follows, so the status is the final response's; each redirect
-carries a hand-off of its own (written where http.client puts the headers on the wire). With
-``stream=True`` the invocation ends when the response headers are in, before the body is read.
+More in docs/architecture.md, "tracer/_patching/integrations/requests.py".
 """
 
 from __future__ import annotations

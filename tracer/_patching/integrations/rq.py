@@ -1,37 +1,7 @@
 """RQ: a job carries its caller's context in ``job.meta``; the work horse runs it as an invocation
 and flushes before it exits.
 
-Enqueuing inside a sequence writes a fresh hand-off into the job's ``meta`` (``traceparent`` and
-``tracestate``, saved with the job). ``Queue.create_job`` is where: ``enqueue``, ``enqueue_call``,
-``enqueue_at``, ``enqueue_in``, ``enqueue_many`` and ``rq enqueue`` all build their jobs with it.
-The hop is a ``remote`` hand-off from the enqueuing invocation, named after the job's function;
-its queue time is the wait from enqueue to the job's start. The caller's ``meta`` dict is copied,
-never written into (a program reusing one dict for many jobs must not send one hand-off twice), and
-a ``meta`` that carries a traceparent already keeps it. Outside any sequence nothing is written.
-
-With ``task_sequences = "linked"`` (read when the job is enqueued) the job carries a link instead,
-``meta["invoseq_link"]``, to the enqueuing invocation (``_links``, which the Celery integration
-shares). Its run is then the root of a sequence of its own, with the attributes ``link.seq``,
-``link.iid``, ``link.puid`` and ``link.kind = "rq"``, which ``cmr show`` prints.
-
-A job's run (``Job.perform``: in ``Worker``'s forked work horse, in ``SpawnWorker``'s spawned one,
-in ``SimpleWorker``'s own process, in the caller of a synchronous queue) is one invocation named
-after its function (``module.qualname``), with the job's id, queue, origin and status
-(``finished``, ``failed``) as attributes; an exception marks it an error named after its type (a
-``JobTimeoutException`` for a job past its timeout). It continues the hand-off its job carries; a
-job without one starts a sequence of its own, whatever the worker's own context. A job function
-traced itself (``@traced``, ``tracer run --include``) is not recorded twice: while its job runs,
-``Job.func`` gives the function under the tracer's wrapper, so the job's invocation is the
-function's.
-
-The work horse ends with ``os._exit``, so no ``atexit`` handler runs there: when
-``BaseWorker.perform_job`` returns in the horse (the job run, its result saved, its callbacks
-called), the tracer flushes, bounded by ``flush_timeout_ms``. A horse killed (SIGKILL, the worker's
-cold shutdown) loses what it had not flushed; one ended by SIGTERM flushes through the tracer's
-handler (``tracer._signals``).
-
-Nothing here raises into the program: a failure of ours is counted as the tracer's internal error
-and the job is enqueued, or run, as RQ would.
+More in docs/architecture.md, "tracer/_patching/integrations/rq.py".
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """Integration: Starlette. Each HTTP request an application serves is one invocation, named by its
 method and route template (``"starlette.GET /price/{item}"``), the endpoint a traced child.
 
-- ``Starlette.build_middleware_stack``: what it returns is wrapped in ``asgi.InvoseqMiddleware``,
-  so the middleware is outermost, outside Starlette's ``ServerErrorMiddleware`` (which turns an
-  exception into a 500 and re-raises it) and the program's own middleware. Starlette builds the
-  stack at the first request, so an application created before ``instrument()`` is measured too.
-- ``Route.handle`` names the request by the route's template (``path_format``, after the templates
-  of the mounts it went through) and, when the route runs a view function through Starlette's
-  ``request_response``, runs an equivalent application whose function is the traced one
-  (``_endpoints.endpoint``), built once per route. A sync function runs in anyio's thread pool in
-  a copy of the request's context: its parent is the request. A route with middleware of its own
-  keeps its endpoint untraced (the function is out of reach inside the middleware).
-- ``Mount.handle`` adds the mount's template to the prefix of the routes it leads to, and names
-  the request ``"/static/{path}"`` when nothing inside it does (a mounted ``StaticFiles``).
-- anyio's worker threads start with no context (``_endpoints.detach_anyio_workers``).
-
-``INVOSEQ_DISABLED_INTEGRATIONS=starlette`` leaves Starlette alone (FastAPI's own pieces are the
-``fastapi`` integration's).
+More in docs/architecture.md, "tracer/_patching/integrations/starlette.py".
 """
 
 from __future__ import annotations

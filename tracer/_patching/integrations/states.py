@@ -1,15 +1,7 @@
 """What each integration is doing in this process, and why: ``tracer info`` and
 ``tracer run --list-integrations`` print it.
 
-- *disabled*: named by ``instrument(disable=...)``, ``INVOSEQ_DISABLED_INTEGRATIONS`` or
-  OpenTelemetry's ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` (its names, ``*`` for all);
-- *unsupported version*: its library's installed version is outside the registry's range: not
-  patched, logged once (the version is read only when the library is imported, or when
-  ``tracer info`` asks: ``installed_version``);
-- *failed*: a hook raised (the library changed what it patches): skipped, logged once;
-- *active*: its library is imported and patched;
-- *not imported*: nothing of its library is imported yet (or it is not installed): patched when
-  the program imports it.
+More in docs/architecture.md, "tracer/_patching/integrations/states.py".
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """urllib3: ``PoolManager.urlopen`` and ``HTTPConnectionPool.urlopen`` are one invocation per
 request, ``"GET host/path"``.
 
-Both are patched: a ``PoolManager`` (``urllib3.request``, ``PoolManager().request``) follows
-redirects across hosts itself, one pool call per hop, and a pool used directly (as requests' adapter
-uses it) retries and redirects inside its own ``urlopen``. Either way the outermost call is the
-invocation and the calls inside it pass through (``_http``: one client call at a time), so
-retries and redirects are one invocation with the final status, each of their requests carrying a
-hand-off of its own (written where http.client puts the headers on the wire); a
-``MaxRetryError`` marks it an error. The invocation ends when ``urlopen`` returns, which with
-``preload_content=False`` is before the body is read.
-
-The hand-off goes into a copy of the headers (the caller's dict, or the pool's or manager's
-default headers when the call names none): a dict the caller passes again is never changed.
+More in docs/architecture.md, "tracer/_patching/integrations/urllib3.py".
 """
 
 from __future__ import annotations

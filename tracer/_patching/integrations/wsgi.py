@@ -1,22 +1,8 @@
-"""Integration: wsgi, any WSGI application, and the WSGI half of the Flask and Django integrations.
+"""Integration: WSGI. Each request a WSGI application serves is one invocation (``serve``), under
+every server that runs one (wsgiref, gunicorn, waitress, werkzeug), by hand (``InvoseqMiddleware``),
+or as the WSGI half of the Flask and Django integrations, which name it once they matched a route.
 
-``serve`` measures one request: it continues the caller's sequence from the ``traceparent`` and
-``tracestate`` headers of the environ (``HTTP_TRACEPARENT``) or starts one, runs the application
-under the request's context, takes the status from ``start_response``, and hands the server a
-response iterable that produces each chunk under that context too: the request ends when the
-server closes it (a streamed body counts), or when it is exhausted if the application's own
-iterable has no ``close``. An exception from the application, or a 5xx status, marks it an error.
-A ``wsgi.file_wrapper`` the application returns stays one (the server may still send the file
-with ``sendfile``): the request ends at its ``close``.
-
-``InvoseqMiddleware(app)`` wraps an application by hand. The hooks wrap every application that
-``wsgiref`` runs (``wsgiref.handlers.BaseHandler.run``: ``wsgiref.simple_server``, Django's
-``runserver``), that gunicorn's WSGI workers load (``gunicorn.workers.base.Worker.load_wsgi``;
-its ASGI and tornado workers are left alone), and that waitress's and werkzeug's servers are
-given (their ``BaseWSGIServer.__init__``: ``waitress.serve``, ``waitress-serve``, werkzeug's
-``run_simple``, ``flask run``); such a request, with no route known, is named by its path template
-(``"wsgi.GET /orders/{int}"``), unless a framework inside names it (``_served``). Flask and
-Django reuse ``serve``; a request is measured once however many of these layers see it.
+More in docs/architecture.md, "tracer/_patching/integrations/wsgi.py".
 """
 
 from __future__ import annotations

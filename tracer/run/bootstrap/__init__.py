@@ -1,29 +1,6 @@
 """``tracer run`` in the Python processes the traced program starts.
 
-A child that starts a fresh interpreter (``multiprocessing`` spawn and forkserver, pools and
-``ProcessPoolExecutor`` using them, programs that start their own workers like ``uvicorn
---workers``, and ``subprocess`` children running Python) imports its modules without the
-parent's import hook. ``tracer run`` hands it on through the environment, as ``ddtrace-run`` and
-``opentelemetry-instrument`` do:
-
-- ``environment()`` (in ``tracer run``): ``INVOSEQ_RUN_INCLUDE`` holds the include patterns, this
-  package's directory goes first on ``PYTHONPATH`` (the user's own entries kept after it), and
-  the tracer's settings travel in their usual ``INVOSEQ_*`` variables
-  (``runtime.child_settings()``: the repository's endpoint, instrumentation, keys, sampler...).
-- ``sitecustomize.py`` (in the child, at interpreter start): takes its directory off
-  ``sys.path`` again, calls ``start()`` when ``INVOSEQ_RUN_INCLUDE`` asks for it, and chains to
-  the ``sitecustomize`` it hides.
-- ``start()``: installs the import hook for the same patterns (modules already imported are
-  wrapped too), instruments the process when ``INVOSEQ_INSTRUMENT`` says so, and makes the
-  program's main module traced the way ``tracer run`` traces it: the script a spawn or
-  forkserver child re-imports as ``__mp_main__``, and the module a ``python -m module`` child
-  runs. It starts no thread and sends nothing: the sender starts at the process's first traced
-  call, so a process that traces nothing (the forkserver's server, the resource tracker) is never
-  seen by the repository. A forkserver's children are forked from its server and inherit all of
-  this.
-
-Any failure is counted and logged once (``tracer.stats().internal_errors``), what was installed
-is undone, and the child runs untraced. ``uninstall()`` undoes ``start()`` (tests).
+More in docs/architecture.md, "tracer/run/bootstrap/__init__.py".
 """
 
 from __future__ import annotations

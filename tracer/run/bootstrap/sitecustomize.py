@@ -1,18 +1,6 @@
 """``tracer run``'s bootstrap for the Python processes a traced program starts.
 
-``tracer run`` puts the directory of this file first on ``PYTHONPATH``, so every Python child
-that honours ``PYTHONPATH`` (not ``-I``, ``-E`` or ``-S``) imports this module at startup, the way
-``site`` imports a ``sitecustomize``. It then:
-
-1. removes its directory from ``sys.path`` (before importing anything else: nothing in it may
-   shadow a module of the program), so the program sees the path it would have seen;
-2. if ``INVOSEQ_RUN_INCLUDE`` is set and not empty, and only then, imports the tracer (when the
-   child's interpreter finds this very copy of it) and calls ``tracer.run.bootstrap.start()``; any
-   failure is reported once and the child runs untraced;
-3. imports the ``sitecustomize`` that this one hides, if there is one, as ``site`` would have.
-
-It is written for any Python 3 interpreter that might inherit the variable: an error here is
-caught (the child runs untraced), never raised into the child's start.
+More in docs/architecture.md, "tracer/run/bootstrap/sitecustomize.py".
 """
 
 import os
