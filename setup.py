@@ -48,8 +48,8 @@ gil_turn = Extension(
 )
 
 #: The repository's read path, a sequence's invocations as column arrays (``cmr/store/columns.py``
-#: falls back to ``cmr/store/packed.py`` without it), and ingest's index pass over a batch
-#: (``cmr/store/packing.py`` falls back to Python). Portable C; built wherever a compiler is.
+#: falls back to ``cmr/store/stored_batches.py`` without it), and ingest's index pass over a batch
+#: (``cmr/store/batch_index.py`` falls back to Python). Portable C; built wherever a compiler is.
 columns = Extension(
     "cmr.store._columns",
     sources=["cmr/store/_columns.c", "cmr/store/_pack.c"],

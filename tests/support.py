@@ -185,7 +185,7 @@ def show_every_sequence(db: str | Path) -> dict[str, str]:
     """What `cmr show SEQ --json --db DB` prints for every sequence in ``db`` (without the final
     newline), by id: the command's own steps, through one store opened once as the command opens
     it, so reading hundreds of sequences costs no interpreter start or connection each."""
-    from cmr.cli._support import open_for_reading
+    from cmr.cli.common import open_for_reading
     from cmr.views.pipeline import view_sequence
     from cmr.views.render.json import iter_tree_json
 

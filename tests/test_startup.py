@@ -63,7 +63,7 @@ def test_cmr_help_builds_no_command() -> None:
     assert set(found["loaded"]) <= {  # type: ignore[arg-type]
         "cmr.ages",
         "cmr.cli",
-        "cmr.cli._support",
+        "cmr.cli.common",
         "cmr.cli.main",
         "cmr.defaults",
     }
@@ -92,7 +92,7 @@ HOT_PATH = {
             ".context",
             ".decorator",
             ".forking",
-            ".frames",
+            ".wrapper_frames",
             ".ids",
             ".imports",
             ".lifecycle",
@@ -130,7 +130,7 @@ def test_cmr_ls_loads_the_read_side_alone(tmp_path: Path) -> None:
     assert [m for m in modules if m.startswith(never)] == []
     store = {m for m in modules if m.startswith("cmr.store.")}
     assert store == {
-        "cmr.store._shared",
+        "cmr.store.rules",
         "cmr.store.base",
         "cmr.store.listing",
         "cmr.store.listing_sql",
@@ -174,7 +174,7 @@ def test_import_tracer_loads_only_the_hot_path_and_starts_nothing() -> None:
     # code rewriting of 3.11 need.
     imported: list[str] = found["imported"]  # type: ignore[assignment]
     later = ["msgspec", "logging", "inspect", "dataclasses", "tracer.config", "socket", "typing"]
-    later += ["random", "tracer.propagation", "tracer._tracecontext", "tracer._core.shaped"]
+    later += ["random", "tracer.propagation", "tracer._tracecontext", "tracer._core.wrapper_shapes"]
     if os.environ.get("INVOSEQ_PURE") == "1":
         later.remove("logging")  # the accelerator says, at debug level, that it is left out
     if "tracer._core._speedups" in imported:

@@ -4,8 +4,8 @@ Two traced handlers, run by ``uvloop.run`` on a thread of their own, await 0.8 s
 Python frame of the loop's runs while it waits in C, so the sampler recognises the loop by
 ``asyncio.Runner.run`` being its thread's innermost frame (``tracer/_sampling/active.py``), and the
 repository places those samples under the call the waiting tasks run under
-(``cmr/views/placement.py``), as it places asyncio's ``_run_once``. On the main thread with the
-C accelerator (which samples itself between bytecodes) the wait is not seen: docs/guide.md.
+(``cmr/views/samples/placement.py``), as it places asyncio's ``_run_once``. On the main thread with
+the C accelerator (which samples itself between bytecodes) the wait is not seen: docs/guide.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The ``cmr`` command: ``main`` parses and dispatches; one module per command beside it, and
-``_support`` for what they share (the parser class, options, the one stdout writer)."""
+``common`` for what they share (the parser class, options, the one stdout writer)."""
 
 from cmr.cli.main import main
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     Commands,
     add_read_options,
     command,
@@ -12,7 +12,7 @@ from cmr.cli._support import (
     non_negative_int,
     open_for_reading,
 )
-from cmr.views.diff import PathDelta, diff_paths
+from cmr.views.analyses.diff import PathDelta, diff_paths
 from cmr.views.pipeline import view_sequence
 from cmr.views.render import json as json_render
 from cmr.views.render.tables import table

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Iterable
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     DB_HELP,
     STDIO,
     CliError,
@@ -68,7 +68,7 @@ def _listed(items: Iterable[str], *, last: str = ", or ") -> str:
 def _export(args: argparse.Namespace) -> int:
     from cmr.cli import progress
     from cmr.exports import BY_NAME, ExportError, export_sequence
-    from cmr.views.hops import fold_empty_hops
+    from cmr.views.tree.hops import fold_empty_hops
 
     fmt = BY_NAME[args.format]
     shown = progress.start("export 1/3: reading the sequence", unit="calls")

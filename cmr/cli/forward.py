@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Final
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     DB_HELP,
     CliError,
     Commands,

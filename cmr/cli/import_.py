@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cmr.cli._support import DB_HELP, CliError, Commands, command, emit, read_input
+from cmr.cli.common import DB_HELP, CliError, Commands, command, emit, read_input
 from cmr.cli.progress import HELP as PROGRESS_HELP
 
 

@@ -10,7 +10,7 @@ import os
 import socket
 import sys
 
-from cmr.cli._support import CliError, Commands, Parser, command, emit
+from cmr.cli.common import CliError, Commands, Parser, command, emit
 from cmr.server.curve import CurveError, CurveKeys, curve_keys, generate_key_pair
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from cmr.ages import AGE_GRAMMAR
-from cmr.cli._support import (
+from cmr.cli.common import (
     CliError,
     Commands,
     add_read_options,

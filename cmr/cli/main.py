@@ -14,7 +14,7 @@ import argparse
 import importlib
 import sys
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     DB_HELP,
     SUMMARIES,
     CliError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     Commands,
     add_read_options,
     command,
@@ -13,9 +13,9 @@ from cmr.cli._support import (
     positive_int,
 )
 from cmr.cli.ls import add_query_options, query_from
+from cmr.views.analyses.services import DEFAULT_LIMIT, Edge, ServiceMap, map_fields, service_map
 from cmr.views.render.tables import table
 from cmr.views.render.terms import format_duration
-from cmr.views.services import DEFAULT_LIMIT, Edge, ServiceMap, map_fields, service_map
 
 
 def add_map(commands: Commands) -> None:

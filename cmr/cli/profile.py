@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     CliError,
     Commands,
     add_all_option,
@@ -26,16 +26,16 @@ from cmr.cli._support import (
     parse_since,
 )
 from cmr.gc_paused import paused_gc
-from cmr.views.bigprofile import sequence_profile
-from cmr.views.budget import DEFAULT_MAX_NODES
-from cmr.views.calltree import build_tree
-from cmr.views.hops import fold_empty_hops
-from cmr.views.merge import merge_samples
+from cmr.views.analyses.bigprofile import sequence_profile
+from cmr.views.analyses.profile import Profile, build_profile, method_subtrees, profile_sequence
 from cmr.views.model import Node
-from cmr.views.profile import Profile, build_profile, method_subtrees, profile_sequence
 from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
 from cmr.views.render.tables import format_local_time
+from cmr.views.samples.merge import merge_samples
+from cmr.views.tree.budget import DEFAULT_MAX_NODES
+from cmr.views.tree.calltree import build_tree
+from cmr.views.tree.hops import fold_empty_hops
 
 if TYPE_CHECKING:
     from cmr.store.base import Store

@@ -11,7 +11,7 @@ import json
 import time
 
 from cmr.ages import AGE_GRAMMAR
-from cmr.cli._support import (
+from cmr.cli.common import (
     DB_HELP,
     Commands,
     command,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     DB_HELP,
     STDIO,
     Commands,
@@ -54,7 +54,7 @@ def add_report(commands: Commands) -> None:
 def _report(args: argparse.Namespace) -> int:
     from cmr.cli import progress
     from cmr.report import build_model, render_page
-    from cmr.views.hops import fold_empty_hops
+    from cmr.views.tree.hops import fold_empty_hops
 
     shown = progress.start("report 1/3: reading the sequence", unit="calls")
     try:

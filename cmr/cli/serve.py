@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from cmr.cli._support import DB_HELP, CliError, Commands, command
+from cmr.cli.common import DB_HELP, CliError, Commands, command
 from cmr.cli.keys import add_curve_options, curve_from_args
 from cmr.defaults import DEFAULT_ENDPOINT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     CliError,
     Commands,
     add_all_option,
@@ -18,8 +18,8 @@ from cmr.cli._support import (
     non_negative_int,
     open_for_reading,
 )
-from cmr.views.budget import DEFAULT_MAX_NODES
 from cmr.views.pipeline import render_sequence, view_sequence
+from cmr.views.tree.budget import DEFAULT_MAX_NODES
 
 if TYPE_CHECKING:
     from cmr.views.model import SequenceTree
@@ -140,11 +140,11 @@ def _show(args: argparse.Namespace) -> int:
 def _show_tree(args: argparse.Namespace, tree: SequenceTree) -> None:
     """What ``--critical-path``, ``--threads`` and ``--json`` print (their modules loaded only
     for them: the default text needs none)."""
-    from cmr.views.critical import critical_path, describe_path, path_tree
-    from cmr.views.processors import thread_activity
+    from cmr.views.analyses.critical import critical_path, describe_path, path_tree
     from cmr.views.render import json as json_render
     from cmr.views.render import tables
     from cmr.views.render.text import render_text
+    from cmr.views.tree.processors import thread_activity
 
     if args.critical_path:
         path = critical_path(tree.root)

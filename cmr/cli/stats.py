@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from cmr.cli._support import Commands, add_read_options, command, emit, open_for_reading
+from cmr.cli.common import Commands, add_read_options, command, emit, open_for_reading
 from cmr.store import LOST_GRACE_MS, MISSED_HEARTBEATS
 from cmr.views.render import json as json_render
 from cmr.views.render import tables

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Final
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     Commands,
     add_read_options,
     command,

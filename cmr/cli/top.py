@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Final
 
-from cmr.cli._support import (
+from cmr.cli.common import (
     Commands,
     add_read_options,
     command,
@@ -15,9 +15,9 @@ from cmr.cli._support import (
 )
 from cmr.cli.ls import add_kind_option, add_root_option, add_since_option
 from cmr.store.base import SequenceQuery
+from cmr.views.analyses.top import TopRow, row_cells, summed_up
 from cmr.views.render import json as json_render
 from cmr.views.render.tables import table
-from cmr.views.top import TopRow, row_cells, summed_up
 
 #: How many sequences --by root sums up at most (the newest of the window), unless --limit says.
 DEFAULT_ROOT_LIMIT: Final = 100_000

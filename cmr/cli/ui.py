@@ -9,7 +9,7 @@ import argparse
 import errno
 import functools
 
-from cmr.cli._support import DB_HELP, CliError, Commands, command, open_for_reading
+from cmr.cli.common import DB_HELP, CliError, Commands, command, open_for_reading
 from cmr.defaults import DEFAULT_UI_PORT, UI_HOST
 from cmr.store import default_db_path
 

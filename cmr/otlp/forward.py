@@ -32,8 +32,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from cmr.otlp.profiles import to_profiles
 from cmr.otlp.spans import KIND_SERVER, SCOPE_NAME, Trace, to_trace
 from cmr.store.base import Store
-from cmr.views.hops import fold_empty_hops
 from cmr.views.pipeline import sequence_tree
+from cmr.views.tree.hops import fold_empty_hops
 
 #: The OTLP/HTTP path of traces, added to an endpoint given without a path.
 TRACES_PATH: Final = "/v1/traces"

@@ -11,11 +11,11 @@ profiles of the same samples: ``wall``/``nanoseconds`` (the time each sample sta
 request's ``dictionary``: strings, functions, locations (a frame and the line it was running),
 stacks (leaf first), links and attributes, each table starting with its zero entry.
 
-**Links.** A sample is placed as ``cmr show --samples`` places it (``views.merge.place_sample``:
-the innermost measured call of its thread holding its time, whose frame is on the stack) and
-links (``linkIndex``) to that call's span: the trace id is the sequence's and the span id the one
-``--format otlp`` gives the call, so a backend holding both finds the span of every sample. A
-sample no measured call of the sequence holds has no link.
+**Links.** A sample is placed as ``cmr show --samples`` places it
+(``views.samples.merge.place_sample``: the innermost measured call of its thread holding its time,
+whose frame is on the stack) and links (``linkIndex``) to that call's span: the trace id is the
+sequence's and the span id the one ``--format otlp`` gives the call, so a backend holding both
+finds the span of every sample. A sample no measured call of the sequence holds has no link.
 
 **Samples as recorded.** The sampler collapses identical consecutive samples of an idle thread
 into one of weight N standing for a duration. It stays one observation here (not N): its value
@@ -39,9 +39,9 @@ import msgspec
 from cmr.otlp.render import encode_attributes, span_id_hex
 from cmr.otlp.spans import SCOPE_NAME, AttributeValue, Trace
 from cmr.store.base import FrameRecord, SampleRecord, SequenceData
-from cmr.views.merge import measured_calls
 from cmr.views.model import SequenceTree
-from cmr.views.placement import place_sample
+from cmr.views.samples.merge import measured_calls
+from cmr.views.samples.placement import place_sample
 
 #: The two profiles of every process: (sample type, unit).
 WALL: Final = ("wall", "nanoseconds")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from cmr.store.base import REMOTE_PARENT, InvocationRecord, MethodRecord, SequenceData
-from cmr.views.lanes import extent
+from cmr.views.analyses.lanes import extent
 from cmr.views.model import (
     HANDOFF_REMOTE,
     KIND_ESTIMATED,

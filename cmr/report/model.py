@@ -34,7 +34,7 @@ the page turns each column into a typed array at once.
   ``attributes``.
 - ``arrows``: one per hand-off whose submitter and submit time are known: ``from`` and ``to``
   (bar indexes), ``kind``, ``submitted``, ``start`` and ``queued`` (the wait, ns).
-- ``critical``: the bars of the critical path (``cmr.views.critical``, what ``cmr show
+- ``critical``: the bars of the critical path (``cmr.views.analyses.critical``, what ``cmr show
   --critical-path`` shows), in its order: the root first, then depth first in time order.
 - ``flame``: the sequence's profile (calls and estimated frames merged where the same function
   sits at the same place), columns ``name``, ``kind``, ``parent``, ``depth``, ``value`` (what a
@@ -51,13 +51,13 @@ from typing import Final, NamedTuple, TypeVar
 from cmr.gc_paused import paused_gc
 from cmr.report.schema import Arrow, Bars, Flame, Lane, ReportModel, Summary
 from cmr.store.base import SequenceData
-from cmr.views.critical import critical_path
-from cmr.views.interned import Interned
-from cmr.views.lanes import Layout, Track, lay_out
+from cmr.views.analyses.critical import critical_path
+from cmr.views.analyses.lanes import Layout, Track, lay_out
+from cmr.views.analyses.profile import ProfileNode, profile_sequence
 from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, KIND_SYNTHETIC, Bounds, Node
 from cmr.views.pipeline import sequence_tree  # the exports' tree: samples merged in
-from cmr.views.profile import ProfileNode, profile_sequence
 from cmr.views.render.folded import has_samples
+from cmr.views.render.interned import Interned
 
 #: Version of the model's shape: the page refuses a model it does not know.
 MODEL_VERSION: Final = 1

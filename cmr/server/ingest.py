@@ -18,7 +18,7 @@ import msgspec
 from cmr.gc_paused import paused_gc
 from cmr.store import InvalidBatchError, Store
 from cmr.store.base import Outcome
-from cmr.store.packing import PackingStore, Preparation
+from cmr.store.batch_index import PackingStore, Preparation
 from invoseq import wire
 
 log = logging.getLogger(__name__)

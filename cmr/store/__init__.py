@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, needs_extra
-from cmr.store._shared import LOST_GRACE_MS, MISSED_HEARTBEATS
 from cmr.store.base import (
     PROCESS_ALIVE,
     PROCESS_ENDED,
@@ -23,6 +22,7 @@ from cmr.store.base import (
     StoreError,
     UnknownSequenceError,
 )
+from cmr.store.rules import LOST_GRACE_MS, MISSED_HEARTBEATS
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # cmr.store.records, loaded on use as in cmr.store.base

@@ -3,7 +3,7 @@
  * `cmr show` of a million calls used to make a million InvocationRecord objects (and decode two
  * million event Structs to make them). `gather` reads the stored batches' msgpack blobs directly,
  * keeps the sequence's Starts as int64 columns, joins their Ends and Errors by (process, iid) in a
- * hash table, and sorts the columns by (start, puid, iid): the records `cmr.store.packed.unpack`
+ * hash table, and sorts the columns by (start, puid, iid): the records `cmr.store.stored_batches.unpack`
  * makes, with the same rules, and no object per call. The table it leaves behind (`Index`) answers
  * "where is (puid, iid)" for the views (parents, hand-off submitters), and `children` lays the
  * tree out as two arrays (CSR) instead of a list per call.
@@ -1107,7 +1107,7 @@ static PyObject *windows(PyObject *module, PyObject *args) {
 
 /* shape_rows(parents, parent, hid, starts) -> (handed, roots, ordered): the rows that continue
  * a hand-off (hid != 0) and the rows with neither a parent nor a hand-off, as int64 bytes, and
- * whether the starts increase strictly (`views/shape.py`'s common case). `parents` only sets
+ * whether the starts increase strictly (`views/tree/shape.py`'s common case). `parents` only sets
  * the number of rows. */
 static PyObject *shape_rows(PyObject *module, PyObject *args) {
     PyObject *given[4];
@@ -1147,7 +1147,7 @@ static PyObject *shape_rows(PyObject *module, PyObject *args) {
 
 /* hang(parents, root) -> int64 bytes or None: each row's caller as the tree hangs it (a row
  * without a parent here under `root`, the root under none: -1), or None when a parent comes
- * after its row (no common case: `views/shape.py`). */
+ * after its row (no common case: `views/tree/shape.py`). */
 static PyObject *hang(PyObject *module, PyObject *args) {
     PyObject *parents_obj;
     Py_ssize_t root;

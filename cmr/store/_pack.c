@@ -1,6 +1,6 @@
 /* Ingest's index pass over one batch, in C.
  *
- * `cmr.store.packing.pack` indexes every batch a repository stores (its sequences, their methods,
+ * `cmr.store.batch_index.pack` indexes every batch a repository stores (its sequences, their methods,
  * the listing lines' parts, the Ends whose Start is elsewhere). Done with comprehensions over the
  * decoded events it cost twice the typed decode itself; `scan` reads the same events from the
  * msgpack of the batch's thread chunks (the blob the store keeps) in one pass, with two hash tables,

@@ -1,8 +1,8 @@
 """The repository's C accelerator (``cmr/store/_columns.c`` and ``_pack.c``), or None.
 
 ``INVOSEQ_PURE=1`` (as for the tracer's hot path), or no compiler at install time, leaves it
-out: the stores then read sequences with ``packed.unpack`` and index batches with Python's pass.
-"""
+out: the stores then read sequences with ``stored_batches.unpack`` and index batches with Python's
+pass."""
 
 from __future__ import annotations
 

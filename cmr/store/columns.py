@@ -1,11 +1,11 @@
 """A sequence's invocations as column arrays: what ``cmr show`` of a million calls reads.
 
-``packed.unpack`` makes an ``InvocationRecord`` per call (and decodes an event Struct per event
-to make it): about a microsecond and two hundred bytes per call. With the C accelerator
+``stored_batches.unpack`` makes an ``InvocationRecord`` per call (and decodes an event Struct per
+event to make it): about a microsecond and two hundred bytes per call. With the C accelerator
 (``cmr/store/_columns.c``), ``unpack_columns`` reads the stored blobs directly into int64 columns
 by the same rules, and returns them as ``RecordColumns``: a sequence of records like the list
 ``unpack`` returns (a record is made when one is asked for), whose columns and index the views
-read directly when they walk a big tree (``cmr/views/records.py``). The rare parts stay in
+read directly when they walk a big tree (``cmr/views/tree/records.py``). The rare parts stay in
 Python: exceptions' names, attributes, and the late Ends and Attrs the store keeps apart.
 
 Without the accelerator (``cmr/store/accel.py``) ``columns_available()`` is False and the stores
@@ -24,7 +24,7 @@ import msgspec
 
 from cmr.store.accel import accelerator
 from cmr.store.base import InvocationRecord
-from cmr.store.packed import Attributes, LateAttributes, LateEnds, StoredBatch, unpack
+from cmr.store.stored_batches import Attributes, LateAttributes, LateEnds, StoredBatch, unpack
 from cmr.store.summaries import BatchCache
 from invoseq.wire import Attrs
 
@@ -399,7 +399,7 @@ def read_records(
 def unpack_columns(
     seq: bytes, batches: Iterable[StoredBatch], late_ends: LateEnds, late_attrs: LateAttributes
 ) -> RecordColumns:
-    """``packed.unpack``'s records, as columns (module docstring). Needs the accelerator."""
+    """``stored_batches.unpack``'s records, as columns (module docstring). Needs the accelerator."""
     assert _accel is not None
     columns, errors, raw_attrs, index = _accel.gather(seq, batches)
     merged: dict[tuple[int, int], Attributes] = {}

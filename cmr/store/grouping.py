@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cmr.store.packed import LateEnd
-from cmr.store.packing import PackedBatch
+from cmr.store.batch_index import PackedBatch
+from cmr.store.stored_batches import LateEnd
 from cmr.store.summaries import RootRow, SummaryParts
 
 

@@ -17,7 +17,6 @@ import fnmatch
 from collections import namedtuple
 from collections.abc import Callable
 
-from cmr.store._shared import COMPLETE, INCOMPLETE, RUNNING
 from cmr.store.base import (
     KIND_ALL,
     SORT_DURATION,
@@ -27,6 +26,7 @@ from cmr.store.base import (
     kind_of,
     shown_status,
 )
+from cmr.store.rules import COMPLETE, INCOMPLETE, RUNNING
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def candidate(
 
 
 def _open_as_asked(status: str | None, keys: ListingKeys) -> bool:
-    """``listing_sql._open_test``: a sequence follows its root (``_shared.sequence_status``),
+    """``listing_sql._open_test``: a sequence follows its root (``rules.sequence_status``),
     so a decided one is complete once its row has an end, and running or incomplete while it
     has none and an invocation is open; an undecided one's line decides, but it cannot be
     running or incomplete with nothing open."""

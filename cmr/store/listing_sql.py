@@ -23,9 +23,9 @@ from collections import namedtuple
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from cmr.store._shared import COMPLETE, INCOMPLETE, RUNNING
 from cmr.store.base import STATUS_ERROR, SequenceQuery
 from cmr.store.listing import LONGEST, UNDECIDED, UNENDED, PageKey, PageKind, matching_names
+from cmr.store.rules import COMPLETE, INCOMPLETE, RUNNING
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def _window(query: SequenceQuery | None, dialect: Dialect) -> list[str]:
 
 def _open_test(query: SequenceQuery | None) -> str | None:
     """Whether the sequence's root may still be open, as the status asks: a sequence follows
-    its root (``_shared.sequence_status``), so a decided row is complete once it has an end
+    its root (``rules.sequence_status``), so a decided row is complete once it has an end
     (its own column: no lookup) and running or incomplete while it has none; those are read
     from ``open_calls`` (few rows), as a root still open is among them. An undecided row's
     line decides (running and incomplete differ by the process's state, which it knows)."""

@@ -117,7 +117,8 @@ class SequenceData:
     # Of those, the processes whose windows of unnamed drops (``Batch.lost_windows``, wall
     # clock) the sequence overlaps: puid -> (first_ns, last_ns) of the windows it overlaps.
     lost_windows: dict[int, tuple[int, int]] = field(default_factory=dict)
-    # Calls a view left out (``cmr.views.hops``), counted on their caller: (puid, iid) -> count.
+    # Calls a view left out (``cmr.views.tree.hops``), counted on their caller: (puid, iid) ->
+    # count.
     folded: dict[tuple[int, int], int] = field(default_factory=dict)
     folded_threads: frozenset[tuple[int, int]] = frozenset()  # (puid, tid) they ran on
     # The sampler's gaps in its processes that overlap its invocations: from ``t_ns``, for

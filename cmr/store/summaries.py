@@ -1,13 +1,13 @@
 """Sequence summaries kept at ingest, so that listing never reads a sequence's events.
 
 A listing line (``SequenceSummary``) needs, per sequence: how many invocations, on how many
-threads and processes, which invocation is the root (``_shared.root_rank``) and when it ended,
+threads and processes, which invocation is the root (``rules.root_rank``) and when it ended,
 and the parentless invocations that continue a hand-off nobody here recorded (a foreign system's
-request), with their processes. The status follows the root (``_shared.sequence_status``):
+request), with their processes. The status follows the root (``rules.sequence_status``):
 running or incomplete depends on its process's state when read (``waiting_on``); the
 invocations still open are kept for the listing by status (``listing_sql``). Each batch adds to
-these (``SummaryParts``, built in ``packing.pack``'s pass over the events); a store keeps them in
-small tables next to the batches:
+these (``SummaryParts``, built in ``batch_index.pack``'s pass over the events); a store keeps them
+in small tables next to the batches:
 
 - per sequence: its Start count and its best root candidate so far (the lowest rank wins);
 - per (sequence, puid, tid): that the sequence ran there;
@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
-from cmr.store._shared import (
+from cmr.store.base import MethodRecord, ProcessRecord, SequenceSummary
+from cmr.store.rules import (
     RemoteEntries,
     RootCandidate,
     qualified_name,
@@ -38,7 +39,6 @@ from cmr.store._shared import (
     sequence_status,
     summary_root,
 )
-from cmr.store.base import MethodRecord, ProcessRecord, SequenceSummary
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # a listing reads summaries without the protocol (msgspec)
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # a listing reads summaries without the protocol (msgspec)
     from invoseq.wire import End, Error, Start, ThreadChunk
 
 #: Decoded stored batches by (puid, batch_no), kept while one pass reads many sequences
-#: (``packed.unpack``'s cache; defined here because packed imports this module).
+#: (``stored_batches.unpack``'s cache; defined here because packed imports this module).
 BatchCache: TypeAlias = "dict[tuple[int, int], list[ThreadChunk]]"
 
 _IID = operator.attrgetter("iid")
@@ -181,7 +181,7 @@ class StoredSummary:
 def waiting_on(stored: StoredSummary) -> list[int]:
     """The processes of the root's invocations still open, one puid each: the true root, the
     open entries of a remote parent, or the candidate named when the root was lost. The
-    sequence's status waits on them alone (``_shared.sequence_status``)."""
+    sequence's status waits on them alone (``rules.sequence_status``)."""
     _seq, untrue, handed, _start, puid, _iid, _method, end_ns, _error = stored.root
     if (untrue or handed) and stored.remote_entries:
         return [entry_puid for entry_puid, end in stored.remote_entries if end is None]
@@ -189,7 +189,7 @@ def waiting_on(stored: StoredSummary) -> list[int]:
 
 
 def summary_from(stored: StoredSummary, processes: dict[int, ProcessRecord]) -> SequenceSummary:
-    """The listing line, by the rules ``_shared.summarize`` applies to a loaded sequence
+    """The listing line, by the rules ``rules.summarize`` applies to a loaded sequence
     (``processes`` holds at least those ``waiting_on`` names)."""
     _seq, untrue, handed, _start, _puid, _iid, method_id, end_ns, error = stored.root
     method = stored.root_method

@@ -4,7 +4,7 @@ growing to the right), with the 50th, 90th and 99th percentile marked by a line 
 
 Only sequences that ended count (complete, or error: the root raised): a running one has no
 final duration yet and an incomplete one never will, as in ``cmr top``, whose nearest-rank
-percentile this is (``cmr.views.top.percentile``), so both give the same p99 for the same
+percentile this is (``cmr.views.analyses.top.percentile``), so both give the same p99 for the same
 sequences.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from cmr.ui.scales import NO_END_Y, PLOT_BOTTOM, LogScale
+from cmr.views.analyses.top import percentile
 from cmr.views.render.terms import format_duration
-from cmr.views.top import percentile
 
 WIDTH: Final = 250
 BAR_LEFT: Final = 4

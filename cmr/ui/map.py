@@ -2,8 +2,8 @@
 
 The page takes the list page's query parameters (``cmr.ui.query``: root, method, durations,
 status, since, until, host, kind, limit) and reads the newest ``limit`` sequences they select,
-``views.services.DEFAULT_LIMIT`` when no limit is given (the list page's map link passes its
-filters, and its limit only when it is not the list's default). Each edge is a link to a list
+``views.analyses.services.DEFAULT_LIMIT`` when no limit is given (the list page's map link passes
+its filters, and its limit only when it is not the list's default). Each edge is a link to a list
 of its sequences further down the same page, shown when it is the page's target (CSS
 ``:target``: no script), each linking to the sequence's view. Below the drawing, the edges'
 table is ``cmr map``'s, each row linking to the same list.
@@ -21,9 +21,9 @@ from cmr.store.listing import listed_status
 from cmr.ui.listing import escaped, page_start, sequence_path
 from cmr.ui.maplayout import Box, Curve, Layout, layout
 from cmr.ui.query import SequenceFilter, filter_query, lasted_ns, parse_filter, select_sequences
+from cmr.views.analyses.services import DEFAULT_LIMIT, Edge, ServiceMap, mapped
 from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
 from cmr.views.render.terms import format_duration
-from cmr.views.services import DEFAULT_LIMIT, Edge, ServiceMap, mapped
 
 _STYLE: Final = """
 svg#map { max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }

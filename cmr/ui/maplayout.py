@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Final
 
-from cmr.views.services import Edge, ServiceMap
+from cmr.views.analyses.services import Edge, ServiceMap
 
 #: Box and gap sizes, in SVG units (pixels at 1:1).
 BOX_HEIGHT: Final = 46

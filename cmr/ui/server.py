@@ -47,9 +47,9 @@ from cmr.store.base import (
 from cmr.ui.listing import render_list_page, sequence_path
 from cmr.ui.query import QueryError, SequenceFilter, parse_filter, select_sequences
 from cmr.ui.top import TopQuery, parse_top, render_top_page, top_rows
-from cmr.views.hops import fold_empty_hops
 from cmr.views.render.json import summary_fields, top_fields
 from cmr.views.render.terms import printable
+from cmr.views.tree.hops import fold_empty_hops
 
 #: The only address the UI listens on: the repository holds what the traced programs did.
 HOST: Final = UI_HOST
@@ -226,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _map(self, query: str, *, page: bool) -> None:
         from cmr.ui.map import map_of, parse_map, render_map_page
-        from cmr.views.services import map_fields
+        from cmr.views.analyses.services import map_fields
 
         now_ns = self.server.clock()
         repository = self.server.repository

@@ -12,7 +12,7 @@ from cmr.ages import moment_ns
 from cmr.store.base import KIND_REQUEST, SequenceQuery, Store
 from cmr.ui.listing import escaped, page_start
 from cmr.ui.query import QueryError, single
-from cmr.views.top import TopRow, row_cells, summed_up
+from cmr.views.analyses.top import TopRow, row_cells, summed_up
 
 BY: Final = ("root", "method")
 #: Sequences summed up per page: all of a window by root (up to this), the newest by method.

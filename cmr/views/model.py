@@ -1,6 +1,6 @@
 """The call tree the views share: nodes, their process, thread and hand-off, and the tree.
 
-``cmr.views.calltree`` builds it from a store's records; the processors, the sample merge and
+``cmr.views.tree.calltree`` builds it from a store's records; the processors, the sample merge and
 every renderer read it.
 """
 
@@ -29,7 +29,7 @@ TreeStatus: TypeAlias = Literal["running", "incomplete", "complete"]
 TREE_COMPLETE: Final = "complete"
 
 #: Node kinds: timed by the tracer at the call itself, made up to hold orphans together, or
-#: inferred from stack samples (``cmr.views.merge``).
+#: inferred from stack samples (``cmr.views.samples.merge``).
 Kind: TypeAlias = Literal["measured", "synthetic", "estimated"]
 KIND_MEASURED: Final = "measured"
 KIND_SYNTHETIC: Final = "synthetic"
@@ -79,7 +79,7 @@ class Bounds(msgspec.Struct, frozen=True, gc=False):
     measured caller before that one (``start_min_ns``, or the caller's start); it ran until the
     last tick that saw it (``end_min_ns``) and ended by the caller's next tick (``end_max_ns``,
     or the caller's end; None when neither is known yet). Always ordered: start_min <=
-    start_max <= end_min <= end_max (``views.placement.bounds_of``)."""
+    start_max <= end_min <= end_max (``views.samples.placement.bounds_of``)."""
 
     start_min_ns: int
     start_max_ns: int
@@ -122,7 +122,7 @@ class Node(msgspec.Struct, eq=False, gc=False):
     bounds: Bounds | None = None  # an estimated node's (``Bounds``); None for the others
     # Key/value pairs recorded for the invocation (wire.Attrs: an OpenTelemetry span's), or None.
     attributes: dict[str, str | int | float | bool] | None = None
-    # Hand-offs to untraced code that ran nothing traced, left out beneath it (``views.hops``).
+    # Hand-offs to untraced code that ran nothing traced, left out beneath it (``views.tree.hops``).
     folded: int = 0
     # Outlived its caller: open when the caller ended, or ending after it (``calltree.outlives``).
     detached: bool = False

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cmr.gc_paused import paused_gc
-from cmr.views.bigtree import longer_tree, shown_tree
-from cmr.views.budget import DEFAULT_MAX_NODES
-from cmr.views.calltree import build_tree
-from cmr.views.hops import fold_empty_hops
 from cmr.views.model import SequenceTree, walk
-from cmr.views.processors import drop_shorter_than, limit_depth
 from cmr.views.render.links import linked_seq
 from cmr.views.render.text import render_text
+from cmr.views.tree.bigtree import longer_tree, shown_tree
+from cmr.views.tree.budget import DEFAULT_MAX_NODES
+from cmr.views.tree.calltree import build_tree
+from cmr.views.tree.hops import fold_empty_hops
+from cmr.views.tree.processors import drop_shorter_than, limit_depth
 
 if TYPE_CHECKING:
     from cmr.store.base import SequenceData, Store
@@ -37,7 +37,7 @@ def render_sequence(
 ) -> str:
     """One sequence's tree as ``cmr show`` prints it (without a trailing newline); ``samples``
     merges the stack samples in, as ``cmr show --samples`` does; ``max_nodes`` bounds its lines
-    as ``--max-nodes`` does (0: no limit); ``all_calls`` keeps what ``views.hops`` folds."""
+    as ``--max-nodes`` does (0: no limit); ``all_calls`` keeps what ``views.tree.hops`` folds."""
     if depth is None and min_duration_ns and not samples:  # the calls that lasted: only theirs
         with paused_gc():  # are made nodes (the end-of-run report's tree)
             data = _loaded(store, seq, samples=False, all_calls=all_calls)
@@ -93,13 +93,13 @@ def view_sequence(
 ) -> SequenceTree:
     """The tree ``cmr show`` prints. Samples are read and merged only when asked for, so a plain
     ``cmr show`` never pays for them. Hand-offs that ran nothing traced are folded unless
-    ``all_calls`` (``views.hops``). The garbage collector waits meanwhile: a big sequence is
+    ``all_calls`` (``views.tree.hops``). The garbage collector waits meanwhile: a big sequence is
     millions of objects that all stay alive, which it would scan over and over."""
     with paused_gc():
         data = _loaded(store, seq, samples=samples, all_calls=all_calls)
         tree = build_tree(data)
         if samples:
-            from cmr.views.merge import merge_samples  # loaded with samples alone
+            from cmr.views.samples.merge import merge_samples  # loaded with samples alone
 
             tree = merge_samples(tree, data)
         if depth is not None:
@@ -109,7 +109,7 @@ def view_sequence(
 
 def _loaded(store: Store, seq: bytes, *, samples: bool, all_calls: bool) -> SequenceData:
     """The sequence as the store gives it, its hand-offs that ran nothing traced folded unless
-    ``all_calls`` (``views.hops``)."""
+    ``all_calls`` (``views.tree.hops``)."""
     data = store.load_sequence(seq, samples=samples)
     return data if all_calls else fold_empty_hops(data)
 
@@ -119,6 +119,6 @@ def sequence_tree(data: SequenceData) -> SequenceTree:
     tree = build_tree(data)
     if not data.samples:
         return tree
-    from cmr.views.merge import merge_samples  # loaded with samples alone
+    from cmr.views.samples.merge import merge_samples  # loaded with samples alone
 
     return merge_samples(tree, data)

@@ -1,5 +1,5 @@
 """Three orders across five processes, as their tracers send them: what the service map tests
-read (``cmr.views.services``, ``cmr map``, ``cmr ui``'s map page).
+read (``cmr.views.analyses.services``, ``cmr map``, ``cmr ui``'s map page).
 
 Per order: ``client.py`` calls the storefront (gunicorn ``storefront:app``) over HTTP, which
 calls pricing (uvicorn ``pricing:app``) over HTTP and starts ``report.py`` as a subprocess;

@@ -14,8 +14,8 @@ from collections.abc import Generator
 import tracer
 from cmr.store import open_store
 from cmr.store.base import SequenceSummary
-from cmr.views.calltree import build_tree
 from cmr.views.model import Node, SequenceTree, walk
+from cmr.views.tree.calltree import build_tree
 from tracer import traced
 from tracer.testing import Capture, capture
 

@@ -292,9 +292,9 @@ def test_an_event_loop_waiting_is_sampled_while_a_traced_task_is_suspended_and_n
 ) -> None:
     """Between the steps of its tasks no traced frame is on the loop's stack (a suspended
     coroutine leaves none), yet the repository can tell the loop's time there from the tasks'
-    (cmr/views/placement.py): while a traced coroutine is suspended, the loop's wait is sampled.
-    Once nothing traced is left in its tasks, the loop's wait is not (an idle server lets the
-    sampler rest). A step of an untraced task is not sampled; a step of a traced one is."""
+    (cmr/views/samples/placement.py): while a traced coroutine is suspended, the loop's wait is
+    sampled. Once nothing traced is left in its tasks, the loop's wait is not (an idle server lets
+    the sampler rest). A step of an untraced task is not sampled; a step of a traced one is."""
     monkeypatch.setattr(active, "VERDICT_NS", 0)  # each wait asks afresh
     seen: dict[str, bool] = {}
     selector = _Watched()

@@ -3,7 +3,7 @@
  * Three types and a few functions:
  *
  * - TracedFunction: the sync call wrapper. It does what the pure-Python sync wrapper
- *   (tracer._core.bodies.SYNC) does, step for step: the disabled check, a read of the ContextVar
+ *   (tracer._core.wrapper_bodies.SYNC) does, step for step: the disabled check, a read of the ContextVar
  *   (tracer._core.context.current) and the thread's invocation stack (its top is the parent when
  *   it began under the value read: a nested call writes no ContextVar; a root sets it, or reopens
  *   the value it left closed in its context: RootValue), an iid from the process-wide counter

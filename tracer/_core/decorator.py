@@ -11,7 +11,7 @@ import types
 
 from invoseq.events import TAG_ATTRS, TAG_END, TAG_ERROR, TAG_START
 from tracer._core import accel as _accel
-from tracer._core import adoption, budget, codes, context, frames, ids, recorder
+from tracer._core import adoption, budget, codes, context, ids, recorder, wrapper_frames
 from tracer._core import clock as clock_module
 from tracer._core import stack as stack_module
 
@@ -225,12 +225,14 @@ def _wrap_async_generator(fn: Callable[..., Any], method: int) -> Callable[..., 
 def _shaped(
     body: str, name: str, fn: Callable[..., Any], method: int, *, kind: str = "def"
 ) -> Callable[..., Any]:
-    """A Python wrapper of ``fn`` whose body is ``bodies.<body>``: the wrapper compiler loads
-    with the first (with the C accelerator, sync calls are wrapped in C and code is
+    """A Python wrapper of ``fn`` whose body is ``wrapper_bodies.<body>``: the wrapper compiler
+    loads with the first (with the C accelerator, sync calls are wrapped in C and code is
     instrumented, so most programs never load it)."""
-    from tracer._core import bodies, shaped
+    from tracer._core import wrapper_bodies, wrapper_shapes
 
-    return shaped.make(getattr(bodies, body), name, globals(), fn, method, kind=kind)
+    return wrapper_shapes.make(
+        getattr(wrapper_bodies, body), name, globals(), fn, method, kind=kind
+    )
 
 
 async def _close_async(inner: AsyncGenerator[Any, Any], iid: int, value: Any) -> None:
@@ -248,7 +250,7 @@ async def _close_async(inner: AsyncGenerator[Any, Any], iid: int, value: Any) ->
         _end(iid)
 
 
-frames.register_wrappers(_close_async)
+wrapper_frames.register_wrappers(_close_async)
 
 
 def wrap_with_method(fn: Callable[..., Any], method: int) -> Callable[..., Any]:

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from invoseq.events import TAG_HANDOFF
 from tracer._core import clock as clock_module
-from tracer._core import context, decorator, forking, frames, ids, recorder, stack
+from tracer._core import context, decorator, forking, ids, recorder, stack, wrapper_frames
 
 BOUND_MARK: Final = "__invoseq_bound__"
 #: On a function that runs what it is given in a context it was given (an integration marks
@@ -157,4 +157,4 @@ def bind(
     return run_handed_off
 
 
-frames.register_factories(bind)
+wrapper_frames.register_factories(bind)

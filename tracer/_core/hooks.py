@@ -37,10 +37,11 @@ _PAST_BOUND: Final = _d.UNTRACED_CALL
 
 
 #: The synchronous handlers' source, compiled in ``tracer._core.decorator``'s namespace as its
-#: wrapper bodies are (``tracer._core.bodies``): they read its globals (``_disabled``, ``_clock``,
-#: ``_next_iid``, ``_get``, ``_refill``, ``_open``, ``_reset``, ...) directly, so a source a test
-#: replaces there reaches them, and a call costs no attribute lookup. A return or unwind whose
-#: code is the top entry's is a synchronous call's (strands push no entry): no lookup at all.
+#: wrapper bodies are (``tracer._core.wrapper_bodies``): they read its globals (``_disabled``,
+#: ``_clock``, ``_next_iid``, ``_get``, ``_refill``, ``_open``, ``_reset``, ...) directly, so a
+#: source a test replaces there reaches them, and a call costs no attribute lookup. A return or
+#: unwind whose code is the top entry's is a synchronous call's (strands push no entry): no lookup
+#: at all.
 #:
 #: The start, written once (``{name}``, ``{find}`` the lines that find ``method``): the handler
 #: ``sys.monitoring`` calls finds it in the registry, the one a 3.11 copy of sync code embeds is

@@ -13,7 +13,16 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tracer import propagation
-from tracer._core import context, decorator, forking, frames, handoff, lifecycle, recorder, stack
+from tracer._core import (
+    context,
+    decorator,
+    forking,
+    handoff,
+    lifecycle,
+    recorder,
+    stack,
+    wrapper_frames,
+)
 
 if TYPE_CHECKING:
     import multiprocessing.pool
@@ -59,7 +68,7 @@ class ProcessRunner:
                 _flush_task()
 
 
-frames.register_wrappers(ProcessRunner.__call__)
+wrapper_frames.register_wrappers(ProcessRunner.__call__)
 
 
 def _flush_task() -> None:

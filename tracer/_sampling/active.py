@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from tracer._core import measured, service
 from tracer._core.codes import TRACED_CODES
-from tracer._core.frames import WRAPPER_CODES
+from tracer._core.wrapper_frames import WRAPPER_CODES
 
 #: Frames walked from a thread's innermost one, at most (here and in the stacks sampled).
 MAX_DEPTH: Final = 512

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import msgspec
 
 from invoseq import wire
-from tracer._shipping.nodes import Nodes
+from tracer._shipping.endpoints import Nodes
 from tracer._shipping.spool import Spool
 from tracer._shipping.windows import LostWindows, Window
 

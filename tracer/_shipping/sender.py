@@ -20,7 +20,7 @@ from invoseq import wire
 from tracer._core import budget, clock, context, ids, recorder
 from tracer._sampling.sampler import Sampler
 from tracer._shipping.delivery import Delivery, Outgoing
-from tracer._shipping.nodes import Nodes
+from tracer._shipping.endpoints import Nodes
 from tracer._shipping.spool import Spool, program_key
 from tracer._shipping.transport import KeyFileError, Transport
 from tracer.config import Config

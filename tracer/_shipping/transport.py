@@ -143,7 +143,7 @@ class ZmqTransport:
 
     @property
     def socket(self) -> zmq.Socket[bytes]:
-        """The DEALER, for polling several transports at once (``tracer._shipping.nodes``)."""
+        """The DEALER, for polling several transports at once (``tracer._shipping.endpoints``)."""
         return self._socket
 
     def close(self) -> None:

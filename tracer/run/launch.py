@@ -20,7 +20,7 @@ from importlib.machinery import ModuleSpec
 from types import CodeType, FrameType, ModuleType, TracebackType
 from typing import Final
 
-from tracer._core.frames import WRAPPER_CODES
+from tracer._core.wrapper_frames import WRAPPER_CODES
 from tracer.run.autowrap import DefiningNamespace
 from tracer.run.patterns import IncludePatterns, is_external
 

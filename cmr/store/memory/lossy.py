@@ -1,20 +1,20 @@
 """The memory store's lossy marks: the processes that reported dropping events of a sequence
 (``Batch.lost_seqs``), and each process's windows of drops whose sequences it could not name
 (``Batch.lost_windows``): a sequence of the process that meets one is lossy too
-(``_shared.overlaps_window``, as the SQL stores ask)."""
+(``rules.overlaps_window``, as the SQL stores ask)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cmr.store._shared import LostRow, LostWindowRow, overlaps_window
 from cmr.store.memory.summaries import MemorySummaries
+from cmr.store.rules import LostRow, LostWindowRow, overlaps_window
 
 
 class LossyMarks:
     def __init__(self) -> None:
         self._lost_by: dict[bytes, set[int]] = {}  # seq -> processes that dropped its events
-        #: puid -> its windows of unnamed drops (wall clock; ``_shared.lost_window_rows``)
+        #: puid -> its windows of unnamed drops (wall clock; ``rules.lost_window_rows``)
         self._windows: dict[int, set[tuple[int, int]]] = {}
 
     def add(self, lost: Iterable[LostRow], windows: Iterable[LostWindowRow]) -> None:

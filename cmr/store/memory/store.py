@@ -1,7 +1,7 @@
 """A repository that lives in dictionaries: for `tracer run --memory` and for tests.
 
-It keeps batches as they arrived, as the SQL stores do (``cmr.store.packed``), but decoded: a
-batch's thread chunks are kept as the structs the server decoded, with the index and listing
+It keeps batches as they arrived, as the SQL stores do (``cmr.store.stored_batches``), but decoded:
+a batch's thread chunks are kept as the structs the server decoded, with the index and listing
 lines ``pack`` makes, so ingest costs ``pack``'s pass and a few dictionary updates, and a tree is
 ``unpack`` of its own batches without decoding them again. The same functions as the SQL
 stores', so the three agree by construction on every rule the contract tests check.
@@ -16,18 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 
 from cmr.store._samples import sample_records, sample_windows, without_gaps
-from cmr.store._shared import (
-    SHOWN_MATCHES,
-    HandoffRow,
-    check_limit,
-    is_lost,
-    lost_rows,
-    lost_window_rows,
-    neighbours_in,
-    pick_match,
-    qualified_name,
-    seq_range,
-)
 from cmr.store.base import (
     HandoffRecord,
     InvocationRecord,
@@ -46,15 +34,27 @@ from cmr.store.base import (
     UnknownSequenceError,
     names_method,
 )
+from cmr.store.batch_index import pack
 from cmr.store.columns import columns_available, distinct_values, process_pairs, read_records
 from cmr.store.listing import matching_names, select_lines, window
 from cmr.store.memory.lossy import LossyMarks
 from cmr.store.memory.pages import MemoryPages
 from cmr.store.memory.samples import MemorySamples
 from cmr.store.memory.summaries import LateEnd, MemorySummaries
-from cmr.store.packed import LateAttrs
-from cmr.store.packed import LateEnd as StoredLateEnd
-from cmr.store.packing import pack
+from cmr.store.rules import (
+    SHOWN_MATCHES,
+    HandoffRow,
+    check_limit,
+    is_lost,
+    lost_rows,
+    lost_window_rows,
+    neighbours_in,
+    pick_match,
+    qualified_name,
+    seq_range,
+)
+from cmr.store.stored_batches import LateAttrs
+from cmr.store.stored_batches import LateEnd as StoredLateEnd
 from cmr.store.summaries import BatchCache
 from invoseq.wire import Batch
 

@@ -9,10 +9,10 @@ import bisect
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from cmr.store._shared import qualified_name
 from cmr.store.base import MethodRecord, ProcessRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import ListingKeys
 from cmr.store.memory.key_index import KeyIndex, RowKeys
+from cmr.store.rules import qualified_name
 from cmr.store.summaries import (
     EntryRow,
     RootRow,

@@ -1,6 +1,6 @@
 """Writing one batch into PostgreSQL, in the caller's transaction.
 
-The batch goes in first, as it arrived (``cmr.store.packed``: its thread chunks as one
+The batch goes in first, as it arrived (``cmr.store.stored_batches``: its thread chunks as one
 ``bytea``, with its key, ``INSERT ... ON CONFLICT DO NOTHING`` on ``batches``): when two nodes
 receive the same batch, the second waits there for the first to commit, then finds the key and
 stores nothing. Then its small index, each one statement over arrays (``unnest``), sent in one
@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from cmr.store._samples import encode_stack, sampler_record, without_gaps
-from cmr.store._shared import lost_rows, lost_window_rows
 from cmr.store.base import SampleRecord
-from cmr.store.packing import PackedBatch
+from cmr.store.batch_index import PackedBatch
 from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.partitions import day_of, day_sql
@@ -39,6 +38,7 @@ from cmr.store.postgres.statements import (
     UPSERT_SAMPLE_THREADS,
     UPSERT_SAMPLER,
 )
+from cmr.store.rules import lost_rows, lost_window_rows
 from invoseq.wire import Batch
 
 

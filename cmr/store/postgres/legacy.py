@@ -2,8 +2,8 @@
 
 Those versions kept a row per Start (``starts``), per End (``ends``) and per invocation's
 attributes (``attributes``), partitioned by day. Each process's rows become one stored batch,
-numbered ``packed.LEGACY_BATCH_NO`` with clock offset 0 (the times are wall clock already) and
-indexed as ingest indexes a batch; Ends whose Start was never stored become late Ends and every
+numbered ``stored_batches.LEGACY_BATCH_NO`` with clock offset 0 (the times are wall clock already)
+and indexed as ingest indexes a batch; Ends whose Start was never stored become late Ends and every
 attributes row a late Attrs (merged in batch order when read, as before). The row tables are
 then dropped; the listing lines are computed by the migration after it (``postgres_migrate``),
 once every column they need is there. Runs inside the migration's transaction: it happens
@@ -16,8 +16,8 @@ from typing import Final
 
 import msgspec
 
-from cmr.store.packed import LEGACY_BATCH_NO, legacy_batch
 from cmr.store.postgres.connect import Conn
+from cmr.store.stored_batches import LEGACY_BATCH_NO, legacy_batch
 
 _decode_attributes: Final = msgspec.msgpack.Decoder(dict[str, str | int | float | bool]).decode
 _encode_json: Final = msgspec.json.Encoder().encode

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from cmr.store._shared import step_counter
 from cmr.store.base import OnStep, PruneResult
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.partitions import DAY_NS, FUTURE, PAST_DAYS, droppable
+from cmr.store.rules import step_counter
 
 #: What a process leaves behind once nothing else names it: deleted with it.
 _PROCESS_TABLES = (

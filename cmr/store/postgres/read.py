@@ -1,6 +1,7 @@
-"""The PostgreSQL repository's read side: a sequence's batches unpacked (``cmr.store.packed``),
-then the hand-offs, methods, threads and processes its invocations name, and ``stats``; each run
-inside a transaction the caller holds (``PostgresStore``), with the rules of ``_shared``."""
+"""The PostgreSQL repository's read side: a sequence's batches unpacked
+(``cmr.store.stored_batches``), then the hand-offs, methods, threads and processes its invocations
+name, and ``stats``; each run inside a transaction the caller holds (``PostgresStore``), with the
+rules of ``rules``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from cmr.store._samples import (
     sample_windows,
     without_gaps,
 )
-from cmr.store._shared import is_lost
 from cmr.store.base import (
     FrameRecord,
     HandoffRecord,
@@ -30,7 +30,6 @@ from cmr.store.base import (
     UnknownSequenceError,
 )
 from cmr.store.columns import distinct_values, process_pairs, read_records
-from cmr.store.packed import LateAttrs, LateEnd, StoredBatch
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.statements import (
     LATE_ENDS,
@@ -40,6 +39,8 @@ from cmr.store.postgres.statements import (
     SEQUENCE_BATCHES,
     SEQUENCE_HANDOFFS,
 )
+from cmr.store.rules import is_lost
+from cmr.store.stored_batches import LateAttrs, LateEnd, StoredBatch
 from cmr.store.summaries import BatchCache
 
 

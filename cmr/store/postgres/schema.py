@@ -5,7 +5,7 @@ Each migration is applied once, in order, inside one transaction, and recorded i
 ``schema_migrations``; ``postgres_migrate`` checks the list at every start. Never edit a
 migration that has shipped: append a new one.
 
-Since version 3, events are stored as their batches arrived (``cmr.store.packed``, as in
+Since version 3, events are stored as their batches arrived (``cmr.store.stored_batches``, as in
 SQLite): one ``bytea`` of thread chunks per batch in ``batches`` and the small index beside it,
 with each sequence's listing line kept at ingest (``cmr.store.summaries``). Version 1 stored a
 row per Start and End; ``postgres_legacy`` moves such rows into batches when it upgrades.
@@ -131,7 +131,7 @@ ATTRIBUTES: Final = (
     )""",
 )
 
-#: Batches stored as they arrived (``cmr.store.packed``, as in SQLite) and each sequence's
+#: Batches stored as they arrived (``cmr.store.stored_batches``, as in SQLite) and each sequence's
 #: listing line kept at ingest (``cmr.store.summaries``). ``postgres_legacy`` moves the rows of
 #: ``starts``, ``ends`` and ``attributes`` into that form, then those tables are dropped.
 PACKED: Final = (

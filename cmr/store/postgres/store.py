@@ -22,7 +22,6 @@ from psycopg import errors
 
 from cmr.store import listing_sql
 from cmr.store._samples import I64_MIN
-from cmr.store._shared import SHOWN_MATCHES, check_limit, pick_match, seq_range
 from cmr.store.base import (
     Neighbours,
     OnStep,
@@ -34,10 +33,9 @@ from cmr.store.base import (
     StoreError,
     StoreStats,
 )
+from cmr.store.batch_index import PackingStore, Preparation, Prepared, write_each
 from cmr.store.grouping import group_parts
 from cmr.store.listing import select_lines
-from cmr.store.packed import methods_of
-from cmr.store.packing import PackingStore, Preparation, Prepared, write_each
 from cmr.store.postgres import summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
@@ -46,6 +44,8 @@ from cmr.store.postgres.partitions import create_partitions, day_window
 from cmr.store.postgres.prune import prune
 from cmr.store.postgres.read import load, neighbours, stats
 from cmr.store.postgres.statements import METHODS_BY_RECENT_SEQUENCE, NAMED_METHODS
+from cmr.store.rules import SHOWN_MATCHES, check_limit, pick_match, seq_range
+from cmr.store.stored_batches import methods_of
 
 #: How often a transaction that lost a deadlock or a race for a new partition is retried.
 ATTEMPTS: Final = 4

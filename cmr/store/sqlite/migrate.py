@@ -2,17 +2,17 @@
 
 Those versions kept a row per Start (``starts``) and per End (``ends``), in wall-clock time. Each
 process's rows become one stored batch, numbered far above any batch a process sends
-(``packed.LEGACY_BATCH_NO``), whose clock offset is 0 (its times are already wall clock) and whose
-index is built as ingest builds it; Ends whose Start was never stored become late Ends. The row
-tables are then dropped. Runs inside the upgrade's transaction: it happens whole or not at all.
-"""
+(``stored_batches.LEGACY_BATCH_NO``), whose clock offset is 0 (its times are already wall clock)
+and whose index is built as ingest builds it; Ends whose Start was never stored become late Ends.
+The row tables are then dropped. Runs inside the upgrade's transaction: it happens whole or not at
+all."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from cmr.store.packed import LEGACY_BATCH_NO, legacy_batch
 from cmr.store.sqlite.writes import write_index
+from cmr.store.stored_batches import LEGACY_BATCH_NO, legacy_batch
 
 
 def move_legacy_rows(conn: sqlite3.Connection) -> None:

@@ -1,6 +1,6 @@
 """The SQLite backend's reads of a sequence and its retention, on a connection inside a transaction
-the caller holds (``SQLiteStore``): the sequence's batches unpacked (``cmr.store.packed``), then the
-hand-offs, methods, threads and processes its invocations name, each by index.
+the caller holds (``SQLiteStore``): the sequence's batches unpacked (``cmr.store.stored_batches``),
+then the hand-offs, methods, threads and processes its invocations name, each by index.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 
-from cmr.store._shared import is_lost, step_counter
 from cmr.store.base import MethodRecord, ProcessRecord
+from cmr.store.rules import is_lost, step_counter
 from cmr.store.sqlite.statements import PROCESS_COLUMNS, SEQUENCE_BATCHES
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # what a listing never reads (``processes`` is all it asks he
     from typing import Any, Final
 
     from cmr.store.base import OnStep
-    from cmr.store.packed import LateAttrs, LateEnd
     from cmr.store.records import HandoffRecord, InvocationRecord, PruneResult, ThreadRecord
+    from cmr.store.stored_batches import LateAttrs, LateEnd
     from cmr.store.summaries import BatchCache
 
 #: Bound parameters per ``IN (...)`` list, well under SQLite's limit.

@@ -2,7 +2,7 @@
 reads (``list_sequences``, ``resolve_sequence``, ``load_sequence``, ``find_sequences``,
 ``stats``); ``SQLiteStore`` (``cmr.store.sqlite.store``) adds the write side to it. A command that
 only reads opens a reader (``open_store(readonly=True)``), which loads none of the ingest
-machinery (``cmr.store.packing``), and what only a sequence's tree needs (its batches unpacked,
+machinery (``cmr.store.batch_index``), and what only a sequence's tree needs (its batches unpacked,
 its samples) when one is loaded: ``cmr ls`` loads neither, nor msgspec.
 """
 
@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from cmr.store import listing_sql, migrations
-from cmr.store._shared import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
 from cmr.store.base import (
     SequenceQuery,
     SequenceSummary,
@@ -25,6 +24,7 @@ from cmr.store.base import (
     UnknownSequenceError,
 )
 from cmr.store.listing import select_lines
+from cmr.store.rules import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
@@ -209,7 +209,7 @@ class SQLiteReader(Store):
         )  # fmt: skip
 
     def find_sequences(self, method: str, *, since_ns: int | None, limit: int) -> list[bytes]:
-        from cmr.store.packed import methods_of
+        from cmr.store.stored_batches import methods_of
 
         check_limit(limit)
         since = _I64_MIN if since_ns is None else since_ns

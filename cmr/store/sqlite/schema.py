@@ -3,11 +3,12 @@
 
 Version 2 added hand-offs, version 3 each process's heartbeat interval, version 4 stack samples,
 their frames and each process's sampler report, version 5 the sequences a process dropped events of:
-each purely additive. Version 6 stores events as their batches arrived (``cmr.store.packed``)
-instead of a row per Start and End; ``sqlite_migrate`` moves an older file's rows into that form
-when it is opened for writing (``STEPS``, run by ``cmr.store.migrations``). Version 7 keeps each
-sequence's listing line at ingest (``cmr.store.summaries``); an older file's are computed when it is
-upgraded. Version 8 adds the exception the root raised to the listing line (its roots are computed
+each purely additive. Version 6 stores events as their batches arrived
+(``cmr.store.stored_batches``) instead of a row per Start and End; ``sqlite_migrate`` moves an
+older file's rows into that form when it is opened for writing (``STEPS``, run by
+``cmr.store.migrations``). Version 7 keeps each sequence's listing line at ingest
+(``cmr.store.summaries``); an older file's are computed when it is upgraded. Version 8 adds the
+exception the root raised to the listing line (its roots are computed
 again on upgrade). Version 9 keeps each sequence's listing keys (its root's name, end and exception)
 on its row, indexed, so that ``cmr ls --root/--min-duration/--status/--sort duration`` are served by
 index (``cmr.store.listing``). Version 10 adds the sampler's paced interval to each process's
@@ -119,8 +120,8 @@ LEGACY_EVENTS_SCHEMA: Final = (
     ) WITHOUT ROWID""",
 )
 #: Version 6: each batch's thread chunks as one blob (monotonic times, the batch's clock offset
-#: beside it) and the index of ``cmr.store.packed``: the sequences in each batch, the methods each
-#: sequence ran, and the Ends and Attrs whose Start is not in their batch (``late_*``).
+#: beside it) and the index of ``cmr.store.stored_batches``: the sequences in each batch, the
+#: methods each sequence ran, and the Ends and Attrs whose Start is not in their batch (``late_*``).
 PACKED_SCHEMA: Final = (
     "ALTER TABLE batches ADD COLUMN clock_offset_ns INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE batches ADD COLUMN chunks BLOB",

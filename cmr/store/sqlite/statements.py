@@ -92,7 +92,7 @@ SUMMARIES_OF_PICKED: Final = """
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
     LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
 #: The processes whose windows of unnamed drops sequence :seq overlaps (it ran on them, from
-#: its earliest Start to its root's end, or on if open: ``_shared.overlaps_window``), with the
+#: its earliest Start to its root's end, or on if open: ``rules.overlaps_window``), with the
 #: first and last times of the windows it overlaps.
 LOST_WINDOWS_OF: Final = """
     SELECT w.puid, min(w.first_ns), max(w.last_ns)

@@ -1,7 +1,7 @@
 """The default backend: one SQLite file, written by `cmr serve`, read by the CLI at the same time.
 
-Events are stored as their batches arrived (``cmr.store.packed``): one blob per batch and a small
-index, so ingest costs a handful of statements per batch rather than one per event, and a tree
+Events are stored as their batches arrived (``cmr.store.stored_batches``): one blob per batch and a
+small index, so ingest costs a handful of statements per batch rather than one per event, and a tree
 reads only its own batches. Hand-offs get a table of their own, keyed by ``hid`` and joined to the
 invocations that continue them only when a tree is built, so they may arrive before or after
 those invocations. The ``sequences`` table keeps each sequence's earliest start so that listing
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cmr.store.packing import PackingStore, Preparation
+from cmr.store.batch_index import PackingStore, Preparation
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.reader import BUSY_TIMEOUT_MS, SQLiteReader
 from cmr.store.sqlite.writes import write_group

@@ -8,10 +8,10 @@ import json
 import sqlite3
 from collections.abc import Iterable, Mapping
 
-from cmr.store._shared import lost_rows, lost_window_rows
 from cmr.store.base import Outcome
+from cmr.store.batch_index import Prepared, write_each
 from cmr.store.grouping import group_parts
-from cmr.store.packing import Prepared, write_each
+from cmr.store.rules import lost_rows, lost_window_rows
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.samples import store_samples
 from cmr.store.sqlite.statements import UPSERT_PROCESS

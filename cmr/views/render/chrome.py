@@ -4,10 +4,10 @@ chrome://tracing.
 Each process is a process track (``pid`` is its OS pid, named ``host:pid`` by a ``process_name``
 metadata event) and each thread a thread track (``tid`` is the thread's per-process serial, named
 by ``thread_name``). Calls that overlap on one thread without nesting (interleaved asyncio tasks)
-get extra tracks of that thread, laid out by ``cmr.views.lanes``, because a viewer drops slices
-that do not nest. Every call is a complete event (``ph: "X"``) whose category tells measured calls
-from estimated ones (merged from samples); a call that raised also gets an instant event at its
-end. Every hand-off whose submit time is known is a flow arrow from the submitting call to the
+get extra tracks of that thread, laid out by ``cmr.views.analyses.lanes``, because a viewer drops
+slices that do not nest. Every call is a complete event (``ph: "X"``) whose category tells measured
+calls from estimated ones (merged from samples); a call that raised also gets an instant event at
+its end. Every hand-off whose submit time is known is a flow arrow from the submitting call to the
 call that ran the work: ``ph: "s"`` at the submit time, ``ph: "f"`` (``bp: "e"``) at the start.
 
 Times are microseconds from the sequence's first call, with nanosecond decimals: doubles cannot
@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import msgspec
 
-from cmr.views.lanes import Layout, Slice, Track, lay_out
+from cmr.views.analyses.lanes import Layout, Slice, Track, lay_out
 from cmr.views.model import STATUS_ERROR, Node, SequenceTree
 
 EXPORTER: Final = "invoseq cmr"

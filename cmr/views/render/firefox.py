@@ -24,9 +24,9 @@ running lasts until the latest time the sequence shows.
 **Samples.** Each stack sample is one row of its thread's samples table, ``weight`` the ticks it
 stands for (``weightType`` ``samples``), so the weights add up to the sequence's sample weight.
 Its stack is the sample's frames placed under the measured call it was taken under, as
-``--format otlp-profiles`` links it (``views.placement.place_sample``): the measured calls of its
-thread from the outermost to that call (category ``Traced``), then the sampled frames beneath it
-(category ``Python``). A sample no measured call holds keeps its whole stack.
+``--format otlp-profiles`` links it (``views.samples.placement.place_sample``): the measured calls
+of its thread from the outermost to that call (category ``Traced``), then the sampled frames
+beneath it (category ``Python``). A sample no measured call holds keeps its whole stack.
 
 **Idle stretches.** The sampler collapses N identical samples of an idle thread into one of weight N
 standing for a duration D. Format 57 has no per-sample duration column: a sample is an instant, its
@@ -51,8 +51,6 @@ from typing import Any, Final
 import msgspec
 
 from cmr.store.base import FrameRecord, SampleRecord, SequenceData
-from cmr.views.interned import Interned
-from cmr.views.merge import measured_calls
 from cmr.views.model import (
     KIND_MEASURED,
     UNKNOWN_THREAD,
@@ -61,9 +59,11 @@ from cmr.views.model import (
     service_name,
     walk,
 )
-from cmr.views.placement import place_sample
 from cmr.views.render.firefox_tables import FuncKey, ThreadTables
-from cmr.views.timeline import Call, ThreadCalls
+from cmr.views.render.interned import Interned
+from cmr.views.samples.merge import measured_calls
+from cmr.views.samples.placement import place_sample
+from cmr.views.samples.timeline import Call, ThreadCalls
 
 #: The processed profile format version written, and the Gecko format version of the same
 #: profiler release (``meta.version``; the profiler reads the processed version).

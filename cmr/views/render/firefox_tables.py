@@ -8,7 +8,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cmr.views.interned import Interned
+from cmr.views.render.interned import Interned
 
 FuncKey = tuple[str, str, int | None]  # (name, file, first line)
 INTERVAL: Final = 1  # a marker's phase: from startTime to endTime

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from cmr.store.base import ProcessRecord, SamplerRecord, SequenceSummary, StoreStats
-from cmr.views.diff import PathDelta
+from cmr.views.analyses.diff import PathDelta
+from cmr.views.analyses.profile import Profile, ProfileNode
 from cmr.views.model import Handoff, Node, SequenceTree
-from cmr.views.processors import ThreadActivity
-from cmr.views.profile import Profile, ProfileNode
+from cmr.views.tree.processors import ThreadActivity
 
 _encode = msgspec.json.Encoder().encode
 
-if TYPE_CHECKING:  # cmr.views.top renders through the views that import this module
-    from cmr.views.top import TopRow
+if TYPE_CHECKING:  # cmr.views.analyses.top renders through the views that import this module
+    from cmr.views.analyses.top import TopRow
 
 #: Pieces (about one node each) a streamed document gathers before it hands them on.
 CHUNK_PARTS = 4096

@@ -19,11 +19,11 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from cmr.views.budget import count_beneath
+from cmr.views.analyses.profile import KIND_THREAD, Profile, ProfileNode
 from cmr.views.model import KIND_ESTIMATED
-from cmr.views.profile import KIND_THREAD, Profile, ProfileNode
 from cmr.views.render.terms import ANSI, PLAIN, Palette, format_duration, plural, printable
 from cmr.views.render.text import BRANCH, GUIDE_BLOCK, LAST, PIPE, SPACE, share_colour, short_path
+from cmr.views.tree.budget import count_beneath
 
 #: A node (or the lines of a caller left out), its depth, the guide prefix, and whether it is the
 #: last of its siblings.

@@ -1,11 +1,11 @@
 """A sequence as a speedscope profile (https://www.speedscope.app, file-format-schema.json).
 
 Speedscope shows one profile at a time and offers the others in a menu, so each thread gets its
-own: an **evented** profile per track of ``cmr.views.lanes`` (a thread, or the calls of one that
-overlap without nesting: interleaved asyncio tasks), whose open and close events are the calls'
-starts and ends, measured and estimated calls alike. When the sequence has stack samples, each
-sampled thread also gets a **sampled** profile built from the raw samples, every stack weighted by
-the time it stands for, so the left-heavy and sandwich views show where the time went.
+own: an **evented** profile per track of ``cmr.views.analyses.lanes`` (a thread, or the calls of
+one that overlap without nesting: interleaved asyncio tasks), whose open and close events are the
+calls' starts and ends, measured and estimated calls alike. When the sequence has stack samples,
+each sampled thread also gets a **sampled** profile built from the raw samples, every stack
+weighted by the time it stands for, so the left-heavy and sandwich views show where the time went.
 
 Times are nanoseconds from the sequence's first call: speedscope reads numbers as doubles, whose 53
 bits would round absolute wall-clock nanoseconds. A call still open lasts until the latest time
@@ -20,7 +20,7 @@ from typing import Any, Final
 import msgspec
 
 from cmr.store.base import FrameRecord, SampleRecord, SequenceData
-from cmr.views.lanes import Track, lay_out
+from cmr.views.analyses.lanes import Track, lay_out
 from cmr.views.model import UNKNOWN_THREAD, Node, SequenceTree
 
 SCHEMA_URL: Final = "https://www.speedscope.app/file-format-schema.json"

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # cmr ls prints no tree: the views load for the one table tha
 
     from cmr.store.base import StoreStats
     from cmr.views.model import SequenceTree
-    from cmr.views.processors import ThreadActivity
+    from cmr.views.tree.processors import ThreadActivity
 
 #: Hex digits of a sequence id shown in listings at least (``Store.short_ids`` gives more where
 #: another id shares them); ``cmr show`` accepts any unambiguous prefix.

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from cmr.store.base import PROCESS_ENDED, PROCESS_LOST
-from cmr.views.budget import Fold, Selection, choose, fits
 from cmr.views.model import (
     KIND_ESTIMATED,
     KIND_SYNTHETIC,
@@ -44,6 +43,7 @@ from cmr.views.render.terms import (
     plural,
     printable,
 )
+from cmr.views.tree.budget import Fold, Selection, choose, fits
 
 #: Guides are drawn for this many levels; deeper lines restart at the left margin, marked with
 #: the depth they continue from ("[+32] ├─ ..."), so a 10,000-deep chain stays small and fast.
@@ -93,7 +93,7 @@ def render_text(
     """The header line, then the tree; no trailing newline.
 
     ``max_nodes`` (0: no limit) bounds the tree's lines: a bigger tree shows its longest calls
-    first, folds the others of each caller into one line (``cmr.views.budget``) and ends with a
+    first, folds the others of each caller into one line (``cmr.views.tree.budget``) and ends with a
     line telling how many calls are hidden and how to see them. A tree that fits prints in full.
     ``selection``: the budget's choice made already (``bigtree``, for a tree built only as far
     as it is shown). ``link_ids``: the prefixes to print of the sequences calls are linked from

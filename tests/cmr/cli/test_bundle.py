@@ -16,8 +16,8 @@ from cmr import bundle
 from cmr.cli import main
 from cmr.store import open_store
 from cmr.store.base import SequenceData
-from cmr.views.calltree import build_tree
 from cmr.views.render.json import tree_to_json
+from cmr.views.tree.calltree import build_tree
 from invoseq import wire
 from tests.cmr.conftest import FakeClock, make_batch
 from tests.cmr.export_support import SEQ, SHOP, STOCK, fill

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cmr.cli._support import parse_age
+from cmr.cli.common import parse_age
 from cmr.store import open_store
 from invoseq import wire
 from tests.cmr.cli_helpers import one_line_error, run

@@ -1,5 +1,6 @@
-"""The C reader of stored batches (``cmr.store.columns``) gives the records ``packed.unpack``
-gives, whatever the batches hold, and refuses a damaged blob without reading past it."""
+"""The C reader of stored batches (``cmr.store.columns``) gives the records
+``stored_batches.unpack`` gives, whatever the batches hold, and refuses a damaged blob without
+reading past it."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from cmr.store.columns import (
     total_at,
     unpack_columns,
 )
-from cmr.store.packed import LateAttrs, LateEnd, StoredBatch, encode_chunks, unpack
+from cmr.store.stored_batches import LateAttrs, LateEnd, StoredBatch, encode_chunks, unpack
 from invoseq import wire
 from tests.cmr.store.strategies import PUIDS, SEQ, iids, processes, times
 

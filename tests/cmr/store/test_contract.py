@@ -17,8 +17,8 @@ from cmr.store import (
     UnknownSequenceError,
 )
 from cmr.store.base import HandoffRecord, SequenceQuery
-from cmr.views.calltree import build_tree
 from cmr.views.model import Handoff
+from cmr.views.tree.calltree import build_tree
 from invoseq import wire
 from tests.cmr.store.records import BatchFactory, H, S, handoff, seq_id, start
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cmr.store import Store
-from cmr.store._shared import summarize
 from cmr.store.base import REMOTE_PARENT, SequenceQuery, SequenceSummary, shown_status
-from cmr.views.calltree import build_tree
+from cmr.store.rules import summarize
 from cmr.views.model import Node, walk
+from cmr.views.tree.calltree import build_tree
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import handoff, seq_id, start

@@ -12,8 +12,8 @@ from cmr.store import (
     Store,
     StoreError,
 )
-from cmr.views.calltree import build_tree
 from cmr.views.model import Handoff, walk
+from cmr.views.tree.calltree import build_tree
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import BatchFactory, H, S, handoff, seq_id, start

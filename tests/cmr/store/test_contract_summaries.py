@@ -1,6 +1,6 @@
 """The contract for listing lines kept at ingest (``cmr.store.summaries``), run against each
 backend: whatever order a sequence's events arrive in, its line in ``list_sequences`` is the line
-its own records give (``_shared.summarize`` of ``load_sequence``), as of every batch, and listing
+its own records give (``rules.summarize`` of ``load_sequence``), as of every batch, and listing
 reads nothing per invocation."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from cmr.store import Store
-from cmr.store._shared import summarize
 from cmr.store.base import REMOTE_PARENT, SequenceSummary
+from cmr.store.rules import summarize
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import handoff, seq_id, start

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmr.store import packing
+from cmr.store import batch_index
 from cmr.store.accel import accelerator
 from cmr.store.base import InvalidBatchError
+from cmr.store.batch_index import PackedBatch, Preparation, _pack_events, _pack_scanned
 from cmr.store.grouping import _merged, group_parts
-from cmr.store.packing import PackedBatch, Preparation, _pack_events, _pack_scanned
 from invoseq import wire
 from tests.cmr.conftest import make_batch
 from tests.cmr.store.records import seq_id, start
@@ -173,7 +173,7 @@ def test_a_group_whose_sequences_are_each_in_one_batch_merges_as_one_sequence_at
     # Requests: each sequence in one batch, so group_parts puts the parts side by side; the
     # result is what the merge sequence by sequence gives.
     packs = [
-        packing.pack(make_batch(7, n, {n: [start(2 * n, 100 * n, seq_id(f"{n}a"))]}))
+        batch_index.pack(make_batch(7, n, {n: [start(2 * n, 100 * n, seq_id(f"{n}a"))]}))
         for n in range(1, 4)
     ]
     merged, first_start = _merged(packs)

@@ -13,7 +13,7 @@ from cmr.ui.charts import render_charts
 from cmr.ui.histogram import LABEL_GAP, bands, markers, render_histogram
 from cmr.ui.scales import PLOT_BOTTOM, PLOT_TOP, LogScale, log_scale, time_scale
 from cmr.ui.scatter import decade_label
-from cmr.views.top import TopRow, percentile
+from cmr.views.analyses.top import TopRow, percentile
 
 MS = 1_000_000
 NOW = 1_800_000_000 * 1_000_000_000

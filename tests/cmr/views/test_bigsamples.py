@@ -1,5 +1,6 @@
-"""Samples grafted onto a big profile's lines (``cmr.views.bigsamples``) give the profile the whole
-merged tree gives, as text and as JSON; sequences it does not take are left to the whole tree."""
+"""Samples grafted onto a big profile's lines (``cmr.views.samples.bigsamples``) give the profile
+the whole merged tree gives, as text and as JSON; sequences it does not take are left to the whole
+tree."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 
 from cmr.store.base import SequenceData
 from cmr.store.columns import columns_available
-from cmr.views.bigprofile import sequence_profile
-from cmr.views.calltree import build_tree
-from cmr.views.merge import merge_samples
-from cmr.views.profile import profile_sequence
+from cmr.views.analyses.bigprofile import sequence_profile
+from cmr.views.analyses.profile import profile_sequence
 from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
+from cmr.views.samples.merge import merge_samples
+from cmr.views.tree.calltree import build_tree
 from tests.cmr.views.conftest import SequenceBuilder
 from tests.cmr.views.test_bigtree import as_columns, in_start_order
 

@@ -1,7 +1,7 @@
-"""A big tree built only as far as it is shown (``cmr.views.bigtree``) prints exactly what the
+"""A big tree built only as far as it is shown (``cmr.views.tree.bigtree``) prints exactly what the
 whole tree prints within the same line budget, a profile read straight from the records
-(``cmr.views.bigprofile``) is the one the whole tree gives, and both leave the cases they do not
-take to the whole tree."""
+(``cmr.views.analyses.bigprofile``) is the one the whole tree gives, and both leave the cases they
+do not take to the whole tree."""
 
 from __future__ import annotations
 
@@ -22,20 +22,20 @@ from cmr.store.columns import (
     spans,
     unpack_columns,
 )
-from cmr.store.packed import encode_chunks
-from cmr.views.bigprofile import sequence_profile
-from cmr.views.bigtree import _longest, longer_tree, shown_tree
-from cmr.views.budget import make_fold
-from cmr.views.calltree import build_tree, covered_in_order
-from cmr.views.merge import merge_samples
+from cmr.store.stored_batches import encode_chunks
+from cmr.views.analyses.bigprofile import sequence_profile
+from cmr.views.analyses.profile import profile_sequence
 from cmr.views.pipeline import render_sequence
-from cmr.views.processors import drop_shorter_than
-from cmr.views.profile import profile_sequence
-from cmr.views.records import Naming, duration
 from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
 from cmr.views.render.text import render_text
-from cmr.views.shape import row_names, tree_shape
+from cmr.views.samples.merge import merge_samples
+from cmr.views.tree.bigtree import _longest, longer_tree, shown_tree
+from cmr.views.tree.budget import make_fold
+from cmr.views.tree.calltree import build_tree, covered_in_order
+from cmr.views.tree.processors import drop_shorter_than
+from cmr.views.tree.records import Naming, duration
+from cmr.views.tree.shape import row_names, tree_shape
 from invoseq import wire
 from tests.cmr.views.conftest import PUID, SequenceBuilder
 

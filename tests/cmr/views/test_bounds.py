@@ -13,9 +13,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmr.views.calltree import build_tree
-from cmr.views.merge import merge_samples
 from cmr.views.model import Bounds, Node, walk
+from cmr.views.samples.merge import merge_samples
+from cmr.views.tree.calltree import build_tree
 from tests.cmr.views.conftest import SequenceBuilder
 
 MS = 1_000_000

@@ -9,11 +9,11 @@ import re
 import pytest
 
 from cmr.store import open_store
-from cmr.views.calltree import build_tree
 from cmr.views.model import walk
 from cmr.views.pipeline import render_sequence, view_sequence
 from cmr.views.render.json import iter_tree_json, tree_to_json
 from cmr.views.render.text import render_text
+from cmr.views.tree.calltree import build_tree
 from invoseq import wire
 from tests.cmr.cli_helpers import run
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from cmr.views.calltree import build_tree
 from cmr.views.model import KIND_MEASURED, KIND_SYNTHETIC, UNKNOWN_ROOT, ProcessRef, ThreadRef, walk
+from cmr.views.tree.calltree import build_tree
 
 
 def test_nested_calls_rebuild_the_stack_with_durations_and_self_time(builder, outline):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from cmr.views.calltree import build_tree
-from cmr.views.critical import CLOCK_SLACK_NS, critical_path, describe_path, path_tree
+from cmr.views.analyses.critical import CLOCK_SLACK_NS, critical_path, describe_path, path_tree
 from cmr.views.render.json import critical_path_to_json, node_fields
 from cmr.views.render.text import render_text
+from cmr.views.tree.calltree import build_tree
 
 MS = 1_000_000
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cmr.views.calltree import build_tree
-from cmr.views.diff import call_paths, diff_paths
+from cmr.views.analyses.diff import call_paths, diff_paths
+from cmr.views.tree.calltree import build_tree
 from tests.cmr.views.conftest import SequenceBuilder
 
 MS = 1_000_000

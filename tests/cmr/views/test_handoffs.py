@@ -3,8 +3,8 @@ invocation that submitted it, with how long it waited."""
 
 from __future__ import annotations
 
-from cmr.views.calltree import build_tree
 from cmr.views.model import Handoff, walk
+from cmr.views.tree.calltree import build_tree
 
 MS = 1_000_000
 

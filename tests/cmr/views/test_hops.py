@@ -1,4 +1,4 @@
-"""Folding hand-offs to untraced code that ran nothing traced (``cmr.views.hops``): which calls
+"""Folding hand-offs to untraced code that ran nothing traced (``cmr.views.tree.hops``): which calls
 fold, where they are counted, and that everything else stays."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 
 from cmr.store.base import SequenceData
-from cmr.views.calltree import build_tree
-from cmr.views.hops import fold_empty_hops
 from cmr.views.model import walk
+from cmr.views.tree.calltree import build_tree
+from cmr.views.tree.hops import fold_empty_hops
 from tests.cmr.views.conftest import SequenceBuilder
 from tests.cmr.views.test_bigtree import FORMS
 

@@ -7,11 +7,11 @@ import json
 
 import msgspec
 
-from cmr.views.calltree import build_tree
-from cmr.views.lanes import Track, lay_out
+from cmr.views.analyses.lanes import Track, lay_out
 from cmr.views.model import KIND_ESTIMATED, Node, SequenceTree, walk
 from cmr.views.render.chrome import render_chrome
 from cmr.views.render.speedscope import render_speedscope, track_name
+from cmr.views.tree.calltree import build_tree
 
 
 def events(track: Track) -> list[tuple[str, str, int]]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 from cmr.store.base import SampleRecord
-from cmr.views.calltree import build_tree
-from cmr.views.merge import merge_samples
 from cmr.views.model import KIND_ESTIMATED, KIND_MEASURED, SequenceTree, walk
 from cmr.views.render.text import render_header
+from cmr.views.samples.merge import merge_samples
+from cmr.views.tree.calltree import build_tree
 from tests.cmr.views.conftest import SequenceBuilder
 
 S = 1_000_000_000

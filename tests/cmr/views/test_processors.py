@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cmr.views.calltree import build_tree
 from cmr.views.model import walk
-from cmr.views.processors import drop_shorter_than, limit_depth, subtree_size
+from cmr.views.tree.calltree import build_tree
+from cmr.views.tree.processors import drop_shorter_than, limit_depth, subtree_size
 
 
 @pytest.fixture(name="shop")

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from cmr.views.calltree import build_tree
-from cmr.views.merge import merge_samples
-from cmr.views.model import KIND_MEASURED
-from cmr.views.profile import (
+from cmr.views.analyses.profile import (
     Profile,
     ProfileNode,
     ThreadOrigin,
@@ -16,8 +13,11 @@ from cmr.views.profile import (
     method_subtrees,
     profile_sequence,
 )
+from cmr.views.model import KIND_MEASURED
 from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
+from cmr.views.samples.merge import merge_samples
+from cmr.views.tree.calltree import build_tree
 from tests.cmr.views.conftest import SequenceBuilder
 
 

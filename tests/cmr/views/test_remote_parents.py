@@ -5,8 +5,8 @@ a made-up ``<remote parent>``. The precedence against a true root and against ``
 
 from __future__ import annotations
 
-from cmr.views.calltree import REMOTE_PARENT, build_tree
 from cmr.views.model import KIND_SYNTHETIC, UNKNOWN_ROOT, Handoff
+from cmr.views.tree.calltree import REMOTE_PARENT, build_tree
 
 FOREIGN = 0xF0F0  # the parent-id in the foreign caller's traceparent
 SECOND_FOREIGN = 0xF0F1

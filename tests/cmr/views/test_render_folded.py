@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cmr.views.calltree import build_tree
 from cmr.views.render.folded import default_weight, folded_stacks, render_folded
+from cmr.views.tree.calltree import build_tree
 
 
 def test_separators_inside_names_cannot_split_a_frame_or_a_line(builder):

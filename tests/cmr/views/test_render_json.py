@@ -8,13 +8,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from cmr.views.calltree import build_tree
-from cmr.views.merge import merge_samples
-from cmr.views.processors import limit_depth, thread_activity
 from cmr.views.render.json import (
     thread_activity_to_json,
     tree_to_json,
 )
+from cmr.views.samples.merge import merge_samples
+from cmr.views.tree.calltree import build_tree
+from cmr.views.tree.processors import limit_depth, thread_activity
 
 NODE_KEYS = [
     "name",

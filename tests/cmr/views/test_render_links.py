@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from cmr.views.calltree import build_tree
 from cmr.views.render.links import link_lines
 from cmr.views.render.terms import ANSI
 from cmr.views.render.text import format_attributes, render_text
+from cmr.views.tree.calltree import build_tree
 
 MS = 1_000_000
 LINK = {

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from cmr.views.calltree import build_tree
 from cmr.views.model import SequenceTree
 from cmr.views.render.logs import is_log_key, log_lines
 from cmr.views.render.terms import ANSI
 from cmr.views.render.text import format_attributes, render_text
+from cmr.views.tree.calltree import build_tree
 
 MS = 1_000_000
 

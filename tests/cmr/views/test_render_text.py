@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from cmr.views.calltree import build_tree
-from cmr.views.merge import merge_samples
-from cmr.views.processors import drop_shorter_than, limit_depth
 from cmr.views.render.terms import format_duration
 from cmr.views.render.text import GUIDE_BLOCK, render_text
+from cmr.views.samples.merge import merge_samples
+from cmr.views.tree.calltree import build_tree
+from cmr.views.tree.processors import drop_shorter_than, limit_depth
 
 MS = 1_000_000
 

@@ -1,4 +1,4 @@
-"""The service map over stored sequences (``cmr.views.services``), on every store: the
+"""The service map over stored sequences (``cmr.views.analyses.services``), on every store: the
 services as nodes, the hand-offs between processes as edges with their kind, counts, errors,
 latency and queue wait; and what a process's service is."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cmr.store.base import ProcessRecord, SequenceQuery
-from cmr.views.services import map_fields, service_map, service_of
+from cmr.views.analyses.services import map_fields, service_map, service_of
 from tests.cmr.services_scenario import MS, QUEUED, SEQS, write_orders
 from tests.cmr.store.conftest import fixture_pg_url, fixture_store
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from cmr.views.calltree import build_tree
 from cmr.views.model import ProcessRef, ThreadRef
-from cmr.views.processors import ThreadActivity, limit_depth, thread_activity
 from cmr.views.render.tables import render_thread_activity
+from cmr.views.tree.calltree import build_tree
+from cmr.views.tree.processors import ThreadActivity, limit_depth, thread_activity
 
 MS = 1_000_000
 

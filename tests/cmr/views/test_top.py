@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cmr.store.base import SequenceSummary
-from cmr.views.calltree import build_tree
-from cmr.views.top import by_method, by_root
+from cmr.views.analyses.top import by_method, by_root
+from cmr.views.tree.calltree import build_tree
 from tests.cmr.views.conftest import SequenceBuilder
 
 MS = 1_000_000

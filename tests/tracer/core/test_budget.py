@@ -18,7 +18,7 @@ import tracer
 from invoseq import wire
 from tracer._core import budget, hooks, recorder
 from tracer._shipping.delivery import Delivery, Outgoing
-from tracer._shipping.nodes import Nodes
+from tracer._shipping.endpoints import Nodes
 from tracer._shipping.spool import Spool
 from tracer._shipping.transport import Transport
 from tracer.testing import capture

@@ -1,6 +1,6 @@
-"""Wrappers compiled with the wrapped function's own parameters (tracer._core.shaped): every kind
-of parameter passes through as the function would receive it, and what the generated code cannot
-take safely gets the generic ``*args, **kwargs`` shape."""
+"""Wrappers compiled with the wrapped function's own parameters (tracer._core.wrapper_shapes):
+every kind of parameter passes through as the function would receive it, and what the generated
+code cannot take safely gets the generic ``*args, **kwargs`` shape."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tracer._core import decorator, frames, recorder, shaped
+from tracer._core import decorator, recorder, wrapper_frames, wrapper_shapes
 from tracer.testing import capture
 
 
@@ -34,12 +34,12 @@ def every_kind(
 
 
 def test_a_shape_is_read_from_the_code_and_written_back_as_the_same_signature() -> None:
-    shape = shaped.shape_of(every_kind)
+    shape = wrapper_shapes.shape_of(every_kind)
     assert shape.parameters() == "a, b, /, c, *rest, d, e, **more"
     assert shape.arguments() == "a, b, c, *rest, d=d, e=e, **more"
-    assert shaped.shape_of(lambda *, k: k).parameters() == "*, k"
-    assert shaped.shape_of(functools.partial(every_kind, 1)) is shaped.GENERIC
-    assert shaped.shape_of(len) is shaped.GENERIC
+    assert wrapper_shapes.shape_of(lambda *, k: k).parameters() == "*, k"
+    assert wrapper_shapes.shape_of(functools.partial(every_kind, 1)) is wrapper_shapes.GENERIC
+    assert wrapper_shapes.shape_of(len) is wrapper_shapes.GENERIC
 
 
 def test_every_kind_of_parameter_passes_through_as_the_function_receives_it() -> None:
@@ -84,5 +84,5 @@ def test_a_coroutine_wrapper_has_the_coroutines_parameters_and_is_a_known_wrappe
         assert asyncio.run(wrapped(url="b")) == ("b", 1)
     assert [i.status for i in trace.invocations()] == ["ok", "ok"]
     assert inspect.iscoroutinefunction(wrapped)
-    assert inspect.unwrap(wrapped).__code__ not in frames.WRAPPER_CODES
-    assert wrapped.__code__ in frames.WRAPPER_CODES  # the sampler and tracebacks know it
+    assert inspect.unwrap(wrapped).__code__ not in wrapper_frames.WRAPPER_CODES
+    assert wrapped.__code__ in wrapper_frames.WRAPPER_CODES  # the sampler and tracebacks know it

@@ -14,7 +14,7 @@ from invoseq import wire
 from tracer._core import budget
 from tracer._shipping import delivery as delivery_module
 from tracer._shipping.delivery import Delivery, Outgoing
-from tracer._shipping.nodes import Nodes
+from tracer._shipping.endpoints import Nodes
 from tracer._shipping.spool import Spool
 from tracer._shipping.windows import MAX_WINDOWS, LostWindows
 

@@ -13,7 +13,7 @@ import pytest
 
 from invoseq import wire
 from tracer._shipping.delivery import Delivery, Outgoing
-from tracer._shipping.nodes import BASE_BACKOFF_NS, MAX_BACKOFF_NS, UNANSWERED_NS, Nodes
+from tracer._shipping.endpoints import BASE_BACKOFF_NS, MAX_BACKOFF_NS, UNANSWERED_NS, Nodes
 from tracer._shipping.transport import Transport
 
 RESEND_NS = 2_000_000_000

@@ -19,7 +19,7 @@ import tracer
 from invoseq import wire
 from tests.tracer.shipping.test_nodes import PUID, RESEND_NS, Clock
 from tracer._shipping.delivery import Delivery, Outgoing
-from tracer._shipping.nodes import Nodes
+from tracer._shipping.endpoints import Nodes
 from tracer._shipping.transport import Transport
 
 WINDOW = 64

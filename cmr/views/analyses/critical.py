@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Final
 
 from cmr.views.model import Node, SequenceTree
-from cmr.views.processors import keep_only
 from cmr.views.render.terms import format_duration, plural
+from cmr.views.tree.processors import keep_only
 
 #: How far past its caller's end a callee in another process may end and still count as waited
 #: for: clocks of two processes, even on one host, disagree by about this much.

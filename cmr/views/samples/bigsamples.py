@@ -27,12 +27,12 @@ import msgspec
 
 from cmr.store.base import InvocationRecord, SampleRecord, SequenceData
 from cmr.store.columns import RecordColumns, covered, distinct_values, line_totals, nested
-from cmr.views.calltree import build_tree
-from cmr.views.merge import merge_samples
+from cmr.views.analyses.profile import Grafts, ProfileNode
 from cmr.views.model import KIND_MEASURED, walk
-from cmr.views.profile import Grafts, ProfileNode
-from cmr.views.shape import Shape
-from cmr.views.timeline import OPEN
+from cmr.views.samples.merge import merge_samples
+from cmr.views.samples.timeline import OPEN
+from cmr.views.tree.calltree import build_tree
+from cmr.views.tree.shape import Shape
 
 
 def graftable(data: SequenceData, shape: Shape) -> bool:

@@ -117,7 +117,7 @@ def add_read_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_all_option(parser: argparse.ArgumentParser) -> None:
-    """``--all``: keep the hand-offs to untraced code that ran nothing traced (``views.hops``
+    """``--all``: keep the hand-offs to untraced code that ran nothing traced (``views.tree.hops``
     folds them into their caller's line by default)."""
     parser.add_argument(
         "--all",

@@ -1,5 +1,5 @@
 """The bodies of the pure-Python wrappers of sync functions and coroutines, compiled by
-``tracer._core.shaped`` with the wrapped function's own parameters, in the namespace of
+``tracer._core.wrapper_shapes`` with the wrapped function's own parameters, in the namespace of
 ``tracer._core.decorator``: they read its globals (``_disabled``, the sources, ``_open``,
 ``_begin``, ...), so a source replaced there reaches every wrapper. ``{call}`` is the call of
 the function, ``_ivq_0`` the interned method; every other name of theirs starts with ``_ivq_``.
@@ -14,7 +14,7 @@ TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True
 if TYPE_CHECKING:
     from typing import Final
 
-#: The sync wrapper's body (``tracer._core.shaped`` gives it the function's own
+#: The sync wrapper's body (``tracer._core.wrapper_shapes`` gives it the function's own
 #: parameters). Inlined: this is the path every traced call takes. A call nested in the top of its
 #: thread's stack (the same strand) becomes the top, keeps the one below in ``_ivq_top``, and
 #: touches no ContextVar; anything else (a root, the first call of a strand) takes ``_open``.

@@ -11,7 +11,7 @@ from typing import Final
 
 from cmr.store.base import FrameRecord, SampleRecord
 from cmr.views.model import Bounds, Node
-from cmr.views.timeline import Call, FrameKey, ThreadCalls
+from cmr.views.samples.timeline import Call, FrameKey, ThreadCalls
 
 #: Where a sampled stack shows an event loop between task steps, by the function and the file a
 #: frame names: asyncio's iteration (``BaseEventLoop._run_once``), and ``asyncio.Runner.run``

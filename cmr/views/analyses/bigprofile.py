@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
 from cmr.store.columns import RecordColumns, distinct_values, profile_lines
-from cmr.views.bigsamples import graft_samples, graftable
-from cmr.views.calltree import covered_in_order
+from cmr.views.analyses.profile import Profile, ProfileNode, sort_profile
 from cmr.views.model import KIND_MEASURED
-from cmr.views.profile import Profile, ProfileNode, sort_profile
-from cmr.views.records import Naming
-from cmr.views.shape import Shape, row_names, tree_shape
+from cmr.views.samples.bigsamples import graft_samples, graftable
+from cmr.views.tree.calltree import covered_in_order
+from cmr.views.tree.records import Naming
+from cmr.views.tree.shape import Shape, row_names, tree_shape
 
 
 def sequence_profile(data: SequenceData, *, lines: bool = False) -> Profile | None:

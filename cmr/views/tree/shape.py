@@ -33,7 +33,7 @@ from cmr.store.columns import (
     take,
     total_at,
 )
-from cmr.views.records import (
+from cmr.views.tree.records import (
     Links,
     Naming,
     children_lists,

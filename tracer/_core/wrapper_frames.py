@@ -1,6 +1,6 @@
 """The tracer's wrapper frames, known by their code objects rather than by file name.
 
-More in docs/architecture.md, "tracer/_core/frames.py".
+More in docs/architecture.md, "tracer/_core/wrapper_frames.py".
 """
 
 from __future__ import annotations

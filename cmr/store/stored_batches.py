@@ -14,7 +14,7 @@ the events:
   they are kept apart, keyed by (puid, iid), already in wall-clock time;
 - hand-offs, as before (they are looked up by ``hid`` across sequences).
 
-``packing.pack`` does that in one pass over the events (in C when it is built); ``unpack`` turns
+``batch_index.pack`` does that in one pass over the events (in C when it is built); ``unpack`` turns
 a sequence's blobs (plus the late records asked for) back into invocation records. The rules
 (first write wins for an event key; wall time = event time + the batch's clock offset; a batch
 whose wall times overflow a signed 64-bit integer is refused whole) are those of the row stores.

@@ -37,9 +37,9 @@ from typing import Any, Final
 from cmr.store.base import ProcessRecord, SequenceQuery, SequenceSummary, Store
 from cmr.store.columns import handed_off
 from cmr.store.records import SequenceData
+from cmr.views.analyses.top import percentile
 from cmr.views.model import service_name
-from cmr.views.records import duration, queued_ns
-from cmr.views.top import percentile
+from cmr.views.tree.records import duration, queued_ns
 
 #: Edge kinds.
 KIND_PROCESS: Final = "process"

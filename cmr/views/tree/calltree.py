@@ -23,12 +23,12 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from cmr.gc_paused import paused_gc
-from cmr.store._shared import root_rank
 from cmr.store.base import (
     REMOTE_PARENT,
     InvocationRecord,
     SequenceData,
 )
+from cmr.store.rules import root_rank
 from cmr.views.model import (
     KIND_SYNTHETIC,
     STATUS_INCOMPLETE,
@@ -46,7 +46,7 @@ from cmr.views.model import (
     TreeStatus,
     walk,
 )
-from cmr.views.records import (
+from cmr.views.tree.records import (
     Naming,
     dropped_by,
     dropped_in_window,
@@ -168,7 +168,7 @@ def _synthetic(
 
 def _best_candidate(records: list[InvocationRecord]) -> int:
     """The position of the call ``root_rank`` puts first: a listing names it when the root was
-    lost (``store._shared.summary_root``), and the sequence's status follows it."""
+    lost (``store.rules.summary_root``), and the sequence's status follows it."""
     return min(
         range(len(records)),
         key=lambda i: root_rank(
@@ -306,7 +306,7 @@ covered_in_order = _covered
 
 
 def tree_status(root: Node) -> TreeStatus:
-    """A sequence's status follows its root (``store._shared.sequence_status``): complete once
+    """A sequence's status follows its root (``store.rules.sequence_status``): complete once
     it ended, whatever detached work still runs beneath it. A remote parent's status is its
     entries'; when the root was lost, the call a listing names stands for it."""
     if root.status == STATUS_RUNNING:

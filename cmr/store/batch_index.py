@@ -1,5 +1,5 @@
-"""Ingest's index of a batch: what a store keeps beside the batch's blob (``packed``'s module
-docstring says what and why), made in one pass over the batch's events.
+"""Ingest's index of a batch: what a store keeps beside the batch's blob (``stored_batches``'s
+module docstring says what and why), made in one pass over the batch's events.
 
 With the C accelerator the pass is ``_pack.c``'s ``scan`` over the encoded thread chunks (the
 blob the store keeps), and Python reads only the few events it points at (Errors, Handoffs,
@@ -25,10 +25,10 @@ from typing import Final
 import msgspec
 
 from cmr.store._samples import sample_records
-from cmr.store._shared import HandoffRow
 from cmr.store.accel import accelerator
 from cmr.store.base import GroupCommitStore, InvalidBatchError, Outcome, SampleRecord
-from cmr.store.packed import LateAttrs, LateEnd, encode_chunks, methods_by_seq
+from cmr.store.rules import HandoffRow
+from cmr.store.stored_batches import LateAttrs, LateEnd, encode_chunks, methods_by_seq
 from cmr.store.summaries import RootRow, SummaryCollector, SummaryParts
 from invoseq.wire import Attrs, Batch, End, Error, Handoff, Start
 
@@ -68,7 +68,8 @@ def pack(batch: Batch, *, encode: bool = True, body: bytes | None = None) -> Pac
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A batch ready to be written: where its outcome goes, its index and its samples. ``batch``
-    is the batch without its thread chunks: they are in ``packed`` (the blob and its index)."""
+    is the batch without its thread chunks: they are in ``stored_batches`` (the blob and its
+    index)."""
 
     at: int
     batch: Batch

@@ -41,7 +41,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cmr.store.base import FrameRecord, MethodRecord, SampleRecord, SequenceData
-from cmr.views.calltree import covered_ns
 from cmr.views.model import (
     KIND_ESTIMATED,
     KIND_MEASURED,
@@ -51,8 +50,9 @@ from cmr.views.model import (
     SequenceTree,
     walk,
 )
-from cmr.views.placement import Placement, Seen, Ticks, bounds_of, place_sample
-from cmr.views.timeline import OPEN, Call, ThreadCalls, index_threads
+from cmr.views.samples.placement import Placement, Seen, Ticks, bounds_of, place_sample
+from cmr.views.samples.timeline import OPEN, Call, ThreadCalls, index_threads
+from cmr.views.tree.calltree import covered_ns
 
 Signature = tuple[str, str] | tuple[str, str, int]
 

@@ -29,7 +29,8 @@ from cmr.store.columns import (
     ranked,
     spans,
 )
-from cmr.views.budget import (
+from cmr.views.model import Node, SequenceTree
+from cmr.views.tree.budget import (
     FOLD_NAMES,
     Fold,
     Selection,
@@ -39,10 +40,9 @@ from cmr.views.budget import (
     rank,
     select,
 )
-from cmr.views.calltree import covered_in_order, outlives, tree_status
-from cmr.views.model import Node, SequenceTree
-from cmr.views.records import Naming, dropped_by, dropped_in_window
-from cmr.views.shape import Shape, row_names, tree_shape
+from cmr.views.tree.calltree import covered_in_order, outlives, tree_status
+from cmr.views.tree.records import Naming, dropped_by, dropped_in_window
+from cmr.views.tree.shape import Shape, row_names, tree_shape
 
 
 def shown_tree(data: SequenceData, max_lines: int) -> tuple[SequenceTree, Selection] | None:

@@ -5,7 +5,7 @@ them into the function again: 125 ns above a bare call here, most of what the pu
 cost beyond recording. A wrapper with the function's own parameters passes them on in an
 ordinary Python-to-Python call (24 ns; docs/architecture.md, "The invocation stack").
 
-More in docs/architecture.md, "tracer/_core/shaped.py".
+More in docs/architecture.md, "tracer/_core/wrapper_shapes.py".
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import FunctionType
 from typing import Any, Final, NamedTuple
 
-from tracer._core import frames
+from tracer._core import wrapper_frames
 from tracer._core.codes import CO_VARARGS, CO_VARKEYWORDS
 
 #: What the template's own names start with (the function, the method, locals).
@@ -126,7 +126,7 @@ def _compile(
     scope: dict[str, Any] = {}
     exec(code, namespace, scope)  # our own template and names (see above)
     factory: Callable[..., Any] = scope[f"{PREFIX}make"]
-    frames.register_factories(factory)
+    wrapper_frames.register_factories(factory)
     return factory
 
 

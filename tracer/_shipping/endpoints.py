@@ -4,7 +4,7 @@ and when a suspect node is tried again.
 Nodes are ``cmr serve`` processes sharing one database; any of them may store any batch, and the
 database discards a batch stored twice, so a batch is free to move from one node to another.
 
-More in docs/architecture.md, "tracer/_shipping/nodes.py".
+More in docs/architecture.md, "tracer/_shipping/endpoints.py".
 """
 
 from __future__ import annotations
