@@ -23,7 +23,7 @@ from cmr.ui.maplayout import Box, Curve, Layout, layout
 from cmr.ui.query import SequenceFilter, filter_query, lasted_ns, parse_filter, select_sequences
 from cmr.views.analyses.services import DEFAULT_LIMIT, Edge, ServiceMap, mapped
 from cmr.views.render.tables import SEQ_PREFIX_LEN, format_local_time
-from cmr.views.render.terms import format_duration
+from cmr.views.render.terms import format_duration, plural
 
 _STYLE: Final = """
 svg#map { max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
@@ -97,13 +97,11 @@ def _count(found: ServiceMap, wanted: SequenceFilter) -> str:
     read = len(found.sequences)
     if not read:
         return "<p id='count'>no sequences match</p>"
-    noun = "sequence" if read == 1 else "sequences"
     scope = ", the filters' newest: limit=N reads more (up to 1000)" if found.bounded else ""
     where = " the filters select" if wanted.filters else ""
-    edges = len(found.edges)
+    services, edges = plural(len(found.nodes), "service"), plural(len(found.edges), "edge")
     return (
-        f"<p id='count'>{len(found.nodes)} services and {edges} "
-        f"{'edge' if edges == 1 else 'edges'} over {read} {noun}{where}{scope}. "
+        f"<p id='count'>{services} and {edges} over {plural(read, 'sequence')}{where}{scope}. "
         "Click an edge to list its sequences.</p>"
     )
 

@@ -105,6 +105,8 @@ def test_the_map_s_json_a_bad_filter_and_an_empty_selection(orders):
         assert bad.status == 400
         assert "min_ms: expected milliseconds, got &#x27;abc&#x27;" in bad.body
         assert ui.get("/api/map?colour=red").status == 400
+        counted = ui.get("/map")
+        assert "<p id='count'>5 services and 4 edges over 3 sequences. " in counted.body
         empty = ui.get("/map?root=nothing.*")
         assert empty.status == 200
         assert "<p id='count'>no sequences match</p>" in empty.body
