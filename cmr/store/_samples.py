@@ -22,7 +22,8 @@ from cmr.store.base import (
     SampleRecord,
     SamplerRecord,
 )
-from cmr.store.columns import RecordColumns, field, on_threads, thread_windows
+from cmr.store.column_passes import thread_windows
+from cmr.store.columns import RecordColumns, field, on_threads
 from invoseq.wire import GAP_TID, Batch, SamplerReport
 
 I64_MIN: Final = -(2**63)

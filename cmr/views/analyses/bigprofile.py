@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
-from cmr.store.columns import RecordColumns, distinct_values, profile_lines
+from cmr.store.column_passes import profile_lines
+from cmr.store.columns import RecordColumns, distinct_values
 from cmr.views.analyses.profile import Profile, ProfileNode, sort_profile
 from cmr.views.model import KIND_MEASURED
 from cmr.views.samples.bigsamples import graft_samples, graftable

@@ -2,8 +2,8 @@
 
 ``merge_samples`` places each sample on the calls of its thread that hold its instant, and cuts
 its span where a callee starts; it needs no other call. In a sequence of one thread whose calls
-nest (``columns.nested``: the calls open at any instant are one chain), those are few: the chain
-holding a tick's instant (found by bisection on the start column, then up the callers), the
+nest (``column_passes.nested``: the calls open at any instant are one chain), those are few: the
+chain holding a tick's instant (found by bisection on the start column, then up the callers), the
 first callee starting after it, and, for a collapsed sample, every call that meets its span.
 ``graft_samples`` makes a tree of those calls and their callers only, gives each its self time
 from the columns (its free time on the thread, which ``merge_samples`` scales estimates into),
@@ -26,7 +26,8 @@ from array import array
 import msgspec
 
 from cmr.store.base import InvocationRecord, SampleRecord, SequenceData
-from cmr.store.columns import RecordColumns, covered, distinct_values, line_totals, nested
+from cmr.store.column_passes import covered, line_totals, nested
+from cmr.store.columns import RecordColumns, distinct_values
 from cmr.views.analyses.profile import Grafts, ProfileNode
 from cmr.views.model import KIND_MEASURED, walk
 from cmr.views.samples.merge import merge_samples
@@ -116,7 +117,7 @@ def _add_totals(
 ) -> None:
     """Sample counts and CPU times up every caller's line, as ``merge._total`` sums them up the
     whole tree: a call's CPU time counts, for itself and its callers, only where samples fell
-    (``columns.line_totals``; ``own``: row -> the weight and CPU time it holds itself)."""
+    (``column_passes.line_totals``; ``own``: row -> the weight and CPU time it holds itself)."""
     samples, cpu, sampled = line_totals(held, line_of, own, len(lines))
     for at in itertools.compress(range(len(lines)), sampled):
         line = lines[at]

@@ -21,14 +21,8 @@ from typing import Final
 
 from cmr.gc_paused import paused_gc
 from cmr.store.base import InvocationRecord, SequenceData
-from cmr.store.columns import (
-    RecordColumns,
-    covered,
-    distinct_values,
-    fold_sums,
-    ranked,
-    spans,
-)
+from cmr.store.column_passes import covered, fold_sums, ranked, spans
+from cmr.store.columns import RecordColumns, distinct_values
 from cmr.views.model import Node, SequenceTree
 from cmr.views.tree.budget import (
     FOLD_NAMES,
@@ -202,8 +196,8 @@ _FEW_METHODS: Final = 1 << 16
 
 class _ColumnTree:
     """The tree as rows of ``RecordColumns`` (``budget.TreeAccess``): priorities read from one
-    array, and a fold's sums made in C (``columns.fold_sums``), so the calls a fold hides never
-    become objects."""
+    array, and a fold's sums made in C (``column_passes.fold_sums``), so the calls a fold hides
+    never become objects."""
 
     __slots__ = ("_names", "_priority", "_records", "_shape", "_text", "_unique")
 

@@ -23,16 +23,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from cmr.store.base import HandoffRecord, InvocationRecord
-from cmr.store.columns import (
-    RecordColumns,
-    children,
-    distinct_values,
-    hang,
-    shape_rows,
-    subtree_sizes,
-    take,
-    total_at,
-)
+from cmr.store.column_passes import children, hang, shape_rows, subtree_sizes, take, total_at
+from cmr.store.columns import RecordColumns, distinct_values
 from cmr.views.tree.records import (
     Links,
     Naming,

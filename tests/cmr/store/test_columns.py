@@ -12,15 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmr.store.columns import (
-    RecordColumns,
-    columns_available,
-    distinct_values,
-    ranked,
-    take,
-    total_at,
-    unpack_columns,
-)
+from cmr.store.column_passes import ranked, take, total_at
+from cmr.store.columns import RecordColumns, columns_available, distinct_values, unpack_columns
 from cmr.store.stored_batches import LateAttrs, LateEnd, StoredBatch, encode_chunks, unpack
 from invoseq import wire
 from tests.cmr.store.strategies import PUIDS, SEQ, iids, processes, times

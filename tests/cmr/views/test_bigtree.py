@@ -14,14 +14,8 @@ import pytest
 
 from cmr.store import open_store
 from cmr.store.base import SequenceData
-from cmr.store.columns import (
-    RecordColumns,
-    columns_available,
-    covered,
-    fold_sums,
-    spans,
-    unpack_columns,
-)
+from cmr.store.column_passes import covered, fold_sums, spans
+from cmr.store.columns import RecordColumns, columns_available, unpack_columns
 from cmr.store.stored_batches import encode_chunks
 from cmr.views.analyses.bigprofile import sequence_profile
 from cmr.views.analyses.profile import profile_sequence
