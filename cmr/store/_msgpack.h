@@ -266,9 +266,15 @@ static Entry *table_find(Table *t, int32_t process, int64_t iid) {
     }
 }
 
+/* Four times the slots while the table is small (few rehashes), twice once it holds a million
+ * (a sequence of 1.05 M calls then gets 4 M slots, 128 MB, not 8 M, 256 MB: `cmr show` stays
+ * under its memory bound). */
+#define TABLE_GROW_TWICE (1u << 21)
+
 static inline int table_grow(Table *t) {
     Table bigger;
-    if (table_init(&bigger, 2 * (t->mask + 1)) < 0) return -1; /* four times the slots */
+    size_t slots = t->mask + 1;
+    if (table_init(&bigger, slots < TABLE_GROW_TWICE ? 2 * slots : slots) < 0) return -1;
     for (size_t i = 0; i <= t->mask; i++) {
         Entry *e = &t->slots[i];
         if (e->process < 0) continue;
