@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing import Final, NoReturn, TypeAlias
 
     from cmr.store.base import Store
+    from cmr.store.records import SequenceData
 
 Handler: TypeAlias = "Callable[[argparse.Namespace], int]"
 Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
@@ -134,6 +135,15 @@ def open_for_reading(db: str | None) -> Store:
     from cmr.store import open_store
 
     return open_store(db, readonly=True)
+
+
+def read_sequence(db: str | None, seq: str) -> SequenceData:
+    """The sequence ``seq`` names (an id or an unambiguous prefix), read whole from ``db``."""
+    store = open_for_reading(db)
+    try:
+        return store.load_sequence(store.resolve_sequence(seq))
+    finally:
+        store.close()
 
 
 #: ``-o -`` or ``FILE -``: standard output, or standard input.

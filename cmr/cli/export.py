@@ -13,7 +13,7 @@ from cmr.cli.common import (
     Commands,
     add_all_option,
     command,
-    open_for_reading,
+    read_sequence,
     write_output,
 )
 from cmr.cli.progress import HELP as PROGRESS_HELP
@@ -73,11 +73,7 @@ def _export(args: argparse.Namespace) -> int:
     fmt = BY_NAME[args.format]
     shown = progress.start("export 1/3: reading the sequence", unit="calls")
     try:
-        store = open_for_reading(args.db)
-        try:
-            data = store.load_sequence(store.resolve_sequence(args.seq))
-        finally:
-            store.close()
+        data = read_sequence(args.db, args.seq)
         calls = len(data.invocations)
         shown.phase(f"export 2/3: converting {calls:,} calls to {fmt.name}", unit="%", total=100)
         if not args.all_calls and not fmt.binary:  # a bundle moves the records as they are

@@ -13,7 +13,7 @@ from cmr.cli.common import (
     Commands,
     add_all_option,
     command,
-    open_for_reading,
+    read_sequence,
     write_output,
 )
 from cmr.cli.progress import HELP as PROGRESS_HELP
@@ -58,11 +58,7 @@ def _report(args: argparse.Namespace) -> int:
 
     shown = progress.start("report 1/3: reading the sequence", unit="calls")
     try:
-        store = open_for_reading(args.db)
-        try:
-            data = store.load_sequence(store.resolve_sequence(args.seq))
-        finally:
-            store.close()
+        data = read_sequence(args.db, args.seq)
         calls = len(data.invocations)
         shown.phase(f"report 2/3: building the page of {calls:,} calls", unit="%", total=100)
         if not args.all_calls:

@@ -157,8 +157,9 @@ _FEW_IDS: Final = 1 << 20
 def _looked_up(ids: dict[int, int], keys: array[int]) -> array[int]:
     """``ids[key]`` for each of ``keys`` (every key is one of ``ids``: they are the records'
     own methods), through an array in C when they are small."""
-    if min(ids, default=0) >= 0 and max(ids, default=0) < _FEW_IDS:
-        table = array("q", [-1]) * (max(ids, default=0) + 1)
+    top = max(ids, default=0)
+    if min(ids, default=0) >= 0 and top < _FEW_IDS:
+        table = array("q", [-1]) * (top + 1)
         for key, value in ids.items():
             table[key] = value
         with contextlib.suppress(ValueError):  # a key beyond the table: the dict says which
