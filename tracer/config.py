@@ -90,8 +90,9 @@ class Config:
     flush_interval_ms: int = 50
     #: The longest that shutdown (and so interpreter exit) waits for the repository.
     flush_timeout_ms: int = 2000
-    #: The most events in one batch.
-    batch_events: int = 4096
+    #: The most events in one batch (a busy process's round makes fewer sends, each a turn at
+    #: the GIL: docs/architecture.md, "Batch size and the GIL").
+    batch_events: int = 32768
     #: Batches queued in memory while the repository is slow or away; then they go to the spool.
     queue_batches: int = 256
     #: Patch threading, concurrent.futures and asyncio so sequences follow work across threads.

@@ -19,13 +19,27 @@ import zmq
 #: for little (a batch of 4,096 events is stored in a few milliseconds).
 GROUP_BATCHES: Final = 8
 
+#: And at most about this many bytes of batches: a busy process sends batches of up to 32,768
+#: events (about 1 MB), eight of which would hold a PostgreSQL commit for seconds, near the
+#: sender's resend interval. The batch that crosses it is the group's last.
+GROUP_BYTES: Final = 2 * 1024 * 1024
+
 
 def take_waiting(sock: zmq.Socket[bytes], limit: int = GROUP_BATCHES) -> list[list[bytes]]:
-    """Up to ``limit`` messages already waiting on ``sock``, without waiting for more."""
+    """Up to ``limit`` messages already waiting on ``sock`` (fewer once they hold GROUP_BYTES),
+    without waiting for more."""
     messages: list[list[bytes]] = []
-    while len(messages) < limit:
+    size = 0
+    while len(messages) < limit and size < GROUP_BYTES:
         try:
-            messages.append(sock.recv_multipart(zmq.NOBLOCK))
+            message = sock.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             break
+        messages.append(message)
+        size += sum(len(frame) for frame in message)
     return messages
+
+
+def filled(group: list[list[bytes]], limit: int = GROUP_BATCHES) -> bool:
+    """Whether ``take_waiting`` stopped at a bound rather than at an empty socket."""
+    return len(group) >= limit or sum(len(f) for m in group for f in m) >= GROUP_BYTES

@@ -26,7 +26,7 @@ import zmq
 
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, READY_PREFIX
 from cmr.server.curve import CurveError, CurveKeys, Gatekeeper, curve_keys
-from cmr.server.groups import GROUP_BATCHES, take_waiting
+from cmr.server.groups import GROUP_BATCHES, filled, take_waiting
 from cmr.server.ingest import AUTH, Ingest
 from cmr.server.workers import WorkerError, WorkerPool
 from cmr.store import Store, StoreError, open_store, repository_target
@@ -151,7 +151,7 @@ class Server:
                     pool.forward(message)
             elif group:
                 self._answer(sock, group)
-            if len(group) < GROUP_BATCHES:
+            if not filled(group):
                 return
 
     def _answer(self, sock: zmq.Socket[bytes], group: list[list[bytes]]) -> None:

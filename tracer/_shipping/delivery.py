@@ -82,6 +82,7 @@ class Delivery:
         on_drop: Callable[[], None] = lambda: None,
         clock: Callable[[], int] = time.monotonic_ns,
         queue_bytes: int = sys.maxsize,
+        window_bytes: int = sys.maxsize,
         on_memory: Callable[[int], None] = lambda size: None,
         reporter: Reporter | None = None,
     ) -> None:
@@ -93,6 +94,8 @@ class Delivery:
         self._queued_bytes = 0
         self._nodes = nodes
         self._window_size = window
+        self._window_bytes = window_bytes  # at most in flight (one batch however big)
+        self._in_flight_bytes = 0
         self._queue_size = queue_batches
         self._spool = spool
         self._resend_ns = resend_ns
@@ -257,7 +260,9 @@ class Delivery:
             waiting.sent_ns = now
             waiting.resent = True
             self.counters.resent_batches += 1
-        while len(self._window) < self._window_size:
+        while len(self._window) < self._window_size and (
+            not self._window or self._in_flight_bytes < self._window_bytes
+        ):
             spooled = self._spool is not None and self._spool.peek() is not None
             if self._unsendable is None and spooled:  # the spool holds the oldest batches
                 item = self._take_spooled()
@@ -275,6 +280,7 @@ class Delivery:
                 item.node = node
             item.sent_ns = now
             self._window[item.key] = item
+            self._in_flight_bytes += len(item.body)
 
     def write_report(self) -> None:
         """After drops, put the counters and the sequences they cut into the spool's report slot,
@@ -328,6 +334,7 @@ class Delivery:
         for node, ack in acks:
             item = self._window.pop((ack.puid, ack.batch_no), None)
             if item is not None:
+                self._in_flight_bytes -= len(item.body)
                 if not item.resent and node == item.node:
                     self._nodes.observe(node, now - item.sent_ns)
                 self._on_memory(-len(item.body))
@@ -363,6 +370,7 @@ class Delivery:
         for item in self._window.values():
             self._nodes.settled(item.node)
         self._window.clear()
+        self._in_flight_bytes = 0
         self._queue.clear()
         self._queued_bytes = 0
         self._unsendable = None
@@ -382,6 +390,7 @@ class Delivery:
         if self._unsendable is not None:
             held.append(self._unsendable)
         self._window.clear()
+        self._in_flight_bytes = 0
         self._queue.clear()
         self._unsendable = None
         for item in held:

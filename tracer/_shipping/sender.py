@@ -252,8 +252,10 @@ class Sender:
             resend_ns=config.resend_ms * 1_000_000,
             on_drop=self._forget_sent_infos,
             # Encoded batches count against the process's memory bound; queued ones may take
-            # half of it, past which the oldest go to the spool, so the threads keep recording.
+            # half of it, past which the oldest go to the spool, and those in flight a quarter,
+            # so the threads keep recording.
             queue_bytes=config.max_buffered_bytes // 2,
+            window_bytes=config.max_buffered_bytes // 4,  # the threads' buffers keep the rest
             on_memory=budget.hold,
             reporter=self._report,
         )
@@ -370,6 +372,12 @@ class Sender:
             lost_windows=windows,
         )
         body = recorder.untracked(self._encoder.encode, batch)  # the program's tracemalloc: unseen
+        if len(body) > wire.MAX_FRAME_BYTES and size > 1:  # big attributes: the repository's limit
+            self._samples = samples  # they ride with the first half (its number is left unused)
+            first, second = _halves(chunks, size)
+            self._send_batch(delivery, first, size // 2, final=False)
+            self._send_batch(delivery, second, size - size // 2, final=final)
+            return
         continues = self._continued_sequences(chunks)
         delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, windows, continues))
         self._last_send = time.monotonic()
@@ -420,3 +428,26 @@ class Sender:
                 answered = True
                 self._silent = False
         return True
+
+
+def _halves(
+    chunks: list[tuple[recorder.ThreadBuffer, recorder.Events]], size: int
+) -> tuple[
+    list[tuple[recorder.ThreadBuffer, recorder.Events]],
+    list[tuple[recorder.ThreadBuffer, recorder.Events]],
+]:
+    """``chunks`` (``size`` events in all) cut into a first half of ``size // 2`` events and the
+    rest, each thread's events in their order."""
+    first: list[tuple[recorder.ThreadBuffer, recorder.Events]] = []
+    second: list[tuple[recorder.ThreadBuffer, recorder.Events]] = []
+    room = size // 2
+    for buffer, events in chunks:
+        if room >= len(events):
+            first.append((buffer, events))
+        elif room > 0:
+            first.append((buffer, events[:room]))
+            second.append((buffer, events[room:]))
+        else:
+            second.append((buffer, events))
+        room = max(0, room - len(events))
+    return first, second

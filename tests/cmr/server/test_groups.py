@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from cmr.server.groups import GROUP_BATCHES, take_waiting
+from cmr.server.groups import GROUP_BATCHES, GROUP_BYTES, filled, take_waiting
 
 
 @pytest.fixture(name="pair")
@@ -40,3 +40,21 @@ def test_the_waiting_messages_are_taken_a_group_at_a_time(
     assert len(first) == GROUP_BATCHES
     assert all(len(message) == 3 for message in first)  # the sender's identity kept in front
     assert take_waiting(receiver) == []  # nothing waiting: returns at once
+
+
+def test_big_batches_make_smaller_groups(pair: tuple[zmq.Socket[bytes], zmq.Socket[bytes]]) -> None:
+    # A busy process's batches (up to 32,768 events, about a megabyte each): a group stops at
+    # the one that crosses GROUP_BYTES, so a commit of a slow store stays short.
+    sender, receiver = pair
+    big = GROUP_BYTES * 3 // 4
+    for n in range(3):
+        sender.send_multipart([b"header", bytes([n]) * big])
+    assert receiver.poll(10_000), "nothing arrived"
+
+    first = take_waiting(receiver)
+    assert filled(first)
+    rest = take_waiting(receiver)
+
+    assert [message[-1][:1] for message in first] == [b"\x00", b"\x01"]
+    assert [message[-1][:1] for message in rest] == [b"\x02"]
+    assert not filled(rest)

@@ -19,8 +19,9 @@ import zmq
 import tracer
 from invoseq import wire
 from tests.tracer.core.implementations import needs_c_path
-from tracer._core import budget
+from tracer._core import budget, measured
 from tracer._shipping.sender import IDLE_HEARTBEATS
+from tracer._shipping.transport import MemoryTransport
 from tracer.testing import capture
 
 
@@ -161,6 +162,37 @@ def test_batches_are_numbered_bounded_and_carry_process_metadata() -> None:
     assert interned.count((__name__, "work")) == 1  # interned once
     threads = [t for b in batches for t in b.threads if t.tid == mine]
     assert [t.name for t in threads] == [threading.current_thread().name]
+
+
+def test_a_batch_past_the_repositorys_frame_limit_goes_as_several(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Big attributes make a batch of few events big: it is cut in halves until each fits the
+    frame limit the repository enforces, and every event arrives."""
+    limit = 40_000
+    monkeypatch.setattr(wire, "MAX_FRAME_BYTES", limit)
+    sizes: list[int] = []
+    send = MemoryTransport.send
+
+    def measured_send(self: MemoryTransport, body: bytes) -> bool:
+        sizes.append(len(body))
+        return send(self, body)
+
+    monkeypatch.setattr(MemoryTransport, "send", measured_send)
+    with capture(batch_events=100_000, flush_interval_ms=3_600_000) as trace:
+        for i in range(40):
+            call = measured.begin()
+            assert call is not None
+            call.finish(measured.method(__name__, "request"), {"body": f"{i:04}" * 1000})
+        invocations = trace.invocations()
+        dropped = tracer.stats().dropped_events
+    assert len(sizes) >= 4  # 40 attributes of 4,000 characters: 160 kB
+    assert max(sizes) <= limit
+    assert sorted(int(str(i.attributes["body"])[:4]) for i in invocations if i.attributes) == [
+        *range(40)
+    ]
+    assert all(i.status == "ok" for i in invocations)
+    assert dropped == 0
 
 
 def test_each_thread_gets_its_own_tid_and_ordered_events() -> None:

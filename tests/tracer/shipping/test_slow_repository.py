@@ -95,6 +95,44 @@ def test_a_burst_into_a_slow_repository_is_resent_at_most_five_percent() -> None
     assert delivery.counters.sent_events == 150 * 4096
 
 
+def test_batches_in_flight_are_bounded_in_bytes_as_well_as_in_number() -> None:
+    # Big batches (a busy program's): the window holds those that fit its bytes, at least one
+    # however big, and the rest wait in the queue (whence the spool takes the oldest).
+    clock = Clock()
+    node = SlowNode(clock, 1_000_000_000)
+    delivery = Delivery(
+        Nodes({"slow": node}, clock=clock),
+        window=WINDOW,
+        queue_batches=100,
+        spool=None,
+        resend_ns=RESEND_NS,
+        clock=clock,
+        window_bytes=3_000,
+    )
+    body = 1_000
+    for batch_no in range(1, 11):
+        delivery.submit(Outgoing(PUID, batch_no, f"{batch_no:0{body}}".encode(), events=4096))
+    delivery.pump()
+    assert node.received == [1, 2, 3]
+    clock.advance(1_000_000_000)
+    delivery.collect(0)  # one stored: room for one more
+    delivery.pump()
+    assert node.received == [1, 2, 3, 4]
+    alone = SlowNode(clock, 1_000_000_000)
+    lone = Delivery(
+        Nodes({"slow": alone}, clock=clock),
+        window=WINDOW,
+        queue_batches=2,
+        spool=None,
+        resend_ns=RESEND_NS,
+        clock=clock,
+        window_bytes=10,
+    )
+    lone.submit(Outgoing(PUID, 1, f"{1:0100}".encode(), events=1))
+    lone.pump()
+    assert alone.received == [1]  # bigger than the window's bytes, and sent: nothing else flies
+
+
 def test_a_repository_that_slows_down_mid_burst_gets_few_duplicates() -> None:
     # Fast at first (its acknowledgements take little), then ten times slower: the batches
     # sent before the sender learnt it may be resent once or twice, with growing waits.
