@@ -19,6 +19,7 @@ import msgspec
 from invoseq import wire
 from tracer._core import budget, clock, context, ids, recorder
 from tracer._sampling.sampler import Sampler
+from tracer._shipping.cutting import ThreadSequences, halves
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.endpoints import Nodes
 from tracer._shipping.spool import Spool, program_key
@@ -66,9 +67,7 @@ class Sender:
         self._final = True
         self._methods_sent = 0
         self._threads_sent: set[int] = set()  # tids whose ThreadInfo went out
-        #: tid -> the sequence of the last Start sent from that thread: the sequence that a later
-        #: chunk's leading End events belong to (synchronous code nests on a thread).
-        self._thread_seqs: dict[int, bytes] = {}
+        self._thread_seqs = ThreadSequences()
         self._last_send = time.monotonic()
         #: What the batches promise now (``heartbeat_ms``), and what the last one sent promised.
         self._promise_ms = self._promised_ms = config.heartbeat_ms
@@ -333,7 +332,7 @@ class Sender:
             self._send_batch(delivery, pending, size, final=final)
         for buffer in drained.finished:  # they send nothing more: forget them
             self._threads_sent.discard(buffer.tid)
-            self._thread_seqs.pop(buffer.tid, None)
+            self._thread_seqs.forget(buffer.tid)
 
     def _send_batch(
         self,
@@ -374,40 +373,17 @@ class Sender:
         body = recorder.untracked(self._encoder.encode, batch)  # the program's tracemalloc: unseen
         if len(body) > wire.MAX_FRAME_BYTES and size > 1:  # big attributes: the repository's limit
             self._samples = samples  # they ride with the first half (its number is left unused)
-            first, second = _halves(chunks, size)
+            first, second = halves(chunks, size)
             self._send_batch(delivery, first, size // 2, final=False)
             self._send_batch(delivery, second, size - size // 2, final=final)
             return
-        continues = self._continued_sequences(chunks)
+        continues = self._thread_seqs.continued(chunks)
         delivery.submit(Outgoing(process.puid, batch_no, body, size, lost, windows, continues))
         self._last_send = time.monotonic()
         self._promised_ms = self._promise_ms
         self._methods_sent += len(methods)
         self._frames_sent += len(frames)
         self._threads_sent.update(info[0] for info in threads)
-
-    def _continued_sequences(
-        self, chunks: list[tuple[recorder.ThreadBuffer, recorder.Events]]
-    ) -> tuple[bytes, ...]:
-        """The sequences of the invocations a chunk ends before it starts any: if the batch is
-        dropped, they lost their End events (which carry no sequence id), so they are lossy.
-
-        A thread's chunk that does not begin with a Start continues the thread's last sequence:
-        exact for synchronous code, where a thread's open invocations belong to one sequence;
-        asyncio tasks interleaving on one thread may end another task's sequence. Costs a look
-        at each chunk's first event and a backward scan to its last Start (a few events, unless
-        the chunk holds only Ends), not a pass over every event."""
-        continued: set[bytes] = set()
-        for buffer, events in chunks:
-            if not events:
-                continue
-            if events[0][0] != wire.TAG_START and buffer.tid in self._thread_seqs:
-                continued.add(self._thread_seqs[buffer.tid])
-            for event in reversed(events):
-                if event[0] == wire.TAG_START:
-                    self._thread_seqs[buffer.tid] = event[6]
-                    break
-        return tuple(continued)
 
     def _await_delivery(self, delivery: Delivery, deadline: float) -> bool:
         """Wait until everything is acknowledged, at most until ``deadline`` (the latest of the
@@ -428,26 +404,3 @@ class Sender:
                 answered = True
                 self._silent = False
         return True
-
-
-def _halves(
-    chunks: list[tuple[recorder.ThreadBuffer, recorder.Events]], size: int
-) -> tuple[
-    list[tuple[recorder.ThreadBuffer, recorder.Events]],
-    list[tuple[recorder.ThreadBuffer, recorder.Events]],
-]:
-    """``chunks`` (``size`` events in all) cut into a first half of ``size // 2`` events and the
-    rest, each thread's events in their order."""
-    first: list[tuple[recorder.ThreadBuffer, recorder.Events]] = []
-    second: list[tuple[recorder.ThreadBuffer, recorder.Events]] = []
-    room = size // 2
-    for buffer, events in chunks:
-        if room >= len(events):
-            first.append((buffer, events))
-        elif room > 0:
-            first.append((buffer, events[:room]))
-            second.append((buffer, events[room:]))
-        else:
-            second.append((buffer, events))
-        room = max(0, room - len(events))
-    return first, second
