@@ -40,12 +40,16 @@ def test_shop_runs_plain_and_traced_with_the_same_output(tmp_path: Path) -> None
 def test_threads_example_is_one_sequence_across_the_pool(tmp_path: Path) -> None:
     traced = run_plain_and_traced(tmp_path, "threads.py")
     [summary] = cmr_json(tmp_path / "cmr.sqlite", "ls")
-    assert summary["threads"] == 4
     search = cmr_json(tmp_path / "cmr.sqlite", "show", summary["seq"])["root"]["children"][0]
     shards = [c for c in search["children"] if c["name"] == "__main__.query_shard"]
     assert len(shards) == 4
     assert {c["handoff"]["kind"] for c in shards} == {"thread"}
-    assert {c["thread"]["name"].startswith("ThreadPoolExecutor") for c in shards} == {True}
+    pool = {c["thread"]["name"] for c in shards}
+    assert {name.startswith("ThreadPoolExecutor") for name in pool} == {True}
+    # Three pool threads, unless a shard ended before the next was submitted (a loaded machine):
+    # the pool then reuses the idle thread. The sequence counts the main thread and each of them.
+    assert 2 <= len(pool) <= 3
+    assert summary["threads"] == 1 + len(pool)
     assert "queued" in traced.stderr
 
 

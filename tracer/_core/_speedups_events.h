@@ -219,6 +219,8 @@ typedef struct {
      * resumer ran under; popped at the yield. Calls in the step nest under it like a sync call's
      * children, and the ContextVar is left alone. */
     int step;
+    PyObject *state; /* strong: a step's strand state, which its yield finds here, else NULL */
+    void *frame;     /* a step's frame, compared by its yield only (never dereferenced) */
 } StackEntry;
 
 #define INITIAL_STACK 32
@@ -303,6 +305,7 @@ buffer_dealloc(EventBuffer *self)
         Py_XDECREF(self->stack[i].strand);
         Py_XDECREF(self->stack[i].code);
         Py_XDECREF(self->stack[i].token);
+        Py_XDECREF(self->stack[i].state);
     }
     free(self->stack);
     Py_TYPE(self)->tp_free((PyObject *)self);

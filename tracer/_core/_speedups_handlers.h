@@ -142,7 +142,7 @@ of_sequence(PyObject *current, const char *seq)
  * the step sets the strand's value in the ContextVar, its token in state[2], so that copies
  * carry the right sequence. 0, or -1 with an error set. */
 static int
-step_begin(PyObject *state, PyObject *code)
+step_begin(PyObject *state, PyObject *code, PyObject *frame)
 {
     PyObject *value = PyList_GET_ITEM(state, 1);
     PyObject *seq = PyTuple_GET_ITEM(value, 0);
@@ -197,9 +197,25 @@ step_begin(PyObject *state, PyObject *code)
     entry->step = 1;
     entry->code = Py_NewRef(code);
     entry->token = entry->root = NULL;
+    entry->state = Py_NewRef(state);
+    entry->frame = frame;
     Py_DECREF(buffer);
     PyList_SetItem(state, 2, Py_NewRef(Py_True));
     return 0;
+}
+
+/* The value in effect at the end of a step (`now`), when code inside the frame set it and has
+ * not reset it (neither the strand's own value nor the one its last entry step began under), is
+ * the one its next step runs under: state[4] (else None). */
+static void
+keep_inner(PyObject *state, PyObject *now)
+{
+    int normal = now == Py_None || now == PyList_GET_ITEM(state, 1)
+                 || now == PyList_GET_ITEM(state, 5);
+    PyObject *inner = normal ? Py_None : now;
+    if (PyList_GET_ITEM(state, 4) != inner) {
+        PyList_SetItem(state, 4, Py_NewRef(inner));
+    }
 }
 
 /* At the end of a step of the strand whose state is `state`: the value in effect now, when code
@@ -234,12 +250,7 @@ remember_inner(PyObject *state, PyObject *code)
         }
         Py_DECREF(buffer);
     }
-    int normal = now == Py_None || now == PyList_GET_ITEM(state, 1)
-                 || now == PyList_GET_ITEM(state, 5);
-    PyObject *inner = normal ? Py_None : now;
-    if (PyList_GET_ITEM(state, 4) != inner) {
-        PyList_SetItem(state, 4, Py_NewRef(inner));
-    }
+    keep_inner(state, now);
     Py_DECREF(now);
     return 0;
 }
@@ -437,7 +448,7 @@ strand_begin(uint64_t method, PyObject *code)
     PyList_SET_ITEM(state, 3, buffer);
     PyList_SET_ITEM(state, 4, Py_NewRef(Py_None)); /* the value to resume under, if any */
     PyList_SET_ITEM(state, 5, Py_NewRef(Py_None)); /* the value its last entry step began under */
-    int stored = step_begin(state, code);
+    int stored = step_begin(state, code, frame);
     if (stored == 0) {
         stored = PyDict_SetItem(g_strands, frame, state);
         if (stored < 0) {
@@ -513,14 +524,54 @@ strand_end(long kind, PyObject *error, PyObject *code)
     return result;
 }
 
+/* PY_YIELD's common case: the entry on top of the thread's stack is this frame's step (the
+ * step began under a value of its own sequence), so it needs neither the strands' table nor a
+ * scan of the stack: step_end's work for an entry step, with the entry known. 1 when it ended
+ * the step, 0 when the table's path must, -1 with an error set. */
+static int
+yield_fast(PyObject *code)
+{
+    EventBuffer *events = (EventBuffer *)t_cache.buffer;
+    if (events == NULL || t_cache.generation != g_generation || events->depth == 0) {
+        return 0;
+    }
+    StackEntry *top = &events->stack[events->depth - 1];
+    if (!top->step || top->code != code || top->state == NULL
+        || top->frame != (void *)PyEval_GetFrame()
+        || PyList_GET_ITEM(top->state, 2) != Py_True) {
+        return 0;
+    }
+    PyObject *now = NULL;
+    if (PyContextVar_Get(g_context_var, Py_None, &now) < 0) {
+        return -1;
+    }
+    PyObject *state = Py_NewRef(top->state); /* the pop below lets the entry's go */
+    if (PyList_GET_ITEM(state, 5) != top->strand) {
+        PyList_SetItem(state, 5, Py_NewRef(top->strand));
+    }
+    keep_inner(state, now); /* as remember_inner */
+    Py_DECREF(now);
+    PyList_SetItem(state, 2, Py_NewRef(Py_None));
+    stack_pop(events, events->depth - 1, top->iid);
+    Py_DECREF(state);
+    return 1;
+}
+
 /* PY_YIELD: the step ends, and with it its entry on the thread's stack (or its context value). */
 static PyObject *
 monitor_yield(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *state = strand_state(NULL);
     if (nargs < 1) {
         Py_RETURN_NONE;
     }
+    int fast = yield_fast(args[0]);
+    if (fast != 0) {
+        if (fast < 0 && !absorb_failure()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    PyObject *state = strand_state(NULL);
     if (state == NULL) { /* untraced, or turned away as a root past the bound */
         state = untraced_state();
         if (state != NULL && untraced_step(state, args[0], 0) < 0 && !absorb_failure()) {
@@ -538,7 +589,8 @@ monitor_yield(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 monitor_resume(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *state = strand_state(NULL);
+    PyObject *frame;
+    PyObject *state = strand_state(&frame);
     if (nargs >= 1 && state == NULL) { /* untraced, or turned away as a root past the bound */
         state = untraced_state();
         if (state != NULL && untraced_step(state, args[0], 1) < 0 && !absorb_failure()) {
@@ -549,7 +601,7 @@ monitor_resume(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (nargs < 1 || state == NULL || PyList_GET_ITEM(state, 2) != Py_None) {
         Py_RETURN_NONE;
     }
-    if (step_begin(state, args[0]) < 0 && !absorb_failure()) {
+    if (step_begin(state, args[0], frame) < 0 && !absorb_failure()) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -673,6 +725,7 @@ monitor_end(PyObject *code, PyObject *error)
         Py_XDECREF(entry->strand);
         Py_XDECREF(entry->code);
         Py_XDECREF(entry->token);
+        Py_XDECREF(entry->state);
         Py_DECREF(buffer);
         Py_RETURN_NONE;
     }

@@ -340,7 +340,7 @@ stack_push(EventBuffer *buffer, uint64_t iid, PyObject *strand, const Beginning 
     memcpy(entry->seq, b->seq_bytes, 16);
     entry->exotic = b->exotic;
     entry->step = 0;
-    entry->code = entry->token = entry->root = NULL;
+    entry->code = entry->token = entry->root = entry->state = NULL;
     return 0;
 }
 
@@ -358,6 +358,7 @@ stack_pop(EventBuffer *buffer, Py_ssize_t index, uint64_t iid)
         Py_XDECREF(entry->strand);
         Py_XDECREF(entry->code);
         Py_XDECREF(entry->token);
+        Py_XDECREF(entry->state);
     }
 }
 
@@ -673,7 +674,7 @@ begin_fast(uint64_t method, Invocation *inv)
     memcpy(entry->seq, seq, 16);
     entry->exotic = 0;
     entry->step = 0;
-    entry->code = entry->token = entry->root = NULL;
+    entry->code = entry->token = entry->root = entry->state = NULL;
     buffer->depth = depth + 1;
     inv->buffer = Py_NewRef((PyObject *)buffer);
     inv->token = NULL;

@@ -147,6 +147,44 @@ def test_a_generator_resumed_outside_its_sequence_keeps_its_calls_and_copies_in_
 
 
 @traced
+def numbers(other: Iterator[int] | None) -> Iterator[int]:
+    yield 1
+    if other is not None:
+        next(other)  # another instance of this code, of another sequence, steps inside this step
+        leaf()
+    yield 2
+
+
+def test_a_step_that_resumes_another_sequence_s_strand_of_the_same_code_keeps_its_calls(
+    trace: Capture,
+) -> None:
+    # The other strand's step runs under its own value (it is of another sequence), so the
+    # entry on top of the stack at its yield is this strand's step, of the same code: the yield
+    # must end the other's step (its value reset), not this one's.
+    other = numbers(None)
+
+    @traced
+    def begins_other() -> None:
+        next(other)  # its Start, in this sequence
+
+    @traced
+    def outer() -> list[int]:
+        return list(numbers(other))
+
+    begins_other()
+    assert outer() == [1, 2]
+    mine = one(trace, "outer")
+    [inside] = [
+        i for i in trace.invocations() if i.name == MODULE + "numbers" and i.seq == mine.seq
+    ]
+    [called] = [i for i in trace.invocations() if i.name == MODULE + "leaf"]
+    assert (called.seq, called.parent) == (mine.seq, inside.iid)
+    assert inside.parent == mine.iid
+    assert tracer.current_sequence() is None
+    other.close()
+
+
+@traced
 def steps_starting_threads() -> Iterator[int]:
     for i in range(2):
         thread = threading.Thread(target=leaf)  # a thread of its own: a buffer of its own
