@@ -51,6 +51,7 @@ SHAPES: Final = (
 STRANDS: Final = (
     ("coroutine", "coroutine_bare", "coroutine, nested in one root"),
     ("generator", "generator_bare", "generator of one item, nested in one root"),
+    ("steps", "steps_bare", "a traced generator's resume and yield, per item"),
 )
 
 

@@ -145,6 +145,27 @@ def generator_root(n: int) -> None:
     iterate(traced_generator_f, n)
 
 
+def items(n: int) -> Iterator[int]:
+    yield from range(n)
+
+
+@traced
+def traced_items(n: int) -> Iterator[int]:
+    yield from range(n)
+
+
+def steps_bare(n: int) -> None:
+    for _ in items(n):
+        pass
+
+
+@traced
+def steps_root(n: int) -> None:
+    """One traced generator of ``n`` items: its cost is its ``n`` resumes and yields."""
+    for _ in traced_items(n):
+        pass
+
+
 def timed(
     run: Callable[[int], None], n: int, calls: int, until: Callable[[], object] = lambda: None
 ) -> float:
@@ -236,6 +257,8 @@ def recording_phase(params: dict[str, Any], notes: list[str]) -> dict[str, list[
             "coroutine": traced_chunk(coroutine_root, strands, 1),
             "generator_bare": lambda: timed(loop_generator_bare, strands, strands),
             "generator": traced_chunk(generator_root, strands, 1),
+            "steps_bare": lambda: timed(steps_bare, calls, calls),
+            "steps": traced_chunk(steps_root, calls, 1),
             "otel": otel_variant(otel_calls),
         }
         viz = viztracer_variant(calls, notes)
