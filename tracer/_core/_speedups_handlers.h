@@ -116,6 +116,35 @@ strand_state(PyObject **frame_out)
     return state;
 }
 
+/* The state of the strand of `frame`, taken out of the strands' table (its end): a new
+ * reference, or NULL when it has none (no error set). One lookup, where a get and a delete
+ * were two. */
+static PyObject *
+pop_strand(PyObject *frame)
+{
+    if (frame == NULL || g_strands == NULL || PyDict_GET_SIZE(g_strands) == 0) {
+        return NULL;
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *state = NULL;
+    if (PyDict_Pop(g_strands, frame, &state) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+#else
+    PyObject *state = _PyDict_Pop(g_strands, frame, Py_None);
+    if (state == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+#endif
+    if (state != NULL && (!PyList_CheckExact(state) || PyList_GET_SIZE(state) != 6)) {
+        Py_DECREF(state); /* None (not there), or not a state: the table holds nothing else */
+        state = NULL;
+    }
+    return state;
+}
+
 /* Whether the ContextVar value `current` belongs to the sequence `seq` (16 bytes): an open
  * root's value, or a (seq, parent, hid[, origin]) value. */
 static int
@@ -469,8 +498,8 @@ strand_begin(uint64_t method, PyObject *code)
 static int
 strand_end(long kind, PyObject *error, PyObject *code)
 {
-    PyObject *frame;
-    PyObject *state = strand_state(&frame);
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    PyObject *state = pop_strand(frame);
     if (state == NULL) {
         state = untraced_state();
         if (state == NULL) {
@@ -491,11 +520,6 @@ strand_end(long kind, PyObject *error, PyObject *code)
         PyErr_Restore(type, value, traceback);
         return 0;
     }
-    Py_INCREF(state);
-    if (PyDict_DelItem(g_strands, frame) < 0) {
-        Py_DECREF(state);
-        return -1;
-    }
     uint64_t iid;
     int result = fits_u64(PyList_GET_ITEM(state, 0), &iid) ? 0 : -1;
     if (result == 0) {
@@ -509,7 +533,8 @@ strand_end(long kind, PyObject *error, PyObject *code)
     }
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
-    int ended = step_end(state, code);
+    int ended = step_end_on_top(code, frame);
+    ended = ended == 0 ? step_end(state, code) : ended < 0 ? -1 : 0;
     if (result < 0 || ended == 0) {
         PyErr_Clear();
         PyErr_Restore(type, value, traceback);
@@ -524,20 +549,19 @@ strand_end(long kind, PyObject *error, PyObject *code)
     return result;
 }
 
-/* PY_YIELD's common case: the entry on top of the thread's stack is this frame's step (the
- * step began under a value of its own sequence), so it needs neither the strands' table nor a
- * scan of the stack: step_end's work for an entry step, with the entry known. 1 when it ended
- * the step, 0 when the table's path must, -1 with an error set. */
+/* The common case of a step's end (a yield, a strand's return): the entry on top of the
+ * thread's stack is the step of `frame` (it began under a value of its own sequence), so it
+ * needs neither the strands' table nor a scan of the stack: step_end's work for an entry step,
+ * with the entry known. 1 when it ended the step, 0 when step_end must, -1 with an error set. */
 static int
-yield_fast(PyObject *code)
+step_end_on_top(PyObject *code, PyObject *frame)
 {
     EventBuffer *events = (EventBuffer *)t_cache.buffer;
     if (events == NULL || t_cache.generation != g_generation || events->depth == 0) {
         return 0;
     }
     StackEntry *top = &events->stack[events->depth - 1];
-    if (!top->step || top->code != code || top->state == NULL
-        || top->frame != (void *)PyEval_GetFrame()
+    if (!top->step || top->code != code || top->state == NULL || top->frame != (void *)frame
         || PyList_GET_ITEM(top->state, 2) != Py_True) {
         return 0;
     }
@@ -564,7 +588,7 @@ monitor_yield(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (nargs < 1) {
         Py_RETURN_NONE;
     }
-    int fast = yield_fast(args[0]);
+    int fast = step_end_on_top(args[0], (PyObject *)PyEval_GetFrame());
     if (fast != 0) {
         if (fast < 0 && !absorb_failure()) {
             return NULL;
