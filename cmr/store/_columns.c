@@ -3,7 +3,8 @@
  * `cmr show` of a million calls used to make a million InvocationRecord objects (and decode two
  * million event Structs to make them). `gather` reads the stored batches' msgpack blobs directly,
  * keeps the sequence's Starts as int64 columns, joins their Ends and Errors by (process, iid) in a
- * hash table, and sorts the columns by (start, puid, iid): the records `cmr.store.stored_batches.unpack`
+ * window of slots per process (`_iids.h`: one slot per iid, a hash table for the iids out of its
+ * reach), and sorts the columns by (start, puid, iid): the records `cmr.store.stored_batches.unpack`
  * makes, with the same rules, and no object per call. The table it leaves behind (`Index`) answers
  * "where is (puid, iid)" for the views (parents, hand-off submitters), and `children` lays the
  * tree out as two arrays (CSR) instead of a list per call.
@@ -20,6 +21,7 @@
  * - Attrs events are returned raw (msgpack of the whole event) with their process, in order.
  */
 
+#include "_iids.h"
 #include "_msgpack.h"
 #include "_pack.h"
 
@@ -32,7 +34,7 @@ enum { C_PROCESS, C_IID, C_PARENT, C_HID, C_TID, C_METHOD, C_START, C_COUNT };
 typedef struct {
     const uint8_t *seq;
     Column col[C_COUNT]; /* C_PROCESS holds the process's index in `puids` */
-    Table table;
+    Iids iids;
     PyObject *puids;  /* list of the processes' puids, in order of first batch */
     PyObject *errors; /* list of exception names, indexed by Entry.error */
     PyObject *attrs;  /* list of (puid, raw Attrs event) */
@@ -60,7 +62,7 @@ static int gather_event(Gather *g, Reader *r, int32_t process, int64_t tid, int6
             read_bytes(r, &seq, &seq_len, 0) < 0)
             return PyErr_Occurred() ? -1 : damaged("bad Start");
         if (seq_len != 16 || memcmp(seq, g->seq, 16) != 0) return 0;
-        Entry *e = table_get(&g->table, process, iid);
+        Entry *e = iids_get(&g->iids, process, iid);
         if (!e) return -1;
         if (e->start >= 0) return 0; /* a repeated Start: the first wins */
         int64_t wall;
@@ -79,7 +81,7 @@ static int gather_event(Gather *g, Reader *r, int32_t process, int64_t tid, int6
         if (len != (tag == 1 ? 3u : 4u) || read_int(r, &iid) < 0 || read_int(r, &t) < 0 ||
             (tag == 2 && read_bytes(r, &name, &name_len, 1) < 0))
             return PyErr_Occurred() ? -1 : damaged("bad End");
-        Entry *e = table_get(&g->table, process, iid);
+        Entry *e = iids_get(&g->iids, process, iid);
         if (!e) return -1;
         int take = e->end == ENDLESS || (tag == 1 && FAILED(e) && e->chunk == g->chunk);
         if (!take) return 0;
@@ -166,7 +168,7 @@ static Py_ssize_t values_of(PyObject *obj, Py_buffer *view, size_t item, Py_ssiz
 
 typedef struct {
     PyObject_HEAD
-    Table table; /* (process, iid) -> row, in Entry.start; nothing else is kept */
+    Iids iids; /* (process, iid) -> row, in Entry.start; nothing else is kept */
     int64_t *puid_values; /* each process's puid, by its index in the table's keys */
     Py_ssize_t processes;
     Py_ssize_t rows;
@@ -175,7 +177,7 @@ typedef struct {
 static PyTypeObject IndexType;
 
 static void index_dealloc(Index *self) {
-    PyMem_Free(self->table.slots);
+    iids_free(&self->iids);
     PyMem_Free(self->puid_values);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -197,7 +199,7 @@ static PyObject *index_position(Index *self, PyObject *args) {
     long long puid = PyLong_AsLongLongAndOverflow(puid_obj, &overflow);
     if (puid == -1 && PyErr_Occurred()) return NULL;
     int32_t process = overflow ? -1 : index_process(self, puid, -1);
-    Entry *e = process < 0 ? NULL : table_find(&self->table, process, iid);
+    Entry *e = process < 0 ? NULL : iids_find(&self->iids, process, iid);
     return PyLong_FromLong(e ? e->start : -1);
 }
 
@@ -219,7 +221,7 @@ static PyObject *index_parents(Index *self, PyObject *args) {
         int32_t process = -1;
         for (Py_ssize_t i = 0; i < self->rows; i++) {
             process = index_process(self, puid[i], process);
-            Entry *e = parent[i] && process >= 0 ? table_find(&self->table, process, parent[i])
+            Entry *e = parent[i] && process >= 0 ? iids_find(&self->iids, process, parent[i])
                                                  : NULL;
             row[i] = e && e->start != i ? e->start : -1;
         }
@@ -290,8 +292,7 @@ static PyObject *column_array(const int64_t *values, const int32_t *order, size_
 
 static void gather_free(Gather *g) {
     for (int c = 0; c < C_COUNT; c++) column_free(&g->col[c]);
-    PyMem_Free(g->table.slots);
-    g->table.slots = NULL;
+    iids_free(&g->iids);
     Py_XDECREF(g->puids);
     Py_XDECREF(g->errors);
     Py_XDECREF(g->attrs);
@@ -338,9 +339,9 @@ static PyObject *gather_finish(Gather *g) {
     errors = PyDict_New();
     if (!errors) goto done;
     if (!ends || !ended) goto nomem;
-    for (size_t i = 0; i <= g->table.mask; i++) {
-        Entry *e = &g->table.slots[i];
-        if (e->process < 0 || e->start < 0) continue;
+    IidsAt at = {0, 0};
+    for (Entry *e = iids_next(&g->iids, &at); e; e = iids_next(&g->iids, &at)) {
+        if (e->start < 0) continue;
         int32_t row = final ? final[e->start] : e->start;
         e->start = row;
         ends[row] = e->end != ENDLESS ? e->end_ns : 0;
@@ -354,23 +355,23 @@ static PyObject *gather_finish(Gather *g) {
     }
     index = PyObject_New(Index, &IndexType);
     if (!index) goto done;
-    index->table.slots = NULL;
+    memset(&index->iids, 0, sizeof(index->iids));
     index->puid_values = puid_of;
     puid_of = NULL; /* the index owns the puids now */
     index->processes = processes;
     index->rows = (Py_ssize_t)n;
-    if (g->table.used > 4 * n + 4096) { /* mostly other sequences' Ends: keep only the rows */
-        if (table_init(&index->table, n) < 0) goto done;
-        for (size_t i = 0; i <= g->table.mask; i++) {
-            Entry *e = &g->table.slots[i];
-            if (e->process < 0 || e->start < 0) continue;
-            Entry *kept = table_get(&index->table, e->process, e->iid);
+    if (iids_used(&g->iids) > 4 * n + 4096) { /* mostly other sequences' Ends: keep the rows */
+        if (iids_init(&index->iids) < 0) goto done;
+        at = (IidsAt){0, 0};
+        for (Entry *e = iids_next(&g->iids, &at); e; e = iids_next(&g->iids, &at)) {
+            if (e->start < 0) continue;
+            Entry *kept = iids_get(&index->iids, e->process, e->iid);
             if (!kept) goto done;
             kept->start = e->start;
         }
     } else {
-        index->table = g->table;
-        g->table.slots = NULL; /* and the table */
+        index->iids = g->iids;
+        memset(&g->iids, 0, sizeof(g->iids)); /* and the table */
     }
     /* The puid column holds puids, not process indexes. */
     for (size_t i = 0; i < n; i++)
@@ -422,7 +423,7 @@ static PyObject *gather(PyObject *module, PyObject *args) {
     g.errors = PyList_New(0);
     g.attrs = PyList_New(0);
     PyObject *iterator = NULL, *result = NULL;
-    if (!g.puids || !g.errors || !g.attrs || table_init(&g.table, 1024) < 0) goto done;
+    if (!g.puids || !g.errors || !g.attrs || iids_init(&g.iids) < 0) goto done;
     iterator = PyObject_GetIter(batches);
     if (!iterator) goto done;
     PyObject *item;

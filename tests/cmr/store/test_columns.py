@@ -87,6 +87,82 @@ def test_a_sequence_among_many_other_calls_is_indexed_by_its_own_rows_alone() ->
     assert list(columns.parent_rows()) == [-1, 0]
 
 
+#: iids a process's counter never gives together: far apart (a window that stops growing and
+#: sends the rest to the hash table), below the first one met, at the top of int64.
+SPREAD = (1, 2, 3, 4_000, 70_000, 300_000, 2**40, 2**62, 2**63 - 1)
+
+
+def spread(
+    by_process: dict[int, list[list[wire.ThreadChunk]]], to: dict[int, int]
+) -> dict[int, list[list[wire.ThreadChunk]]]:
+    """The batches with each iid (and parent) 1..6 replaced by ``to``'s."""
+
+    def moved(event: wire.Event) -> wire.Event:
+        if isinstance(event, wire.Start):
+            return msgspec.structs.replace(event, iid=to[event.iid], parent=to.get(event.parent, 0))
+        if isinstance(event, wire.Handoff):
+            return msgspec.structs.replace(event, parent=to[event.parent])
+        return msgspec.structs.replace(event, iid=to[event.iid])  # type: ignore[arg-type]
+
+    return {
+        puid: [
+            [wire.ThreadChunk(c.tid, [moved(e) for e in c.events]) for c in batch]
+            for batch in batches
+        ]
+        for puid, batches in by_process.items()
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(processes, st.lists(st.sampled_from(SPREAD), min_size=6, max_size=6, unique=True))
+def test_iids_far_apart_or_below_the_first_are_read_as_unpack_reads_them(
+    by_process: dict[int, list[list[wire.ThreadChunk]]], chosen: list[int]
+) -> None:
+    """Each process's iids sit in a window from the first one met; those out of its reach sit
+    in a hash table: the records and the index are the same either way."""
+    batches = stored(spread(by_process, dict(zip(range(1, 7), chosen, strict=True))), 0)
+    columns, records = both(batches, [], [])
+    assert list(columns) == records
+    for i, record in enumerate(records):
+        assert columns.position(record.puid, record.iid) == i
+    assert columns.position(PUIDS[0], 7) == -1
+    parents = [columns.position(r.puid, r.parent) if r.parent else -1 for r in records]
+    assert list(columns.parent_rows()) == [-1 if p == i else p for i, p in enumerate(parents)]
+
+
+def test_a_long_run_then_calls_out_of_its_reach_keep_their_ends_and_rows() -> None:
+    """Two processes: one a run of 200,000 calls, each ended, then calls far above it and
+    below its first; the other interleaved with it, in the same batches."""
+    run = [
+        wire.Start(iid, iid - 1 if iid > 1_000 else 0, 0, 1, iid, SEQ)
+        for iid in range(1_000, 201_000)
+    ]
+    ends = [wire.End(iid, iid + 5) for iid in range(1_000, 201_000)]
+    far = [wire.Start(10**12, 1_000, 0, 2, 300_000, SEQ), wire.Start(5, 10**12, 0, 3, 300_001, SEQ)]
+    far_ends = [wire.End(5, 300_002), wire.Error(10**12, 300_003, "OSError")]
+    chunks = [
+        [wire.ThreadChunk(1, run[:100_000]), wire.ThreadChunk(2, ends[:50_000])],
+        [
+            wire.ThreadChunk(1, [*run[100_000:], *far]),
+            wire.ThreadChunk(2, [*ends[50_000:], *far_ends]),
+        ],
+    ]
+    other = [[wire.ThreadChunk(1, [wire.Start(7, 0, 0, 1, 150_000, SEQ), wire.End(1_000, 1)])]]
+    batches = stored({3: chunks, 7: other}, 0)
+    columns, records = both(batches, [], [])
+    assert len(columns) == 200_003
+    assert list(columns) == records
+    assert columns.position(3, 10**12) == 200_001
+    assert columns[200_001].error == "OSError"
+    assert columns.position(3, 5) == 200_002
+    assert columns[200_002].end_ns == 300_003  # the second batch: its clock offset is 1
+    assert columns.position(7, 7) == 149_000  # before process 3's call of its time + 1
+    assert columns.position(7, 1_000) == -1  # an End without its Start is not a row
+    parents = columns.parent_rows()
+    assert parents[columns.position(3, 5)] == columns.position(3, 10**12)
+    assert parents[columns.position(3, 10**12)] == columns.position(3, 1_000) == 0
+
+
 def test_the_sum_at_rows_and_the_longest_of_rows_are_those_python_gives() -> None:
     values = array("q", [5, 9, 9, 1, 7, 9])
     rows = array("q", [3, 1, 4, 2, 5])
