@@ -154,7 +154,8 @@ class RecordColumns(Sequence[InvocationRecord]):
 
     def parent_rows(self) -> array[int]:
         """Each row's parent's row in the same process; -1: none (0, not here, or itself)."""
-        return array("q", self._index.parents(self.puid, self.parent))  # type: ignore[attr-defined]
+        found: array[int] = self._index.parents(self.puid, self.parent)  # type: ignore[attr-defined]
+        return found
 
     def unended(self) -> list[int]:
         """The rows without an end."""

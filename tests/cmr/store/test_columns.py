@@ -5,14 +5,17 @@ reading past it."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from array import array
+from collections.abc import Iterator
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cmr.store.column_passes import ranked, take, total_at
+from cmr.store.accel import accelerator
+from cmr.store.column_passes import children, hang, ranked, spans, subtree_sizes, take, total_at
 from cmr.store.columns import RecordColumns, columns_available, distinct_values, unpack_columns
 from cmr.store.stored_batches import LateAttrs, LateEnd, StoredBatch, encode_chunks, unpack
 from invoseq import wire
@@ -161,6 +164,52 @@ def test_a_long_run_then_calls_out_of_its_reach_keep_their_ends_and_rows() -> No
     parents = columns.parent_rows()
     assert parents[columns.position(3, 5)] == columns.position(3, 10**12)
     assert parents[columns.position(3, 10**12)] == columns.position(3, 1_000) == 0
+
+
+@pytest.fixture(params=["handed over", "copied"])
+def columns_made(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Columns handed to Python as the arrays' own buffers, then copied (as on an array type
+    whose layout is not the one ``_arrays.h`` knows)."""
+    assert accelerator is not None
+    was = accelerator.adopting(request.param == "handed over")
+    yield request.param
+    accelerator.adopting(was)
+
+
+def test_on_this_python_columns_are_handed_over_without_a_copy() -> None:
+    assert accelerator is not None
+    assert accelerator.adopting() is (sys.implementation.name == "cpython")
+
+
+def test_columns_handed_over_or_copied_are_arrays_python_can_grow_and_free(
+    columns_made: str,
+) -> None:
+    """Each column and each C pass's result is an array of its own: it grows, shrinks and is
+    freed as any array (a buffer the array does not own would crash here)."""
+    chunks = [wire.ThreadChunk(1, [wire.Start(i, i - 1, 0, 1, i, SEQ) for i in range(1, 5000)])]
+    columns, records = both([(3, 0, 0, encode_chunks(chunks))], [], [])
+    assert list(columns) == records
+    parents = columns.parent_rows()
+    assert list(parents) == list(range(-1, 4998))
+    held = hang(parents, 0)
+    assert held is not None
+    assert list(held) == [-1, *range(4998)]
+    starts, rows = children(held)
+    assert list(rows) == list(range(1, 4999))
+    assert list(starts) == [*range(4999), 4998]  # the last row holds none
+    assert list(subtree_sizes(held)[:3]) == [4998, 4997, 4996]
+    assert list(take(columns.iid, array("q", [4998, 0]))) == [4999, 1]
+    assert spans(columns).typecode == "Q"
+    for found in (columns.iid, columns.end_ns, parents, held, starts, rows):
+        found.extend(range(100_000))  # a reallocation of its buffer
+        del found[10:]
+        found.append(7)
+        assert len(found) == 11
+    del columns, parents, held, starts, rows
+    backwards = [wire.ThreadChunk(2, [wire.Start(i, 0, 0, 1, -i, SEQ) for i in range(1, 3000)])]
+    columns, records = both([(3, 0, 0, encode_chunks(backwards))], [], [])  # sorted in C
+    assert list(columns) == records
+    assert columns.iid[0] == 2999
 
 
 def test_the_sum_at_rows_and_the_longest_of_rows_are_those_python_gives() -> None:
