@@ -266,7 +266,7 @@ def unpack_columns(
         merged.setdefault((puid, event.iid), {}).update(event.attributes)
     found = RecordColumns(columns, errors, {}, index)
     del columns
-    puids = set(found.puid) if len(found) else set()
+    puids = distinct_values(found, "puid")  # in C: not a set of a million ints
     for puid, iid, _batch_no, blob in sorted(late_attrs(puids), key=lambda row: row[2]):
         merged.setdefault((puid, iid), {}).update(_decode_attributes(blob))
     for (puid, iid), attributes in merged.items():
