@@ -117,12 +117,7 @@ static Entry *iids_get(Iids *m, int32_t process, int64_t iid) {
         if (!reached) {
             Entry *e = &w->slots[k];
             if (e->process < 0) {
-                e->process = process;
-                e->iid = iid;
-                e->start = -1;
-                e->end = ENDLESS;
-                e->end_ns = 0;
-                e->chunk = 0;
+                entry_init(e, process, iid);
                 w->used++;
             }
             return e;
