@@ -53,7 +53,12 @@ gil_turn = Extension(
 columns = Extension(
     "cmr.store._columns",
     sources=["cmr/store/_columns.c", "cmr/store/_pack.c"],
-    depends=["cmr/store/_msgpack.h", "cmr/store/_pack.h"],
+    depends=[
+        "cmr/store/_arrays.h",
+        "cmr/store/_iids.h",
+        "cmr/store/_msgpack.h",
+        "cmr/store/_pack.h",
+    ],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     optional=True,
 )

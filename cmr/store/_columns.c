@@ -3,7 +3,8 @@
  * `cmr show` of a million calls used to make a million InvocationRecord objects (and decode two
  * million event Structs to make them). `gather` reads the stored batches' msgpack blobs directly,
  * keeps the sequence's Starts as int64 columns, joins their Ends and Errors by (process, iid) in a
- * hash table, and sorts the columns by (start, puid, iid): the records `cmr.store.stored_batches.unpack`
+ * window of slots per process (`_iids.h`: one slot per iid, a hash table for the iids out of its
+ * reach), and sorts the columns by (start, puid, iid): the records `cmr.store.stored_batches.unpack`
  * makes, with the same rules, and no object per call. The table it leaves behind (`Index`) answers
  * "where is (puid, iid)" for the views (parents, hand-off submitters), and `children` lays the
  * tree out as two arrays (CSR) instead of a list per call.
@@ -20,6 +21,8 @@
  * - Attrs events are returned raw (msgpack of the whole event) with their process, in order.
  */
 
+#include "_arrays.h"
+#include "_iids.h"
 #include "_msgpack.h"
 #include "_pack.h"
 
@@ -32,7 +35,7 @@ enum { C_PROCESS, C_IID, C_PARENT, C_HID, C_TID, C_METHOD, C_START, C_COUNT };
 typedef struct {
     const uint8_t *seq;
     Column col[C_COUNT]; /* C_PROCESS holds the process's index in `puids` */
-    Table table;
+    Iids iids;
     PyObject *puids;  /* list of the processes' puids, in order of first batch */
     PyObject *errors; /* list of exception names, indexed by Entry.error */
     PyObject *attrs;  /* list of (puid, raw Attrs event) */
@@ -60,7 +63,7 @@ static int gather_event(Gather *g, Reader *r, int32_t process, int64_t tid, int6
             read_bytes(r, &seq, &seq_len, 0) < 0)
             return PyErr_Occurred() ? -1 : damaged("bad Start");
         if (seq_len != 16 || memcmp(seq, g->seq, 16) != 0) return 0;
-        Entry *e = table_get(&g->table, process, iid);
+        Entry *e = iids_get(&g->iids, process, iid);
         if (!e) return -1;
         if (e->start >= 0) return 0; /* a repeated Start: the first wins */
         int64_t wall;
@@ -79,7 +82,7 @@ static int gather_event(Gather *g, Reader *r, int32_t process, int64_t tid, int6
         if (len != (tag == 1 ? 3u : 4u) || read_int(r, &iid) < 0 || read_int(r, &t) < 0 ||
             (tag == 2 && read_bytes(r, &name, &name_len, 1) < 0))
             return PyErr_Occurred() ? -1 : damaged("bad End");
-        Entry *e = table_get(&g->table, process, iid);
+        Entry *e = iids_get(&g->iids, process, iid);
         if (!e) return -1;
         int take = e->end == ENDLESS || (tag == 1 && FAILED(e) && e->chunk == g->chunk);
         if (!take) return 0;
@@ -166,7 +169,7 @@ static Py_ssize_t values_of(PyObject *obj, Py_buffer *view, size_t item, Py_ssiz
 
 typedef struct {
     PyObject_HEAD
-    Table table; /* (process, iid) -> row, in Entry.start; nothing else is kept */
+    Iids iids; /* (process, iid) -> row, in Entry.start; nothing else is kept */
     int64_t *puid_values; /* each process's puid, by its index in the table's keys */
     Py_ssize_t processes;
     Py_ssize_t rows;
@@ -175,7 +178,7 @@ typedef struct {
 static PyTypeObject IndexType;
 
 static void index_dealloc(Index *self) {
-    PyMem_Free(self->table.slots);
+    iids_free(&self->iids);
     PyMem_Free(self->puid_values);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -197,11 +200,11 @@ static PyObject *index_position(Index *self, PyObject *args) {
     long long puid = PyLong_AsLongLongAndOverflow(puid_obj, &overflow);
     if (puid == -1 && PyErr_Occurred()) return NULL;
     int32_t process = overflow ? -1 : index_process(self, puid, -1);
-    Entry *e = process < 0 ? NULL : table_find(&self->table, process, iid);
+    Entry *e = process < 0 ? NULL : iids_find(&self->iids, process, iid);
     return PyLong_FromLong(e ? e->start : -1);
 }
 
-/* parents(puids, parent_iids) -> bytes of int64: the row of each row's parent in its own
+/* parents(puids, parent_iids) -> array('q'): the row of each row's parent in its own
  * process, -1 when it has none here (iid 0, not gathered, or itself). */
 static PyObject *index_parents(Index *self, PyObject *args) {
     PyObject *processes, *parents;
@@ -212,14 +215,14 @@ static PyObject *index_parents(Index *self, PyObject *args) {
         PyBuffer_Release(&pv);
         return NULL;
     }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, self->rows * (Py_ssize_t)sizeof(int64_t));
+    int64_t *row;
+    PyObject *out = array_of("q", self->rows, (void **)&row);
     if (out) {
         const int64_t *puid = pv.buf, *parent = av.buf;
-        int64_t *row = (int64_t *)PyBytes_AS_STRING(out);
         int32_t process = -1;
         for (Py_ssize_t i = 0; i < self->rows; i++) {
             process = index_process(self, puid[i], process);
-            Entry *e = parent[i] && process >= 0 ? table_find(&self->table, process, parent[i])
+            Entry *e = parent[i] && process >= 0 ? iids_find(&self->iids, process, parent[i])
                                                  : NULL;
             row[i] = e && e->start != i ? e->start : -1;
         }
@@ -233,7 +236,7 @@ static PyMethodDef index_methods[] = {
     {"position", (PyCFunction)index_position, METH_VARARGS,
      "position(puid, iid) -> the row of that invocation, -1 when it is not here."},
     {"parents", (PyCFunction)index_parents, METH_VARARGS,
-     "parents(processes, parent_iids) -> int64 bytes: each row's parent row in its process, -1 "
+     "parents(processes, parent_iids) -> array('q'): each row's parent row in its process, -1 "
      "for none."},
     {NULL, NULL, 0, NULL},
 };
@@ -261,37 +264,27 @@ static int by_start(const void *a, const void *b) {
     return sort_iid[i] < sort_iid[j] ? -1 : sort_iid[i] > sort_iid[j];
 }
 
-/* `array.array`, imported when the module is created: the columns are handed over as arrays. */
-static PyObject *array_type;
-
-/* An array('q') of `n` values: `values` in `order` (NULL: as they are), the order applied in
- * `scratch` (n values). One copy into the array, which Python then uses as it is. */
-static PyObject *column_array(const int64_t *values, const int32_t *order, size_t n,
-                              int64_t *scratch) {
+/* An array('q') of the `n` values of `column`, which it takes (its buffer becomes the array's):
+ * in `order` (NULL: as they are), the order applied in a new buffer. */
+static PyObject *column_array(Column *column, const int32_t *order, size_t n) {
+    int64_t *values = column->data;
+    size_t allocated = column->cap;
     if (order) {
-        for (size_t i = 0; i < n; i++) scratch[i] = values[order[i]];
-        values = scratch;
+        values = PyMem_Malloc((n ? n : 1) * sizeof(int64_t));
+        if (!values) return PyErr_NoMemory();
+        for (size_t i = 0; i < n; i++) values[i] = column->data[order[i]];
+        allocated = n ? n : 1;
+        column_free(column);
+    } else {
+        column->data = NULL;
+        column->len = column->cap = 0;
     }
-    PyObject *out = PyObject_CallFunction(array_type, "s", "q");
-    if (!out) return NULL;
-    if (n) {
-        PyObject *view = PyMemoryView_FromMemory((char *)values,
-                                                 (Py_ssize_t)(n * sizeof(int64_t)), PyBUF_READ);
-        PyObject *done = view ? PyObject_CallMethod(out, "frombytes", "O", view) : NULL;
-        Py_XDECREF(view);
-        if (!done) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(done);
-    }
-    return out;
+    return array_adopt("q", values, (Py_ssize_t)n, (Py_ssize_t)allocated);
 }
 
 static void gather_free(Gather *g) {
     for (int c = 0; c < C_COUNT; c++) column_free(&g->col[c]);
-    PyMem_Free(g->table.slots);
-    g->table.slots = NULL;
+    iids_free(&g->iids);
     Py_XDECREF(g->puids);
     Py_XDECREF(g->errors);
     Py_XDECREF(g->attrs);
@@ -307,7 +300,7 @@ static PyObject *gather_finish(Gather *g) {
     Py_ssize_t processes = PyList_GET_SIZE(g->puids);
     int64_t *puid_of = PyMem_Calloc((size_t)processes + 1, sizeof(int64_t));
     int32_t *order = NULL, *final = NULL;
-    int64_t *ends = NULL, *scratch = NULL;
+    int64_t *ends = NULL;
     uint8_t *ended = NULL;
     PyObject *columns = NULL, *errors = NULL, *result = NULL;
     Index *index = NULL;
@@ -322,8 +315,7 @@ static PyObject *gather_finish(Gather *g) {
     if (!sorted) {
         order = PyMem_Malloc(rows * sizeof(int32_t));
         final = PyMem_Malloc(rows * sizeof(int32_t)); /* gathered row -> row */
-        scratch = PyMem_Malloc(rows * sizeof(int64_t));
-        if (!order || !final || !scratch) goto nomem;
+        if (!order || !final) goto nomem;
         for (size_t i = 0; i < n; i++) order[i] = (int32_t)i;
         sort_start = start;
         sort_iid = g->col[C_IID].data;
@@ -338,9 +330,9 @@ static PyObject *gather_finish(Gather *g) {
     errors = PyDict_New();
     if (!errors) goto done;
     if (!ends || !ended) goto nomem;
-    for (size_t i = 0; i <= g->table.mask; i++) {
-        Entry *e = &g->table.slots[i];
-        if (e->process < 0 || e->start < 0) continue;
+    IidsAt at = {0, 0};
+    for (Entry *e = iids_next(&g->iids, &at); e; e = iids_next(&g->iids, &at)) {
+        if (e->start < 0) continue;
         int32_t row = final ? final[e->start] : e->start;
         e->start = row;
         ends[row] = e->end != ENDLESS ? e->end_ns : 0;
@@ -354,23 +346,23 @@ static PyObject *gather_finish(Gather *g) {
     }
     index = PyObject_New(Index, &IndexType);
     if (!index) goto done;
-    index->table.slots = NULL;
+    memset(&index->iids, 0, sizeof(index->iids));
     index->puid_values = puid_of;
     puid_of = NULL; /* the index owns the puids now */
     index->processes = processes;
     index->rows = (Py_ssize_t)n;
-    if (g->table.used > 4 * n + 4096) { /* mostly other sequences' Ends: keep only the rows */
-        if (table_init(&index->table, n) < 0) goto done;
-        for (size_t i = 0; i <= g->table.mask; i++) {
-            Entry *e = &g->table.slots[i];
-            if (e->process < 0 || e->start < 0) continue;
-            Entry *kept = table_get(&index->table, e->process, e->iid);
+    if (iids_used(&g->iids) > 4 * n + 4096) { /* mostly other sequences' Ends: keep the rows */
+        if (iids_init(&index->iids) < 0) goto done;
+        at = (IidsAt){0, 0};
+        for (Entry *e = iids_next(&g->iids, &at); e; e = iids_next(&g->iids, &at)) {
+            if (e->start < 0) continue;
+            Entry *kept = iids_get(&index->iids, e->process, e->iid);
             if (!kept) goto done;
             kept->start = e->start;
         }
     } else {
-        index->table = g->table;
-        g->table.slots = NULL; /* and the table */
+        index->iids = g->iids;
+        memset(&g->iids, 0, sizeof(g->iids)); /* and the table */
     }
     /* The puid column holds puids, not process indexes. */
     for (size_t i = 0; i < n; i++)
@@ -378,12 +370,12 @@ static PyObject *gather_finish(Gather *g) {
     columns = PyTuple_New(C_COUNT + 2);
     if (!columns) goto done;
     for (int c = 0; c < C_COUNT; c++) {
-        PyObject *col = column_array(g->col[c].data, order, n, scratch);
+        PyObject *col = column_array(&g->col[c], order, n);
         if (!col) goto done;
         PyTuple_SET_ITEM(columns, c, col);
-        column_free(&g->col[c]); /* let each go as soon as it is copied */
     }
-    PyObject *end_col = column_array(ends, NULL, n, NULL);
+    PyObject *end_col = array_adopt("q", ends, (Py_ssize_t)n, (Py_ssize_t)rows);
+    ends = NULL; /* the array's now */
     if (!end_col) goto done;
     PyTuple_SET_ITEM(columns, C_COUNT, end_col);
     PyObject *ended_col = PyByteArray_FromStringAndSize((const char *)ended, (Py_ssize_t)n);
@@ -397,7 +389,6 @@ done:
     PyMem_Free(puid_of);
     PyMem_Free(order);
     PyMem_Free(final);
-    PyMem_Free(scratch);
     PyMem_Free(ends);
     PyMem_Free(ended);
     Py_XDECREF(columns);
@@ -422,7 +413,7 @@ static PyObject *gather(PyObject *module, PyObject *args) {
     g.errors = PyList_New(0);
     g.attrs = PyList_New(0);
     PyObject *iterator = NULL, *result = NULL;
-    if (!g.puids || !g.errors || !g.attrs || table_init(&g.table, 1024) < 0) goto done;
+    if (!g.puids || !g.errors || !g.attrs || iids_init(&g.iids) < 0) goto done;
     iterator = PyObject_GetIter(batches);
     if (!iterator) goto done;
     PyObject *item;
@@ -457,8 +448,9 @@ static PyObject *children(PyObject *module, PyObject *arg) {
     Py_ssize_t n = values_of(arg, &hv, sizeof(int64_t), -1, "children");
     if (n < 0) return NULL;
     const int64_t *held = hv.buf;
-    PyObject *starts = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int64_t));
-    PyObject *rows = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    int64_t *first = NULL, *out = NULL;
+    PyObject *starts = array_of("q", n + 1, (void **)&first);
+    PyObject *rows = starts ? array_of("q", n, (void **)&out) : NULL;
     int64_t *fill = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
     if (!starts || !rows || !fill) {
         Py_XDECREF(starts);
@@ -467,8 +459,6 @@ static PyObject *children(PyObject *module, PyObject *arg) {
         PyBuffer_Release(&hv);
         return starts && rows ? PyErr_NoMemory() : NULL;
     }
-    int64_t *first = (int64_t *)PyBytes_AS_STRING(starts);
-    int64_t *out = (int64_t *)PyBytes_AS_STRING(rows);
     memset(first, 0, (size_t)(n + 1) * sizeof(int64_t));
     Py_ssize_t held_rows = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -490,8 +480,9 @@ static PyObject *children(PyObject *module, PyObject *arg) {
     }
     PyMem_Free(fill);
     PyBuffer_Release(&hv);
-    if (_PyBytes_Resize(&rows, held_rows * (Py_ssize_t)sizeof(int64_t)) < 0) {
+    if (held_rows < n && PySequence_DelSlice(rows, held_rows, n) < 0) {
         Py_DECREF(starts);
+        Py_DECREF(rows);
         return NULL;
     }
     PyObject *result = PyTuple_Pack(2, starts, rows);
@@ -500,19 +491,19 @@ static PyObject *children(PyObject *module, PyObject *arg) {
     return result;
 }
 
-/* subtree_sizes(held) -> bytes of int64: per row, the rows beneath it. Every caller must come
+/* subtree_sizes(held) -> array('q'): per row, the rows beneath it. Every caller must come
  * before the rows it holds (held[i] < i), as in a start-ordered tree. */
 static PyObject *subtree_sizes(PyObject *module, PyObject *arg) {
     Py_buffer hv;
     Py_ssize_t n = values_of(arg, &hv, sizeof(int64_t), -1, "subtree_sizes");
     if (n < 0) return NULL;
     const int64_t *held = hv.buf;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, hv.len);
+    int64_t *size;
+    PyObject *out = array_of("q", n, (void **)&size);
     if (!out) {
         PyBuffer_Release(&hv);
         return NULL;
     }
-    int64_t *size = (int64_t *)PyBytes_AS_STRING(out);
     memset(size, 0, (size_t)hv.len);
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
         if (held[i] >= i) {
@@ -876,15 +867,15 @@ static int values_and_rows(PyObject *args, const char *format, Py_buffer *values
     return 0;
 }
 
-/* take(values, rows) -> int64 bytes: values[row] for each of the rows, in their order. */
+/* take(values, rows) -> array('q'): values[row] for each of the rows, in their order. */
 static PyObject *take(PyObject *module, PyObject *args) {
     Py_buffer values, rows;
     Py_ssize_t n, count;
     if (values_and_rows(args, "OO:take", &values, &rows, &n, &count) < 0) return NULL;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(int64_t));
+    int64_t *dst;
+    PyObject *out = array_of("q", count, (void **)&dst);
     if (out) {
         const int64_t *v = values.buf, *r = rows.buf;
-        int64_t *dst = (int64_t *)PyBytes_AS_STRING(out);
         for (Py_ssize_t k = 0; k < count; k++) {
             if (r[k] < 0 || r[k] >= n) {
                 PyErr_SetString(PyExc_ValueError, "take: a row out of range");
@@ -987,7 +978,7 @@ release:
     return result;
 }
 
-/* spans(starts, ends, ended) -> bytes of uint64: each row's duration (its end less its start,
+/* spans(starts, ends, ended) -> array('Q'): each row's duration (its end less its start,
  * at least 0), or 2**63 for a row not ended: the line budget's priority (`budget.priority_of`). */
 static PyObject *spans(PyObject *module, PyObject *args) {
     PyObject *given[3];
@@ -998,11 +989,11 @@ static PyObject *spans(PyObject *module, PyObject *args) {
     Py_ssize_t n;
     int got = views_of(given, view, item, what, 3, 0, &n);
     PyObject *out = NULL;
-    if (got == 3) out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint64_t));
+    uint64_t *span;
+    if (got == 3) out = array_of("Q", n, (void **)&span);
     if (out) {
         const int64_t *starts = view[0].buf, *ends = view[1].buf;
         const uint8_t *is_ended = view[2].buf;
-        uint64_t *span = (uint64_t *)PyBytes_AS_STRING(out);
         for (Py_ssize_t i = 0; i < n; i++)
             span[i] = !is_ended[i]          ? (uint64_t)1 << 63
                       : ends[i] > starts[i] ? (uint64_t)(ends[i] - starts[i])
@@ -1145,7 +1136,7 @@ static PyObject *shape_rows(PyObject *module, PyObject *args) {
     return result;
 }
 
-/* hang(parents, root) -> int64 bytes or None: each row's caller as the tree hangs it (a row
+/* hang(parents, root) -> array('q') or None: each row's caller as the tree hangs it (a row
  * without a parent here under `root`, the root under none: -1), or None when a parent comes
  * after its row (no common case: `views/tree/shape.py`). */
 static PyObject *hang(PyObject *module, PyObject *args) {
@@ -1156,13 +1147,13 @@ static PyObject *hang(PyObject *module, PyObject *args) {
     Py_ssize_t n = values_of(parents_obj, &view, sizeof(int64_t), -1, "parents");
     if (n < 0) return NULL;
     PyObject *out = NULL;
+    int64_t *held = NULL;
     if (root < 0 || root >= n)
         PyErr_SetString(PyExc_ValueError, "hang: the root out of range");
     else
-        out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+        out = array_of("q", n, (void **)&held);
     if (out) {
         const int64_t *parents = view.buf;
-        int64_t *held = (int64_t *)PyBytes_AS_STRING(out);
         for (Py_ssize_t i = 0; i < n; i++) {
             if (parents[i] >= i) {
                 Py_CLEAR(out);
@@ -1300,6 +1291,17 @@ static PyObject *line_totals(PyObject *module, PyObject *args) {
     return result;
 }
 
+/* adopting(copy=None) -> bool: whether C columns become arrays without a copy (`_arrays.h`);
+ * `adopting(False)` makes them copied from then on (as on an unknown array layout), for tests. */
+static PyObject *adopting(PyObject *module, PyObject *args) {
+    int wanted = -1;
+    if (!PyArg_ParseTuple(args, "|p:adopting", &wanted)) return NULL;
+    int was = array_adoptable;
+    if (wanted == 0) array_adoptable = 0;
+    if (wanted == 1 && !array_adoptable && arrays_init() < 0) return NULL;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef module_methods[] = {
     {"profile_lines", profile_lines, METH_VARARGS,
      "profile_lines(held, starts, ends, ended, names, ranks) -> (parent, name, calls, time, "
@@ -1311,7 +1313,7 @@ static PyMethodDef module_methods[] = {
      "shape_rows(parents, parent, hid, starts) -> (handed, roots, ordered): the rows continuing a "
      "hand-off, the rows with neither parent nor hand-off, whether the starts increase."},
     {"hang", hang, METH_VARARGS,
-     "hang(parents, root) -> int64 bytes or None: each row's caller as the tree hangs it; None "
+     "hang(parents, root) -> array('q') or None: each row's caller as the tree hangs it; None "
      "when a parent comes after its row."},
     {"windows", windows, METH_VARARGS,
      "windows(rows, starts, ends, ended) -> [(start, end)]: the union of the rows' windows (None: "
@@ -1326,19 +1328,22 @@ static PyMethodDef module_methods[] = {
      "ranked(rows, priorities, limit) -> int64 bytes: the positions of the highest priorities, "
      "highest first, ties in order, at most limit of them."},
     {"spans", spans, METH_VARARGS,
-     "spans(starts, ends, ended) -> uint64 bytes: each row's duration (at least 0), 2**63 for "
+     "spans(starts, ends, ended) -> array('Q'): each row's duration (at least 0), 2**63 for "
      "one not ended."},
     {"fold_sums", fold_sums, METH_VARARGS,
      "fold_sums(rows, names, starts, ends, ended) -> (by_name, running, total): the calls and "
      "time of the given rows per name id, how many have not ended, the ended ones' time."},
     {"distinct", distinct, METH_O,
      "distinct(values) -> set: the distinct values of an int64 column."},
+    {"adopting", adopting, METH_VARARGS,
+     "adopting([on]) -> bool: whether columns are handed over without a copy (before the "
+     "change, when `on` is given: False copies them, True checks the array layout again)."},
     {"take", take, METH_VARARGS,
-     "take(values, rows) -> int64 bytes: the int64 values at the given rows, in their order."},
+     "take(values, rows) -> array('q'): the int64 values at the given rows, in their order."},
     {"total_at", total_at, METH_VARARGS,
      "total_at(values, rows) -> int: the sum of the int64 values at the given rows."},
     {"subtree_sizes", subtree_sizes, METH_O,
-     "subtree_sizes(held) -> int64 bytes: per row, the rows beneath it (callers first)."},
+     "subtree_sizes(held) -> array('q'): per row, the rows beneath it (callers first)."},
     {"gather", gather, METH_VARARGS,
      "gather(seq, batches) -> (columns, errors, attrs, index): a sequence's invocations from its "
      "stored batches, (puid, batch_no, clock_offset_ns, blob) in ascending (puid, batch_no)."},
@@ -1379,12 +1384,7 @@ static int seed_tables(void) {
 }
 
 PyMODINIT_FUNC PyInit__columns(void) {
-    if (PyType_Ready(&IndexType) < 0 || seed_tables() < 0) return NULL;
-    PyObject *array = PyImport_ImportModule("array");
-    if (!array) return NULL;
-    array_type = PyObject_GetAttrString(array, "array");
-    Py_DECREF(array);
-    if (!array_type) return NULL;
+    if (PyType_Ready(&IndexType) < 0 || seed_tables() < 0 || arrays_init() < 0) return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (!module) return NULL;
     Py_INCREF(&IndexType);

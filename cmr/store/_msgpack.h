@@ -288,6 +288,16 @@ static inline int table_grow(Table *t) {
     return 0;
 }
 
+/* A new entry of (process, iid): no start, no end. */
+static inline void entry_init(Entry *e, int32_t process, int64_t iid) {
+    e->process = process;
+    e->iid = iid;
+    e->start = -1;
+    e->end = ENDLESS;
+    e->end_ns = 0;
+    e->chunk = 0;
+}
+
 /* The entry of (process, iid), made (no start, no end) when absent; NULL on no memory. */
 static Entry *table_get(Table *t, int32_t process, int64_t iid) {
     if ((t->used + 1) * 2 > t->mask + 1 && table_grow(t) < 0) return NULL; /* at most half full */
@@ -295,12 +305,7 @@ static Entry *table_get(Table *t, int32_t process, int64_t iid) {
     for (;;) {
         Entry *e = &t->slots[i];
         if (e->process < 0) {
-            e->process = process;
-            e->iid = iid;
-            e->start = -1;
-            e->end = ENDLESS;
-            e->end_ns = 0;
-            e->chunk = 0;
+            entry_init(e, process, iid);
             t->used++;
             return e;
         }

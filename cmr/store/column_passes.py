@@ -19,7 +19,8 @@ def subtree_sizes(held: array[int]) -> array[int]:
     """Per row, the calls beneath it (``held``: each row's caller, which comes before it). Needs
     the accelerator."""
     assert _accel is not None
-    return array("q", _accel.subtree_sizes(held))
+    sizes: array[int] = _accel.subtree_sizes(held)
+    return sizes
 
 
 def profile_lines(
@@ -69,7 +70,8 @@ def spans(records: RecordColumns) -> array[int]:
     """Each row's duration (at least 0), or 2**63 for a row not ended: what the line budget
     ranks calls by (``budget.priority_of``), as an unsigned array. Needs the accelerator."""
     assert _accel is not None
-    return array("Q", _accel.spans(records.start_ns, records.end_ns, records.ended))
+    found: array[int] = _accel.spans(records.start_ns, records.end_ns, records.ended)
+    return found
 
 
 def line_totals(
@@ -107,7 +109,8 @@ def take(values: array[int], rows: array[int]) -> array[int]:
     """``values[row]`` for each of ``rows``, in their order (ValueError: a row out of range).
     Needs the accelerator."""
     assert _accel is not None
-    return array("q", _accel.take(values, rows))
+    found: array[int] = _accel.take(values, rows)
+    return found
 
 
 def total_at(values: array[int], rows: array[int]) -> int:
@@ -146,13 +149,13 @@ def hang(parents: array[int], root: int) -> array[int] | None:
     here, then it hangs under ``root``; the root under none, -1), or None when a parent comes
     after its row. Needs the accelerator."""
     assert _accel is not None
-    held = _accel.hang(parents, root)
-    return None if held is None else array("q", held)
+    held: array[int] | None = _accel.hang(parents, root)
+    return held
 
 
 def children(held: array[int]) -> tuple[array[int], array[int]]:
     """The rows each row holds (``held``: each row's caller, -1 for none), in row order: row r's
     are ``rows[starts[r]:starts[r + 1]]``. Needs the accelerator."""
     assert _accel is not None
-    starts, rows = _accel.children(held)
-    return array("q", starts), array("q", rows)
+    found: tuple[array[int], array[int]] = _accel.children(held)
+    return found

@@ -154,7 +154,8 @@ class RecordColumns(Sequence[InvocationRecord]):
 
     def parent_rows(self) -> array[int]:
         """Each row's parent's row in the same process; -1: none (0, not here, or itself)."""
-        return array("q", self._index.parents(self.puid, self.parent))  # type: ignore[attr-defined]
+        found: array[int] = self._index.parents(self.puid, self.parent)  # type: ignore[attr-defined]
+        return found
 
     def unended(self) -> list[int]:
         """The rows without an end."""
@@ -265,7 +266,7 @@ def unpack_columns(
         merged.setdefault((puid, event.iid), {}).update(event.attributes)
     found = RecordColumns(columns, errors, {}, index)
     del columns
-    puids = set(found.puid) if len(found) else set()
+    puids = distinct_values(found, "puid")  # in C: not a set of a million ints
     for puid, iid, _batch_no, blob in sorted(late_attrs(puids), key=lambda row: row[2]):
         merged.setdefault((puid, iid), {}).update(_decode_attributes(blob))
     for (puid, iid), attributes in merged.items():

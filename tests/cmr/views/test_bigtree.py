@@ -24,7 +24,7 @@ from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
 from cmr.views.render.text import render_text
 from cmr.views.samples.merge import merge_samples
-from cmr.views.tree.bigtree import _longest, longer_tree, shown_tree
+from cmr.views.tree.bigtree import _longest, longer_tree, name_ranks, shown_tree
 from cmr.views.tree.budget import make_fold
 from cmr.views.tree.calltree import build_tree, covered_in_order
 from cmr.views.tree.processors import drop_shorter_than
@@ -277,5 +277,5 @@ def test_a_folds_repeated_names_are_the_longest_then_the_most_called_then_by_nam
         names += [text[key]] * calls
         durations += [spent] + [0] * (calls - 1)
     expected = make_fold(names, durations, 0).repeated
-    assert tuple(_longest(list(sums), text)) == expected
+    assert tuple(_longest(list(sums), text, name_ranks(text))) == expected
     assert expected == (("zulu", 3, 90), ("echo", 2, 70), ("alpha", 2, 50))
