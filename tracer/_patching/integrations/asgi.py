@@ -122,7 +122,16 @@ class InvoseqMiddleware:
         self.app = app
         self.framework = framework
 
+    def measuring(self) -> bool:
+        """Whether this layer measures now (a patch's layer only while its patch is in place):
+        checked here rather than in a subclass's ``__call__``, so that a request goes through one
+        coroutine of each layer, not two."""
+        return True
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.measuring():
+            await self.app(scope, receive, send)
+            return
         if scope.get("type") == "lifespan" and SERVICE_KEY not in scope:
             scope[SERVICE_KEY] = True  # measured once, by the outermost
             await _service.run_async("asgi.lifespan", lambda: self.app(scope, receive, send))
@@ -182,11 +191,8 @@ class ServerMiddleware(InvoseqMiddleware):
         self.owner = owner
         self.name = name
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not installed(self.owner, self.name):
-            await self.app(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
+    def measuring(self) -> bool:
+        return installed(self.owner, self.name)
 
 
 def _refine(scope: Scope, framework: str) -> None:
