@@ -9,7 +9,7 @@ More in docs/architecture.md, "tracer/_patching/integrations/asgi.py".
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from types import ModuleType
 from typing import Any, Final
 
@@ -81,9 +81,11 @@ class ScopeHeaders(Getter[Scope]):
 HEADERS: Final = ScopeHeaders()
 
 
-def decoded(headers: Any) -> list[tuple[str, str]]:
-    """An ASGI message's headers as text."""
-    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers]
+def decoded(headers: Any) -> Iterator[tuple[str, str]]:
+    """An ASGI message's headers as text, decoded as they are read: not at all when no header
+    is captured (``_options``), as none is by default."""
+    for name, value in headers:
+        yield name.decode("latin-1"), value.decode("latin-1")
 
 
 def request_url(scope: Scope) -> str:
