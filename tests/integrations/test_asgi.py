@@ -1,13 +1,18 @@
 """The ASGI middleware around a bare ASGI application served by uvicorn: one invocation per HTTP
 request, continuing the caller's sequence, with the status the application sent; an exception or
-a 5xx is an error; lifespan passes through; a middleware inside another measures nothing."""
+a 5xx is an error; lifespan passes through; a middleware inside another measures nothing; a
+framework's request under uvicorn goes through one coroutine of each measuring layer."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 
 import tracer
 from tests.integrations.async_servers import Uvicorn, only_servers, running
@@ -20,6 +25,7 @@ from tracer.testing import capture
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 TRACEPARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"
 MODULE = __name__ + "."
+INTEGRATIONS = str(Path(tracer.__file__).parent / "_patching" / "integrations")
 
 
 @traced
@@ -178,3 +184,36 @@ def test_the_scope_headers_getter_reads_every_line_of_a_name_in_any_case() -> No
     assert asgi.HEADERS.get(scope, "baggage") is None
     assert asgi.HEADERS.get({}, "traceparent") is None
     assert asgi.HEADERS.keys(scope) == ["traceparent", "TraceState", "tracestate"]
+
+
+def _integration_frames(top: FrameType | None) -> list[str]:
+    """The qualified names of the integrations' frames from ``top`` outwards."""
+    names = []
+    while top is not None:
+        if top.f_code.co_filename.startswith(INTEGRATIONS):
+            names.append(top.f_code.co_qualname)
+        top = top.f_back
+    return names
+
+
+def test_a_fastapi_request_under_uvicorn_runs_in_one_coroutine_of_each_measuring_layer(
+    servers: list[Uvicorn],
+) -> None:
+    seen: list[list[str]] = []
+    app = FastAPI()
+
+    @app.get("/layers/{item}")
+    async def layers(item: int) -> dict[str, int]:
+        seen.append(_integration_frames(sys._getframe()))
+        return {"item": item}
+
+    with capture(instrument=True) as trace:
+        server = Uvicorn(app)
+        servers.append(server)
+        assert server.get("/layers/3") == (200, b'{"item":3}')
+        names = [i.name for i in trace.invocations()]
+    # measured once, by the server's layer, and named by FastAPI's route
+    assert names[0] == "fastapi.GET /layers/{item}"
+    (frames,) = seen
+    calls = [name for name in frames if name.endswith("__call__")]
+    assert calls == ["InvoseqMiddleware.__call__", "InvoseqMiddleware.__call__"], frames

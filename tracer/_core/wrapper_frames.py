@@ -12,15 +12,25 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Final
 
-__all__ = ["WRAPPER_CODES", "register_factories", "register_wrappers"]
+__all__ = ["WRAPPER_CODES", "WRAPPER_IDS", "register_factories", "register_wrappers"]
 
 #: Code objects of the functions that wrap a traced call or a hand-off.
 WRAPPER_CODES: Final[set[CodeType]] = set()
+#: The same code objects by ``id``: what a stack walk asks of every frame (the sampler's, many
+#: times a second), where hashing a code object hashes its bytecode, names and constants anew.
+#: The codes are kept alive here, so an id is never another code's.
+WRAPPER_IDS: Final[dict[int, CodeType]] = {}
+
+
+def _add(code: CodeType) -> None:
+    WRAPPER_CODES.add(code)
+    WRAPPER_IDS[id(code)] = code
 
 
 def register_wrappers(*functions: Callable[..., Any]) -> None:
     """Register functions that are wrappers themselves."""
-    WRAPPER_CODES.update(fn.__code__ for fn in functions)
+    for fn in functions:
+        _add(fn.__code__)
 
 
 def register_factories(*factories: Callable[..., Any]) -> None:
@@ -29,5 +39,5 @@ def register_factories(*factories: Callable[..., Any]) -> None:
     while pending:
         const = pending.pop()
         if isinstance(const, CodeType):
-            WRAPPER_CODES.add(const)
+            _add(const)
             pending += const.co_consts

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from tracer._core import measured, service
 from tracer._core.codes import TRACED_CODES
-from tracer._core.wrapper_frames import WRAPPER_CODES
+from tracer._core.wrapper_frames import WRAPPER_IDS
 
 #: Frames walked from a thread's innermost one, at most (here and in the stacks sampled).
 MAX_DEPTH: Final = 512
@@ -25,7 +25,7 @@ MAX_TASKS_SCANNED: Final = 256
 VERDICT_NS: Final = 2_000_000
 
 
-def worth_sampling(top: FrameType) -> bool:
+def worth_sampling(top: FrameType, frames: list[FrameType] | None = None) -> bool:
     """Whether a thread seen at ``top`` is sampled when only active threads are: inside a traced
     call, or in an asyncio event loop itself (not in a callback or task step it runs) whose loop
     no traced call holds, while it has work open (``open_async_work``): between the steps of its
@@ -35,25 +35,48 @@ def worth_sampling(top: FrameType) -> bool:
     A loop that iterates in C (uvloop) runs no Python frame of its own: between task steps the
     thread's innermost frame is ``asyncio.Runner.run`` (``asyncio.run``, ``uvloop.run``), which
     otherwise only calls the loop. Seen there, the thread is in its loop; in a step or callback
-    such a loop runs, the step's frames are above it, as they are in any callback."""
+    such a loop runs, the step's frames are above it, as they are in any callback.
+
+    ``frames``: when it is worth sampling, the stack's frames from ``top`` outwards are put there
+    (at most ``MAX_COLLECTED``), so that the sampler walks the stack once, not twice.
+
+    Codes are looked up by ``id``: hashing a code object, as a set of codes would, hashes its
+    bytecode, names and constants (nested functions' codes too) for every frame of every tick."""
     loop = _loop_codes()
     if loop is not None and top.f_code is loop[2]:
-        return open_async_work()
+        return _collected(open_async_work(), top, frames)
     in_callback = False
+    wrappers, traced = WRAPPER_IDS, TRACED_CODES
     frame: FrameType | None = top
     depth = 0
     while frame is not None and depth < MAX_DEPTH:
         code = frame.f_code
-        if code in WRAPPER_CODES or id(code) in TRACED_CODES:
-            return True
+        if id(code) in wrappers or id(code) in traced:
+            return _collected(True, frame, frames)
+        if frames is not None:
+            frames.append(frame)
         if loop is not None:
             if code is loop[1]:
                 in_callback = True
             elif code is loop[0] and not in_callback:
-                return open_async_work()
+                return _collected(open_async_work(), frame.f_back, frames)
         frame = frame.f_back
         depth += 1
     return False
+
+
+#: The frames ``worth_sampling`` collects for a stack, at most: the sampler keeps ``MAX_DEPTH``
+#: of them, the tracer's own frames (a wrapper's in pure Python) left out.
+MAX_COLLECTED: Final = 4 * MAX_DEPTH
+
+
+def _collected(worth: bool, frame: FrameType | None, frames: list[FrameType] | None) -> bool:
+    """``worth``; when it is, the rest of the stack from ``frame`` outwards put in ``frames``."""
+    if worth and frames is not None:
+        while frame is not None and len(frames) < MAX_COLLECTED:
+            frames.append(frame)
+            frame = frame.f_back
+    return worth
 
 
 def in_event_loop(top: FrameType) -> bool:
@@ -133,7 +156,7 @@ def _traced_coroutine_suspended() -> bool:
             code = _code_of(awaited)
             if code is None or code is service_code:  # a service's work is not a request's
                 break
-            if code in WRAPPER_CODES or id(code) in TRACED_CODES:
+            if id(code) in WRAPPER_IDS or id(code) in TRACED_CODES:
                 return True
             awaited = _awaiting(awaited)
             depth += 1

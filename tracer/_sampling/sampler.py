@@ -14,7 +14,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType, ModuleType
 from typing import Any, Final
 
@@ -321,7 +321,12 @@ class Sampler:
                 return
             readings = self._main_readings
             self._main_busy = True
-            if self._only_active and not (recorder.in_c_call() or worth_sampling(top)):
+            frames: list[FrameType] | None = None  # the stack, when deciding walked it (once)
+            worth = True
+            if self._only_active and not recorder.in_c_call():
+                frames = []
+                worth = worth_sampling(top, frames)
+            if not worth:
                 readings.left(ident, now, running=not skipped)
                 self._main_busy = bool(readings.pending)
             elif self.mode == "cpu" and not readings.ran(ident):
@@ -334,7 +339,7 @@ class Sampler:
                 ticks = self._ticks
                 asked = now if ticks is None else ticks.asked_ns
                 blocked = skipped > 0 or now - asked > MAIN_ANSWER_NS
-                stack = self._stack(top)
+                stack = self._stack(_frames(top) if frames is None else frames)
                 readings.sample(
                     ident,
                     sampled[0],
@@ -370,24 +375,30 @@ class Sampler:
         in_c_calls = recorder.threads_in_c_calls() if self._only_active else set()
         if self._ticks is not None:
             excluded = excluded | {self._main_ident}  # it samples itself (``_main_tick``)
-        candidates: list[tuple[int, FrameType]] = []
+        # Each candidate with its stack's frames when deciding walked them (None: not walked).
+        candidates: list[tuple[int, FrameType, list[FrameType] | None]] = []
         for ident, top in frames.items():
             if ident in excluded or ident not in threads:
                 continue
-            if self._only_active and ident not in in_c_calls and not worth_sampling(top):
-                if ident in readings.pending:  # it left its traced calls since: end the sample
-                    readings.left(ident, now, running=False)
-                continue
-            candidates.append((ident, top))
+            walked: list[FrameType] | None = None
+            if self._only_active and ident not in in_c_calls:
+                walked = []
+                if not worth_sampling(top, walked):
+                    if ident in readings.pending:  # it left its traced calls since: end it
+                        readings.left(ident, now, running=False)
+                    continue
+            candidates.append((ident, top, walked))
         readings.forget_gone(frames)
         if len(candidates) > self._max_threads:
             candidates = self._random.sample(candidates, self._max_threads)
-        for ident, top in candidates:
+        for ident, top, walked in candidates:
             tid = threads[ident][0]
             if self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
                 continue
-            readings.sample(ident, tid, self._stack(top), now)
+            readings.sample(
+                ident, tid, self._stack(_frames(top) if walked is None else walked), now
+            )
         return bool(candidates or readings.pending)
 
     def _emit(self, sample: Pending, end: int | None, cpu_ns: int | None) -> None:
@@ -427,18 +438,28 @@ class Sampler:
         with self._main_lock:  # the main thread's last tick, if it was in one, is over
             self._main_readings.finish()
 
-    def _stack(self, top: FrameType) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Frame ids and lines from the outermost call to the innermost, tracer frames left out."""
+    def _stack(self, frames: Iterable[FrameType]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Frame ids and lines from the outermost call to the innermost, tracer frames left out:
+        of ``frames``, a stack from its innermost frame outwards (``worth_sampling`` collected
+        them, or ``_frames`` walks them)."""
         ids: list[int] = []
         lines: list[int] = []
-        frame: FrameType | None = top
         frame_id = recorder.frame_id
-        while frame is not None and len(ids) < MAX_DEPTH:
+        for frame in frames:
+            if len(ids) >= MAX_DEPTH:
+                break
             code = frame.f_code
             if not code.co_filename.startswith(_TRACER_DIR):
                 ids.append(frame_id(code))
                 lines.append(frame.f_lineno or 0)
-            frame = frame.f_back
         ids.reverse()
         lines.reverse()
         return tuple(ids), tuple(lines)
+
+
+def _frames(top: FrameType) -> Iterator[FrameType]:
+    """A stack's frames from ``top`` outwards."""
+    frame: FrameType | None = top
+    while frame is not None:
+        yield frame
+        frame = frame.f_back

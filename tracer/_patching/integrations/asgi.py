@@ -9,7 +9,7 @@ More in docs/architecture.md, "tracer/_patching/integrations/asgi.py".
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from types import ModuleType
 from typing import Any, Final
 
@@ -81,9 +81,11 @@ class ScopeHeaders(Getter[Scope]):
 HEADERS: Final = ScopeHeaders()
 
 
-def decoded(headers: Any) -> list[tuple[str, str]]:
-    """An ASGI message's headers as text."""
-    return [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers]
+def decoded(headers: Any) -> Iterator[tuple[str, str]]:
+    """An ASGI message's headers as text, decoded as they are read: not at all when no header
+    is captured (``_options``), as none is by default."""
+    for name, value in headers:
+        yield name.decode("latin-1"), value.decode("latin-1")
 
 
 def request_url(scope: Scope) -> str:
@@ -122,7 +124,16 @@ class InvoseqMiddleware:
         self.app = app
         self.framework = framework
 
+    def measuring(self) -> bool:
+        """Whether this layer measures now (a patch's layer only while its patch is in place):
+        checked here rather than in a subclass's ``__call__``, so that a request goes through one
+        coroutine of each layer, not two."""
+        return True
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.measuring():
+            await self.app(scope, receive, send)
+            return
         if scope.get("type") == "lifespan" and SERVICE_KEY not in scope:
             scope[SERVICE_KEY] = True  # measured once, by the outermost
             await _service.run_async("asgi.lifespan", lambda: self.app(scope, receive, send))
@@ -182,11 +193,8 @@ class ServerMiddleware(InvoseqMiddleware):
         self.owner = owner
         self.name = name
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not installed(self.owner, self.name):
-            await self.app(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
+    def measuring(self) -> bool:
+        return installed(self.owner, self.name)
 
 
 def _refine(scope: Scope, framework: str) -> None:

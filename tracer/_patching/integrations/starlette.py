@@ -50,11 +50,8 @@ class _Installed(asgi.InvoseqMiddleware):
         super().__init__(app, framework=framework)
         self.owner = owner
 
-    async def __call__(self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send) -> None:
-        if not installed(self.owner, "build_middleware_stack"):
-            await self.app(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
+    def measuring(self) -> bool:
+        return installed(self.owner, "build_middleware_stack")
 
 
 def copy_names(replacement: Any, original: Any) -> None:
