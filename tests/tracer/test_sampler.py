@@ -21,7 +21,7 @@ import tracer
 from invoseq import wire
 from tests.support import wait_for
 from tracer import _runtime
-from tracer._sampling import active
+from tracer._sampling import active, stacks
 from tracer._sampling import readings as readings_module
 from tracer._sampling import sampler as sampler_module
 from tracer.testing import Capture, capture
@@ -508,7 +508,7 @@ def test_the_sampler_reports_its_ticks_and_cost_and_frames_are_interned(
     assert len({f.frame for f in frames}) == len(frames)  # each sent once
     samples, names = samples_of(sampled)
     package = os.path.dirname(os.path.abspath(tracer.__file__)) + os.sep
-    assert package == sampler_module._TRACER_DIR  # the whole package, not the sampler's folder
+    assert package == stacks.TRACER_DIR  # the whole package, not the sampler's folder
     assert not [f for f in frames if f.file.startswith(package)]  # the tracer's own: left out
     assert any(names[s.frames[-1]] == "spin" for s in samples)
 

@@ -9,7 +9,7 @@ import sys
 from types import FrameType
 
 import tracer
-from tracer._sampling import active, sampler
+from tracer._sampling import active, stacks
 from tracer.testing import capture
 
 
@@ -21,12 +21,6 @@ def _walk(top: FrameType | None) -> list[FrameType]:
     return frames
 
 
-def _sampler() -> sampler.Sampler:
-    return sampler.Sampler(
-        interval_ms=10, mode="wall", only_active=True, max_threads_per_tick=8, exclude=set
-    )
-
-
 def test_deciding_inside_a_traced_call_collects_the_whole_stack_for_the_sample() -> None:
     seen: dict[str, object] = {}
 
@@ -36,10 +30,7 @@ def test_deciding_inside_a_traced_call_collects_the_whole_stack_for_the_sample()
         seen["worth"] = active.worth_sampling(top, frames)
         seen["collected"] = frames
         seen["walked"] = _walk(top)
-        seen["stacks"] = (
-            _sampler()._stack(frames),
-            _sampler()._stack(sampler._frames(top)),
-        )
+        seen["stacks"] = (stacks.stack_of(frames), stacks.stack_of(stacks.walk(top)))
 
     @tracer.traced
     def traced_outer() -> None:

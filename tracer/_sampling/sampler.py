@@ -14,15 +14,16 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import Any, Final
 
 from invoseq import wire
 from tracer._core import accel, context, recorder
-from tracer._sampling.active import MAX_DEPTH, in_event_loop, open_async_work, worth_sampling
+from tracer._sampling.active import in_event_loop, open_async_work, worth_sampling
 from tracer._sampling.pacing import Pacer
 from tracer._sampling.readings import Pending, Readings, cpu_clock
+from tracer._sampling.stacks import stack_of, walk
 
 log = logging.getLogger("tracer")
 
@@ -42,9 +43,6 @@ if accel.speedups is not None:
         from tracer._sampling import _gil_turn
     except ImportError:  # pragma: no cover - built with the accelerator
         _gil_turn = None
-#: The tracer package's directory (this module sits in its _sampling folder): its frames are left
-#: out of stacks.
-_TRACER_DIR: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 MAX_PENDING_SAMPLES: Final = 200_000
 
 #: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines,
@@ -339,7 +337,7 @@ class Sampler:
                 ticks = self._ticks
                 asked = now if ticks is None else ticks.asked_ns
                 blocked = skipped > 0 or now - asked > MAIN_ANSWER_NS
-                stack = self._stack(_frames(top) if frames is None else frames)
+                stack = stack_of(walk(top) if frames is None else frames)
                 readings.sample(
                     ident,
                     sampled[0],
@@ -396,9 +394,7 @@ class Sampler:
             if self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
                 continue
-            readings.sample(
-                ident, tid, self._stack(_frames(top) if walked is None else walked), now
-            )
+            readings.sample(ident, tid, stack_of(walk(top) if walked is None else walked), now)
         return bool(candidates or readings.pending)
 
     def _emit(self, sample: Pending, end: int | None, cpu_ns: int | None) -> None:
@@ -437,29 +433,3 @@ class Sampler:
         self._readings.finish()
         with self._main_lock:  # the main thread's last tick, if it was in one, is over
             self._main_readings.finish()
-
-    def _stack(self, frames: Iterable[FrameType]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Frame ids and lines from the outermost call to the innermost, tracer frames left out:
-        of ``frames``, a stack from its innermost frame outwards (``worth_sampling`` collected
-        them, or ``_frames`` walks them)."""
-        ids: list[int] = []
-        lines: list[int] = []
-        frame_id = recorder.frame_id
-        for frame in frames:
-            if len(ids) >= MAX_DEPTH:
-                break
-            code = frame.f_code
-            if not code.co_filename.startswith(_TRACER_DIR):
-                ids.append(frame_id(code))
-                lines.append(frame.f_lineno or 0)
-        ids.reverse()
-        lines.reverse()
-        return tuple(ids), tuple(lines)
-
-
-def _frames(top: FrameType) -> Iterator[FrameType]:
-    """A stack's frames from ``top`` outwards."""
-    frame: FrameType | None = top
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
