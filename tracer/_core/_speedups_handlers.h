@@ -493,6 +493,8 @@ strand_begin(uint64_t method, PyObject *code)
     return stored;
 }
 
+static int step_end_on_top(PyObject *code, PyObject *frame);
+
 /* A strand ends: its End (its Error; GeneratorExit ends a generator ok), and its step ended.
  * 0, or -1 with an error set. */
 static int
