@@ -1,14 +1,20 @@
 """Only the C accelerator is configured here; everything else is in pyproject.toml.
 
-``optional=True``: when the extension cannot be built (no C compiler, no Python headers), the
+``optional``: when the extension cannot be built (no C compiler, no Python headers), the
 install still succeeds, and ``tracer/_core/accel.py`` selects the pure-Python hot path. It is built
 on Linux only, where its clock, ``CLOCK_MONOTONIC``, is the one ``time.perf_counter_ns`` reads (the
 timestamps of both paths must share a clock).
 """
 
+import os
 import sys
 
 from setuptools import Extension, setup
+
+#: ``INVOSEQ_REQUIRE_C=1`` (CI, and a developer changing the C): a part that does not compile
+#: fails the install with the compiler's message. Otherwise a failed part is left out with one
+#: warning that ``pip -q`` hides, and an editable tree keeps running the extension built before.
+OPTIONAL = os.environ.get("INVOSEQ_REQUIRE_C") != "1"
 
 speedups = Extension(
     "tracer._core._speedups",
@@ -22,7 +28,7 @@ speedups = Extension(
         ),
     ],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    optional=True,
+    optional=OPTIONAL,
 )
 
 #: The main thread samples itself when the sampler asks (``tracer/_sampling/sampler.py``). Linux:
@@ -33,7 +39,7 @@ main_ticks = Extension(
     depends=["tracer/_sampling/_waits.h"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
     libraries=["m"],
-    optional=True,
+    optional=OPTIONAL,
 )
 
 #: The sampler thread takes its turn at the GIL when its tick is due
@@ -44,7 +50,7 @@ gil_turn = Extension(
     sources=["tracer/_sampling/_gil_turn.c"],
     depends=["tracer/_sampling/_waits.h"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    optional=True,
+    optional=OPTIONAL,
 )
 
 #: The repository's read path, a sequence's invocations as column arrays (``cmr/store/columns.py``
@@ -60,7 +66,7 @@ columns = Extension(
         "cmr/store/_pack.h",
     ],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    optional=True,
+    optional=OPTIONAL,
 )
 
 #: SIGTERM wakes the tracer's watchdog through a pipe of its own (``tracer/_signals.py``), not
@@ -69,7 +75,7 @@ sigterm = Extension(
     "tracer._sigterm",
     sources=["tracer/_sigterm.c"],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-    optional=True,
+    optional=OPTIONAL,
 )
 
 linux_only = [speedups, main_ticks, gil_turn, sigterm] if sys.platform.startswith("linux") else []
