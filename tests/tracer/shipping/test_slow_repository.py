@@ -6,6 +6,7 @@ the test says); the flush, on a real ROUTER socket that takes a fixed time per b
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -58,20 +59,33 @@ class SlowNode:
         pass
 
 
+def delivery_to(
+    nodes: Nodes,
+    clock: Clock,
+    *,
+    queue_batches: int,
+    window: int = WINDOW,
+    window_bytes: int = sys.maxsize,
+) -> Delivery:
+    """A sender's delivery into ``nodes`` on the fake clock, with no spool."""
+    return Delivery(
+        nodes,
+        window=window,
+        queue_batches=queue_batches,
+        spool=None,
+        resend_ns=RESEND_NS,
+        clock=clock,
+        window_bytes=window_bytes,
+    )
+
+
 def burst(per_batch_ns: int, batches: int) -> tuple[SlowNode, Delivery]:
     """``batches`` submitted at once to a sender whose window holds WINDOW, into one slow node;
     the sender's rounds every 10 ms of the fake clock until everything is acknowledged."""
     clock = Clock()
     node = SlowNode(clock, per_batch_ns)
     transports: dict[str, Transport] = {"slow": node}
-    delivery = Delivery(
-        Nodes(transports, clock=clock),
-        window=WINDOW,
-        queue_batches=batches,
-        spool=None,
-        resend_ns=RESEND_NS,
-        clock=clock,
-    )
+    delivery = delivery_to(Nodes(transports, clock=clock), clock, queue_batches=batches)
     for batch_no in range(1, batches + 1):
         delivery.submit(Outgoing(PUID, batch_no, str(batch_no).encode(), events=4096))
     for _ in range(1_000_000):
@@ -100,14 +114,8 @@ def test_batches_in_flight_are_bounded_in_bytes_as_well_as_in_number() -> None:
     # however big, and the rest wait in the queue (whence the spool takes the oldest).
     clock = Clock()
     node = SlowNode(clock, 1_000_000_000)
-    delivery = Delivery(
-        Nodes({"slow": node}, clock=clock),
-        window=WINDOW,
-        queue_batches=100,
-        spool=None,
-        resend_ns=RESEND_NS,
-        clock=clock,
-        window_bytes=3_000,
+    delivery = delivery_to(
+        Nodes({"slow": node}, clock=clock), clock, queue_batches=100, window_bytes=3_000
     )
     body = 1_000
     for batch_no in range(1, 11):
@@ -119,15 +127,7 @@ def test_batches_in_flight_are_bounded_in_bytes_as_well_as_in_number() -> None:
     delivery.pump()
     assert node.received == [1, 2, 3, 4]
     alone = SlowNode(clock, 1_000_000_000)
-    lone = Delivery(
-        Nodes({"slow": alone}, clock=clock),
-        window=WINDOW,
-        queue_batches=2,
-        spool=None,
-        resend_ns=RESEND_NS,
-        clock=clock,
-        window_bytes=10,
-    )
+    lone = delivery_to(Nodes({"slow": alone}, clock=clock), clock, queue_batches=2, window_bytes=10)
     lone.submit(Outgoing(PUID, 1, f"{1:0100}".encode(), events=1))
     lone.pump()
     assert alone.received == [1]  # bigger than the window's bytes, and sent: nothing else flies
@@ -138,14 +138,7 @@ def test_a_repository_that_slows_down_mid_burst_gets_few_duplicates() -> None:
     # sent before the sender learnt it may be resent once or twice, with growing waits.
     clock = Clock()
     node = SlowNode(clock, 20_000_000)
-    delivery = Delivery(
-        Nodes({"slow": node}, clock=clock),
-        window=WINDOW,
-        queue_batches=400,
-        spool=None,
-        resend_ns=RESEND_NS,
-        clock=clock,
-    )
+    delivery = delivery_to(Nodes({"slow": node}, clock=clock), clock, queue_batches=400)
     for batch_no in range(1, 401):
         delivery.submit(Outgoing(PUID, batch_no, str(batch_no).encode(), events=4096))
     rounds = 0
@@ -165,14 +158,7 @@ def test_a_batch_lost_by_a_node_that_acknowledges_others_is_still_resent() -> No
     # resent after the node's patience, and stored.
     clock = Clock()
     node = SlowNode(clock, 1_000_000)
-    delivery = Delivery(
-        Nodes({"lossy": node}, clock=clock),
-        window=WINDOW,
-        queue_batches=10,
-        spool=None,
-        resend_ns=RESEND_NS,
-        clock=clock,
-    )
+    delivery = delivery_to(Nodes({"lossy": node}, clock=clock), clock, queue_batches=10)
     for batch_no in range(1, 11):
         delivery.submit(Outgoing(PUID, batch_no, str(batch_no).encode(), events=2))
     delivery.pump()
@@ -262,14 +248,7 @@ def test_the_events_not_yet_acknowledged_fall_as_acknowledgements_come() -> None
     """What `tracer run`'s progress counts at its end: events queued or sent, not acknowledged."""
     clock = Clock()
     node = SlowNode(clock, 1_000_000)
-    delivery = Delivery(
-        Nodes({"slow": node}, clock=clock),
-        window=4,
-        queue_batches=10,
-        spool=None,
-        resend_ns=RESEND_NS,
-        clock=clock,
-    )
+    delivery = delivery_to(Nodes({"slow": node}, clock=clock), clock, queue_batches=10, window=4)
     for batch_no in range(1, 11):
         delivery.submit(Outgoing(PUID, batch_no, str(batch_no).encode(), events=100))
     assert delivery.unacknowledged_events() == 1_000  # queued
