@@ -223,6 +223,16 @@ typedef struct {
     void *frame;     /* a step's frame, compared by its yield only (never dereferenced) */
 } StackEntry;
 
+/* Let go of what an entry leaving the stack holds. */
+static inline void
+entry_release(StackEntry *entry)
+{
+    Py_XDECREF(entry->strand);
+    Py_XDECREF(entry->code);
+    Py_XDECREF(entry->token);
+    Py_XDECREF(entry->state);
+}
+
 #define INITIAL_STACK 32
 
 typedef struct {
@@ -302,10 +312,7 @@ buffer_dealloc(EventBuffer *self)
         records_free(self->spare, self->spare_capacity);
     }
     for (Py_ssize_t i = 0; i < self->depth; i++) { /* a thread that ended inside a call */
-        Py_XDECREF(self->stack[i].strand);
-        Py_XDECREF(self->stack[i].code);
-        Py_XDECREF(self->stack[i].token);
-        Py_XDECREF(self->stack[i].state);
+        entry_release(&self->stack[i]);
     }
     free(self->stack);
     Py_TYPE(self)->tp_free((PyObject *)self);

@@ -97,6 +97,14 @@ registered(PyObject *code, uint64_t *method, long *kind)
 }
 
 
+/* Whether a value of the strands' table is a strand's state (tracer._core.hooks makes the same
+ * six-item lists). */
+static inline int
+is_strand_state(PyObject *state)
+{
+    return state != NULL && PyList_CheckExact(state) && PyList_GET_SIZE(state) == 6;
+}
+
 /* A strand's state, by its frame (tracer._core.hooks keeps the same table): borrowed, or NULL. */
 static PyObject *
 strand_state(PyObject **frame_out)
@@ -109,7 +117,7 @@ strand_state(PyObject **frame_out)
         return NULL;
     }
     PyObject *state = PyDict_GetItemWithError(g_strands, frame);
-    if (state == NULL || !PyList_CheckExact(state) || PyList_GET_SIZE(state) != 6) {
+    if (!is_strand_state(state)) {
         PyErr_Clear();
         return NULL;
     }
@@ -138,8 +146,8 @@ pop_strand(PyObject *frame)
         return NULL;
     }
 #endif
-    if (state != NULL && (!PyList_CheckExact(state) || PyList_GET_SIZE(state) != 6)) {
-        Py_DECREF(state); /* None (not there), or not a state: the table holds nothing else */
+    if (!is_strand_state(state)) {
+        Py_XDECREF(state); /* None (not there), or not a state: the table holds nothing else */
         state = NULL;
     }
     return state;
@@ -748,10 +756,7 @@ monitor_end(PyObject *code, PyObject *error)
     StackEntry *entry = &events->stack[index];
     if (entry->iid == 0) { /* it ran untraced */
         events->depth--;
-        Py_XDECREF(entry->strand);
-        Py_XDECREF(entry->code);
-        Py_XDECREF(entry->token);
-        Py_XDECREF(entry->state);
+        entry_release(entry);
         Py_DECREF(buffer);
         Py_RETURN_NONE;
     }

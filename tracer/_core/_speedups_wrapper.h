@@ -354,11 +354,7 @@ stack_pop(EventBuffer *buffer, Py_ssize_t index, uint64_t iid)
     }
     while (buffer->depth > index) {
         buffer->depth--;
-        StackEntry *entry = &buffer->stack[buffer->depth];
-        Py_XDECREF(entry->strand);
-        Py_XDECREF(entry->code);
-        Py_XDECREF(entry->token);
-        Py_XDECREF(entry->state);
+        entry_release(&buffer->stack[buffer->depth]);
     }
 }
 
