@@ -15,12 +15,17 @@ TIDY = ((1, 4), (10, 40))
 class Clocked(Readings):
     """Readings of one thread whose CPU clock reads ``cpu``."""
 
-    __slots__ = ("cpu", "emitted")
+    __slots__ = ("cpu", "credited", "emitted")
 
     def __init__(self) -> None:
         self.emitted: list[tuple[Pending, int | None]] = []
-        super().__init__(lambda sample, end, _cpu: self.emitted.append((sample, end)))
-        self.cpu = 0
+        self.credited: list[int | None] = []  # the CPU time each emitted sample was given
+        super().__init__(self._record)
+        self.cpu: int | None = 0
+
+    def _record(self, sample: Pending, end: int | None, cpu: int | None) -> None:
+        self.emitted.append((sample, end))
+        self.credited.append(cpu)
 
     def cpu_now(self, ident: int) -> int | None:
         return self.cpu
@@ -53,3 +58,35 @@ def test_a_main_thread_that_answers_late_was_where_it_is_since_it_was_asked() ->
     assert 19 * MS <= end <= 24 * MS
     sleep = readings.pending[1]
     assert (sleep.start_ns, sleep.first_ns, sleep.last_ns) == (end, 24 * MS, 110 * MS)
+
+
+def test_stopping_ends_a_sample_with_the_cpu_its_thread_used_since_its_last_tick() -> None:
+    """The program's last traced call ended 6 ms (of CPU) after the last tick saw it, and the
+    sampler stopped (the program exits): the spin keeps its share of those 6 ms, as at a tick
+    that found the thread outside its traced calls (half: it ran all along, so it left at an
+    unknown moment), rather than lose them. CI saw a 300 ms spin come out 35 ms short."""
+    readings = Clocked()
+    readings.sample(1, 1, SPIN, 10 * MS, running=True)
+    readings.cpu = 6 * MS
+    readings.finish(16 * MS, inside=lambda ident: False)
+    assert readings.emitted == [(readings.emitted[0][0], 13 * MS)]
+    assert readings.credited == [3 * MS]
+    assert readings.pending == {}
+
+
+def test_stopping_while_a_thread_is_still_inside_gives_its_sample_all_it_used_until_then() -> None:
+    readings = Clocked()
+    readings.sample(1, 1, SPIN, 10 * MS, running=True)
+    readings.cpu = 6 * MS
+    readings.finish(16 * MS, inside=lambda ident: True)
+    [(spin, end)] = readings.emitted
+    assert (spin.frames, end, readings.credited) == (SPIN[0], 16 * MS, [6 * MS])
+
+
+def test_stopping_after_a_thread_ended_lasts_its_sample_one_interval() -> None:
+    readings = Clocked()
+    readings.sample(1, 1, SPIN, 10 * MS, running=True)
+    readings.cpu = None  # its clock is gone with it
+    readings.finish(16 * MS, inside=lambda ident: False)
+    [(_spin, end)] = readings.emitted
+    assert end is None  # the sampler's emit makes it one interval past the last instant

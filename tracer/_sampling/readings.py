@@ -61,11 +61,23 @@ class Readings:
             self.idle_since.pop(ident, None)
             self.last_cpu.pop(ident, None)
 
-    def finish(self) -> None:
-        """The sampler stops: every sample in the making ends."""
-        for sample in list(self.pending.values()):
-            self._emit(sample, None, None)
-        self.pending.clear()
+    def finish(self, now: int, inside: Callable[[int], bool]) -> None:
+        """The sampler stops at ``now``: one last look ends every sample in the making, as a
+        tick would have. A thread still ``inside`` a traced call was where it was seen until now,
+        with all the CPU it used since; one that left its traced calls (the main thread at exit,
+        most often within an interval of its last) ends where ``left`` says, so that the CPU it
+        used after its last sample is not lost; one gone ends one interval past its last
+        instant."""
+        for ident in list(self.pending):
+            if not inside(ident):
+                self.left(ident, now, running=False)
+                continue
+            previous = self.pending.pop(ident)
+            cpu = self.cpu_now(ident)
+            if cpu is None:
+                self._emit(previous, None, None)
+            else:
+                self._emit(previous, now, previous.cpu_ns + _since(previous, cpu, now)[1])
 
     def ran(self, ident: int) -> bool:
         """CPU mode: whether the thread used the CPU since the sampler last looked at it. Its CPU

@@ -430,6 +430,19 @@ class Sampler:
             self._samples.append(record)
 
     def _finish(self, now: int) -> None:
-        self._readings.finish()
-        with self._main_lock:  # the main thread's last tick, if it was in one, is over
-            self._main_readings.finish()
+        frames = sys._current_frames()
+        del frames[threading.get_ident()]  # no cycle through this frame (see _tick)
+        in_c_calls = recorder.threads_in_c_calls()
+
+        def inside(ident: int) -> bool:
+            top = frames.get(ident)
+            if top is None:
+                return False
+            return not self._only_active or ident in in_c_calls or worth_sampling(top)
+
+        try:
+            self._readings.finish(now, inside)
+            with self._main_lock:  # the main thread's last tick, if it was in one, is over
+                self._main_readings.finish(now, inside)
+        finally:
+            frames.clear()
