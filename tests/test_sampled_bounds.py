@@ -25,14 +25,16 @@ from tracer._core import accel
 pytestmark = pytest.mark.system
 
 MS = 1_000_000
-#: Slack for anchoring the workload's clock to the repository's (the root's Start against the
-#: workload's first reading inside it): microseconds, far below an interval.
+#: Slack for the workload's readings around a helper: a tick can be answered between the helper's
+#: return and the reading after it (the main thread samples itself where it checks for pending
+#: work), and then lies a few microseconds before it. Far below an interval.
 ANCHOR = MS // 10
 
 SPIN_SLEEP_SPIN = """
 import json
 import time
 import tracer
+from tracer._core.ids import identity  # clock_offset_ns: perf_counter_ns to wall time
 
 def spin(seconds):
     end = time.perf_counter() + seconds
@@ -49,18 +51,15 @@ def tidy():
     spin(0.030)
 
 spans = {}  # helper -> (start, end), perf_counter_ns: the clock the tracer and sampler read
-entered = []
-
 @tracer.traced
 def handle():
-    entered.append(time.perf_counter_ns())
     for helper in (crunch, wait_io, tidy):
         started = time.perf_counter_ns()
         helper()
         spans[helper.__name__] = (started, time.perf_counter_ns())
 
 handle()
-print(json.dumps({"spans": spans, "entered": entered[0]}))
+print(json.dumps({"spans": spans, "offset": identity().clock_offset_ns}))
 """
 
 INTERLEAVED = """
@@ -68,13 +67,12 @@ import asyncio
 import json
 import time
 import tracer
+from tracer._core.ids import identity
 
 STEPS = 100  # 4 ms each, then back to the loop
 
 spans = {}  # function -> [first start, last end], perf_counter_ns
 busy = {"spin_a": 0, "spin_b": 0}  # the time each spent in its steps
-entered = []
-
 def step(name):
     started = time.perf_counter_ns()
     end = started + 4_000_000
@@ -104,11 +102,10 @@ async def task_b():
 
 @tracer.traced
 async def handle():
-    entered.append(time.perf_counter_ns())
     await asyncio.gather(task_a(), task_b())
 
 asyncio.run(handle())
-print(json.dumps({"spans": spans, "busy": busy, "entered": entered[0]}))
+print(json.dumps({"spans": spans, "busy": busy, "offset": identity().clock_offset_ns}))
 """
 
 
@@ -169,7 +166,7 @@ def test_a_collapsed_sleep_and_its_neighbours_are_bounded_by_the_ticks_around_th
     interval = 5 * MS
     measured, root, db = run_sampled(tmp_path, SPIN_SLEEP_SPIN, interval // MS)
     assert root["name"] == "__main__.handle"
-    offset = root["start_ns"] - measured["entered"]
+    offset = measured["offset"]
     # (the tracer starts its threads at the first traced call: a tick may find the main thread
     # in threading's Thread.start under handle, an estimated node of its own, left aside here)
     helpers = {k: v for k, v in estimated(root).items() if k != "Thread.start"}
@@ -217,7 +214,7 @@ def test_interleaved_asyncio_tasks_keep_their_samples_and_bounds_to_themselves(
     tick, where the stack showed the task, not at the start of its span, which may fall before
     that task had started), and each function's bounds hold where it ran."""
     measured, root = interleaved
-    offset = root["start_ns"] - measured["entered"]
+    offset = measured["offset"]
     found = spin_nodes(measured, root)
     for mine, theirs in (("spin_a", "spin_b"), ("spin_b", "spin_a")):
         spin, below = found[mine]

@@ -36,6 +36,7 @@ import json
 import sys
 import time
 import tracer
+from tracer._core.ids import identity  # clock_offset_ns: perf_counter_ns to wall time
 
 def spin(seconds):
     end = time.perf_counter() + seconds
@@ -54,11 +55,8 @@ def tidy():     # 10 %
 truth = {"crunch": 0, "wait_io": 0, "tidy": 0}
 cpu = {"crunch": 0, "wait_io": 0, "tidy": 0}
 spans = {}  # helper -> (start, end), perf_counter_ns: the clock the tracer and sampler read
-entered = []
-
 @tracer.traced
 def handle(rounds):
-    entered.append(time.perf_counter_ns())
     for _ in range(rounds):
         for helper in (crunch, wait_io, tidy):
             started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
@@ -69,7 +67,7 @@ def handle(rounds):
             spans[helper.__name__] = (started, ended)
 
 handle(1)
-print(json.dumps({"wall": truth, "cpu": cpu, "spans": spans, "entered": entered[0]}))
+print(json.dumps({"wall": truth, "cpu": cpu, "spans": spans, "offset": identity().clock_offset_ns}))
 """
 
 
@@ -91,10 +89,10 @@ def test_estimated_durations_match_the_truth_within_ten_percent(tmp_path: Path, 
     assert root["name"] == "__main__.handle"
     helpers = estimated(root)
     # Every estimate's bounds hold where the helper really ran. The workload's clock is the
-    # tracer's (perf_counter); the root's start anchors it to the repository's wall clock, to
-    # within the few microseconds between the root's Start and the workload's first reading.
-    offset = root["start_ns"] - measured["entered"]
-    anchor = 1_000_000  # ns of slack for that anchoring, far below an interval (10 ms)
+    # tracer's (perf_counter), which the process's clock offset turns into the repository's wall
+    # time exactly; a tick can be answered between a helper's return and the reading after it.
+    offset = measured["offset"]
+    anchor = 1_000_000  # ns of slack for that, far below an interval (10 ms)
     for name, node in helpers.items():
         start, end = (t + offset for t in measured["spans"][name])
         bounds = node["bounds"]
