@@ -106,9 +106,12 @@ class Sender:
         with self._lock:
             if self._stopping or not self._thread.is_alive():
                 return False
+            # A flush still waiting keeps its own deadline; one already done keeps none.
+            outstanding = self._flush_requests > self._flushes_done
             self._flush_requests += 1
             wanted = self._flush_requests
-            self._flush_deadline = max(self._flush_deadline, time.monotonic() + timeout_s)
+            deadline = time.monotonic() + timeout_s
+            self._flush_deadline = max(self._flush_deadline, deadline) if outstanding else deadline
         self._wake.set()
         with self._flushed:
             done = self._flushed.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
@@ -123,7 +126,8 @@ class Sender:
         with self._lock:
             self._stopping = True
             self._final = final
-            self._flush_deadline = max(self._flush_deadline, time.monotonic() + timeout_s)
+            # It waits no longer than it was told, whatever a flush asked before.
+            self._flush_deadline = time.monotonic() + timeout_s
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s + 1.0)

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
@@ -175,8 +176,14 @@ def test_a_batch_lost_by_a_node_that_acknowledges_others_is_still_resent() -> No
     assert clock.now - 1_000_000_000 < 2 * RESEND_NS
 
 
+class SlowRouter(NamedTuple):
+    endpoint: str
+    received: list[wire.Batch]  # every batch it received, in order (resent ones again)
+    acking: threading.Event  # cleared: it receives batches and acknowledges none
+
+
 @pytest.fixture(name="slow_router")
-def fixture_slow_router(tmp_path: Path) -> Iterator[tuple[str, list[wire.Batch]]]:
+def fixture_slow_router(tmp_path: Path) -> Iterator[SlowRouter]:
     """A repository on a real ROUTER socket that takes 10 ms to store each batch (it sleeps:
     its slowness, not a wait for something), acknowledging each once stored."""
     endpoint = f"ipc://{tmp_path}/slow.sock"
@@ -185,6 +192,8 @@ def fixture_slow_router(tmp_path: Path) -> Iterator[tuple[str, list[wire.Batch]]
     router.bind(endpoint)
     received: list[wire.Batch] = []
     stop = threading.Event()
+    acking = threading.Event()
+    acking.set()
     decoder = msgspec.msgpack.Decoder(wire.Batch)
     encoder = msgspec.msgpack.Encoder()
 
@@ -196,6 +205,8 @@ def fixture_slow_router(tmp_path: Path) -> Iterator[tuple[str, list[wire.Batch]]
                 identity, _, body = router.recv_multipart()
                 batch = decoder.decode(body)
                 received.append(batch)
+                if not acking.is_set():
+                    continue
                 time.sleep(0.01)  # storing it
                 ack = wire.Ack(batch.puid, batch.batch_no)
                 router.send_multipart([identity, wire.ACK_HEADER, encoder.encode(ack)])
@@ -203,7 +214,7 @@ def fixture_slow_router(tmp_path: Path) -> Iterator[tuple[str, list[wire.Batch]]
     server = threading.Thread(target=serve, name="test-slow-router")
     server.start()
     try:
-        yield endpoint, received
+        yield SlowRouter(endpoint, received, acking)
     finally:
         stop.set()
         server.join(10)
@@ -216,11 +227,40 @@ def step(n: int) -> int:
     return n + 1
 
 
+def events_of(function: Any, batches: list[wire.Batch]) -> tuple[int, int]:
+    """How many of the events in ``batches`` (each batch once) are ``function``'s Starts and
+    Ends, and how many are not (an earlier test's generator, say, closed by the garbage collector
+    in this one: its End is this process's too)."""
+    unique = {b.batch_no: b for b in batches}.values()
+    methods = {
+        m.method
+        for b in unique
+        for m in b.methods
+        if (m.module, m.qualname) == (function.__module__, function.__qualname__)
+    }
+    iids = {
+        e.iid
+        for b in unique
+        for c in b.chunks
+        for e in c.events
+        if isinstance(e, wire.Start) and e.method in methods
+    }
+    everything = sum(wire.event_count(b) for b in unique)
+    mine = sum(
+        1
+        for b in unique
+        for c in b.chunks
+        for e in c.events
+        if isinstance(e, wire.Start | wire.End) and e.iid in iids
+    )
+    return mine, everything - mine
+
+
 @pytest.mark.system
 def test_flush_waits_its_own_timeout_and_says_true_once_everything_is_acknowledged(
-    slow_router: tuple[str, list[wire.Batch]], tmp_path: Path
+    slow_router: SlowRouter, tmp_path: Path
 ) -> None:
-    endpoint, received = slow_router
+    endpoint, received, _ = slow_router
     tracer.configure(
         endpoint=endpoint,
         flush_timeout_ms=100,  # far shorter than the repository takes for the backlog
@@ -232,16 +272,29 @@ def test_flush_waits_its_own_timeout_and_says_true_once_everything_is_acknowledg
     for n in range(calls):
         step(n)
     assert tracer.flush(60) is True  # waited past flush_timeout_ms, as asked
-    stats = tracer.stats()
-    assert stats.sent_events == 2 * calls
+    sent = tracer.stats().sent_events
     assert tracer.flush(60) is True  # not taken for silent: the next flush waits too
     assert tracer.shutdown() is True
     assert list((tmp_path / "spool").glob("*")) == []  # nothing left for a later run
+    mine, others = events_of(step, received)
+    assert mine == 2 * calls  # every call's Start and End, once
+    assert sent == mine + others  # and everything else sent, acknowledged before flush said so
     numbers = [b.batch_no for b in received]
-    assert sum(wire.event_count(b) for b in {b.batch_no: b for b in received}.values()) == (
-        2 * calls
-    )
     assert len(numbers) - len(set(numbers)) <= 0.05 * len(set(numbers))
+
+
+@pytest.mark.system
+def test_shutdown_waits_no_longer_than_told_after_a_longer_flush(slow_router: SlowRouter) -> None:
+    """A flush that waited 60 s for its acknowledgement leaves no deadline behind: a shutdown
+    told 0.2 s, with the repository gone silent, ends the sender in that time (CI saw it keep the
+    sender waiting for the flush's 60 s, and every later test of that process fail with it)."""
+    tracer.configure(endpoint=slow_router.endpoint, resend_ms=100)
+    step(1)
+    assert tracer.flush(60) is True
+    slow_router.acking.clear()
+    step(2)
+    assert tracer.shutdown(timeout_s=0.2) is False  # not acknowledged: it did not wait for it
+    assert [t.name for t in threading.enumerate() if t.name.startswith("invoseq-")] == []
 
 
 def test_the_events_not_yet_acknowledged_fall_as_acknowledgements_come() -> None:
