@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,10 +38,18 @@ CARTS = (["apple", "mug"], ["coffee", "apple"], ["mug"])
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port nothing listens on, below Linux's ephemeral range (32768-60999): the kernel hands
+    ports from that range to outgoing connections, which could take one between this check and
+    the server's bind."""
+    for _ in range(100):
+        port = random.randrange(20_000, 32_768)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            return port
+    raise SystemExit("no free port in 20000-32767")
 
 
 def wait_until_listening(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:

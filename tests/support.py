@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import selectors
 import signal
 import socket
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cmr.defaults import READY_PREFIX
 
@@ -223,11 +224,26 @@ def wait_for(predicate: Any, timeout_s: float = 30.0, interval_s: float = 0.02) 
         time.sleep(interval_s)
 
 
+#: Where ``free_port`` looks: below Linux's ephemeral range (32768-60999), from which the kernel
+#: takes the local port of every outgoing connection, and port 0's too. A port it handed out
+#: could go to another test's client between the check and the server's bind (CI saw a uvicorn
+#: fail with "Address already in use").
+PORTS: Final = range(20_000, 32_768)
+
+
 def free_port() -> int:
-    """A port on 127.0.0.1 nothing listens on: bound, then released."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A port on 127.0.0.1 nothing listens on (bound, then released), outside the ephemeral
+    range (``PORTS``)."""
+    chooser = random.Random()
+    for _ in range(100):
+        port = chooser.choice(PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:  # in use
+                continue
+            return port
+    raise OSError(f"no free port in {PORTS.start}-{PORTS.stop - 1} after 100 tries")
 
 
 def listening(port: int) -> bool:

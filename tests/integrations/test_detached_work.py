@@ -16,7 +16,16 @@ from typing import Any
 
 import pytest
 
-from tests.support import cmr, cmr_json, cmr_server, own_session, traced_env, wait_for, write_script
+from tests.support import (
+    cmr,
+    cmr_json,
+    cmr_server,
+    free_port,
+    own_session,
+    traced_env,
+    wait_for,
+    write_script,
+)
 
 pytestmark = pytest.mark.system
 
@@ -69,13 +78,6 @@ def start_writer():
 def release():
     released.set()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def listening(port: int) -> bool:
