@@ -61,32 +61,33 @@ def test_a_main_thread_that_answers_late_was_where_it_is_since_it_was_asked() ->
 
 
 def test_stopping_ends_a_sample_with_the_cpu_its_thread_used_since_its_last_tick() -> None:
-    """The program's last traced call ended 6 ms (of CPU) after the last tick saw it, and the
-    sampler stopped (the program exits): the spin keeps its share of those 6 ms, as at a tick
-    that found the thread outside its traced calls (half: it ran all along, so it left at an
-    unknown moment), rather than lose them. CI saw a 300 ms spin come out 35 ms short."""
+    """The program's last traced call ran 6 ms (of CPU) after the last tick saw it, and the
+    sampler stopped (the program exits): the spin keeps those 6 ms rather than lose them (CI saw
+    a 300 ms spin come out 35 ms short in CPU mode)."""
     readings = Clocked()
     readings.sample(1, 1, SPIN, 10 * MS, running=True)
     readings.cpu = 6 * MS
-    readings.finish(16 * MS, inside=lambda ident: False)
-    assert readings.emitted == [(readings.emitted[0][0], 13 * MS)]
-    assert readings.credited == [3 * MS]
+    readings.finish(16 * MS, 10 * MS)
+    assert readings.emitted == [(readings.emitted[0][0], 16 * MS)]
+    assert readings.credited == [6 * MS]
     assert readings.pending == {}
 
 
-def test_stopping_while_a_thread_is_still_inside_gives_its_sample_all_it_used_until_then() -> None:
+def test_stopping_long_after_the_last_tick_extends_a_sample_one_interval_at_most() -> None:
+    """Stopped 90 ms after its last tick (its thread did other things since, 50 ms of CPU): the
+    sample lasts no longer than a tick would have taken to see it again, with no more CPU."""
     readings = Clocked()
     readings.sample(1, 1, SPIN, 10 * MS, running=True)
-    readings.cpu = 6 * MS
-    readings.finish(16 * MS, inside=lambda ident: True)
+    readings.cpu = 50 * MS
+    readings.finish(100 * MS, 10 * MS)
     [(spin, end)] = readings.emitted
-    assert (spin.frames, end, readings.credited) == (SPIN[0], 16 * MS, [6 * MS])
+    assert (spin.frames, end, readings.credited) == (SPIN[0], 20 * MS, [10 * MS])
 
 
 def test_stopping_after_a_thread_ended_lasts_its_sample_one_interval() -> None:
     readings = Clocked()
     readings.sample(1, 1, SPIN, 10 * MS, running=True)
     readings.cpu = None  # its clock is gone with it
-    readings.finish(16 * MS, inside=lambda ident: False)
+    readings.finish(16 * MS, 10 * MS)
     [(_spin, end)] = readings.emitted
     assert end is None  # the sampler's emit makes it one interval past the last instant

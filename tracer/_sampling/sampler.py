@@ -21,6 +21,7 @@ from typing import Any, Final
 from invoseq import wire
 from tracer._core import accel, context, recorder
 from tracer._sampling.active import in_event_loop, open_async_work, worth_sampling
+from tracer._sampling.output import SampleQueue, SampleTuple, record_of
 from tracer._sampling.pacing import Pacer
 from tracer._sampling.readings import Pending, Readings, cpu_clock
 from tracer._sampling.stacks import stack_of, walk
@@ -43,13 +44,6 @@ if accel.speedups is not None:
         from tracer._sampling import _gil_turn
     except ImportError:  # pragma: no cover - built with the accelerator
         _gil_turn = None
-MAX_PENDING_SAMPLES: Final = 200_000
-
-#: A sample as the sender encodes it: (tid, t_ns, weight, duration_ns, cpu_ns, frames, lines,
-#: first_tick_ns, last_tick_ns), the ticks as offsets from ``t_ns`` (None: a gap's, it has none).
-SampleTuple = tuple[
-    int, int, int, int, int, tuple[int, ...], tuple[int, ...], int | None, int | None
-]
 
 
 #: While only the main thread records (and samples itself), the sampler thread ticks this many
@@ -92,9 +86,7 @@ class Sampler:
         self._random = random.Random(os.urandom(16))
         self._readings = Readings(self._emit)  # the sampler thread's
         self._main_readings = Readings(self._emit)  # the main thread's own (``_main_tick``)
-        self._lock = threading.Lock()
-        self._samples: list[SampleTuple] = []
-        self.dropped = 0
+        self._output = SampleQueue()
         self.ticks = 0
         self.late_ticks = 0
         self.cost_ns = 0
@@ -215,9 +207,7 @@ class Sampler:
         return inside
 
     def drain(self) -> list[SampleTuple]:
-        with self._lock:
-            samples, self._samples = self._samples, []
-        return samples
+        return self._output.drain()
 
     def report(self) -> tuple[str, int, int, int, int, int, int]:
         """As invoseq.wire.SamplerReport: mode, configured interval, ticks, late ticks, cost, the
@@ -289,7 +279,9 @@ class Sampler:
             return
         self.late_ticks += 1
         if late >= GAP_INTERVALS * interval:
-            self._queue((wire.GAP_TID, due, max(1, late // interval), late, 0, (), (), None, None))
+            self._output.put(
+                (wire.GAP_TID, due, max(1, late // interval), late, 0, (), (), None, None)
+            )
 
     def _wait(self, timeout_ns: int) -> bool:
         """Wait for the next tick; True when the sampler stops. With
@@ -403,46 +395,10 @@ class Sampler:
         if end is None:
             end = sample.last_ns + self._pacer.interval_ns
         cpu = sample.cpu_ns if cpu_ns is None else cpu_ns
-        # In CPU mode a thread off the CPU is not sampled, so a span may hide a wait: a sample
-        # then stands for the CPU time it used, and the views read CPU time.
-        duration = cpu if self.mode == "cpu" else max(0, end - sample.start_ns)
-        # The instants its first and last ticks saw its stack, in its span (bounds: docs/guide.md).
-        first = max(0, sample.first_ns - sample.start_ns)
-        record = (
-            sample.tid,
-            sample.start_ns,
-            sample.weight,
-            duration,
-            cpu,
-            sample.frames,
-            sample.lines,
-            first,
-            max(first, sample.last_ns - sample.start_ns),
-        )
-        self._queue(record)
-
-    def _queue(self, record: SampleTuple) -> None:
-        """Queue a sample for the sender; past the bound, count it dropped instead."""
-        with self._lock:
-            if len(self._samples) >= MAX_PENDING_SAMPLES:
-                self.dropped += 1
-                return
-            self._samples.append(record)
+        self._output.put(record_of(sample, end, cpu, cpu_mode=self.mode == "cpu"))
 
     def _finish(self, now: int) -> None:
-        frames = sys._current_frames()
-        del frames[threading.get_ident()]  # no cycle through this frame (see _tick)
-        in_c_calls = recorder.threads_in_c_calls()
-
-        def inside(ident: int) -> bool:
-            top = frames.get(ident)
-            if top is None:
-                return False
-            return not self._only_active or ident in in_c_calls or worth_sampling(top)
-
-        try:
-            self._readings.finish(now, inside)
-            with self._main_lock:  # the main thread's last tick, if it was in one, is over
-                self._main_readings.finish(now, inside)
-        finally:
-            frames.clear()
+        interval = self._pacer.interval_ns
+        self._readings.finish(now, interval)
+        with self._main_lock:  # the main thread's last tick, if it was in one, is over
+            self._main_readings.finish(now, interval)
