@@ -48,7 +48,9 @@ def invocations(
                 part,
             )
 
-    return read_records(seq, conn.execute(SEQUENCE_BATCHES, (seq,)), late_ends, late_attrs, cache)
+    return read_records(
+        seq, conn.execute(SEQUENCE_BATCHES, {"seq": seq}), late_ends, late_attrs, cache
+    )
 
 
 def handoffs(
@@ -176,10 +178,13 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
     for table in _PRUNED_PER_SEQUENCE:
         conn.execute(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM temp.pruned)")
         step()
-    # A batch goes once no sequence it holds is left (a batch may hold old and new sequences).
+    # A batch goes once no sequence it holds is left (a batch may hold old and new sequences),
+    # in the side tables or as a single row (``sequences_by_batch``).
     conn.execute(
         "DELETE FROM batches WHERE received_ns < ? AND NOT EXISTS (SELECT 1 FROM batch_seqs s "
-        "WHERE s.puid = batches.puid AND s.batch_no = batches.batch_no)",
+        "WHERE s.puid = batches.puid AND s.batch_no = batches.batch_no) "
+        "AND NOT EXISTS (SELECT 1 FROM sequences q "
+        "WHERE q.one_puid = batches.puid AND q.one_batch = batches.batch_no)",
         (before_ns,),
     )
     step()
@@ -199,6 +204,8 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
         for (puid,) in conn.execute(
             "SELECT puid FROM processes p WHERE last_seen_ns < ? "
             "AND NOT EXISTS (SELECT 1 FROM batch_seqs s WHERE s.puid = p.puid) "
+            "AND NOT EXISTS (SELECT 1 FROM sequences q "
+            "WHERE q.one_puid = p.puid AND q.one_batch IS NOT NULL) "
             "AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = p.puid) "
             "AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = p.puid) "
             "AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = p.puid) "
