@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cmr.store import open_store
+from cmr.store import StoreError, open_store
 from cmr.store.base import (
     KIND_REQUEST,
     KIND_SERVICE,
@@ -28,139 +28,12 @@ from cmr.store.base import (
     UnknownSequenceError,
 )
 from cmr.store.sqlite import single
+from cmr.store.sqlite.schema import SCHEMA_VERSION
 from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock, make_batch
-from tests.cmr.store.records import start
+from tests.cmr.store.records import start, user_version, without_single_rows
+from tests.cmr.store.request_traffic import Group, RequestTraffic
 from tests.cmr.store.strategies import processes as random_processes
-
-Group = list[wire.Batch]
-HOSTS = {1: "web-a", 2: "web-a", 3: "web-b"}
-
-
-class _Traffic:
-    """Groups of batches from three processes: requests of one and ten calls (some raising,
-    some with attributes), sequences over two threads, over two batches, rooted at a remote
-    parent, left open; then later groups that extend sequences stored before (a forged repeat,
-    an entry from another process, an earlier true root, a hand-off), and drops."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.iid = dict.fromkeys(HOSTS, 1)
-        self.clock = dict.fromkeys(HOSTS, 1_000)
-        self.batch_no = dict.fromkeys(HOSTS, 0)
-        self.seqs: list[bytes] = []
-        self.starts: dict[bytes, tuple[int, wire.Start]] = {}  # seq -> (puid, its root Start)
-
-    def _next(self, puid: int) -> tuple[int, int]:
-        iid, t_ns = self.iid[puid], self.clock[puid]
-        self.iid[puid] += 1
-        self.clock[puid] += self.rng.randint(1, 40)
-        return iid, t_ns
-
-    def _seq(self) -> bytes:
-        seq = self.rng.randbytes(16)
-        self.seqs.append(seq)
-        return seq
-
-    def request(self, puid: int, calls: int) -> list[wire.Event]:
-        seq = self._seq()
-        root, t_ns = self._next(puid)
-        first = start(root, t_ns, seq, method=self.rng.randint(1, 4))
-        self.starts[seq] = (puid, first)
-        events: list[wire.Event] = [first]
-        for _ in range(calls - 1):
-            child, t_child = self._next(puid)
-            events += [start(child, t_child, seq, parent=root, method=5), wire.End(child, t_child)]
-            if self.rng.random() < 0.2:
-                events.append(wire.Attrs(child, {"user": self.rng.randint(1, 9)}))
-        end_iid, end_ns = root, self._next(puid)[1]
-        if self.rng.random() < 0.2:
-            events.append(wire.Error(end_iid, end_ns, self.rng.choice(["ValueError", "KeyError"])))
-        else:
-            events.append(wire.End(end_iid, end_ns + self.rng.randint(0, 500)))
-        return events
-
-    def batch(self, puid: int, events: dict[int, list[wire.Event]], **extra: object) -> wire.Batch:
-        self.batch_no[puid] += 1
-        return make_batch(puid, self.batch_no[puid], events, host=HOSTS[puid], **extra)  # type: ignore[arg-type]
-
-    def group(self, later: bool) -> Group:
-        rng, batches = self.rng, []
-        carried: list[tuple[int, int, int]] = []  # (puid, iid, tid) ended in the next batch
-        for puid in HOSTS:
-            for _ in range(rng.randint(1, 3)):
-                main: list[wire.Event] = []
-                other: list[wire.Event] = []
-                for _ in range(rng.randint(3, 12)):
-                    main += self.request(puid, rng.choice([1, 1, 10]))
-                shape = rng.choice(["threads", "spanning", "remote", "open", "none"])
-                seq = self._seq()
-                root, t_ns = self._next(puid)
-                if shape == "threads":
-                    hid = rng.randint(1, 2**40)
-                    child, t_child = self._next(puid)
-                    main += [
-                        start(root, t_ns, seq),
-                        wire.Handoff(hid, root, "thread", 9, t_ns + 1, seq),
-                        wire.End(root, t_child + 5),
-                    ]
-                    other += [
-                        start(child, t_child, seq, parent=0, hid=hid),
-                        wire.End(child, t_child + 3),
-                    ]
-                elif shape == "spanning":
-                    main.append(start(root, t_ns, seq))
-                    carried.append((puid, root, 1))
-                elif shape == "remote":
-                    main += [
-                        start(root, t_ns, seq, hid=rng.randint(1, 2**40)),
-                        wire.End(root, t_ns + 7),
-                    ]
-                elif shape == "open":
-                    main.append(start(root, t_ns, seq))
-                extra: dict[str, object] = {}
-                if later and rng.random() < 0.5:
-                    extra["lost_seqs"] = [rng.choice(self.seqs)]
-                if later and rng.random() < 0.2:
-                    extra["lost_windows"] = [(self.clock[puid] - 60, self.clock[puid] - 20)]
-                batches.append(
-                    self.batch(puid, {1: main, 2: other} if other else {1: main}, **extra)
-                )
-        for puid, iid, tid in carried:
-            batches.append(self.batch(puid, {tid: [wire.End(iid, self._next(puid)[1])]}))
-        if later:
-            batches += self._extending()
-        rng.shuffle(batches)
-        return batches
-
-    def _extending(self) -> list[wire.Batch]:
-        """Batches that bring more of sequences stored before (single rows among them)."""
-        rng, batches = self.rng, []
-        for seq in rng.sample(sorted(self.starts), 6):
-            puid, root = self.starts[seq]
-            how = rng.choice(["repeat", "entry", "earlier", "handoff", "child"])
-            other = 3 if puid != 3 else 1
-            if how == "repeat":  # the same Start and End again, under a new batch number
-                batches.append(self.batch(puid, {1: [root, wire.End(root.iid, root.t_ns + 3)]}))
-            elif how == "entry":
-                iid, t_ns = self._next(other)
-                entry = start(iid, t_ns, seq, hid=rng.randint(1, 2**40), method=2)
-                batches.append(self.batch(other, {4: [entry, wire.End(iid, t_ns + 9)]}))
-            elif how == "earlier":
-                iid = self._next(other)[0]
-                early = start(iid, root.t_ns - 50, seq, method=3)
-                batches.append(self.batch(other, {1: [early, wire.End(iid, root.t_ns + 2_000)]}))
-            elif how == "handoff":
-                hid = rng.randint(1, 2**40)
-                batches.append(
-                    self.batch(
-                        puid, {1: [wire.Handoff(hid, root.iid, "thread", 9, root.t_ns + 1, seq)]}
-                    )
-                )
-            else:  # a child on another thread of the same process, open
-                iid, t_ns = self._next(puid)
-                batches.append(self.batch(puid, {3: [start(iid, t_ns, seq, parent=root.iid)]}))
-        return batches
 
 
 @contextmanager
@@ -173,9 +46,11 @@ def _layout(on: bool) -> Iterator[None]:
         single.ENABLED = was
 
 
-def _ingest(store: Store, groups: list[Group], on: bool) -> None:
+def _ingest(store: Store, groups: list[Group], on: bool, first: int = 0) -> None:
+    """Each of ``groups`` a group commit, received in turn from ``first`` (ns after the clock
+    offset), the layout ``on`` or off."""
     with _layout(on):
-        for at, group in enumerate(groups):
+        for at, group in enumerate(groups, first):
             store.ingest_many(group, CLOCK_OFFSET_NS + at)
 
 
@@ -241,7 +116,7 @@ def _answers(store: Store, seqs: list[bytes], queries: list[SequenceQuery | None
 def test_request_traffic_reads_the_same_stored_as_single_rows_or_in_the_side_tables(
     tmp_path: Path,
 ) -> None:
-    traffic = _Traffic(random.Random(33))
+    traffic = RequestTraffic(random.Random(33))
     groups = [traffic.group(later=at > 0) for at in range(5)]
     clock = FakeClock()
     stores = {}
@@ -394,3 +269,49 @@ def _seqs(groups: list[Group]) -> set[bytes]:
         for event in chunk.events
         if isinstance(event, wire.Start | wire.Handoff)
     }
+
+
+def test_a_version_12_file_is_upgraded_when_opened_for_writing_and_reads_the_same(
+    tmp_path: Path,
+) -> None:
+    """A file as version 12 wrote it (every sequence in the side tables, no single-row
+    columns): a reader asks for the upgrade; a writer adds the columns, keeps what was stored,
+    and stores the requests that come after as single rows; the answers are those of a file
+    that never had single rows."""
+    traffic = RequestTraffic(random.Random(12))
+    groups = [traffic.group(later=at > 0) for at in range(4)]
+    path, reference_path = tmp_path / "old.sqlite", tmp_path / "reference.sqlite"
+    clock = FakeClock()
+    old = open_store(str(path), clock=clock)
+    try:
+        _ingest(old, groups[:2], True)
+    finally:
+        old.close()
+    with sqlite3.connect(path) as conn:  # as version 12 wrote it
+        without_single_rows(conn)
+        conn.execute("PRAGMA user_version = 12")
+    conn.close()
+    assert _single_rows_column(path) is False
+
+    with pytest.raises(StoreError, match=r"schema version 12, older than .* upgrade it"):
+        open_store(str(path), readonly=True)
+    upgraded = open_store(str(path), clock=clock)
+    reference = open_store(str(reference_path), clock=clock)
+    try:
+        assert user_version(path) == SCHEMA_VERSION == 13
+        _ingest(reference, groups, False)
+        _ingest(upgraded, groups[2:], True, first=2)
+        assert _single_rows(path) > 0
+        seqs = sorted(traffic.seqs)
+        queries = list(_queries(reference, seqs))
+        assert _answers(upgraded, seqs, queries) == _answers(reference, seqs, queries)
+    finally:
+        upgraded.close()
+        reference.close()
+
+
+def _single_rows_column(path: Path) -> bool:
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(sequences)")}
+    conn.close()
+    return "one_batch" in columns
