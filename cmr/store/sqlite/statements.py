@@ -135,6 +135,25 @@ SEQUENCE_BATCHES: Final = """
     JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
     ORDER BY b.puid, b.batch_no"""
 
+#: ``prune``: the batches received before :1 that no sequence left holds, in the side tables or
+#: as a single row (``sequences_by_batch``, a seek each).
+PRUNE_BATCHES: Final = """
+    DELETE FROM batches WHERE received_ns < ?
+    AND NOT EXISTS (SELECT 1 FROM batch_seqs s
+                    WHERE s.puid = batches.puid AND s.batch_no = batches.batch_no)
+    AND NOT EXISTS (SELECT 1 FROM sequences q
+                    WHERE q.one_puid = batches.puid AND q.one_batch = batches.batch_no)"""
+#: ``prune``: the processes last heard from before :1 that nothing left names.
+PRUNED_PROCESSES: Final = """
+    SELECT puid FROM processes p WHERE last_seen_ns < ?
+    AND NOT EXISTS (SELECT 1 FROM batch_seqs s WHERE s.puid = p.puid)
+    AND NOT EXISTS (SELECT 1 FROM sequences q
+                    WHERE q.one_puid = p.puid AND q.one_batch IS NOT NULL)
+    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = p.puid)
+    AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = p.puid)
+    AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = p.puid)
+    AND NOT EXISTS (SELECT 1 FROM lost_seqs l WHERE l.puid = p.puid)"""
+
 #: A sampler report is cumulative: the one with the most ticks is the latest, whatever order
 #: batches arrive in.
 UPSERT_SAMPLER: Final = """

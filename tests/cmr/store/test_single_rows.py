@@ -29,6 +29,7 @@ from cmr.store.base import (
 )
 from cmr.store.sqlite import single
 from cmr.store.sqlite.schema import SCHEMA_VERSION
+from cmr.store.sqlite.statements import PRUNE_BATCHES, PRUNED_PROCESSES
 from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock, make_batch
 from tests.cmr.store.records import start, user_version, without_single_rows
@@ -315,3 +316,18 @@ def _single_rows_column(path: Path) -> bool:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(sequences)")}
     conn.close()
     return "one_batch" in columns
+
+
+@pytest.mark.parametrize("statement", [PRUNE_BATCHES, PRUNED_PROCESSES])
+def test_prune_finds_the_batches_and_processes_single_rows_name_by_index(
+    tmp_path: Path, statement: str
+) -> None:
+    """Whether a single row still names a batch (or a process) is a seek in
+    ``sequences_by_batch``, not a scan of every sequence for each batch."""
+    path = tmp_path / "cmr.sqlite"
+    open_store(str(path)).close()
+    with sqlite3.connect(path) as conn:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", (1,))]
+    conn.close()
+    assert [step for step in plan if "sequences_by_batch" in step], plan
+    assert not [step for step in plan if step.startswith("SCAN q")], plan
