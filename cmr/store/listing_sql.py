@@ -38,12 +38,15 @@ class Dialect:
     #: How a condition few rows pass is written: SQLite plans without statistics on the
     #: duration, and is told (``likelihood``); PostgreSQL has them.
     selective: str
+    #: The processes a sequence's own row names beyond its ``seq_threads`` rows, "" if none:
+    #: SQLite's single rows keep their thread on the row (``cmr.store.sqlite.single``).
+    own_process: str = ""
 
     def __call__(self, name: str) -> str:
         return self.placeholder.format(name)
 
 
-SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)")
+SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)", "sequences.one_puid")
 POSTGRES: Final = Dialect("%({})s", "{}")
 
 
@@ -170,10 +173,16 @@ def _window(query: SequenceQuery | None, dialect: Dialect) -> list[str]:
     if query.until_ns is not None:
         where.append(f"start_ns <= {dialect('until')}")
     if query.host is not None:
-        where.append(
+        on_host = (
             "EXISTS (SELECT 1 FROM seq_threads t JOIN processes p ON p.puid = t.puid "
             f"WHERE t.seq = sequences.seq AND p.host = {dialect('host')})"
         )
+        if dialect.own_process:
+            on_host = (
+                f"({on_host} OR EXISTS (SELECT 1 FROM processes p "
+                f"WHERE p.puid = {dialect.own_process} AND p.host = {dialect('host')}))"
+            )
+        where.append(on_host)
     return where
 
 

@@ -10,7 +10,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from cmr.store.base import MethodRecord, ProcessRecord
 from cmr.store.rules import is_lost, step_counter
-from cmr.store.sqlite.statements import PROCESS_COLUMNS, SEQUENCE_BATCHES
+from cmr.store.sqlite.statements import (
+    PROCESS_COLUMNS,
+    PRUNE_BATCHES,
+    PRUNED_PROCESSES,
+    SEQUENCE_BATCHES,
+)
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:  # what a listing never reads (``processes`` is all it asks here) loads on use
@@ -48,7 +53,9 @@ def invocations(
                 part,
             )
 
-    return read_records(seq, conn.execute(SEQUENCE_BATCHES, (seq,)), late_ends, late_attrs, cache)
+    return read_records(
+        seq, conn.execute(SEQUENCE_BATCHES, {"seq": seq}), late_ends, late_attrs, cache
+    )
 
 
 def handoffs(
@@ -176,12 +183,9 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
     for table in _PRUNED_PER_SEQUENCE:
         conn.execute(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM temp.pruned)")
         step()
-    # A batch goes once no sequence it holds is left (a batch may hold old and new sequences).
-    conn.execute(
-        "DELETE FROM batches WHERE received_ns < ? AND NOT EXISTS (SELECT 1 FROM batch_seqs s "
-        "WHERE s.puid = batches.puid AND s.batch_no = batches.batch_no)",
-        (before_ns,),
-    )
+    # A batch goes once no sequence it holds is left (a batch may hold old and new sequences),
+    # in the side tables or as a single row (``sequences_by_batch``).
+    conn.execute(PRUNE_BATCHES, (before_ns,))
     step()
     # An End before the cutoff belongs to an invocation that started before it, so its sequence
     # was pruned.
@@ -194,18 +198,7 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
     step()
     samples = conn.execute("DELETE FROM samples WHERE t_ns < ?", (before_ns,)).rowcount
     step()
-    gone = [
-        puid
-        for (puid,) in conn.execute(
-            "SELECT puid FROM processes p WHERE last_seen_ns < ? "
-            "AND NOT EXISTS (SELECT 1 FROM batch_seqs s WHERE s.puid = p.puid) "
-            "AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = p.puid) "
-            "AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = p.puid) "
-            "AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = p.puid) "
-            "AND NOT EXISTS (SELECT 1 FROM lost_seqs l WHERE l.puid = p.puid)",
-            (before_ns,),
-        )
-    ]
+    gone = [puid for (puid,) in conn.execute(PRUNED_PROCESSES, (before_ns,))]
     for part in _chunks(gone):
         marks = ", ".join("?" * len(part))
         for table in (*_PER_PROCESS, "late_ends", "late_attrs", "processes"):

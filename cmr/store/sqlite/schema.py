@@ -15,7 +15,10 @@ index (``cmr.store.listing``). Version 10 adds the sampler's paced interval to e
 sampler report (additive: 0 for the reports stored before). Version 11 keeps the methods a sequence
 ran in a batch on its ``batch_seqs`` row (same key) instead of a table of its own: one B-tree row
 less per sequence and batch (issue 33). Version 12 adds the time windows of drops whose sequences a
-process could not name (``lost_windows``, additive).
+process could not name (``lost_windows``, additive). Version 13 lets a request-shaped sequence
+(complete in one batch, on one thread, rooted there, new) be stored as its ``sequences`` row
+alone, its root, thread and batch on it (``SINGLE_ROWS_SCHEMA``; additive: rows stored before
+keep their side tables).
 """
 
 from __future__ import annotations
@@ -103,6 +106,25 @@ LOST_WINDOWS_SCHEMA: Final = (
         puid INTEGER NOT NULL, first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
         PRIMARY KEY (puid, first_ns, last_ns)
     ) WITHOUT ROWID""",
+)
+#: Version 13: a *single row* sequence (``cmr.store.sqlite.single``): one whose every Start is
+#: in one batch, on one thread, rooted by a true root that started first and ended in that batch,
+#: with no hand-off and nothing left open, stored when first seen. Its row carries what
+#: ``seq_roots``, ``seq_threads`` and ``batch_seqs`` would (its root is (one_puid, one_iid,
+#: one_method), started at ``start_ns``, ended at ``end_ns`` with ``error``; its thread
+#: (one_puid, one_tid); its batch (one_puid, one_batch) and the methods it ran there), so none of
+#: their rows is written: five B-tree rows a sequence instead of eight (issue 33). ``one_batch``
+#: is NULL on every other row. A later batch that brings more of such a sequence first moves it
+#: to the side tables (``single.spread``).
+SINGLE_ROWS_SCHEMA: Final = (
+    "ALTER TABLE sequences ADD COLUMN one_puid INTEGER",
+    "ALTER TABLE sequences ADD COLUMN one_tid INTEGER",
+    "ALTER TABLE sequences ADD COLUMN one_iid INTEGER",
+    "ALTER TABLE sequences ADD COLUMN one_method INTEGER",
+    "ALTER TABLE sequences ADD COLUMN one_batch INTEGER",
+    "ALTER TABLE sequences ADD COLUMN one_methods BLOB",
+    "CREATE INDEX sequences_by_batch ON sequences (one_puid, one_batch)"
+    " WHERE one_batch IS NOT NULL",
 )
 
 #: Versions 1 to 5 stored a row per Start and per End (wall-clock times), joined on read.
@@ -258,6 +280,7 @@ STEPS: Final = (
     Step(10, "the sampler's paced interval in its report", SAMPLER_INTERVALS_SCHEMA),
     Step(11, "the methods each sequence ran, on its batch_seqs row", BATCH_METHODS_SCHEMA),
     Step(12, "the time windows of drops whose sequences were not named", LOST_WINDOWS_SCHEMA),
+    Step(13, "request-shaped sequences stored as one row each", SINGLE_ROWS_SCHEMA),
 )
 SCHEMA_VERSION: Final = latest(STEPS)
 #: A fresh file: every step's statements, then its version.

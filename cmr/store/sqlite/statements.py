@@ -80,24 +80,33 @@ LATE_ROOT_END: Final = """
                  JOIN seq_roots r ON r.seq = o.seq AND r.puid = o.puid AND r.iid = o.iid
                  WHERE o.puid = :puid AND o.iid = :iid)"""
 #: The listing lines' stored parts of the sequences a page picks (``listing_sql.picked``: the
-#: statement is put in place of {picked}), in no order.
+#: statement is put in place of {picked}), in no order, and whether each is a single row
+#: (``q.one_batch`` set: ``cmr.store.sqlite.single``): one has no ``seq_roots`` row, its root is
+#: on its row (a true root, decided, ended: its end and exception are the row's).
 SUMMARIES_OF_PICKED: Final = """
     SELECT s.seq, s.start_ns, s.invocations,
-           r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
-           coalesce(r.end_ns, l.end_ns),
-           CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
-           m.module, m.qualname, m.file, m.line
+           coalesce(r.untrue, 0), coalesce(r.handed, 0), coalesce(r.start_ns, q.start_ns),
+           coalesce(r.puid, q.one_puid), coalesce(r.iid, q.one_iid),
+           coalesce(r.method, q.one_method),
+           CASE WHEN r.seq IS NULL THEN q.end_ns ELSE coalesce(r.end_ns, l.end_ns) END,
+           CASE WHEN r.seq IS NULL THEN q.error
+                WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
+           m.module, m.qualname, m.file, m.line, q.one_batch IS NOT NULL
     FROM ({picked}) s
-    JOIN seq_roots r ON r.seq = s.seq
+    JOIN sequences q ON q.seq = s.seq
+    LEFT JOIN seq_roots r ON r.seq = s.seq AND q.one_batch IS NULL
     LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
-    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
+    LEFT JOIN methods m ON m.puid = coalesce(r.puid, q.one_puid)
+                       AND m.method = coalesce(r.method, q.one_method)
+    WHERE r.seq IS NOT NULL OR q.one_batch IS NOT NULL"""
 #: The processes whose windows of unnamed drops sequence :seq overlaps (it ran on them, from
 #: its earliest Start to its root's end, or on if open: ``rules.overlaps_window``), with the
 #: first and last times of the windows it overlaps.
 LOST_WINDOWS_OF: Final = """
     SELECT w.puid, min(w.first_ns), max(w.last_ns)
     FROM sequences s
-    JOIN (SELECT DISTINCT puid FROM seq_threads WHERE seq = :seq) t
+    JOIN (SELECT puid FROM seq_threads WHERE seq = :seq
+          UNION SELECT one_puid FROM sequences WHERE seq = :seq AND one_batch IS NOT NULL) t
     JOIN lost_windows w ON w.puid = t.puid
     WHERE s.seq = :seq AND w.first_ns <= coalesce(s.end_ns, w.first_ns) AND w.last_ns >= s.start_ns
     GROUP BY w.puid"""
@@ -105,7 +114,7 @@ LOST_WINDOWS_OF: Final = """
 LOSSY: Final = f"""
     SELECT EXISTS (SELECT 1 FROM lost_seqs WHERE seq = :seq)
         OR EXISTS (SELECT 1 FROM lost_windows LIMIT 1) AND EXISTS ({LOST_WINDOWS_OF})"""
-#: How many threads and processes a sequence ran on.
+#: How many threads and processes a sequence ran on (a single row: one of each, not asked).
 THREAD_COUNTS: Final = "SELECT count(*), count(DISTINCT puid) FROM seq_threads WHERE seq = ?"
 #: A sequence's open invocations, per process.
 #: The entries of :seq whose hand-off nobody here recorded, with their processes and ends.
@@ -116,11 +125,34 @@ REMOTE_ENTRIES: Final = """
 PROCESS_COLUMNS: Final = (
     "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
 )
-#: The stored batches holding a sequence's Starts or Handoffs, in (puid, batch_no) order.
+#: The stored batches holding sequence :seq's Starts or Handoffs, in (puid, batch_no) order: a
+#: single row's is on its row.
 SEQUENCE_BATCHES: Final = """
-    SELECT b.puid, b.batch_no, b.clock_offset_ns, b.chunks
-    FROM batch_seqs s JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
-    WHERE s.seq = ? ORDER BY s.puid, s.batch_no"""
+    SELECT b.puid, b.batch_no, b.clock_offset_ns, b.chunks FROM (
+        SELECT puid, batch_no FROM batch_seqs WHERE seq = :seq
+        UNION ALL SELECT one_puid, one_batch FROM sequences
+        WHERE seq = :seq AND one_batch IS NOT NULL) s
+    JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
+    ORDER BY b.puid, b.batch_no"""
+
+#: ``prune``: the batches received before :1 that no sequence left holds, in the side tables or
+#: as a single row (``sequences_by_batch``, a seek each).
+PRUNE_BATCHES: Final = """
+    DELETE FROM batches WHERE received_ns < ?
+    AND NOT EXISTS (SELECT 1 FROM batch_seqs s
+                    WHERE s.puid = batches.puid AND s.batch_no = batches.batch_no)
+    AND NOT EXISTS (SELECT 1 FROM sequences q
+                    WHERE q.one_puid = batches.puid AND q.one_batch = batches.batch_no)"""
+#: ``prune``: the processes last heard from before :1 that nothing left names.
+PRUNED_PROCESSES: Final = """
+    SELECT puid FROM processes p WHERE last_seen_ns < ?
+    AND NOT EXISTS (SELECT 1 FROM batch_seqs s WHERE s.puid = p.puid)
+    AND NOT EXISTS (SELECT 1 FROM sequences q
+                    WHERE q.one_puid = p.puid AND q.one_batch IS NOT NULL)
+    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = p.puid)
+    AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = p.puid)
+    AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = p.puid)
+    AND NOT EXISTS (SELECT 1 FROM lost_seqs l WHERE l.puid = p.puid)"""
 
 #: A sampler report is cumulative: the one with the most ticks is the latest, whatever order
 #: batches arrive in.
@@ -148,8 +180,10 @@ NAMED_METHODS: Final = """
     SELECT puid, method FROM methods
     WHERE qualname = :name OR (module != '' AND module || '.' || qualname = :name)"""
 #: The methods each sequence ran, most recent sequence first (from :since): ``find_sequences``
-#: reads it until it has found enough sequences running a wanted method.
+#: reads it until it has found enough sequences running a wanted method. A single row's are on
+#: its row.
 METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
-    WHERE q.start_ns >= :since AND m.methods IS NOT NULL
+    SELECT q.seq, coalesce(m.puid, q.one_puid), coalesce(m.methods, q.one_methods)
+    FROM sequences q LEFT JOIN batch_seqs m ON m.seq = q.seq AND q.one_batch IS NULL
+    WHERE q.start_ns >= :since AND coalesce(m.methods, q.one_methods) IS NOT NULL
     ORDER BY q.start_ns DESC, q.seq DESC"""

@@ -5,6 +5,7 @@ connection inside a transaction the caller holds (``SQLiteStore``)."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Container
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import PageKey, PageKind
@@ -34,12 +35,21 @@ if TYPE_CHECKING:  # the write side's (a listing reads summaries without the ing
     from cmr.store.grouping import GroupParts
 
 
-def store(conn: sqlite3.Connection, group: GroupParts) -> None:
+def store(conn: sqlite3.Connection, group: GroupParts, singles: Container[bytes] = ()) -> None:
     """Add the parts of the batches a transaction stored (``grouping.group_parts``), after their
     late Ends are stored (they close open invocations, and set the end of a sequence whose root
     they end). Each sequence is written last, once, with its listing keys from its root
-    candidate as it now stands."""
+    candidate as it now stands; but those stored as single rows (``singles``,
+    ``cmr.store.sqlite.single``: theirs are written)."""
     parts = group.summary
+    if singles:
+        parts = SummaryParts(
+            counts=parts.counts,
+            threads={row for row in parts.threads if row[0] not in singles},
+            roots=[row for row in parts.roots if row[0] not in singles],
+            entries=parts.entries,
+            opened=parts.opened,
+        )
     counts = parts.counts
     if group.late_ends:
         conn.executemany(
@@ -99,9 +109,9 @@ def page(
     picked_sql, params = picked(kind, query, plan, SQLITE)
     params |= key_params(key, size)
     for row in conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall():
-        seq, start_ns, invocations, *root, module, qualname, file, line = row
+        seq, start_ns, invocations, *root, module, qualname, file, line, single = row
         root_row = (seq, *root)
-        threads, processes = conn.execute(THREAD_COUNTS, (seq,)).fetchone()
+        threads, processes = (1, 1) if single else conn.execute(THREAD_COUNTS, (seq,)).fetchone()
         (lossy,) = conn.execute(LOSSY, {"seq": seq}).fetchone()
         untrue, handed = root[0], root[1]
         remote = conn.execute(REMOTE_ENTRIES, (seq,)).fetchall() if untrue or handed else []

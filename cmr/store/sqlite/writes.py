@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from cmr.store.base import Outcome
 from cmr.store.batch_index import Prepared, write_each
 from cmr.store.grouping import group_parts
 from cmr.store.rules import lost_rows, lost_window_rows
+from cmr.store.sqlite import single
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.samples import store_samples
 from cmr.store.sqlite.statements import UPSERT_PROCESS
@@ -24,9 +25,10 @@ def write_group(
     stored before, and nothing of it is written again)."""
     index = _Index()
     written = write_each(prepared, outcomes, lambda ready: _write(conn, ready, received_ns, index))
-    index.write(conn)
+    singles = single.store(conn, index.written) if written and single.ENABLED else set()
+    index.write(conn, singles)
     if written:  # after every late End: a sequence several batches carry, once
-        sqlite_summaries.store(conn, group_parts(written))
+        sqlite_summaries.store(conn, group_parts(written), singles)
     stored, events = len(written), sum(packed.events for packed in written)
     conn.executemany(  # once per group: one row each, however many batches
         "UPDATE counters SET value = value + ? WHERE name = ?",
@@ -39,10 +41,11 @@ class _Index:
     rows keyed by a random sequence id land on pages in order, each page visited once, instead
     of a page a row (issue 33: a batch of short sequences carries hundreds)."""
 
-    __slots__ = ("rows",)
+    __slots__ = ("rows", "written")
 
     def __init__(self) -> None:
         self.rows: list[tuple[bytes, int, int, bytes | None]] = []
+        self.written: list[single.Written] = []  # the group's batches, their rows not added yet
 
     def add(
         self, puid: int, batch_no: int, seqs: Iterable[bytes], seq_methods: Mapping[bytes, bytes]
@@ -50,7 +53,12 @@ class _Index:
         methods = seq_methods.get
         self.rows += [(seq, puid, batch_no, methods(seq)) for seq in seqs]
 
-    def write(self, conn: sqlite3.Connection) -> None:
+    def write(self, conn: sqlite3.Connection, singles: Container[bytes] = ()) -> None:
+        """The rows added and those of the batches ``written``, but the sequences stored as
+        single rows (``singles``: ``cmr.store.sqlite.single``)."""
+        for puid, batch_no, packed in self.written:
+            seqs = packed.seqs
+            self.add(puid, batch_no, [s for s in seqs if s not in singles], packed.seq_methods)
         self.rows.sort()  # keys are distinct: a batch is written once
         conn.executemany("INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?, ?)", self.rows)
 
@@ -103,7 +111,7 @@ def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int, index: _
             "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
             [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
         )
-    index.add(puid, batch_no, packed.seqs, packed.seq_methods)
+    index.written.append((puid, batch_no, packed))
     # First write wins for an event key: a replayed or forged duplicate changes nothing.
     if packed.late_ends:
         conn.executemany("INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends)

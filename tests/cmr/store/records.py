@@ -31,6 +31,7 @@ from cmr.store.sqlite.schema import (
     SAMPLER_INTERVALS_SCHEMA,
     SAMPLES_SCHEMA,
     SCHEMA,
+    SINGLE_ROWS_SCHEMA,
     SUMMARY_SCHEMA,
 )
 from invoseq import wire
@@ -72,6 +73,7 @@ def older_schema(path: str, version: int) -> None:
         + SAMPLER_INTERVALS_SCHEMA
         + BATCH_METHODS_SCHEMA
         + LOST_WINDOWS_SCHEMA
+        + SINGLE_ROWS_SCHEMA
         + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
             6: (),
@@ -233,3 +235,21 @@ INDEXED_QUERIES: list[tuple[SequenceQuery, str]] = [
     # The status is the root's: a decided row's own end says complete, no open call is read.
     (SequenceQuery(status="complete"), "sequences_by_start"),
 ]
+
+
+#: The columns version 13 added to ``sequences`` (``SINGLE_ROWS_SCHEMA``).
+SINGLE_ROW_COLUMNS = ("one_puid", "one_tid", "one_iid", "one_method", "one_batch", "one_methods")
+
+
+def without_single_rows(conn: sqlite3.Connection) -> None:
+    """Make a file's sequences as version 12 wrote them: every single-row sequence in the side
+    tables (``single.spread``), and ``sequences`` without version 13's index and columns."""
+    from cmr.store.sqlite import single
+
+    if "one_batch" not in {row[1] for row in conn.execute("PRAGMA table_info(sequences)")}:
+        return  # made so already
+    query = "SELECT seq FROM sequences WHERE one_batch IS NOT NULL"
+    single.spread(conn, [seq for (seq,) in conn.execute(query)])
+    conn.execute("DROP INDEX sequences_by_batch")
+    for column in SINGLE_ROW_COLUMNS:
+        conn.execute(f"ALTER TABLE sequences DROP COLUMN {column}")

@@ -16,7 +16,7 @@ from cmr.store.postgres.migrate import SCHEMA_VERSION as PG_VERSION
 from cmr.store.sqlite.schema import SCHEMA_VERSION
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
-from tests.cmr.store.records import seq_id, start, user_version
+from tests.cmr.store.records import seq_id, start, user_version, without_single_rows
 
 BatchFactory = Callable[..., wire.Batch]
 BEFORE = seq_id("10")
@@ -43,6 +43,7 @@ def test_a_version_11_sqlite_file_gets_the_windows_table_when_opened_for_writing
     store_one(store, make_batch)
     store.close()
     with sqlite3.connect(path) as conn:  # as version 11 wrote it
+        without_single_rows(conn)
         conn.execute("DROP TABLE lost_windows")
         conn.execute("PRAGMA user_version = 11")
     conn.close()
@@ -54,7 +55,7 @@ def test_a_version_11_sqlite_file_gets_the_windows_table_when_opened_for_writing
         check_upgraded(store, make_batch)
     finally:
         store.close()
-    assert user_version(path) == SCHEMA_VERSION == 12
+    assert user_version(path) == SCHEMA_VERSION >= 12
 
 
 @pytest.mark.postgres

@@ -46,6 +46,7 @@ from tests.cmr.store.records import (
     seq_id,
     start,
     user_version,
+    without_single_rows,
 )
 
 
@@ -188,6 +189,7 @@ def test_a_version_7_file_gets_the_exception_its_roots_raised_when_upgraded(
 def _drop_listing_keys(conn: sqlite3.Connection) -> None:
     """Make a file's sequences as version 8 wrote them: without their listing keys (and its
     sampler reports without the paced interval of version 10)."""
+    without_single_rows(conn)
     for index in ("sequences_by_root", "sequences_by_duration", "sequences_failed"):
         conn.execute(f"DROP INDEX {index}")
     for column in ("root_name", "end_ns", "error"):
@@ -205,7 +207,8 @@ def _drop_sampler_intervals(conn: sqlite3.Connection) -> None:
 
 def _split_batch_methods(conn: sqlite3.Connection) -> None:
     """Make a file's index as version 10 wrote it: the methods each sequence ran in a batch in a
-    table of their own, ``seq_methods``."""
+    table of their own, ``seq_methods`` (and no sequence as a single row: version 13's)."""
+    without_single_rows(conn)
     [create] = [s for s in PACKED_SCHEMA if s.startswith("CREATE TABLE seq_methods")]
     conn.execute(create)
     conn.execute(
@@ -291,7 +294,7 @@ def test_reading_a_sequence_looks_up_its_batches_by_index_and_never_scans_a_tabl
     # repository, only with the sequence.
     path = str(tmp_path / "cmr.sqlite")
     open_store(path).close()
-    params = {"since": 0} if query == METHODS_BY_RECENT_SEQUENCE else (S,)
+    params = {"since": 0} if query == METHODS_BY_RECENT_SEQUENCE else {"seq": S}
     with sqlite3.connect(path) as conn:
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
     conn.close()

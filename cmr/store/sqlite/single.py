@@ -1,0 +1,183 @@
+"""Request-shaped sequences stored as one row each (SQLite schema 13, ``SINGLE_ROWS_SCHEMA``).
+
+A web service's sequence is a request: its root and its few calls start and end in one batch, on
+one thread, and nothing else ever arrives for it. Stored like any other, it costs eight B-tree
+rows (``sequences`` and its three indexes, ``seq_roots``, ``seq_threads``, ``batch_seqs`` and its
+index by batch): most of the repository's time per request (issue 33, goal 6). A *single row*
+sequence keeps on its ``sequences`` row what the three side tables would hold (its root, its
+thread, its batch and the methods it ran there), so it costs its row, the row's three listing
+indexes and a partial index by batch (for ``prune``): five.
+
+A group's sequence is stored so (``singles``) when every Start of it in the group is in one batch
+and on one thread, its root candidate is a true root (no parent, no hand-off) that is its
+earliest Start and ended in that batch, it has no Handoff in the group, no entry continuing a
+hand-off and nothing left open; and it was not stored before (the insert does nothing on a
+stored sequence, which then takes the side tables as before). A later batch that brings more of
+a single-row sequence (a Start, a Handoff) first moves it to the side tables (``spread``), so
+the side tables' rules (the lowest root candidate wins, counts add up) apply as before. The
+readers take a single row's columns wherever they read the side tables
+(``cmr.store.sqlite.statements``); the listing lines, trees, prune and searches give the same
+answers either way (tests/cmr/store/test_single_rows.py ingests the same traffic with ``ENABLED``
+off and on and compares them).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+
+from cmr.store.batch_index import PackedBatch
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final
+
+#: The internal switch: off, every sequence takes the side tables (the equivalence test).
+ENABLED = True
+
+#: A single-row sequence: its listing keys as ``UPSERT_SEQUENCE`` sets those of a new decided
+#: one (the root's name looked up, its end and exception), its root, thread and batch. A
+#: sequence stored before is left as it is (the caller finds it and writes it as before).
+INSERT_SINGLE: Final = """
+    INSERT INTO sequences (
+        seq, start_ns, invocations, root_name, end_ns, error,
+        one_puid, one_tid, one_iid, one_method, one_batch, one_methods)
+    VALUES (?, ?, ?, (
+        SELECT CASE WHEN module != '' THEN module || '.' || qualname ELSE qualname END
+        FROM methods WHERE puid = ? AND method = ?), ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (seq) DO NOTHING"""
+#: A single-row sequence's side-table rows, from its row (``spread``): its root (decided: its
+#: end and exception are its row's), its thread, its batch; then its row's own columns cleared.
+_SPREAD: Final = (
+    """INSERT OR IGNORE INTO seq_roots
+       SELECT seq, 0, 0, start_ns, one_puid, one_iid, one_method, end_ns, error
+       FROM sequences WHERE seq = ? AND one_batch IS NOT NULL""",
+    """INSERT OR IGNORE INTO seq_threads SELECT seq, one_puid, one_tid
+       FROM sequences WHERE seq = ? AND one_batch IS NOT NULL""",
+    """INSERT OR IGNORE INTO batch_seqs SELECT seq, one_puid, one_batch, one_methods
+       FROM sequences WHERE seq = ? AND one_batch IS NOT NULL""",
+    """UPDATE sequences SET one_puid = NULL, one_tid = NULL, one_iid = NULL,
+       one_method = NULL, one_batch = NULL, one_methods = NULL
+       WHERE seq = ? AND one_batch IS NOT NULL""",
+)
+#: Bound parameters per ``IN (...)`` list, well under SQLite's limit.
+_CHUNK: Final = 400
+
+#: A batch the group wrote: (puid, batch_no, its pack).
+Written = tuple[int, int, PackedBatch]
+#: A single row's parameters, in ``INSERT_SINGLE``'s order.
+SingleRow = tuple[bytes, int, int, int, int, int, str | None, int, int, int, int, int, bytes]
+
+
+def store(conn: sqlite3.Connection, written: Sequence[Written]) -> set[bytes]:
+    """Store the single-row sequences of the batches a group wrote (``written``, in the order it
+    wrote them), and move to the side tables the single-row sequences stored before that these
+    batches bring more of. The sequences stored as single rows: the caller writes the others'
+    side-table rows and summaries as before."""
+    rows = singles(written)
+    rows.sort()  # key order: pages visited once (``writes._Index``)
+    before = conn.total_changes
+    conn.executemany(INSERT_SINGLE, rows)
+    stored = {row[0] for row in rows}
+    if conn.total_changes - before != len(rows):  # some were stored before: not single rows
+        stored -= _stored_before(conn, rows)
+    others = {seq for _puid, _batch_no, packed in written for seq in packed.seqs}
+    others -= stored
+    if others:
+        spread(conn, _among_singles(conn, sorted(others)))
+    return stored
+
+
+def singles(written: Sequence[Written]) -> list[SingleRow]:
+    """The rows of the sequences of ``written`` that may be single rows (the module's rules)."""
+    total = sum(len(packed.seqs) for _puid, _batch_no, packed in written)
+    seen: Counter[bytes] | None = None
+    if len(written) > 1 and len({s for _p, _b, packed in written for s in packed.seqs}) < total:
+        seen = Counter(seq for _puid, _batch_no, packed in written for seq in packed.seqs)
+    rows: list[SingleRow] = []
+    for puid, batch_no, packed in written:
+        rows += _of_batch(puid, batch_no, packed, seen)
+    return rows
+
+
+def _of_batch(
+    puid: int, batch_no: int, packed: PackedBatch, seen: Counter[bytes] | None
+) -> Iterator[SingleRow]:
+    parts = packed.summary
+    tid_of = {seq: tid for seq, _puid, tid in parts.threads}
+    excluded: set[bytes] = set()
+    if len(tid_of) != len(parts.threads):  # a sequence on two threads
+        excluded.update(seq for seq, n in Counter(t[0] for t in parts.threads).items() if n > 1)
+    excluded.update(row[0] for row in parts.entries)
+    excluded.update(row[2] for row in parts.opened)
+    excluded.update(row[1] for row in packed.handoffs)
+    if seen is not None:
+        excluded.update(seq for seq in packed.seqs if seen[seq] > 1)
+    first_start, counts, methods = packed.first_start, parts.counts, packed.seq_methods
+    for seq, untrue, handed, start_ns, _puid, iid, method, end_ns, error in parts.roots:
+        if (
+            untrue
+            or handed
+            or end_ns is None
+            or start_ns != first_start[seq]
+            or (excluded and seq in excluded)
+        ):
+            continue
+        yield (
+            seq,
+            start_ns,
+            counts[seq],
+            puid,
+            method,
+            end_ns,
+            error,
+            puid,
+            tid_of[seq],
+            iid,
+            method,
+            batch_no,
+            methods[seq],
+        )
+
+
+def spread(conn: sqlite3.Connection, seqs: Sequence[bytes]) -> None:
+    """Move the single-row sequences ``seqs`` to the side tables (their rows' own columns
+    cleared): a later batch brings more of them."""
+    if seqs:
+        params = [(seq,) for seq in seqs]
+        for statement in _SPREAD:
+            conn.executemany(statement, params)
+
+
+def _among_singles(conn: sqlite3.Connection, seqs: Sequence[bytes]) -> list[bytes]:
+    """Those of ``seqs`` stored as single rows."""
+    return [
+        seq
+        for part in _chunks(seqs)
+        for (seq,) in conn.execute(
+            "SELECT seq FROM sequences WHERE one_batch IS NOT NULL "
+            f"AND seq IN ({', '.join('?' * len(part))})",
+            part,
+        )
+    ]
+
+
+def _stored_before(conn: sqlite3.Connection, rows: Sequence[SingleRow]) -> set[bytes]:
+    """The sequences of ``rows`` whose row is not the one just inserted (stored before)."""
+    mine = {row[0]: (row[7], row[11]) for row in rows}
+    found: set[bytes] = set()
+    for part in _chunks(list(mine)):
+        for seq, puid, batch_no in conn.execute(
+            "SELECT seq, one_puid, one_batch FROM sequences "
+            f"WHERE seq IN ({', '.join('?' * len(part))})",
+            part,
+        ):
+            if (puid, batch_no) != mine[seq]:
+                found.add(seq)
+    return found
+
+
+def _chunks(items: Sequence[bytes]) -> Iterable[Sequence[bytes]]:
+    for at in range(0, len(items), _CHUNK):
+        yield items[at : at + _CHUNK]

@@ -1,0 +1,333 @@
+"""Request-shaped sequences stored as single rows (``cmr.store.sqlite.single``) read the same as
+when stored in the side tables: the same traffic ingested into two SQLite files, the layout on
+and off, gives the same listing for every query, sort and filter, the same trees, prefix
+lookups, searches, stats and prune; and the layout is really used for the request-shaped ones."""
+
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cmr.store import StoreError, open_store
+from cmr.store.base import (
+    KIND_REQUEST,
+    KIND_SERVICE,
+    LISTED_STATUSES,
+    SORT_DURATION,
+    SequenceQuery,
+    Store,
+    UnknownSequenceError,
+)
+from cmr.store.sqlite import single
+from cmr.store.sqlite.schema import SCHEMA_VERSION
+from cmr.store.sqlite.statements import PRUNE_BATCHES, PRUNED_PROCESSES
+from invoseq import wire
+from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock, make_batch
+from tests.cmr.store.records import start, user_version, without_single_rows
+from tests.cmr.store.request_traffic import Group, RequestTraffic
+from tests.cmr.store.strategies import processes as random_processes
+
+
+@contextmanager
+def _layout(on: bool) -> Iterator[None]:
+    was = single.ENABLED
+    single.ENABLED = on
+    try:
+        yield
+    finally:
+        single.ENABLED = was
+
+
+def _ingest(store: Store, groups: list[Group], on: bool, first: int = 0) -> None:
+    """Each of ``groups`` a group commit, received in turn from ``first`` (ns after the clock
+    offset), the layout ``on`` or off."""
+    with _layout(on):
+        for at, group in enumerate(groups, first):
+            store.ingest_many(group, CLOCK_OFFSET_NS + at)
+
+
+def _single_rows(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        (count,) = conn.execute(
+            "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
+        ).fetchone()
+    conn.close()
+    return int(count)
+
+
+def _queries(store: Store, seqs: list[bytes]) -> Iterator[SequenceQuery | None]:
+    lines = store.list_sequences(10_000)
+    starts = sorted(line.start_ns for line in lines)
+    durations = sorted(line.end_ns - line.start_ns for line in lines if line.end_ns is not None)
+    middle, quarter = starts[len(starts) // 2], starts[len(starts) // 4]
+    short, long = durations[len(durations) // 4], durations[3 * len(durations) // 4]
+    yield None
+    for root in ("app.m1", "app.m*", "*m2", "app.m9", "nothing"):
+        yield SequenceQuery(root=root)
+        yield SequenceQuery(root=root, sort=SORT_DURATION)
+    for status in LISTED_STATUSES:
+        yield SequenceQuery(status=status)
+        yield SequenceQuery(status=status, sort=SORT_DURATION, host="web-b")
+    yield SequenceQuery(min_duration_ns=short)
+    yield SequenceQuery(max_duration_ns=long, sort=SORT_DURATION)
+    yield SequenceQuery(min_duration_ns=short, max_duration_ns=long, root="app.m3")
+    yield SequenceQuery(since_ns=quarter, until_ns=middle)
+    yield SequenceQuery(since_ns=middle, host="web-a", sort=SORT_DURATION)
+    yield SequenceQuery(host="web-b")
+    yield SequenceQuery(host="elsewhere")
+    yield SequenceQuery(kind=KIND_REQUEST)
+    yield SequenceQuery(kind=KIND_SERVICE, sort=SORT_DURATION)
+    yield SequenceQuery(kind=KIND_REQUEST, status="error", since_ns=quarter)
+
+
+def _answers(store: Store, seqs: list[bytes], queries: list[SequenceQuery | None]) -> list[object]:
+    """Everything a user reads of the repository, in one list."""
+    found: list[object] = []
+    for query in queries:
+        for limit in (1, 7, 10_000):
+            found.append((query, limit, store.list_sequences(limit, query)))
+    for seq in seqs:
+        try:
+            found.append(store.load_sequence(seq))
+        except UnknownSequenceError as exc:
+            found.append(str(exc))
+        for prefix in (seq.hex()[:3], seq.hex()[:8]):
+            try:
+                found.append(store.resolve_sequence(prefix))
+            except Exception as exc:  # an ambiguous or unknown prefix: its message
+                found.append(str(exc))
+    found.append(store.neighbours(seqs[::7]))
+    for method in ("app.m1", "app.m3", "app.m5", "app.m9"):
+        for limit in (1, 5, 1_000):
+            found.append(store.find_sequences(method, since_ns=None, limit=limit))
+    stats = store.stats()
+    found.append((stats.batches, stats.events, stats.duplicate_batches, stats.processes))
+    return found
+
+
+def test_request_traffic_reads_the_same_stored_as_single_rows_or_in_the_side_tables(
+    tmp_path: Path,
+) -> None:
+    traffic = RequestTraffic(random.Random(33))
+    groups = [traffic.group(later=at > 0) for at in range(5)]
+    clock = FakeClock()
+    stores = {}
+    for on in (False, True):
+        path = tmp_path / f"{on}.sqlite"
+        stores[on] = open_store(str(path), clock=clock)
+        _ingest(stores[on], groups, on)
+    try:
+        assert _single_rows(tmp_path / "False.sqlite") == 0
+        assert _single_rows(tmp_path / "True.sqlite") > len(traffic.seqs) // 2
+        seqs = sorted(traffic.seqs)
+        queries = list(_queries(stores[False], seqs))
+        assert _answers(stores[True], seqs, queries) == _answers(stores[False], seqs, queries)
+        lines = stores[False].list_sequences(10_000)
+        cutoff = sorted(line.start_ns for line in lines)[len(lines) // 2]
+        assert stores[True].prune(cutoff) == stores[False].prune(cutoff)
+        assert _answers(stores[True], seqs, queries) == _answers(stores[False], seqs, queries)
+        assert stores[True].prune(cutoff + 10**9) == stores[False].prune(cutoff + 10**9)
+        assert _answers(stores[True], seqs, queries[:1]) == _answers(
+            stores[False], seqs, queries[:1]
+        )
+    finally:
+        for store in stores.values():
+            store.close()
+    for on in (False, True):  # what prune left: the same batches and processes
+        with sqlite3.connect(tmp_path / f"{on}.sqlite") as conn:
+            kept = conn.execute("SELECT puid, batch_no FROM batches ORDER BY 1, 2").fetchall()
+            stores[on] = kept  # type: ignore[assignment]
+        conn.close()
+    assert stores[True] == stores[False]
+
+
+def test_a_single_row_sequence_extended_later_moves_to_the_side_tables(tmp_path: Path) -> None:
+    """A request stored as one row, then a later batch with another thread's call of it: the
+    row gives way to the side tables, and the listing counts both threads and calls."""
+    seq = bytes(range(16))
+    store = open_store(str(tmp_path / "cmr.sqlite"), clock=FakeClock())
+    try:
+        store.ingest(make_batch(7, 1, {1: [start(1, 100, seq), wire.End(1, 200)]}), 1)
+        assert _single_rows(tmp_path / "cmr.sqlite") == 1
+        [line] = store.list_sequences(5)
+        assert (line.invocations, line.threads, line.status) == (1, 1, "complete")
+        store.ingest(make_batch(7, 2, {2: [start(2, 150, seq, parent=1), wire.End(2, 160)]}), 2)
+        assert _single_rows(tmp_path / "cmr.sqlite") == 0
+        [line] = store.list_sequences(5)
+        assert (line.invocations, line.threads, line.status) == (2, 2, "complete")
+        assert [r.iid for r in store.load_sequence(seq).invocations] == [1, 2]
+    finally:
+        store.close()
+
+
+def test_a_request_whose_child_started_before_its_root_keeps_its_root_s_own_start(
+    tmp_path: Path,
+) -> None:
+    """A child that started before its root (a forged batch: its chunks out of order): the
+    root's start is not the sequence's, so the request takes the side tables, where a true root
+    brought later that started between the two wins, as it does in the side tables."""
+    seq = bytes(range(16))
+    first = make_batch(7, 1, {1: [start(2, 100, seq, parent=1), wire.End(2, 110)]})
+    first = msgspec.structs.replace(
+        first,
+        chunks=[*first.chunks, wire.ThreadChunk(1, [start(1, 300, seq), wire.End(1, 400)])],
+    )
+    later = make_batch(8, 1, {1: [start(1, 200, seq, method=3), wire.End(1, 250)]})
+    roots = {}
+    for on in (False, True):
+        store = open_store(str(tmp_path / f"{on}.sqlite"), clock=FakeClock())
+        try:
+            _ingest(store, [[first], [later]], on)
+            [line] = store.list_sequences(5)
+            roots[on] = (line.root, line.start_ns, line.end_ns)
+        finally:
+            store.close()
+    assert roots[True] == roots[False]
+    assert roots[True][0] == "app.m3"
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(groups=st.lists(random_processes, min_size=1, max_size=3), cut=st.integers(-6, 6))
+def test_random_batches_read_the_same_either_way(
+    tmp_path_factory: pytest.TempPathFactory,
+    groups: list[dict[int, list[list[wire.ThreadChunk]]]],
+    cut: int,
+) -> None:
+    """Batches whose ids and times collide (repeated Starts, Ends first, equal times, Handoffs,
+    Errors, Attrs), a group commit each: the same answers either way, and after a prune."""
+    folder = tmp_path_factory.mktemp("random")
+    batch_groups: list[Group] = []
+    numbers: dict[int, int] = {}
+    for group in groups:
+        batch_groups.append([])
+        for puid, batches in group.items():
+            for chunks in batches:
+                numbers[puid] = numbers.get(puid, 0) + 1
+                batch = make_batch(puid, numbers[puid], {}, methods=_METHODS)
+                batch_groups[-1].append(_with_chunks(batch, chunks))
+    seqs = sorted(_seqs(batch_groups))
+    queries: list[SequenceQuery | None] = [
+        None,
+        SequenceQuery(sort=SORT_DURATION),
+        SequenceQuery(status="complete"),
+        SequenceQuery(status="running", sort=SORT_DURATION),
+        SequenceQuery(root="app.m1"),
+        SequenceQuery(min_duration_ns=0, host="testhost"),
+    ]
+    answers = []
+    for on in (False, True):
+        store = open_store(str(folder / f"{on}.sqlite"), clock=FakeClock())
+        try:
+            _ingest(store, batch_groups, on)
+            found = _answers(store, seqs, queries) if seqs else []
+            found.append(store.prune(CLOCK_OFFSET_NS + cut))
+            found += _answers(store, seqs, queries[:1]) if seqs else []
+            answers.append(found)
+        finally:
+            store.close()
+    assert answers[0] == answers[1]
+
+
+_METHODS = {method: f"app.m{method}" for method in (1, 2, 3, 9)}
+
+
+def _with_chunks(batch: wire.Batch, chunks: list[wire.ThreadChunk]) -> wire.Batch:
+    """``batch`` with ``chunks``, but an infinite attribute value: stored as JSON it is read
+    back as null, which neither layout's tree can read (a fault of its own, outside this
+    comparison)."""
+    chunks = [
+        wire.ThreadChunk(chunk.tid, [e for e in chunk.events if not _infinite(e)])
+        for chunk in chunks
+    ]
+    tids = sorted({chunk.tid for chunk in chunks})
+    threads = [wire.ThreadInfo(tid, 1000 + tid, f"thread-{tid}") for tid in tids]
+    return msgspec.structs.replace(batch, chunks=chunks, threads=threads)
+
+
+def _infinite(event: wire.Event) -> bool:
+    return isinstance(event, wire.Attrs) and any(
+        isinstance(v, float) and not math.isfinite(v) for v in event.attributes.values()
+    )
+
+
+def _seqs(groups: list[Group]) -> set[bytes]:
+    return {
+        event.seq
+        for group in groups
+        for batch in group
+        for chunk in batch.chunks
+        for event in chunk.events
+        if isinstance(event, wire.Start | wire.Handoff)
+    }
+
+
+def test_a_version_12_file_is_upgraded_when_opened_for_writing_and_reads_the_same(
+    tmp_path: Path,
+) -> None:
+    """A file as version 12 wrote it (every sequence in the side tables, no single-row
+    columns): a reader asks for the upgrade; a writer adds the columns, keeps what was stored,
+    and stores the requests that come after as single rows; the answers are those of a file
+    that never had single rows."""
+    traffic = RequestTraffic(random.Random(12))
+    groups = [traffic.group(later=at > 0) for at in range(4)]
+    path, reference_path = tmp_path / "old.sqlite", tmp_path / "reference.sqlite"
+    clock = FakeClock()
+    old = open_store(str(path), clock=clock)
+    try:
+        _ingest(old, groups[:2], True)
+    finally:
+        old.close()
+    with sqlite3.connect(path) as conn:  # as version 12 wrote it
+        without_single_rows(conn)
+        conn.execute("PRAGMA user_version = 12")
+    conn.close()
+    assert _single_rows_column(path) is False
+
+    with pytest.raises(StoreError, match=r"schema version 12, older than .* upgrade it"):
+        open_store(str(path), readonly=True)
+    upgraded = open_store(str(path), clock=clock)
+    reference = open_store(str(reference_path), clock=clock)
+    try:
+        assert user_version(path) == SCHEMA_VERSION == 13
+        _ingest(reference, groups, False)
+        _ingest(upgraded, groups[2:], True, first=2)
+        assert _single_rows(path) > 0
+        seqs = sorted(traffic.seqs)
+        queries = list(_queries(reference, seqs))
+        assert _answers(upgraded, seqs, queries) == _answers(reference, seqs, queries)
+    finally:
+        upgraded.close()
+        reference.close()
+
+
+def _single_rows_column(path: Path) -> bool:
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(sequences)")}
+    conn.close()
+    return "one_batch" in columns
+
+
+@pytest.mark.parametrize("statement", [PRUNE_BATCHES, PRUNED_PROCESSES])
+def test_prune_finds_the_batches_and_processes_single_rows_name_by_index(
+    tmp_path: Path, statement: str
+) -> None:
+    """Whether a single row still names a batch (or a process) is a seek in
+    ``sequences_by_batch``, not a scan of every sequence for each batch."""
+    path = tmp_path / "cmr.sqlite"
+    open_store(str(path)).close()
+    with sqlite3.connect(path) as conn:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", (1,))]
+    conn.close()
+    assert [step for step in plan if "sequences_by_batch" in step], plan
+    assert not [step for step in plan if step.startswith("SCAN q")], plan
