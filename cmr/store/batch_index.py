@@ -28,14 +28,19 @@ from cmr.store._samples import sample_records
 from cmr.store.accel import accelerator
 from cmr.store.base import GroupCommitStore, InvalidBatchError, Outcome, SampleRecord
 from cmr.store.rules import HandoffRow
-from cmr.store.stored_batches import LateAttrs, LateEnd, encode_chunks, methods_by_seq
+from cmr.store.stored_batches import (
+    LateAttrs,
+    LateEnd,
+    encode_attributes,
+    encode_chunks,
+    methods_by_seq,
+)
 from cmr.store.summaries import RootRow, SummaryCollector, SummaryParts
 from invoseq.wire import Attrs, Batch, End, Error, Handoff, Start
 
 _COMMON: Final = (Start, End)
 _I64_MIN: Final = -(2**63)
 _I64_MAX: Final = 2**63 - 1
-_encode_attributes = msgspec.json.Encoder().encode
 #: Where a Batch's thread chunks are in its msgpack array (``_pack.c``'s ``scan_batch``).
 _CHUNKS_FIELD: Final = Batch.__struct_fields__.index("chunks")
 
@@ -193,7 +198,7 @@ def _pack_events(batch: Batch, *, encode: bool) -> PackedBatch:
     for other in rare:
         if isinstance(other, Attrs):
             if other.iid not in start_iids:
-                attributes = _encode_attributes(other.attributes)
+                attributes = encode_attributes(other.attributes)
                 late_attrs.append((puid, other.iid, batch.batch_no, attributes))
             continue
         times.append(other.t_ns)
@@ -248,7 +253,7 @@ def _pack_scanned(
         event = chunks[chunk_at].events[event_at]
         if isinstance(event, Attrs):
             if not in_batch:
-                attributes = _encode_attributes(event.attributes)
+                attributes = encode_attributes(event.attributes)
                 late_attrs.append((puid, event.iid, batch_no, attributes))
             continue
         times.append(event.t_ns)

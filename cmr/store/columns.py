@@ -24,7 +24,14 @@ import msgspec
 
 from cmr.store.accel import accelerator
 from cmr.store.base import InvocationRecord
-from cmr.store.stored_batches import Attributes, LateAttributes, LateEnds, StoredBatch, unpack
+from cmr.store.stored_batches import (
+    Attributes,
+    LateAttributes,
+    LateEnds,
+    StoredBatch,
+    decode_attributes,
+    unpack,
+)
 from cmr.store.summaries import BatchCache
 from invoseq.wire import Attrs
 
@@ -32,7 +39,6 @@ if TYPE_CHECKING:
     from cmr.store._columns import GatheredColumns
 
 _decode_attrs = msgspec.msgpack.Decoder(Attrs).decode
-_decode_attributes = msgspec.json.Decoder(dict[str, str | int | float | bool]).decode
 _accel: Final = accelerator
 
 
@@ -268,7 +274,7 @@ def unpack_columns(
     del columns
     puids = distinct_values(found, "puid")  # in C: not a set of a million ints
     for puid, iid, _batch_no, blob in sorted(late_attrs(puids), key=lambda row: row[2]):
-        merged.setdefault((puid, iid), {}).update(_decode_attributes(blob))
+        merged.setdefault((puid, iid), {}).update(decode_attributes(blob))
     for (puid, iid), attributes in merged.items():
         row = found.position(puid, iid)
         if row >= 0:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -47,8 +48,12 @@ encode_chunks = msgspec.msgpack.Encoder().encode
 #: a damaged file from turning into nonsense silently.
 _decode_chunks = msgspec.msgpack.Decoder(list[ThreadChunk]).decode
 _decode_methods = msgspec.msgpack.Decoder(list[int]).decode
-_encode_attributes = msgspec.json.Encoder().encode
-_decode_attributes = msgspec.json.Decoder(dict[str, str | int | float | bool]).decode
+_encode_json = msgspec.json.Encoder().encode
+#: Late attributes as stored; a null: a float JSON has no number for, as an earlier version stored
+#: it (``encode_attributes`` keeps its text now), read as ``NOT_FINITE``.
+_decode_json = msgspec.json.Decoder(dict[str, str | int | float | bool | None]).decode
+#: What a non-finite float stored as JSON's null reads as (its sign and kind were lost).
+NOT_FINITE: Final = "not finite"
 
 Attributes = dict[str, str | int | float | bool]
 #: (puid, iid, end_ns, error): an End or Error whose Start is not in its batch, in wall time.
@@ -68,6 +73,26 @@ LegacyRow = tuple[int, bytes, int, int, int, int, int, int | None, str | None]
 LateEnds = Callable[[list[tuple[int, int]]], Iterable[LateEnd]]
 #: Given the processes of a sequence's invocations, their late Attrs (a handful, if any).
 LateAttributes = Callable[[set[int]], Iterable[LateAttrs]]
+
+
+def encode_attributes(attributes: dict[str, str | int | float | bool]) -> bytes:
+    """Late attributes as stored, in JSON: a float JSON has no number for (``inf``, ``-inf``,
+    ``nan``: a sender may send one) kept as its text, where JSON's null would not read back as
+    an attribute value."""
+    if any(isinstance(v, float) and not math.isfinite(v) for v in attributes.values()):
+        attributes = {
+            k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v
+            for k, v in attributes.items()
+        }
+    return _encode_json(attributes)
+
+
+def decode_attributes(blob: bytes) -> Attributes:
+    """Late attributes as ``encode_attributes`` stored them (a null: ``NOT_FINITE``)."""
+    found = _decode_json(blob)
+    if None in found.values():
+        return {k: NOT_FINITE if v is None else v for k, v in found.items()}
+    return found  # type: ignore[return-value]  # no None among them
 
 
 def unpack(
@@ -109,7 +134,7 @@ def unpack(
         for iid, found in process.attributes.items()
     }
     for puid, iid, _batch_no, blob in sorted(late_attrs(set(gathered)), key=lambda row: row[2]):
-        attributes.setdefault((puid, iid), {}).update(_decode_attributes(blob))
+        attributes.setdefault((puid, iid), {}).update(decode_attributes(blob))
     if late or attributes:
         records = [_completed(r, late, attributes) for r in records]
     starts = [r.start_ns for r in records]

@@ -17,10 +17,9 @@ from typing import Final
 import msgspec
 
 from cmr.store.postgres.connect import Conn
-from cmr.store.stored_batches import LEGACY_BATCH_NO, legacy_batch
+from cmr.store.stored_batches import LEGACY_BATCH_NO, encode_attributes, legacy_batch
 
 _decode_attributes: Final = msgspec.msgpack.Decoder(dict[str, str | int | float | bool]).decode
-_encode_json: Final = msgspec.json.Encoder().encode
 #: The first write of an event key wins: the earliest day's row of a key, as readers took it.
 _PROCESS_ROWS: Final = """
     SELECT DISTINCT ON (s.iid)
@@ -50,7 +49,7 @@ def move_legacy_rows(conn: Conn) -> None:
                 [row[0] for row in attributes],
                 [row[1] for row in attributes],
                 [row[2] for row in attributes],
-                [_encode_json(_decode_attributes(row[3])) for row in attributes],
+                [encode_attributes(_decode_attributes(row[3])) for row in attributes],
             ),
         )
     for table in ("attributes", "ends", "starts"):
