@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # what a listing never reads (``processes`` is all it asks he
     from cmr.store.summaries import BatchCache
 
 #: Bound parameters per ``IN (...)`` list, well under SQLite's limit.
-_CHUNK: Final = 400
+IN_LIST_MAX: Final = 400
 
 
 def invocations(
@@ -37,7 +37,7 @@ def invocations(
     from cmr.store.columns import read_records
 
     def late_ends(keys: list[tuple[int, int]]) -> Iterator[LateEnd]:
-        for part in _chunks(keys):
+        for part in in_chunks(keys):
             values = ", ".join("(?, ?)" for _ in part)
             yield from conn.execute(
                 "SELECT puid, iid, end_ns, error FROM late_ends "
@@ -46,7 +46,7 @@ def invocations(
             )
 
     def late_attrs(puids: set[int]) -> Iterator[LateAttrs]:
-        for part in _chunks(sorted(puids)):
+        for part in in_chunks(sorted(puids)):
             yield from conn.execute(
                 "SELECT puid, iid, batch_no, attributes FROM late_attrs "
                 f"WHERE puid IN ({', '.join('?' * len(part))})",
@@ -72,7 +72,7 @@ def handoffs(
         for row in conn.execute(f"SELECT {columns} FROM handoffs WHERE seq = ?", (seq,))
     }
     continued = sorted(distinct_values(records, "hid") - found.keys() - {0})
-    for part in _chunks(continued):
+    for part in in_chunks(continued):
         marks = ", ".join("?" * len(part))
         for row in conn.execute(f"SELECT {columns} FROM handoffs WHERE hid IN ({marks})", part):
             found[row[0]] = HandoffRecord(*row)
@@ -93,7 +93,7 @@ def names(
     puids = sorted({puid for puid, _ in wanted_methods})
     methods: dict[tuple[int, int], MethodRecord] = {}
     threads: dict[tuple[int, int], ThreadRecord] = {}
-    for part in _chunks(puids):
+    for part in in_chunks(puids):
         marks = ", ".join("?" * len(part))
         for puid, method, module, qualname, file, line in conn.execute(
             "SELECT puid, method, module, qualname, file, line FROM methods "
@@ -112,7 +112,7 @@ def names(
 
 def processes(conn: sqlite3.Connection, puids: Iterable[int], now: int) -> dict[int, ProcessRecord]:
     found: dict[int, ProcessRecord] = {}
-    for part in _chunks(sorted(set(puids))):
+    for part in in_chunks(sorted(set(puids))):
         marks = ", ".join("?" * len(part))
         for row in conn.execute(
             f"SELECT {PROCESS_COLUMNS} FROM processes WHERE puid IN ({marks})", part
@@ -199,7 +199,7 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
     samples = conn.execute("DELETE FROM samples WHERE t_ns < ?", (before_ns,)).rowcount
     step()
     gone = [puid for (puid,) in conn.execute(PRUNED_PROCESSES, (before_ns,))]
-    for part in _chunks(gone):
+    for part in in_chunks(gone):
         marks = ", ".join("?" * len(part))
         for table in (*_PER_PROCESS, "late_ends", "late_attrs", "processes"):
             conn.execute(f"DELETE FROM {table} WHERE puid IN ({marks})", part)
@@ -208,6 +208,7 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
     return PruneResult(sequences=sequences, samples=samples, processes=len(gone))
 
 
-def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    for at in range(0, len(items), _CHUNK):
-        yield items[at : at + _CHUNK]
+def in_chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    """``items`` in parts of at most ``IN_LIST_MAX``: one ``IN (...)`` list each."""
+    for at in range(0, len(items), IN_LIST_MAX):
+        yield items[at : at + IN_LIST_MAX]

@@ -13,6 +13,7 @@ from cmr.store._samples import ThreadKey, Window, encode_stack, sampler_record, 
 from cmr.store._samples import load_samplers as shared_load_samplers
 from cmr.store._samples import load_samples as shared_load_samples
 from cmr.store.base import FrameRecord, SampleRecord, SamplerRecord
+from cmr.store.sqlite.read import in_chunks
 from cmr.store.sqlite.statements import SAMPLES_IN_WINDOW, UPSERT_SAMPLE_THREAD, UPSERT_SAMPLER
 from invoseq.wire import Batch
 
@@ -76,9 +77,7 @@ def load_samples(
 def sampled_threads(conn: sqlite3.Connection, puids: Iterable[int]) -> set[ThreadKey]:
     """The threads of those processes that the store holds samples of."""
     found: set[ThreadKey] = set()
-    wanted = sorted(set(puids))
-    for at in range(0, len(wanted), 400):
-        part = wanted[at : at + 400]
+    for part in in_chunks(sorted(set(puids))):
         marks = ", ".join("?" * len(part))
         found.update(
             conn.execute(f"SELECT puid, tid FROM sample_threads WHERE puid IN ({marks})", part)

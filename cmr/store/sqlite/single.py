@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from cmr.store.batch_index import PackedBatch
+from cmr.store.sqlite.read import in_chunks
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
@@ -61,8 +62,6 @@ _SPREAD: Final = (
        one_method = NULL, one_batch = NULL, one_methods = NULL
        WHERE seq = ? AND one_batch IS NOT NULL""",
 )
-#: Bound parameters per ``IN (...)`` list, well under SQLite's limit.
-_CHUNK: Final = 400
 
 #: A batch the group wrote: (puid, batch_no, its pack).
 Written = tuple[int, int, PackedBatch]
@@ -154,7 +153,7 @@ def _among_singles(conn: sqlite3.Connection, seqs: Sequence[bytes]) -> list[byte
     """Those of ``seqs`` stored as single rows."""
     return [
         seq
-        for part in _chunks(seqs)
+        for part in in_chunks(seqs)
         for (seq,) in conn.execute(
             "SELECT seq FROM sequences WHERE one_batch IS NOT NULL "
             f"AND seq IN ({', '.join('?' * len(part))})",
@@ -167,7 +166,7 @@ def _stored_before(conn: sqlite3.Connection, rows: Sequence[SingleRow]) -> set[b
     """The sequences of ``rows`` whose row is not the one just inserted (stored before)."""
     mine = {row[0]: (row[7], row[11]) for row in rows}
     found: set[bytes] = set()
-    for part in _chunks(list(mine)):
+    for part in in_chunks(list(mine)):
         for seq, puid, batch_no in conn.execute(
             "SELECT seq, one_puid, one_batch FROM sequences "
             f"WHERE seq IN ({', '.join('?' * len(part))})",
@@ -176,8 +175,3 @@ def _stored_before(conn: sqlite3.Connection, rows: Sequence[SingleRow]) -> set[b
             if (puid, batch_no) != mine[seq]:
                 found.add(seq)
     return found
-
-
-def _chunks(items: Sequence[bytes]) -> Iterable[Sequence[bytes]]:
-    for at in range(0, len(items), _CHUNK):
-        yield items[at : at + _CHUNK]
