@@ -132,7 +132,7 @@ _frames: list[FrameTuple] = []
 #: A sampled code's frame id by the code's ``id``: hashing a code object hashes its bytecode,
 #: names and constants (0.3-1.5 µs a frame, every frame of every tick), and codes that compare
 #: equal in different files would share one id. ``_frame_codes`` keeps each code alive, so that
-#: its ``id`` is never another's.
+#: its ``id`` is never another's. 0: the tracer's own code (``mark_own_code``), never sampled.
 _frame_ids: dict[int, int] = {}
 _frame_codes: list[CodeType] = []
 _methods: list[MethodTuple] = []
@@ -213,6 +213,21 @@ def frame_id(code: CodeType) -> int:
                 _frame_codes.append(code)
                 found = _frame_ids[id(code)] = frame[0]
         return found
+
+
+def frame_ids_by_code_id() -> dict[int, int]:
+    """The interned frame ids by their code's ``id`` (0: the tracer's own code, never sampled),
+    for a sampler to read inline: entries are only ever added, under ``_lock``."""
+    return _frame_ids
+
+
+def mark_own_code(code: CodeType) -> int:
+    """Remember ``code`` as the tracer's own (its frames are left out of samples): 0."""
+    with _lock:
+        if id(code) not in _frame_ids:
+            _frame_codes.append(code)
+            _frame_ids[id(code)] = 0
+    return 0
 
 
 def frames_since(count: int) -> list[FrameTuple]:

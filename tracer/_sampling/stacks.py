@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Final
 
 from tracer._core import recorder
@@ -22,20 +22,31 @@ TRACER_DIR: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) 
 def stack_of(frames: Iterable[FrameType]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Frame ids and lines from the outermost call to the innermost, tracer frames left out: of
     ``frames``, a stack from its innermost frame outwards (``worth_sampling`` collected them, or
-    ``walk`` walks them)."""
+    ``walk`` walks them). A code seen before is looked up by its ``id`` inline (every frame of
+    every tick comes here); a new one is interned, or marked as the tracer's own."""
     ids: list[int] = []
     lines: list[int] = []
-    frame_id = recorder.frame_id
+    known = recorder.frame_ids_by_code_id()
     for frame in frames:
         if len(ids) >= MAX_DEPTH:
             break
         code = frame.f_code
-        if not code.co_filename.startswith(TRACER_DIR):
-            ids.append(frame_id(code))
+        found = known.get(id(code))
+        if found is None:
+            found = _intern(code)
+        if found:
+            ids.append(found)
             lines.append(frame.f_lineno or 0)
     ids.reverse()
     lines.reverse()
     return tuple(ids), tuple(lines)
+
+
+def _intern(code: CodeType) -> int:
+    """A new code's frame id, or 0 (remembered as such) for the tracer's own code."""
+    if code.co_filename.startswith(TRACER_DIR):
+        return recorder.mark_own_code(code)
+    return recorder.frame_id(code)
 
 
 def walk(top: FrameType) -> Iterator[FrameType]:
