@@ -86,8 +86,9 @@ class Config:
     endpoint: str = DEFAULT_ENDPOINT
     #: False makes every traced function call straight through, recording nothing.
     enabled: bool = True
-    #: How often the sender collects and sends buffered events.
-    flush_interval_ms: int = 50
+    #: How often the sender collects and sends buffered events (a busy process is drained
+    #: sooner, by size: docs/architecture.md, "The flush interval").
+    flush_interval_ms: int = 200
     #: The longest that shutdown (and so interpreter exit) waits for the repository.
     flush_timeout_ms: int = 2000
     #: The most events in one batch (a busy process's round makes fewer sends, each a turn at
