@@ -108,15 +108,19 @@ class Measured:
         attributes: Mapping[str, AttributeValue] | None = None,
         *,
         error: str | None = None,
+        clipped: bool = False,
     ) -> None:
         """Write the attributes and the End (or the Error named ``error``); open it first,
-        named ``fallback_method``, if it never was."""
-        self.uncount()
-        self.open(fallback_method)
+        named ``fallback_method``, if it never was. ``clipped``: the attributes are within the
+        wire's limits already (``clip``), as a server request's own are."""
+        if self.counted:
+            self.uncount()
+        if not self.opened:
+            self.open(fallback_method)
         try:
             events = recorder.thread_events()
             if attributes:
-                events.append((TAG_ATTRS, self.iid, clip(attributes)))
+                events.append((TAG_ATTRS, self.iid, attributes if clipped else clip(attributes)))
             now = decorator.now()
             if error is None:
                 events.append((TAG_END, self.iid, now))

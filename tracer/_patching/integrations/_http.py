@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from opentelemetry.propagators.textmap import Getter, Setter
 
+from invoseq.events import MAX_ATTRIBUTE_VALUE
 from tracer import propagation
 from tracer._core import context, measured, recorder
 from tracer._patching.integrations import _options
@@ -29,6 +30,8 @@ ERROR_TYPE: Final = "error.type"
 _sending: contextvars.ContextVar[ClientRequest | None] = contextvars.ContextVar(
     "invoseq_sending", default=None
 )
+#: The same, for the request paths that test it inline (``_sending_get() is not None``).
+SENDING: Final = _sending
 #: True inside a request an excluded URL leaves untraced (what the framework runs for it, an
 #: endpoint FastAPI would trace, stays untraced too).
 excluding: contextvars.ContextVar[bool] = contextvars.ContextVar("invoseq_excluding", default=False)
@@ -46,6 +49,9 @@ _UUID: Final = re.compile(
 )
 _HEX: Final = re.compile(r"(?=[^/]*[0-9])[0-9a-fA-F]{8,}")
 _templates: set[str] = set()
+#: The methods of requests no route names, by (framework, verb, path): at most this many.
+MAX_UNROUTED: Final = 4096
+_unrouted_methods: dict[tuple[str, str, str], int] = {}
 
 
 def _fold(segment: str) -> str:
@@ -94,13 +100,19 @@ class ServerRequest:
     """One request a server handles (module docstring). The integration attaches ``value`` (the
     context the handler runs under) around the code that serves the request."""
 
-    __slots__ = ("attributes", "call", "exception", "framework", "verb")
+    __slots__ = ("attributes", "call", "captured", "exception", "framework", "verb")
 
     def __init__(self, framework: str, verb: str, call: measured.Measured, path: str) -> None:
         self.framework = framework
         self.verb = verb
         self.call = call
-        self.attributes: dict[str, measured.AttributeValue] = {METHOD: verb, PATH: path}
+        #: Within the wire's limits as they are written (``measured.clip`` is skipped at the end)
+        #: unless ``captured``: headers an allow-list added.
+        self.attributes: dict[str, measured.AttributeValue] = {
+            METHOD: verb[:MAX_ATTRIBUTE_VALUE],
+            PATH: path[:MAX_ATTRIBUTE_VALUE],
+        }
+        self.captured = False
         #: The exception a framework turned into a response: the error of a 5xx with no other.
         self.exception: BaseException | None = None
 
@@ -119,14 +131,24 @@ class ServerRequest:
         if self.call.opened:
             return
         if route:
-            self.attributes[ROUTE] = route
+            self.attributes[ROUTE] = route[:MAX_ATTRIBUTE_VALUE]
             self.call.open(measured.method(self.framework, f"{self.verb} {route}"))
         else:
-            self.call.open(measured.method(self.framework, self._unrouted()))
+            self.call.open(self._unrouted())
 
-    def _unrouted(self) -> str:
+    def _unrouted(self) -> int:
+        """The method of a request no route names (``unrouted_name``), remembered by its
+        framework, verb and path (at most ``MAX_UNROUTED``, then the memory starts again)."""
         path = self.attributes.get(PATH)
-        return unrouted_name(self.verb, path) if isinstance(path, str) else self.verb
+        key = (self.framework, self.verb, path if isinstance(path, str) else "")
+        found = _unrouted_methods.get(key)
+        if found is None:
+            name = unrouted_name(self.verb, key[2]) if isinstance(path, str) else self.verb
+            found = measured.method(self.framework, name)
+            if len(_unrouted_methods) >= MAX_UNROUTED:
+                _unrouted_methods.clear()
+            _unrouted_methods[key] = found
+        return found
 
     def response_headers(self, headers: Iterable[tuple[str, str]]) -> None:
         """Record the response's headers the allow-list names (``_options``); never raises."""
@@ -134,6 +156,7 @@ class ServerRequest:
             capture = _options.current().server_response
             if capture:
                 self.attributes.update(capture.attributes(headers))
+                self.captured = True
         except Exception as exc:
             recorder.internal_error(exc)
 
@@ -142,12 +165,13 @@ class ServerRequest:
             self.attributes[STATUS] = status
         if exc is None and status is not None and status >= 500:
             exc = self.exception
-        error = error_name(status, exc)
+        failed = exc is not None or (status is not None and status >= 500)
+        error = error_name(status, exc) if failed else None
         if error is not None:
-            self.attributes[ERROR_TYPE] = error
+            self.attributes[ERROR_TYPE] = error[:MAX_ATTRIBUTE_VALUE]
         call = self.call
-        fallback = 0 if call.opened else measured.method(self.framework, self._unrouted())
-        call.finish(fallback, self.attributes, error=error)
+        fallback = 0 if call.opened else self._unrouted()
+        call.finish(fallback, self.attributes, error=error, clipped=not self.captured)
 
 
 def begin_server(
@@ -172,6 +196,7 @@ def begin_server(
         capture = _options.current().server_request
         if capture:
             request.attributes.update(capture.attributes(header_items(carrier, getter)))
+            request.captured = True
         return request
     except Exception as exc:
         recorder.internal_error(exc)

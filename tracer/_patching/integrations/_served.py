@@ -31,12 +31,14 @@ class Served:
     """One request in service (module docstring): its ``ServerRequest``, the status sent, and the
     exception the framework turned into a response (counted when that response is a 5xx)."""
 
-    __slots__ = ("request", "status", "unfinished")
+    __slots__ = ("request", "status", "unfinished", "value")
 
     def __init__(self, request: _http.ServerRequest) -> None:
         self.request = request
         self.status: int | None = None
         self.unfinished = [True]  # popped by the one finish that counts (atomic, any thread)
+        #: The context value the request's code runs under (its invocation's).
+        self.value: context.Current = request.call.value
 
     @property
     def exception(self) -> BaseException | None:
@@ -82,7 +84,7 @@ class attached:  # noqa: N801 - used as the function it was: ``with attached(ser
         self._served = served
 
     def __enter__(self) -> None:
-        self._token = _set(self._served.request.value)
+        self._token = _set(self._served.value)
         self._serving = _http.serving()
 
     def __exit__(

@@ -56,6 +56,10 @@ FALLBACK_KEY: Final = "invoseq.fallback_route"
 
 _set = context.current.set
 _reset = context.current.reset
+# Whether a client call is open here (``_http.serving``), asked inline by every request.
+_sending_get = _http.SENDING.get
+_sending_set = _http.SENDING.set
+_sending_reset = _http.SENDING.reset
 
 
 class ScopeHeaders(Getter[Scope]):
@@ -160,23 +164,27 @@ class InvoseqMiddleware:
         scope[REQUEST_KEY] = request
         status: int | None = None
 
+        capturing = bool(_options.current().server_response)
+
         async def send_status(message: Message) -> None:
             nonlocal status
             if message.get("type") == "http.response.start":
                 found = message.get("status")
                 status = found if isinstance(found, int) else None
-                request.response_headers(decoded(message.get("headers") or ()))
+                if capturing:
+                    request.response_headers(decoded(message.get("headers") or ()))
             await send(message)
 
-        token = _set(request.value)
-        serving = _http.serving()
+        token = _set(request.call.value)
+        serving = None if _sending_get() is None else _sending_set(None)
         try:
             await self.app(scope, receive, send_status)
         except BaseException as exc:
             _finish(request, scope, status, exc)
             raise
         finally:
-            _http.done_serving(serving)
+            if serving is not None:
+                _sending_reset(serving)
             _reset(token)
             if included is not None:
                 _http.excluding.reset(included)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
@@ -37,16 +38,29 @@ _measure = wsgi.measuring(FRAMEWORK)
 def _hook(module: ModuleType) -> list[PatchSpec]:
     flask = module.Flask
     request = module.request  # the proxy of the request being served
+    # The request context's own variable (Flask 2.2+): read directly, the request costs an
+    # attribute, not the proxy's lookup (about 1.5 µs) each time it is asked for.
+    request_context = getattr(sys.modules.get("flask.globals"), "_cv_request", None)
+
+    def served_request() -> Any:
+        if isinstance(request_context, contextvars.ContextVar):
+            context = request_context.get(None)
+            found = getattr(context, "request", None)
+            if found is not None:
+                return found
+        return request
+
     for name in PATCHED:
         if not callable(getattr(flask, name, None)):
             raise TypeError(f"flask.Flask has no {name}()")
 
     def full_dispatch_request(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
         def naming(self: Any) -> Any:
-            served = _served.served_in(request.environ)
+            current = served_request()
+            served = _served.served_in(current.environ)
             if served is None:
                 return original(self)
-            rule = request.url_rule
+            rule = current.url_rule
             served.name(FRAMEWORK, getattr(rule, "rule", None))
             endpoint = getattr(rule, "endpoint", None)
             token = _view.set(None if endpoint is None else self.view_functions.get(endpoint))
@@ -70,7 +84,7 @@ def _hook(module: ModuleType) -> list[PatchSpec]:
 
     def handle_exception(original: Callable[[Any, Exception], Any]) -> Callable[..., Any]:
         def keeping(self: Any, e: Exception) -> Any:
-            served = _served.served_in(request.environ)
+            served = _served.served_in(served_request().environ)
             if served is not None:
                 served.exception = e
             return original(self, e)

@@ -8,7 +8,7 @@ More in docs/architecture.md, "tracer/_patching/integrations/wsgi.py".
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -42,8 +42,13 @@ class EnvironHeaders(Getter["WSGIEnvironment"]):
     of a repeated header arrive joined by ``,`` in one value, as one field of a list does."""
 
     def get(self, carrier: WSGIEnvironment, key: str) -> list[str] | None:
-        name = key.upper().replace("-", "_")
-        value = carrier.get(name if name in _UNPREFIXED else "HTTP_" + name)
+        name = _ENVIRON_NAMES.get(key)
+        if name is None:
+            name = key.upper().replace("-", "_")
+            name = name if name in _UNPREFIXED else "HTTP_" + name
+            if len(_ENVIRON_NAMES) < MAX_ENVIRON_NAMES:
+                _ENVIRON_NAMES[key] = name
+        value = carrier.get(name)
         return [value] if isinstance(value, str) else None
 
     def keys(self, carrier: WSGIEnvironment) -> list[str]:
@@ -53,6 +58,10 @@ class EnvironHeaders(Getter["WSGIEnvironment"]):
 
 #: The two headers a WSGI environ holds without the ``HTTP_`` prefix (PEP 3333).
 _UNPREFIXED: Final = ("CONTENT_TYPE", "CONTENT_LENGTH")
+#: A header's environ key by its name (``"traceparent"``: ``"HTTP_TRACEPARENT"``), for the few
+#: names asked of every request; at most this many remembered.
+MAX_ENVIRON_NAMES: Final = 256
+_ENVIRON_NAMES: dict[str, str] = {}
 
 
 def request_url(environ: WSGIEnvironment) -> str:
@@ -86,7 +95,11 @@ def serve(
     start_response: StartResponse,
 ) -> Iterable[bytes]:
     """Run ``app`` for one request, measured as ``framework``'s (module docstring); just run it
-    when an outer layer measures the request already or the tracer is not recording."""
+    when an outer layer measures the request already or the tracer is not recording. Every
+    request a server makes goes through here: the context is attached inline, not through
+    ``_served.attached`` (docs/performance.md, "Requests")."""
+    if _served.KEY in environ:
+        return app(environ, start_response)
     served = _served.begin(
         environ,
         framework,
@@ -111,14 +124,41 @@ def serve(
             return start_response(status, headers)
         return start_response(status, headers, exc_info)
 
-    with _served.attached(served):
-        result = app(environ, start)
-    return _response(result, served, environ)
+    result: Iterable[bytes] = _call_attached(served, _respond, app, environ, start, served)
+    return result
+
+
+def _respond(
+    app: WSGIApplication, environ: WSGIEnvironment, start: StartResponse, served: _served.Served
+) -> Iterable[bytes]:
+    return _response(app(environ, start), served, environ)
+
+
+def _call_attached(served: _served.Served, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` under the request's context, outside any client call; an exception ends
+    the request as an error (and goes on). What ``_served.attached`` does, without a context
+    manager's object and two calls: every request comes here twice."""
+    token = _set(served.value)
+    serving = None if _sending_get() is None else _sending_set(None)
+    try:
+        return call(*args)
+    except BaseException as exc:
+        served.finish(exc)
+        raise
+    finally:
+        if serving is not None:
+            _sending_reset(serving)
+        _reset(token)
+
+
+_sending_get = _http.SENDING.get
+_sending_set = _http.SENDING.set
+_sending_reset = _http.SENDING.reset
 
 
 def _response(result: Iterable[bytes], served: _served.Served, environ: Any) -> Iterable[bytes]:
     """What the server gets: the application's file wrapper, its ``close`` ending the request,
-    else a ``Body``."""
+    else a ``Body`` (made inside the request's context: ``iter(result)`` may run its code)."""
     file_wrapper = environ.get("wsgi.file_wrapper")
     if isinstance(file_wrapper, type) and isinstance(result, file_wrapper):
         close = getattr(result, "close", None)
@@ -138,38 +178,38 @@ def _response(result: Iterable[bytes], served: _served.Served, environ: Any) -> 
 
 
 class Body:
-    """The response iterable of a measured request (module docstring)."""
+    """The response iterable of a measured request (module docstring): each chunk produced under
+    the request's context; the request ends at ``close``, or at the end of a body without one."""
 
-    __slots__ = ("_failed", "_iterator", "_result", "_served")
+    __slots__ = ("_close", "_failed", "_iterator", "_result", "_served")
 
     def __init__(self, result: Iterable[bytes], served: _served.Served) -> None:
         self._result = result
         self._served = served
-        self._iterator: Iterator[bytes] | None = None
+        self._close: Callable[[], object] | None = getattr(result, "close", None)
+        self._iterator = iter(result)
         self._failed: BaseException | None = None  # raised while producing: the request's end
 
     def __iter__(self) -> Body:
         return self
 
     def __next__(self) -> bytes:
-        served = self._served
-        token = _set(served.request.value)
-        serving = _http.serving()
+        token = _set(self._served.value)
+        serving = None if _sending_get() is None else _sending_set(None)
         try:
-            if self._iterator is None:
-                self._iterator = iter(self._result)
             return next(self._iterator)
         except StopIteration:
-            if not hasattr(self._result, "close"):
-                served.finish()
+            if self._close is None:
+                self._served.finish()
             raise
         except BaseException as exc:
             self._failed = exc
-            if not hasattr(self._result, "close"):
-                served.finish(exc)
+            if self._close is None:
+                self._served.finish(exc)
             raise
         finally:
-            _http.done_serving(serving)
+            if serving is not None:
+                _sending_reset(serving)
             _reset(token)
 
     def __bool__(self) -> bool:
@@ -182,10 +222,9 @@ class Body:
 
     def close(self) -> None:
         served = self._served
-        close = getattr(self._result, "close", None)
+        close = self._close
         if close is not None:
-            with _served.attached(served):
-                close()
+            _call_attached(served, close)
         served.finish(self._failed)
 
 
