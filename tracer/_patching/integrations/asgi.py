@@ -34,6 +34,7 @@ __all__ = [
     "ServerMiddleware",
     "decoded",
     "name_route",
+    "refine",
     "request_url",
 ]
 
@@ -143,7 +144,7 @@ class InvoseqMiddleware:
             await _service.run_async("asgi.lifespan", lambda: self.app(scope, receive, send))
             return
         if scope.get("type") != "http" or REQUEST_KEY in scope:
-            _refine(scope, self.framework)  # inside a server's: the request becomes ours
+            refine(scope, self.framework)  # inside a server's: the request becomes ours
             await self.app(scope, receive, send)
             return
         if _options.excluded(self.framework, lambda: request_url(scope)):
@@ -193,7 +194,7 @@ class InvoseqMiddleware:
 
 class ServerMiddleware(InvoseqMiddleware):
     """The middleware a server hook puts outermost: its requests are ``asgi``'s until a
-    framework's middleware inside takes them (``_refine``). It stays in the server's
+    framework's middleware inside takes them (``refine``). It stays in the server's
     application, and measures only while the hook's patch is in place (``owner.name``)."""
 
     def __init__(self, app: ASGIApp, *, owner: type, name: str) -> None:
@@ -205,7 +206,7 @@ class ServerMiddleware(InvoseqMiddleware):
         return installed(self.owner, self.name)
 
 
-def _refine(scope: Scope, framework: str) -> None:
+def refine(scope: Scope, framework: str) -> None:
     """A framework's middleware sees a request the plain ASGI middleware began (a server's, or
     one added by hand): the request becomes the framework's (its module), unless it is named
     already."""

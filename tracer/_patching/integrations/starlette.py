@@ -7,7 +7,7 @@ More in docs/architecture.md, "tracer/_patching/integrations/starlette.py".
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any, Final
 
@@ -52,6 +52,20 @@ class _Installed(asgi.InvoseqMiddleware):
 
     def measuring(self) -> bool:
         return installed(self.owner, "build_middleware_stack")
+
+    def __call__(  # type: ignore[override]  # a coroutine still, but not always one of ours
+        self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send
+    ) -> Awaitable[None]:
+        """The application's own middleware stack, unless this layer measures the request: a
+        request a server's layer measures already (or any, after ``uninstrument``) is the inner
+        stack's coroutine itself, so that this layer adds no frame to each of the request's
+        steps. Servers never see this object (the application is what they inspect)."""
+        if scope.get(asgi.REQUEST_KEY) is not None and scope.get("type") == "http":
+            asgi.refine(scope, self.framework)
+            return self.app(scope, receive, send)
+        if not self.measuring():
+            return self.app(scope, receive, send)
+        return super().__call__(scope, receive, send)
 
 
 def copy_names(replacement: Any, original: Any) -> None:
