@@ -60,10 +60,10 @@ class _Installed(asgi.InvoseqMiddleware):
         request a server's layer measures already (or any, after ``uninstrument``) is the inner
         stack's coroutine itself, so that this layer adds no frame to each of the request's
         steps. Servers never see this object (the application is what they inspect)."""
+        if not self.measuring():
+            return self.app(scope, receive, send)
         if scope.get(asgi.REQUEST_KEY) is not None and scope.get("type") == "http":
             asgi.refine(scope, self.framework)
-            return self.app(scope, receive, send)
-        if not self.measuring():
             return self.app(scope, receive, send)
         return super().__call__(scope, receive, send)
 
