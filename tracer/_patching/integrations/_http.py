@@ -165,8 +165,7 @@ class ServerRequest:
             self.attributes[STATUS] = status
         if exc is None and status is not None and status >= 500:
             exc = self.exception
-        failed = exc is not None or (status is not None and status >= 500)
-        error = error_name(status, exc) if failed else None
+        error = error_name(status, exc)
         if error is not None:
             self.attributes[ERROR_TYPE] = error[:MAX_ATTRIBUTE_VALUE]
         call = self.call

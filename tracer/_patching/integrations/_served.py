@@ -20,6 +20,10 @@ from tracer._patching.integrations import _http
 
 _set = context.current.set
 _reset = context.current.reset
+# Whether a client call is open here (``_http.serving``), asked inline: every request does.
+_sending_get = _http.SENDING.get
+_sending_set = _http.SENDING.set
+_sending_reset = _http.SENDING.reset
 
 #: The environ's (or scope's) key of the ``Served`` request.
 KEY: Final = "invoseq.served"
@@ -99,6 +103,22 @@ class attached:  # noqa: N801 - used as the function it was: ``with attached(ser
         finally:
             _http.done_serving(self._serving)
             _reset(self._token)
+
+
+def call_attached(served: Served, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)`` as ``attached`` runs a block, without a context manager's object and its
+    two calls: a WSGI request comes here twice (the application, and its body's ``close``)."""
+    token = _set(served.value)
+    serving = None if _sending_get() is None else _sending_set(None)
+    try:
+        return call(*args)
+    except BaseException as exc:
+        served.finish(exc)
+        raise
+    finally:
+        if serving is not None:
+            _sending_reset(serving)
+        _reset(token)
 
 
 def begin(

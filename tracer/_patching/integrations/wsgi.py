@@ -95,11 +95,7 @@ def serve(
     start_response: StartResponse,
 ) -> Iterable[bytes]:
     """Run ``app`` for one request, measured as ``framework``'s (module docstring); just run it
-    when an outer layer measures the request already or the tracer is not recording. Every
-    request a server makes goes through here: the context is attached inline, not through
-    ``_served.attached`` (docs/performance.md, "Requests")."""
-    if _served.KEY in environ:
-        return app(environ, start_response)
+    when an outer layer measures the request already or the tracer is not recording."""
     served = _served.begin(
         environ,
         framework,
@@ -124,7 +120,7 @@ def serve(
             return start_response(status, headers)
         return start_response(status, headers, exc_info)
 
-    result: Iterable[bytes] = _call_attached(served, _respond, app, environ, start, served)
+    result: Iterable[bytes] = _served.call_attached(served, _respond, app, environ, start, served)
     return result
 
 
@@ -134,23 +130,7 @@ def _respond(
     return _response(app(environ, start), served, environ)
 
 
-def _call_attached(served: _served.Served, call: Callable[..., Any], *args: Any) -> Any:
-    """``call(*args)`` under the request's context, outside any client call; an exception ends
-    the request as an error (and goes on). What ``_served.attached`` does, without a context
-    manager's object and two calls: every request comes here twice."""
-    token = _set(served.value)
-    serving = None if _sending_get() is None else _sending_set(None)
-    try:
-        return call(*args)
-    except BaseException as exc:
-        served.finish(exc)
-        raise
-    finally:
-        if serving is not None:
-            _sending_reset(serving)
-        _reset(token)
-
-
+# Whether a client call is open here (``_http.serving``), asked inline by every body chunk.
 _sending_get = _http.SENDING.get
 _sending_set = _http.SENDING.set
 _sending_reset = _http.SENDING.reset
@@ -164,9 +144,8 @@ def _response(result: Iterable[bytes], served: _served.Served, environ: Any) -> 
         close = getattr(result, "close", None)
 
         def close_file() -> None:
-            with _served.attached(served):
-                if close is not None:
-                    close()
+            if close is not None:
+                _served.call_attached(served, close)
             served.finish()
 
         try:
@@ -224,7 +203,7 @@ class Body:
         served = self._served
         close = self._close
         if close is not None:
-            _call_attached(served, close)
+            _served.call_attached(served, close)
         served.finish(self._failed)
 
 
