@@ -24,8 +24,11 @@ belongs to the calls open at its tick, and is cut at the start and end of its no
 start of the node's next measured child on the thread (which has samples of its own). A
 collapsed sample (weight N > 1) is N ticks spread over ``[t, t + duration)``: the part inside a
 node counts ``round(N * overlap / duration)`` samples and the overlap's time, its CPU time pro
-rata. Each estimated node's bounds are the gaps between the ticks of its node around its first
-and last (``placement.bounds_of``).
+rata; but a part where a measured function its stack shows, which ran on the thread during
+the span, had no call open is left out, time and ticks (``duration`` is then the rest): the
+span's edges are estimates, and the stack was not there yet (or any more). Each estimated
+node's bounds are the gaps between the ticks of its node around its first and last
+(``placement.bounds_of``).
 
 **Merging.** The cut stacks of a node merge into a tree: frames with the same signature at the same
 depth under the same parent are one node. The signature is (file, function), or with ``lines``

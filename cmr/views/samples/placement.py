@@ -120,12 +120,18 @@ def place_sample(
             ticks=sample.ticks,
         )
         return [placement], 0
-    # A collapsed sample: split its span where any call on the thread starts or ends.
+    # A collapsed sample: split its span where any call on the thread starts or ends. Its ticks
+    # fell in the pieces its stack can have been seen in (``_impossible``): they share them.
+    pieces = thread.pieces(t, t + duration)
+    impossible = _impossible(pieces, thread, deepest) if len(pieces) > 1 else set()
+    possible = duration - sum(pieces[index][1] - pieces[index][0] for index in impossible)
+    if not possible:
+        return [], sample.weight
     overlap: dict[Call, tuple[int, int, int, bool, bool]] = {}  # call -> (cut, first, time, …)
     missed = 0
-    for piece_start, piece_end in thread.pieces(t, t + duration):
+    for index, (piece_start, piece_end) in enumerate(pieces):
         candidates = thread.innermost(piece_start)
-        if not candidates:
+        if not candidates or index in impossible:
             continue
         placed = _place(candidates, deepest, loop_at)
         if placed is None:
@@ -148,17 +154,44 @@ def place_sample(
         Placement(
             call,
             cut,
-            _share(sample.weight, spent, duration),
+            _share(sample.weight, spent, possible),
             first,
             spent,
-            sample.cpu_ns * spent // duration,
+            sample.cpu_ns * spent // possible,
             between_tasks=between,
             at_loop=at_loop,
             ticks=sample.ticks,
         )
         for call, (cut, first, spent, between, at_loop) in overlap.items()
     ]
-    return placements, _share(sample.weight, missed, duration)
+    return placements, _share(sample.weight, missed, possible)
+
+
+def _impossible(
+    pieces: list[tuple[int, int]], thread: ThreadCalls, deepest: dict[FrameKey, int]
+) -> set[int]:
+    """The pieces of a collapsed sample's span (by position) its stack cannot have been seen
+    in: a measured function it shows ran on the thread during the span, but had no call open
+    in the piece.
+
+    A span's start is an estimate (where the stack changed, between two ticks), and so is the
+    main thread's claim that a stack it answers late was already there when asked: a thread
+    the system took off the CPU in C code on its way into a task's first step answers in that
+    step, and its claim begins before the task did. Before the task's call opened, the stack
+    showing it was not there: that piece would otherwise go to whichever call was open then
+    (the other task, under the event loop)."""
+    open_in: list[set[FrameKey]] = []
+    for start, _end in pieces:
+        keys: set[FrameKey] = set()
+        for call in thread.innermost(start):
+            caller: Call | None = call
+            while caller is not None:
+                if caller.key is not None:
+                    keys.add(caller.key)
+                caller = caller.parent
+        open_in.append(keys)
+    shown = set().union(*open_in).intersection(deepest)
+    return {index for index, keys in enumerate(open_in) if keys and not shown <= keys}
 
 
 def _share(weight: int, part: int, whole: int) -> int:

@@ -89,7 +89,7 @@ def built() -> SequenceBuilder:
     b.frame(3, "spin", line=30, file="lib.py")
     b.sample(20 * MS, [1, 2, 3], duration=5 * MS, cpu=5 * MS)
     b.sample(70 * MS, [1], duration=5 * MS, cpu=1 * MS)
-    b.sample(50 * MS, [1, 2], weight=4, duration=40 * MS, cpu=0)  # idle, 10 ms in work
+    b.sample(50 * MS, [1], weight=4, duration=40 * MS, cpu=0)  # idle in main, 10 ms in work
     b.sample(200 * MS, [1], duration=5 * MS, cpu=0)  # after main returned: no call holds it
     return b
 
@@ -109,8 +109,8 @@ def test_each_sample_links_to_the_span_of_the_call_it_was_taken_under() -> None:
     assert found.of("wall") == [
         (None, ("main",), 1, 200 * MS, 5 * MS),  # kept, without a link
         (main, ("main",), 1, 70 * MS, 5 * MS),
-        (main, ("main", "work"), 3, 60 * MS, 30 * MS),  # the idle stretch after work returned
-        (work, ("main", "work"), 1, 50 * MS, 10 * MS),  # 10 of its 40 ms: 1 of its 4 ticks
+        (main, ("main",), 3, 60 * MS, 30 * MS),  # the idle stretch after work returned
+        (work, ("main",), 1, 50 * MS, 10 * MS),  # 10 of its 40 ms: 1 of its 4 ticks
         (work, ("main", "work", "spin"), 1, 20 * MS, 5 * MS),
     ]
     assert [row[4] for row in found.of("cpu")] == [0, 1 * MS, 0, 0, 5 * MS]

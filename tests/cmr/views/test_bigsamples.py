@@ -13,7 +13,7 @@ import pytest
 from cmr.store.base import SequenceData
 from cmr.store.columns import columns_available
 from cmr.views.analyses.bigprofile import sequence_profile
-from cmr.views.analyses.profile import profile_sequence
+from cmr.views.analyses.profile import ProfileNode, profile_sequence
 from cmr.views.render.json import profile_to_json
 from cmr.views.render.profile_text import render_profile
 from cmr.views.samples.merge import merge_samples
@@ -46,7 +46,8 @@ def _calls(
 def sampled(seed: int) -> SequenceData:
     """A nested tree on one thread and the samples of its ticks: single ticks and collapsed
     ones, stacks through every open call's frame (now and then without the innermost one) down
-    to a helper, some ticks before the root started."""
+    to a helper, some ticks before the root started, some collapsed spans past the end of a
+    call their stack shows."""
     rng = random.Random(seed)
     b = SequenceBuilder()
     calls = [(1, 0, NAMES[0], 0, 20_000)]
@@ -59,13 +60,16 @@ def sampled(seed: int) -> SequenceData:
     b.frame(MODULE, "<module>", line=1, file="main.py")
     t = -500
     while t < 21_000:
-        chain = [c for c in calls if c[3] <= t < c[4]]
+        weight = 3 if rng.random() < 0.2 else 1
+        # A collapsed sample's stack is mostly that of the calls holding its whole span; now
+        # and then that of those holding its start, whose span runs past a shown call's end.
+        end = t + 1 if weight == 1 or rng.random() < 0.3 else t + 300 * weight
+        chain = [c for c in calls if c[3] <= t and end <= c[4]]
         frames = [MODULE] + [1 + NAMES.index(c[2]) for c in chain]
         if chain and rng.random() < 0.15:
             frames.pop()  # the innermost call had not pushed its frame yet
         if rng.random() < 0.6:
             frames.append(HELPER)
-        weight = 3 if rng.random() < 0.2 else 1
         lines = [rng.randrange(1, 4) for _ in frames]
         b.sample(t, frames, weight=weight, duration=300 * weight, cpu=rng.randrange(0, 300),
                  lines=lines)  # fmt: skip
@@ -93,7 +97,11 @@ def test_grafted_samples_give_the_profile_of_the_whole_merged_tree(seed: int, li
     assert quick is not None
     assert _texts(data, quick, lines) == whole_profile(data, lines)
     assert quick.roots[0].samples > 0
-    assert any(node.kind == "estimated" for node in quick.roots[0].children)
+    assert any(node.kind == "estimated" for node in _everywhere(quick.roots[0]))
+
+
+def _everywhere(node: ProfileNode) -> list[ProfileNode]:
+    return [node, *(n for child in node.children for n in _everywhere(child))]
 
 
 def test_calls_that_do_not_nest_or_several_threads_are_left_to_the_whole_tree() -> None:

@@ -469,6 +469,26 @@ def test_a_stack_of_neither_the_loop_nor_a_call_is_still_not_guessed(builder):
     assert tree.loop_busy_ns == 0
 
 
+def test_a_collapsed_sample_showing_a_task_is_not_placed_before_the_task_started(builder):
+    # The main thread, taken off the CPU in C on its way into task_b's first step, answers
+    # three ticks there at once, claiming the stack since it was first asked (15, before
+    # task_b started at 20): the piece before 20 is not task_a's, under the event loop, and
+    # the three ticks fell in task_b.
+    _two_tasks(builder)
+    _loop_frames(builder)
+    builder.frame(4, "spin_b", line=40)
+    builder.sample(15, [10, 11, 3, 4], weight=3, duration=15, ticks=(15, 28))
+
+    tree = merge_samples(build_tree(builder.data()), builder.data())
+
+    assert merged(tree) == [
+        "app.main 100/20 n=3/0 cpu=0",
+        "  app.task_a 80/80 n=0/0 cpu=-",
+        "  app.task_b 60/50 n=3/0 cpu=0",
+        "    ~spin_b 10/10 n=3/3 cpu=0",
+    ]
+
+
 def _gap(t: int, duration: int) -> SampleRecord:
     """A sampler gap of process 1 (``invoseq.wire.GAP_TID``): no thread read from ``t``."""
     return SampleRecord(1, 0, t, max(1, duration // 10), duration, 0, (), ())
