@@ -89,10 +89,14 @@ import tracer
 def work(n):
     return n
 
-for n in range(200):
+# Batches go to the nodes it is connected to: on a loaded machine a node's connection may
+# take a while, so it goes on (at most 500 flushes) until each node has acknowledged one.
+for n in range(10_000):
     work(n)
     if n % 20 == 19:
         assert tracer.flush(timeout_s=60)
+        if n >= 199 and min(tracer.stats().acked_by_endpoint.values()) > 0:
+            break
 acknowledged = tracer.shutdown()
 print(json.dumps({
     "endpoint": os.environ.get("INVOSEQ_ENDPOINT"),
