@@ -262,7 +262,9 @@ class SamplerReport(msgspec.Struct, array_like=True, frozen=True):
     ``interval_ms`` is the configured interval; the sampler paces itself from there (its cost
     held near 1 %): ``current_interval_ns`` is the interval in effect when the report was
     made, so for the samples of its batch, and ``longest_interval_ns`` the longest it used so
-    far. Both 0: a sender that predates pacing, which ticked at ``interval_ms`` throughout."""
+    far. Both 0: a sender that predates pacing, which ticked at ``interval_ms`` throughout.
+    ``dropped_samples``: finished samples the sampler refused while its queue to the sender was
+    full (0 from a sender that predates it)."""
 
     mode: Annotated[str, msgspec.Meta(max_length=8)]
     interval_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)]
@@ -271,6 +273,7 @@ class SamplerReport(msgspec.Struct, array_like=True, frozen=True):
     cost_ns: Id63
     current_interval_ns: Id63 = 0
     longest_interval_ns: Id63 = 0
+    dropped_samples: Id63 = 0
 
 
 class LostWindow(msgspec.Struct, array_like=True, frozen=True):

@@ -302,6 +302,6 @@ def load_samplers(execute: Execute) -> dict[int, SamplerRecord]:
     """Every process's last sampler report, by puid."""
     query = (
         "SELECT puid, mode, interval_ms, ticks, late_ticks, cost_ns, current_interval_ns, "
-        "longest_interval_ns FROM samplers ORDER BY puid"
+        "longest_interval_ns, dropped_samples FROM samplers ORDER BY puid"
     )
     return {puid: SamplerRecord(*report) for puid, *report in execute(query, ())}

@@ -92,6 +92,7 @@ class SamplerRecord:
     # tracer that predates pacing, or a report stored before; it ticked at interval_ms).
     current_interval_ns: int = 0
     longest_interval_ns: int = 0
+    dropped_samples: int = 0  # refused while its queue to the sender was full
 
 
 @dataclass(frozen=True, slots=True)

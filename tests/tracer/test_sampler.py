@@ -22,6 +22,7 @@ from invoseq import wire
 from tests.support import wait_for
 from tracer import _runtime
 from tracer._sampling import active, stacks
+from tracer._sampling import output as output_module
 from tracer._sampling import readings as readings_module
 from tracer._sampling import sampler as sampler_module
 from tracer.testing import Capture, capture
@@ -511,6 +512,28 @@ def test_the_sampler_reports_its_ticks_and_cost_and_frames_are_interned(
     assert package == stacks.TRACER_DIR  # the whole package, not the sampler's folder
     assert not [f for f in frames if f.file.startswith(package)]  # the tracer's own: left out
     assert any(names[s.frames[-1]] == "spin" for s in samples)
+
+
+def test_samples_refused_past_the_queue_bound_are_counted_in_the_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sampler's queue to the sender holds MAX_PENDING_SAMPLES; at 0 it refuses every one.
+    monkeypatch.setattr(output_module, "MAX_PENDING_SAMPLES", 0)
+    with capture(sample_interval_ms=1) as trace:
+        stop, entered = threading.Event(), threading.Event()
+        spinner = threading.Thread(target=busy_until, args=(stop, entered), name="spinner")
+        spinner.start()
+        try:
+            assert entered.wait(60)
+            wait_ticks(trace, 20)
+        finally:
+            stop.set()
+            spinner.join(60)
+        trace.flush()
+    report = trace.batches[-1].sampler
+    assert report is not None
+    assert not [s for b in trace.batches for s in b.samples if s.tid != wire.GAP_TID]
+    assert report.dropped_samples > 0  # every finished sample of the spinner: refused, counted
 
 
 def test_sampling_can_be_turned_off() -> None:

@@ -209,9 +209,9 @@ class Sampler:
     def drain(self) -> list[SampleTuple]:
         return self._output.drain()
 
-    def report(self) -> tuple[str, int, int, int, int, int, int]:
+    def report(self) -> tuple[str, int, int, int, int, int, int, int]:
         """As invoseq.wire.SamplerReport: mode, configured interval, ticks, late ticks, cost, the
-        interval in effect and the longest used."""
+        interval in effect, the longest used, and the samples dropped (its queue was full)."""
         interval_ms = self.interval_ns // 1_000_000
         pacer = self._pacer
         return (
@@ -222,6 +222,7 @@ class Sampler:
             self.cost_ns,
             pacer.interval_ns,
             pacer.longest_ns,
+            self._output.dropped,
         )
 
     # -- the sampler thread -----------------------------------------------------------------------

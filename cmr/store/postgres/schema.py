@@ -220,6 +220,11 @@ SAMPLER_INTERVALS: Final = (
     "ALTER TABLE samplers ADD COLUMN current_interval_ns bigint NOT NULL DEFAULT 0, "
     "ADD COLUMN longest_interval_ns bigint NOT NULL DEFAULT 0",
 )
+#: The samples a process's sampler dropped (its queue to the sender full), in its report (0: a
+#: report stored before, or a tracer that predates it).
+SAMPLER_DROPS: Final = (
+    "ALTER TABLE samplers ADD COLUMN dropped_samples bigint NOT NULL DEFAULT 0",
+)
 #: The methods a sequence's Starts ran in a batch, on its ``batch_seqs`` row (same key) instead
 #: of a table of their own: one index row less per sequence and batch (issue 33). NULL on the
 #: row of a sequence the batch has only Handoffs of.

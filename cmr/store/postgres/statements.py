@@ -27,12 +27,13 @@ UPSERT_COUNTERS: Final = """
         events = c.events + excluded.events,
         samples = c.samples + excluded.samples"""
 UPSERT_SAMPLER: Final = """
-    INSERT INTO samplers AS s VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+    INSERT INTO samplers AS s VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
     ON CONFLICT (puid) DO UPDATE SET
         mode = excluded.mode, interval_ms = excluded.interval_ms, ticks = excluded.ticks,
         late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns,
         current_interval_ns = excluded.current_interval_ns,
-        longest_interval_ns = excluded.longest_interval_ns
+        longest_interval_ns = excluded.longest_interval_ns,
+        dropped_samples = excluded.dropped_samples
     WHERE excluded.ticks >= s.ticks"""
 UPSERT_SAMPLE_THREADS: Final = """
     INSERT INTO sample_threads AS t

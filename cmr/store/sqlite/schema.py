@@ -78,6 +78,11 @@ SAMPLER_INTERVALS_SCHEMA: Final = (
     "ALTER TABLE samplers ADD COLUMN current_interval_ns INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE samplers ADD COLUMN longest_interval_ns INTEGER NOT NULL DEFAULT 0",
 )
+#: Version 14: the samples a process's sampler dropped (its queue to the sender full), in its
+#: report; 0 for a report stored before, or sent by a tracer that predates it.
+SAMPLER_DROPS_SCHEMA: Final = (
+    "ALTER TABLE samplers ADD COLUMN dropped_samples INTEGER NOT NULL DEFAULT 0",
+)
 #: Version 11: ``seq_methods`` folded into ``batch_seqs``, whose key it shared: the methods a
 #: sequence's Starts ran in the batch (a msgpack array), NULL on a row of a sequence the batch
 #: has only Handoffs of.
@@ -281,6 +286,7 @@ STEPS: Final = (
     Step(11, "the methods each sequence ran, on its batch_seqs row", BATCH_METHODS_SCHEMA),
     Step(12, "the time windows of drops whose sequences were not named", LOST_WINDOWS_SCHEMA),
     Step(13, "request-shaped sequences stored as one row each", SINGLE_ROWS_SCHEMA),
+    Step(14, "the samples the sampler dropped, in its report", SAMPLER_DROPS_SCHEMA),
 )
 SCHEMA_VERSION: Final = latest(STEPS)
 #: A fresh file: every step's statements, then its version.

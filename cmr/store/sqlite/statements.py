@@ -157,12 +157,13 @@ PRUNED_PROCESSES: Final = """
 #: A sampler report is cumulative: the one with the most ticks is the latest, whatever order
 #: batches arrive in.
 UPSERT_SAMPLER: Final = """
-    INSERT INTO samplers VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    INSERT INTO samplers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (puid) DO UPDATE SET
         mode = excluded.mode, interval_ms = excluded.interval_ms, ticks = excluded.ticks,
         late_ticks = excluded.late_ticks, cost_ns = excluded.cost_ns,
         current_interval_ns = excluded.current_interval_ns,
-        longest_interval_ns = excluded.longest_interval_ns
+        longest_interval_ns = excluded.longest_interval_ns,
+        dropped_samples = excluded.dropped_samples
     WHERE excluded.ticks >= samplers.ticks"""
 UPSERT_SAMPLE_THREAD: Final = """
     INSERT INTO sample_threads VALUES (?, ?, ?)

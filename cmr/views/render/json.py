@@ -316,6 +316,7 @@ def sampler_fields(report: SamplerRecord | None) -> dict[str, Any] | None:
         "cost_ns": report.cost_ns,
         "current_interval_ns": report.current_interval_ns,
         "longest_interval_ns": report.longest_interval_ns,
+        "dropped_samples": report.dropped_samples,
     }
 
 

@@ -166,12 +166,22 @@ def render_stats(stats: StoreStats) -> str:
                     str(report.ticks),
                     str(report.late_ticks),
                     format_duration(report.cost_ns),
+                    str(report.dropped_samples),
                 ]
             )
     if sampled:
         lines.append("")
-        header = ["PROCESS", "PUID", "SAMPLER", "PACED (LONGEST)", "TICKS", "LATE", "COST"]
-        lines.append(table(header, sampled, frozenset({3, 4, 5, 6})))
+        header = [
+            "PROCESS",
+            "PUID",
+            "SAMPLER",
+            "PACED (LONGEST)",
+            "TICKS",
+            "LATE",
+            "COST",
+            "DROPPED",
+        ]
+        lines.append(table(header, sampled, frozenset({3, 4, 5, 6, 7})))
     return "\n".join(lines)
 
 

@@ -52,7 +52,7 @@ def fixture_repo(tmp_path, make_batch, clock_offset_ns) -> str:
             wire.Sample(1, 32 * MS, 1, 5 * MS, 0, [1, 2, 3], [15, 13, 44], 2 * MS, 2 * MS),
             wire.Sample(1, 70 * MS, 1, 10 * MS, 10 * MS, [1], [20], 5 * MS, 5 * MS),
         ],
-        sampler=wire.SamplerReport("wall", 5, 40, 2, 3 * MS, 6 * MS, 8 * MS),
+        sampler=wire.SamplerReport("wall", 5, 40, 2, 3 * MS, 6 * MS, 8 * MS, 11),
     )
     worker = make_batch(
         WORKER,
@@ -295,7 +295,16 @@ def test_stats_count_samples_and_show_each_sampler(repo, capsys):
     assert code == 0
     assert "samples            4" in out
     header, row = (re.split(r"\s{2,}", line) for line in out.splitlines()[-2:])
-    assert header == ["PROCESS", "PUID", "SAMPLER", "PACED (LONGEST)", "TICKS", "LATE", "COST"]
+    assert header == [
+        "PROCESS",
+        "PUID",
+        "SAMPLER",
+        "PACED (LONGEST)",
+        "TICKS",
+        "LATE",
+        "COST",
+        "DROPPED",
+    ]
     assert row == [
         "testhost:4242",
         f"{SHOP:016x}",
@@ -304,6 +313,7 @@ def test_stats_count_samples_and_show_each_sampler(repo, capsys):
         "40",
         "2",
         "3.00 ms",
+        "11",  # samples the sampler refused while its queue to the sender was full
     ]
 
     doc = json.loads(run(capsys, "--db", repo, "stats", "--json")[1])
@@ -318,6 +328,7 @@ def test_stats_count_samples_and_show_each_sampler(repo, capsys):
             "cost_ns": 3 * MS,
             "current_interval_ns": 6 * MS,
             "longest_interval_ns": 8 * MS,
+            "dropped_samples": 11,
         },
         WORKER: None,
     }

@@ -28,6 +28,7 @@ from cmr.store.sqlite.schema import (
     LOST_WINDOWS_SCHEMA,
     PACKED_SCHEMA,
     ROOT_ERROR_SCHEMA,
+    SAMPLER_DROPS_SCHEMA,
     SAMPLER_INTERVALS_SCHEMA,
     SAMPLES_SCHEMA,
     SCHEMA,
@@ -74,6 +75,7 @@ def older_schema(path: str, version: int) -> None:
         + BATCH_METHODS_SCHEMA
         + LOST_WINDOWS_SCHEMA
         + SINGLE_ROWS_SCHEMA
+        + SAMPLER_DROPS_SCHEMA
         + (PACKED_SCHEMA if version < 6 else LEGACY_EVENTS_SCHEMA)
         + {
             6: (),
@@ -147,29 +149,51 @@ def check_keys_computed_on_upgrade(
         store.close()
 
 
-def check_sampler_reports_kept_on_upgrade(
-    opened: Callable[[], Store], make_batch: BatchFactory, downgrade: Callable[[], None]
-) -> None:
-    """Store a paced sampler report in the repository ``opened`` gives, ``downgrade`` it to the
-    schema before the paced interval, open it again (which upgrades it): the report reads as
-    unpaced (0), and a later report keeps its paced interval."""
-    first = wire.SamplerReport("cpu", 10, 500, 3, 9_000_000, 15_000_000, 20_000_000)
-    later = wire.SamplerReport("cpu", 10, 600, 3, 9_500_000, 12_000_000, 20_000_000)
+def _reports_across_upgrade(
+    opened: Callable[[], Store],
+    make_batch: BatchFactory,
+    downgrade: Callable[[], None],
+    reports: tuple[wire.SamplerReport, wire.SamplerReport],
+) -> tuple[SamplerRecord, SamplerRecord]:
+    """Store the first report in the repository ``opened`` gives, ``downgrade`` it, open it
+    again (which upgrades it): the first report as read then, and the second once stored."""
     store = opened()
     try:
-        store.ingest(make_batch(7, 1, {}, sampler=first), 1)
+        store.ingest(make_batch(7, 1, {}, sampler=reports[0]), 1)
     finally:
         store.close()
     downgrade()
     store = opened()
     try:
         upgraded = store.stats().samplers[7]
-        store.ingest(make_batch(7, 2, {}, sampler=later), 2)
-        paced = store.stats().samplers[7]
+        store.ingest(make_batch(7, 2, {}, sampler=reports[1]), 2)
+        return upgraded, store.stats().samplers[7]
     finally:
         store.close()
+
+
+def check_sampler_reports_kept_on_upgrade(
+    opened: Callable[[], Store], make_batch: BatchFactory, downgrade: Callable[[], None]
+) -> None:
+    """A paced sampler report, stored before a ``downgrade`` to the schema before the paced
+    interval, reads as unpaced (0) once upgraded, and a later report keeps its paced interval."""
+    first = wire.SamplerReport("cpu", 10, 500, 3, 9_000_000, 15_000_000, 20_000_000)
+    later = wire.SamplerReport("cpu", 10, 600, 3, 9_500_000, 12_000_000, 20_000_000)
+    upgraded, paced = _reports_across_upgrade(opened, make_batch, downgrade, (first, later))
     assert upgraded == SamplerRecord("cpu", 10, 500, 3, 9_000_000, 0, 0)
     assert paced == SamplerRecord("cpu", 10, 600, 3, 9_500_000, 12_000_000, 20_000_000)
+
+
+def check_sampler_drops_kept_on_upgrade(
+    opened: Callable[[], Store], make_batch: BatchFactory, downgrade: Callable[[], None]
+) -> None:
+    """A sampler report, stored before a ``downgrade`` to the schema before the samples dropped
+    were kept, is kept once upgraded with none dropped (0), and a later report keeps its count."""
+    first = wire.SamplerReport("wall", 10, 500, 3, 9_000_000, 10_000_000, 20_000_000, 7)
+    later = wire.SamplerReport("wall", 10, 600, 3, 9_500_000, 10_000_000, 20_000_000, 9)
+    upgraded, counted = _reports_across_upgrade(opened, make_batch, downgrade, (first, later))
+    assert upgraded == SamplerRecord("wall", 10, 500, 3, 9_000_000, 10_000_000, 20_000_000, 0)
+    assert counted == SamplerRecord("wall", 10, 600, 3, 9_500_000, 10_000_000, 20_000_000, 9)
 
 
 RAN, OTHER, HANDED = seq_id("a1"), seq_id("b2"), seq_id("c3")
@@ -241,11 +265,20 @@ INDEXED_QUERIES: list[tuple[SequenceQuery, str]] = [
 SINGLE_ROW_COLUMNS = ("one_puid", "one_tid", "one_iid", "one_method", "one_batch", "one_methods")
 
 
+def without_sampler_drops(conn: sqlite3.Connection) -> None:
+    """Make a file's sampler reports as version 13 wrote them: without version 14's count of
+    the samples dropped."""
+    if "dropped_samples" in {row[1] for row in conn.execute("PRAGMA table_info(samplers)")}:
+        conn.execute("ALTER TABLE samplers DROP COLUMN dropped_samples")
+
+
 def without_single_rows(conn: sqlite3.Connection) -> None:
     """Make a file's sequences as version 12 wrote them: every single-row sequence in the side
-    tables (``single.spread``), and ``sequences`` without version 13's index and columns."""
+    tables (``single.spread``), and ``sequences`` without version 13's index and columns (and
+    what later versions added: ``without_sampler_drops``)."""
     from cmr.store.sqlite import single
 
+    without_sampler_drops(conn)
     if "one_batch" not in {row[1] for row in conn.execute("PRAGMA table_info(sequences)")}:
         return  # made so already
     query = "SELECT seq FROM sequences WHERE one_batch IS NOT NULL"

@@ -66,7 +66,10 @@ def test_a_postgres_repository_at_migration_7_gets_the_windows_table(
     store_one(store, make_batch)
     store.close()
     with connect(pg_url) as conn:  # as migration 7 left it
-        conn.execute("DROP TABLE lost_windows; DELETE FROM schema_migrations WHERE version >= 8")
+        conn.execute(
+            "DROP TABLE lost_windows; ALTER TABLE samplers DROP COLUMN dropped_samples; "
+            "DELETE FROM schema_migrations WHERE version >= 8"
+        )
         conn.commit()
 
     store = open_store(pg_url, clock=clock)
@@ -74,4 +77,4 @@ def test_a_postgres_repository_at_migration_7_gets_the_windows_table(
         check_upgraded(store, make_batch)
     finally:
         store.close()
-    assert PG_VERSION == 8
+    assert PG_VERSION >= 8

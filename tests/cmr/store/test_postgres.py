@@ -34,6 +34,7 @@ from tests.cmr.store.records import (
     BatchFactory,
     check_keys_computed_on_upgrade,
     check_methods_kept_on_upgrade,
+    check_sampler_drops_kept_on_upgrade,
     check_sampler_reports_kept_on_upgrade,
     handoff,
     page_statements,
@@ -257,7 +258,7 @@ def test_a_version_4_repository_gets_its_listing_keys_and_queries_find_its_seque
             "DROP INDEX sequences_by_root, sequences_by_duration, sequences_failed; "
             "ALTER TABLE sequences DROP COLUMN root_name, DROP COLUMN end_ns, "
             f"DROP COLUMN error; {_DROP_SAMPLER_INTERVALS}; {_SPLIT_BATCH_METHODS}; "
-            "DELETE FROM schema_migrations WHERE version >= 5",
+            f"{_DROP_SAMPLER_DROPS}; DELETE FROM schema_migrations WHERE version >= 5",
         )
 
     check_keys_computed_on_upgrade(lambda: open_store(pg_url, clock=clock), make_batch, downgrade)
@@ -268,6 +269,10 @@ def test_a_version_4_repository_gets_its_listing_keys_and_queries_find_its_seque
 _DROP_SAMPLER_INTERVALS = (
     "ALTER TABLE samplers DROP COLUMN current_interval_ns, DROP COLUMN longest_interval_ns"
 )
+
+
+#: What version 9 added: the samples the sampler dropped, in its report.
+_DROP_SAMPLER_DROPS = "ALTER TABLE samplers DROP COLUMN dropped_samples"
 
 
 #: What version 7 changed: the methods each sequence ran in a batch were a table of their own.
@@ -292,7 +297,7 @@ def test_a_version_5_repository_keeps_its_sampler_reports_and_reads_them_as_unpa
     def downgrade() -> None:  # back to what version 5 wrote
         _downgrade(
             pg_url,
-            f"{_DROP_SAMPLER_INTERVALS}; {_SPLIT_BATCH_METHODS}; "
+            f"{_DROP_SAMPLER_INTERVALS}; {_SPLIT_BATCH_METHODS}; {_DROP_SAMPLER_DROPS}; "
             "DELETE FROM schema_migrations WHERE version >= 6",
         )
 
@@ -307,10 +312,26 @@ def test_a_version_6_repository_keeps_the_methods_its_sequences_ran(
 ) -> None:
     def downgrade() -> None:  # back to what version 6 wrote
         _downgrade(
-            pg_url, f"{_SPLIT_BATCH_METHODS}; DELETE FROM schema_migrations WHERE version >= 7"
+            pg_url,
+            f"{_SPLIT_BATCH_METHODS}; {_DROP_SAMPLER_DROPS}; "
+            "DELETE FROM schema_migrations WHERE version >= 7",
         )
 
     check_methods_kept_on_upgrade(lambda: open_store(pg_url, clock=clock), make_batch, downgrade)
+    assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_a_version_8_repository_keeps_its_sampler_reports_and_reads_them_without_drops(
+    pg_url: str, make_batch: BatchFactory, clock: FakeClock
+) -> None:
+    def downgrade() -> None:  # back to what version 8 wrote
+        _downgrade(
+            pg_url, f"{_DROP_SAMPLER_DROPS}; DELETE FROM schema_migrations WHERE version >= 9"
+        )
+
+    check_sampler_drops_kept_on_upgrade(
+        lambda: open_store(pg_url, clock=clock), make_batch, downgrade
+    )
     assert _versions(pg_url) == list(range(1, SCHEMA_VERSION + 1))
 
 

@@ -214,8 +214,8 @@ def test_a_batch_whose_sample_time_overflows_is_refused_whole(
 def test_stats_count_samples_and_keep_each_process_latest_sampler_report(
     store: Store, make_batch: BatchFactory
 ) -> None:
-    later = wire.SamplerReport("cpu", 10, 500, 3, 9_000_000, 12_000_000, 25_000_000)
-    earlier = wire.SamplerReport("cpu", 10, 400, 1, 7_000_000, 25_000_000, 25_000_000)
+    later = wire.SamplerReport("cpu", 10, 500, 3, 9_000_000, 12_000_000, 25_000_000, 40)
+    earlier = wire.SamplerReport("cpu", 10, 400, 1, 7_000_000, 25_000_000, 25_000_000, 2)
     store.ingest(make_batch(7, 2, {}, samples=[sample(1), sample(2)], sampler=later), 1)
     store.ingest(make_batch(7, 1, {}, sampler=earlier), 2)  # arrives late: older numbers
     store.ingest(make_batch(8, 1, {}, samples=[sample(1)]), 3)
@@ -224,7 +224,7 @@ def test_stats_count_samples_and_keep_each_process_latest_sampler_report(
 
     assert stats.samples == 3
     assert stats.samplers == {
-        7: SamplerRecord("cpu", 10, 500, 3, 9_000_000, 12_000_000, 25_000_000)
+        7: SamplerRecord("cpu", 10, 500, 3, 9_000_000, 12_000_000, 25_000_000, 40)
     }
 
 
@@ -236,11 +236,12 @@ def test_a_sampler_report_from_a_tracer_that_predates_pacing_reads_as_unpaced(
 
     report = store.stats().samplers[7]
 
-    assert (report.interval_ms, report.current_interval_ns, report.longest_interval_ns) == (
-        10,
-        0,
-        0,
-    )
+    assert (
+        report.interval_ms,
+        report.current_interval_ns,
+        report.longest_interval_ns,
+        report.dropped_samples,
+    ) == (10, 0, 0, 0)
 
 
 def test_sequences_holding_a_method_are_found_most_recent_first(

@@ -39,6 +39,7 @@ from tests.cmr.store.records import (
     S,
     check_keys_computed_on_upgrade,
     check_methods_kept_on_upgrade,
+    check_sampler_drops_kept_on_upgrade,
     check_sampler_reports_kept_on_upgrade,
     handoff,
     older_schema,
@@ -46,6 +47,7 @@ from tests.cmr.store.records import (
     seq_id,
     start,
     user_version,
+    without_sampler_drops,
     without_single_rows,
 )
 
@@ -254,20 +256,32 @@ def test_a_version_8_file_gets_its_listing_keys_when_upgraded_and_queries_find_i
     assert user_version(path) == SCHEMA_VERSION
 
 
-def test_a_version_9_file_keeps_its_sampler_reports_when_upgraded_and_reads_them_as_unpaced(
-    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
+#: Sampler reports stored before a version added to them: (the version before, how a file is
+#: made as it wrote them, what the upgrade must keep and read).
+SAMPLER_UPGRADES = {
+    "paced interval": (
+        9,
+        _drop_sampler_intervals,
+        check_sampler_reports_kept_on_upgrade,
+    ),
+    "samples dropped": (13, without_sampler_drops, check_sampler_drops_kept_on_upgrade),
+}
+
+
+@pytest.mark.parametrize("added", list(SAMPLER_UPGRADES))
+def test_an_older_file_keeps_its_sampler_reports_when_upgraded(
+    tmp_path: Path, make_batch: BatchFactory, clock: FakeClock, added: str
 ) -> None:
     path = str(tmp_path / "cmr.sqlite")
+    version, made_older, check = SAMPLER_UPGRADES[added]
 
     def downgrade() -> None:
-        with sqlite3.connect(path) as conn:  # as version 9 wrote it: no paced interval
-            _drop_sampler_intervals(conn)
-            conn.execute("PRAGMA user_version = 9")
+        with sqlite3.connect(path) as conn:  # as that version wrote it
+            made_older(conn)
+            conn.execute(f"PRAGMA user_version = {version}")
         conn.close()
 
-    check_sampler_reports_kept_on_upgrade(
-        lambda: open_store(path, clock=clock), make_batch, downgrade
-    )
+    check(lambda: open_store(path, clock=clock), make_batch, downgrade)
     assert user_version(path) == SCHEMA_VERSION
 
 

@@ -137,6 +137,7 @@ def test_stats_document_carries_samples_and_each_process_sampler_report():
             "cost_ns": 45_000_000,
             "current_interval_ns": 0,  # the tracer predates pacing
             "longest_interval_ns": 0,
+            "dropped_samples": 0,
         },
         None,
     ]
