@@ -24,7 +24,15 @@ speedups = Extension(
         "tracer/_core/_clock.h",
         *(
             f"tracer/_core/_speedups_{part}.h"
-            for part in ("records", "events", "sources", "wrapper", "functions", "handlers")
+            for part in (
+                "records",
+                "events",
+                "sources",
+                "wrapper",
+                "functions",
+                "handlers",
+                "stacks",
+            )
         ),
     ],
     extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],

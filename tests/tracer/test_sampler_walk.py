@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from types import FrameType
 
+import pytest
+
 import tracer
 from tracer._core import recorder
 from tracer._sampling import active, stacks
@@ -31,7 +33,7 @@ def test_deciding_inside_a_traced_call_collects_the_whole_stack_for_the_sample()
         seen["worth"] = active.worth_sampling(top, frames)
         seen["collected"] = frames
         seen["walked"] = _walk(top)
-        seen["stacks"] = (stacks.stack_of(frames), stacks.stack_of(stacks.walk(top)))
+        seen["stacks"] = (stacks.stack_of(frames), stacks.stack_of(top))
 
     @tracer.traced
     def traced_outer() -> None:
@@ -74,3 +76,43 @@ def test_equal_codes_of_two_files_are_two_frames_with_their_own_files() -> None:
     files = {frame[0]: frame[1] for frame in recorder.frames_since(0)}
     assert files[one] == "/srv/app_one/views.py"
     assert files[two] == "/srv/app_two/views.py"
+
+
+def test_the_c_stack_and_the_pure_python_one_are_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``stack_of`` in C (``_speedups.stack_ids``) gives what the pure-Python loop gives: the
+    same ids and lines, the tracer's own frames left out, at most ``MAX_DEPTH`` frames kept (the
+    innermost), from a frame or from a list of frames."""
+    if stacks._stack_ids is None:
+        pytest.skip("pure Python: stack_of has no C path")
+    seen: list[tuple[object, object]] = []
+
+    def dive(depth: int) -> None:
+        if depth:
+            dive(depth - 1)
+            return
+        top = sys._getframe()
+        for pure in (False, True):  # the same line both times: the innermost frame's too
+            if pure:
+                monkeypatch.setattr(stacks, "_stack_ids", None)
+            seen.append((stacks.stack_of(top), stacks.stack_of(_walk(top))))
+        monkeypatch.undo()
+
+    def hidden(depth: int) -> None:  # marked as the tracer's own: left out of every stack
+        dive(depth)
+
+    @tracer.traced
+    def traced_outer(depth: int) -> None:
+        hidden(depth)
+
+    recorder.mark_own_code(hidden.__code__)
+    with capture():
+        for depth in (3, active.MAX_DEPTH + 40):  # the second past the depth kept
+            seen.clear()
+            traced_outer(depth)
+            (by_c, by_c_list), (by_python, by_python_list) = seen
+            assert by_c == by_c_list == by_python == by_python_list, depth
+            ids, lines = by_c  # type: ignore[misc]
+            assert len(ids) == len(lines)
+            if depth == 3:  # the whole stack: hidden's frame was on it, and left out
+                assert len(ids) == len(_walk(sys._getframe())) + depth + 2
+            assert len(ids) == active.MAX_DEPTH if depth > active.MAX_DEPTH else len(ids) > depth

@@ -119,6 +119,7 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 #include "_speedups_wrapper.h"
 #include "_speedups_functions.h"
 #include "_speedups_handlers.h"
+#include "_speedups_stacks.h"
 
 static PyObject *
 after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
@@ -161,6 +162,10 @@ static PyMethodDef module_methods[] = {
     {"start", start, METH_O,
      "start(method): record a strand's Start; its context value, or None past the bound."},
     {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
+    {"stack_ids", (PyCFunction)(void (*)(void))stack_ids, METH_FASTCALL,
+     "stack_ids(frames, known, intern, max_depth): (frame ids, lines) of a sampled stack, "
+     "outermost first, from a frame and its callers or a list of frames innermost first; ids by "
+     "id(code) in known, else intern(code); 0 (the tracer's own) left out; max_depth kept."},
     {"set_handlers", set_handlers, METH_VARARGS,
      "set_handlers(strands, sweep, untraced=None): the strands' table by frame, what ends those "
      "unseen, and the table of strands turned away as roots past the memory bound."},

@@ -24,7 +24,7 @@ from tracer._sampling.active import in_event_loop, open_async_work, worth_sampli
 from tracer._sampling.output import SampleQueue, SampleTuple, record_of
 from tracer._sampling.pacing import Pacer
 from tracer._sampling.readings import Pending, Readings, cpu_clock
-from tracer._sampling.stacks import stack_of, walk
+from tracer._sampling.stacks import stack_of
 
 log = logging.getLogger("tracer")
 
@@ -330,7 +330,7 @@ class Sampler:
                 ticks = self._ticks
                 asked = now if ticks is None else ticks.asked_ns
                 blocked = skipped > 0 or now - asked > MAIN_ANSWER_NS
-                stack = stack_of(walk(top) if frames is None else frames)
+                stack = stack_of(top if frames is None else frames)
                 readings.sample(
                     ident,
                     sampled[0],
@@ -387,7 +387,7 @@ class Sampler:
             if self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
                 continue
-            readings.sample(ident, tid, stack_of(walk(top) if walked is None else walked), now)
+            readings.sample(ident, tid, stack_of(top if walked is None else walked), now)
         return bool(candidates or readings.pending)
 
     def _emit(self, sample: Pending, end: int | None, cpu_ns: int | None) -> None:
