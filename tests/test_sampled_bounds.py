@@ -195,15 +195,17 @@ def fixture_interleaved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, 
     return measured, root
 
 
-def spin_nodes(measured: Any, root: Any) -> dict[str, tuple[dict[str, Any], list[str]]]:
-    """Per task function: its estimated node under its task, and the names below that task."""
+def spin_nodes(measured: Any, root: Any) -> dict[str, tuple[dict[str, Any] | None, list[str]]]:
+    """Per task function: its estimated node under its task (None: no sample fell in it), and
+    the names below that task."""
     tasks = {child["name"]: child for child in root["children"] if child["kind"] == "measured"}
     assert set(tasks) == {"__main__.task_a", "__main__.task_b"}
     found = {}
     for task, mine in (("task_a", "spin_a"), ("task_b", "spin_b")):
         below = everywhere(tasks[f"__main__.{task}"])
-        [spin] = [node for node in below if node["name"] == mine]
-        found[mine] = spin, [node["name"] for node in below]
+        spins = [node for node in below if node["name"] == mine]
+        assert len(spins) <= 1, spins
+        found[mine] = (spins[0] if spins else None), [node["name"] for node in below]
     return found
 
 
@@ -219,6 +221,13 @@ def test_interleaved_asyncio_tasks_keep_their_samples_and_bounds_to_themselves(
     for mine, theirs in (("spin_a", "spin_b"), ("spin_b", "spin_a")):
         spin, below = found[mine]
         assert theirs not in below, mine
+        if spin is None:
+            # Pure Python: the sampler thread reads the main thread where it gives the GIL up
+            # (docs/guide.md), in step with the tasks' turns: one task's steps may get no tick
+            # at all on a loaded machine (5 % of them on a quiet one). The main thread that
+            # samples itself (the C extension) ticks wherever it runs.
+            assert accel.IMPLEMENTATION == "python", f"no sample of {mine} under its task"
+            continue
         start, end = (t + offset for t in measured["spans"][mine])
         assert_bounds_hold(spin, start, end)
 
@@ -237,5 +246,6 @@ def test_interleaved_asyncio_tasks_get_estimates_within_ten_percent(
     runs on the loaded development machine: 0-6 % off.)"""
     measured, root = interleaved
     for name, (spin, _below) in spin_nodes(measured, root).items():
+        assert spin is not None, name
         truth = measured["busy"][name]
         assert spin["duration_ns"] == pytest.approx(truth, rel=0.10), (name, truth)
