@@ -5,6 +5,7 @@ framework's request under uvicorn goes through one coroutine of each measuring l
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
@@ -184,6 +185,27 @@ def test_the_scope_headers_getter_reads_every_line_of_a_name_in_any_case() -> No
     assert asgi.HEADERS.get(scope, "baggage") is None
     assert asgi.HEADERS.get({}, "traceparent") is None
     assert asgi.HEADERS.keys(scope) == ["traceparent", "TraceState", "tracestate"]
+
+
+def test_a_traceparent_header_named_in_any_case_continues_its_sequence() -> None:
+    # A server that does not lower-case header names (the ASGI specification asks it to)
+    scope = {
+        "type": "http",
+        "method": "get",
+        "path": "/a",
+        "headers": [(b"host", b"x"), (b"TraceParent", TRACEPARENT.encode())],
+    }
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        return None
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request"}
+
+    with capture() as trace:
+        asyncio.run(InvoseqMiddleware(App())(scope, receive, send))
+        (request, _) = trace.invocations()
+    assert (request.name, request.seq) == ("asgi.GET /a", TRACE_ID)
 
 
 def _integration_frames(top: FrameType | None) -> list[str]:

@@ -7,6 +7,7 @@ More in docs/architecture.md, "tracer/_core/measured.py".
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Mapping
@@ -38,6 +39,10 @@ _counts: dict[str, int] = {}  # names interned per module
 #: finished cannot grow it past ``MAX_OPEN`` (it then says "open" for as long as it is full).
 MAX_OPEN: Final = 65536
 OPEN: Final[deque[None]] = deque(maxlen=MAX_OPEN)
+
+
+_tls = recorder.tls  # recorder.thread_events(), inline: a registered thread's buffer
+_capture = stack.capture
 
 
 def _after_fork_in_child() -> None:
@@ -96,7 +101,11 @@ class Measured:
             return
         self.opened = True
         try:
-            recorder.thread_events().append(
+            try:
+                events = _tls.events
+            except AttributeError:
+                events = recorder.register_thread()
+            events.append(
                 (TAG_START, self.iid, self.parent, self.hid, method_id, self.started_ns, self.seq)
             )
         except Exception as exc:
@@ -113,15 +122,20 @@ class Measured:
         """Write the attributes and the End (or the Error named ``error``); open it first,
         named ``fallback_method``, if it never was. ``clipped``: the attributes are within the
         wire's limits already (``clip``), as a server request's own are."""
-        if self.counted:
-            self.uncount()
+        if self.counted:  # uncount(), inline: every request ends here
+            self.counted = False
+            with contextlib.suppress(IndexError):  # emptied by a fork since
+                OPEN.pop()
         if not self.opened:
             self.open(fallback_method)
         try:
-            events = recorder.thread_events()
+            try:
+                events = _tls.events
+            except AttributeError:
+                events = recorder.register_thread()
             if attributes:
                 events.append((TAG_ATTRS, self.iid, attributes if clipped else clip(attributes)))
-            now = decorator.now()
+            now = decorator._clock()  # decorator.now(), inline (a test's clock too)
             if error is None:
                 events.append((TAG_END, self.iid, now))
             else:
@@ -143,19 +157,24 @@ def begin(start_from: context.Current | None = None) -> Measured | None:
     """Begin an invocation under ``start_from`` (a remote caller's context value), else under the
     current invocation, else as a root (joining a current OpenTelemetry span, or a new sequence).
     None when the tracer is not recording or the memory bound is reached (counted)."""
-    if not decorator.recording():
+    # Every request a server measures begins here: decorator.recording(), next_iid() and now()
+    # and recorder.thread_events() are read inline (the same sources, a test's too).
+    if decorator._disabled:
         return None
     try:
-        events = recorder.thread_events()
-        current = start_from if start_from is not None else stack.capture()
+        try:
+            events = _tls.events
+        except AttributeError:
+            events = recorder.register_thread()
+        current = start_from if start_from is not None else _capture()
         if len(events) >= events.limit and not budget.refill(events, current):
             return None
-        if current is None:
+        if current is None and adoption.loaded:
             current = adoption.adopt()
         seq, parent, hid = (ids.new_seq(), 0, 0) if current is None else current
         if not seq:  # the untraced marker of a call past the memory bound
             return None
-        call = Measured(seq, parent, hid, decorator.next_iid(), decorator.now())
+        call = Measured(seq, parent, hid, decorator._next_iid(), decorator._clock())
         OPEN.append(None)
         call.counted = True
         return call

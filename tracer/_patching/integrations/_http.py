@@ -52,6 +52,9 @@ _templates: set[str] = set()
 #: The methods of requests no route names, by (framework, verb, path): at most this many.
 MAX_UNROUTED: Final = 4096
 _unrouted_methods: dict[tuple[str, str, str], int] = {}
+#: The methods of routed requests by (framework, verb, route): ``measured.method``'s, without
+#: building the name each request; at most ``MAX_UNROUTED`` too.
+_routed_methods: dict[tuple[str, str, str], int] = {}
 
 
 def _fold(segment: str) -> str:
@@ -132,7 +135,14 @@ class ServerRequest:
             return
         if route:
             self.attributes[ROUTE] = route[:MAX_ATTRIBUTE_VALUE]
-            self.call.open(measured.method(self.framework, f"{self.verb} {route}"))
+            key = (self.framework, self.verb, route)
+            found = _routed_methods.get(key)
+            if found is None:
+                found = measured.method(self.framework, f"{self.verb} {route}")
+                if len(_routed_methods) >= MAX_UNROUTED:
+                    _routed_methods.clear()
+                _routed_methods[key] = found
+            self.call.open(found)
         else:
             self.call.open(self._unrouted())
 
@@ -150,6 +160,14 @@ class ServerRequest:
             _unrouted_methods[key] = found
         return found
 
+    def capture(self, headers: Iterable[tuple[str, str]]) -> None:
+        """Record the request's headers the allow-list names (``_options``); never raises."""
+        try:
+            self.attributes.update(_options.current().server_request.attributes(headers))
+            self.captured = True
+        except Exception as exc:
+            recorder.internal_error(exc)
+
     def response_headers(self, headers: Iterable[tuple[str, str]]) -> None:
         """Record the response's headers the allow-list names (``_options``); never raises."""
         try:
@@ -163,9 +181,10 @@ class ServerRequest:
     def finish(self, status: int | None, exc: BaseException | None = None) -> None:
         if status is not None:
             self.attributes[STATUS] = status
-        if exc is None and status is not None and status >= 500:
-            exc = self.exception
-        error = error_name(status, exc)
+        if exc is None and (status is None or status < 500):
+            error = None  # error_name(), inline for the common case: no error
+        else:
+            error = error_name(status, self.exception if exc is None else exc)
         if error is not None:
             self.attributes[ERROR_TYPE] = error[:MAX_ATTRIBUTE_VALUE]
         call = self.call
@@ -187,16 +206,26 @@ def begin_server(
     try:
         if url is not None and _options.excluded(framework, url):
             return None
-        remote = propagation.extract(carrier, getter=getter)
-        call = measured.begin(remote)
-        if call is None:
-            return None
-        request = ServerRequest(framework, verb.upper(), call, path)
-        capture = _options.current().server_request
-        if capture:
-            request.attributes.update(capture.attributes(header_items(carrier, getter)))
-            request.captured = True
+        request = begin_request(
+            framework, verb.upper(), path, propagation.extract(carrier, getter=getter)
+        )
+        if request is not None and _options.current().capturing_request:
+            request.capture(header_items(carrier, getter))
         return request
+    except Exception as exc:
+        recorder.internal_error(exc)
+        return None
+
+
+def begin_request(
+    framework: str, verb: str, path: str, remote: context.Current | None
+) -> ServerRequest | None:
+    """Begin a served request under ``remote`` (what its headers carry: ``propagation.extract``),
+    ``verb`` in capitals; None when not recording (never raises). The request's headers are the
+    caller's to ``capture`` when ``_options.current().capturing_request``."""
+    try:
+        call = measured.begin(remote)
+        return None if call is None else ServerRequest(framework, verb, call, path)
     except Exception as exc:
         recorder.internal_error(exc)
         return None

@@ -63,6 +63,9 @@ class Options(NamedTuple):
     server_response: Capture
     client_request: Capture
     client_response: Capture
+    #: Whether ``server_request`` and ``server_response`` list any header (asked per request).
+    capturing_request: bool = False
+    capturing_response: bool = False
 
 
 def _compile(patterns: str) -> re.Pattern[str] | None:
@@ -80,12 +83,16 @@ def _build() -> Options:
     lists["*"] = config.excluded_urls  # a framework without a list of its own
     for layer, frameworks in _SERVING.items():
         lists[layer] = ",".join(filter(None, (lists[layer], *(own[f] for f in frameworks))))
+    server_request = Capture(config.capture_server_request_headers, "http.request.header.")
+    server_response = Capture(config.capture_server_response_headers, "http.response.header.")
     return Options(
         {name: _compile(listed) for name, listed in lists.items()},
-        Capture(config.capture_server_request_headers, "http.request.header."),
-        Capture(config.capture_server_response_headers, "http.response.header."),
+        server_request,
+        server_response,
         Capture(config.capture_client_request_headers, "http.request.header."),
         Capture(config.capture_client_response_headers, "http.response.header."),
+        bool(server_request),
+        bool(server_response),
     )
 
 

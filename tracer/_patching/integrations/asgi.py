@@ -9,20 +9,21 @@ More in docs/architecture.md, "tracer/_patching/integrations/asgi.py".
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from types import ModuleType
 from typing import Any, Final
 
 from opentelemetry.propagators.textmap import Getter
 
+from tracer import propagation
 from tracer._core import context, recorder
 from tracer._core import service as _service
 from tracer._patching.integrations import (
+    PATCH_MARK,
     Hook,
     PatchSpec,
     _http,
     _options,
-    installed,
 )
 from tracer._patching.integrations._server_hooks import run_as_service, wrap_after
 
@@ -128,44 +129,60 @@ class InvoseqMiddleware:
     def __init__(self, app: ASGIApp, *, framework: str = FRAMEWORK) -> None:
         self.app = app
         self.framework = framework
+        #: A patch's layer: the namespace of the class the patch is in and the patched name;
+        #: it measures only while that attribute is still a replacement an integration made
+        #: (``installed``). None: always.
+        self.patch: tuple[Mapping[str, Any], str] | None = None
 
     def measuring(self) -> bool:
         """Whether this layer measures now (a patch's layer only while its patch is in place):
         checked here rather than in a subclass's ``__call__``, so that a request goes through one
         coroutine of each layer, not two."""
-        return True
+        patch = self.patch
+        return patch is None or bool(getattr(patch[0].get(patch[1]), PATCH_MARK, False))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.measuring():
-            await self.app(scope, receive, send)
+        patch = self.patch  # measuring(), inline: every request asks
+        if (
+            (patch is not None and not getattr(patch[0].get(patch[1]), PATCH_MARK, False))
+            or scope.get("type") != "http"
+            or REQUEST_KEY in scope
+        ):
+            await self._unmeasured(scope, receive, send)
             return
-        if scope.get("type") == "lifespan" and SERVICE_KEY not in scope:
-            scope[SERVICE_KEY] = True  # measured once, by the outermost
-            await _service.run_async("asgi.lifespan", lambda: self.app(scope, receive, send))
-            return
-        if scope.get("type") != "http" or REQUEST_KEY in scope:
-            refine(scope, self.framework)  # inside a server's: the request becomes ours
-            await self.app(scope, receive, send)
-            return
-        if _options.excluded(self.framework, lambda: request_url(scope)):
+        # Every request comes this way: what _http.begin_server does, with the options read once
+        # and the headers scanned once for a traceparent (extracted only when there is one).
+        options = _options.current()
+        patterns = options.excluded
+        pattern = patterns.get(self.framework, patterns["*"])
+        if pattern is not None and _options.excluded(self.framework, lambda: request_url(scope)):
             excluding = _http.excluding.set(True)
             try:
                 await self.app(scope, receive, send)
             finally:
                 _http.excluding.reset(excluding)
             return
-        request = _http.begin_server(
-            self.framework, str(scope.get("method", "")), str(scope.get("path", "")), scope, HEADERS
+        remote = None
+        for name, _ in scope.get("headers") or ():
+            if len(name) == 11 and name.lower() == b"traceparent":
+                remote = propagation.extract(scope, getter=HEADERS)
+                break
+        request = _http.begin_request(
+            self.framework,
+            str(scope.get("method", "")).upper(),
+            str(scope.get("path", "")),
+            remote,
         )
         if request is None:
             await self.app(scope, receive, send)
             return
+        if options.capturing_request:
+            request.capture(_http.header_items(scope, HEADERS))
         # an outer layer's list excluded it, this framework's own list does not: traced here
         included = _http.excluding.set(False) if _http.excluding.get() else None
         scope[REQUEST_KEY] = request
         status: int | None = None
-
-        capturing = bool(_options.current().server_response)
+        capturing = options.capturing_response
 
         async def send_status(message: Message) -> None:
             nonlocal status
@@ -191,6 +208,22 @@ class InvoseqMiddleware:
                 _http.excluding.reset(included)
         _finish(request, scope, status, None)
 
+    async def _unmeasured(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """What is not an HTTP request this layer measures: a lifespan (measured once, by the
+        outermost layer), another kind of scope, a request an outer layer measures, any request
+        while this layer's patch is not in place."""
+        if not self.measuring() or scope.get("type") not in ("http", "lifespan"):
+            await self.app(scope, receive, send)
+        elif scope.get("type") == "lifespan":
+            if SERVICE_KEY in scope:
+                await self.app(scope, receive, send)
+                return
+            scope[SERVICE_KEY] = True
+            await _service.run_async("asgi.lifespan", lambda: self.app(scope, receive, send))
+        else:
+            refine(scope, self.framework)  # inside a server's: the request becomes ours
+            await self.app(scope, receive, send)
+
 
 class ServerMiddleware(InvoseqMiddleware):
     """The middleware a server hook puts outermost: its requests are ``asgi``'s until a
@@ -201,9 +234,7 @@ class ServerMiddleware(InvoseqMiddleware):
         super().__init__(app)
         self.owner = owner
         self.name = name
-
-    def measuring(self) -> bool:
-        return installed(self.owner, self.name)
+        self.patch = (vars(owner), name)
 
 
 def refine(scope: Scope, framework: str) -> None:

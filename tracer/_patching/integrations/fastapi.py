@@ -30,6 +30,26 @@ class _TracedDependant:
         return getattr(self._dependant, name)
 
 
+#: FastAPI's dependants by id: (the dependant, its endpoint, the dependant seen through with that
+#: endpoint traced).
+_Traced = tuple[Any, Callable[..., Any], _TracedDependant]
+_traced_dependants: dict[int, _Traced] = {}
+MAX_DEPENDANTS: Final = 4096
+
+
+def _trace_dependant(dependant: Any, call: Callable[..., Any]) -> _Traced | None:
+    """``dependant`` seen through with ``call`` traced, remembered (None: ``call`` is not traced,
+    an endpoint ``_endpoints`` leaves alone)."""
+    traced = _endpoints.endpoint(call)
+    if traced is call:
+        return None
+    found = (dependant, call, _TracedDependant(dependant, traced))
+    if len(_traced_dependants) >= MAX_DEPENDANTS:
+        _traced_dependants.clear()
+    _traced_dependants[id(dependant)] = found
+    return found
+
+
 def patch_run_endpoint(
     original: Callable[..., Awaitable[Any]],
 ) -> Callable[..., Awaitable[Any]]:
@@ -37,9 +57,14 @@ def patch_run_endpoint(
         dependant = kwargs.get("dependant")
         call = getattr(dependant, "call", None)
         if call is not None and not _http.excluding.get():
-            traced = _endpoints.endpoint(call)
-            if traced is not call:
-                kwargs["dependant"] = _TracedDependant(dependant, traced)
+            # One seen-through dependant per route's dependant and endpoint, made once: a route
+            # keeps its dependant for the application's life (by id, the dependant kept alive
+            # beside it so that the id stays its own).
+            found = _traced_dependants.get(id(dependant))
+            if found is None or found[0] is not dependant or found[1] is not call:
+                found = _trace_dependant(dependant, call)
+            if found is not None:
+                kwargs["dependant"] = found[2]
         return await original(*args, **kwargs)
 
     starlette.copy_names(run_endpoint_function, original)

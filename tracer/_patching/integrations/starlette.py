@@ -7,12 +7,12 @@ More in docs/architecture.md, "tracer/_patching/integrations/starlette.py".
 from __future__ import annotations
 
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import recorder
-from tracer._patching.integrations import Hook, PatchSpec, _endpoints, asgi, installed, mark
+from tracer._patching.integrations import PATCH_MARK, Hook, PatchSpec, _endpoints, _http, asgi, mark
 
 FRAMEWORK: Final = "starlette"
 _UNTRACED: Final = object()
@@ -49,9 +49,7 @@ class _Installed(asgi.InvoseqMiddleware):
     def __init__(self, app: asgi.ASGIApp, *, framework: str, owner: type) -> None:
         super().__init__(app, framework=framework)
         self.owner = owner
-
-    def measuring(self) -> bool:
-        return installed(self.owner, "build_middleware_stack")
+        self.patch: tuple[Mapping[str, Any], str] = (vars(owner), "build_middleware_stack")
 
     def __call__(  # type: ignore[override]  # a coroutine still, but not always one of ours
         self, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send
@@ -60,10 +58,14 @@ class _Installed(asgi.InvoseqMiddleware):
         request a server's layer measures already (or any, after ``uninstrument``) is the inner
         stack's coroutine itself, so that this layer adds no frame to each of the request's
         steps. Servers never see this object (the application is what they inspect)."""
-        if not self.measuring():
+        owner, name = self.patch
+        if not getattr(owner.get(name), PATCH_MARK, False):  # measuring(), inline
             return self.app(scope, receive, send)
-        if scope.get(asgi.REQUEST_KEY) is not None and scope.get("type") == "http":
-            asgi.refine(scope, self.framework)
+        request = scope.get(asgi.REQUEST_KEY)
+        if request is not None and scope.get("type") == "http":
+            # asgi.refine(), inline: a server's layer began it
+            if request.framework == asgi.FRAMEWORK and not request.call.opened:
+                request.framework = self.framework
             return self.app(scope, receive, send)
         return super().__call__(scope, receive, send)
 
@@ -125,9 +127,13 @@ def patch_route_handle(request_response: Callable[[Any], Any]) -> Callable[[Hand
         async def handle(
             self: Any, scope: asgi.Scope, receive: asgi.Receive, send: asgi.Send
         ) -> None:
-            if scope.get(asgi.REQUEST_KEY) is not None and scope.get("type") == "http":
-                asgi.name_route(scope, getattr(self, "path_format", None))
-                app = traced_app(self)
+            request = scope.get(asgi.REQUEST_KEY)
+            if request is not None and scope.get("type") == "http":
+                if not (isinstance(request, _http.ServerRequest) and request.call.opened):
+                    asgi.name_route(scope, getattr(self, "path_format", None))
+                # traced_app's first check, inline: FastAPI's routes are not for it
+                route_app = getattr(self, "app", None)
+                app = traced_app(self) if getattr(route_app, "__code__", None) is app_code else None
                 if app is not None:
                     await original(_WithApp(self, app), scope, receive, send)
                     return
