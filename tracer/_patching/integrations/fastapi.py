@@ -31,19 +31,16 @@ class _TracedDependant:
 
 
 #: FastAPI's dependants by id: (the dependant, its endpoint, the dependant seen through with that
-#: endpoint traced).
-_Traced = tuple[Any, Callable[..., Any], _TracedDependant]
+#: endpoint traced, or None when the endpoint is left as it is: traced already, not a function).
+_Traced = tuple[Any, Callable[..., Any], _TracedDependant | None]
 _traced_dependants: dict[int, _Traced] = {}
 MAX_DEPENDANTS: Final = 4096
 
 
-def _trace_dependant(dependant: Any, call: Callable[..., Any]) -> _Traced | None:
-    """``dependant`` seen through with ``call`` traced, remembered (None: ``call`` is not traced,
-    an endpoint ``_endpoints`` leaves alone)."""
+def _trace_dependant(dependant: Any, call: Callable[..., Any]) -> _Traced:
+    """``dependant`` seen through with ``call`` traced (``_endpoints.endpoint``), remembered."""
     traced = _endpoints.endpoint(call)
-    if traced is call:
-        return None
-    found = (dependant, call, _TracedDependant(dependant, traced))
+    found = (dependant, call, None if traced is call else _TracedDependant(dependant, traced))
     if len(_traced_dependants) >= MAX_DEPENDANTS:
         _traced_dependants.clear()
     _traced_dependants[id(dependant)] = found
@@ -63,7 +60,7 @@ def patch_run_endpoint(
             found = _traced_dependants.get(id(dependant))
             if found is None or found[0] is not dependant or found[1] is not call:
                 found = _trace_dependant(dependant, call)
-            if found is not None:
+            if found[2] is not None:
                 kwargs["dependant"] = found[2]
         return await original(*args, **kwargs)
 
