@@ -171,8 +171,9 @@ class ServerRequest:
     def response_headers(self, headers: Iterable[tuple[str, str]]) -> None:
         """Record the response's headers the allow-list names (``_options``); never raises."""
         try:
-            capture = _options.current().server_response
-            if capture:
+            options = _options.current()
+            if options.capturing_response:
+                capture = options.server_response
                 self.attributes.update(capture.attributes(headers))
                 self.captured = True
         except Exception as exc:
@@ -200,16 +201,22 @@ def begin_server(
     getter: Getter[Any] | None = None,
     *,
     url: Callable[[], str] | None = None,
+    traceparent: bool = True,
 ) -> ServerRequest | None:
     """Begin a served request from its headers; None when not recording, or when ``url()``, the
-    request's full URL, is excluded (``_options``; never raises)."""
+    request's full URL, is excluded (``_options``; never raises). ``traceparent`` False: the
+    caller found no ``traceparent`` header in the carrier (nothing to extract)."""
     try:
-        if url is not None and _options.excluded(framework, url):
-            return None
-        request = begin_request(
-            framework, verb.upper(), path, propagation.extract(carrier, getter=getter)
-        )
-        if request is not None and _options.current().capturing_request:
+        options = _options.current()
+        if url is not None:
+            patterns = options.excluded  # _options.excluded() asked only when there is a list
+            if patterns.get(framework, patterns["*"]) is not None and _options.excluded(
+                framework, url
+            ):
+                return None
+        remote = propagation.extract(carrier, getter=getter) if traceparent else None
+        request = begin_request(framework, verb.upper(), path, remote)
+        if request is not None and options.capturing_request:
             request.capture(header_items(carrier, getter))
         return request
     except Exception as exc:

@@ -129,12 +129,16 @@ def begin(
     getter: Getter[Any],
     *,
     url: Callable[[], str] | None = None,
+    traceparent: bool = True,
 ) -> Served | None:
     """Begin the request ``holder`` (an environ, a scope) stands for and store it there; None when
-    an outer layer measures it already, the tracer is not recording, or ``url()`` is excluded."""
+    an outer layer measures it already, the tracer is not recording, or ``url()`` is excluded.
+    ``traceparent`` False: the holder has no ``traceparent`` header (the caller looked)."""
     if KEY in holder:
         return None
-    request = _http.begin_server(framework, verb, path, holder, getter, url=url)
+    request = _http.begin_server(
+        framework, verb, path, holder, getter, url=url, traceparent=traceparent
+    )
     if request is None:
         return None
     served = holder[KEY] = Served(request)
@@ -169,15 +173,11 @@ def view_method(view: Any) -> int:
     return found
 
 
-def is_traced(view: Any) -> bool:
-    return decorator.is_traced(view)
-
-
 def trace_call(view: Any, call: Callable[..., Any]) -> Callable[..., Any]:
     """``call`` (what the framework runs for ``view``, a sync callable) as a traced child named
     after ``view``; ``call`` itself when ``view`` is traced already (or on a failure here)."""
     try:
-        if is_traced(view):
+        if decorator.is_traced(view):
             return call
         if call is view:
             cached = _wrappers.get(view)
@@ -197,7 +197,7 @@ def trace_view(view: Any, is_async: Callable[[Any], bool]) -> Callable[..., Any]
     a function only marked as a coroutine function gets a coroutine wrapper) that carries the
     view's attributes (``csrf_exempt``, ``view_class``, ...); ``view`` itself when traced."""
     try:
-        if is_traced(view):
+        if decorator.is_traced(view):
             return view  # type: ignore[no-any-return]
         cached = _wrappers.get(view)
         if cached is not None:

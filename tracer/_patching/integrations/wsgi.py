@@ -103,6 +103,7 @@ def serve(
         str(environ.get("SCRIPT_NAME") or "") + str(environ.get("PATH_INFO") or ""),
         ENVIRON,
         url=lambda: request_url(environ),
+        traceparent="HTTP_TRACEPARENT" in environ,  # PEP 3333's name of any case's header
     )
     if served is None:
         return app(environ, start_response)
