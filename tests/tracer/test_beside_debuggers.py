@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -400,6 +401,18 @@ def spy(*args: str) -> str:
     return result.stdout
 
 
+def dump_blocked(pid: int, innermost: str) -> str:
+    """``py-spy dump`` of the process once its main thread's innermost frame ends in
+    ``innermost`` (its blocking line: "ready" is printed a line before it, so a dump taken at
+    once may find the thread still finishing the print), or the last dump after PATIENCE_S."""
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        dump = spy("dump", "--pid", str(pid), "--full-filenames")
+        main_thread = dump.split('"MainThread"\n', 1)[-1].strip().splitlines()
+        if (main_thread and main_thread[0].endswith(innermost)) or time.monotonic() > deadline:
+            return dump
+
+
 def test_py_spy_sees_the_programs_own_frames_in_traced_functions(tmp_path: Path) -> None:
     """``py-spy dump`` of the main thread blocked in ``inner`` (called by ``outer``, both
     traced): the program's frames, files and lines and nothing between them; ``py-spy record``
@@ -410,7 +423,7 @@ def test_py_spy_sees_the_programs_own_frames_in_traced_functions(tmp_path: Path)
         command = [sys.executable, path, "traced", "block"]
         with session(command, environment(endpoint), tmp_path) as program:
             assert read_line(program, PATIENCE_S) == "ready\n"
-            dump = spy("dump", "--pid", str(program.pid), "--full-filenames")
+            dump = dump_blocked(program.pid, f"{path}:{INNER_LINE})")
             record = tmp_path / "record.txt"
             spy(
                 "record", "--pid", str(program.pid), "--duration", "2", "--nonblocking", "--idle",
