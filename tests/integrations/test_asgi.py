@@ -208,6 +208,23 @@ def test_a_traceparent_header_named_in_any_case_continues_its_sequence() -> None
     assert (request.name, request.seq) == ("asgi.GET /a", TRACE_ID)
 
 
+def test_a_scope_with_headers_that_are_not_asgis_runs_its_request_untouched() -> None:
+    scope = {"type": "http", "method": "GET", "path": "/a", "headers": [b"not a pair", 7]}
+    answered: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        answered.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request"}
+
+    with capture() as trace:
+        asyncio.run(InvoseqMiddleware(App())(scope, receive, send))
+        (request, _) = trace.invocations()
+    assert request.name == "asgi.GET /a"  # measured, as a request with no traceparent
+    assert [m["type"] for m in answered] == ["http.response.start"] + ["http.response.body"] * 2
+
+
 def _integration_frames(top: FrameType | None) -> list[str]:
     """The qualified names of the integrations' frames from ``top`` outwards."""
     names = []

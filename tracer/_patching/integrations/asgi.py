@@ -162,16 +162,11 @@ class InvoseqMiddleware:
             finally:
                 _http.excluding.reset(excluding)
             return
-        remote = None
-        for name, _ in scope.get("headers") or ():
-            if len(name) == 11 and name.lower() == b"traceparent":
-                remote = propagation.extract(scope, getter=HEADERS)
-                break
         request = _http.begin_request(
             self.framework,
             str(scope.get("method", "")).upper(),
             str(scope.get("path", "")),
-            remote,
+            _remote(scope),
         )
         if request is None:
             await self.app(scope, receive, send)
@@ -235,6 +230,19 @@ class ServerMiddleware(InvoseqMiddleware):
         self.owner = owner
         self.name = name
         self.patch = (vars(owner), name)
+
+
+def _remote(scope: Scope) -> context.Current | None:
+    """The context value the scope's ``traceparent`` header continues: its headers scanned once,
+    extracted only when there is one (any case); None, never raising, for a scope the headers of
+    which are not ASGI's."""
+    try:
+        for name, _ in scope.get("headers") or ():
+            if len(name) == 11 and name.lower() == b"traceparent":
+                return propagation.extract(scope, getter=HEADERS)
+    except Exception as exc:
+        recorder.internal_error(exc)
+    return None
 
 
 def refine(scope: Scope, framework: str) -> None:

@@ -64,7 +64,11 @@ class _Installed(asgi.InvoseqMiddleware):
         request = scope.get(asgi.REQUEST_KEY)
         if request is not None and scope.get("type") == "http":
             # asgi.refine(), inline: a server's layer began it
-            if request.framework == asgi.FRAMEWORK and not request.call.opened:
+            if (
+                isinstance(request, _http.ServerRequest)
+                and request.framework == asgi.FRAMEWORK
+                and not request.call.opened
+            ):
                 request.framework = self.framework
             return self.app(scope, receive, send)
         return super().__call__(scope, receive, send)
