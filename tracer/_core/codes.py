@@ -107,9 +107,10 @@ def instrumentable(target: Any) -> bool:
 
 
 def is_traced(target: Any) -> bool:
-    """Whether a function runs traced code."""
+    """Whether a function runs traced code (``_runs_traced``, inline: a framework's integration
+    asks it of every request's view)."""
     code = getattr(target, "__code__", None)
-    return isinstance(code, CodeType) and _runs_traced(code)
+    return isinstance(code, CodeType) and TRACED_CODES.get(id(code)) is code
 
 
 def instrument(function: FunctionType, method: int) -> bool:

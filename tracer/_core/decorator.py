@@ -52,15 +52,8 @@ set_max_buffered: Final = budget.configure  # the process's memory bound (the ru
 
 
 def is_traced(fn: Any) -> bool:
-    """Whether ``fn`` is traced: its code instrumented (``tracer._core.codes``), or a wrapper.
-    (``codes.is_traced``, inline: a framework's integration asks for every request's view.)"""
-    code = getattr(fn, "__code__", None)
-    if type(code) is types.CodeType and _TRACED_CODES.get(id(code)) is code:
-        return True
-    return bool(getattr(fn, TRACED_MARK, False))
-
-
-_TRACED_CODES: Final = codes.TRACED_CODES
+    """Whether ``fn`` is traced: its code instrumented (``tracer._core.codes``), or a wrapper."""
+    return bool(getattr(fn, TRACED_MARK, False)) or codes.is_traced(fn)
 
 
 def set_enabled(enabled: bool) -> None:

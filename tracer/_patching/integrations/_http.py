@@ -57,6 +57,16 @@ _unrouted_methods: dict[tuple[str, str, str], int] = {}
 _routed_methods: dict[tuple[str, str, str], int] = {}
 
 
+def _remember(
+    methods: dict[tuple[str, str, str], int], key: tuple[str, str, str], found: int
+) -> int:
+    """``found``, kept in ``methods`` under ``key`` (past ``MAX_UNROUTED`` it starts again)."""
+    if len(methods) >= MAX_UNROUTED:
+        methods.clear()
+    methods[key] = found
+    return found
+
+
 def _fold(segment: str) -> str:
     if segment.isdigit():
         return "{int}"
@@ -138,10 +148,9 @@ class ServerRequest:
             key = (self.framework, self.verb, route)
             found = _routed_methods.get(key)
             if found is None:
-                found = measured.method(self.framework, f"{self.verb} {route}")
-                if len(_routed_methods) >= MAX_UNROUTED:
-                    _routed_methods.clear()
-                _routed_methods[key] = found
+                found = _remember(
+                    _routed_methods, key, measured.method(self.framework, f"{self.verb} {route}")
+                )
             self.call.open(found)
         else:
             self.call.open(self._unrouted())
@@ -154,10 +163,7 @@ class ServerRequest:
         found = _unrouted_methods.get(key)
         if found is None:
             name = unrouted_name(self.verb, key[2]) if isinstance(path, str) else self.verb
-            found = measured.method(self.framework, name)
-            if len(_unrouted_methods) >= MAX_UNROUTED:
-                _unrouted_methods.clear()
-            _unrouted_methods[key] = found
+            found = _remember(_unrouted_methods, key, measured.method(self.framework, name))
         return found
 
     def capture(self, headers: Iterable[tuple[str, str]]) -> None:
