@@ -86,5 +86,14 @@ sigterm = Extension(
     optional=OPTIONAL,
 )
 
+#: The local namespace ``tracer run`` runs a traced script's module code in
+#: (``tracer/run/autowrap.py`` falls back to its Python class without it). Portable C.
+namespace = Extension(
+    "tracer.run._namespace",
+    sources=["tracer/run/_namespace.c"],
+    extra_compile_args=["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    optional=OPTIONAL,
+)
+
 linux_only = [speedups, main_ticks, gil_turn, sigterm] if sys.platform.startswith("linux") else []
-setup(ext_modules=[*linux_only, columns])
+setup(ext_modules=[*linux_only, columns, namespace])

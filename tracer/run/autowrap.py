@@ -11,6 +11,7 @@ More in docs/architecture.md, "tracer/run/autowrap.py".
 from __future__ import annotations
 
 import builtins
+import functools
 import logging
 import sys
 import threading
@@ -20,7 +21,7 @@ from importlib.machinery import ModuleSpec
 from types import FunctionType, ModuleType
 from typing import Any
 
-from tracer._core import codes
+from tracer._core import accel, codes
 from tracer._core.decorator import is_traced
 from tracer._core.traced import traced
 from tracer.run import import_phase
@@ -143,11 +144,39 @@ def wrap_module(module: ModuleType) -> int:
     return count
 
 
+def _defined(module: ModuleType, key: str, value: Any) -> Any:
+    """What module-level code storing ``value`` under ``key`` stores (``wrap_definition``), the
+    original recorded for ``uninstall``: a namespace's store of a function or class."""
+    module_name = module.__name__
+    fresh = isinstance(value, FunctionType) and not is_traced(value)
+    try:
+        wrapped = wrap_definition(key, value, module_name)
+    except Exception as exc:
+        _report_internal_error(exc, module_name)
+        wrapped = value
+    if wrapped is not value:
+        _replacements.append(_Replacement(module, key, value, wrapped))
+    elif fresh and is_traced(value):
+        _instrumented_functions.append(value)
+    return wrapped
+
+
+def defining_namespace(module: ModuleType) -> MutableMapping[str, Any]:
+    """The local namespace to ``exec`` ``module``'s code in so that its functions are traced the
+    moment they are defined (``DefiningNamespace``'s rules): in C when it is built
+    (``_namespace.c``: module-level code reads and writes names at about the untraced speed;
+    through the Python class each is a method call, a module-level loop ten times slower)."""
+    if _CNamespace is None:
+        return DefiningNamespace(module)
+    return _CNamespace(vars(module), builtins.__dict__, functools.partial(_defined, module))
+
+
 class DefiningNamespace(MutableMapping[str, Any]):
     """The local namespace to ``exec`` a module's code in so that its functions are traced the
     moment they are defined, before module-level code calls them (what a script's ``main()``
     does). Every read and write goes to the module's real globals, so ``global`` statements,
-    ``globals()`` and pickling by reference behave as usual; only stores are intercepted."""
+    ``globals()`` and pickling by reference behave as usual; only stores are intercepted. The
+    pure-Python one; ``defining_namespace`` gives the C one where it is built."""
 
     __slots__ = ("_builtins", "_globals", "_module", "_module_name")
 
@@ -164,17 +193,7 @@ class DefiningNamespace(MutableMapping[str, Any]):
         return self._builtins[key]  # checked here so a builtin's lookup raises no KeyError
 
     def __setitem__(self, key: str, value: Any) -> None:
-        fresh = isinstance(value, FunctionType) and not is_traced(value)
-        try:
-            wrapped = wrap_definition(key, value, self._module_name)
-        except Exception as exc:
-            _report_internal_error(exc, self._module_name)
-            wrapped = value
-        self._globals[key] = wrapped
-        if wrapped is not value:
-            _replacements.append(_Replacement(self._module, key, value, wrapped))
-        elif fresh and is_traced(value):
-            _instrumented_functions.append(value)
+        self._globals[key] = _defined(self._module, key, value)
 
     def __delitem__(self, key: str) -> None:
         del self._globals[key]
@@ -190,6 +209,33 @@ class DefiningNamespace(MutableMapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._globals)
+
+
+if accel.speedups is not None:  # the C namespace goes with the accelerator (INVOSEQ_PURE=1: not)
+    try:
+        from tracer.run import _namespace
+    except ImportError:  # pragma: no cover - built with the accelerator
+        _namespace = None  # type: ignore[assignment]
+else:
+    _namespace = None  # type: ignore[assignment]
+
+if _namespace is not None:
+
+    class _CNamespace(_namespace.Namespace, MutableMapping[str, Any]):
+        """``_namespace.Namespace`` (reads, writes, ``in`` and ``len`` in C) with the rest of a
+        mapping as ``DefiningNamespace`` has it: ``get`` and iteration read the module's
+        globals alone."""
+
+        __slots__ = ()
+
+        def get(self, key: str, default: Any = None) -> Any:
+            return self.globals.get(key, default)
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self.globals)
+
+else:
+    _CNamespace = None  # type: ignore[misc]
 
 
 # -- the import hook ---------------------------------------------------------------------------

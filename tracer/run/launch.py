@@ -21,7 +21,7 @@ from types import CodeType, FrameType, ModuleType, TracebackType
 from typing import Final
 
 from tracer._core.wrapper_frames import WRAPPER_CODES
-from tracer.run.autowrap import DefiningNamespace
+from tracer.run.autowrap import defining_namespace
 from tracer.run.patterns import IncludePatterns, is_external
 
 
@@ -171,7 +171,7 @@ def _fresh_main(**attributes: object) -> ModuleType:
 
 def _exec(code: CodeType, module: ModuleType, *, trace: bool) -> None:
     if trace and _defines_something(code):
-        exec(code, vars(module), DefiningNamespace(module))
+        exec(code, vars(module), defining_namespace(module))
     else:
         exec(code, vars(module))
 
