@@ -322,6 +322,31 @@ def test_a_process_that_traced_nothing_loads_nothing_more_at_exit() -> None:
     assert found["config"] is False
 
 
+def test_sending_and_serving_load_no_asyncio(tmp_path: Path) -> None:
+    """A traced process that sends to a repository, and ``cmr serve``'s server, watch their
+    sockets' handshakes without ``zmq.utils.monitor``, which loads ``asyncio`` (14-22 ms) into a
+    program that may never use it."""
+    endpoint = f"ipc://{tmp_path / 'none.sock'}"
+    found = _loaded(
+        f"""
+        import json, sys
+        import tracer
+        tracer.configure(endpoint={endpoint!r}, flush_timeout_ms=100, sample_interval_ms=0)
+
+        @tracer.traced
+        def work():
+            return 1
+
+        work()
+        tracer.flush(timeout_s=0.2)
+        import cmr.server.server
+        print(json.dumps({{"asyncio": "asyncio" in sys.modules,
+                          "sender": "tracer._shipping.handshakes" in sys.modules}}))
+        """
+    )
+    assert found == {"asyncio": False, "sender": True}
+
+
 def test_the_propagation_loads_with_its_first_use_and_a_parents_sequence() -> None:
     """``tracer.inject`` and the rest load ``tracer.propagation`` when taken; a child started in
     a sequence (``TRACEPARENT`` in its environment) loads it at import, to continue it."""

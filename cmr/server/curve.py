@@ -35,7 +35,8 @@ from typing import Final
 import zmq
 import zmq.auth
 from zmq.utils import z85
-from zmq.utils.monitor import recv_monitor_message
+
+from invoseq.monitor import monitor_event
 
 #: Handshakes that failed, each a connection that never got through: a key ZAP refused, no CURVE
 #: or not with our key, or a peer that hung up during the handshake.
@@ -148,10 +149,11 @@ class Gatekeeper:
         count = 0
         while self.monitor is not None:
             try:
-                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+                frames = self.monitor.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            if event["event"] & REFUSALS:
+            event = monitor_event(frames)
+            if event is not None and event[0] & REFUSALS:
                 count += 1
         return count
 

@@ -10,7 +10,8 @@ import logging
 from typing import Final
 
 import zmq
-from zmq.utils.monitor import parse_monitor_message
+
+from invoseq.monitor import monitor_event
 
 log = logging.getLogger("tracer")
 
@@ -51,11 +52,9 @@ class Handshakes:
             except zmq.ZMQError:  # the context is going away: nothing more to learn
                 self.close()
                 return
-            try:
-                event = parse_monitor_message(frames)
-            except (ValueError, TypeError):
-                continue
-            self._seen(int(event["event"]), int(event["value"]))
+            event = monitor_event(frames)
+            if event is not None:
+                self._seen(*event)
 
     def _seen(self, event: int, value: int) -> None:
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
