@@ -178,12 +178,11 @@ class DefiningNamespace(MutableMapping[str, Any]):
     ``globals()`` and pickling by reference behave as usual; only stores are intercepted. The
     pure-Python one; ``defining_namespace`` gives the C one where it is built."""
 
-    __slots__ = ("_builtins", "_globals", "_module", "_module_name")
+    __slots__ = ("_builtins", "_globals", "_module")
 
     def __init__(self, module: ModuleType) -> None:
         self._module = module
         self._globals = vars(module)
-        self._module_name = module.__name__
         self._builtins = builtins.__dict__
 
     def __getitem__(self, key: str) -> Any:
