@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import msgspec
@@ -28,6 +28,7 @@ from cmr.defaults import DB_ENV, DEFAULT_DB_PATH, READY_PREFIX
 from cmr.server.curve import CurveError, CurveKeys, Gatekeeper, curve_keys
 from cmr.server.groups import GROUP_BATCHES, filled, take_waiting
 from cmr.server.ingest import AUTH, Ingest
+from cmr.server.wakeup import Wakeup
 from cmr.server.workers import WorkerError, WorkerPool
 from cmr.store import Store, StoreError, open_store, repository_target
 from invoseq import wire
@@ -74,6 +75,7 @@ class Server:
         self._socket: zmq.Socket[bytes] | None = None
         self._gatekeeper: Gatekeeper | None = None
         self._endpoint: str | None = None
+        self._wakeup: Wakeup | None = None
 
     @property
     def endpoint(self) -> str:
@@ -112,6 +114,13 @@ class Server:
             raise ServerError(_bind_error(self.bind, exc)) from exc
         self._context, self._socket, self._gatekeeper = context, sock, gatekeeper
         self._endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._wakeup = Wakeup()
+
+    def wake(self) -> None:
+        """End the current poll now (a stop was asked for): from any thread or a signal
+        handler."""
+        if self._wakeup is not None:
+            self._wakeup.wake()
 
     def serve(self, stop: threading.Event) -> None:
         """Answer messages until ``stop`` is set."""
@@ -127,8 +136,13 @@ class Server:
         pool = self.pool
         if pool is not None:
             poller.register(pool.socket, zmq.POLLIN)
+        wakeup = self._wakeup
+        if wakeup is not None:
+            poller.register(wakeup.fd, zmq.POLLIN)
         while not stop.is_set():
             ready = dict(poller.poll(POLL_MS))
+            if wakeup is not None and wakeup.fd in ready:
+                wakeup.clear()
             if monitor is not None and monitor in ready and gatekeeper is not None:
                 refused = gatekeeper.refusals()
                 if refused:
@@ -189,6 +203,8 @@ class Server:
         if self._context is not None:
             self._context.term()
             self._context = None
+        if self._wakeup is not None:
+            self._wakeup.close()
 
 
 class ServerThread:
@@ -220,6 +236,7 @@ class ServerThread:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        self._server.wake()
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise RuntimeError(f"the server thread did not stop within {timeout} s")
@@ -256,7 +273,7 @@ def run_server(
             print(f"cmr: {exc}", file=sys.stderr)
             return 1
         stop = threading.Event()
-        with _stop_on_signals(stop):
+        with _stop_on_signals(stop, server.wake):
             if ready_line:
                 print(f"{READY_PREFIX}{server.endpoint}", flush=True)
             server.serve(stop)
@@ -275,12 +292,13 @@ def _started_pool(workers: int, db: str | None, max_frame_bytes: int) -> WorkerP
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """Turn SIGINT and SIGTERM into ``stop.set()`` (only the main thread may install handlers),
-    once: ``Event.set`` takes a lock, and a second signal whose handler ran while the first held
-    it (Python runs handlers between any two bytecodes of the main thread) would wait for it
-    forever. A ``tracer run`` killed outright sends its repository two SIGTERMs at once (its own
-    and the parent-death signal): CI found such a repository still running, deadlocked."""
+def _stop_on_signals(stop: threading.Event, wake: Callable[[], None]) -> Iterator[None]:
+    """Turn SIGINT and SIGTERM into ``stop.set()`` and ``wake()`` (only the main thread may
+    install handlers), once: ``Event.set`` and ``wake`` take a lock, and a second signal whose
+    handler ran while the first held it (Python runs handlers between any two bytecodes of the
+    main thread) would wait for it forever. A ``tracer run`` killed outright sends its
+    repository two SIGTERMs at once (its own and the parent-death signal): CI found such a
+    repository still running, deadlocked."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -291,6 +309,7 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
             return
         requested.append(signum)
         stop.set()
+        wake()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

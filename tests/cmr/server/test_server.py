@@ -402,6 +402,44 @@ def test_server_process_announces_stores_and_stops_on_signal(
         store.close()
 
 
+#: A poll timeout no test waits out: a stop must end the poll at once, not at its timeout.
+ENDLESS_POLL_MS = 3_600_000
+
+
+def test_a_stop_ends_the_servers_poll_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tracer run waits for its repository to stop at the end of every run: a stop that waited
+    # for the poll's timeout cost each run that timeout.
+    monkeypatch.setattr("cmr.server.server.POLL_MS", ENDLESS_POLL_MS)
+    server = ServerThread(store, "tcp://127.0.0.1:*")
+    server.stop(timeout=30)  # raises when the thread is still polling
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_server_process_poll_at_once(
+    tmp_path: Path, stop_signal: signal.Signals
+) -> None:
+    bind = f"ipc://{tmp_path}/cmr.sock"
+    code = (
+        "import sys, cmr.server.server as server; "
+        f"server.POLL_MS = {ENDLESS_POLL_MS}; "
+        "from cmr.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "serve", "--bind", bind, "--db", str(tmp_path / "r.db")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
+        process.send_signal(stop_signal)
+    finally:
+        code_, out, err = finish(process)  # at most 30 s: the poll itself lasts an hour
+    assert (code_, out, err) == (0, "", "")
+
+
 def test_server_process_reports_an_address_in_use(store: Store, server: ServerThread) -> None:
     process = start_server_process("--bind", server.endpoint, "--memory")
 

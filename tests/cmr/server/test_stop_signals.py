@@ -11,11 +11,13 @@ from cmr.server.server import _stop_on_signals
 
 def test_a_signal_arriving_while_the_first_is_handled_returns_at_once() -> None:
     stop = threading.Event()
-    with _stop_on_signals(stop):
+    woken: list[bool] = []
+    with _stop_on_signals(stop, lambda: woken.append(True)):
         handler = signal.getsignal(signal.SIGTERM)
         assert callable(handler)
         handler(signal.SIGTERM, None)
         assert stop.is_set()
+        assert woken == [True]  # the poll is woken too
         second = threading.Thread(target=handler, args=(signal.SIGTERM, None))
         # the first handler inside Event.set, holding its lock (as a nested handler finds it)
         with stop._cond:  # type: ignore[attr-defined]
@@ -24,4 +26,5 @@ def test_a_signal_arriving_while_the_first_is_handled_returns_at_once() -> None:
             returned = not second.is_alive()
         second.join(30)
     assert returned, "the second signal's handler waited for the lock the first one holds"
+    assert woken == [True]  # once
     assert signal.getsignal(signal.SIGTERM) is not handler  # the previous handler is back
