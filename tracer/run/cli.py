@@ -121,7 +121,7 @@ def run(options: RunOptions) -> Ending:
         # the modules already loaded, which a '*' pattern wraps. Same rule, kept in step.
         db = os.path.abspath(options.db or os.environ.get(DB_ENV) or DEFAULT_DB_PATH)
         try:
-            repository = EmbeddedRepository.start(db)
+            repository = EmbeddedRepository.start(db, meanwhile=_load_the_sender)
         except RepositoryError as exc:
             print(f"tracer run: error: {exc}", file=sys.stderr)
             return Ending(1)
@@ -167,6 +167,15 @@ def run(options: RunOptions) -> Ending:
     if report is not None:
         _say("\n" + report)
     return ending
+
+
+def _load_the_sender() -> None:
+    """Import what ``tracer.configure`` starts (the sender, ZeroMQ, the sampler) while the
+    embedded repository starts, rather than after it listens: a tenth of a second each, side by
+    side instead of one after the other."""
+    import tracer._sampling.sampler
+    import tracer._shipping.sender
+    import tracer._shipping.transport  # noqa: F401
 
 
 def _stop_repository(

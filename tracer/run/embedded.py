@@ -50,8 +50,16 @@ class EmbeddedRepository:
         self._stopping = False
 
     @classmethod
-    def start(cls, db: str, *, timeout_s: float = START_TIMEOUT_S) -> EmbeddedRepository:
-        """Start the repository on ``db`` and wait until it listens. Raises RepositoryError."""
+    def start(
+        cls,
+        db: str,
+        *,
+        timeout_s: float = START_TIMEOUT_S,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> EmbeddedRepository:
+        """Start the repository on ``db`` and wait until it listens, running ``meanwhile`` (work
+        of this process's own that needs no repository) while it starts. Raises
+        RepositoryError."""
         workdir = tempfile.mkdtemp(prefix="invoseq-")
         if len(os.path.join(workdir, "cmr.sock")) > _MAX_SOCKET_PATH:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -83,6 +91,8 @@ class EmbeddedRepository:
             raise RepositoryError(f"could not start the repository: {exc}") from None
         repository = cls(process, "", workdir)
         try:
+            if meanwhile is not None:
+                meanwhile()
             repository.endpoint = repository._wait_ready(time.monotonic() + timeout_s)
         except BaseException:  # not started, or Ctrl-C while waiting: leave nothing behind
             repository.stop()
