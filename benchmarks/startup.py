@@ -1,9 +1,10 @@
 """Case ``startup``: what starting costs, against ``python -c pass`` in the same run (issue 33).
 
-Four commands, each a fresh interpreter, run one after the other in rounds whose order reverses
+Five commands, each a fresh interpreter, run one after the other in rounds whose order reverses
 every other round: ``python -c pass`` (the baseline), ``python -c "import tracer"``, ``cmr
---help`` and ``cmr ls --db SMALL.sqlite``, a repository of one short traced run (``tracer run``
-of a tiny script, made once before the rounds). ``cmr`` is the console script beside this
+--help``, ``cmr ls --db SMALL.sqlite``, a repository of one short traced run (``tracer run``
+of a tiny script, made once before the rounds), and ``tracer run`` of that script itself (its
+embedded repository and report; a row without a target). ``cmr`` is the console script beside this
 interpreter, as a user runs it (``python -m cmr`` where there is none). Each row is a command's
 median wall time and its ratio to the baseline's median. The packages' bytecode is compiled
 first (``compileall``), as ``pip install`` leaves it: with ``PYTHONDONTWRITEBYTECODE`` set, a
@@ -54,6 +55,16 @@ TARGETS: Final = {
 }
 
 
+#: ``tracer run`` of the tiny script, its embedded repository and its report: no target of the
+#: issue's, measured for what every run pays before and after the program.
+RUN_LABEL: Final = "tracer run (a tiny script)"
+
+
+def _tracer() -> list[str]:
+    script = Path(sys.executable).with_name("tracer")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tracer"]
+
+
 def _cmr() -> list[str]:
     script = Path(sys.executable).with_name("cmr")
     return [str(script)] if script.exists() else [sys.executable, "-m", "cmr"]
@@ -64,10 +75,8 @@ def _small_repository(workdir: Path) -> Path:
     db = workdir / "small.sqlite"
     program = workdir / "tiny.py"
     program.write_text(SCRIPT)
-    tracer = Path(sys.executable).with_name("tracer")
-    command = [str(tracer)] if tracer.exists() else [sys.executable, "-m", "tracer"]
     subprocess.run(
-        [*command, "run", "--db", str(db), "--no-report", str(program)],
+        [*_tracer(), "run", "--db", str(db), "--no-report", str(program)],
         check=True,
         capture_output=True,
         timeout=120,
@@ -113,6 +122,7 @@ def run(settings: Settings) -> CaseResult:
         'python -c "import tracer"': [python, "-c", "import tracer"],
         "cmr --help": [*_cmr(), "--help"],
         "cmr ls (a small repository)": [*_cmr(), "--db", str(db), "ls"],
+        RUN_LABEL: [*_tracer(), "run", "--db", str(settings.workdir / "run.sqlite"), "tiny.py"],
     }
     series = interleave(
         {label: _timed(argv, settings.workdir) for label, argv in commands.items()},
@@ -145,6 +155,19 @@ def run(settings: Settings) -> CaseResult:
                 ),
             )
         )
+    took = median(series[RUN_LABEL])
+    result.rows.append(
+        Row(
+            case=NAME,
+            name=RUN_LABEL,
+            value=took,
+            unit="s",
+            baseline=bare,
+            baseline_name="python -c pass, same rounds",
+            ratio=took / bare,
+            note="the whole command: its embedded repository started and stopped, the report",
+        )
+    )
     return result
 
 

@@ -146,6 +146,7 @@ def test_the_startup_case_compares_each_command_with_python_c_pass(tmp_path: Pat
         'python -c "import tracer"',
         "cmr --help",
         "cmr ls (a small repository)",
+        "tracer run (a tiny script)",
     ]
     assert all(row["ratio"] == row["value"] / row["baseline"] for row in rows)
 
