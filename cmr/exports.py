@@ -26,8 +26,10 @@ from cmr.views.render.folded import WEIGHT_SAMPLES, has_samples, render_folded
 from cmr.views.render.speedscope import render_speedscope
 
 #: A text format's renderer: the sequence's tree (samples merged in), its records, and the
-#: weight asked for (None unless the format ``takes_weight``) to the text of the file.
-TextRenderer = Callable[[SequenceTree, SequenceData, "str | None"], str]
+#: weight asked for (None unless the format ``takes_weight``) to the text of the file (as
+#: UTF-8 bytes where the renderer encodes it itself: a big document is not copied to a str and
+#: back).
+TextRenderer = Callable[[SequenceTree, SequenceData, "str | None"], "str | bytes"]
 
 
 class ExportError(Exception):
@@ -75,10 +77,11 @@ class Format:
         tree = sequence_tree(data)
         if on_step is not None:
             on_step(self.tree_share)
-        return (self.render(tree, data, weight) + "\n").encode()
+        text = self.render(tree, data, weight)
+        return b"".join((text if isinstance(text, bytes) else text.encode(), b"\n"))
 
 
-def _otlp(tree: SequenceTree, data: SequenceData, _weight: str | None) -> str:
+def _otlp(tree: SequenceTree, data: SequenceData, _weight: str | None) -> bytes:
     return render_otlp(to_trace(tree, data))
 
 

@@ -37,27 +37,29 @@ FLAG_HAS_IS_REMOTE: Final = 0x100
 FLAG_IS_REMOTE: Final = 0x200
 
 _encode = msgspec.json.Encoder().encode
+#: Spans made into JSON objects and encoded a chunk at a time: a million spans' dicts never all
+#: exist at once (they took most of the 7.9 GB an export of a million calls peaked at).
+SPANS_PER_CHUNK: Final = 1024
 
 
-def render_otlp(trace: Trace) -> str:
-    """The OTLP/JSON ``TracesData`` document of ``trace``."""
+def render_otlp(trace: Trace) -> bytes:
+    """The OTLP/JSON ``TracesData`` document of ``trace``, UTF-8: byte for byte what encoding the
+    whole document at once gives (compact, keys in order), encoded a chunk of spans at a time."""
     trace_id = trace.trace_id.hex()
-    scope = {"name": SCOPE_NAME, "version": trace.scope_version}
-    document = {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": encode_attributes(resource.attributes)},
-                "scopeSpans": [
-                    {
-                        "scope": scope,
-                        "spans": [_span(span, trace_id) for span in resource.spans],
-                    }
-                ],
-            }
-            for resource in trace.resources
-        ]
-    }
-    return _encode(document).decode()
+    scope = _encode({"name": SCOPE_NAME, "version": trace.scope_version})
+    parts: list[bytes | memoryview] = [b'{"resourceSpans":[']
+    for number, resource in enumerate(trace.resources):
+        attributes = _encode(encode_attributes(resource.attributes))
+        parts += [b"," if number else b"", b'{"resource":{"attributes":', attributes]
+        parts += [b'},"scopeSpans":[{"scope":', scope, b',"spans":[']
+        spans = resource.spans
+        for first in range(0, len(spans), SPANS_PER_CHUNK):
+            chunk = spans[first : first + SPANS_PER_CHUNK]
+            encoded = _encode([_span(span, trace_id) for span in chunk])
+            parts += [b"," if first else b"", memoryview(encoded)[1:-1]]  # the list's items
+        parts.append(b"]}]}")
+    parts.append(b"]}")
+    return b"".join(parts)
 
 
 def span_id_hex(span_id: int) -> str:

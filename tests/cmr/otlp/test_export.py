@@ -376,3 +376,50 @@ def test_the_export_is_utf8_json_with_hex_ids(tmp_path, capsys) -> None:
     assert int(span["spanId"], 16)
     assert span["startTimeUnixNano"] == str(CLOCK_OFFSET_NS)
     assert span["kind"] == KIND_INTERNAL
+
+
+def test_the_document_written_a_chunk_of_spans_at_a_time_is_the_whole_documents_json() -> None:
+    """A million spans are encoded a chunk at a time (their objects never all exist): the bytes
+    are those of the whole document encoded at once, across resources and chunk boundaries."""
+    from cmr.otlp.render import SPANS_PER_CHUNK, _span, encode_attributes, render_otlp
+    from cmr.otlp.spans import KIND_INTERNAL as INTERNAL
+    from cmr.otlp.spans import Resource, Span, Trace
+
+    def spans(count: int, first_id: int) -> list[Span]:
+        return [
+            Span(
+                first_id + i,
+                first_id + i - 1 if i else 0,
+                i == 0,
+                f"f{i}",
+                INTERNAL,
+                i,
+                i + 1,
+                {"n": i, "even": i % 2 == 0, "share": i / 7},
+                None if i % 3 else "ValueError",
+            )
+            for i in range(count)
+        ]
+
+    counts = (SPANS_PER_CHUNK * 2 + 3, 0, 1, SPANS_PER_CHUNK)
+    resources = [
+        Resource({"service.name": f"s{n}", "invoseq.puid": n}, spans(count, 1 + n * 10_000))
+        for n, count in enumerate(counts)
+    ]
+    trace = Trace(SEQ, resources, "0.1.0")
+    whole = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": encode_attributes(resource.attributes)},
+                "scopeSpans": [
+                    {
+                        "scope": {"name": "invoseq", "version": "0.1.0"},
+                        "spans": [_span(span, SEQ.hex()) for span in resource.spans],
+                    }
+                ],
+            }
+            for resource in resources
+        ]
+    }
+    assert render_otlp(trace) == json.dumps(whole, separators=(",", ":")).encode()
+    assert render_otlp(Trace(SEQ, [], "0.1.0")) == b'{"resourceSpans":[]}'
