@@ -85,7 +85,7 @@ def _otlp(tree: SequenceTree, data: SequenceData, _weight: str | None) -> bytes:
     return render_otlp(to_trace(tree, data))
 
 
-def _otlp_profiles(tree: SequenceTree, data: SequenceData, _weight: str | None) -> str:
+def _otlp_profiles(tree: SequenceTree, data: SequenceData, _weight: str | None) -> bytes:
     document = to_profiles(tree, data, to_trace(tree, data))
     if document is None:
         raise ExportError(

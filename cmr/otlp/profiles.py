@@ -192,8 +192,8 @@ def to_profiles(tree: SequenceTree, data: SequenceData, trace: Trace) -> dict[st
     return {"resourceProfiles": resource_profiles, "dictionary": dictionary.document()}
 
 
-def render_profiles(document: dict[str, Any]) -> str:
-    return _encode(document).decode()
+def render_profiles(document: dict[str, Any]) -> bytes:
+    return _encode(document)
 
 
 def profile_id(seq: bytes, puid: int, kind: str) -> bytes:

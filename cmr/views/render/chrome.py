@@ -31,8 +31,9 @@ CATEGORY_HANDOFF: Final = "handoff"
 FLOW_NAME: Final = "hand-off"
 
 
-def render_chrome(tree: SequenceTree) -> str:
-    """The trace JSON object (``traceEvents``, ``displayTimeUnit``, ``otherData``) of ``tree``."""
+def render_chrome(tree: SequenceTree) -> bytes:
+    """The trace JSON object (``traceEvents``, ``displayTimeUnit``, ``otherData``) of ``tree``,
+    UTF-8."""
     layout = lay_out(tree)
     origin = layout.start_ns
     pids = _pids(layout.tracks)
@@ -68,7 +69,7 @@ def render_chrome(tree: SequenceTree) -> str:
             "exporter": EXPORTER,
         },
     }
-    return msgspec.json.encode(document).decode()
+    return msgspec.json.encode(document)
 
 
 def _us(ns: int) -> float | int:

@@ -123,10 +123,10 @@ ThreadKey = tuple[int, int]  # (puid, tid)
 _encode = msgspec.json.Encoder().encode
 
 
-def render_firefox(tree: SequenceTree, data: SequenceData) -> str:
+def render_firefox(tree: SequenceTree, data: SequenceData) -> bytes:
     """The processed profile (module docstring) of ``tree`` and the samples of ``data``, the
     records ``tree`` was built from."""
-    return _encode(to_firefox(tree, data)).decode()
+    return _encode(to_firefox(tree, data))
 
 
 def to_firefox(tree: SequenceTree, data: SequenceData) -> dict[str, Any]:

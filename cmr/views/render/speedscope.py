@@ -51,7 +51,7 @@ class _Frames:
         return found
 
 
-def render_speedscope(tree: SequenceTree, data: SequenceData | None = None) -> str:
+def render_speedscope(tree: SequenceTree, data: SequenceData | None = None) -> bytes:
     """The speedscope JSON document of ``tree`` (any view of it), plus a sampled profile per
     thread for the samples of ``data`` (the records ``tree`` was built from), if any."""
     layout = lay_out(tree)
@@ -68,7 +68,7 @@ def render_speedscope(tree: SequenceTree, data: SequenceData | None = None) -> s
         "activeProfileIndex": 0,
         "exporter": EXPORTER,
     }
-    return msgspec.json.encode(document).decode()
+    return msgspec.json.encode(document)
 
 
 def track_name(track: Track) -> str:
