@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
-import textwrap
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -148,38 +146,6 @@ def test_wrap_module_wraps_what_the_module_defines_and_reports_how_many(write: W
     assert autowrap.wrap_module(cart) == 3
     assert autowrap.wrap_module(cart) == 0
     assert is_traced(cart.checkout)
-
-
-def test_functions_are_traced_as_soon_as_they_are_defined(write: Write) -> None:
-    """What ``tracer run`` does for a script: module-level code calling a function it just
-    defined already calls the traced one, and module-level name semantics are unchanged."""
-    module = ModuleType("script_like")
-    code = """
-    import sys
-    counter = 0
-
-    def bump():
-        global counter
-        counter += 1
-        return counter
-
-    first = bump()
-    assert counter == 1 and "bump" in locals() and globals()["bump"] is bump
-    assert "print" not in locals() and locals().get("len") is None and len("ab") == 2
-    del first
-    class Greeter:
-        def hello(self):
-            return "hi"
-    greeting = Greeter().hello()
-    """
-    with capture() as trace:
-        exec(textwrap.dedent(code), vars(module), autowrap.DefiningNamespace(module))
-        names = [i.name for i in trace.invocations()]
-    assert names == ["script_like.bump", "script_like.Greeter.hello"]
-    assert vars(module)["counter"] == 1
-    assert "first" not in vars(module)
-    assert vars(module)["greeting"] == "hi"
-    assert is_traced(vars(module)["bump"])
 
 
 def test_references_taken_while_the_module_ran_are_the_traced_functions(write: Write) -> None:
