@@ -20,11 +20,16 @@ class Rewriting:
 
     def __init__(self, handlers: Any) -> None:
         self.handlers = handlers
-        self._copies: dict[CodeType, CodeType] = {}  # made once: rare, so keyed by value
+        #: id(code) -> (code, its copy), the code kept so its id stays its own. By identity, not
+        #: by value: two modules defining the same function from the same text (a vendored copy)
+        #: have equal code objects, and the second was given the first's copy, which reports
+        #: under the first's method.
+        self._copies: dict[int, tuple[CodeType, CodeType]] = {}
 
     def attach(self, function: FunctionType, method: int, kind: int) -> CodeType | None:
         code = function.__code__
-        copy = self._copies.get(code)
+        known = self._copies.get(id(code))
+        copy = None if known is None else known[1]
         if copy is None:
             mark = getattr(self.handlers, "mark", None)  # the C handlers read the code's slot
             if mark is not None:
@@ -34,7 +39,7 @@ class Rewriting:
             except (ValueError, TypeError, RuntimeError) as exc:  # code it cannot take
                 log.debug("invoseq: cannot trace %s: %s", code.co_qualname, exc)
                 return None
-            self._copies[code] = copy
+            self._copies[id(code)] = (code, copy)
         function.__code__ = copy
         return copy
 

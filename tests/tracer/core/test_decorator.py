@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import pickle
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -160,6 +161,25 @@ def test_name_override_and_methods() -> None:
         f"{MODULE}.Shop.klass",
         f"{MODULE}.Shop.static",
     ]
+
+
+def test_equal_functions_of_two_modules_are_each_recorded_under_their_own_name() -> None:
+    """Two modules made from the same text (a vendored copy of a file) hold equal code objects
+    (code compares by value); each function is still recorded under its own module's name."""
+    source = "def price(n):\n    return n * 2\n"
+    originals = []
+    for module in ("shop_a.pricing", "shop_b.pricing"):
+        namespace: dict[str, Any] = {"__name__": module}
+        exec(compile(source, "pricing.py", "exec"), namespace)  # the same file name and text
+        originals.append(namespace["price"])
+    assert originals[0].__code__ == originals[1].__code__  # equal, not the same object
+    assert originals[0].__code__ is not originals[1].__code__
+    first, second = (traced(function) for function in originals)
+    with capture() as trace:
+        assert second(2) == 4
+        assert first(3) == 6
+        names = [i.name for i in trace.invocations()]
+    assert names == ["shop_b.pricing.price", "shop_a.pricing.price"]
 
 
 def test_traced_twice_is_the_same_wrapper() -> None:
