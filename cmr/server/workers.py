@@ -188,6 +188,7 @@ def serve_worker(endpoint: str, max_frame_bytes: int, parent: int) -> int:
             sock.send_multipart([FAILED, str(exc).encode()])
             return 1
         try:
+            store.share_writes()  # the other workers write the same repository
             ingest = Ingest(store, max_frame_bytes=max_frame_bytes)
             encode = msgspec.msgpack.Encoder().encode
             sock.send_multipart([READY])

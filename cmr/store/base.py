@@ -309,6 +309,11 @@ class Store(abc.ABC):
         stay. One transaction; safe while ``cmr serve`` writes. ``on_step(done, total)`` after
         each of its statements, for progress (a store whose prune is quick may never call it)."""
 
+    def share_writes(self) -> None:  # noqa: B027 (optional: most stores have nothing to do)
+        """Other processes will store into this repository at the same time (``cmr serve
+        --workers``): a store whose writers can coordinate better than by waiting on each other
+        does so from now on. Nothing by default."""
+
     @abc.abstractmethod
     def stats(self) -> StoreStats: ...
 

@@ -12,6 +12,7 @@ and prefix lookup never scan the events. Stack samples live in tables of their o
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 from cmr.store.batch_index import PackingStore, Preparation
@@ -21,6 +22,7 @@ from cmr.store.sqlite.writes import write_group
 
 if TYPE_CHECKING:
     from cmr.store.base import OnStep, Outcome, PruneResult
+    from cmr.store.sqlite.turns import WriterTurns
 
 __all__ = ["BUSY_TIMEOUT_MS", "SQLiteStore"]
 
@@ -31,10 +33,24 @@ class SQLiteStore(PackingStore, SQLiteReader):
 
     ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
 
+    _turns: WriterTurns | None = None
+
+    def share_writes(self) -> None:
+        """Other processes store into this file at the same time (``cmr serve --workers``):
+        take turns with them around each group's transaction (``cmr.store.sqlite.turns``)."""
+        if self._turns is None:
+            from cmr.store.sqlite.turns import WriterTurns  # workers only
+
+            self._turns = WriterTurns(self.path)
+
     def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:
         outcomes = list(group.outcomes)
         if group.prepared:
-            with self._transaction("BEGIN IMMEDIATE") as conn:
+            turns = self._turns
+            with (
+                turns.turn() if turns is not None else contextlib.nullcontext(),
+                self._transaction("BEGIN IMMEDIATE") as conn,
+            ):
                 write_group(conn, group.in_write_order(), outcomes, received_ns)
         return outcomes
 
@@ -49,3 +65,8 @@ class SQLiteStore(PackingStore, SQLiteReader):
     def prune(self, before_ns: int, *, on_step: OnStep | None = None) -> PruneResult:
         with self._transaction("BEGIN IMMEDIATE") as conn:
             return sqlite_read.prune(conn, before_ns, on_step)
+
+    def close(self) -> None:
+        super().close()
+        if self._turns is not None:
+            self._turns.close()
