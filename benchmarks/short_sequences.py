@@ -10,7 +10,9 @@ PostgreSQL (a fresh schema per chunk):
 - *pre-encoded*: ``Ingest.handle_many`` ``GROUP_BATCHES`` batches at a time, what ``cmr serve``
   does per group of messages minus the socket;
 - *end to end*: a ``cmr serve`` subprocess on ipc, the batches sent by a DEALER keeping
-  ``serve.WINDOW`` unacknowledged, timed from the first send to the last acknowledgement.
+  ``serve.WINDOW`` unacknowledged, timed from the first send to the last acknowledgement; and
+  the same with ``cmr serve --workers 2`` (two processes decoding and storing, taking turns at
+  the store: ``cmr.store.sqlite.turns``).
 
 Baseline: the typed decode alone of the same batches (each shape its own), in the same rounds.
 """
@@ -47,6 +49,9 @@ SQLITE_TARGETS: Final = (Target("issue 33", ">=", 100_000),)
 POSTGRES_TARGETS: Final = (Target("issue 33", ">=", 50_000),)
 #: Calls per sequence: a request that makes one traced call, and one that makes ten.
 SHAPES: Final = (1, 10)
+#: How each store takes the traffic: 0, pre-encoded batches handed to ``Ingest`` in this
+#: process; N, sent to ``cmr serve --workers N``.
+WAYS: Final = (0, 1, 2)
 
 
 def run(settings: Settings) -> CaseResult:
@@ -66,7 +71,7 @@ def run(settings: Settings) -> CaseResult:
 
         return chunk
 
-    def into(store: str, calls: int, served: bool) -> Callable[[], float]:
+    def into(store: str, calls: int, workers: int) -> Callable[[], float]:
         """A chunk of ``calls``-call sequences into a fresh repository of ``store``."""
         encoded = traffic[calls]
 
@@ -86,8 +91,8 @@ def run(settings: Settings) -> CaseResult:
                     leftover.unlink()
 
         def measure(db: str) -> float:
-            if served:
-                rate = serve_chunk(settings.workdir, db, 1, encoded.frames, encoded.events)
+            if workers:
+                rate = serve_chunk(settings.workdir, db, workers, encoded.frames, encoded.events)
                 return rate * len(encoded.seqs) / encoded.events
             repository = open_store(db)
             try:
@@ -113,9 +118,9 @@ def run(settings: Settings) -> CaseResult:
         f"decode-{calls}": decode_only(calls) for calls in SHAPES
     }
     for store in stores:
-        for served in (False, True):
+        for workers in WAYS:
             for calls in SHAPES:
-                variants[_key(store, calls, served)] = into(store, calls, served)
+                variants[_key(store, calls, workers)] = into(store, calls, workers)
     series = interleave(
         variants,
         rounds=2 if settings.quick else 6,
@@ -130,22 +135,24 @@ def run(settings: Settings) -> CaseResult:
         _row(
             store,
             calls,
-            served,
+            workers,
             series,
             f"{sequences} sequences ({len(traffic[calls].frames)} batches)",
         )
         for store in stores
-        for served in (False, True)
+        for workers in WAYS
         for calls in SHAPES
     ]
     return result
 
 
-def _row(store: str, calls: int, served: bool, series: dict[str, list[float]], size: str) -> Row:
+def _row(store: str, calls: int, workers: int, series: dict[str, list[float]], size: str) -> Row:
     """The row of one variant against the decode of its shape."""
-    values, decode = series[_key(store, calls, served)], median(series[f"decode-{calls}"])
+    values, decode = series[_key(store, calls, workers)], median(series[f"decode-{calls}"])
     label = {"sqlite": "SQLite", "postgres": "PostgreSQL (one node)"}[store]
-    how = "cmr serve over ipc" if served else "pre-encoded batches, grouped"
+    how = {0: "pre-encoded batches, grouped", 1: "cmr serve over ipc"}.get(
+        workers, f"cmr serve --workers {workers} over ipc"
+    )
     rate = median(values)
     return Row(
         case=NAME,
@@ -161,8 +168,11 @@ def _row(store: str, calls: int, served: bool, series: dict[str, list[float]], s
     )
 
 
-def _key(store: str, calls: int, served: bool) -> str:
-    return f"{store}-{calls}{'-served' if served else ''}"
+def _key(store: str, calls: int, workers: int) -> str:
+    """The variant's key in the raw results (``-served``: one ``cmr serve`` process, as before
+    there were workers)."""
+    served = {0: "", 1: "-served"}.get(workers, f"-served-{workers}")
+    return f"{store}-{calls}{served}"
 
 
 def _calls(calls: int) -> str:

@@ -100,7 +100,11 @@ def test_the_sequences_case_counts_sequences_per_store_and_shape(tmp_path: Path)
     assert [row["name"] for row in rows] == [
         f"{calls} sequences into {store}, {how}"
         for store in stores
-        for how in ("pre-encoded batches, grouped", "cmr serve over ipc")
+        for how in (
+            "pre-encoded batches, grouped",
+            "cmr serve over ipc",
+            "cmr serve --workers 2 over ipc",
+        )
         for calls in ("one-call", "10-call")
     ]
     for row in rows:
