@@ -5,7 +5,9 @@ The formats are one table, ``FORMATS``: each ``Format`` says what it writes (its
 ``cmr export --help``), how (``write``), an example, and what to open the file with; the command's
 choices, help and examples are drawn from the table, so a new format is one entry. The text
 formats are UTF-8 whatever the terminal's locale: they are files for other programs. The trees
-they are drawn from carry the sequence's samples, merged in as estimated calls, when it has any."""
+they are drawn from carry the sequence's samples, merged in as estimated calls, when it has any.
+Folded stacks are drawn from the sequence's profile lines (``cmr profile``'s, read from the
+records) where those can be had: the same stacks, with no node made per call."""
 
 from __future__ import annotations
 
@@ -22,7 +24,15 @@ from cmr.views.model import SequenceTree
 from cmr.views.pipeline import sequence_tree
 from cmr.views.render.chrome import render_chrome
 from cmr.views.render.firefox import render_firefox
-from cmr.views.render.folded import WEIGHT_SAMPLES, has_samples, render_folded
+from cmr.views.render.folded import (
+    WEIGHT_SAMPLES,
+    WEIGHT_TIME,
+    folded_lines,
+    has_samples,
+    profile_folded_stacks,
+    profile_has_samples,
+    render_folded,
+)
 from cmr.views.render.speedscope import render_speedscope
 
 #: A text format's renderer: the sequence's tree (samples merged in), its records, and the
@@ -30,6 +40,9 @@ from cmr.views.render.speedscope import render_speedscope
 #: UTF-8 bytes where the renderer encodes it itself: a big document is not copied to a str and
 #: back).
 TextRenderer = Callable[[SequenceTree, SequenceData, "str | None"], "str | bytes"]
+#: The same file drawn from the records without the tree where the format can (None: it cannot
+#: for these records, and the tree is built).
+DirectRenderer = Callable[[SequenceData, "str | None"], "str | bytes | None"]
 
 
 class ExportError(Exception):
@@ -57,6 +70,8 @@ class Format:
     #: sequence of 100,000 calls with samples (building the tree and merging its samples is
     #: from a quarter of the work, OTLP's spans, to nine tenths, folded stacks).
     tree_share: int = 50
+    #: The file drawn straight from the records, no node made per call, where it can be.
+    direct: DirectRenderer | None = None
 
     @property
     def binary(self) -> bool:
@@ -74,10 +89,12 @@ class Format:
         of the work done once the tree is built (``tree_share``)."""
         if self.render is None:
             return write_bundle(data)
-        tree = sequence_tree(data)
-        if on_step is not None:
-            on_step(self.tree_share)
-        text = self.render(tree, data, weight)
+        text = None if self.direct is None else self.direct(data, weight)
+        if text is None:
+            tree = sequence_tree(data)
+            if on_step is not None:
+                on_step(self.tree_share)
+            text = self.render(tree, data, weight)
         return b"".join((text if isinstance(text, bytes) else text.encode(), b"\n"))
 
 
@@ -97,11 +114,30 @@ def _otlp_profiles(tree: SequenceTree, data: SequenceData, _weight: str | None) 
 
 def _folded(tree: SequenceTree, data: SequenceData, weight: str | None) -> str:
     if weight == WEIGHT_SAMPLES and not has_samples(tree):
-        raise ExportError(
-            f"sequence {data.seq.hex()} has no samples: use --weight time "
-            "(sample it with the tracer's sampler on)"
-        )
+        raise _no_samples(data)
     return render_folded(tree, weight)
+
+
+def _folded_from_profile(data: SequenceData, weight: str | None) -> str | None:
+    """Folded stacks from the sequence's profile lines (``cmr profile``'s, read from the
+    records), where they can be had; None: from the tree."""
+    from cmr.views.analyses.bigprofile import sequence_profile
+
+    profile = sequence_profile(data)
+    if profile is None:
+        return None
+    sampled = profile_has_samples(profile.roots)
+    if weight == WEIGHT_SAMPLES and not sampled:
+        raise _no_samples(data)
+    chosen = weight or (WEIGHT_SAMPLES if sampled else WEIGHT_TIME)
+    return folded_lines(profile_folded_stacks(profile.roots, chosen))
+
+
+def _no_samples(data: SequenceData) -> ExportError:
+    return ExportError(
+        f"sequence {data.seq.hex()} has no samples: use --weight time "
+        "(sample it with the tracer's sampler on)"
+    )
 
 
 #: Every format, in the order ``cmr export --help`` lists them.
@@ -173,6 +209,7 @@ FORMATS: Final = (
         render=_folded,
         takes_weight=True,
         tree_share=93,
+        direct=_folded_from_profile,
     ),
     Format(
         name="bundle",

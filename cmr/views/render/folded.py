@@ -15,12 +15,18 @@ Two weights:
 
 ``;`` separates frames and a line ends at its newline, so those characters in a name become ``:``
 and a space.
+
+The lines of a sequence's profile (``cmr profile``: calls with the same path from the root
+merged, samples grafted) are the same stacks with the same weights, summed per path: a big
+sequence's stacks are drawn from them (``profile_folded_stacks``), with no node made per call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Final
 
+from cmr.views.analyses.profile import ProfileNode
 from cmr.views.model import Node, SequenceTree, walk
 
 WEIGHT_SAMPLES: Final = "samples"
@@ -44,14 +50,29 @@ def folded_stacks(tree: SequenceTree, weight: str) -> dict[str, int]:
 
     The path is one list, extended on the way down and cut on the way up, and joined only for a
     call with weight: a deep chain of calls without weight costs no quadratic string building."""
+    return _stacks(walk(tree.root), weight)
+
+
+def profile_has_samples(roots: list[ProfileNode]) -> bool:
+    """Whether any line of a profile carries sample weight."""
+    return any(line.samples or line.self_samples for line, _ in _walk_lines(roots))
+
+
+def profile_folded_stacks(roots: list[ProfileNode], weight: str) -> dict[str, int]:
+    """``folded_stacks`` of the tree a profile (``Profile.roots``, not by thread) was made from:
+    each line adds its calls' self weight to its path."""
+    return _stacks(_walk_lines(roots), weight)
+
+
+def _stacks(walked: Iterable[tuple[Node | ProfileNode, int]], weight: str) -> dict[str, int]:
     if weight not in WEIGHTS:
         raise ValueError(f"weight must be one of {', '.join(WEIGHTS)}, not {weight!r}")
     by_samples = weight == WEIGHT_SAMPLES
     totals: dict[str, int] = {}
     path: list[str] = []
-    for node, depth in walk(tree.root):
+    for node, depth in walked:
         del path[depth:]
-        path.append(frame_name(node))
+        path.append(node.name.translate(_SAFE))
         value = node.self_samples if by_samples else node.self_ns or 0
         if value:
             key = ";".join(path)
@@ -61,12 +82,21 @@ def folded_stacks(tree: SequenceTree, weight: str) -> dict[str, int]:
     return {key: value for key, value in totals.items() if value}
 
 
+def _walk_lines(roots: list[ProfileNode]) -> Iterator[tuple[ProfileNode, int]]:
+    """Every line of a profile with its depth, each before its children."""
+    stack = [(root, 0) for root in reversed(roots)]
+    while stack:
+        line, depth = stack.pop()
+        yield line, depth
+        stack += [(child, depth + 1) for child in reversed(line.children)]
+
+
 def render_folded(tree: SequenceTree, weight: str | None = None) -> str:
     """The folded lines, sorted, without a trailing newline; ``weight`` None: samples when the
     tree has them, else time."""
-    totals = folded_stacks(tree, weight or default_weight(tree))
+    return folded_lines(folded_stacks(tree, weight or default_weight(tree)))
+
+
+def folded_lines(totals: dict[str, int]) -> str:
+    """The stacks and their weights as folded lines, sorted, without a trailing newline."""
     return "\n".join(f"{key} {value}" for key, value in sorted(totals.items()))
-
-
-def frame_name(node: Node) -> str:
-    return node.name.translate(_SAFE)
