@@ -30,8 +30,11 @@ ERROR_TYPE: Final = "error.type"
 _sending: contextvars.ContextVar[ClientRequest | None] = contextvars.ContextVar(
     "invoseq_sending", default=None
 )
-#: The same, for the request paths that test it inline (``_sending_get() is not None``).
-SENDING: Final = _sending
+#: Its methods, for the request paths that test it inline (``sending_get() is not None``): bound
+#: once here, one module global of each request's own module (asgi, wsgi, _served).
+sending_get: Final = _sending.get
+sending_set: Final = _sending.set
+sending_reset: Final = _sending.reset
 #: True inside a request an excluded URL leaves untraced (what the framework runs for it, an
 #: endpoint FastAPI would trace, stays untraced too).
 excluding: contextvars.ContextVar[bool] = contextvars.ContextVar("invoseq_excluding", default=False)

@@ -17,13 +17,12 @@ from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context, decorator, handoff, recorder
 from tracer._patching.integrations import _http
+from tracer._patching.integrations._http import sending_get as _sending_get
+from tracer._patching.integrations._http import sending_reset as _sending_reset
+from tracer._patching.integrations._http import sending_set as _sending_set
 
 _set = context.current.set
 _reset = context.current.reset
-# Whether a client call is open here (``_http.serving``), asked inline: every request does.
-_sending_get = _http.SENDING.get
-_sending_set = _http.SENDING.set
-_sending_reset = _http.SENDING.reset
 
 #: The environ's (or scope's) key of the ``Served`` request.
 KEY: Final = "invoseq.served"

@@ -25,6 +25,9 @@ from tracer._patching.integrations import (
     _http,
     _options,
 )
+from tracer._patching.integrations._http import sending_get as _sending_get
+from tracer._patching.integrations._http import sending_reset as _sending_reset
+from tracer._patching.integrations._http import sending_set as _sending_set
 from tracer._patching.integrations._server_hooks import run_as_service, wrap_after
 
 __all__ = [
@@ -58,10 +61,6 @@ FALLBACK_KEY: Final = "invoseq.fallback_route"
 
 _set = context.current.set
 _reset = context.current.reset
-# Whether a client call is open here (``_http.serving``), asked inline by every request.
-_sending_get = _http.SENDING.get
-_sending_set = _http.SENDING.set
-_sending_reset = _http.SENDING.reset
 
 
 class ScopeHeaders(Getter[Scope]):

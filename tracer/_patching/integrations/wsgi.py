@@ -17,6 +17,9 @@ from opentelemetry.propagators.textmap import Getter
 from tracer._core import context
 from tracer._core import service as _service
 from tracer._patching.integrations import Hook, PatchSpec, _http, _served
+from tracer._patching.integrations._http import sending_get as _sending_get
+from tracer._patching.integrations._http import sending_reset as _sending_reset
+from tracer._patching.integrations._http import sending_set as _sending_set
 from tracer._patching.integrations._server_hooks import wrap_after
 
 if TYPE_CHECKING:
@@ -129,12 +132,6 @@ def _respond(
     app: WSGIApplication, environ: WSGIEnvironment, start: StartResponse, served: _served.Served
 ) -> Iterable[bytes]:
     return _response(app(environ, start), served, environ)
-
-
-# Whether a client call is open here (``_http.serving``), asked inline by every body chunk.
-_sending_get = _http.SENDING.get
-_sending_set = _http.SENDING.set
-_sending_reset = _http.SENDING.reset
 
 
 def _response(result: Iterable[bytes], served: _served.Served, environ: Any) -> Iterable[bytes]:
