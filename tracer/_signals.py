@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -81,6 +82,31 @@ class _Watchdog:
 
 _watchdog: _Watchdog | None = None
 
+#: ``signal.signal`` as the tracer found it: the tracer's own changes go straight to it, never
+#: through ``_program_sets_handler`` (which would re-arm inside ``_die``).
+_set_handler = signal.signal
+
+
+def _program_sets_handler(signalnum: Any, handler: Any) -> Any:
+    """``signal.signal`` while the tracer is armed: the program's call, then, when it put
+    SIGTERM back at its default, the tracer's handler over it again (a server that handles
+    SIGTERM while it stops, then restores the default and raises SIGTERM again to die by it, as
+    uvicorn's workers do, would otherwise die with the tracer's last events unsent)."""
+    previous = _set_handler(signalnum, handler)
+    if _wanted and signalnum == signal.SIGTERM and _is_default(handler):
+        try:
+            _apply()  # on the main thread: signal.signal() succeeded
+        except Exception as exc:
+            recorder.internal_error(exc)
+    return previous
+
+
+functools.update_wrapper(_program_sets_handler, _set_handler)
+
+
+def _is_default(handler: object) -> bool:
+    return isinstance(handler, int) and handler == signal.SIG_DFL
+
 
 def arm(config: Config) -> None:
     """A sender starts with ``config``: install the handler if the configuration wants it and
@@ -89,6 +115,7 @@ def arm(config: Config) -> None:
     global _wanted, _timeout_s
     _wanted = config.enabled and config.flush_on_sigterm
     _timeout_s = config.flush_timeout_ms / 1000
+    _watch_the_programs_handlers(_wanted)
     _apply_soon()
 
 
@@ -97,7 +124,18 @@ def disarm() -> None:
     Never raises."""
     global _wanted
     _wanted = False
+    _watch_the_programs_handlers(False)
     _apply_soon()
+
+
+def _watch_the_programs_handlers(watch: bool) -> None:
+    """Put ``_program_sets_handler`` in ``signal.signal``'s place, or the original back (where
+    it is still ours: a wrapper the program put over it stays)."""
+    current = signal.signal
+    if watch and current is _set_handler:
+        setattr(signal, "signal", _program_sets_handler)  # noqa: B010 (mypy: a module's function)
+    elif not watch and current is _program_sets_handler:
+        setattr(signal, "signal", _set_handler)  # noqa: B010
 
 
 def installed() -> bool:
@@ -134,14 +172,17 @@ def _apply() -> None:
     current = signal.getsignal(signal.SIGTERM)
     try:
         if _wanted and current == signal.SIG_DFL and os.getpid() != 1:
-            signal.signal(signal.SIGTERM, _on_sigterm)
+            _set_handler(signal.SIGTERM, _on_sigterm)
             current = _on_sigterm
         elif not _wanted and current is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _set_handler(signal.SIGTERM, signal.SIG_DFL)
     except ValueError:  # the main thread of a subinterpreter: signals belong to the main one
         log.debug("invoseq: SIGTERM handler not installed (not the main interpreter)")
         return
-    if _wanted and current is _on_sigterm and _watchdog is None and _sigterm is not None:
+    if _wanted and current is _on_sigterm and _watchdog is not None and _sigterm is not None:
+        if not _sigterm.hooked():  # ours put back over a program's: wake the watchdog again
+            _sigterm.hook(_watchdog.write_fd)
+    elif _wanted and current is _on_sigterm and _watchdog is None and _sigterm is not None:
         if _libc_signal is None:
             try:
                 _libc_signal = _libc_signal_function()
@@ -225,7 +266,7 @@ def _terminate(*, on_main: bool) -> None:
 
 def _reset_to_default(on_main: bool) -> None:
     if on_main:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _set_handler(signal.SIGTERM, signal.SIG_DFL)
     elif _libc_signal is not None:  # built with the watchdog, before any signal came
         _libc_signal(signal.SIGTERM, None)  # SIG_DFL is NULL
 
@@ -268,7 +309,7 @@ def _die() -> None:
     after (SIGTERM at its default does not end it), the program goes on, as it would have."""
     if _on_main_thread():
         with contextlib.suppress(BaseException):
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _set_handler(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(BaseException):  # a blocked SIGTERM would wait: unblock it first
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     with contextlib.suppress(BaseException):
@@ -300,14 +341,15 @@ def _after_fork_in_child() -> None:
     """The child has no events and no sender yet: SIGTERM goes back to its default, and the
     pipe shared with the parent is dropped (the parent's watchdog thread is not in the child).
     The child's tracer installs both again when it starts, on the child's first traced call."""
-    global _watchdog, _claimed
+    global _watchdog, _claimed, _wanted
     _claimed = _thread.allocate_lock()
+    _wanted = False  # until the child's own sender starts (``arm``)
     watchdog, _watchdog = _watchdog, None
     with contextlib.suppress(Exception):  # the forking thread is the child's main thread
         if watchdog is not None:
             _unhook()
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _set_handler(signal.SIGTERM, signal.SIG_DFL)
     if watchdog is not None:
         watchdog.close()
     _unblock_after_fork()

@@ -111,6 +111,14 @@ def web_shop_orders(tmp_path: Path, include: str, *args: str) -> list[dict[str, 
     summaries = cmr_json(tmp_path / "cmr.sqlite", "ls")
     assert len(summaries) == 3
     assert {summary["status"] for summary in summaries} == {"complete"}
+    # Every traced process shut down cleanly, its last events sent: uvicorn's workers too, which
+    # put SIGTERM's default back and raise it again to die by it (they were lost, and with
+    # them, now and then, a tax task's hand-off).
+    processes = cmr_json(tmp_path / "cmr.sqlite", "stats")["processes"]
+    states = [
+        ("/".join(process["argv"][0].split("/")[-2:]), process["state"]) for process in processes
+    ]
+    assert {state for _program, state in states} == {"ended"}, states
     return [
         {**cmr_json(tmp_path / "cmr.sqlite", "show", s["seq"])["root"], "summary": s}
         for s in summaries

@@ -315,6 +315,49 @@ def test_a_program_with_its_own_sigterm_handler_keeps_it_and_flushes_itself(
     assert stored_by_pid(repository.db)[ready["pid"]] == (CALLS, CALLS)
 
 
+RESTORES_AND_RAISES = """
+import json, os, select, signal, sys
+import tracer
+
+@tracer.traced
+def work(i):
+    return i
+
+stopping = []
+
+def mine(signum, frame):
+    stopping.append(signum)
+
+previous = signal.signal(signal.SIGTERM, mine)  # before the tracer starts, as a server's own
+for i in range(100):
+    work(i)  # the tracer starts at the first call
+print("READY", json.dumps({"pid": os.getpid()}), flush=True)
+while not stopping:  # back in Python every 0.1 s
+    select.select([sys.stdin], [], [], 0.1)
+for i in range(100, 200):
+    work(i)  # the server's own shutdown
+signal.signal(signal.SIGTERM, previous)  # the default back, then die by SIGTERM
+signal.raise_signal(signal.SIGTERM)
+print("ALIVE", "{}", flush=True)
+"""
+
+
+def test_a_program_that_puts_the_default_back_and_raises_sigterm_stores_every_call(
+    launch: Launcher, tmp_path: Path
+) -> None:
+    """uvicorn's workers: a handler of their own while they stop, then the default back and
+    SIGTERM raised again. Every call is stored (before, none was: the process died at the
+    raise, its events unsent) and the process dies by SIGTERM, as untraced."""
+    repository = launch.repository()
+    repository.start()
+    script = write_script(tmp_path / "restores.py", RESTORES_AND_RAISES)
+    program = launch.program(script, endpoint=repository.endpoint, **QUIET)
+    pid = program.expect("READY")["pid"]
+    os.kill(pid, signal.SIGTERM)
+    assert program.wait() == -signal.SIGTERM, program.stderr()
+    assert stored_by_pid(repository.db)[pid] == (CALLS, CALLS)
+
+
 @pytest.mark.timing
 def test_a_second_sigterm_during_the_flush_kills_at_once(launch: Launcher, tmp_path: Path) -> None:
     """The repository is unreachable and the flush would wait 60 s: once the handler has put

@@ -128,6 +128,23 @@ def test_a_handler_of_the_program_installed_after_replaces_ours_and_stays() -> N
     assert signal.getsignal(signal.SIGTERM) is theirs
 
 
+def test_sigterm_put_back_at_its_default_by_the_program_gets_the_handler_again() -> None:
+    """A server that handles SIGTERM while it stops, then puts the default back and raises
+    SIGTERM again to die by it (uvicorn's workers): the tracer's handler is over the default
+    again, so that raise flushes. ``signal.signal`` is the program's own once the tracer stops."""
+    programs_own = signal.signal
+    signal.signal(signal.SIGTERM, theirs)  # before the tracer starts: kept
+    with capture():
+        assert signal.getsignal(signal.SIGTERM) is theirs
+        assert signal.signal(signal.SIGTERM, signal.SIG_DFL) is theirs  # the program's restore
+        assert signals.installed()
+        assert signals.watching()
+        assert signal.signal(signal.SIGTERM, theirs) is signals._on_sigterm  # theirs again
+        assert signal.getsignal(signal.SIGTERM) is theirs
+    assert signal.getsignal(signal.SIGTERM) is theirs
+    assert signal.signal is programs_own
+
+
 def test_a_tracer_started_from_another_thread_installs_on_the_main_thread() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with capture():
