@@ -28,7 +28,7 @@ from tests.queues.rq_support import (
     worker_pid,
     worker_process,
 )
-from tests.support import wait_for
+from tests.support import cmr_json, wait_for
 
 #: Jobs enough that a horse losing its events would show (each job is a horse of its own).
 MANY = 20
@@ -109,6 +109,9 @@ def test_every_one_of_many_jobs_arrives_although_each_horse_ends_with_os_exit(
     assert all(run["status"] == "ok" and run["children"] for run in runs)
     assert len({pid(run) for run in runs} | {worker}) == MANY + 1  # one horse each
     assert all(run["handoff"]["kind"] == "remote" for run in runs)
+    # and each horse told the repository it ended (not `lost`, silent after its os._exit)
+    states = {p["pid"]: p["state"] for p in cmr_json(Path(s.db), "stats")["processes"]}
+    assert {states[pid(run)] for run in runs} == {"ended"}
 
 
 def test_linked_mode_gives_each_job_a_sequence_linked_to_the_producers_call(

@@ -226,16 +226,17 @@ def test_a_synchronous_queue_runs_the_job_inside_the_call(queue: Queue, trace: C
     ]
 
 
-def test_the_work_horse_flushes_after_each_job_and_only_the_horse(
+def test_the_work_horse_shuts_the_tracer_down_after_its_job_and_only_the_horse(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    flushed: list[float | None] = []
-    monkeypatch.setattr(lifecycle, "flush", flushed.append)
+    # os._exit follows in the horse: the shutdown sends what it traced and says it ended
+    ended: list[bool] = []
+    monkeypatch.setattr(lifecycle, "shutdown", lambda: ended.append(True))
     perform_job = integration.patch_perform_job(lambda self, job, queue, execution: "done")
     for is_horse in (False, True):
         worker = SimpleNamespace(is_horse=is_horse)
         assert perform_job(worker, None, SimpleNamespace(name="q"), None) == "done"
-    assert flushed == [None]  # the configured flush timeout
+    assert ended == [True]
 
 
 def test_untraced_sees_through_every_way_rq_holds_a_traced_function() -> None:
