@@ -149,13 +149,16 @@ if __name__ == "__main__":  # started outside any traced call: the child's seque
 def test_a_process_keeps_what_it_traced_whatever_its_start_method(
     tmp_path: Path, method: str
 ) -> None:
-    """Fork and forkserver children end with os._exit, never running atexit."""
+    """Fork and forkserver children end with os._exit, never running atexit: the tracer shuts
+    down as the process's function returns, so the repository learns each process ended."""
     write_script(tmp_path / "work.py", WORK)
     write_script(tmp_path / "proc.py", PROCESS)
     result = tracer_run(tmp_path, "--include", "work", "proc.py", method)
     assert result.stdout == "0\n"
     [summary] = sequences(tmp_path)
     assert shape(tree(tmp_path, summary["seq"])) == JOB
+    stats = cmr_json(tmp_path / "cmr.sqlite", "stats")
+    assert [process["state"] for process in stats["processes"]] == ["ended", "ended"]
 
 
 SUBPROCESSES = """

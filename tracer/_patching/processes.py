@@ -103,16 +103,29 @@ def patch_process_start(original: Callable[..., None]) -> Callable[..., None]:
 
 
 def patch_process_bootstrap(original: Callable[..., int]) -> Callable[..., int]:
-    """``BaseProcess._bootstrap``, which runs the process in the child: then a flush."""
+    """``BaseProcess._bootstrap``, which runs the process in the child: then, in a forked child
+    (``fork``, ``forkserver``: ``os._exit`` follows, and the fork cleared ``atexit``), the
+    tracer's shutdown, so that the repository learns it ended; in a spawned one (``sys.exit``
+    follows, and the shutdown at exit) a flush."""
 
     @functools.wraps(original)
     def bootstrap(self: multiprocessing.process.BaseProcess, *args: Any, **kwargs: Any) -> int:
         try:
             return original(self, *args, **kwargs)
         finally:
-            _flush_task()
+            if _forked:
+                _end_process()
+            else:
+                _flush_task()
 
     return bootstrap
+
+
+def _end_process() -> None:
+    try:
+        lifecycle.shutdown()
+    except Exception as exc:
+        recorder.internal_error(exc)
 
 
 def patch_detached(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -261,8 +274,13 @@ def _after_fork_in_parent() -> None:
     _fork_value = None
 
 
+#: True in a process made by ``os.fork()`` (multiprocessing's ``fork`` and ``forkserver``).
+_forked = False
+
+
 def _after_fork_in_child() -> None:
-    global _fork_value
+    global _fork_value, _forked
+    _forked = True
     if _fork_value is not None:
         _set(_fork_value)
         _fork_value = None
