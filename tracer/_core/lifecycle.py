@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from tracer.config import Config
 
-__all__ = ["child_settings", "config", "flush", "install", "shutdown"]
+__all__ = ["child_settings", "config", "end_before_exit", "flush", "install", "shutdown"]
 
 
 def flush(timeout_s: float | None = None) -> bool:
@@ -25,6 +25,18 @@ def flush(timeout_s: float | None = None) -> bool:
 def shutdown() -> bool:
     """Flush and stop recording (the configured flush timeout bounds it)."""
     return _shutdown()
+
+
+def end_before_exit() -> None:
+    """``shutdown`` where the process exits next without ``atexit`` (``os._exit``: a Celery or
+    RQ child, a forked ``multiprocessing`` process): what it recorded is sent and the repository
+    learns it ended. Never raises: a failure is counted as the tracer's own."""
+    try:
+        shutdown()
+    except Exception as exc:
+        from tracer._core import recorder
+
+        recorder.internal_error(exc)
 
 
 def child_settings() -> dict[str, str]:

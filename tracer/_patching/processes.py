@@ -114,18 +114,11 @@ def patch_process_bootstrap(original: Callable[..., int]) -> Callable[..., int]:
             return original(self, *args, **kwargs)
         finally:
             if _forked:
-                _end_process()
+                lifecycle.end_before_exit()
             else:
                 _flush_task()
 
     return bootstrap
-
-
-def _end_process() -> None:
-    try:
-        lifecycle.shutdown()
-    except Exception as exc:
-        recorder.internal_error(exc)
 
 
 def patch_detached(original: Callable[..., Any]) -> Callable[..., Any]:

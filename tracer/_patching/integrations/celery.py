@@ -260,10 +260,7 @@ def task_postrun(task_id: Any = None, state: Any = None, **_: Any) -> None:
 def worker_process_shutdown(**_: Any) -> None:
     """A pool child is about to exit (``os._exit``, no atexit): send what it recorded and tell
     the repository it ended (bounded by the flush timeout)."""
-    try:
-        lifecycle.shutdown()
-    except Exception as exc:
-        recorder.internal_error(exc)
+    lifecycle.end_before_exit()
 
 
 # -- connecting ----------------------------------------------------------------------------------

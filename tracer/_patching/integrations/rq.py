@@ -229,16 +229,6 @@ def patch_func(original: property) -> property:
     return property(func, original.fset, original.fdel, original.__doc__)
 
 
-def _end_horse() -> None:
-    """The horse's job is done and ``os._exit`` comes next (``Worker.main_work_horse``): send
-    what the horse traced and tell the repository the process ended, as a shutdown at exit would
-    (bounded; never raises). A flush alone left every horse ``lost`` in ``cmr stats``."""
-    try:
-        lifecycle.shutdown()
-    except Exception as exc:
-        recorder.internal_error(exc)
-
-
 def patch_perform_job(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def perform_job(self: Any, job: Any, queue: Any, *args: Any, **kwargs: Any) -> Any:
@@ -249,7 +239,9 @@ def patch_perform_job(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             _queue.reset(token)
             if getattr(self, "is_horse", False) is True:
-                _end_horse()
+                # os._exit comes next (Worker.main_work_horse): a flush alone left every
+                # horse `lost` in cmr stats
+                lifecycle.end_before_exit()
 
     return perform_job
 
