@@ -38,15 +38,12 @@ class Dialect:
     #: How a condition few rows pass is written: SQLite plans without statistics on the
     #: duration, and is told (``likelihood``); PostgreSQL has them.
     selective: str
-    #: The processes a sequence's own row names beyond its ``seq_threads`` rows, "" if none:
-    #: SQLite's single rows keep their thread on the row (``cmr.store.sqlite.single``).
-    own_process: str = ""
 
     def __call__(self, name: str) -> str:
         return self.placeholder.format(name)
 
 
-SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)", "sequences.one_puid")
+SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)")
 POSTGRES: Final = Dialect("%({})s", "{}")
 
 
@@ -88,6 +85,30 @@ _LONGEST_FIRST: Final = f"ORDER BY {_DURATION} DESC, start_ns DESC, seq DESC"
 #: A sequence with an invocation open, driven from ``open_calls`` (few rows: what still runs,
 #: or never will end).
 _AMONG_OPEN: Final = "seq IN (SELECT o.seq FROM open_calls o)"
+
+
+#: A listing line's root (untrue, handed, start, puid, iid, method, end, exception) and its
+#: method (module, qualname, file, line), both stores: from its ``seq_roots`` row ``r`` and the
+#: root's late End ``l``, or from a single row's own columns (``q.one_batch`` set:
+#: ``cmr.store.single_rows``; a true root, decided, ended: its end and exception are the row's).
+PICKED_ROOT_COLUMNS: Final = """
+           coalesce(r.untrue, 0), coalesce(r.handed, 0), coalesce(r.start_ns, q.start_ns),
+           coalesce(r.puid, q.one_puid), coalesce(r.iid, q.one_iid),
+           coalesce(r.method, q.one_method),
+           CASE WHEN r.seq IS NULL THEN q.end_ns ELSE coalesce(r.end_ns, l.end_ns) END,
+           CASE WHEN r.seq IS NULL THEN q.error
+                WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
+           m.module, m.qualname, m.file, m.line"""
+#: The sequences a page picks (``picked``, put in place of {picked}) as ``s``, with their rows
+#: ``q`` and what ``PICKED_ROOT_COLUMNS`` reads.
+PICKED_ROOT_FROM: Final = """
+    FROM ({picked}) s
+    JOIN sequences q ON q.seq = s.seq
+    LEFT JOIN seq_roots r ON r.seq = s.seq AND q.one_batch IS NULL
+    LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
+    LEFT JOIN methods m ON m.puid = coalesce(r.puid, q.one_puid)
+                       AND m.method = coalesce(r.method, q.one_method)
+    WHERE r.seq IS NOT NULL OR q.one_batch IS NOT NULL"""
 
 
 def plan(query: SequenceQuery | None, dialect: Dialect, rows: Rows) -> Plan:
@@ -173,16 +194,13 @@ def _window(query: SequenceQuery | None, dialect: Dialect) -> list[str]:
     if query.until_ns is not None:
         where.append(f"start_ns <= {dialect('until')}")
     if query.host is not None:
-        on_host = (
-            "EXISTS (SELECT 1 FROM seq_threads t JOIN processes p ON p.puid = t.puid "
-            f"WHERE t.seq = sequences.seq AND p.host = {dialect('host')})"
+        # Its threads' processes, and a single row's own (``cmr.store.single_rows``).
+        where.append(
+            "(EXISTS (SELECT 1 FROM seq_threads t JOIN processes p ON p.puid = t.puid "
+            f"WHERE t.seq = sequences.seq AND p.host = {dialect('host')}) "
+            "OR EXISTS (SELECT 1 FROM processes p "
+            f"WHERE p.puid = sequences.one_puid AND p.host = {dialect('host')}))"
         )
-        if dialect.own_process:
-            on_host = (
-                f"({on_host} OR EXISTS (SELECT 1 FROM processes p "
-                f"WHERE p.puid = {dialect.own_process} AND p.host = {dialect('host')}))"
-            )
-        where.append(on_host)
     return where
 
 

@@ -4,19 +4,21 @@ The batch goes in first, as it arrived (``cmr.store.stored_batches``: its thread
 ``bytea``, with its key, ``INSERT ... ON CONFLICT DO NOTHING`` on ``batches``): when two nodes
 receive the same batch, the second waits there for the first to commit, then finds the key and
 stores nothing. Then its small index, each one statement over arrays (``unnest``), sent in one
-pipeline: a batch costs a round trip or two, not one per statement. The listing lines of the
-sequences (``postgres_summaries``) are written once for all the batches of the transaction, after
-the last of them (``grouping.group_parts``): a sequence several of them carry is one row.
+pipeline: a batch costs a round trip or two, not one per statement. The sequences each batch
+holds (``batch_seqs``, but single rows: ``cmr.store.postgres.single``) and their listing lines
+(``postgres_summaries``) are written once for all the batches of the transaction, after the last
+of them (``grouping.group_parts``): a sequence several of them carry is one row.
 Hand-offs and samples are streamed with binary COPY into temporary staging tables and moved into
 the day-partitioned tables by one ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` each, which
 computes every row's day and keeps the first write of a key.
 
 Rows other batches may write at the same time are locked in one order by every node — batch by
 batch (by process, then batch number) the batch key and the process (and its methods, threads,
-frames), then, for the whole transaction, each summary table's rows sorted by key and the
-sequences sorted by id (those whose root a late End ends among them: the processes' locks keep
-their other batches from changing them meanwhile) — so two nodes never wait on each other in a
-cycle.
+frames), then, for the whole transaction, the single rows (``cmr.store.postgres.single``), each
+summary table's rows sorted by key and the sequences sorted by id (those whose root a late End
+ends among them: the processes' locks keep their other batches from changing them meanwhile) —
+so two nodes wait on each other in a cycle only when one meets a single row the other is
+storing at that moment (PostgreSQL rolls one back, and the store runs it again).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from typing import Final
 from cmr.store._samples import encode_stack, sampler_record, without_gaps
 from cmr.store.base import SampleRecord
 from cmr.store.batch_index import PackedBatch
-from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.partitions import day_of, day_sql
 from cmr.store.postgres.statements import (
@@ -144,7 +145,7 @@ def write_batch(
     with conn.pipeline():
         _upsert_process(conn, batch, received_ns)  # this process's batches go one at a time
         _upsert_infos(conn, batch)
-        _store_index(conn, batch, packed)
+        _store_index(conn, packed)
         if batch.lost_seqs:
             lost = lost_rows(batch)
             conn.execute(
@@ -175,18 +176,10 @@ def _sample_rows(samples: list[SampleRecord]) -> list[tuple[object, ...]]:
     ]
 
 
-def _store_index(conn: Conn, batch: Batch, packed: PackedBatch) -> None:
-    """What lookups need of the batch: its sequences, the methods each ran, and the Ends and
-    Attrs whose Start is not in it (first write of an event key wins)."""
-    puid, batch_no = batch.puid, batch.batch_no
-    if packed.seqs:
-        seqs = sorted(packed.seqs)
-        methods = packed.seq_methods.get
-        conn.execute(
-            "INSERT INTO batch_seqs SELECT s.seq, %s, %s, s.methods "
-            "FROM unnest(%b::bytea[], %b::bytea[]) AS s (seq, methods)",
-            (puid, batch_no, column(seqs), column([methods(seq) for seq in seqs])),
-        )
+def _store_index(conn: Conn, packed: PackedBatch) -> None:
+    """What lookups need of the batch: the Ends and Attrs whose Start is not in it (first write
+    of an event key wins). Its sequences and the methods each ran are written for the whole
+    group, once its single rows are known (``cmr.store.postgres.single``)."""
     if packed.late_ends:
         conn.execute(
             "INSERT INTO late_ends SELECT * FROM unnest("

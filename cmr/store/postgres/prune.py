@@ -1,10 +1,11 @@
 """Retention in PostgreSQL (``Store.prune``), in the caller's transaction.
 
 As in SQLite, the sequences that started before the cutoff go with their index rows, listing
-lines and hand-offs, and a stored batch goes once no sequence it holds is left (a batch may hold
-old and new sequences). Hand-offs and samples are partitioned by day: whole day partitions older
-than the cutoff are dropped (no row is read or deleted one by one) and only the partial day's
-rows are deleted one by one.
+lines and hand-offs, and a stored batch goes once no sequence it holds is left, in the side
+tables or as a single row (``cmr.store.postgres.single``; a batch may hold old and new
+sequences). Hand-offs and samples are partitioned by day: whole day partitions older than the
+cutoff are dropped (no row is read or deleted one by one) and only the partial day's rows are
+deleted one by one.
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ def prune(conn: Conn, before_ns: int, now_ns: int, on_step: OnStep | None = None
     step()
     conn.execute(
         "DELETE FROM batches b WHERE received_ns < %s AND NOT EXISTS (SELECT 1 FROM batch_seqs s "
-        "WHERE s.puid = b.puid AND s.batch_no = b.batch_no)",
+        "WHERE s.puid = b.puid AND s.batch_no = b.batch_no) "
+        "AND NOT EXISTS (SELECT 1 FROM sequences q "
+        "WHERE q.one_puid = b.puid AND q.one_batch = b.batch_no)",
         (before_ns,),
     )
     step()
@@ -107,6 +110,8 @@ def _prune_processes(conn: Conn, before_ns: int) -> int:
         "WITH gone AS (DELETE FROM processes p WHERE p.puid IN ("
         "  SELECT puid FROM processes WHERE last_seen_ns < %s"
         "    AND NOT EXISTS (SELECT 1 FROM batch_seqs s WHERE s.puid = processes.puid)"
+        "    AND NOT EXISTS (SELECT 1 FROM sequences q"
+        "      WHERE q.one_puid = processes.puid AND q.one_batch IS NOT NULL)"
         "    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = processes.puid)"
         "    AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = processes.puid)"
         "    AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = processes.puid)"

@@ -45,12 +45,13 @@ from cmr.store.summaries import BatchCache
 
 
 def invocations(
-    conn: Conn, seq: bytes, cache: BatchCache | None = None
+    conn: Conn, seq: bytes, cache: BatchCache | None = None, *, batches: str = SEQUENCE_BATCHES
 ) -> Sequence[InvocationRecord]:
-    """The sequence's invocations, from its batches and the late Ends and Attrs they lack."""
+    """The sequence's invocations, from its batches (found by ``batches``: an upgrade reads a
+    schema of its own version) and the late Ends and Attrs they lack."""
 
     def stored() -> Iterator[StoredBatch]:
-        for puid, batch_no, offset, blob in conn.execute(SEQUENCE_BATCHES, {"seq": seq}):
+        for puid, batch_no, offset, blob in conn.execute(batches, {"seq": seq}):
             yield puid, batch_no, offset, bytes(blob)
 
     def late_ends(keys: list[tuple[int, int]]) -> Iterator[LateEnd]:

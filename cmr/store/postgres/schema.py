@@ -244,4 +244,18 @@ LOST_WINDOWS: Final = (
 )
 
 
+#: A *single row* sequence (``cmr.store.single_rows``, as SQLite's schema 13): a request-shaped
+#: sequence new to the repository keeps its root (one_puid, one_iid, one_method; started at
+#: ``start_ns``, ended at ``end_ns`` with ``error``), its thread (one_puid, one_tid) and its
+#: batch (one_puid, one_batch, with the methods it ran there) on its ``sequences`` row, and
+#: ``seq_roots``, ``seq_threads`` and ``batch_seqs`` get no row for it (issue 33, goal 6).
+#: ``one_batch`` is NULL on every other row; the partial index is what ``prune`` reads.
+SINGLE_ROWS: Final = (
+    "ALTER TABLE sequences ADD COLUMN one_puid bigint, ADD COLUMN one_tid bigint, "
+    "ADD COLUMN one_iid bigint, ADD COLUMN one_method bigint, ADD COLUMN one_batch bigint, "
+    "ADD COLUMN one_methods bytea",
+    "CREATE INDEX sequences_by_batch ON sequences (one_puid, one_batch) "
+    "WHERE one_batch IS NOT NULL",
+)
+
 # -- statements ---------------------------------------------------------------------------

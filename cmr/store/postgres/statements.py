@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from cmr.store.listing_sql import PICKED_ROOT_COLUMNS, PICKED_ROOT_FROM
 from cmr.store.postgres.schema import LISTING_KEYS_COLUMNS, LISTING_KEYS_JOINS
 
 #: As in SQLite: the heartbeat interval comes from the latest batch received; everything else a
@@ -48,6 +49,8 @@ UPSERT_SAMPLE_THREADS: Final = """
 #: them from its stored candidate (the join), as does one whose open root a late End of the
 #: group ends (the second part of ``batch``, always stored before). Joining every row to
 #: ``seq_roots`` and ``late_ends`` cost a request-sized sequence more than storing it (issue 33).
+#: A single row stored before (``cmr.store.postgres.single``) is locked and left as it is, and
+#: its id returned: the caller moves it to the side tables and writes its row again.
 UPSERT_SEQUENCES: Final = f"""
     WITH batch AS (
         SELECT seq, min(start_ns) AS start_ns, sum(invocations)::bigint AS invocations,
@@ -74,28 +77,39 @@ UPSERT_SEQUENCES: Final = f"""
             JOIN sequences q ON q.seq = o.seq
         ) AS u (seq, start_ns, invocations, root_name, end_ns, error)
         GROUP BY seq
+    ), written AS (
+        INSERT INTO sequences AS q (seq, start_ns, invocations, root_name, end_ns, error)
+        SELECT seq, start_ns, invocations, root_name, end_ns, error FROM batch
+        ORDER BY 1
+        ON CONFLICT (seq) DO UPDATE SET
+            start_ns = least(q.start_ns, excluded.start_ns),
+            invocations = q.invocations + excluded.invocations,
+            (root_name, end_ns, error) = (
+                SELECT {LISTING_KEYS_COLUMNS} FROM seq_roots r {LISTING_KEYS_JOINS}
+                WHERE r.seq = excluded.seq)
+        WHERE q.one_batch IS NULL
+        RETURNING seq
     )
-    INSERT INTO sequences AS q (seq, start_ns, invocations, root_name, end_ns, error)
-    SELECT seq, start_ns, invocations, root_name, end_ns, error FROM batch
-    ORDER BY 1
-    ON CONFLICT (seq) DO UPDATE SET
-        start_ns = least(q.start_ns, excluded.start_ns),
-        invocations = q.invocations + excluded.invocations,
-        (root_name, end_ns, error) = (
-            SELECT {LISTING_KEYS_COLUMNS} FROM seq_roots r {LISTING_KEYS_JOINS}
-            WHERE r.seq = excluded.seq)"""
-#: The lowest ``root_rank`` wins; an equal one (the same Start again) changes nothing.
-UPSERT_ROOTS: Final = """
+    SELECT b.seq FROM batch b WHERE NOT EXISTS (SELECT 1 FROM written w WHERE w.seq = b.seq)"""
+_ROOT_SET: Final = """
+        untrue = excluded.untrue, handed = excluded.handed, start_ns = excluded.start_ns,
+        puid = excluded.puid, iid = excluded.iid, method = excluded.method,
+        end_ns = excluded.end_ns, error = excluded.error
+    WHERE (excluded.untrue, excluded.handed, excluded.start_ns, excluded.puid, excluded.iid)"""
+_STORED_RANK: Final = "(r.untrue, r.handed, r.start_ns, r.puid, r.iid)"
+#: A root candidate upserted into ``seq_roots AS r``: the lowest ``root_rank`` wins; an equal
+#: one (the same Start again) changes nothing.
+ROOT_RANK_UPDATE: Final = f"{_ROOT_SET} < {_STORED_RANK}"
+#: The same for a candidate stored before the one it meets (a single row's root, moved to the
+#: side tables after the group wrote its candidates: ``cmr.store.postgres.single``): an equal
+#: one is the same Start, and the first stored wins.
+EARLIER_ROOT_UPDATE: Final = f"{_ROOT_SET} <= {_STORED_RANK}"
+UPSERT_ROOTS: Final = f"""
     INSERT INTO seq_roots AS r
     SELECT * FROM unnest(%b::bytea[], %b::integer[], %b::integer[], %b::bigint[],
                          %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::text[])
     ORDER BY 1
-    ON CONFLICT (seq) DO UPDATE SET
-        untrue = excluded.untrue, handed = excluded.handed, start_ns = excluded.start_ns,
-        puid = excluded.puid, iid = excluded.iid, method = excluded.method,
-        end_ns = excluded.end_ns, error = excluded.error
-    WHERE (excluded.untrue, excluded.handed, excluded.start_ns, excluded.puid, excluded.iid)
-        < (r.untrue, r.handed, r.start_ns, r.puid, r.iid)"""
+    ON CONFLICT (seq) DO UPDATE SET {ROOT_RANK_UPDATE}"""
 #: An invocation is opened unless its End came first (a late End already stored).
 OPEN_CALLS: Final = """
     INSERT INTO open_calls
@@ -105,31 +119,31 @@ OPEN_CALLS: Final = """
     ORDER BY 1, 2
     ON CONFLICT DO NOTHING"""
 #: The listing lines' stored parts of the sequences a page picks (``listing_sql.picked``: the
-#: statement is put in place of {picked}), in no order.
-SUMMARIES_OF_PICKED: Final = """
-    SELECT s.seq, s.start_ns, s.invocations,
-           r.untrue, r.handed, r.start_ns, r.puid, r.iid, r.method,
-           coalesce(r.end_ns, l.end_ns),
-           CASE WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
-           m.module, m.qualname, m.file, m.line,
-           (SELECT count(*) FROM seq_threads t WHERE t.seq = s.seq),
-           (SELECT count(DISTINCT t.puid) FROM seq_threads t WHERE t.seq = s.seq),
+#: statement is put in place of {picked}), in no order. A single row (``q.one_batch`` set:
+#: ``cmr.store.postgres.single``) has no ``seq_roots`` row: its root is on its row (a true root,
+#: decided, ended: its end and exception are the row's), on one thread of one process.
+SUMMARIES_OF_PICKED: Final = f"""
+    SELECT s.seq, s.start_ns, s.invocations, {PICKED_ROOT_COLUMNS},
+           CASE WHEN q.one_batch IS NOT NULL THEN 1
+                ELSE (SELECT count(*) FROM seq_threads t WHERE t.seq = s.seq) END,
+           CASE WHEN q.one_batch IS NOT NULL THEN 1
+                ELSE (SELECT count(DISTINCT t.puid) FROM seq_threads t WHERE t.seq = s.seq) END,
            EXISTS (SELECT 1 FROM lost_seqs x WHERE x.seq = s.seq)
            OR EXISTS (SELECT 1 FROM lost_windows LIMIT 1) AND EXISTS (
-               SELECT 1 FROM sequences q JOIN seq_threads t ON t.seq = q.seq
+               SELECT 1 FROM (
+                   SELECT t.puid FROM seq_threads t WHERE t.seq = s.seq
+                   UNION ALL SELECT q.one_puid WHERE q.one_batch IS NOT NULL) t
                JOIN lost_windows w ON w.puid = t.puid
-               WHERE q.seq = s.seq AND w.first_ns <= coalesce(q.end_ns, w.first_ns)
-                 AND w.last_ns >= q.start_ns)
-    FROM ({picked}) s
-    JOIN seq_roots r ON r.seq = s.seq
-    LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
-    LEFT JOIN methods m ON m.puid = r.puid AND m.method = r.method"""
+               WHERE w.first_ns <= coalesce(q.end_ns, w.first_ns) AND w.last_ns >= q.start_ns)
+    {PICKED_ROOT_FROM}"""
 #: The processes whose windows of unnamed drops sequence %(seq)s overlaps (as in SQLite:
 #: ``sqlite_schema.LOST_WINDOWS_OF``), with the first and last times of those windows.
 LOST_WINDOWS_OF: Final = """
     SELECT w.puid, min(w.first_ns), max(w.last_ns)
     FROM sequences s
-    JOIN (SELECT DISTINCT puid FROM seq_threads WHERE seq = %(seq)s) t ON true
+    JOIN (SELECT puid FROM seq_threads WHERE seq = %(seq)s
+          UNION SELECT one_puid FROM sequences
+          WHERE seq = %(seq)s AND one_batch IS NOT NULL) t ON true
     JOIN lost_windows w ON w.puid = t.puid
     WHERE s.seq = %(seq)s AND w.first_ns <= coalesce(s.end_ns, w.first_ns)
       AND w.last_ns >= s.start_ns
@@ -143,11 +157,21 @@ REMOTE_ENTRIES: Final = """
 PROCESS_COLUMNS: Final = (
     "puid, pid, host, platform_id, argv, ended, dropped, last_seen_ns, heartbeat_ms"
 )
-#: The stored batches holding a sequence's Starts or Handoffs, in (puid, batch_no) order.
-SEQUENCE_BATCHES: Final = """
+#: The stored batches holding a sequence's Starts or Handoffs in a repository before single
+#: rows (migration 10), in (puid, batch_no) order: what the upgrades before it read.
+SIDE_TABLE_BATCHES: Final = """
     SELECT b.puid, b.batch_no, b.clock_offset_ns, b.chunks
     FROM batch_seqs s JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
     WHERE s.seq = %(seq)s ORDER BY s.puid, s.batch_no"""
+#: The stored batches holding a sequence's Starts or Handoffs, in (puid, batch_no) order: a
+#: single row's is on its row.
+SEQUENCE_BATCHES: Final = """
+    SELECT b.puid, b.batch_no, b.clock_offset_ns, b.chunks FROM (
+        SELECT puid, batch_no FROM batch_seqs WHERE seq = %(seq)s
+        UNION ALL SELECT one_puid, one_batch FROM sequences
+        WHERE seq = %(seq)s AND one_batch IS NOT NULL) s
+    JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
+    ORDER BY b.puid, b.batch_no"""
 #: The late Ends of the invocations (puid, iid) given as two arrays.
 LATE_ENDS: Final = """
     SELECT l.puid, l.iid, l.end_ns, l.error
@@ -173,8 +197,10 @@ NAMED_METHODS: Final = """
     SELECT puid, method FROM methods
     WHERE qualname = %(name)s OR (module != '' AND module || '.' || qualname = %(name)s)"""
 #: The methods each sequence ran, most recent sequence first (from %(since)s):
-#: ``find_sequences`` reads it until it has found enough sequences running a wanted method.
+#: ``find_sequences`` reads it until it has found enough sequences running a wanted method. A
+#: single row's are on its row.
 METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, m.puid, m.methods FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
-    WHERE q.start_ns >= %(since)s AND m.methods IS NOT NULL
+    SELECT q.seq, coalesce(m.puid, q.one_puid), coalesce(m.methods, q.one_methods)
+    FROM sequences q LEFT JOIN batch_seqs m ON m.seq = q.seq AND q.one_batch IS NULL
+    WHERE q.start_ns >= %(since)s AND coalesce(m.methods, q.one_methods) IS NOT NULL
     ORDER BY q.start_ns DESC, q.seq DESC"""

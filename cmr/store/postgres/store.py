@@ -20,7 +20,7 @@ from typing import Any, Final, TypeVar
 import psycopg
 from psycopg import errors
 
-from cmr.store import listing_sql
+from cmr.store import listing_sql, single_rows
 from cmr.store._samples import I64_MIN
 from cmr.store.base import (
     Neighbours,
@@ -36,7 +36,7 @@ from cmr.store.base import (
 from cmr.store.batch_index import PackingStore, Preparation, Prepared, write_each
 from cmr.store.grouping import group_parts
 from cmr.store.listing import select_lines
-from cmr.store.postgres import summaries
+from cmr.store.postgres import single, summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
 from cmr.store.postgres.migrate import check_readable, migrate
@@ -45,6 +45,7 @@ from cmr.store.postgres.prune import prune
 from cmr.store.postgres.read import load, neighbours, stats
 from cmr.store.postgres.statements import METHODS_BY_RECENT_SEQUENCE, NAMED_METHODS
 from cmr.store.rules import SHOWN_MATCHES, check_limit, pick_match, seq_range
+from cmr.store.single_rows import Written
 from cmr.store.stored_batches import methods_of
 
 #: How often a transaction that lost a deadlock or a race for a new partition is retried.
@@ -93,9 +94,10 @@ class PostgresStore(PackingStore):
         """The prepared batches in one transaction (one commit, one WAL flush), their outcomes
         set; a day's partitions missing are made, and the transaction run again."""
         window = day_window(self._clock())
+        batches: list[Written] = []  # (puid, batch_no, pack) of those written
 
         def write_one(ready: Prepared) -> bool:
-            return write_batch(
+            fresh = write_batch(
                 conn,
                 ready.batch,
                 packed=ready.packed,
@@ -104,13 +106,19 @@ class PostgresStore(PackingStore):
                 window=window,
                 node=self._node,
             )
+            if fresh:
+                batches.append((ready.batch.puid, ready.batch.batch_no, ready.packed))
+            return fresh
 
         def write() -> None:
+            batches.clear()
             with conn.transaction():
                 written = write_each(prepared, outcomes, write_one)
                 if written:  # after every late End: a sequence several batches carry, once
+                    stored = single.insert(conn, batches) if single_rows.ENABLED else set()
                     with conn.pipeline():
-                        summaries.store(conn, group_parts(written))
+                        single.write_batch_seqs(conn, batches, stored)
+                        summaries.store(conn, group_parts(written), stored)
 
         try:
             write()

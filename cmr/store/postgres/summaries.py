@@ -6,6 +6,7 @@ nodes lock them in one order."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Final
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
@@ -13,11 +14,13 @@ from cmr.store.grouping import GroupParts
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
 from cmr.store.postgres import read as postgres_read
+from cmr.store.postgres import single
 from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.statements import (
     OPEN_CALLS,
     REMOTE_ENTRIES,
+    SIDE_TABLE_BATCHES,
     SUMMARIES_OF_PICKED,
     UPSERT_ROOTS,
     UPSERT_SEQUENCES,
@@ -28,6 +31,7 @@ from cmr.store.summaries import (
     backfilled,
     summary_from,
     waiting_on,
+    without_singles,
 )
 
 #: The columns of a sequence's row ``UPSERT_SEQUENCES`` binds: seq, start, count, decided, and
@@ -35,35 +39,49 @@ from cmr.store.summaries import (
 _SEQUENCE_COLUMNS: Final = 9
 
 
-def store(conn: Conn, group: GroupParts) -> None:
+def store(conn: Conn, group: GroupParts, singles: Collection[bytes] = ()) -> None:
     """Add the parts of the batches a transaction stored (``grouping.group_parts``); their late
     Ends are stored already. Each sequence, and each whose open root a late End ends, is written
     last, once, with its listing keys from its root candidate as it now stands (rows locked in
-    one order: ``UPSERT_SEQUENCES``). Then the late Ends close the invocations they end."""
-    parts = group.summary
-    counts = parts.counts
+    one order: ``UPSERT_SEQUENCES``); but those stored as single rows (``singles``,
+    ``cmr.store.postgres.single``: theirs are written). A single row stored before that the
+    group brings more of is moved to the side tables, and its row written then. Then the late
+    Ends close the invocations they end."""
+    parts = without_singles(group.summary, singles)
     store_parts(conn, parts)
-    first_start = group.first_start
+    first_start, counts = group.first_start, parts.counts
     sequences = [
         (seq, first_start[seq], counts[seq], int(not (untrue or handed)), *candidate)
         for seq, untrue, handed, _start, *candidate in sorted(parts.roots)
     ]
     late_puids = [row[0] for row in group.late_ends]
     late_iids = [row[1] for row in group.late_ends]
-    conn.execute(
-        UPSERT_SEQUENCES,
-        (
-            *(arrays(sequences) if sequences else [[]] * _SEQUENCE_COLUMNS),
-            column(late_puids),
-            column(late_iids),
-        ),
-    )
+    left = _upsert_sequences(conn, sequences, late_puids, late_iids)
+    if left:  # single rows stored before: to the side tables, then written as the others
+        single.spread(conn, left)
+        again = set(left)
+        _upsert_sequences(conn, [row for row in sequences if row[0] in again], [], [])
     if late_puids:
         conn.execute(
             "DELETE FROM open_calls o USING unnest(%b::bigint[], %b::bigint[]) AS k (puid, iid) "
             "WHERE o.puid = k.puid AND o.iid = k.iid",
             (column(late_puids), column(late_iids)),
         )
+
+
+def _upsert_sequences(
+    conn: Conn, sequences: Sequence[tuple[object, ...]], late_puids: list[int], late_iids: list[int]
+) -> list[bytes]:
+    """``UPSERT_SEQUENCES``: the ids of the single rows it left alone, sorted."""
+    left = conn.execute(
+        UPSERT_SEQUENCES,
+        (
+            *(arrays(sequences) if sequences else [[]] * _SEQUENCE_COLUMNS),
+            column(late_puids),
+            column(late_iids),
+        ),
+    ).fetchall()
+    return sorted(bytes(seq) for (seq,) in left)
 
 
 def store_parts(conn: Conn, parts: SummaryParts) -> None:
@@ -137,7 +155,7 @@ def backfill(conn: Conn) -> None:
     rows = conn.execute("SELECT seq FROM sequences ORDER BY seq").fetchall()
     for seq, invocations, parts in backfilled(
         [bytes(seq) for (seq,) in rows],
-        lambda seq, cache: postgres_read.invocations(conn, seq, cache),
+        lambda seq, cache: postgres_read.invocations(conn, seq, cache, batches=SIDE_TABLE_BATCHES),
     ):
         conn.execute("UPDATE sequences SET invocations = %s WHERE seq = %s", (invocations, seq))
         store_parts(conn, parts)

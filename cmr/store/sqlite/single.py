@@ -8,13 +8,10 @@ sequence keeps on its ``sequences`` row what the three side tables would hold (i
 thread, its batch and the methods it ran there), so it costs its row, the row's three listing
 indexes and a partial index by batch (for ``prune``): five.
 
-A group's sequence is stored so (``singles``) when every Start of it in the group is in one batch
-and on one thread, its root candidate is a true root (no parent, no hand-off) that is its
-earliest Start and ended in that batch, it has no Handoff in the group, no entry continuing a
-hand-off and nothing left open; and it was not stored before (the insert does nothing on a
-stored sequence, which then takes the side tables as before). A later batch that brings more of
-a single-row sequence (a Start, a Handoff) first moves it to the side tables (``spread``), so
-the side tables' rules (the lowest root candidate wins, counts add up) apply as before. The
+Which sequences of a group are stored so is ``cmr.store.single_rows``' rule (shared with
+PostgreSQL). A later batch that brings more of a single-row sequence (a Start, a Handoff) first
+moves it to the side tables (``spread``), so the side tables' rules (the lowest root candidate
+wins, counts add up) apply as before. The
 readers take a single row's columns wherever they read the side tables
 (``cmr.store.sqlite.statements``); the listing lines, trees, prune and searches give the same
 answers either way (tests/cmr/store/test_single_rows.py ingests the same traffic with ``ENABLED``
@@ -24,18 +21,14 @@ off and on and compares them).
 from __future__ import annotations
 
 import sqlite3
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-from cmr.store.batch_index import PackedBatch
+from cmr.store.single_rows import SingleRow, Written, singles
 from cmr.store.sqlite.read import in_chunks
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
     from typing import Final
-
-#: The internal switch: off, every sequence takes the side tables (the equivalence test).
-ENABLED = True
 
 #: A single-row sequence: its listing keys as ``UPSERT_SEQUENCE`` sets those of a new decided
 #: one (the root's name looked up, its end and exception), its root, thread and batch. A
@@ -63,11 +56,6 @@ _SPREAD: Final = (
        WHERE seq = ? AND one_batch IS NOT NULL""",
 )
 
-#: A batch the group wrote: (puid, batch_no, its pack).
-Written = tuple[int, int, PackedBatch]
-#: A single row's parameters, in ``INSERT_SINGLE``'s order.
-SingleRow = tuple[bytes, int, int, int, int, int, str | None, int, int, int, int, int, bytes]
-
 
 def store(conn: sqlite3.Connection, written: Sequence[Written]) -> set[bytes]:
     """Store the single-row sequences of the batches a group wrote (``written``, in the order it
@@ -86,58 +74,6 @@ def store(conn: sqlite3.Connection, written: Sequence[Written]) -> set[bytes]:
     if others:
         spread(conn, _among_singles(conn, sorted(others)))
     return stored
-
-
-def singles(written: Sequence[Written]) -> list[SingleRow]:
-    """The rows of the sequences of ``written`` that may be single rows (the module's rules)."""
-    total = sum(len(packed.seqs) for _puid, _batch_no, packed in written)
-    seen: Counter[bytes] | None = None
-    if len(written) > 1 and len({s for _p, _b, packed in written for s in packed.seqs}) < total:
-        seen = Counter(seq for _puid, _batch_no, packed in written for seq in packed.seqs)
-    rows: list[SingleRow] = []
-    for puid, batch_no, packed in written:
-        rows += _of_batch(puid, batch_no, packed, seen)
-    return rows
-
-
-def _of_batch(
-    puid: int, batch_no: int, packed: PackedBatch, seen: Counter[bytes] | None
-) -> Iterator[SingleRow]:
-    parts = packed.summary
-    tid_of = {seq: tid for seq, _puid, tid in parts.threads}
-    excluded: set[bytes] = set()
-    if len(tid_of) != len(parts.threads):  # a sequence on two threads
-        excluded.update(seq for seq, n in Counter(t[0] for t in parts.threads).items() if n > 1)
-    excluded.update(row[0] for row in parts.entries)
-    excluded.update(row[2] for row in parts.opened)
-    excluded.update(row[1] for row in packed.handoffs)
-    if seen is not None:
-        excluded.update(seq for seq in packed.seqs if seen[seq] > 1)
-    first_start, counts, methods = packed.first_start, parts.counts, packed.seq_methods
-    for seq, untrue, handed, start_ns, _puid, iid, method, end_ns, error in parts.roots:
-        if (
-            untrue
-            or handed
-            or end_ns is None
-            or start_ns != first_start[seq]
-            or (excluded and seq in excluded)
-        ):
-            continue
-        yield (
-            seq,
-            start_ns,
-            counts[seq],
-            puid,
-            method,
-            end_ns,
-            error,
-            puid,
-            tid_of[seq],
-            iid,
-            method,
-            batch_no,
-            methods[seq],
-        )
 
 
 def spread(conn: sqlite3.Connection, seqs: Sequence[bytes]) -> None:

@@ -3,6 +3,8 @@ from the code that runs them."""
 
 from __future__ import annotations
 
+from cmr.store.listing_sql import PICKED_ROOT_COLUMNS, PICKED_ROOT_FROM
+
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
     from typing import Final
@@ -83,22 +85,9 @@ LATE_ROOT_END: Final = """
 #: statement is put in place of {picked}), in no order, and whether each is a single row
 #: (``q.one_batch`` set: ``cmr.store.sqlite.single``): one has no ``seq_roots`` row, its root is
 #: on its row (a true root, decided, ended: its end and exception are the row's).
-SUMMARIES_OF_PICKED: Final = """
-    SELECT s.seq, s.start_ns, s.invocations,
-           coalesce(r.untrue, 0), coalesce(r.handed, 0), coalesce(r.start_ns, q.start_ns),
-           coalesce(r.puid, q.one_puid), coalesce(r.iid, q.one_iid),
-           coalesce(r.method, q.one_method),
-           CASE WHEN r.seq IS NULL THEN q.end_ns ELSE coalesce(r.end_ns, l.end_ns) END,
-           CASE WHEN r.seq IS NULL THEN q.error
-                WHEN r.end_ns IS NULL THEN l.error ELSE r.error END,
-           m.module, m.qualname, m.file, m.line, q.one_batch IS NOT NULL
-    FROM ({picked}) s
-    JOIN sequences q ON q.seq = s.seq
-    LEFT JOIN seq_roots r ON r.seq = s.seq AND q.one_batch IS NULL
-    LEFT JOIN late_ends l ON l.puid = r.puid AND l.iid = r.iid
-    LEFT JOIN methods m ON m.puid = coalesce(r.puid, q.one_puid)
-                       AND m.method = coalesce(r.method, q.one_method)
-    WHERE r.seq IS NOT NULL OR q.one_batch IS NOT NULL"""
+SUMMARIES_OF_PICKED: Final = f"""
+    SELECT s.seq, s.start_ns, s.invocations, {PICKED_ROOT_COLUMNS}, q.one_batch IS NOT NULL
+    {PICKED_ROOT_FROM}"""
 #: The processes whose windows of unnamed drops sequence :seq overlaps (it ran on them, from
 #: its earliest Start to its root's end, or on if open: ``rules.overlaps_window``), with the
 #: first and last times of the windows it overlaps.

@@ -28,6 +28,7 @@ from cmr.store.summaries import (
     backfilled,
     summary_from,
     waiting_on,
+    without_singles,
 )
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -41,15 +42,7 @@ def store(conn: sqlite3.Connection, group: GroupParts, singles: Container[bytes]
     they end). Each sequence is written last, once, with its listing keys from its root
     candidate as it now stands; but those stored as single rows (``singles``,
     ``cmr.store.sqlite.single``: theirs are written)."""
-    parts = group.summary
-    if singles:
-        parts = SummaryParts(
-            counts=parts.counts,
-            threads={row for row in parts.threads if row[0] not in singles},
-            roots=[row for row in parts.roots if row[0] not in singles],
-            entries=parts.entries,
-            opened=parts.opened,
-        )
+    parts = without_singles(group.summary, singles)
     counts = parts.counts
     if group.late_ends:
         conn.executemany(

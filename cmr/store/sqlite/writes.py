@@ -8,6 +8,7 @@ import json
 import sqlite3
 from collections.abc import Container, Iterable, Mapping
 
+from cmr.store import single_rows
 from cmr.store.base import Outcome
 from cmr.store.batch_index import Prepared, write_each
 from cmr.store.grouping import group_parts
@@ -25,7 +26,7 @@ def write_group(
     stored before, and nothing of it is written again)."""
     index = _Index()
     written = write_each(prepared, outcomes, lambda ready: _write(conn, ready, received_ns, index))
-    singles = single.store(conn, index.written) if written and single.ENABLED else set()
+    singles = single.store(conn, index.written) if written and single_rows.ENABLED else set()
     index.write(conn, singles)
     if written:  # after every late End: a sequence several batches carry, once
         sqlite_summaries.store(conn, group_parts(written), singles)
@@ -45,7 +46,8 @@ class _Index:
 
     def __init__(self) -> None:
         self.rows: list[tuple[bytes, int, int, bytes | None]] = []
-        self.written: list[single.Written] = []  # the group's batches, their rows not added yet
+        #: The group's batches, their rows not added yet.
+        self.written: list[single_rows.Written] = []
 
     def add(
         self, puid: int, batch_no: int, seqs: Iterable[bytes], seq_methods: Mapping[bytes, bytes]

@@ -286,3 +286,19 @@ def without_single_rows(conn: sqlite3.Connection) -> None:
     conn.execute("DROP INDEX sequences_by_batch")
     for column in SINGLE_ROW_COLUMNS:
         conn.execute(f"ALTER TABLE sequences DROP COLUMN {column}")
+
+
+def postgres_without_single_rows(pg_url: str) -> None:
+    """Make a PostgreSQL repository's sequences as migration 9 left them: every single-row
+    sequence in the side tables (``single.spread``), and ``sequences`` without migration 10's
+    index and columns, its row in ``schema_migrations`` gone."""
+    from cmr.store.postgres import single
+    from cmr.store.postgres.connect import connect
+
+    with connect(pg_url) as conn, conn.transaction():
+        rows = conn.execute("SELECT seq FROM sequences WHERE one_batch IS NOT NULL ORDER BY seq")
+        single.spread(conn, [bytes(seq) for (seq,) in rows.fetchall()])
+        conn.execute("DROP INDEX sequences_by_batch")
+        columns = ", ".join(f"DROP COLUMN {column}" for column in SINGLE_ROW_COLUMNS)
+        conn.execute(f"ALTER TABLE sequences {columns}")
+        conn.execute("DELETE FROM schema_migrations WHERE version >= 10")

@@ -16,7 +16,13 @@ from cmr.store.postgres.migrate import SCHEMA_VERSION as PG_VERSION
 from cmr.store.sqlite.schema import SCHEMA_VERSION
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
-from tests.cmr.store.records import seq_id, start, user_version, without_single_rows
+from tests.cmr.store.records import (
+    postgres_without_single_rows,
+    seq_id,
+    start,
+    user_version,
+    without_single_rows,
+)
 
 BatchFactory = Callable[..., wire.Batch]
 BEFORE = seq_id("10")
@@ -65,6 +71,7 @@ def test_a_postgres_repository_at_migration_7_gets_the_windows_table(
     store = open_store(pg_url, clock=clock)
     store_one(store, make_batch)
     store.close()
+    postgres_without_single_rows(pg_url)
     with connect(pg_url) as conn:  # as migration 7 left it
         conn.execute(
             "DROP TABLE lost_windows; ALTER TABLE samplers DROP COLUMN dropped_samples; "

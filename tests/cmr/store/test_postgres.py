@@ -38,6 +38,7 @@ from tests.cmr.store.records import (
     check_sampler_reports_kept_on_upgrade,
     handoff,
     page_statements,
+    postgres_without_single_rows,
     seq_id,
     start,
 )
@@ -286,6 +287,8 @@ _SPLIT_BATCH_METHODS = (
 
 
 def _downgrade(pg_url: str, statements: str) -> None:
+    """Back to a version before single rows (migration 10), then ``statements``."""
+    postgres_without_single_rows(pg_url)
     with connect(pg_url) as conn:
         conn.execute(statements)
         conn.commit()

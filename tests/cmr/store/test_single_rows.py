@@ -1,23 +1,29 @@
-"""Request-shaped sequences stored as single rows (``cmr.store.sqlite.single``) read the same as
-when stored in the side tables: the same traffic ingested into two SQLite files, the layout on
-and off, gives the same listing for every query, sort and filter, the same trees, prefix
-lookups, searches, stats and prune; and the layout is really used for the request-shaped ones."""
+"""Request-shaped sequences stored as single rows (``cmr.store.single_rows``) read the same as
+when stored in the side tables: the same traffic ingested into two repositories (SQLite files,
+PostgreSQL schemas), the layout on and off, gives the same listing for every query, sort and
+filter, the same trees, prefix lookups, searches, stats and prune; and the layout is really used
+for the request-shaped ones."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import sqlite3
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cmr.store import StoreError, open_store
+from cmr.store import StoreError, open_store, single_rows
 from cmr.store.base import (
     KIND_REQUEST,
     KIND_SERVICE,
@@ -27,7 +33,6 @@ from cmr.store.base import (
     Store,
     UnknownSequenceError,
 )
-from cmr.store.sqlite import single
 from cmr.store.sqlite.schema import SCHEMA_VERSION
 from cmr.store.sqlite.statements import PRUNE_BATCHES, PRUNED_PROCESSES
 from invoseq import wire
@@ -35,16 +40,17 @@ from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock, make_batch
 from tests.cmr.store.records import start, user_version, without_single_rows
 from tests.cmr.store.request_traffic import Group, RequestTraffic
 from tests.cmr.store.strategies import processes as random_processes
+from tests.requirements import postgres_database
 
 
 @contextmanager
 def _layout(on: bool) -> Iterator[None]:
-    was = single.ENABLED
-    single.ENABLED = on
+    was = single_rows.ENABLED
+    single_rows.ENABLED = on
     try:
         yield
     finally:
-        single.ENABLED = was
+        single_rows.ENABLED = was
 
 
 def _ingest(store: Store, groups: list[Group], on: bool, first: int = 0) -> None:
@@ -55,12 +61,58 @@ def _ingest(store: Store, groups: list[Group], on: bool, first: int = 0) -> None
             store.ingest_many(group, CLOCK_OFFSET_NS + at)
 
 
+class _Repositories:
+    """Repositories of one backend by name, made on first use, closed and removed at the end:
+    SQLite files in a folder, or PostgreSQL schemas."""
+
+    def __init__(self, backend: str, folder: Path, stack: ExitStack) -> None:
+        self.backend, self._folder, self._stack = backend, folder, stack
+        self._urls: dict[str, str] = {}
+
+    def url(self, name: str) -> str:
+        if name not in self._urls:
+            if self.backend == "sqlite":
+                self._urls[name] = str(self._folder / f"{name}.sqlite")
+            else:
+                self._urls[name] = self._stack.enter_context(postgres_database())
+        return self._urls[name]
+
+    def open(self, name: str) -> Store:
+        store = open_store(self.url(name), clock=FakeClock())
+        self._stack.callback(store.close)
+        return store
+
+    def rows(self, name: str, query: str) -> list[tuple[object, ...]]:
+        """``query``'s rows in repository ``name``, read beside its store."""
+        if self.backend == "sqlite":
+            with closing(sqlite3.connect(self.url(name))) as conn:
+                return list(conn.execute(query).fetchall())
+        import psycopg
+
+        with psycopg.connect(self.url(name)) as pg:
+            return list(pg.execute(query).fetchall())
+
+    def single_rows(self, name: str) -> int:
+        query = "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
+        [(count,)] = self.rows(name, query)
+        return int(str(count))
+
+
+@pytest.fixture(
+    name="repositories", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def fixture_repositories(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[_Repositories]:
+    with ExitStack() as stack:
+        yield _Repositories(request.param, tmp_path_factory.mktemp("repositories"), stack)
+
+
 def _single_rows(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn:
         (count,) = conn.execute(
             "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
         ).fetchone()
-    conn.close()
     return int(count)
 
 
@@ -115,62 +167,49 @@ def _answers(store: Store, seqs: list[bytes], queries: list[SequenceQuery | None
 
 
 def test_request_traffic_reads_the_same_stored_as_single_rows_or_in_the_side_tables(
-    tmp_path: Path,
+    repositories: _Repositories,
 ) -> None:
     traffic = RequestTraffic(random.Random(33))
     groups = [traffic.group(later=at > 0) for at in range(5)]
-    clock = FakeClock()
-    stores = {}
-    for on in (False, True):
-        path = tmp_path / f"{on}.sqlite"
-        stores[on] = open_store(str(path), clock=clock)
-        _ingest(stores[on], groups, on)
-    try:
-        assert _single_rows(tmp_path / "False.sqlite") == 0
-        assert _single_rows(tmp_path / "True.sqlite") > len(traffic.seqs) // 2
-        seqs = sorted(traffic.seqs)
-        queries = list(_queries(stores[False], seqs))
-        assert _answers(stores[True], seqs, queries) == _answers(stores[False], seqs, queries)
-        lines = stores[False].list_sequences(10_000)
-        cutoff = sorted(line.start_ns for line in lines)[len(lines) // 2]
-        assert stores[True].prune(cutoff) == stores[False].prune(cutoff)
-        assert _answers(stores[True], seqs, queries) == _answers(stores[False], seqs, queries)
-        assert stores[True].prune(cutoff + 10**9) == stores[False].prune(cutoff + 10**9)
-        assert _answers(stores[True], seqs, queries[:1]) == _answers(
-            stores[False], seqs, queries[:1]
-        )
-    finally:
-        for store in stores.values():
-            store.close()
-    for on in (False, True):  # what prune left: the same batches and processes
-        with sqlite3.connect(tmp_path / f"{on}.sqlite") as conn:
-            kept = conn.execute("SELECT puid, batch_no FROM batches ORDER BY 1, 2").fetchall()
-            stores[on] = kept  # type: ignore[assignment]
-        conn.close()
-    assert stores[True] == stores[False]
+    stores = {on: repositories.open(f"layout-{on}") for on in (False, True)}
+    for on, store in stores.items():
+        _ingest(store, groups, on)
+    assert repositories.single_rows("layout-False") == 0
+    assert repositories.single_rows("layout-True") > len(traffic.seqs) // 2
+    seqs = sorted(traffic.seqs)
+    queries = list(_queries(stores[False], seqs))
+    assert _answers(stores[True], seqs, queries) == _answers(stores[False], seqs, queries)
+    lines = stores[False].list_sequences(10_000)
+    cutoff = sorted(line.start_ns for line in lines)[len(lines) // 2]
+    assert stores[True].prune(cutoff) == stores[False].prune(cutoff)
+    assert _answers(stores[True], seqs, queries) == _answers(stores[False], seqs, queries)
+    assert stores[True].prune(cutoff + 10**9) == stores[False].prune(cutoff + 10**9)
+    assert _answers(stores[True], seqs, queries[:1]) == _answers(stores[False], seqs, queries[:1])
+    kept = "SELECT puid, batch_no FROM batches ORDER BY 1, 2"  # what prune left
+    assert repositories.rows("layout-True", kept) == repositories.rows("layout-False", kept)
 
 
-def test_a_single_row_sequence_extended_later_moves_to_the_side_tables(tmp_path: Path) -> None:
+def test_a_single_row_sequence_extended_later_moves_to_the_side_tables(
+    repositories: _Repositories,
+) -> None:
     """A request stored as one row, then a later batch with another thread's call of it: the
     row gives way to the side tables, and the listing counts both threads and calls."""
     seq = bytes(range(16))
-    store = open_store(str(tmp_path / "cmr.sqlite"), clock=FakeClock())
-    try:
-        store.ingest(make_batch(7, 1, {1: [start(1, 100, seq), wire.End(1, 200)]}), 1)
-        assert _single_rows(tmp_path / "cmr.sqlite") == 1
-        [line] = store.list_sequences(5)
-        assert (line.invocations, line.threads, line.status) == (1, 1, "complete")
-        store.ingest(make_batch(7, 2, {2: [start(2, 150, seq, parent=1), wire.End(2, 160)]}), 2)
-        assert _single_rows(tmp_path / "cmr.sqlite") == 0
-        [line] = store.list_sequences(5)
-        assert (line.invocations, line.threads, line.status) == (2, 2, "complete")
-        assert [r.iid for r in store.load_sequence(seq).invocations] == [1, 2]
-    finally:
-        store.close()
+    store = repositories.open("cmr")
+    store.ingest(make_batch(7, 1, {1: [start(1, 100, seq), wire.End(1, 200)]}), 1)
+    assert repositories.single_rows("cmr") == 1
+    [line] = store.list_sequences(5)
+    assert (line.invocations, line.threads, line.status) == (1, 1, "complete")
+    store.ingest(make_batch(7, 2, {2: [start(2, 150, seq, parent=1), wire.End(2, 160)]}), 2)
+    assert repositories.single_rows("cmr") == 0
+    [line] = store.list_sequences(5)
+    assert (line.invocations, line.threads, line.status) == (2, 2, "complete")
+    assert (line.root, line.start_ns) == ("app.m1", CLOCK_OFFSET_NS + 100)
+    assert [r.iid for r in store.load_sequence(seq).invocations] == [1, 2]
 
 
 def test_a_request_whose_child_started_before_its_root_keeps_its_root_s_own_start(
-    tmp_path: Path,
+    repositories: _Repositories,
 ) -> None:
     """A child that started before its root (a forged batch: its chunks out of order): the
     root's start is not the sequence's, so the request takes the side tables, where a true root
@@ -184,13 +223,10 @@ def test_a_request_whose_child_started_before_its_root_keeps_its_root_s_own_star
     later = make_batch(8, 1, {1: [start(1, 200, seq, method=3), wire.End(1, 250)]})
     roots = {}
     for on in (False, True):
-        store = open_store(str(tmp_path / f"{on}.sqlite"), clock=FakeClock())
-        try:
-            _ingest(store, [[first], [later]], on)
-            [line] = store.list_sequences(5)
-            roots[on] = (line.root, line.start_ns, line.end_ns)
-        finally:
-            store.close()
+        store = repositories.open(f"layout-{on}")
+        _ingest(store, [[first], [later]], on)
+        [line] = store.list_sequences(5)
+        roots[on] = (line.root, line.start_ns, line.end_ns)
     assert roots[True] == roots[False]
     assert roots[True][0] == "app.m3"
 
@@ -200,13 +236,13 @@ def test_a_request_whose_child_started_before_its_root_keeps_its_root_s_own_star
 )
 @given(groups=st.lists(random_processes, min_size=1, max_size=3), cut=st.integers(-6, 6))
 def test_random_batches_read_the_same_either_way(
-    tmp_path_factory: pytest.TempPathFactory,
+    repositories: _Repositories,
     groups: list[dict[int, list[list[wire.ThreadChunk]]]],
     cut: int,
 ) -> None:
     """Batches whose ids and times collide (repeated Starts, Ends first, equal times, Handoffs,
     Errors, Attrs), a group commit each: the same answers either way, and after a prune."""
-    folder = tmp_path_factory.mktemp("random")
+    example = next(_EXAMPLES)
     batch_groups: list[Group] = []
     numbers: dict[int, int] = {}
     for group in groups:
@@ -227,19 +263,18 @@ def test_random_batches_read_the_same_either_way(
     ]
     answers = []
     for on in (False, True):
-        store = open_store(str(folder / f"{on}.sqlite"), clock=FakeClock())
-        try:
-            _ingest(store, batch_groups, on)
-            found = _answers(store, seqs, queries) if seqs else []
-            found.append(store.prune(CLOCK_OFFSET_NS + cut))
-            found += _answers(store, seqs, queries[:1]) if seqs else []
-            answers.append(found)
-        finally:
-            store.close()
+        store = repositories.open(f"random-{example}-{on}")
+        _ingest(store, batch_groups, on)
+        found = _answers(store, seqs, queries) if seqs else []
+        found.append(store.prune(CLOCK_OFFSET_NS + cut))
+        found += _answers(store, seqs, queries[:1]) if seqs else []
+        answers.append(found)
     assert answers[0] == answers[1]
 
 
 _METHODS = {method: f"app.m{method}" for method in (1, 2, 3, 9)}
+#: A name for each of a run's random examples (the fixture's repositories outlive an example).
+_EXAMPLES = itertools.count()
 
 
 def _with_chunks(batch: wire.Batch, chunks: list[wire.ThreadChunk]) -> wire.Batch:
@@ -331,3 +366,60 @@ def test_prune_finds_the_batches_and_processes_single_rows_name_by_index(
     conn.close()
     assert [step for step in plan if "sequences_by_batch" in step], plan
     assert not [step for step in plan if step.startswith("SCAN q")], plan
+
+
+def _waiting_on_a_lock(monitor: Any, node: str, deadline: float) -> None:
+    """Return once repository node ``node``'s connection waits for a lock; fail at ``deadline``."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE application_name = %s AND wait_event_type = 'Lock'"
+    )
+    while monitor.execute(query, (node,)).fetchone()[0] == 0:
+        assert time.monotonic() < deadline, f"{node} never waited for a lock"
+        time.sleep(0.01)  # polling the server's view of the wait, bounded by the deadline
+
+
+@pytest.mark.postgres
+def test_a_single_row_another_node_commits_while_this_one_extends_it_is_moved_first(
+    pg_url: str,
+) -> None:
+    """Two nodes at once: node A stores request X as a single row and has not committed; node
+    B stores a batch that continues X (an entry from another process) and waits for A's row.
+    Once A commits, B finds the single row where it updates X, moves it to the side tables and
+    writes X again: the listing and the tree are those of the same batches stored one by one
+    in the side tables."""
+    seq, open_seq = bytes(range(16)), bytes(range(1, 17))
+    request = make_batch(
+        1, 1, {1: [start(1, 100, seq), wire.End(1, 200), start(2, 300, open_seq)]}, host="web-a"
+    )
+    entry = make_batch(2, 1, {4: [start(1, 150, seq, hid=777, method=2), wire.End(1, 160)]})
+    node_a = open_store(f"{pg_url}&application_name=node-a", clock=FakeClock())
+    node_b = open_store(f"{pg_url}&application_name=node-b", clock=FakeClock())
+    deadline = time.monotonic() + 60
+    with ExitStack() as stack:
+        for node in (node_a, node_b):
+            stack.callback(node.close)
+        monitor = stack.enter_context(psycopg.connect(pg_url, autocommit=True))
+        pause = stack.enter_context(psycopg.connect(pg_url))
+        # A stops after its single row, where it opens its open call: X's row not committed.
+        pause.execute("LOCK TABLE open_calls IN EXCLUSIVE MODE")
+        pool = stack.enter_context(ThreadPoolExecutor(2))
+        stored_a = pool.submit(node_a.ingest, request, CLOCK_OFFSET_NS)
+        _waiting_on_a_lock(monitor, "node-a", deadline)
+        stored_b = pool.submit(node_b.ingest, entry, CLOCK_OFFSET_NS + 1)
+        _waiting_on_a_lock(monitor, "node-b", deadline)  # on A's row of X
+        pause.commit()
+        assert stored_a.result(timeout=60) is True
+        assert stored_b.result(timeout=60) is True
+        with psycopg.connect(pg_url) as check:
+            query = "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
+            assert check.execute(query).fetchone() == (0,)
+        with postgres_database() as reference_url:
+            reference = open_store(reference_url, clock=FakeClock())
+            stack.callback(reference.close)
+            _ingest(reference, [[request], [entry]], False)
+            queries = [None, SequenceQuery(host="web-a"), SequenceQuery(status="complete")]
+            found = _answers(node_a, [seq, open_seq], queries)
+            assert found == _answers(reference, [seq, open_seq], queries)
+        [line] = node_a.list_sequences(5, SequenceQuery(status="complete"))
+        assert (line.root, line.invocations, line.processes) == ("app.m1", 2, 2)

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.serve import serve_chunk
-from cmr.store import open_store
-from cmr.store.sqlite import single
+from cmr.store import open_store, single_rows
 from tests.cmr.conftest import CLOCK_OFFSET_NS, encode_batch
 from tests.cmr.store.request_traffic import RequestTraffic
 
@@ -51,12 +50,12 @@ def test_cmr_serve_stores_requests_as_single_rows_that_cmr_ls_and_show_read_alik
     served, reference = tmp_path / "served.sqlite", tmp_path / "reference.sqlite"
     serve_chunk(tmp_path, served, 1, [encode_batch(batch) for batch in batches], 1)
     store = open_store(str(reference))
-    was, single.ENABLED = single.ENABLED, False
+    was, single_rows.ENABLED = single_rows.ENABLED, False
     try:
         for at, batch in enumerate(batches):
             store.ingest(batch, CLOCK_OFFSET_NS + at)
     finally:
-        single.ENABLED = was
+        single_rows.ENABLED = was
         store.close()
     with sqlite3.connect(served) as conn:
         query = "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"

@@ -1,0 +1,98 @@
+"""Request-shaped sequences stored as one row each in PostgreSQL (migration 10,
+``schema.SINGLE_ROWS``), by ``cmr.store.single_rows``' rule, as in SQLite: a single-row sequence
+costs its ``sequences`` row and that row's index entries, and no row in ``seq_roots``,
+``seq_threads`` or ``batch_seqs`` (issue 33, goal 6).
+
+A group's single rows are inserted first (``insert``, sorted by id, ``ON CONFLICT DO NOTHING``:
+one stored before, or being stored by another node, is not a single row, and the group writes it
+to the side tables). A single-row sequence that a later group brings more of is found where that
+group updates its ``sequences`` row: the update leaves a single row alone and says so
+(``statements.UPSERT_SEQUENCES``), and the group moves it to the side tables (``spread``) before
+updating it. That is where the row is locked and its latest committed version is seen, so a
+single row another node committed a moment before is found too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Final
+
+from cmr.store.postgres.binary import column
+from cmr.store.postgres.connect import Conn, arrays
+from cmr.store.postgres.statements import EARLIER_ROOT_UPDATE
+from cmr.store.single_rows import Written, singles
+
+#: The group's single rows, sorted by id (the order every node locks sequence rows in): their
+#: listing keys as ``UPSERT_SEQUENCES`` sets those of a new decided sequence (the root's name
+#: looked up), and their own columns. Returns the ids inserted: the others were stored before.
+INSERT_SINGLES: Final = """
+    INSERT INTO sequences (
+        seq, start_ns, invocations, root_name, end_ns, error,
+        one_puid, one_tid, one_iid, one_method, one_batch, one_methods)
+    SELECT s.seq, s.start_ns, s.invocations, (
+            SELECT CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname
+                        ELSE m.qualname END
+            FROM methods m WHERE m.puid = s.puid AND m.method = s.method),
+        s.end_ns, s.error, s.one_puid, s.one_tid, s.one_iid, s.one_method, s.one_batch,
+        s.one_methods
+    FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[],
+                %b::bigint[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[],
+                %b::bigint[], %b::bigint[], %b::bytea[])
+        AS s (seq, start_ns, invocations, puid, method, end_ns, error,
+              one_puid, one_tid, one_iid, one_method, one_batch, one_methods)
+    ORDER BY 1
+    ON CONFLICT (seq) DO NOTHING
+    RETURNING seq"""
+_OF_SINGLES: Final = "FROM sequences WHERE seq = ANY(%(seqs)s) AND one_batch IS NOT NULL ORDER BY 1"
+#: A single-row sequence's side-table rows, from its row (``spread``): its root (decided: its
+#: start is the row's, not yet lowered by the group, and its end and exception are the row's;
+#: the lowest-ranked candidate wins, as in ``UPSERT_ROOTS``, and over the group's own candidate
+#: of equal rank, the same Start stored again), its thread, its batch; then its row's own
+#: columns cleared.
+_SPREAD: Final = (
+    f"""INSERT INTO seq_roots AS r
+        SELECT seq, 0, 0, start_ns, one_puid, one_iid, one_method, end_ns, error {_OF_SINGLES}
+        ON CONFLICT (seq) DO UPDATE SET {EARLIER_ROOT_UPDATE}""",
+    f"""INSERT INTO seq_threads SELECT seq, one_puid, one_tid {_OF_SINGLES}
+        ON CONFLICT DO NOTHING""",
+    f"""INSERT INTO batch_seqs SELECT seq, one_puid, one_batch, one_methods {_OF_SINGLES}
+        ON CONFLICT DO NOTHING""",
+    """UPDATE sequences SET one_puid = NULL, one_tid = NULL, one_iid = NULL,
+        one_method = NULL, one_batch = NULL, one_methods = NULL
+        WHERE seq = ANY(%(seqs)s) AND one_batch IS NOT NULL""",
+)
+
+
+def insert(conn: Conn, written: Sequence[Written]) -> set[bytes]:
+    """Store the single-row sequences of the batches a group wrote (``written``, in the order it
+    wrote them); the ids stored so. The caller writes the others' side-table rows."""
+    rows = singles(written)
+    if not rows:
+        return set()
+    rows.sort(key=lambda row: row[0])
+    return {bytes(seq) for (seq,) in conn.execute(INSERT_SINGLES, arrays(rows)).fetchall()}
+
+
+def write_batch_seqs(conn: Conn, written: Sequence[Written], singles: Collection[bytes]) -> None:
+    """The ``batch_seqs`` rows of the group's batches (which sequences each holds, and the
+    methods each ran there), but the single rows': one statement for the group, in key order."""
+    rows = sorted(
+        (seq, puid, batch_no, packed.seq_methods.get(seq))
+        for puid, batch_no, packed in written
+        for seq in packed.seqs
+        if seq not in singles
+    )
+    if rows:
+        conn.execute(
+            "INSERT INTO batch_seqs SELECT * FROM unnest("
+            "%b::bytea[], %b::bigint[], %b::bigint[], %b::bytea[])",
+            [column([row[at] for row in rows]) for at in range(4)],
+        )
+
+
+def spread(conn: Conn, seqs: Sequence[bytes]) -> None:
+    """Move the single-row sequences ``seqs`` (locked by the caller) to the side tables, their
+    rows' own columns cleared: a later batch brings more of them."""
+    params = {"seqs": list(seqs)}
+    for statement in _SPREAD:
+        conn.execute(statement, params)
