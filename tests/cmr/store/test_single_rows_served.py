@@ -1,6 +1,7 @@
 """End to end: request-shaped traffic sent to a real ``cmr serve`` over ipc is stored as single
-rows, and ``cmr ls`` (every sort and filter) and ``cmr show`` print of that file what they print
-of a file the same batches were stored in with single rows off."""
+rows, and ``cmr ls`` (every sort and filter) and ``cmr show`` print of that repository what they
+print of one the same batches were stored in with single rows off: SQLite files, or PostgreSQL
+schemas."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ import random
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
+
+import pytest
 
 from benchmarks.serve import serve_chunk
 from cmr.store import open_store, single_rows
 from tests.cmr.conftest import CLOCK_OFFSET_NS, encode_batch
 from tests.cmr.store.request_traffic import RequestTraffic
+from tests.requirements import postgres_database
 
 LISTINGS = (
     (),
@@ -42,14 +48,40 @@ def cmr(*argv: str) -> str:
     return done.stdout
 
 
+@pytest.fixture(
+    name="repositories", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def fixture_repositories(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    """Two fresh repositories of one backend: the served one, and the reference."""
+    if request.param == "sqlite":
+        yield [str(tmp_path / "served.sqlite"), str(tmp_path / "reference.sqlite")]
+    else:
+        with postgres_database() as served, postgres_database() as reference:
+            yield [served, reference]
+
+
+def _single_rows(db: str) -> int:
+    query = "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
+    if db.startswith("postgresql:"):
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            row = pg.execute(query).fetchone()
+    else:
+        with closing(sqlite3.connect(db)) as conn:
+            row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_cmr_serve_stores_requests_as_single_rows_that_cmr_ls_and_show_read_alike(
-    tmp_path: Path,
+    tmp_path: Path, repositories: list[str]
 ) -> None:
     traffic = RequestTraffic(random.Random(6))
     batches = [batch for at in range(4) for batch in traffic.group(later=at > 0)]
-    served, reference = tmp_path / "served.sqlite", tmp_path / "reference.sqlite"
+    served, reference = repositories
     serve_chunk(tmp_path, served, 1, [encode_batch(batch) for batch in batches], 1)
-    store = open_store(str(reference))
+    store = open_store(reference)
     was, single_rows.ENABLED = single_rows.ENABLED, False
     try:
         for at, batch in enumerate(batches):
@@ -57,24 +89,19 @@ def test_cmr_serve_stores_requests_as_single_rows_that_cmr_ls_and_show_read_alik
     finally:
         single_rows.ENABLED = was
         store.close()
-    with sqlite3.connect(served) as conn:
-        query = "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
-        (singles,) = conn.execute(query).fetchone()
-    conn.close()
+    singles = _single_rows(served)
     assert singles > len(traffic.seqs) // 2
 
     for options in LISTINGS:
         lines = {
-            db: json.loads(cmr("ls", "--json", "--limit", "1000", *options, "--db", str(db)))
+            db: json.loads(cmr("ls", "--json", "--limit", "1000", *options, "--db", db))
             for db in (served, reference)
         }
         assert lines[served] == lines[reference], options
         assert lines[served] or "running" in options, options
-    everything = json.loads(
-        cmr("ls", "--json", "--kind", "all", "--limit", "1000", "--db", str(served))
-    )
+    everything = json.loads(cmr("ls", "--json", "--kind", "all", "--limit", "1000", "--db", served))
     assert len(everything) > singles
     for line in random.Random(1).sample(everything, 12):
-        shown = {db: cmr("show", line["seq"][:12], "--db", str(db)) for db in (served, reference)}
+        shown = {db: cmr("show", line["seq"][:12], "--db", db) for db in (served, reference)}
         assert shown[served] == shown[reference]
         assert line["root"] in shown[served]
