@@ -9,7 +9,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Iterable
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tracer import propagation
@@ -113,12 +113,25 @@ def patch_process_bootstrap(original: Callable[..., int]) -> Callable[..., int]:
         try:
             return original(self, *args, **kwargs)
         finally:
-            if _forked:
+            if _forked or _served_by_forkserver():
                 lifecycle.end_before_exit()
             else:
                 _flush_task()
 
     return bootstrap
+
+
+def _served_by_forkserver() -> bool:
+    """Whether this process is a forkserver's child, run by the server's code on this stack
+    (``forkserver._serve_one``, which ``os._exit``s once the process ends): forked before its
+    tracer started (a script that instruments itself at import, unpickled in the child), it
+    did not see the fork, so ``_forked`` is not set."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "multiprocessing.forkserver":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def patch_detached(original: Callable[..., Any]) -> Callable[..., Any]:
