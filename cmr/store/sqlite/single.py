@@ -11,11 +11,10 @@ indexes and a partial index by batch (for ``prune``): five.
 Which sequences of a group are stored so is ``cmr.store.single_rows``' rule (shared with
 PostgreSQL). A later batch that brings more of a single-row sequence (a Start, a Handoff) first
 moves it to the side tables (``spread``), so the side tables' rules (the lowest root candidate
-wins, counts add up) apply as before. The
-readers take a single row's columns wherever they read the side tables
-(``cmr.store.sqlite.statements``); the listing lines, trees, prune and searches give the same
-answers either way (tests/cmr/store/test_single_rows.py ingests the same traffic with ``ENABLED``
-off and on and compares them).
+wins, counts add up) apply as before. The readers take a single row's columns wherever they
+read the side tables (``cmr.store.sqlite.statements``); the listing lines, trees, prune and
+searches give the same answers either way (tests/cmr/store/test_single_rows.py ingests the same
+traffic with ``single_rows.ENABLED`` off and on and compares them).
 """
 
 from __future__ import annotations
