@@ -7,9 +7,9 @@ every renderer read it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, Protocol, Self, TypeAlias, TypeVar
 
 import msgspec
 
@@ -170,9 +170,19 @@ class SequenceTree:
         return shown_status(self.status, root.error if root.status == STATUS_ERROR else None)
 
 
-def walk(root: Node) -> Iterator[tuple[Node, int]]:
+class Branching(Protocol):
+    """A tree's node: a call (``Node``), a profile's line (``ProfileNode``)."""
+
+    @property
+    def children(self) -> Sequence[Self]: ...
+
+
+TreeNode = TypeVar("TreeNode", bound=Branching)
+
+
+def walk(root: TreeNode) -> Iterator[tuple[TreeNode, int]]:
     """Every node with its depth (root = 0), parents before children, children in order."""
-    stack: list[tuple[Node, int]] = [(root, 0)]
+    stack: list[tuple[TreeNode, int]] = [(root, 0)]
     pop, extend = stack.pop, stack.extend
     while stack:
         node, depth = pop()

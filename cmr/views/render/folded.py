@@ -23,6 +23,7 @@ sequence's stacks are drawn from them (``profile_folded_stacks``), with no node 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -38,7 +39,7 @@ _SAFE: Final = str.maketrans({";": ":", "\n": " ", "\r": " "})
 
 def has_samples(tree: SequenceTree) -> bool:
     """Whether any call of the tree carries sample weight (samples were merged into it)."""
-    return any(node.samples or node.self_samples for node, _ in walk(tree.root))
+    return _any_samples(walk(tree.root))
 
 
 def default_weight(tree: SequenceTree) -> str:
@@ -55,7 +56,7 @@ def folded_stacks(tree: SequenceTree, weight: str) -> dict[str, int]:
 
 def profile_has_samples(roots: list[ProfileNode]) -> bool:
     """Whether any line of a profile carries sample weight."""
-    return any(line.samples or line.self_samples for line, _ in _walk_lines(roots))
+    return _any_samples(_walk_lines(roots))
 
 
 def profile_folded_stacks(roots: list[ProfileNode], weight: str) -> dict[str, int]:
@@ -82,13 +83,13 @@ def _stacks(walked: Iterable[tuple[Node | ProfileNode, int]], weight: str) -> di
     return {key: value for key, value in totals.items() if value}
 
 
+def _any_samples(walked: Iterable[tuple[Node | ProfileNode, int]]) -> bool:
+    return any(node.samples or node.self_samples for node, _ in walked)
+
+
 def _walk_lines(roots: list[ProfileNode]) -> Iterator[tuple[ProfileNode, int]]:
     """Every line of a profile with its depth, each before its children."""
-    stack = [(root, 0) for root in reversed(roots)]
-    while stack:
-        line, depth = stack.pop()
-        yield line, depth
-        stack += [(child, depth + 1) for child in reversed(line.children)]
+    return itertools.chain.from_iterable(map(walk, roots))
 
 
 def render_folded(tree: SequenceTree, weight: str | None = None) -> str:
