@@ -17,22 +17,18 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Final
 
-from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
-from cmr.store.postgres.statements import EARLIER_ROOT_UPDATE
+from cmr.store.postgres.statements import EARLIER_ROOT_UPDATE, METHOD_NAME_OF
 from cmr.store.single_rows import Written, singles
 
 #: The group's single rows, sorted by id (the order every node locks sequence rows in): their
 #: listing keys as ``UPSERT_SEQUENCES`` sets those of a new decided sequence (the root's name
 #: looked up), and their own columns. Returns the ids inserted: the others were stored before.
-INSERT_SINGLES: Final = """
+INSERT_SINGLES: Final = f"""
     INSERT INTO sequences (
         seq, start_ns, invocations, root_name, end_ns, error,
         one_puid, one_tid, one_iid, one_method, one_batch, one_methods)
-    SELECT s.seq, s.start_ns, s.invocations, (
-            SELECT CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname
-                        ELSE m.qualname END
-            FROM methods m WHERE m.puid = s.puid AND m.method = s.method),
+    SELECT s.seq, s.start_ns, s.invocations, {METHOD_NAME_OF.format(row="s")},
         s.end_ns, s.error, s.one_puid, s.one_tid, s.one_iid, s.one_method, s.one_batch,
         s.one_methods
     FROM unnest(%b::bytea[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[],
@@ -86,7 +82,7 @@ def write_batch_seqs(conn: Conn, written: Sequence[Written], singles: Collection
         conn.execute(
             "INSERT INTO batch_seqs SELECT * FROM unnest("
             "%b::bytea[], %b::bigint[], %b::bigint[], %b::bytea[])",
-            [column([row[at] for row in rows]) for at in range(4)],
+            arrays(rows),
         )
 
 

@@ -42,6 +42,11 @@ UPSERT_SAMPLE_THREADS: Final = """
     ON CONFLICT (puid, tid) DO UPDATE
     SET longest_ns = greatest(t.longest_ns, excluded.longest_ns)"""
 
+#: The name a listing shows for the method of row ``{row}`` (its ``puid`` and ``method``:
+#: ``module.qualname``), NULL while the method is not described.
+METHOD_NAME_OF: Final = """(
+    SELECT CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname ELSE m.qualname END
+    FROM methods m WHERE m.puid = {row}.puid AND m.method = {row}.method)"""
 #: Rows are sorted by seq, so concurrent nodes lock shared sequence rows in one order. A
 #: sequence counts the Starts of every batch that brought some (``cmr.store.summaries``). A new
 #: sequence's listing keys come from its group's root candidate, bound with it (its method's
@@ -57,10 +62,7 @@ UPSERT_SEQUENCES: Final = f"""
                min(root_name) AS root_name, min(end_ns) AS end_ns, min(error) AS error
         FROM (
             SELECT b.seq, b.start_ns, b.invocations,
-                CASE WHEN b.decided <> 0 THEN (
-                    SELECT CASE WHEN m.module <> '' THEN m.module || '.' || m.qualname
-                                ELSE m.qualname END
-                    FROM methods m WHERE m.puid = b.puid AND m.method = b.method) END,
+                CASE WHEN b.decided <> 0 THEN {METHOD_NAME_OF.format(row="b")} END,
                 coalesce(b.end_ns, (
                     SELECT l.end_ns FROM late_ends l WHERE l.puid = b.puid AND l.iid = b.iid)),
                 CASE WHEN b.end_ns IS NULL THEN (
