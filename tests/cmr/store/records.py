@@ -302,3 +302,24 @@ def postgres_without_single_rows(pg_url: str) -> None:
         columns = ", ".join(f"DROP COLUMN {column}" for column in SINGLE_ROW_COLUMNS)
         conn.execute(f"ALTER TABLE sequences {columns}")
         conn.execute("DELETE FROM schema_migrations WHERE version >= 10")
+
+
+def repository_rows(db: str, query: str) -> list[tuple[object, ...]]:
+    """``query``'s rows in repository ``db`` (a SQLite file or a PostgreSQL URL), read beside
+    its store."""
+    if db.startswith("postgresql:"):
+        import psycopg
+
+        with psycopg.connect(db) as pg:
+            return list(pg.execute(query).fetchall())
+    conn = sqlite3.connect(db)
+    try:
+        return list(conn.execute(query).fetchall())
+    finally:
+        conn.close()
+
+
+def single_row_count(db: str) -> int:
+    """How many sequences repository ``db`` keeps as single rows (``cmr.store.single_rows``)."""
+    [(count,)] = repository_rows(db, "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL")
+    return int(str(count))

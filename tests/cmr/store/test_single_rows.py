@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,13 @@ from cmr.store.sqlite.schema import SCHEMA_VERSION
 from cmr.store.sqlite.statements import PRUNE_BATCHES, PRUNED_PROCESSES
 from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock, make_batch
-from tests.cmr.store.records import start, user_version, without_single_rows
+from tests.cmr.store.records import (
+    repository_rows,
+    single_row_count,
+    start,
+    user_version,
+    without_single_rows,
+)
 from tests.cmr.store.request_traffic import Group, RequestTraffic
 from tests.cmr.store.strategies import processes as random_processes
 from tests.requirements import postgres_database
@@ -83,19 +89,10 @@ class _Repositories:
         return store
 
     def rows(self, name: str, query: str) -> list[tuple[object, ...]]:
-        """``query``'s rows in repository ``name``, read beside its store."""
-        if self.backend == "sqlite":
-            with closing(sqlite3.connect(self.url(name))) as conn:
-                return list(conn.execute(query).fetchall())
-        import psycopg
-
-        with psycopg.connect(self.url(name)) as pg:
-            return list(pg.execute(query).fetchall())
+        return repository_rows(self.url(name), query)
 
     def single_rows(self, name: str) -> int:
-        query = "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
-        [(count,)] = self.rows(name, query)
-        return int(str(count))
+        return single_row_count(self.url(name))
 
 
 @pytest.fixture(
@@ -106,14 +103,6 @@ def fixture_repositories(
 ) -> Iterator[_Repositories]:
     with ExitStack() as stack:
         yield _Repositories(request.param, tmp_path_factory.mktemp("repositories"), stack)
-
-
-def _single_rows(path: Path) -> int:
-    with closing(sqlite3.connect(path)) as conn:
-        (count,) = conn.execute(
-            "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
-        ).fetchone()
-    return int(count)
 
 
 def _queries(store: Store, seqs: list[bytes]) -> Iterator[SequenceQuery | None]:
@@ -337,7 +326,7 @@ def test_a_version_12_file_is_upgraded_when_opened_for_writing_and_reads_the_sam
         assert user_version(path) == SCHEMA_VERSION >= 13
         _ingest(reference, groups, False)
         _ingest(upgraded, groups[2:], True, first=2)
-        assert _single_rows(path) > 0
+        assert single_row_count(str(path)) > 0
         seqs = sorted(traffic.seqs)
         queries = list(_queries(reference, seqs))
         assert _answers(upgraded, seqs, queries) == _answers(reference, seqs, queries)

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import random
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ import pytest
 from benchmarks.serve import serve_chunk
 from cmr.store import open_store, single_rows
 from tests.cmr.conftest import CLOCK_OFFSET_NS, encode_batch
+from tests.cmr.store.records import single_row_count
 from tests.cmr.store.request_traffic import RequestTraffic
 from tests.requirements import postgres_database
 
@@ -60,20 +59,6 @@ def fixture_repositories(request: pytest.FixtureRequest, tmp_path: Path) -> Iter
             yield [served, reference]
 
 
-def _single_rows(db: str) -> int:
-    query = "SELECT count(*) FROM sequences WHERE one_batch IS NOT NULL"
-    if db.startswith("postgresql:"):
-        import psycopg
-
-        with psycopg.connect(db) as pg:
-            row = pg.execute(query).fetchone()
-    else:
-        with closing(sqlite3.connect(db)) as conn:
-            row = conn.execute(query).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 def test_cmr_serve_stores_requests_as_single_rows_that_cmr_ls_and_show_read_alike(
     tmp_path: Path, repositories: list[str]
 ) -> None:
@@ -89,7 +74,7 @@ def test_cmr_serve_stores_requests_as_single_rows_that_cmr_ls_and_show_read_alik
     finally:
         single_rows.ENABLED = was
         store.close()
-    singles = _single_rows(served)
+    singles = single_row_count(served)
     assert singles > len(traffic.seqs) // 2
 
     for options in LISTINGS:
