@@ -14,13 +14,20 @@ PostgreSQL (a fresh schema per chunk):
   the same with ``cmr serve --workers 2`` (two processes decoding and storing, taking turns at
   the store: ``cmr.store.sqlite.turns``).
 
+And once more where a node spends its life: one-call sequences of varied durations sent to
+``cmr serve --workers 2`` into a SQLite file already holding ``GROWN`` of them (copied from one
+filled before the rounds), since a repository's B-trees grow with it and ingest slows as they do.
+
 Baseline: the typed decode alone of the same batches (each shape its own), in the same rounds.
 """
 
 from __future__ import annotations
 
+import random
+import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 
 import msgspec
@@ -52,6 +59,10 @@ SHAPES: Final = (1, 10)
 #: How each store takes the traffic: 0, pre-encoded batches handed to ``Ingest`` in this
 #: process; N, sent to ``cmr serve --workers N``.
 WAYS: Final = (0, 1, 2)
+#: The one-call sequences the grown repository holds (``--quick``: a fiftieth), stored in
+#: parts of ``GROWN_PART``.
+GROWN: Final = 1_000_000
+GROWN_PART: Final = 100_000
 
 
 def run(settings: Settings) -> CaseResult:
@@ -61,15 +72,6 @@ def run(settings: Settings) -> CaseResult:
     decoder = msgspec.msgpack.Decoder(wire.Batch)
     chunks = 0
     server = postgres.server()
-
-    def decode_only(calls: int) -> Callable[[], float]:
-        def chunk() -> float:
-            started = time.perf_counter()
-            for _, body in traffic[calls].frames:
-                decoder.decode(body)
-            return sequences / (time.perf_counter() - started)
-
-        return chunk
 
     def into(store: str, calls: int, workers: int) -> Callable[[], float]:
         """A chunk of ``calls``-call sequences into a fresh repository of ``store``."""
@@ -111,12 +113,14 @@ def run(settings: Settings) -> CaseResult:
 
         return chunk
 
+    grown = GROWN // 50 if settings.quick else GROWN
+    template = _grown_file(settings.workdir / "grown.sqlite", grown)
     stores = ["sqlite", *(["postgres"] if server else [])]
     if not server:
         result.notes.append(f"PostgreSQL variants skipped: {postgres.PG_ENV} is not set")
     variants: dict[str, Callable[[], float]] = {
-        f"decode-{calls}": decode_only(calls) for calls in SHAPES
-    }
+        f"decode-{calls}": _decode_only(decoder, traffic[calls]) for calls in SHAPES
+    } | {GROWN_KEY: _into_grown(settings.workdir, template, sequences)}
     for store in stores:
         for workers in WAYS:
             for calls in SHAPES:
@@ -128,7 +132,8 @@ def run(settings: Settings) -> CaseResult:
         budget_s=settings.budget_s,
         warmup=not settings.quick,
     )
-    result.raw = {"sequences_per_chunk": sequences, **series}
+    template.unlink()
+    result.raw = {"sequences_per_chunk": sequences, "grown_holds": grown, **series}
     for calls in SHAPES:
         result.noise[f"decode-{calls}"] = spread(series[f"decode-{calls}"])
     result.rows += [
@@ -143,7 +148,86 @@ def run(settings: Settings) -> CaseResult:
         for workers in WAYS
         for calls in SHAPES
     ]
+    result.rows.append(_grown_row(series, grown, sequences))
     return result
+
+
+#: The grown repository's variant in the raw results.
+GROWN_KEY: Final = "sqlite-1-served-2-grown"
+
+
+def _decode_only(
+    decoder: msgspec.msgpack.Decoder[wire.Batch], encoded: synthetic.Encoded
+) -> Callable[[], float]:
+    """Sequences a second of the typed decode alone of ``encoded``."""
+
+    def chunk() -> float:
+        started = time.perf_counter()
+        for _, body in encoded.frames:
+            decoder.decode(body)
+        return len(encoded.seqs) / (time.perf_counter() - started)
+
+    return chunk
+
+
+def _into_grown(workdir: Path, template: Path, sequences: int) -> Callable[[], float]:
+    """Chunks of ``sequences`` one-call sequences of varied durations sent to ``cmr serve
+    --workers 2`` into a copy of the grown repository ``template``."""
+    varied = synthetic.short_requests(
+        sequences, 1, first_puid=1_000_000, durations=random.Random(1)
+    )
+    copies = 0
+
+    def chunk() -> float:
+        nonlocal copies
+        copies += 1
+        path = workdir / f"grown-{copies}.sqlite"
+        shutil.copyfile(template, path)
+        try:
+            rate = serve_chunk(workdir, str(path), 2, varied.frames, varied.events)
+            return rate * len(varied.seqs) / varied.events
+        finally:
+            for leftover in workdir.glob(f"grown-{copies}.sqlite*"):
+                leftover.unlink()
+
+    return chunk
+
+
+def _grown_row(series: dict[str, list[float]], grown: int, sequences: int) -> Row:
+    values, decode = series[GROWN_KEY], median(series["decode-1"])
+    return Row(
+        case=NAME,
+        name=f"one-call sequences into SQLite holding {grown:,}, cmr serve --workers 2",
+        value=median(values),
+        unit="sequences/s",
+        baseline=decode,
+        baseline_name="typed decode alone",
+        ratio=median(values) / decode,
+        targets=SQLITE_TARGETS,
+        error=median_error(values),
+        note=f"{len(values)} chunks of {sequences} sequences of varied durations",
+    )
+
+
+def _grown_file(path: Path, sequences: int) -> Path:
+    """A SQLite repository holding ``sequences`` one-call sequences of varied durations from
+    four processes, stored ``GROWN_PART`` at a time as ``cmr serve`` stores them (groups of
+    ``GROUP_BATCHES``)."""
+    durations = random.Random(0)
+    repository = open_store(str(path))
+    try:
+        ingest = Ingest(repository)
+        for part, first in enumerate(range(0, sequences, GROWN_PART)):
+            count = min(GROWN_PART, sequences - first)
+            frames = synthetic.short_requests(
+                count, 1, first_puid=1 + 4 * part, durations=durations
+            ).frames
+            for at in range(0, len(frames), GROUP_BATCHES):
+                if None in ingest.handle_many(frames[at : at + GROUP_BATCHES]):
+                    raise RuntimeError("the repository rejected a synthetic batch")
+    finally:
+        repository.close()
+    return path
 
 
 def _row(store: str, calls: int, workers: int, series: dict[str, list[float]], size: str) -> Row:

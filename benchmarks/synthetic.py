@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,10 +99,11 @@ def encode(puid: int, threads: dict[int, list[Event]], first_batch: int = 1) -> 
 
 
 def _tree_events(
-    seq: bytes, invocations: int, fanout: int, first_iid: int, clock: int
+    seq: bytes, invocations: int, fanout: int, first_iid: int, clock: int, *, step_ns: int = STEP_NS
 ) -> Iterator[Event]:
     """Start/End tuples of one tree of ``invocations`` calls, depth-first, fan-out ``fanout``,
-    as shallow as that allows (the first subtrees are full, the last ones cut short)."""
+    as shallow as that allows (the first subtrees are full, the last ones cut short), an event
+    every ``step_ns``."""
     levels, capacity = 1, 1
     while capacity < invocations:
         levels += 1
@@ -113,7 +115,7 @@ def _tree_events(
     stack = [[iid, fanout]]  # [iid, children still to make]
     while stack:
         top = stack[-1]
-        t += STEP_NS
+        t += step_ns
         if top[1] > 0 and made < invocations and len(stack) < levels:
             top[1] -= 1
             iid += 1
@@ -145,12 +147,19 @@ def requests(puid: int, events: int, threads: int = 4) -> Encoded:
 
 
 def short_requests(
-    sequences: int, calls: int, *, processes: int = 4, first_puid: int = 1
+    sequences: int,
+    calls: int,
+    *,
+    processes: int = 4,
+    first_puid: int = 1,
+    durations: random.Random | None = None,
 ) -> Encoded:
     """``sequences`` sequences of ``calls`` calls each (a root and ``calls - 1`` children), dealt
     round-robin to ``processes`` worker processes of one thread each (gunicorn's sync workers),
     each process's batches of ``BATCH_EVENTS`` events; the processes' batches interleaved, as
-    they reach one repository."""
+    they reach one repository. With ``durations``, each request takes its own time (the step
+    between its events drawn log-normally around 100 µs: requests of tens of µs to tens of ms),
+    as a repository indexes them; without, every event is ``STEP_NS`` after the last."""
     per_process: list[list[Event]] = [[] for _ in range(processes)]
     seqs: list[bytes] = []
     iids = [1] * processes
@@ -158,7 +167,8 @@ def short_requests(
     for n in range(sequences):
         at = n % processes
         seq = os.urandom(16)
-        tree = list(_tree_events(seq, calls, max(calls - 1, 1), iids[at], clocks[at]))
+        step = STEP_NS if durations is None else 1 + int(durations.lognormvariate(11.5, 1.2))
+        tree = list(_tree_events(seq, calls, max(calls - 1, 1), iids[at], clocks[at], step_ns=step))
         per_process[at].extend(tree)
         clocks[at] = tree[-1][2] + STEP_NS
         iids[at] += calls

@@ -106,7 +106,7 @@ def test_the_sequences_case_counts_sequences_per_store_and_shape(tmp_path: Path)
             "cmr serve --workers 2 over ipc",
         )
         for calls in ("one-call", "10-call")
-    ]
+    ] + ["one-call sequences into SQLite holding 20,000, cmr serve --workers 2"]
     for row in rows:
         assert row["unit"] == "sequences/s"
         assert row["value"] > 0

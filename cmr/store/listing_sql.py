@@ -38,12 +38,24 @@ class Dialect:
     #: How a condition few rows pass is written: SQLite plans without statistics on the
     #: duration, and is told (``likelihood``); PostgreSQL has them.
     selective: str
+    #: The band of a duration (``{0}``) its duration index leads with (``DURATION_BAND``), or
+    #: None: the index is by the duration itself.
+    band: str | None = None
 
     def __call__(self, name: str) -> str:
         return self.placeholder.format(name)
 
 
-SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)")
+#: A duration's band in SQLite's ``sequences_by_duration`` (schema 15): its number of decimal
+#: digits and its first two (a band is a hundredth of its decade or less; negative durations
+#: fall in the first), so that the index is ordered by band and then by start, as sequences
+#: arrive: each new row goes at the end of its band, not at a random place in one ordering of
+#: every duration (a row ingested then costs a few pages written at commit, not one each: issue
+#: 33). The band never decreases as the duration grows, so ordering by band and then by the
+#: duration is ordering by the duration; the bands a range of durations spans bound its read.
+DURATION_BAND: Final = "(length(max({0}, 0)) * 100 + CAST(substr(max({0}, 0), 1, 2) AS INTEGER))"
+
+SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)", DURATION_BAND)
 POSTGRES: Final = Dialect("%({})s", "{}")
 
 
@@ -81,7 +93,7 @@ MAX_ROOT_NAMES: Final = 4096
 _DURATION: Final = "(end_ns - start_ns)"
 _COLUMNS: Final = "seq, start_ns, invocations"
 _NEWEST_FIRST: Final = "ORDER BY start_ns DESC, seq DESC"
-_LONGEST_FIRST: Final = f"ORDER BY {_DURATION} DESC, start_ns DESC, seq DESC"
+_LONGEST_KEYS: Final = f"{_DURATION} DESC, start_ns DESC, seq DESC"
 #: A sequence with an invocation open, driven from ``open_calls`` (few rows: what still runs,
 #: or never will end).
 _AMONG_OPEN: Final = "seq IN (SELECT o.seq FROM open_calls o)"
@@ -163,7 +175,11 @@ def picked(
         after = f"({_DURATION}, start_ns, seq) < ({dialect('duration')}, {dialect('start')}, "
         after += f"{dialect('seq')})"
         ended = [*where, *_only_decided(decided), "end_ns IS NOT NULL", after]
-        return _select(ended, _LONGEST_FIRST, dialect), params
+        order = f"ORDER BY {_LONGEST_KEYS}"
+        if dialect.band is not None:  # the bands first: the index's order
+            ended.append(_banded("<=", dialect("duration"), dialect.band))
+            order = f"ORDER BY {dialect.band.format(_DURATION)} DESC, {_LONGEST_KEYS}"
+        return _select(ended, order, dialect), params
     where.append(f"(start_ns, seq) < ({dialect('start')}, {dialect('seq')})")
     undecided = _select([*where, "root_name IS NULL"], _NEWEST_FIRST, dialect)
     if kind == UNDECIDED:
@@ -249,13 +265,22 @@ def _decided(
 def _durations(query: SequenceQuery, dialect: Dialect, params: dict[str, object]) -> list[str]:
     """The query's duration bounds, as conditions ``sequences_by_duration`` serves."""
     within: list[str] = []
-    if query.min_duration_ns is not None:
-        params["min_duration"] = query.min_duration_ns
-        within.append(f"{_DURATION} >= {dialect('min_duration')}")
-    if query.max_duration_ns is not None:
-        params["max_duration"] = query.max_duration_ns
-        within.append(f"{_DURATION} <= {dialect('max_duration')}")
+    for name, value, compare in (
+        ("min_duration", query.min_duration_ns, ">="),
+        ("max_duration", query.max_duration_ns, "<="),
+    ):
+        if value is not None:
+            params[name] = value
+            within.append(f"{_DURATION} {compare} {dialect(name)}")
+            if dialect.band is not None:
+                within.append(_banded(compare, dialect(name), dialect.band))
     return within
+
+
+def _banded(compare: str, bound: str, band: str) -> str:
+    """The condition on the duration's band that a condition ``duration compare bound`` implies
+    (the range of the index to read)."""
+    return f"{band.format(_DURATION)} {compare} {band.format(bound)}"
 
 
 def _select(where: list[str], order: str, dialect: Dialect) -> str:

@@ -18,7 +18,8 @@ less per sequence and batch (issue 33). Version 12 adds the time windows of drop
 process could not name (``lost_windows``, additive). Version 13 lets a request-shaped sequence
 (complete in one batch, on one thread, rooted there, new) be stored as its ``sequences`` row
 alone, its root, thread and batch on it (``SINGLE_ROWS_SCHEMA``; additive: rows stored before
-keep their side tables).
+keep their side tables). Version 14 adds the samples a sampler dropped to its report. Version 15
+makes ``sequences`` a table new rows are appended to (``APPENDED_SEQUENCES_SCHEMA``).
 """
 
 from __future__ import annotations
@@ -250,6 +251,41 @@ BASE_SCHEMA: Final = (
 )
 
 
+#: Version 15: ``sequences`` appended to (issue 33). Keyed by the random sequence id, each new
+#: row went to a random page of the table, and every page a transaction touched is written to
+#: the WAL at commit and again by the checkpoint: the rows of a million sequences took one page
+#: each, and ingest slowed to a third. Now the table is a rowid table, new rows at its end, found
+#: by id through a narrow unique index (the one B-tree still written at random); the duration
+#: index is by the duration's band, then start (``listing_sql.DURATION_BAND``), so it is
+#: appended to as well, its last column, the end, answering a duration range without the table.
+#: The other indexes are made again as their versions made them.
+_SEQUENCE_COLUMNS: Final = (
+    "seq, start_ns, invocations, root_name, end_ns, error, "
+    "one_puid, one_tid, one_iid, one_method, one_batch, one_methods"
+)
+APPENDED_SEQUENCES_SCHEMA: Final = (
+    """CREATE TABLE sequences_appended (
+        seq BLOB NOT NULL, start_ns INTEGER NOT NULL, invocations INTEGER NOT NULL DEFAULT 0,
+        root_name TEXT, end_ns INTEGER, error TEXT, one_puid INTEGER, one_tid INTEGER,
+        one_iid INTEGER, one_method INTEGER, one_batch INTEGER, one_methods BLOB
+    )""",
+    f"""INSERT INTO sequences_appended ({_SEQUENCE_COLUMNS})
+        SELECT {_SEQUENCE_COLUMNS} FROM sequences ORDER BY start_ns, seq""",
+    "DROP TABLE sequences",
+    "ALTER TABLE sequences_appended RENAME TO sequences",
+    "CREATE UNIQUE INDEX sequences_by_seq ON sequences (seq)",
+    "CREATE INDEX sequences_by_duration ON sequences "
+    "((length(max(end_ns - start_ns, 0)) * 100 "
+    "+ CAST(substr(max(end_ns - start_ns, 0), 1, 2) AS INTEGER)), start_ns, seq, end_ns)",
+    *(
+        statement
+        for statement in (*BASE_SCHEMA, *LISTING_KEYS_SCHEMA, *SINGLE_ROWS_SCHEMA)
+        if statement.startswith("CREATE INDEX sequences_")
+        and "sequences_by_duration" not in statement
+    ),
+)
+
+
 def _move_legacy_rows(conn: sqlite3.Connection) -> None:
     from cmr.store.sqlite.migrate import move_legacy_rows  # loaded for an upgrade only
 
@@ -287,6 +323,7 @@ STEPS: Final = (
     Step(12, "the time windows of drops whose sequences were not named", LOST_WINDOWS_SCHEMA),
     Step(13, "request-shaped sequences stored as one row each", SINGLE_ROWS_SCHEMA),
     Step(14, "the samples the sampler dropped, in its report", SAMPLER_DROPS_SCHEMA),
+    Step(15, "sequences appended to, their duration index by band", APPENDED_SEQUENCES_SCHEMA),
 )
 SCHEMA_VERSION: Final = latest(STEPS)
 #: A fresh file: every step's statements, then its version.

@@ -31,8 +31,8 @@ from cmr.store.sqlite.schema import (
     SAMPLER_DROPS_SCHEMA,
     SAMPLER_INTERVALS_SCHEMA,
     SAMPLES_SCHEMA,
-    SCHEMA,
     SINGLE_ROWS_SCHEMA,
+    STEPS,
     SUMMARY_SCHEMA,
 )
 from invoseq import wire
@@ -86,9 +86,10 @@ def older_schema(path: str, version: int) -> None:
             1: LOST_SEQS_SCHEMA + SAMPLES_SCHEMA + HEARTBEAT_SCHEMA + HANDOFFS_SCHEMA,
         }[version]
     )
+    before_appended = [s for step in STEPS if step.version < 15 for s in step.statements]
     with sqlite3.connect(path) as conn:
-        for statement in SCHEMA + LEGACY_EVENTS_SCHEMA:
-            if statement not in left_out and not statement.startswith("PRAGMA user_version"):
+        for statement in (*before_appended, *LEGACY_EVENTS_SCHEMA):
+            if statement not in left_out:
                 conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {version}")
         conn.execute(
@@ -265,9 +266,34 @@ INDEXED_QUERIES: list[tuple[SequenceQuery, str]] = [
 SINGLE_ROW_COLUMNS = ("one_puid", "one_tid", "one_iid", "one_method", "one_batch", "one_methods")
 
 
+def keyed_by_seq(conn: sqlite3.Connection) -> None:
+    """Make a file's ``sequences`` as version 14 kept it: keyed by the sequence id (no rowid),
+    its duration index by the duration itself."""
+    query = "SELECT sql FROM sqlite_schema WHERE name = 'sequences'"
+    if "WITHOUT ROWID" in conn.execute(query).fetchone()[0]:
+        return  # made so already
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(sequences)")]
+    conn.execute(
+        "CREATE TABLE sequences_keyed (seq BLOB PRIMARY KEY, start_ns INTEGER NOT NULL, "
+        "invocations INTEGER NOT NULL DEFAULT 0, root_name TEXT, end_ns INTEGER, error TEXT, "
+        "one_puid INTEGER, one_tid INTEGER, one_iid INTEGER, one_method INTEGER, "
+        "one_batch INTEGER, one_methods BLOB) WITHOUT ROWID"
+    )
+    listed = ", ".join(columns)
+    conn.execute(f"INSERT INTO sequences_keyed ({listed}) SELECT {listed} FROM sequences")
+    conn.execute("DROP TABLE sequences")
+    conn.execute("ALTER TABLE sequences_keyed RENAME TO sequences")
+    for step in STEPS:
+        if step.version < 15:
+            for statement in step.statements:
+                if statement.startswith("CREATE INDEX sequences_"):
+                    conn.execute(statement)
+
+
 def without_sampler_drops(conn: sqlite3.Connection) -> None:
     """Make a file's sampler reports as version 13 wrote them: without version 14's count of
-    the samples dropped."""
+    the samples dropped (and its ``sequences`` as version 14 kept it: ``keyed_by_seq``)."""
+    keyed_by_seq(conn)
     if "dropped_samples" in {row[1] for row in conn.execute("PRAGMA table_info(samplers)")}:
         conn.execute("ALTER TABLE samplers DROP COLUMN dropped_samples")
 

@@ -1,13 +1,31 @@
-"""Request-shaped traffic with the shapes around it, for comparing the SQLite layouts
-(tests/cmr/store/test_single_rows.py, test_single_rows_served.py)."""
+"""Request-shaped traffic with the shapes around it, and everything a user reads of a repository,
+for comparing its layouts (tests/cmr/store/test_single_rows.py, test_single_rows_served.py,
+test_appended_sequences.py)."""
 
 from __future__ import annotations
 
 import random
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+import pytest
+
+from cmr.store import StoreError, open_store, single_rows
+from cmr.store.base import (
+    KIND_REQUEST,
+    KIND_SERVICE,
+    LISTED_STATUSES,
+    SORT_DURATION,
+    SequenceQuery,
+    Store,
+    UnknownSequenceError,
+)
+from cmr.store.sqlite.schema import SCHEMA_VERSION
 from invoseq import wire
-from tests.cmr.conftest import make_batch
-from tests.cmr.store.records import start
+from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock, make_batch
+from tests.cmr.store.records import single_row_count, start, user_version
 
 Group = list[wire.Batch]
 HOSTS = {1: "web-a", 2: "web-a", 3: "web-b"}
@@ -137,3 +155,118 @@ class RequestTraffic:
                 iid, t_ns = self._next(puid)
                 batches.append(self.batch(puid, {3: [start(iid, t_ns, seq, parent=root.iid)]}))
         return batches
+
+
+@contextmanager
+def layout(on: bool) -> Iterator[None]:
+    was = single_rows.ENABLED
+    single_rows.ENABLED = on
+    try:
+        yield
+    finally:
+        single_rows.ENABLED = was
+
+
+def ingest(store: Store, groups: list[Group], on: bool, first: int = 0) -> None:
+    """Each of ``groups`` a group commit, received in turn from ``first`` (ns after the clock
+    offset), the layout ``on`` or off."""
+    with layout(on):
+        for at, group in enumerate(groups, first):
+            store.ingest_many(group, CLOCK_OFFSET_NS + at)
+
+
+def listing_queries(store: Store, seqs: list[bytes]) -> Iterator[SequenceQuery | None]:
+    lines = store.list_sequences(10_000)
+    starts = sorted(line.start_ns for line in lines)
+    durations = sorted(line.end_ns - line.start_ns for line in lines if line.end_ns is not None)
+    middle, quarter = starts[len(starts) // 2], starts[len(starts) // 4]
+    short, long = durations[len(durations) // 4], durations[3 * len(durations) // 4]
+    yield None
+    for root in ("app.m1", "app.m*", "*m2", "app.m9", "nothing"):
+        yield SequenceQuery(root=root)
+        yield SequenceQuery(root=root, sort=SORT_DURATION)
+    for status in LISTED_STATUSES:
+        yield SequenceQuery(status=status)
+        yield SequenceQuery(status=status, sort=SORT_DURATION, host="web-b")
+    yield SequenceQuery(min_duration_ns=short)
+    yield SequenceQuery(max_duration_ns=long, sort=SORT_DURATION)
+    yield SequenceQuery(min_duration_ns=short, max_duration_ns=long, root="app.m3")
+    yield SequenceQuery(since_ns=quarter, until_ns=middle)
+    yield SequenceQuery(since_ns=middle, host="web-a", sort=SORT_DURATION)
+    yield SequenceQuery(host="web-b")
+    yield SequenceQuery(host="elsewhere")
+    yield SequenceQuery(kind=KIND_REQUEST)
+    yield SequenceQuery(kind=KIND_SERVICE, sort=SORT_DURATION)
+    yield SequenceQuery(kind=KIND_REQUEST, status="error", since_ns=quarter)
+
+
+def answers(store: Store, seqs: list[bytes], queries: list[SequenceQuery | None]) -> list[object]:
+    """Everything a user reads of the repository, in one list."""
+    found: list[object] = []
+    for query in queries:
+        for limit in (1, 7, 10_000):
+            found.append((query, limit, store.list_sequences(limit, query)))
+    for seq in seqs:
+        try:
+            found.append(store.load_sequence(seq))
+        except UnknownSequenceError as exc:
+            found.append(str(exc))
+        for prefix in (seq.hex()[:3], seq.hex()[:8]):
+            try:
+                found.append(store.resolve_sequence(prefix))
+            except Exception as exc:  # an ambiguous or unknown prefix: its message
+                found.append(str(exc))
+    found.append(store.neighbours(seqs[::7]))
+    for method in ("app.m1", "app.m3", "app.m5", "app.m9"):
+        for limit in (1, 5, 1_000):
+            found.append(store.find_sequences(method, since_ns=None, limit=limit))
+    stats = store.stats()
+    found.append((stats.batches, stats.events, stats.duplicate_batches, stats.processes))
+    return found
+
+
+def stored_as_older(
+    path: Path, groups: list[Group], made_older: Callable[[sqlite3.Connection], None], version: int
+) -> None:
+    """``groups`` stored in a new file ``path``, then made as schema ``version`` wrote it."""
+    old = open_store(str(path), clock=FakeClock())
+    try:
+        ingest(old, groups, True)
+    finally:
+        old.close()
+    with sqlite3.connect(path) as conn:
+        made_older(conn)
+        conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+
+
+def upgraded_reads_the_same(
+    path: Path,
+    traffic: RequestTraffic,
+    groups: list[Group],
+    *,
+    version: int,
+    reference_layout: bool,
+    when_upgraded: Callable[[], None],
+) -> None:
+    """File ``path``, of schema ``version`` and holding ``groups[:2]``, is not read before it is
+    upgraded; once opened for writing it is (``when_upgraded`` checks it then), stores the rest
+    of ``groups`` with single rows, and answers as a new file given all of them does (its
+    single-row layout ``reference_layout``)."""
+    with pytest.raises(StoreError, match=rf"schema version {version}, older than .* upgrade it"):
+        open_store(str(path), readonly=True)
+    clock = FakeClock()
+    upgraded = open_store(str(path), clock=clock)
+    reference = open_store(str(path.with_name("reference.sqlite")), clock=clock)
+    try:
+        assert user_version(path) == SCHEMA_VERSION > version
+        when_upgraded()
+        ingest(reference, groups, reference_layout)
+        ingest(upgraded, groups[2:], True, first=2)
+        assert single_row_count(str(path)) > 0
+        seqs = sorted(traffic.seqs)
+        queries = list(listing_queries(reference, seqs))
+        assert answers(upgraded, seqs, queries) == answers(reference, seqs, queries)
+    finally:
+        upgraded.close()
+        reference.close()

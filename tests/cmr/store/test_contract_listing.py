@@ -164,3 +164,36 @@ def test_a_sequence_rooted_at_a_remote_parent_is_found_like_any_other(
     assert _seqs(store, sort=SORT_DURATION) == [_seq(1), _seq(3), _seq(2)]
     assert _seqs(store, min_duration_ns=400 * MS) == [_seq(3), _seq(1)]
     assert _seqs(store, sort=SORT_DURATION, limit=1, root="<remote*") == [_seq(1)]
+
+
+# -- durations at every edge of SQLite's duration bands (``listing_sql.DURATION_BAND``) --------
+
+#: Durations at and beside the edges of the bands (a decade's hundredths), some shared.
+EDGES = [0, 1, 9, 10, 11, 99, 100, 101, 109, 110, 999, 1_000, 1_009, 1_010, 1_099, 1_100]
+EDGES += [10**6 - 1, 10**6, 10**6 + 1, 1_099_999, 1_100_000, 10**9, 10**9 + 5, 123_456_789_012]
+
+
+def test_durations_sort_and_bound_exactly_across_the_bands_over_many_pages(
+    store: Store, make_batch: BatchFactory
+) -> None:
+    durations = EDGES * 3  # equal durations: the newest start first
+    durations += [(n * 7_919) % 2_000_003 for n in range(PAGE_SIZE * 2)]
+    events: list[wire.Event] = []
+    started: dict[bytes, tuple[int, int]] = {}
+    for n, duration in enumerate(durations):
+        at = (1_000 + n) * MS
+        events += [start(n + 1, at, _seq(n + 1)), wire.End(n + 1, at + duration)]
+        started[_seq(n + 1)] = (duration, at)
+    store.ingest(make_batch(7, 1, {1: events}, methods={1: "app.work"}), 1)
+
+    def longest_first(seqs: list[bytes]) -> list[bytes]:
+        return sorted(seqs, key=lambda seq: (*started[seq], seq), reverse=True)
+
+    assert _seqs(store, sort=SORT_DURATION) == longest_first(list(started))
+    for bound in EDGES:
+        at_least = [seq for seq, (duration, _at) in started.items() if duration >= bound]
+        at_most = [seq for seq, (duration, _at) in started.items() if duration <= bound]
+        assert _seqs(store, sort=SORT_DURATION, min_duration_ns=bound) == longest_first(at_least)
+        assert _seqs(store, sort=SORT_DURATION, max_duration_ns=bound) == longest_first(at_most)
+        newest = sorted(at_most, key=lambda seq: (started[seq][1], seq), reverse=True)
+        assert _seqs(store, max_duration_ns=bound) == newest

@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cmr.store import StoreError, open_store, single_rows
+from cmr.store import open_store
 from cmr.store.base import (
-    KIND_REQUEST,
-    KIND_SERVICE,
-    LISTED_STATUSES,
     SORT_DURATION,
     SequenceQuery,
     Store,
-    UnknownSequenceError,
 )
-from cmr.store.sqlite.schema import SCHEMA_VERSION
 from cmr.store.sqlite.statements import PRUNE_BATCHES, PRUNED_PROCESSES
 from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock, make_batch
@@ -41,30 +36,19 @@ from tests.cmr.store.records import (
     repository_rows,
     single_row_count,
     start,
-    user_version,
     without_single_rows,
 )
-from tests.cmr.store.request_traffic import Group, RequestTraffic
+from tests.cmr.store.request_traffic import (
+    Group,
+    RequestTraffic,
+    answers,
+    ingest,
+    listing_queries,
+    stored_as_older,
+    upgraded_reads_the_same,
+)
 from tests.cmr.store.strategies import processes as random_processes
 from tests.requirements import postgres_database
-
-
-@contextmanager
-def _layout(on: bool) -> Iterator[None]:
-    was = single_rows.ENABLED
-    single_rows.ENABLED = on
-    try:
-        yield
-    finally:
-        single_rows.ENABLED = was
-
-
-def _ingest(store: Store, groups: list[Group], on: bool, first: int = 0) -> None:
-    """Each of ``groups`` a group commit, received in turn from ``first`` (ns after the clock
-    offset), the layout ``on`` or off."""
-    with _layout(on):
-        for at, group in enumerate(groups, first):
-            store.ingest_many(group, CLOCK_OFFSET_NS + at)
 
 
 class _Repositories:
@@ -105,56 +89,6 @@ def fixture_repositories(
         yield _Repositories(request.param, tmp_path_factory.mktemp("repositories"), stack)
 
 
-def _queries(store: Store, seqs: list[bytes]) -> Iterator[SequenceQuery | None]:
-    lines = store.list_sequences(10_000)
-    starts = sorted(line.start_ns for line in lines)
-    durations = sorted(line.end_ns - line.start_ns for line in lines if line.end_ns is not None)
-    middle, quarter = starts[len(starts) // 2], starts[len(starts) // 4]
-    short, long = durations[len(durations) // 4], durations[3 * len(durations) // 4]
-    yield None
-    for root in ("app.m1", "app.m*", "*m2", "app.m9", "nothing"):
-        yield SequenceQuery(root=root)
-        yield SequenceQuery(root=root, sort=SORT_DURATION)
-    for status in LISTED_STATUSES:
-        yield SequenceQuery(status=status)
-        yield SequenceQuery(status=status, sort=SORT_DURATION, host="web-b")
-    yield SequenceQuery(min_duration_ns=short)
-    yield SequenceQuery(max_duration_ns=long, sort=SORT_DURATION)
-    yield SequenceQuery(min_duration_ns=short, max_duration_ns=long, root="app.m3")
-    yield SequenceQuery(since_ns=quarter, until_ns=middle)
-    yield SequenceQuery(since_ns=middle, host="web-a", sort=SORT_DURATION)
-    yield SequenceQuery(host="web-b")
-    yield SequenceQuery(host="elsewhere")
-    yield SequenceQuery(kind=KIND_REQUEST)
-    yield SequenceQuery(kind=KIND_SERVICE, sort=SORT_DURATION)
-    yield SequenceQuery(kind=KIND_REQUEST, status="error", since_ns=quarter)
-
-
-def _answers(store: Store, seqs: list[bytes], queries: list[SequenceQuery | None]) -> list[object]:
-    """Everything a user reads of the repository, in one list."""
-    found: list[object] = []
-    for query in queries:
-        for limit in (1, 7, 10_000):
-            found.append((query, limit, store.list_sequences(limit, query)))
-    for seq in seqs:
-        try:
-            found.append(store.load_sequence(seq))
-        except UnknownSequenceError as exc:
-            found.append(str(exc))
-        for prefix in (seq.hex()[:3], seq.hex()[:8]):
-            try:
-                found.append(store.resolve_sequence(prefix))
-            except Exception as exc:  # an ambiguous or unknown prefix: its message
-                found.append(str(exc))
-    found.append(store.neighbours(seqs[::7]))
-    for method in ("app.m1", "app.m3", "app.m5", "app.m9"):
-        for limit in (1, 5, 1_000):
-            found.append(store.find_sequences(method, since_ns=None, limit=limit))
-    stats = store.stats()
-    found.append((stats.batches, stats.events, stats.duplicate_batches, stats.processes))
-    return found
-
-
 def test_request_traffic_reads_the_same_stored_as_single_rows_or_in_the_side_tables(
     repositories: _Repositories,
 ) -> None:
@@ -162,18 +96,18 @@ def test_request_traffic_reads_the_same_stored_as_single_rows_or_in_the_side_tab
     groups = [traffic.group(later=at > 0) for at in range(5)]
     stores = {on: repositories.open(f"layout-{on}") for on in (False, True)}
     for on, store in stores.items():
-        _ingest(store, groups, on)
+        ingest(store, groups, on)
     assert repositories.single_rows("layout-False") == 0
     assert repositories.single_rows("layout-True") > len(traffic.seqs) // 2
     seqs = sorted(traffic.seqs)
-    queries = list(_queries(stores[False], seqs))
-    assert _answers(stores[True], seqs, queries) == _answers(stores[False], seqs, queries)
+    queries = list(listing_queries(stores[False], seqs))
+    assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
     lines = stores[False].list_sequences(10_000)
     cutoff = sorted(line.start_ns for line in lines)[len(lines) // 2]
     assert stores[True].prune(cutoff) == stores[False].prune(cutoff)
-    assert _answers(stores[True], seqs, queries) == _answers(stores[False], seqs, queries)
+    assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
     assert stores[True].prune(cutoff + 10**9) == stores[False].prune(cutoff + 10**9)
-    assert _answers(stores[True], seqs, queries[:1]) == _answers(stores[False], seqs, queries[:1])
+    assert answers(stores[True], seqs, queries[:1]) == answers(stores[False], seqs, queries[:1])
     kept = "SELECT puid, batch_no FROM batches ORDER BY 1, 2"  # what prune left
     assert repositories.rows("layout-True", kept) == repositories.rows("layout-False", kept)
 
@@ -213,7 +147,7 @@ def test_a_request_whose_child_started_before_its_root_keeps_its_root_s_own_star
     roots = {}
     for on in (False, True):
         store = repositories.open(f"layout-{on}")
-        _ingest(store, [[first], [later]], on)
+        ingest(store, [[first], [later]], on)
         [line] = store.list_sequences(5)
         roots[on] = (line.root, line.start_ns, line.end_ns)
     assert roots[True] == roots[False]
@@ -250,15 +184,15 @@ def test_random_batches_read_the_same_either_way(
         SequenceQuery(root="app.m1"),
         SequenceQuery(min_duration_ns=0, host="testhost"),
     ]
-    answers = []
+    either_way = []
     for on in (False, True):
         store = repositories.open(f"random-{example}-{on}")
-        _ingest(store, batch_groups, on)
-        found = _answers(store, seqs, queries) if seqs else []
+        ingest(store, batch_groups, on)
+        found = answers(store, seqs, queries) if seqs else []
         found.append(store.prune(CLOCK_OFFSET_NS + cut))
-        found += _answers(store, seqs, queries[:1]) if seqs else []
-        answers.append(found)
-    assert answers[0] == answers[1]
+        found += answers(store, seqs, queries[:1]) if seqs else []
+        either_way.append(found)
+    assert either_way[0] == either_way[1]
 
 
 _METHODS = {method: f"app.m{method}" for method in (1, 2, 3, 9)}
@@ -305,34 +239,18 @@ def test_a_version_12_file_is_upgraded_when_opened_for_writing_and_reads_the_sam
     that never had single rows."""
     traffic = RequestTraffic(random.Random(12))
     groups = [traffic.group(later=at > 0) for at in range(4)]
-    path, reference_path = tmp_path / "old.sqlite", tmp_path / "reference.sqlite"
-    clock = FakeClock()
-    old = open_store(str(path), clock=clock)
-    try:
-        _ingest(old, groups[:2], True)
-    finally:
-        old.close()
-    with sqlite3.connect(path) as conn:  # as version 12 wrote it
-        without_single_rows(conn)
-        conn.execute("PRAGMA user_version = 12")
-    conn.close()
+    path = tmp_path / "old.sqlite"
+    stored_as_older(path, groups[:2], without_single_rows, 12)
     assert _single_rows_column(path) is False
 
-    with pytest.raises(StoreError, match=r"schema version 12, older than .* upgrade it"):
-        open_store(str(path), readonly=True)
-    upgraded = open_store(str(path), clock=clock)
-    reference = open_store(str(reference_path), clock=clock)
-    try:
-        assert user_version(path) == SCHEMA_VERSION >= 13
-        _ingest(reference, groups, False)
-        _ingest(upgraded, groups[2:], True, first=2)
-        assert single_row_count(str(path)) > 0
-        seqs = sorted(traffic.seqs)
-        queries = list(_queries(reference, seqs))
-        assert _answers(upgraded, seqs, queries) == _answers(reference, seqs, queries)
-    finally:
-        upgraded.close()
-        reference.close()
+    upgraded_reads_the_same(
+        path,
+        traffic,
+        groups,
+        version=12,
+        reference_layout=False,
+        when_upgraded=lambda: None,
+    )
 
 
 def _single_rows_column(path: Path) -> bool:
@@ -406,9 +324,9 @@ def test_a_single_row_another_node_commits_while_this_one_extends_it_is_moved_fi
         with postgres_database() as reference_url:
             reference = open_store(reference_url, clock=FakeClock())
             stack.callback(reference.close)
-            _ingest(reference, [[request], [entry]], False)
+            ingest(reference, [[request], [entry]], False)
             queries = [None, SequenceQuery(host="web-a"), SequenceQuery(status="complete")]
-            found = _answers(node_a, [seq, open_seq], queries)
-            assert found == _answers(reference, [seq, open_seq], queries)
+            found = answers(node_a, [seq, open_seq], queries)
+            assert found == answers(reference, [seq, open_seq], queries)
         [line] = node_a.list_sequences(5, SequenceQuery(status="complete"))
         assert (line.root, line.invocations, line.processes) == ("app.m1", 2, 2)
