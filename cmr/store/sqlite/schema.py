@@ -252,13 +252,16 @@ BASE_SCHEMA: Final = (
 
 
 #: Version 15: ``sequences`` appended to (issue 33). Keyed by the random sequence id, each new
-#: row went to a random page of the table, and every page a transaction touched is written to
-#: the WAL at commit and again by the checkpoint: the rows of a million sequences took one page
-#: each, and ingest slowed to a third. Now the table is a rowid table, new rows at its end, found
-#: by id through a narrow unique index (the one B-tree still written at random); the duration
-#: index is by the duration's band, then start (``listing_sql.DURATION_BAND``), so it is
-#: appended to as well, its last column, the end, answering a duration range without the table.
-#: The other indexes are made again as their versions made them.
+#: row went to a random page of the table, and every page a transaction touches is written to
+#: the WAL at commit and again by the checkpoint: once the table outgrew a group's rows each new
+#: sequence wrote a page or two, and by a million of them ingest ran at a fourth of its rate
+#: into an empty file. Now the table is a rowid table, new rows at its end, found by id through
+#: a narrow unique index (the one B-tree still written at random); the duration index is by the
+#: duration's band, then start, so it is appended to as well, its last column, the end,
+#: answering a duration range without the table. The band's text is
+#: ``listing_sql.DURATION_BAND``'s, which the queries must match to use the index (the plans of
+#: tests/cmr/store/records.INDEXED_QUERIES say they do); written out here, as a shipped step
+#: never changes. The other indexes are made again as their versions made them.
 _SEQUENCE_COLUMNS: Final = (
     "seq, start_ns, invocations, root_name, end_ns, error, "
     "one_puid, one_tid, one_iid, one_method, one_batch, one_methods"

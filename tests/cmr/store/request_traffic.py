@@ -159,6 +159,7 @@ class RequestTraffic:
 
 @contextmanager
 def layout(on: bool) -> Iterator[None]:
+    """Single rows on or off (``single_rows.ENABLED``) for the block."""
     was = single_rows.ENABLED
     single_rows.ENABLED = on
     try:
@@ -176,6 +177,7 @@ def ingest(store: Store, groups: list[Group], on: bool, first: int = 0) -> None:
 
 
 def listing_queries(store: Store, seqs: list[bytes]) -> Iterator[SequenceQuery | None]:
+    """Listing queries of every kind, their bounds drawn from what ``store`` lists."""
     lines = store.list_sequences(10_000)
     starts = sorted(line.start_ns for line in lines)
     durations = sorted(line.end_ns - line.start_ns for line in lines if line.end_ns is not None)

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 from cmr.store import open_store
+from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import keyed_by_seq, repository_rows
 from tests.cmr.store.request_traffic import (
@@ -57,7 +58,7 @@ def test_new_sequences_go_at_the_end_of_the_table_in_the_order_they_are_stored(
         store.close()
 
     rows = repository_rows(str(path), "SELECT seq FROM sequences ORDER BY rowid")
-    in_table = [bytes(seq) for (seq,) in rows]  # type: ignore[arg-type]
+    in_table = [seq for (seq,) in rows if isinstance(seq, bytes)]
     assert len(in_table) > 50
     assert in_table != sorted(in_table)  # not kept in the random ids' order
     first_group = {seq for batch in groups[0] for seq in _seqs_of(batch)} & set(in_table)
@@ -65,10 +66,7 @@ def test_new_sequences_go_at_the_end_of_the_table_in_the_order_they_are_stored(
     assert set(in_table[: len(first_group)]) == first_group
 
 
-def _seqs_of(batch: object) -> set[bytes]:
-    from invoseq import wire
-
-    assert isinstance(batch, wire.Batch)
+def _seqs_of(batch: wire.Batch) -> set[bytes]:
     return {
         event.seq
         for chunk in batch.chunks
