@@ -61,6 +61,16 @@ def upgrade(
     if not 0 <= stored <= latest(steps):
         raise StoreError(f"unknown repository schema version {stored}")
     pending = [step for step in steps if stored < step.version <= last]
+    if pending and stored > 0:  # an existing repository: say why its opening takes a while
+        import logging  # loaded for an upgrade only
+
+        logging.getLogger("cmr.store").warning(
+            "upgrading the repository from schema version %d to %d (%s): one transaction, "
+            "run once; a large repository takes a while",
+            stored,
+            pending[-1].version,
+            "; ".join(step.name for step in pending),
+        )
     for step in pending:
         for statement in step.statements:
             execute(conn, statement)

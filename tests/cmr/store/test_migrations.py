@@ -57,3 +57,17 @@ def test_steps_must_be_numbered_from_one_in_order() -> None:
     assert latest(_steps([])) == 4
     with pytest.raises(ValueError, match="not numbered 1 to 2"):
         latest((Step(1, "one", ()), Step(3, "three", ())))
+
+
+def test_upgrading_an_existing_repository_says_so_once_and_creating_one_says_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="cmr.store"):
+        _run(0)
+        assert caplog.messages == []
+        _run(2)
+        _run(4)
+    assert caplog.messages == [
+        "upgrading the repository from schema version 2 to 4 (three; four): one transaction, "
+        "run once; a large repository takes a while"
+    ]
