@@ -8,6 +8,7 @@ More in docs/architecture.md, "tracer/_sampling/sampler.py".
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -64,6 +65,27 @@ GAP_INTERVALS: Final = 4
 
 #: How long stopping waits for the sampler thread beyond the caller's timeout.
 STOP_GRACE_S: Final = 1.0
+
+
+if sys.version_info < (3, 12):
+
+    def current_frames() -> dict[int, FrameType]:
+        """``sys._current_frames()`` with the cyclic collector held off. On 3.11 (before 3.11.9)
+        a collection that starts inside it runs finalizers while it holds the runtime's list of
+        threads; one that lets the GIL go (a socket's close, a lock, a join) lets another thread
+        take the GIL and wait for that list to start or end a thread: the process hangs
+        (python/cpython#106883, seen in this project's tests). 3.12 runs collections only
+        between bytecodes. A program that turned the collector off keeps it off."""
+        if not gc.isenabled():
+            return sys._current_frames()
+        gc.disable()
+        try:
+            return sys._current_frames()
+        finally:
+            gc.enable()
+
+else:
+    current_frames = sys._current_frames
 
 
 class Sampler:
@@ -195,7 +217,7 @@ class Sampler:
         threads = recorder.sampled_threads()
         if not threads:
             return False
-        frames = sys._current_frames()
+        frames = current_frames()
         del frames[threading.get_ident()]  # no cycle through this frame (see _tick)
         excluded = self._exclude()
         inside = any(
@@ -355,7 +377,7 @@ class Sampler:
         main_only = {self._main_ident}
         if self._ticks is not None and threads.keys() | readings.pending.keys() <= main_only:
             return None
-        frames = sys._current_frames()
+        frames = current_frames()
         # This thread's own frame holds ``frames``: left in, it would make a reference cycle
         # through every frame seen this tick, and the garbage collector (not reference counts)
         # would free their locals in any order, which crashes CPython 3.12 when one of them is
