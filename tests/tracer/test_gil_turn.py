@@ -10,13 +10,14 @@ from __future__ import annotations
 import collections
 import os
 import select
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
+
+from tests.support import run_program
 
 _gil_turn = pytest.importorskip(
     "tracer._sampling._gil_turn", reason="built on Linux with a compiler"
@@ -117,5 +118,5 @@ os.waitpid(pid, 0)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_forked_child_never_waits_on_its_parents_turn() -> None:
     command = [sys.executable, "-c", FORKED_TURN]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    done = run_program(command, timeout_s=60)  # a hung child is killed with its group
     assert (done.returncode, done.stdout.strip()) == (0, "1"), done.stderr

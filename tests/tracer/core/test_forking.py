@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+from tests.support import run_program
 from tracer._core import forking
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -45,7 +45,7 @@ def forked(steps: str) -> dict[str, list[str] | int]:
     """Name ``steps`` in a fresh interpreter, fork once, and return what the child recorded,
     what the parent recorded, the errors reported and the child's exit status."""
     command = [sys.executable, "-c", FORK.format(steps=steps)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    done = run_program(command, timeout_s=60)  # a hung child is killed with its group
     assert done.returncode == 0, done.stderr
     report: dict[str, list[str] | int] = json.loads(done.stdout)
     assert report["status"] == 0
