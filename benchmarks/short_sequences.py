@@ -101,9 +101,7 @@ def run(settings: Settings) -> CaseResult:
                 ingest = Ingest(repository)
                 frames = encoded.frames
                 started = time.perf_counter()
-                for first in range(0, len(frames), GROUP_BATCHES):
-                    if None in ingest.handle_many(frames[first : first + GROUP_BATCHES]):
-                        raise RuntimeError("the repository rejected a synthetic batch")
+                _store_grouped(ingest, frames)
                 elapsed = time.perf_counter() - started
                 if repository.stats().events != encoded.events:
                     raise RuntimeError("the repository did not store every event")
@@ -209,6 +207,14 @@ def _grown_row(series: dict[str, list[float]], grown: int, sequences: int) -> Ro
     )
 
 
+def _store_grouped(ingest: Ingest, frames: list[list[bytes]]) -> None:
+    """``frames`` handed to ``ingest`` ``GROUP_BATCHES`` at a time, as ``cmr serve`` takes what
+    waits on its socket."""
+    for at in range(0, len(frames), GROUP_BATCHES):
+        if None in ingest.handle_many(frames[at : at + GROUP_BATCHES]):
+            raise RuntimeError("the repository rejected a synthetic batch")
+
+
 def _grown_file(path: Path, sequences: int) -> Path:
     """A SQLite repository holding ``sequences`` one-call sequences of varied durations from
     four processes, stored ``GROWN_PART`` at a time as ``cmr serve`` stores them (groups of
@@ -222,9 +228,7 @@ def _grown_file(path: Path, sequences: int) -> Path:
             frames = synthetic.short_requests(
                 count, 1, first_puid=1 + 4 * part, durations=durations
             ).frames
-            for at in range(0, len(frames), GROUP_BATCHES):
-                if None in ingest.handle_many(frames[at : at + GROUP_BATCHES]):
-                    raise RuntimeError("the repository rejected a synthetic batch")
+            _store_grouped(ingest, frames)
     finally:
         repository.close()
     return path
