@@ -122,6 +122,11 @@ class Server:
         if self._wakeup is not None:
             self._wakeup.wake()
 
+    @property
+    def signal_fd(self) -> int | None:
+        """The wake-up pipe's write end, for ``signal.set_wakeup_fd`` (``Wakeup``)."""
+        return self._wakeup.signal_fd if self._wakeup is not None else None
+
     def serve(self, stop: threading.Event) -> None:
         """Answer messages until ``stop`` is set."""
         sock = self._socket
@@ -273,7 +278,7 @@ def run_server(
             print(f"cmr: {exc}", file=sys.stderr)
             return 1
         stop = threading.Event()
-        with _stop_on_signals(stop, server.wake):
+        with _stop_on_signals(stop, server.wake, server.signal_fd):
             if ready_line:
                 print(f"{READY_PREFIX}{server.endpoint}", flush=True)
             server.serve(stop)
@@ -292,16 +297,25 @@ def _started_pool(workers: int, db: str | None, max_frame_bytes: int) -> WorkerP
 
 
 @contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event, wake: Callable[[], None]) -> Iterator[None]:
+def _stop_on_signals(
+    stop: threading.Event, wake: Callable[[], None], signal_fd: int | None = None
+) -> Iterator[None]:
     """Turn SIGINT and SIGTERM into ``stop.set()`` and ``wake()`` (only the main thread may
     install handlers), once: ``Event.set`` and ``wake`` take a lock, and a second signal whose
     handler ran while the first held it (Python runs handlers between any two bytecodes of the
     main thread) would wait for it forever. A ``tracer run`` killed outright sends its
     repository two SIGTERMs at once (its own and the parent-death signal): CI found such a
-    repository still running, deadlocked."""
+    repository still running, deadlocked.
+
+    ``signal_fd`` (the poll's wake-up pipe) becomes the signal wakeup fd meanwhile: the Python
+    handler may run only after the poll has begun waiting (``cmr.server.wakeup``), and CI found
+    a `cmr serve` still polling 30 s after its SIGTERM."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    previous_fd = (
+        None if signal_fd is None else signal.set_wakeup_fd(signal_fd, warn_on_full_buffer=False)
+    )
     requested: list[int] = []
 
     def request_stop(signum: int, frame: types.FrameType | None) -> None:
@@ -317,6 +331,8 @@ def _stop_on_signals(stop: threading.Event, wake: Callable[[], None]) -> Iterato
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if previous_fd is not None:
+            signal.set_wakeup_fd(previous_fd)
 
 
 def _bind_error(bind: str, exc: zmq.ZMQError) -> str:

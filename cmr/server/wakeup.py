@@ -6,6 +6,13 @@ runs inside pyzmq's poll, which then polls again for the time left; ``ServerThre
 another thread) waited for the timeout: a tenth of a second at every end of ``tracer run``, which
 waits for its repository to stop. The poll also watches this pipe's read end, and a stop writes
 a byte to it.
+
+A signal's own handler runs in Python, between two bytecodes of the main thread, and the
+interpreter looks for pending handlers only at a function's start and a loop's jump back: a
+signal arriving after pyzmq's last such point and before its ``poll`` call found the poll
+already waiting, the handler not yet run, and nothing to wake it. `cmr serve` therefore also
+hands the write end to ``signal.set_wakeup_fd`` (``signal_fd``): CPython's C-level handler
+writes the signal's number to it the moment the signal arrives, whatever thread it reaches.
 """
 
 from __future__ import annotations
@@ -23,6 +30,12 @@ class Wakeup:
         self._lock = threading.Lock()  # wake and close: never a write to a closed (reused) fd
         self.fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._closed = False
+
+    @property
+    def signal_fd(self) -> int:
+        """The write end, for ``signal.set_wakeup_fd`` (non-blocking, as it must be); give it
+        back before ``close``."""
+        return self._write_fd
 
     def wake(self) -> None:
         with self._lock:

@@ -440,6 +440,39 @@ def test_a_signal_ends_the_server_process_poll_at_once(
     assert (code_, out, err) == (0, "", "")
 
 
+def test_a_signal_reaching_another_thread_ends_the_server_process_poll(tmp_path: Path) -> None:
+    # The kernel gives a process's signal to any thread that does not block it. Caught by
+    # another thread, the signal cannot interrupt the main thread's poll, and the Python
+    # handler waits for that poll to return: as when a signal lands just before the poll
+    # begins (CI: a `cmr serve` still polling 30 s after its SIGTERM).
+    bind = f"ipc://{tmp_path}/cmr.sock"
+    code = (
+        "import signal, sys, threading, cmr.server.server as server; "
+        f"server.POLL_MS = {ENDLESS_POLL_MS}; "
+        "from cmr.cli.main import main\n"
+        "def deliver():\n"
+        "    sys.stdin.readline()\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
+        "threading.Thread(target=deliver, daemon=True).start()\n"
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "serve", "--bind", bind, "--db", str(tmp_path / "r.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
+        assert process.stdin is not None
+        process.stdin.write("signal\n")
+        process.stdin.flush()
+    finally:
+        code_, out, err = finish(process)  # at most 30 s: the poll itself lasts an hour
+    assert (code_, out, err) == (0, "", "")
+
+
 def test_server_process_reports_an_address_in_use(store: Store, server: ServerThread) -> None:
     process = start_server_process("--bind", server.endpoint, "--memory")
 

@@ -3,6 +3,7 @@ handler, run while the first one's holds the stop event's lock, must not wait fo
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -28,3 +29,19 @@ def test_a_signal_arriving_while_the_first_is_handled_returns_at_once() -> None:
     assert returned, "the second signal's handler waited for the lock the first one holds"
     assert woken == [True]  # once
     assert signal.getsignal(signal.SIGTERM) is not handler  # the previous handler is back
+
+
+def test_a_signal_writes_the_poll_s_pipe_before_its_python_handler_runs() -> None:
+    # The Python handler may run only once the poll has begun waiting; the C-level handler
+    # writing the pipe is what ends that poll.
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    stop = threading.Event()
+    try:
+        with _stop_on_signals(stop, lambda: None, write_fd):
+            signal.raise_signal(signal.SIGTERM)
+            assert os.read(read_fd, 16) == bytes([signal.SIGTERM])
+            assert stop.is_set()
+        assert signal.set_wakeup_fd(-1) == -1  # the previous wakeup fd (none) is back
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
