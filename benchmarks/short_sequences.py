@@ -112,13 +112,13 @@ def run(settings: Settings) -> CaseResult:
         return chunk
 
     grown = GROWN // 50 if settings.quick else GROWN
-    template = _grown_file(settings.workdir / "grown.sqlite", grown)
+    template, grown_end_ns = _grown_file(settings.workdir / "grown.sqlite", grown)
     stores = ["sqlite", *(["postgres"] if server else [])]
     if not server:
         result.notes.append(f"PostgreSQL variants skipped: {postgres.PG_ENV} is not set")
     variants: dict[str, Callable[[], float]] = {
         f"decode-{calls}": _decode_only(decoder, traffic[calls]) for calls in SHAPES
-    } | {GROWN_KEY: _into_grown(settings.workdir, template, sequences)}
+    } | {GROWN_KEY: _into_grown(settings.workdir, template, grown_end_ns, sequences)}
     for store in stores:
         for workers in WAYS:
             for calls in SHAPES:
@@ -168,11 +168,14 @@ def _decode_only(
     return chunk
 
 
-def _into_grown(workdir: Path, template: Path, sequences: int) -> Callable[[], float]:
+def _into_grown(
+    workdir: Path, template: Path, after_ns: int, sequences: int
+) -> Callable[[], float]:
     """Chunks of ``sequences`` one-call sequences of varied durations sent to ``cmr serve
-    --workers 2`` into a copy of the grown repository ``template``."""
+    --workers 2`` into a copy of the grown repository ``template``, starting after its own
+    (``after_ns``)."""
     varied = synthetic.short_requests(
-        sequences, 1, first_puid=1_000_000, durations=random.Random(1)
+        sequences, 1, first_puid=1_000_000, durations=random.Random(1), first_ns=after_ns
     )
     copies = 0
 
@@ -215,23 +218,25 @@ def _store_grouped(ingest: Ingest, frames: list[list[bytes]]) -> None:
             raise RuntimeError("the repository rejected a synthetic batch")
 
 
-def _grown_file(path: Path, sequences: int) -> Path:
+def _grown_file(path: Path, sequences: int) -> tuple[Path, int]:
     """A SQLite repository holding ``sequences`` one-call sequences of varied durations from
     four processes, stored ``GROWN_PART`` at a time as ``cmr serve`` stores them (groups of
-    ``GROUP_BATCHES``)."""
+    ``GROUP_BATCHES``), each part's traffic after the last's; and the time its last ends."""
     durations = random.Random(0)
     repository = open_store(str(path))
+    end_ns = 0
     try:
         ingest = Ingest(repository)
         for part, first in enumerate(range(0, sequences, GROWN_PART)):
             count = min(GROWN_PART, sequences - first)
-            frames = synthetic.short_requests(
-                count, 1, first_puid=1 + 4 * part, durations=durations
-            ).frames
-            _store_grouped(ingest, frames)
+            traffic = synthetic.short_requests(
+                count, 1, first_puid=1 + 4 * part, durations=durations, first_ns=end_ns
+            )
+            _store_grouped(ingest, traffic.frames)
+            end_ns = traffic.end_ns + synthetic.STEP_NS
     finally:
         repository.close()
-    return path
+    return path, end_ns
 
 
 def _row(store: str, calls: int, workers: int, series: dict[str, list[float]], size: str) -> Row:

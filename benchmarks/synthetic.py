@@ -41,6 +41,20 @@ class Encoded:
     events: int
     invocations: int
     seqs: list[bytes]
+    end_ns: int = 0  # the last event's time (short_requests: traffic sent after starts later)
+
+
+#: ``tracer._core.ids``: a sequence id's first ``SECOND_BITS`` bits are the second it started in.
+SECOND_BITS: Final = 16
+NONZERO_BIT: Final = 1 << 56
+
+
+def sequence_id(clock_ns: int) -> bytes:
+    """A sequence id as the tracer draws one for a root starting at ``clock_ns`` (an event
+    time: stored as ``CLOCK_OFFSET_NS`` after it): that second modulo 65,536, then random."""
+    second = ((CLOCK_OFFSET_NS + clock_ns) // 1_000_000_000) & 0xFFFF
+    random_part = int.from_bytes(os.urandom(14), "big") | NONZERO_BIT
+    return ((second << (128 - SECOND_BITS)) | random_part).to_bytes(16, "big")
 
 
 def process() -> tuple[Any, ...]:
@@ -136,7 +150,7 @@ def requests(puid: int, events: int, threads: int = 4) -> Encoded:
     total = 0
     while total < events:
         tid = len(seqs) % threads + 1
-        seq = os.urandom(16)
+        seq = sequence_id(clocks[tid])
         tree = list(_tree_events(seq, 111, 10, iid, clocks[tid]))
         per_thread[tid].extend(tree)
         clocks[tid] = tree[-1][2] + STEP_NS
@@ -153,20 +167,24 @@ def short_requests(
     processes: int = 4,
     first_puid: int = 1,
     durations: random.Random | None = None,
+    first_ns: int = 0,
 ) -> Encoded:
     """``sequences`` sequences of ``calls`` calls each (a root and ``calls - 1`` children), dealt
     round-robin to ``processes`` worker processes of one thread each (gunicorn's sync workers),
     each process's batches of ``BATCH_EVENTS`` events; the processes' batches interleaved, as
     they reach one repository. With ``durations``, each request takes its own time (the step
     between its events drawn log-normally around 100 µs: requests of tens of µs to tens of ms),
-    as a repository indexes them; without, every event is ``STEP_NS`` after the last."""
+    as a repository indexes them; without, every event is ``STEP_NS`` after the last. Every
+    process's clock starts at ``first_ns``: traffic sent after other traffic starts after it,
+    as time goes on in a real repository (chunks that all started at 0 each landed amid all
+    the earlier ones in every index by time)."""
     per_process: list[list[Event]] = [[] for _ in range(processes)]
     seqs: list[bytes] = []
     iids = [1] * processes
-    clocks = [0] * processes
+    clocks = [first_ns] * processes
     for n in range(sequences):
         at = n % processes
-        seq = os.urandom(16)
+        seq = sequence_id(clocks[at])
         step = STEP_NS if durations is None else 1 + int(durations.lognormvariate(11.5, 1.2))
         tree = list(_tree_events(seq, calls, max(calls - 1, 1), iids[at], clocks[at], step_ns=step))
         per_process[at].extend(tree)
@@ -176,12 +194,12 @@ def short_requests(
     streams = [encode(first_puid + at, {1: events}) for at, events in enumerate(per_process)]
     frames = [frame for row in itertools.zip_longest(*streams) for frame in row if frame]
     total = sum(len(events) for events in per_process)
-    return Encoded(frames, total, total // 2, seqs)
+    return Encoded(frames, total, total // 2, seqs, max(clocks))
 
 
 def one_sequence(puid: int, invocations: int) -> Encoded:
     """One sequence of ``invocations`` calls on one thread, fan-out 10 (a deep, wide tree)."""
-    seq = os.urandom(16)
+    seq = sequence_id(0)
     events = list(_tree_events(seq, invocations, 10, 1, 0))
     return Encoded(encode(puid, {1: events}), len(events), invocations, [seq])
 

@@ -106,17 +106,23 @@ rng_seed(void)
     }
 }
 
-/* A random 128-bit sequence id that is never zero (a valid W3C trace id), as ids.new_seq: the
- * lowest bit of the 9th byte set, so the right-most 7 bytes stay uniformly random (the W3C
- * "random" trace-flag, Level 2 §3.2.2.5.2). */
+/* A 128-bit sequence id that is never zero (a valid W3C trace id), as ids.new_seq: its first
+ * two bytes the wall clock's second modulo 65,536 (ids.SECOND_BITS: a repository's index by id
+ * is appended to), the rest random; the lowest bit of the 9th byte set, so the right-most 7
+ * bytes stay uniformly random (the W3C "random" trace-flag, Level 2 §3.2.2.5.2). The coarse
+ * clock is read from the vDSO, without a system call. */
 static void
 draw_seq_bytes(uint8_t *bytes)
 {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
     uint64_t high = rng_next(), low = rng_next();
     for (int i = 0; i < 8; i++) {
         bytes[i] = (uint8_t)(high >> (56 - 8 * i));
         bytes[8 + i] = (uint8_t)(low >> (56 - 8 * i));
     }
+    bytes[0] = (uint8_t)((uint64_t)now.tv_sec >> 8);
+    bytes[1] = (uint8_t)now.tv_sec;
     bytes[8] |= 1; /* ids.NONZERO_BIT */
 }
 

@@ -28,6 +28,7 @@ def _seed() -> int:
 
 
 _rng = _random.Random(_seed())
+_time = time.time
 
 
 def _reseed() -> None:
@@ -40,10 +41,22 @@ def _reseed() -> None:
 NONZERO_BIT: Final = 1 << 56
 
 
+#: The bits of a sequence id left of its random ones: the second it was drawn, modulo 65,536
+#: (18.2 hours). A repository indexes sequences by id; ids drawn in the same second share their
+#: first two bytes, so new ones land at a few places of that index, not all over it (issue 33,
+#: goal 6: a repository that had grown to a million sequences stored a third fewer a second).
+SECOND_BITS: Final = 16
+_RANDOM_BITS: Final = 128 - SECOND_BITS
+
+
 def new_seq() -> bytes:
-    """A random 128-bit sequence id (a valid W3C trace-id: never all zero; its right-most 7 bytes
-    uniformly random)."""
-    return (_rng.getrandbits(128) | NONZERO_BIT).to_bytes(16, "big")
+    """A 128-bit sequence id: a valid W3C trace-id (never all zero; its right-most 7 bytes
+    uniformly random), its first two bytes the wall clock's second modulo 65,536, the other
+    112 bits random."""
+    second = int(_time()) & 0xFFFF
+    return ((second << _RANDOM_BITS) | _rng.getrandbits(_RANDOM_BITS) | NONZERO_BIT).to_bytes(
+        16, "big"
+    )
 
 
 def new_id63() -> int:

@@ -1,0 +1,37 @@
+"""A new sequence id starts with the second it was drawn in (modulo 65,536) and is random after
+that: a repository's index by id is appended to, and the id stays a W3C trace-id."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tracer._core import accel, ids
+
+DRAWS: list[tuple[str, Callable[[], bytes]]] = [("python", ids.new_seq)]
+if accel.speedups is not None:
+    DRAWS.append(("c", accel.speedups.new_seq))
+
+
+@pytest.mark.parametrize("draw", [d for _, d in DRAWS], ids=[name for name, _ in DRAWS])
+def test_a_sequence_id_starts_with_the_second_it_was_drawn_in(draw: Callable[[], bytes]) -> None:
+    before = time.time()
+    drawn = [draw() for _ in range(64)]
+    after = time.time()
+    # the C draw reads the coarse clock, which may be a tick behind time.time()
+    seconds = {second & 0xFFFF for second in range(int(before) - 1, int(after) + 1)}
+    assert {int.from_bytes(seq[:2], "big") for seq in drawn} <= seconds
+    assert all(len(seq) == 16 for seq in drawn)
+
+
+@pytest.mark.parametrize("draw", [d for _, d in DRAWS], ids=[name for name, _ in DRAWS])
+def test_every_bit_after_the_second_is_random_but_the_one_that_keeps_it_nonzero(
+    draw: Callable[[], bytes],
+) -> None:
+    drawn = [int.from_bytes(draw(), "big") for _ in range(256)]
+    random_bits = 128 - ids.SECOND_BITS
+    varying = {bit for bit in range(random_bits) if len({(d >> bit) & 1 for d in drawn}) == 2}
+    assert varying == set(range(random_bits)) - {ids.NONZERO_BIT.bit_length() - 1}
+    assert all(d & ids.NONZERO_BIT for d in drawn)
