@@ -49,14 +49,21 @@ SECOND_BITS: Final = 16
 _RANDOM_BITS: Final = 128 - SECOND_BITS
 
 
+_second_from = _second_until = 0.0
+_second_bits = 0  # the current second's bits of an id, and NONZERO_BIT
+
+
 def new_seq() -> bytes:
     """A 128-bit sequence id: a valid W3C trace-id (never all zero; its right-most 7 bytes
     uniformly random), its first two bytes the wall clock's second modulo 65,536, the other
-    112 bits random."""
-    second = int(_time()) & 0xFFFF
-    return ((second << _RANDOM_BITS) | _rng.getrandbits(_RANDOM_BITS) | NONZERO_BIT).to_bytes(
-        16, "big"
-    )
+    112 bits random. The second's bits are made once a second (a clock set back too)."""
+    global _second_from, _second_until, _second_bits
+    now = _time()
+    if not _second_from <= now < _second_until:
+        second = int(now)
+        _second_from, _second_until = float(second), second + 1.0
+        _second_bits = ((second & 0xFFFF) << _RANDOM_BITS) | NONZERO_BIT
+    return (_second_bits | _rng.getrandbits(_RANDOM_BITS)).to_bytes(16, "big")
 
 
 def new_id63() -> int:

@@ -35,3 +35,13 @@ def test_every_bit_after_the_second_is_random_but_the_one_that_keeps_it_nonzero(
     varying = {bit for bit in range(random_bits) if len({(d >> bit) & 1 for d in drawn}) == 2}
     assert varying == set(range(random_bits)) - {ids.NONZERO_BIT.bit_length() - 1}
     assert all(d & ids.NONZERO_BIT for d in drawn)
+
+
+def test_the_python_draw_follows_the_clock_forward_and_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # it makes a second's bits once and reuses them while the clock stays in that second
+    readings = iter([70_000.25, 70_000.75, 70_001.0, 69_999.5])
+    monkeypatch.setattr(ids, "_time", lambda: next(readings))
+    seconds = [int.from_bytes(ids.new_seq()[:2], "big") for _ in range(4)]
+    assert seconds == [70_000 & 0xFFFF, 70_000 & 0xFFFF, 70_001 & 0xFFFF, 69_999 & 0xFFFF]
