@@ -50,7 +50,9 @@ _RANDOM_BITS: Final = 128 - SECOND_BITS
 
 
 _second_from = _second_until = 0.0
-_second_bits = 0  # the current second's bits of an id, and NONZERO_BIT
+#: The current second's bits of an id, and NONZERO_BIT (which a thread that reads them while
+#: another makes the next second's still finds).
+_second_bits = NONZERO_BIT
 
 
 def new_seq() -> bytes:
