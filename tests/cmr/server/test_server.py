@@ -416,45 +416,17 @@ def test_a_stop_ends_the_servers_poll_at_once(
     server.stop(timeout=30)  # raises when the thread is still polling
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_ends_the_server_process_poll_at_once(
-    tmp_path: Path, stop_signal: signal.Signals
-) -> None:
+def stopped_endless_poll_server(
+    tmp_path: Path, stop: Callable[[subprocess.Popen[str]], None], prelude: str = ""
+) -> tuple[int, str, str]:
+    """Start `cmr serve` with an endless poll (after running ``prelude`` in it), ``stop`` it
+    once it listens, and return its exit code, stdout and stderr: at most 30 s after the stop,
+    where the poll itself lasts an hour."""
     bind = f"ipc://{tmp_path}/cmr.sock"
     code = (
-        "import sys, cmr.server.server as server; "
+        f"{prelude}import sys, cmr.server.server as server; "
         f"server.POLL_MS = {ENDLESS_POLL_MS}; "
         "from cmr.cli.main import main; sys.exit(main(sys.argv[1:]))"
-    )
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", "--bind", bind, "--db", str(tmp_path / "r.db")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
-        process.send_signal(stop_signal)
-    finally:
-        code_, out, err = finish(process)  # at most 30 s: the poll itself lasts an hour
-    assert (code_, out, err) == (0, "", "")
-
-
-def test_a_signal_reaching_another_thread_ends_the_server_process_poll(tmp_path: Path) -> None:
-    # The kernel gives a process's signal to any thread that does not block it. Caught by
-    # another thread, the signal cannot interrupt the main thread's poll, and the Python
-    # handler waits for that poll to return: as when a signal lands just before the poll
-    # begins (CI: a `cmr serve` still polling 30 s after its SIGTERM).
-    bind = f"ipc://{tmp_path}/cmr.sock"
-    code = (
-        "import signal, sys, threading, cmr.server.server as server; "
-        f"server.POLL_MS = {ENDLESS_POLL_MS}; "
-        "from cmr.cli.main import main\n"
-        "def deliver():\n"
-        "    sys.stdin.readline()\n"
-        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
-        "threading.Thread(target=deliver, daemon=True).start()\n"
-        "sys.exit(main(sys.argv[1:]))"
     )
     process = subprocess.Popen(
         [sys.executable, "-c", code, "serve", "--bind", bind, "--db", str(tmp_path / "r.db")],
@@ -465,12 +437,43 @@ def test_a_signal_reaching_another_thread_ends_the_server_process_poll(tmp_path:
     )
     try:
         assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
+        stop(process)
+    finally:
+        code_, out, err = finish(process)
+    return code_, out, err
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_server_process_poll_at_once(
+    tmp_path: Path, stop_signal: signal.Signals
+) -> None:
+    stopped = stopped_endless_poll_server(
+        tmp_path, lambda process: process.send_signal(stop_signal)
+    )
+    assert stopped == (0, "", "")
+
+
+#: A thread of the server process that sends itself SIGTERM once a line arrives on stdin.
+SIGNALS_ITSELF = """import signal, sys, threading
+def deliver():
+    sys.stdin.readline()
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+threading.Thread(target=deliver, daemon=True).start()
+"""
+
+
+def test_a_signal_reaching_another_thread_ends_the_server_process_poll(tmp_path: Path) -> None:
+    # The kernel gives a process's signal to any thread that does not block it. Caught by
+    # another thread, the signal cannot interrupt the main thread's poll, and the Python
+    # handler waits for that poll to return: as when a signal lands just before the poll
+    # begins (CI: a `cmr serve` still polling 30 s after its SIGTERM).
+    def ask_the_thread(process: subprocess.Popen[str]) -> None:
         assert process.stdin is not None
         process.stdin.write("signal\n")
         process.stdin.flush()
-    finally:
-        code_, out, err = finish(process)  # at most 30 s: the poll itself lasts an hour
-    assert (code_, out, err) == (0, "", "")
+
+    stopped = stopped_endless_poll_server(tmp_path, ask_the_thread, prelude=SIGNALS_ITSELF)
+    assert stopped == (0, "", "")
 
 
 def test_server_process_reports_an_address_in_use(store: Store, server: ServerThread) -> None:
