@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from benchmarks import synthetic
 from tracer._core import accel, ids
 
 DRAWS: list[tuple[str, Callable[[], bytes]]] = [("python", ids.new_seq)]
@@ -45,3 +46,13 @@ def test_the_python_draw_follows_the_clock_forward_and_back(
     monkeypatch.setattr(ids, "_time", lambda: next(readings))
     seconds = [int.from_bytes(ids.new_seq()[:2], "big") for _ in range(4)]
     assert seconds == [70_000 & 0xFFFF, 70_000 & 0xFFFF, 70_001 & 0xFFFF, 69_999 & 0xFFFF]
+
+
+def test_synthetic_traffic_draws_its_ids_as_the_tracer_does() -> None:
+    # benchmarks.synthetic keeps its own copy of the layout (it loads nothing of the tracer)
+    assert (synthetic.SECOND_BITS, synthetic.NONZERO_BIT) == (ids.SECOND_BITS, ids.NONZERO_BIT)
+    clock_ns = 5 * 10**9
+    seq = int.from_bytes(synthetic.sequence_id(clock_ns), "big")
+    second = (synthetic.CLOCK_OFFSET_NS + clock_ns) // 10**9
+    assert seq >> (128 - ids.SECOND_BITS) == second & 0xFFFF
+    assert seq & ids.NONZERO_BIT
