@@ -137,6 +137,7 @@ def test_cmr_ls_loads_the_read_side_alone(tmp_path: Path) -> None:
         "cmr.store.migrations",
         "cmr.store.sqlite",
         "cmr.store.sqlite.connect",
+        "cmr.store.sqlite.blocks",
         "cmr.store.sqlite.read",
         "cmr.store.sqlite.reader",
         "cmr.store.sqlite.schema",

@@ -24,7 +24,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cmr.store.base import STATUS_ERROR, SequenceQuery
-from cmr.store.listing import LONGEST, UNDECIDED, UNENDED, PageKey, PageKind, matching_names
+from cmr.store.listing import (
+    LONGEST,
+    NEWEST,
+    UNDECIDED,
+    UNENDED,
+    PageKey,
+    PageKind,
+    matching_names,
+)
 from cmr.store.rules import COMPLETE, INCOMPLETE, RUNNING
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -41,6 +49,10 @@ class Dialect:
     #: The band of a duration (``{0}``) its duration index leads with (``DURATION_BAND``), or
     #: None: the index is by the duration itself.
     band: str | None = None
+    #: Whether single rows (``cmr.store.single_rows``) are kept out of the root and duration
+    #: indexes (SQLite: ``sequences_by_root`` and ``sequences_by_duration`` are partial, and a
+    #: page of single rows is read by their blocks, ``cmr.store.sqlite.blocks``).
+    singles_apart: bool = False
 
     def __call__(self, name: str) -> str:
         return self.placeholder.format(name)
@@ -55,7 +67,7 @@ class Dialect:
 #: duration is ordering by the duration; the bands a range of durations spans bound its read.
 DURATION_BAND: Final = "(length(max({0}, 0)) * 100 + CAST(substr(max({0}, 0), 1, 2) AS INTEGER))"
 
-SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)", DURATION_BAND)
+SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)", DURATION_BAND, singles_apart=True)
 POSTGRES: Final = Dialect("%({})s", "{}")
 
 
@@ -87,6 +99,23 @@ ROOT_NAMES: Final = """
         FROM names WHERE names.name IS NOT NULL
     )
     SELECT name FROM names WHERE name IS NOT NULL LIMIT {limit}"""
+#: The same in SQLite, where ``sequences_by_root`` holds no single row: the names of
+#: ``single_block_roots`` besides (``cmr.store.sqlite.blocks``), one seek in each per name.
+ROOT_NAMES_APART: Final = """
+    WITH RECURSIVE names (name) AS (
+        SELECT min(n) FROM (
+            SELECT min(root_name) AS n FROM sequences WHERE one_batch IS NULL
+            UNION ALL SELECT min(root_name) FROM single_block_roots)
+        UNION ALL
+        SELECT (SELECT min(n) FROM (
+            SELECT min(root_name) AS n FROM sequences
+            WHERE one_batch IS NULL AND root_name > names.name
+            UNION ALL SELECT min(root_name) FROM single_block_roots WHERE root_name > names.name))
+        FROM names WHERE names.name IS NOT NULL
+    )
+    SELECT name FROM names WHERE name IS NOT NULL LIMIT {limit}"""
+#: What a page's rows keep single rows out by where ``Dialect.singles_apart``.
+NOT_SINGLE: Final = "one_batch IS NULL"
 #: More distinct root names than this and a root pattern selects on the lines alone.
 MAX_ROOT_NAMES: Final = 4096
 
@@ -129,14 +158,17 @@ def plan(query: SequenceQuery | None, dialect: Dialect, rows: Rows) -> Plan:
     names = None
     if query is not None and query.root is not None:
         limit = {"names_limit": MAX_ROOT_NAMES + 1}
+        names_sql = ROOT_NAMES_APART if dialect.singles_apart else ROOT_NAMES
         found = [
-            str(name) for (name,) in rows(ROOT_NAMES.format(limit=dialect("names_limit")), limit)
+            str(name) for (name,) in rows(names_sql.format(limit=dialect("names_limit")), limit)
         ]
         names = matching_names(query.root, found, complete=len(found) <= MAX_ROOT_NAMES)
     few = False
     if query is not None:
         params: dict[str, object] = {}
         within = _durations(query, dialect, params)
+        if within and dialect.singles_apart:
+            within.append(NOT_SINGLE)  # the partial duration index's (single rows apart)
         if within:
             probe = (
                 f"SELECT count(*) FROM (SELECT 1 FROM sequences WHERE {' AND '.join(within)} "
@@ -175,6 +207,8 @@ def picked(
         after = f"({_DURATION}, start_ns, seq) < ({dialect('duration')}, {dialect('start')}, "
         after += f"{dialect('seq')})"
         ended = [*where, *_only_decided(decided), "end_ns IS NOT NULL", after]
+        if dialect.singles_apart:  # the single rows are read by their blocks
+            ended.append(NOT_SINGLE)
         order = f"ORDER BY {_LONGEST_KEYS}"
         if dialect.band is not None:  # the bands first: the index's order
             ended.append(_banded("<=", dialect("duration"), dialect.band))
@@ -191,7 +225,25 @@ def picked(
         return _select(where, _NEWEST_FIRST, dialect), params
     if not decided:  # a pattern matching no decided row's name
         return undecided, params
+    if dialect.singles_apart and by_blocks(kind, query, plan):
+        decided.append(NOT_SINGLE)  # the single rows are read by their blocks
     return _union([_select([*where, *decided], _NEWEST_FIRST, dialect), undecided], dialect), params
+
+
+def by_blocks(kind: PageKind, query: SequenceQuery | None, plan: Plan) -> bool:
+    """Whether a page of ``kind`` reads the single rows it wants by their blocks, where a store
+    keeps them apart (``Dialect.singles_apart``): a page longest first, or newest first asking
+    a root name or a duration, which the indexes without single rows serve."""
+    if query is not None and query.status in (RUNNING, INCOMPLETE):
+        return False  # a single row is decided and ended: never running nor incomplete
+    if kind == LONGEST:
+        return True
+    if kind != NEWEST or query is None:
+        return False
+    names = plan.names if query.root is not None else None
+    return names is not None or (
+        query.min_duration_ns is not None or query.max_duration_ns is not None
+    )
 
 
 def _only_decided(decided: list[str] | None) -> list[str]:

@@ -186,6 +186,9 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
     # A batch goes once no sequence it holds is left (a batch may hold old and new sequences),
     # in the side tables or as a single row (``sequences_by_batch``).
     conn.execute(PRUNE_BATCHES, (before_ns,))
+    from cmr.store.sqlite import blocks  # the write side's
+
+    blocks.prune(conn, before_ns)
     step()
     # An End before the cutoff belongs to an invocation that started before it, so its sequence
     # was pruned.

@@ -19,7 +19,9 @@ process could not name (``lost_windows``, additive). Version 13 lets a request-s
 (complete in one batch, on one thread, rooted there, new) be stored as its ``sequences`` row
 alone, its root, thread and batch on it (``SINGLE_ROWS_SCHEMA``; additive: rows stored before
 keep their side tables). Version 14 adds the samples a sampler dropped to its report. Version 15
-makes ``sequences`` a table new rows are appended to (``APPENDED_SEQUENCES_SCHEMA``).
+makes ``sequences`` a table new rows are appended to (``APPENDED_SEQUENCES_SCHEMA``). Version 16
+lists single rows by their blocks, not by the root and duration indexes
+(``SINGLE_BLOCKS_SCHEMA``).
 """
 
 from __future__ import annotations
@@ -289,6 +291,57 @@ APPENDED_SEQUENCES_SCHEMA: Final = (
 )
 
 
+#: Version 16: single rows kept out of the root and duration indexes, listed by their blocks
+#: (``cmr.store.sqlite.blocks``): each group's single rows are a rowid range of ``sequences``,
+#: described by a ``single_blocks`` row (the range of their starts, their longest duration) and
+#: a ``single_block_roots`` row per root name among them (its latest start and longest
+#: duration there). The two indexes are made again without single rows; the rows whose root is
+#: undecided, which the root index served by its NULL names, get an index of their own (few
+#: rows: a sequence is decided once its root is known); a file's single rows stored before get
+#: blocks of ``BACKFILLED_BLOCK_ROWS`` rowids.
+SINGLE_BLOCKS_SCHEMA: Final = (
+    "DROP INDEX sequences_by_root",
+    "CREATE INDEX sequences_by_root ON sequences (root_name, start_ns, seq)"
+    " WHERE one_batch IS NULL",
+    "DROP INDEX sequences_by_duration",
+    "CREATE INDEX sequences_by_duration ON sequences "
+    "((length(max(end_ns - start_ns, 0)) * 100 "
+    "+ CAST(substr(max(end_ns - start_ns, 0), 1, 2) AS INTEGER)), start_ns, seq, end_ns)"
+    " WHERE one_batch IS NULL",
+    """CREATE TABLE single_blocks (
+        first_row INTEGER PRIMARY KEY, last_row INTEGER NOT NULL,
+        first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL, longest_ns INTEGER NOT NULL
+    )""",
+    "CREATE INDEX single_blocks_by_last ON single_blocks (last_ns)",
+    "CREATE INDEX single_blocks_by_longest ON single_blocks (longest_ns, last_ns)",
+    """CREATE TABLE single_block_roots (
+        root_name TEXT NOT NULL, last_ns INTEGER NOT NULL, first_row INTEGER NOT NULL,
+        longest_ns INTEGER NOT NULL,
+        PRIMARY KEY (root_name, last_ns, first_row)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX single_block_roots_by_longest ON single_block_roots (root_name, longest_ns)",
+    "CREATE INDEX sequences_undecided ON sequences (start_ns, seq) WHERE root_name IS NULL",
+)
+#: The rowids a block made for the single rows of an older file spans.
+BACKFILLED_BLOCK_ROWS: Final = 2048
+
+
+def _backfill_blocks(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        f"""INSERT INTO single_blocks
+        SELECT min(rowid), max(rowid), min(start_ns), max(start_ns),
+               max(coalesce(end_ns - start_ns, 0))
+        FROM sequences WHERE one_batch IS NOT NULL GROUP BY rowid / {BACKFILLED_BLOCK_ROWS}"""
+    )
+    conn.execute(
+        """INSERT INTO single_block_roots
+        SELECT q.root_name, max(q.start_ns), b.first_row, max(coalesce(q.end_ns - q.start_ns, 0))
+        FROM single_blocks b JOIN sequences q ON q.rowid BETWEEN b.first_row AND b.last_row
+        WHERE q.one_batch IS NOT NULL AND q.root_name IS NOT NULL
+        GROUP BY b.first_row, q.root_name"""
+    )
+
+
 def _move_legacy_rows(conn: sqlite3.Connection) -> None:
     from cmr.store.sqlite.migrate import move_legacy_rows  # loaded for an upgrade only
 
@@ -327,6 +380,7 @@ STEPS: Final = (
     Step(13, "request-shaped sequences stored as one row each", SINGLE_ROWS_SCHEMA),
     Step(14, "the samples the sampler dropped, in its report", SAMPLER_DROPS_SCHEMA),
     Step(15, "sequences appended to, their duration index by band", APPENDED_SEQUENCES_SCHEMA),
+    Step(16, "single rows listed by their blocks", SINGLE_BLOCKS_SCHEMA, _backfill_blocks),
 )
 SCHEMA_VERSION: Final = latest(STEPS)
 #: A fresh file: every step's statements, then its version.

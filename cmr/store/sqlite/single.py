@@ -23,6 +23,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from cmr.store.single_rows import SingleRow, Written, singles
+from cmr.store.sqlite import blocks
 from cmr.store.sqlite.read import in_chunks
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -36,10 +37,12 @@ INSERT_SINGLE: Final = """
     INSERT INTO sequences (
         seq, start_ns, invocations, root_name, end_ns, error,
         one_puid, one_tid, one_iid, one_method, one_batch, one_methods)
-    VALUES (?, ?, ?, (
-        SELECT CASE WHEN module != '' THEN module || '.' || qualname ELSE qualname END
-        FROM methods WHERE puid = ? AND method = ?), ?, ?, ?, ?, ?, ?, ?, ?)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (seq) DO NOTHING"""
+#: A root's name as a listing line shows it (NULL: its method is not known).
+_ROOT_NAME: Final = """
+    SELECT CASE WHEN module != '' THEN module || '.' || qualname ELSE qualname END
+    FROM methods WHERE puid = ? AND method = ?"""
 #: A single-row sequence's side-table rows, from its row (``spread``): its root (decided: its
 #: end and exception are its row's), its thread, its batch; then its row's own columns cleared.
 _SPREAD: Final = (
@@ -63,16 +66,36 @@ def store(conn: sqlite3.Connection, written: Sequence[Written]) -> set[bytes]:
     side-table rows and summaries as before."""
     rows = singles(written)
     rows.sort()  # key order: pages visited once (``writes._Index``)
-    before = conn.total_changes
-    conn.executemany(INSERT_SINGLE, rows)
+    inserted = 0
+    if rows:
+        names = _root_names(conn, {(row[3], row[4]) for row in rows})
+        (last_row,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM sequences").fetchone()
+        before = conn.total_changes
+        conn.executemany(
+            INSERT_SINGLE, [(*row[:3], names[row[3], row[4]], *row[5:]) for row in rows]
+        )
+        inserted = conn.total_changes - before
+        if inserted:  # their rowids follow the last one
+            blocks.record(conn, last_row + 1, last_row + inserted)
     stored = {row[0] for row in rows}
-    if conn.total_changes - before != len(rows):  # some were stored before: not single rows
+    if inserted != len(rows):  # some were stored before: not single rows
         stored -= _stored_before(conn, rows)
     others = {seq for _puid, _batch_no, packed in written for seq in packed.seqs}
     others -= stored
     if others:
         spread(conn, _among_singles(conn, sorted(others)))
     return stored
+
+
+def _root_names(
+    conn: sqlite3.Connection, roots: set[tuple[int, int]]
+) -> dict[tuple[int, int], str | None]:
+    """The names of the roots ``roots`` (puid, method): a few a group."""
+    names: dict[tuple[int, int], str | None] = {}
+    for root in roots:
+        found = conn.execute(_ROOT_NAME, root).fetchone()
+        names[root] = None if found is None else found[0]
+    return names
 
 
 def spread(conn: sqlite3.Connection, seqs: Sequence[bytes]) -> None:

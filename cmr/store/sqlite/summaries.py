@@ -8,8 +8,9 @@ import sqlite3
 from collections.abc import Container
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
-from cmr.store.listing import PageKey, PageKind
+from cmr.store.listing import LONGEST, PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
+from cmr.store.sqlite import blocks
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.statements import (
     LATE_ROOT_END,
@@ -101,6 +102,9 @@ def page(
     stored: list[StoredSummary] = []
     picked_sql, params = picked(kind, query, plan, SQLITE)
     params |= key_params(key, size)
+    singles = blocks.page(conn, kind, key, size, query=query, plan=plan)
+    if singles:  # the page's first ``size`` of the rows and the single rows read by blocks
+        picked_sql, params = _merged(conn, kind, size, (picked_sql, params), singles)
     for row in conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall():
         seq, start_ns, invocations, *root, module, qualname, file, line, single = row
         root_row = (seq, *root)
@@ -124,6 +128,28 @@ def page(
     puids = {puid for s in stored for puid in waiting_on(s)}
     processes_by_puid = sqlite_read.processes(conn, puids, now)
     return [summary_from(s, processes_by_puid) for s in stored]
+
+
+def _merged(
+    conn: sqlite3.Connection,
+    kind: PageKind,
+    size: int,
+    sql_page: tuple[str, dict[str, object]],
+    singles: list[blocks.Picked],
+) -> tuple[str, dict[str, object]]:
+    """A statement picking the first ``size`` of the rows ``picked_sql`` picks and ``singles``,
+    in the page's order: a page holds no row after one it leaves out."""
+    picked_sql, params = sql_page
+    rows = conn.execute(
+        f"SELECT p.seq, p.start_ns, p.invocations, q.end_ns - q.start_ns FROM ({picked_sql}) p "
+        "JOIN sequences q ON q.seq = p.seq",
+        params,
+    ).fetchall()
+    order = blocks.longest_key if kind == LONGEST else blocks.newest_key
+    first = sorted([*rows, *singles], key=order, reverse=True)[:size]
+    seqs = {f"s{at}": row[0] for at, row in enumerate(first)}
+    marks = ", ".join(f":{name}" for name in seqs)
+    return f"SELECT seq, start_ns, invocations FROM sequences WHERE seq IN ({marks})", seqs
 
 
 def backfill(conn: sqlite3.Connection) -> None:

@@ -266,9 +266,29 @@ INDEXED_QUERIES: list[tuple[SequenceQuery, str]] = [
 SINGLE_ROW_COLUMNS = ("one_puid", "one_tid", "one_iid", "one_method", "one_batch", "one_methods")
 
 
+def without_single_blocks(conn: sqlite3.Connection) -> None:
+    """Make a file as version 15 kept it: no blocks of single rows, the root and duration
+    indexes holding every row."""
+    query = "SELECT count(*) FROM sqlite_schema WHERE name = 'single_blocks'"
+    if not conn.execute(query).fetchone()[0]:
+        return  # made so already
+    conn.execute("DROP TABLE single_block_roots")
+    conn.execute("DROP TABLE single_blocks")
+    conn.execute("DROP INDEX sequences_undecided")
+    for step in STEPS:
+        if step.version == 15:
+            for statement in step.statements:
+                if statement.startswith("CREATE INDEX sequences_by_"):
+                    name = statement.split()[2]
+                    if name in {"sequences_by_root", "sequences_by_duration"}:
+                        conn.execute(f"DROP INDEX IF EXISTS {name}")
+                        conn.execute(statement)
+
+
 def keyed_by_seq(conn: sqlite3.Connection) -> None:
     """Make a file's ``sequences`` as version 14 kept it: keyed by the sequence id (no rowid),
     its duration index by the duration itself."""
+    without_single_blocks(conn)
     query = "SELECT sql FROM sqlite_schema WHERE name = 'sequences'"
     if "WITHOUT ROWID" in conn.execute(query).fetchone()[0]:
         return  # made so already
