@@ -195,14 +195,14 @@ def picked(
     """A statement selecting (seq, start_ns, invocations) of a page of ``kind``, and the
     parameters it binds besides the key (``start``, ``seq``, and for the longest ``duration``)
     and the page size (``limit``), as ``plan`` found the query."""
-    where = _window(query, dialect)
+    where = window_conditions(query, dialect)
     params: dict[str, object] = {}
     if query is not None:
         params |= {"since": query.since_ns, "until": query.until_ns, "host": query.host}
     open_test = _open_test(query)
     if open_test:
         where.append(open_test)
-    decided = _decided(query, plan, dialect, params)
+    decided = decided_conditions(query, plan, dialect, params)
     if kind == LONGEST:
         after = f"({_DURATION}, start_ns, seq) < ({dialect('duration')}, {dialect('start')}, "
         after += f"{dialect('seq')})"
@@ -220,30 +220,45 @@ def picked(
         return undecided, params
     if kind == UNENDED:
         unended = [*where, *_only_decided(decided), "end_ns IS NULL"]
+        if dialect.singles_apart:  # (never a single row: the start index holds none)
+            unended.append(NOT_SINGLE)
         return _select(unended, _NEWEST_FIRST, dialect), params
-    if decided is None:  # NEWEST, where the keys do not matter
-        return _select(where, _NEWEST_FIRST, dialect), params
+    apart = dialect.singles_apart and by_blocks(kind, query, plan)
+    return _newest(where, decided, undecided, apart, dialect), params
+
+
+def _newest(
+    where: list[str], decided: list[str] | None, undecided: str, apart: bool, dialect: Dialect
+) -> str:
+    """A NEWEST page's statement: the decided rows the keys select (but the single rows where
+    those are read ``apart``, by their blocks) and the undecided ones."""
+    if decided is None and apart:  # the keys do not matter, but the start index is partial
+        decided = ["root_name IS NOT NULL"]
+    if decided is None:  # where the keys do not matter
+        return _select(where, _NEWEST_FIRST, dialect)
     if not decided:  # a pattern matching no decided row's name
-        return undecided, params
-    if dialect.singles_apart and by_blocks(kind, query, plan):
+        return undecided
+    if apart:
         decided.append(NOT_SINGLE)  # the single rows are read by their blocks
-    return _union([_select([*where, *decided], _NEWEST_FIRST, dialect), undecided], dialect), params
+    return _union([_select([*where, *decided], _NEWEST_FIRST, dialect), undecided], dialect)
 
 
 def by_blocks(kind: PageKind, query: SequenceQuery | None, plan: Plan) -> bool:
     """Whether a page of ``kind`` reads the single rows it wants by their blocks, where a store
-    keeps them apart (``Dialect.singles_apart``): a page longest first, or newest first asking
-    a root name or a duration, which the indexes without single rows serve."""
+    keeps them apart (``Dialect.singles_apart``: the start, root and duration indexes hold no
+    single row): a page longest first, or newest first but for errors alone (the failed index
+    holds every row)."""
     if query is not None and query.status in (RUNNING, INCOMPLETE):
         return False  # a single row is decided and ended: never running nor incomplete
-    if kind == LONGEST:
-        return True
-    if kind != NEWEST or query is None:
-        return False
+    if kind == LONGEST or query is None:
+        return kind in (LONGEST, NEWEST)
+    if kind != NEWEST:
+        return False  # (a single row is decided and ended: never undecided nor unended)
     names = plan.names if query.root is not None else None
-    return names is not None or (
+    keyed = names is not None or (
         query.min_duration_ns is not None or query.max_duration_ns is not None
     )
+    return keyed or query.status != STATUS_ERROR  # (the failed index holds every row)
 
 
 def _only_decided(decided: list[str] | None) -> list[str]:
@@ -253,7 +268,7 @@ def _only_decided(decided: list[str] | None) -> list[str]:
     return decided or ["1 = 0"]
 
 
-def _window(query: SequenceQuery | None, dialect: Dialect) -> list[str]:
+def window_conditions(query: SequenceQuery | None, dialect: Dialect) -> list[str]:
     if query is None:
         return []
     where: list[str] = []
@@ -286,7 +301,7 @@ def _open_test(query: SequenceQuery | None) -> str | None:
     return None
 
 
-def _decided(
+def decided_conditions(
     query: SequenceQuery | None, plan: Plan, dialect: Dialect, params: dict[str, object]
 ) -> list[str] | None:
     """The conditions on a decided row's keys (None: the query asks nothing of them; an empty

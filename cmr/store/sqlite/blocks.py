@@ -3,19 +3,21 @@
 A request-shaped sequence is one ``sequences`` row (``cmr.store.sqlite.single``). Each index on
 that row is a B-tree row written per request, and the root and duration indexes are written at
 as many places as there are root names and duration bands: SQLite rebalances pages in the middle
-of a B-tree at several times the cost of an append, and those two indexes were a third of a
-request's cost to the repository (issue 33, goal 6). Here they hold no single row (they are
-partial: ``one_batch IS NULL``); the single rows a group stores get consecutive rowids, and the
-group writes one *block* describing them: its rowid range, the range of their starts, their
-longest duration, and per root name the latest start and the longest duration of that root's
-rows there. A page asking a root name or a duration (``listing_sql.by_blocks``) reads the
-blocks those allow, latest or longest first, each by its rowid range, and stops once the page
-is full of rows no block left could beat: a block read holds at least one row its zone allows,
-so a query for something rare reads few blocks, and one for something common reads few because
-the page fills at once. Every row is in the range of the block its group wrote, whose zone
-bounds it; a range may also hold rows that are not single rows any more, or not its own (a rowid
-reused after ``prune`` deleted the last rows): the rows are checked one by one, and a row found
-twice is kept once.
+of a B-tree at several times the cost of an append. Those two, the start index and the batch
+index were half of a request's cost to the repository (issue 33, goal 6). Here the first three
+hold no single row (they are partial: ``one_batch IS NULL``) and the fourth is gone: the single
+rows a group stores get consecutive rowids, and the group writes one *block* describing them
+(``record``): its rowid range, the range of their starts, their longest duration, per root name
+the latest start and the longest duration of that root's rows there, and the batches they came
+from. A listing page (``page``; which ones: ``listing_sql.by_blocks``) reads the blocks its
+query allows, latest or longest first, each by its rowid range, and stops once the page is full
+of rows no block left could beat: a block read holds at least one row its zone allows, so a
+query for something rare reads few blocks, and one for something common reads few because the
+page fills at once. ``newest_first`` gives every single row newest first the same way (the
+search by method), and ``prune`` reads the blocks that started before its cutoff. Every row is
+in the range of the block its group wrote, whose zone bounds it; a range may also hold rows that
+are not single rows any more, or not its own (a rowid reused after ``prune`` deleted the last
+rows): the rows are checked one by one, and a row found twice is kept once.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from collections.abc import Generator, Iterable, Iterator
 
 from cmr.store.base import SequenceQuery
 from cmr.store.listing import LONGEST, PageKey, PageKind
-from cmr.store.listing_sql import SQLITE, Plan, _decided, _window, by_blocks
+from cmr.store.listing_sql import SQLITE, Plan, by_blocks, decided_conditions, window_conditions
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
-    from typing import Final, TypeAlias
+    from typing import Any, Final, TypeAlias
 
 #: A picked row: seq, start_ns, invocations, duration (None: not ended).
 Picked: TypeAlias = "tuple[bytes, int, int, int | None]"
@@ -46,6 +48,11 @@ FEW_BLOCKS: Final = 4096
 
 _BLOCK: Final = "INSERT INTO single_blocks VALUES (?, ?, ?, ?, ?)"
 _BLOCK_ROOT: Final = "INSERT INTO single_block_roots VALUES (?, ?, ?, ?)"
+#: The batches whose single rows a new block holds (``prune`` keeps a batch or a process while
+#: a single row names it: ``statements.PRUNE_BATCHES``).
+_BLOCK_BATCHES: Final = """
+    INSERT INTO single_block_batches
+    SELECT DISTINCT one_puid, one_batch, ?, ? FROM sequences WHERE rowid BETWEEN ? AND ?"""
 _DURATION: Final = "(end_ns - start_ns)"
 
 
@@ -67,12 +74,18 @@ def record(conn: sqlite3.Connection, first_row: int, last_row: int) -> None:
         _BLOCK_ROOT,
         [(name, latest, first_row, slowest) for name, _first, latest, slowest in zones if name],
     )
+    conn.execute(_BLOCK_BATCHES, (first_row, last_row, first_row, last_row))
 
 
 def prune(conn: sqlite3.Connection, before_ns: int) -> None:
-    """Forget the blocks whose every row started before ``before_ns`` (pruned)."""
+    """Forget the blocks whose every row started before ``before_ns`` (pruned), and the
+    batches of blocks that ``prune`` deleted."""
     conn.execute("DELETE FROM single_block_roots WHERE last_ns < ?", (before_ns,))
     conn.execute("DELETE FROM single_blocks WHERE last_ns < ?", (before_ns,))
+    conn.execute(
+        "DELETE FROM single_block_batches WHERE NOT EXISTS (SELECT 1 FROM batches b "
+        "WHERE b.puid = single_block_batches.puid AND b.batch_no = single_block_batches.batch_no)"
+    )
 
 
 def page(
@@ -93,8 +106,8 @@ def page(
     where = ["one_batch IS NOT NULL", "rowid BETWEEN :first AND :last"]
     if query is not None:
         params |= {"since": query.since_ns, "until": query.until_ns, "host": query.host}
-        where += _window(query, SQLITE)
-    decided = _decided(query, plan, SQLITE, params)
+        where += window_conditions(query, SQLITE)
+    decided = decided_conditions(query, plan, SQLITE, params)
     if decided == []:
         return []  # a pattern matching no decided row's name
     where += decided or ["root_name IS NOT NULL"]
@@ -130,6 +143,37 @@ def page(
     finally:
         blocks.close()
     return best
+
+
+def newest_first(
+    conn: sqlite3.Connection, columns: str, since_ns: int
+) -> Iterator[tuple[Any, ...]]:
+    """``columns`` of every single row that started at ``since_ns`` or later (its start and id
+    first), newest first, read block by block as far as the caller reads: a row is given once
+    no block left can hold a newer one."""
+    statement = (
+        f"SELECT start_ns, seq, {columns} FROM sequences "
+        "WHERE rowid BETWEEN ? AND ? AND one_batch IS NOT NULL AND start_ns >= ?"
+    )
+    waiting: list[tuple[int, bytes, tuple[Any, ...]]] = []  # (-start, inverted id, row)
+    blocks = conn.execute(
+        "SELECT first_row, last_row, last_ns FROM single_blocks INDEXED BY single_blocks_by_last "
+        "WHERE last_ns >= ? ORDER BY last_ns DESC",
+        (since_ns,),
+    )
+    seen: set[bytes] = set()
+    try:
+        for first_row, last_row, last_ns in blocks:
+            while waiting and -waiting[0][0] > last_ns:
+                yield heapq.heappop(waiting)[2]
+            for row in conn.execute(statement, (first_row, last_row, since_ns)):
+                if row[1] not in seen:
+                    seen.add(row[1])
+                    heapq.heappush(waiting, (-row[0], bytes(255 - b for b in row[1]), row))
+        while waiting:
+            yield heapq.heappop(waiting)[2]
+    finally:
+        blocks.close()
 
 
 def newest_key(row: Picked) -> tuple[int, bytes]:

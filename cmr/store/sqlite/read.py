@@ -176,7 +176,15 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
     conn.execute("CREATE TEMP TABLE IF NOT EXISTS pruned (seq BLOB PRIMARY KEY) WITHOUT ROWID")
     conn.execute("DELETE FROM temp.pruned")
     conn.execute(
-        "INSERT INTO temp.pruned SELECT seq FROM sequences WHERE start_ns < ?", (before_ns,)
+        "INSERT INTO temp.pruned SELECT seq FROM sequences "
+        "WHERE start_ns < ? AND one_batch IS NULL",
+        (before_ns,),
+    )
+    conn.execute(  # the single rows, which the start index does not hold: by their blocks
+        "INSERT OR IGNORE INTO temp.pruned SELECT q.seq FROM single_blocks b "
+        "JOIN sequences q ON q.rowid BETWEEN b.first_row AND b.last_row "
+        "WHERE b.first_ns < ? AND q.one_batch IS NOT NULL AND q.start_ns < ?",
+        (before_ns, before_ns),
     )
     (sequences,) = conn.execute("SELECT count(*) FROM temp.pruned").fetchone()
     step()
@@ -184,7 +192,7 @@ def prune(conn: sqlite3.Connection, before_ns: int, on_step: OnStep | None = Non
         conn.execute(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM temp.pruned)")
         step()
     # A batch goes once no sequence it holds is left (a batch may hold old and new sequences),
-    # in the side tables or as a single row (``sequences_by_batch``).
+    # in the side tables or as a single row (the blocks' ``single_block_batches``).
     conn.execute(PRUNE_BATCHES, (before_ns,))
     from cmr.store.sqlite import blocks  # the write side's
 

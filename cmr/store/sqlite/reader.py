@@ -11,6 +11,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import functools
+import heapq
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,6 +26,7 @@ from cmr.store.base import (
 )
 from cmr.store.listing import select_lines
 from cmr.store.rules import SHOWN_MATCHES, SeqRange, check_limit, pick_match, seq_range
+from cmr.store.sqlite import blocks
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.connect import connect, missing
@@ -34,6 +36,7 @@ from cmr.store.sqlite.statements import (
     METHODS_BY_RECENT_SEQUENCE,
     NAMED_METHODS,
     PROCESS_COLUMNS,
+    SINGLE_ROW_METHODS,
 )
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -218,8 +221,13 @@ class SQLiteReader(Store):
             wanted = set(conn.execute(NAMED_METHODS, {"name": method}).fetchall())
             if not wanted or limit == 0:
                 return found
-            rows = conn.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since})
-            for seq, puid, blob in rows:
+            rows = heapq.merge(
+                conn.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since}),
+                blocks.newest_first(conn, SINGLE_ROW_METHODS, since),
+                key=_newest,
+                reverse=True,
+            )
+            for _start, seq, puid, blob in rows:
                 if found and found[-1] == seq:
                     continue
                 if any((puid, m) in wanted for m in methods_of(blob)):
@@ -317,6 +325,11 @@ def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
     if wanted.hi is None:
         return "seq >= ?", (wanted.lo,)
     return "seq >= ? AND seq < ?", (wanted.lo, wanted.hi)
+
+
+def _newest(row: tuple[Any, ...]) -> tuple[int, bytes]:
+    """A row's place newest first: its start and id, its first two columns."""
+    return (row[0], row[1])
 
 
 def _rows_of(conn: sqlite3.Connection) -> listing_sql.Rows:

@@ -291,14 +291,18 @@ APPENDED_SEQUENCES_SCHEMA: Final = (
 )
 
 
-#: Version 16: single rows kept out of the root and duration indexes, listed by their blocks
+#: Version 16: single rows kept out of the start, root and duration indexes, listed by their blocks
 #: (``cmr.store.sqlite.blocks``): each group's single rows are a rowid range of ``sequences``,
 #: described by a ``single_blocks`` row (the range of their starts, their longest duration) and
 #: a ``single_block_roots`` row per root name among them (its latest start and longest
 #: duration there). The two indexes are made again without single rows; the rows whose root is
 #: undecided, which the root index served by its NULL names, get an index of their own (few
-#: rows: a sequence is decided once its root is known); a file's single rows stored before get
-#: blocks of ``BACKFILLED_BLOCK_ROWS`` rowids.
+#: rows: a sequence is decided once its root is known). The start index holds no single row
+#: either: a listing newest first, ``find_sequences`` and ``prune`` read the single rows by
+#: their blocks too. The index by batch (``prune``: whether a single row still names a batch or
+#: a process) gives way to ``single_block_batches``: the batches whose single rows each block
+#: holds. A file's single rows stored before get blocks of
+#: ``BACKFILLED_BLOCK_ROWS`` rowids.
 SINGLE_BLOCKS_SCHEMA: Final = (
     "DROP INDEX sequences_by_root",
     "CREATE INDEX sequences_by_root ON sequences (root_name, start_ns, seq)"
@@ -321,6 +325,14 @@ SINGLE_BLOCKS_SCHEMA: Final = (
     ) WITHOUT ROWID""",
     "CREATE INDEX single_block_roots_by_longest ON single_block_roots (root_name, longest_ns)",
     "CREATE INDEX sequences_undecided ON sequences (start_ns, seq) WHERE root_name IS NULL",
+    "DROP INDEX sequences_by_batch",
+    "DROP INDEX sequences_by_start",
+    "CREATE INDEX sequences_by_start ON sequences (start_ns, seq) WHERE one_batch IS NULL",
+    """CREATE TABLE single_block_batches (
+        puid INTEGER NOT NULL, batch_no INTEGER NOT NULL,
+        first_row INTEGER NOT NULL, last_row INTEGER NOT NULL,
+        PRIMARY KEY (puid, batch_no, first_row)
+    ) WITHOUT ROWID""",
 )
 #: The rowids a block made for the single rows of an older file spans.
 BACKFILLED_BLOCK_ROWS: Final = 2048
@@ -339,6 +351,12 @@ def _backfill_blocks(conn: sqlite3.Connection) -> None:
         FROM single_blocks b JOIN sequences q ON q.rowid BETWEEN b.first_row AND b.last_row
         WHERE q.one_batch IS NOT NULL AND q.root_name IS NOT NULL
         GROUP BY b.first_row, q.root_name"""
+    )
+    conn.execute(
+        """INSERT INTO single_block_batches
+        SELECT DISTINCT q.one_puid, q.one_batch, b.first_row, b.last_row
+        FROM single_blocks b JOIN sequences q ON q.rowid BETWEEN b.first_row AND b.last_row
+        WHERE q.one_batch IS NOT NULL"""
     )
 
 

@@ -127,20 +127,28 @@ SEQUENCE_BATCHES: Final = """
     JOIN batches b ON b.puid = s.puid AND b.batch_no = s.batch_no
     ORDER BY s.puid, s.batch_no"""
 
+#: Whether a single row still names batch (x.puid, x.batch_no) or, with the batch's condition
+#: left out, process x.puid: the rows of the blocks holding that batch's single rows
+#: (``single_block_batches``, a seek, then each block's rowid range: after ``prune`` deleted the
+#: old sequences, what is left of them).
+_SINGLE_ROW_OF: Final = """
+    SELECT 1 FROM single_block_batches x
+    JOIN sequences q ON q.rowid BETWEEN x.first_row AND x.last_row
+    WHERE x.puid = {puid} {batch} AND q.one_puid = x.puid AND q.one_batch = x.batch_no"""
 #: ``prune``: the batches received before :1 that no sequence left holds, in the side tables or
-#: as a single row (``sequences_by_batch``, a seek each).
-PRUNE_BATCHES: Final = """
+#: as a single row.
+PRUNE_BATCHES: Final = f"""
     DELETE FROM batches WHERE received_ns < ?
     AND NOT EXISTS (SELECT 1 FROM batch_seqs s
                     WHERE s.puid = batches.puid AND s.batch_no = batches.batch_no)
-    AND NOT EXISTS (SELECT 1 FROM sequences q
-                    WHERE q.one_puid = batches.puid AND q.one_batch = batches.batch_no)"""
+    AND NOT EXISTS ({
+    _SINGLE_ROW_OF.format(puid="batches.puid", batch="AND x.batch_no = batches.batch_no")
+})"""
 #: ``prune``: the processes last heard from before :1 that nothing left names.
-PRUNED_PROCESSES: Final = """
+PRUNED_PROCESSES: Final = f"""
     SELECT puid FROM processes p WHERE last_seen_ns < ?
     AND NOT EXISTS (SELECT 1 FROM batch_seqs s WHERE s.puid = p.puid)
-    AND NOT EXISTS (SELECT 1 FROM sequences q
-                    WHERE q.one_puid = p.puid AND q.one_batch IS NOT NULL)
+    AND NOT EXISTS ({_SINGLE_ROW_OF.format(puid="p.puid", batch="")})
     AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.puid = p.puid)
     AND NOT EXISTS (SELECT 1 FROM handoffs h WHERE h.puid = p.puid)
     AND NOT EXISTS (SELECT 1 FROM samples m WHERE m.puid = p.puid)
@@ -173,10 +181,12 @@ NAMED_METHODS: Final = """
     SELECT puid, method FROM methods
     WHERE qualname = :name OR (module != '' AND module || '.' || qualname = :name)"""
 #: The methods each sequence ran, most recent sequence first (from :since): ``find_sequences``
-#: reads it until it has found enough sequences running a wanted method. A single row's are on
-#: its row.
+#: reads it until it has found enough sequences running a wanted method. The single rows, which
+#: the start index does not hold, are read by their blocks (``blocks.newest_first``) beside it.
 METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, coalesce(m.puid, q.one_puid), coalesce(m.methods, q.one_methods)
-    FROM sequences q LEFT JOIN batch_seqs m ON m.seq = q.seq AND q.one_batch IS NULL
-    WHERE q.start_ns >= :since AND coalesce(m.methods, q.one_methods) IS NOT NULL
+    SELECT q.start_ns, q.seq, m.puid, m.methods
+    FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
+    WHERE q.start_ns >= :since AND q.one_batch IS NULL AND m.methods IS NOT NULL
     ORDER BY q.start_ns DESC, q.seq DESC"""
+#: The same columns of a single row (``blocks.newest_first``).
+SINGLE_ROW_METHODS: Final = "one_puid, one_methods"

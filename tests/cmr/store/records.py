@@ -273,8 +273,11 @@ def without_single_blocks(conn: sqlite3.Connection) -> None:
     if not conn.execute(query).fetchone()[0]:
         return  # made so already
     conn.execute("DROP TABLE single_block_roots")
+    conn.execute("DROP TABLE single_block_batches")
     conn.execute("DROP TABLE single_blocks")
     conn.execute("DROP INDEX sequences_undecided")
+    [by_batch] = [s for s in SINGLE_ROWS_SCHEMA if "sequences_by_batch" in s]
+    conn.execute(by_batch)
     for step in STEPS:
         if step.version == 15:
             for statement in step.statements:

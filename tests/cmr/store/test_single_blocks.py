@@ -1,9 +1,9 @@
-"""SQLite's single rows listed by their blocks (``cmr.store.sqlite.blocks``, schema 16): the root
-and duration indexes hold no single row, and a page asking a root name or a duration reads the
-single rows by the blocks their groups wrote. Across many blocks the listing is what the side
-tables give, whatever the query, sort and page size; a query for a rare root reads the blocks
-holding it and no other; a rowid used again after ``prune`` lists its sequence once; an older
-file gets blocks for the single rows it holds."""
+"""SQLite's single rows listed by their blocks (``cmr.store.sqlite.blocks``, schema 16): the
+start, root and duration indexes hold no single row, and a listing, a search by method and
+``prune`` read the single rows by the blocks their groups wrote. Across many blocks every answer
+is what the side tables give, whatever the query, sort and page size, before and after a prune;
+a query for a rare root reads the blocks holding it and no other; a rowid used again after
+``prune`` lists its sequence once; an older file gets blocks for the single rows it holds."""
 
 from __future__ import annotations
 
@@ -54,6 +54,22 @@ def test_many_blocks_list_what_the_side_tables_list(tmp_path: Path) -> None:
             SequenceQuery(min_duration_ns=2_000, sort=SORT_DURATION, status="error"),
         ]
         assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
+        lines = stores[False].list_sequences(10_000)
+        middle = sorted(line.start_ns for line in lines)[len(lines) // 2]
+        assert [
+            store.find_sequences("app.m2", since_ns=middle, limit=limit)
+            for store in stores.values()
+            for limit in (3, 1_000)
+        ] == [
+            stores[False].find_sequences("app.m2", since_ns=middle, limit=limit)
+            for limit in (3, 1_000)
+        ] * 2
+        assert stores[True].prune(middle) == stores[False].prune(middle)
+        assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
+        kept = "SELECT puid, batch_no FROM batches ORDER BY 1, 2"  # what prune left
+        assert repository_rows(str(tmp_path / "layout-True.sqlite"), kept) == repository_rows(
+            str(tmp_path / "layout-False.sqlite"), kept
+        )
     finally:
         for store in stores.values():
             store.close()

@@ -265,13 +265,17 @@ def test_prune_finds_the_batches_and_processes_single_rows_name_by_index(
     tmp_path: Path, statement: str
 ) -> None:
     """Whether a single row still names a batch (or a process) is a seek in
-    ``sequences_by_batch``, not a scan of every sequence for each batch."""
+    ``single_block_batches`` and a rowid range of ``sequences``, not a scan of every sequence
+    for each batch."""
     path = tmp_path / "cmr.sqlite"
     open_store(str(path)).close()
     with sqlite3.connect(path) as conn:
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", (1,))]
     conn.close()
-    assert [step for step in plan if "sequences_by_batch" in step], plan
+    assert [step for step in plan if "SEARCH x USING PRIMARY KEY" in step], plan
+    assert [
+        step for step in plan if "SEARCH q USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)" in step
+    ], plan
     assert not [step for step in plan if step.startswith("SCAN q")], plan
 
 
