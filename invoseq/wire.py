@@ -125,7 +125,10 @@ BATCH_HEADER: Final = header(KIND_BATCH)
 ACK_HEADER: Final = header(KIND_ACK)
 
 
-class Start(msgspec.Struct, array_like=True, tag=TAG_START, frozen=True):
+# The events are the objects a batch decodes thousands of: none can hold a reference cycle (their
+# fields are numbers, strings and an Attrs' dict of them), so the garbage collector does not track
+# them (``gc=False``: no tracking as each is made and freed, and nothing for a collection to visit).
+class Start(msgspec.Struct, array_like=True, tag=TAG_START, frozen=True, gc=False):
     """An invocation began. ``parent`` is the enclosing invocation's iid in the same process
     (0 for a root); ``hid`` is the hand-off it continues (0 for none); ``seq`` its sequence."""
 
@@ -137,14 +140,14 @@ class Start(msgspec.Struct, array_like=True, tag=TAG_START, frozen=True):
     seq: SeqId
 
 
-class End(msgspec.Struct, array_like=True, tag=TAG_END, frozen=True):
+class End(msgspec.Struct, array_like=True, tag=TAG_END, frozen=True, gc=False):
     """An invocation returned (or its generator was exhausted or closed)."""
 
     iid: Id63
     t_ns: I64
 
 
-class Error(msgspec.Struct, array_like=True, tag=TAG_ERROR, frozen=True):
+class Error(msgspec.Struct, array_like=True, tag=TAG_ERROR, frozen=True, gc=False):
     """An invocation ended by raising ``error`` (the exception's type name)."""
 
     iid: Id63
@@ -152,7 +155,7 @@ class Error(msgspec.Struct, array_like=True, tag=TAG_ERROR, frozen=True):
     error: Name
 
 
-class Handoff(msgspec.Struct, array_like=True, tag=TAG_HANDOFF, frozen=True):
+class Handoff(msgspec.Struct, array_like=True, tag=TAG_HANDOFF, frozen=True, gc=False):
     """Work left the current invocation: submitted to a thread pool, a new thread, an asyncio task
     (and later a process). Recorded by the submitting thread; the first invocation on the other side
     carries ``hid`` in its Start. ``method`` names the callable handed off (a node is shown for it
@@ -169,7 +172,7 @@ class Handoff(msgspec.Struct, array_like=True, tag=TAG_HANDOFF, frozen=True):
 AttributeValue = Annotated[str, msgspec.Meta(max_length=MAX_ATTRIBUTE_VALUE)] | I64 | float | bool
 
 
-class Attrs(msgspec.Struct, array_like=True, tag=TAG_ATTRS, frozen=True):
+class Attrs(msgspec.Struct, array_like=True, tag=TAG_ATTRS, frozen=True, gc=False):
     """Attributes of invocation ``iid`` (protocol 5): key/value pairs describing the call, such
     as an OpenTelemetry span's (``tracer.otel.InvocationSpanProcessor``). Recorded after the
     invocation's Start, by whichever thread has them (a span may end on another thread: the
