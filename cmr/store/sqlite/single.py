@@ -6,7 +6,10 @@ rows (``sequences`` and its three indexes, ``seq_roots``, ``seq_threads``, ``bat
 index by batch): most of the repository's time per request (issue 33, goal 6). A *single row*
 sequence keeps on its ``sequences`` row what the three side tables would hold (its root, its
 thread, its batch and the methods it ran there), so it costs its row, the row's three listing
-indexes and a partial index by batch (for ``prune``): five.
+indexes and a partial index by batch (for ``prune``): five. Since schema 16 the listing indexes
+hold no single row and the index by batch is gone: a group's single rows are a block
+(``cmr.store.sqlite.blocks``, written here once they are inserted), and a single row costs its
+row and the id's unique index.
 
 Which sequences of a group are stored so is ``cmr.store.single_rows``' rule (shared with
 PostgreSQL). A later batch that brings more of a single-row sequence (a Start, a Handoff) first

@@ -137,8 +137,9 @@ def _merged(
     sql_page: tuple[str, dict[str, object]],
     singles: list[blocks.Picked],
 ) -> tuple[str, dict[str, object]]:
-    """A statement picking the first ``size`` of the rows ``picked_sql`` picks and ``singles``,
-    in the page's order: a page holds no row after one it leaves out."""
+    """A statement picking the first ``size``, in the page's order, of the rows the page's own
+    statement picks (``sql_page``) and the single rows its blocks gave (``singles``): a page
+    holds no row after one it leaves out."""
     picked_sql, params = sql_page
     rows = conn.execute(
         f"SELECT p.seq, p.start_ns, p.invocations, q.end_ns - q.start_ns FROM ({picked_sql}) p "
