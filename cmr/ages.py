@@ -16,6 +16,20 @@ AGE_GRAMMAR: Final = "a number and a unit s, m, h, d or w (90m, 1.5h, 7d, 2w)"
 _AGE: Final = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 
 
+#: A duration with its unit, where a number alone means milliseconds (``cmr ls --min-duration``).
+DURATION_UNITS: Final = {"us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000}
+_DURATION: Final = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(us|ms|s|m)$")
+
+
+def duration_ns(text: str) -> int | None:
+    """A duration with its unit (``250us``, ``12ms``, ``1.5s``, ``2m``) in nanoseconds; None
+    when ``text`` is not one."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        return None
+    return round(float(match.group(1)) * DURATION_UNITS[match.group(2)])
+
+
 def age_ns(text: str) -> int | None:
     """An age (``7d``) in nanoseconds; None when ``text`` is not one."""
     match = _AGE.match(text.strip())

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 
-from cmr.ages import AGE_GRAMMAR, age_ns, moment_ns
+from cmr.ages import AGE_GRAMMAR, age_ns, duration_ns, moment_ns
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -240,11 +240,16 @@ def positive_int(text: str) -> int:
 
 
 def milliseconds(text: str) -> int:
-    """Milliseconds on the command line, nanoseconds inside."""
+    """Milliseconds on the command line, or a number and its unit (``250us``, ``1.5s``, ``2m``);
+    nanoseconds inside."""
+    with_unit = duration_ns(text)
+    if with_unit is not None:
+        return with_unit
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected milliseconds, got '{text}'") from None
+        expected = "milliseconds or a number and a unit us, ms, s or m (250us, 1.5s)"
+        raise argparse.ArgumentTypeError(f"expected {expected}, got '{text}'") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more milliseconds, got '{text}'")
     return round(value * 1_000_000)

@@ -78,7 +78,7 @@ def add_query_options(parser: argparse.ArgumentParser) -> None:
         type=milliseconds,
         metavar="MS",
         dest="max_duration_ns",
-        help="took at most MS milliseconds",
+        help="took at most MS milliseconds (or a number and a unit: 250us, 1.5s, 2m)",
     )
     parser.add_argument(
         "--status",
@@ -124,7 +124,8 @@ def add_min_duration_option(parser: argparse.ArgumentParser) -> None:
         type=milliseconds,
         metavar="MS",
         dest="min_duration_ns",
-        help="took at least MS milliseconds (fractions allowed; sequences not ended are left out)",
+        help="took at least MS milliseconds (fractions allowed, or a number and a unit: 250us, "
+        "1.5s, 2m; sequences not ended are left out)",
     )
 
 

@@ -195,6 +195,8 @@ def test_a_bad_prefix_is_one_line_and_exit_1(repo, capsys, prefix, message):
         ["show", "ab12", "--depth", "two"],
         ["show", "ab12", "--min-duration", "-0.5"],
         ["show", "ab12", "--min-duration", "nan"],
+        ["ls", "--min-duration", "12h"],  # a duration's units: us, ms, s, m
+        ["ls", "--max-duration", "-3ms"],
         ["ls", "--limit", "-3"],
         ["show"],
         ["frobnicate"],

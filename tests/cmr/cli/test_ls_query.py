@@ -47,6 +47,10 @@ def test_each_option_selects_what_it_says(repo, capsys):
     assert listed(capsys, repo, "--root", "shop.check*") == [SLOW.hex(), FAST.hex()]
     assert listed(capsys, repo, "--min-duration", "100") == [SLOW.hex()]
     assert listed(capsys, repo, "--max-duration", "19.5") == [FAILED.hex()]
+    # A number alone is milliseconds; with a unit, that unit.
+    assert listed(capsys, repo, "--min-duration", "0.1s") == [SLOW.hex()]
+    assert listed(capsys, repo, "--min-duration", "100000us") == [SLOW.hex()]
+    assert listed(capsys, repo, "--max-duration", "19.5ms") == [FAILED.hex()]
     assert listed(capsys, repo, "--status", "error") == [FAILED.hex()]
     assert listed(capsys, repo, "--status", "complete") == [SLOW.hex(), FAST.hex()]
     assert listed(capsys, repo, "--host", "testhost", "--limit", "1") == [FAILED.hex()]
