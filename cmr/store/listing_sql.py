@@ -49,9 +49,9 @@ class Dialect:
     #: The band of a duration (``{0}``) its duration index leads with (``DURATION_BAND``), or
     #: None: the index is by the duration itself.
     band: str | None = None
-    #: Whether single rows (``cmr.store.single_rows``) are kept out of the root and duration
-    #: indexes (SQLite: ``sequences_by_root`` and ``sequences_by_duration`` are partial, and a
-    #: page of single rows is read by their blocks, ``cmr.store.sqlite.blocks``).
+    #: Whether single rows (``cmr.store.single_rows``) are kept out of the start, root and
+    #: duration indexes (SQLite: those are partial, and a page's single rows are read by their
+    #: blocks, ``cmr.store.sqlite.blocks``).
     singles_apart: bool = False
 
     def __call__(self, name: str) -> str:
