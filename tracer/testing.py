@@ -50,12 +50,20 @@ class CapturedInvocation:
 class Capture:
     def __init__(self) -> None:
         self.transport = MemoryTransport()
+        #: The capture's block has ended: the tracer was shut down, which sent everything it had
+        #: recorded; what the capture holds is final.
+        self.ended = False
 
     @property
     def batches(self) -> list[wire.Batch]:
         return self.transport.batches
 
     def flush(self, timeout_s: float = 10.0) -> None:
+        """Send what the tracer recorded so far and wait for it; nothing to do once the block has
+        ended (a thread that records afterwards, a server's still finishing a request, records
+        into a tracer that no longer sends, and must not make reading the capture fail)."""
+        if self.ended:
+            return
         if not runtime.flush(timeout_s):
             raise AssertionError("the tracer did not flush within the timeout")
 
@@ -150,4 +158,5 @@ def capture(**settings: Unpack[Settings]) -> Iterator[Capture]:
         yield captured
     finally:
         runtime.shutdown()
+        captured.ended = True
         runtime.set_transport_factory(previous)
