@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import Generator, Iterable, Iterator
 
 from cmr.store.base import SequenceQuery
-from cmr.store.listing import LONGEST, PageKey, PageKind
+from cmr.store.listing import LONGEST, PageKey, PageKind, window
 from cmr.store.listing_sql import SQLITE, Plan, by_blocks, decided_conditions, window_conditions
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -42,6 +42,8 @@ Picked: TypeAlias = "tuple[bytes, int, int, int | None]"
 _Block: TypeAlias = "tuple[int, int, tuple[int, ...]]"
 _AFTER_EVERY_SEQ: Final = b"\xff" * 17
 
+#: The shortest duration a page asks when it asks none (below every duration).
+_NO_SHORTEST: Final = -(2**63)
 #: More blocks than this a duration allows, and they are read latest first until the page is
 #: full, rather than all of them gathered and sorted.
 FEW_BLOCKS: Final = 4096
@@ -193,20 +195,21 @@ def _blocks(
 ) -> Generator[_Block, None, None]:
     """The blocks a page may read, the highest bound first (the latest start, or the longest
     duration, of the rows of each that the query may want), each once."""
-    bound = "longest_ns, last_ns" if longest else "last_ns"
-    order = "longest_ns DESC, last_ns DESC" if longest else "last_ns DESC"
-    since = -(2**63) if query is None or query.since_ns is None else query.since_ns
-    until = 2**63 - 1 if query is None or query.until_ns is None else query.until_ns
+    columns = ("longest_ns", "last_ns") if longest else ("last_ns",)
+    since, until = window(query)
     if not longest:
         until = min(until, key[0])  # a row after the key starts at most there
-    params: dict[str, object] = {"since": since, "until": until, "shortest": -(2**63)}
-    if query is not None and query.min_duration_ns is not None:
-        params["shortest"] = query.min_duration_ns
+    shortest = None if query is None else query.min_duration_ns
+    params: dict[str, object] = {
+        "since": since,
+        "until": until,
+        "shortest": _NO_SHORTEST if shortest is None else shortest,
+    }
     cursors: list[sqlite3.Cursor] = []
     try:
-        if names is not None:
-            on_roots = "r.longest_ns, r.last_ns" if longest else "r.last_ns"
-            on_roots_order = "r.longest_ns DESC, r.last_ns DESC" if longest else "r.last_ns DESC"
+        if names is not None:  # each name's rows, the bound that of the name's own rows
+            on_roots = ", ".join(f"r.{column}" for column in columns)
+            on_roots_order = ", ".join(f"r.{column} DESC" for column in columns)
             for name in names:
                 cursors.append(
                     conn.execute(
@@ -225,7 +228,7 @@ def _blocks(
             )
             return
         where = "last_ns >= :since AND first_ns <= :until AND longest_ns >= :shortest"
-        if not longest and params["shortest"] != -(2**63):  # few blocks may hold what is asked
+        if not longest and shortest is not None:  # few blocks may hold what is asked
             cursors.append(
                 conn.execute(
                     "SELECT first_row, last_row, last_ns FROM single_blocks "
@@ -240,8 +243,8 @@ def _blocks(
         index = "single_blocks_by_longest" if longest else "single_blocks_by_last"
         cursors.append(
             conn.execute(
-                f"SELECT first_row, last_row, {bound} FROM single_blocks INDEXED BY {index} "
-                f"WHERE {where} ORDER BY {order}",
+                f"SELECT first_row, last_row, {', '.join(columns)} FROM single_blocks "
+                f"INDEXED BY {index} WHERE {where} ORDER BY {' DESC, '.join(columns)} DESC",
                 params,
             )
         )
