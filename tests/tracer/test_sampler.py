@@ -241,6 +241,16 @@ def test_only_active_threads_are_sampled_by_default(sampled: Capture) -> None:
     assert not {names.get(s.tid, "") for s in samples} & {"invoseq-sender", "invoseq-sampler"}
 
 
+@tracer.traced
+def busy_until_sampled() -> None:
+    """Run until the sampler thread has sampled this thread (a fixed time may pass with no tick
+    on a loaded machine: CI saw 30 ms go by unsampled), bounded."""
+    sampler, ident = _active_sampler(), threading.get_ident()
+    deadline = time.monotonic() + 60
+    while ident not in sampler._readings.pending and time.monotonic() < deadline:
+        spin(0.001)
+
+
 def test_a_threads_sample_ends_when_it_leaves_traced_calls_not_at_its_next_one(
     sampled: Capture,
 ) -> None:
@@ -252,7 +262,7 @@ def test_a_threads_sample_ends_when_it_leaves_traced_calls_not_at_its_next_one(
     def in_and_out() -> None:
         for seconds in (0.3, 0):
             started = time.perf_counter_ns()
-            busy(0.03)
+            busy_until_sampled()
             spans.append((started, time.perf_counter_ns()))
             spin(seconds)  # untraced
 
