@@ -23,7 +23,7 @@ traffic with ``single_rows.ENABLED`` off and on and compares them).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from cmr.store.single_rows import SingleRow, Written, singles
 from cmr.store.sqlite import blocks
@@ -32,6 +32,8 @@ from cmr.store.sqlite.read import in_chunks
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
     from typing import Final
+
+    from invoseq.wire import Batch
 
 #: A single-row sequence: its listing keys as ``UPSERT_SEQUENCE`` sets those of a new decided
 #: one (the root's name looked up, its end and exception), its root, thread and batch. A
@@ -62,43 +64,101 @@ _SPREAD: Final = (
 )
 
 
-def store(conn: sqlite3.Connection, written: Sequence[Written]) -> set[bytes]:
-    """Store the single-row sequences of the batches a group wrote (``written``, in the order it
-    wrote them), and move to the side tables the single-row sequences stored before that these
-    batches bring more of. The sequences stored as single rows: the caller writes the others'
-    side-table rows and summaries as before."""
-    rows = singles(written)
-    rows.sort()  # key order: pages visited once (``writes._Index``)
+class RootNames:
+    """The root names a writer has looked up or read from its batches' methods, by (puid,
+    method), kept from group to group: a group's single rows are made before its write turn
+    (``writes.plan_group``), and a root whose name is known needs no lookup in it. A method's
+    name does not change (a sender sends the same method each time; a forged one that differs
+    names the roots of this writer's later groups, as it would have until the next batch that
+    carries it). A name not found (its method not known yet) is looked up again each time.
+    Bounded: forgotten all at once past ``LIMIT`` names."""
+
+    __slots__ = ("_names",)
+
+    LIMIT: Final = 65_536
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[int, int], str] = {}
+
+    def learn(self, batches: Iterable[Batch]) -> None:
+        """The names of the methods ``batches`` carry, in order (a later one wins, as the
+        batches' rows replace each other in ``methods``)."""
+        names = self._names
+        for batch in batches:
+            puid = batch.puid
+            for m in batch.methods:
+                names[puid, m.method] = f"{m.module}.{m.qualname}" if m.module else m.qualname
+        if len(names) > self.LIMIT:
+            names.clear()
+
+    def params(self, rows: Sequence[SingleRow]) -> list[tuple[object, ...]] | None:
+        """``INSERT_SINGLE``'s parameters for ``rows``, or None when a root's name is not known
+        (``looked_up`` then, in the write turn)."""
+        names = self._names
+        if not all(key in names for key in {(row[3], row[4]) for row in rows}):
+            return None
+        return [(*row[:3], names[row[3], row[4]], *row[5:]) for row in rows]
+
+    def looked_up(
+        self, conn: sqlite3.Connection, rows: Sequence[SingleRow]
+    ) -> list[tuple[object, ...]]:
+        """``params`` for ``rows``, the names not known looked up (a few a group)."""
+        names = self._names
+        found: dict[tuple[int, int], str | None] = {}
+        for root in {(row[3], row[4]) for row in rows}:
+            name = names.get(root)
+            if name is None:
+                looked = conn.execute(_ROOT_NAME, root).fetchone()
+                name = None if looked is None else looked[0]
+                if name is not None:
+                    names[root] = name
+            found[root] = name
+        return [(*row[:3], found[row[3], row[4]], *row[5:]) for row in rows]
+
+
+class Planned:
+    """A group's single rows, made before its write turn for every batch of the group: the
+    rows in key order, their ``INSERT_SINGLE`` parameters when every root's name was known
+    (None: looked up in the turn), their sequences, and the group's other sequences (which may
+    be single rows stored before: ``store`` moves them). Without ``names``, no single row (the
+    side tables take every sequence: ``single_rows.ENABLED`` off)."""
+
+    __slots__ = ("others", "params", "rows", "seqs")
+
+    def __init__(self, written: Sequence[Written], names: RootNames | None) -> None:
+        rows = singles(written) if names is not None else []
+        rows.sort()  # key order: pages visited once (``writes._index_rows``)
+        self.rows = rows
+        self.params = names.params(rows) if names is not None and rows else None
+        self.seqs = {row[0] for row in rows}
+        self.others = {seq for _puid, _batch_no, packed in written for seq in packed.seqs}
+        self.others -= self.seqs
+
+
+def store(conn: sqlite3.Connection, planned: Planned, names: RootNames) -> set[bytes]:
+    """Store the single rows ``planned`` for the batches a group wrote, and move to the side
+    tables the single-row sequences stored before that these batches bring more of. The
+    sequences stored as single rows: the caller writes the others' side-table rows and summaries
+    as before."""
+    rows = planned.rows
     inserted = 0
     if rows:
-        names = _root_names(conn, {(row[3], row[4]) for row in rows})
+        params = planned.params
+        if params is None:
+            params = names.looked_up(conn, rows)
         (last_row,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM sequences").fetchone()
         before = conn.total_changes
-        conn.executemany(
-            INSERT_SINGLE, [(*row[:3], names[row[3], row[4]], *row[5:]) for row in rows]
-        )
+        conn.executemany(INSERT_SINGLE, params)
         inserted = conn.total_changes - before
         if inserted:  # their rowids follow the last one
             blocks.record(conn, last_row + 1, last_row + inserted)
-    stored = {row[0] for row in rows}
+    stored, others = planned.seqs, planned.others
     if inserted != len(rows):  # some were stored before: not single rows
-        stored -= _stored_before(conn, rows)
-    others = {seq for _puid, _batch_no, packed in written for seq in packed.seqs}
-    others -= stored
+        before_now = _stored_before(conn, rows)
+        stored, others = stored - before_now, others | before_now
     if others:
         spread(conn, _among_singles(conn, sorted(others)))
     return stored
-
-
-def _root_names(
-    conn: sqlite3.Connection, roots: set[tuple[int, int]]
-) -> dict[tuple[int, int], str | None]:
-    """The names of the roots ``roots`` (puid, method): a few a group."""
-    names: dict[tuple[int, int], str | None] = {}
-    for root in roots:
-        found = conn.execute(_ROOT_NAME, root).fetchone()
-        names[root] = None if found is None else found[0]
-    return names
 
 
 def spread(conn: sqlite3.Connection, seqs: Sequence[bytes]) -> None:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from cmr.store.batch_index import PackingStore, Preparation
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.reader import BUSY_TIMEOUT_MS, SQLiteReader
-from cmr.store.sqlite.writes import write_group
+from cmr.store.sqlite.single import RootNames
+from cmr.store.sqlite.writes import GroupPlan, write_group
 
 if TYPE_CHECKING:
     from cmr.store.base import OnStep, Outcome, PruneResult
@@ -34,6 +35,7 @@ class SQLiteStore(PackingStore, SQLiteReader):
     ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
 
     _turns: WriterTurns | None = None
+    _names: RootNames | None = None  # made at the first group (``single.RootNames``)
 
     def share_writes(self) -> None:
         """Other processes store into this file at the same time (``cmr serve --workers``):
@@ -46,12 +48,16 @@ class SQLiteStore(PackingStore, SQLiteReader):
     def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:
         outcomes = list(group.outcomes)
         if group.prepared:
+            names = self._names
+            if names is None:
+                names = self._names = RootNames()
+            plan = GroupPlan(group.in_write_order(), names)  # before the turn: no database
             turns = self._turns
             with (
                 turns.turn() if turns is not None else contextlib.nullcontext(),
                 self._transaction("BEGIN IMMEDIATE") as conn,
             ):
-                write_group(conn, group.in_write_order(), outcomes, received_ns)
+                write_group(conn, plan, outcomes, received_ns, names)
         return outcomes
 
     def record_rejected(self, reason: str, count: int = 1) -> None:

@@ -57,7 +57,7 @@ def store(conn: sqlite3.Connection, group: GroupParts, singles: Container[bytes]
             "DELETE FROM open_calls WHERE puid = ? AND iid = ?",
             [(puid, iid) for puid, iid, _end, _error in group.late_ends],
         )
-    parts.roots.sort()  # rows in key order land on pages in order (``writes._Index``)
+    parts.roots.sort()  # rows in key order land on pages in order (``writes._index_rows``)
     _store_parts(conn, parts)
     first_start = group.first_start
     sequences = [

@@ -1,74 +1,116 @@
 """A group commit's rows in the SQLite backend (``SQLiteStore.ingest_prepared``): each batch's blob
 and index, then the group's sequence summaries once, then the counters; on a connection inside
-the transaction the caller holds."""
+the transaction the caller holds.
+
+What needs no database is made before the transaction (``GroupPlan``): with ``cmr serve
+--workers`` the writers take turns (``cmr.store.sqlite.turns``), and a group's rows are made
+while another worker writes (issue 33: the turn bounded the workers' rate, and a fifth of it
+was Python making rows)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 from cmr.store import single_rows
 from cmr.store.base import Outcome
 from cmr.store.batch_index import Prepared, write_each
-from cmr.store.grouping import group_parts
+from cmr.store.grouping import GroupParts, group_parts
 from cmr.store.rules import lost_rows, lost_window_rows
+from cmr.store.single_rows import Written
 from cmr.store.sqlite import single
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.samples import store_samples
 from cmr.store.sqlite.statements import UPSERT_PROCESS
+from cmr.store.summaries import without_singles
+
+INSERT_INDEX = "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?, ?)"
+#: A ``batch_seqs`` row: seq, puid, batch_no, the methods the sequence ran in the batch.
+IndexRow = tuple[bytes, int, int, bytes | None]
+
+
+class GroupPlan:
+    """A group's rows made before its transaction, for every batch of the group as prepared
+    (in write order): its single rows (``single.Planned``), its other sequences' index rows
+    and summary parts. ``write_group`` makes them again for the batches it wrote when one was
+    stored before, or for the single rows it stored when one of them was (both rare: a batch
+    sent twice)."""
+
+    __slots__ = ("index_rows", "parts", "prepared", "singles")
+
+    def __init__(self, prepared: list[Prepared], names: single.RootNames | None) -> None:
+        self.prepared = prepared
+        written = [(ready.batch.puid, ready.batch.batch_no, ready.packed) for ready in prepared]
+        if names is not None:
+            names.learn(ready.batch for ready in prepared)
+        self.singles = single.Planned(written, names if single_rows.ENABLED else None)
+        self.index_rows, self.parts = _side(written, self.singles.seqs)
+
+
+def _side(
+    written: Sequence[Written], singles: Container[bytes]
+) -> tuple[list[IndexRow], GroupParts]:
+    """The index rows and summary parts of the sequences of ``written`` but ``singles``."""
+    rows: list[IndexRow] = []
+    for puid, batch_no, packed in written:
+        rows += _index_rows(
+            puid, batch_no, [s for s in packed.seqs if s not in singles], packed.seq_methods
+        )
+    rows.sort()  # keys are distinct: a batch is written once
+    parts = group_parts([packed for _puid, _batch_no, packed in written])
+    if singles:
+        parts = GroupParts(
+            without_singles(parts.summary, singles), parts.first_start, parts.late_ends
+        )
+    return rows, parts
 
 
 def write_group(
-    conn: sqlite3.Connection, prepared: list[Prepared], outcomes: list[Outcome], received_ns: int
+    conn: sqlite3.Connection,
+    plan: GroupPlan,
+    outcomes: list[Outcome],
+    received_ns: int,
+    names: single.RootNames,
 ) -> None:
-    """Write the ``prepared`` batches, each one's outcome set in ``outcomes`` (False: it was
-    stored before, and nothing of it is written again)."""
-    index = _Index()
-    written = write_each(prepared, outcomes, lambda ready: _write(conn, ready, received_ns, index))
-    singles = single.store(conn, index.written) if written and single_rows.ENABLED else set()
-    index.write(conn, singles)
-    if written:  # after every late End: a sequence several batches carry, once
-        sqlite_summaries.store(conn, group_parts(written), singles)
-    stored, events = len(written), sum(packed.events for packed in written)
+    """Write the batches ``plan`` prepared, each one's outcome set in ``outcomes`` (False: it
+    was stored before, and nothing of it is written again)."""
+    written = write_each(plan.prepared, outcomes, lambda ready: _write(conn, ready, received_ns))
+    if len(written) != len(plan.prepared):  # some were stored before
+        plan = GroupPlan([ready for ready in plan.prepared if outcomes[ready.at] is True], names)
+    if written:
+        planned = plan.singles
+        stored = single.store(conn, planned, names) if single_rows.ENABLED else planned.seqs
+        index_rows, parts = plan.index_rows, plan.parts
+        if stored is not planned.seqs:  # some single rows were stored before
+            batches = [(r.batch.puid, r.batch.batch_no, r.packed) for r in plan.prepared]
+            index_rows, parts = _side(batches, stored)
+        conn.executemany(INSERT_INDEX, index_rows)
+        # after every late End: a sequence several batches carry, once
+        sqlite_summaries.store(conn, parts)
+    stored_batches, events = len(written), sum(packed.events for packed in written)
     conn.executemany(  # once per group: one row each, however many batches
         "UPDATE counters SET value = value + ? WHERE name = ?",
-        ((stored, "batches"), (events, "events")),
+        ((stored_batches, "batches"), (events, "events")),
     )
 
 
-class _Index:
-    """The index rows of a group's batches (``write_index``), written together in key order:
-    rows keyed by a random sequence id land on pages in order, each page visited once, instead
-    of a page a row (issue 33: a batch of short sequences carries hundreds)."""
-
-    __slots__ = ("rows", "written")
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[bytes, int, int, bytes | None]] = []
-        #: The group's batches, their rows not added yet.
-        self.written: list[single_rows.Written] = []
-
-    def add(
-        self, puid: int, batch_no: int, seqs: Iterable[bytes], seq_methods: Mapping[bytes, bytes]
-    ) -> None:
-        methods = seq_methods.get
-        self.rows += [(seq, puid, batch_no, methods(seq)) for seq in seqs]
-
-    def write(self, conn: sqlite3.Connection, singles: Container[bytes] = ()) -> None:
-        """The rows added and those of the batches ``written``, but the sequences stored as
-        single rows (``singles``: ``cmr.store.sqlite.single``)."""
-        for puid, batch_no, packed in self.written:
-            seqs = packed.seqs
-            self.add(puid, batch_no, [s for s in seqs if s not in singles], packed.seq_methods)
-        self.rows.sort()  # keys are distinct: a batch is written once
-        conn.executemany("INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?, ?)", self.rows)
+def _index_rows(
+    puid: int, batch_no: int, seqs: Iterable[bytes], seq_methods: Mapping[bytes, bytes]
+) -> list[IndexRow]:
+    """Which sequences batch ``batch_no`` of ``puid`` holds (``seqs``), and the methods each ran
+    in it (``seq_methods``: a msgpack array each, for those of ``seqs`` with Starts in it): rows
+    written together in key order, so that rows keyed by a random sequence id land on pages in
+    order, each page visited once, instead of a page a row (issue 33: a batch of short
+    sequences carries hundreds)."""
+    methods = seq_methods.get
+    return [(seq, puid, batch_no, methods(seq)) for seq in seqs]
 
 
-def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int, index: _Index) -> bool:
+def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int) -> bool:
     """One batch's rows but its index and its sequences' summaries, inside the caller's
     transaction (False: it was stored before); the caller stores the index and the summaries of
-    the group (``index``, its rows added here) and counts what it stored."""
+    the group and counts what it stored."""
     batch, packed, samples = ready.batch, ready.packed, ready.samples
     process = batch.process
     puid = batch.puid
@@ -113,7 +155,6 @@ def _write(conn: sqlite3.Connection, ready: Prepared, received_ns: int, index: _
             "INSERT OR REPLACE INTO threads VALUES (?, ?, ?, ?)",
             [(puid, t.tid, t.native_id, t.name) for t in batch.threads],
         )
-    index.written.append((puid, batch_no, packed))
     # First write wins for an event key: a replayed or forged duplicate changes nothing.
     if packed.late_ends:
         conn.executemany("INSERT OR IGNORE INTO late_ends VALUES (?, ?, ?, ?)", packed.late_ends)
@@ -141,6 +182,6 @@ def write_index(
 ) -> None:
     """Which sequences batch ``batch_no`` of ``puid`` holds (``seqs``), and the methods each ran
     in it (``seq_methods``: a msgpack array each, for those of ``seqs`` with Starts in it)."""
-    index = _Index()
-    index.add(puid, batch_no, seqs, seq_methods)
-    index.write(conn)
+    rows = _index_rows(puid, batch_no, seqs, seq_methods)
+    rows.sort()
+    conn.executemany(INSERT_INDEX, rows)
