@@ -101,7 +101,7 @@ def run(settings: Settings) -> CaseResult:
                 ingest = Ingest(repository)
                 frames = encoded.frames
                 started = time.perf_counter()
-                _store_grouped(ingest, frames)
+                store_grouped(ingest, frames)
                 elapsed = time.perf_counter() - started
                 if repository.stats().events != encoded.events:
                     raise RuntimeError("the repository did not store every event")
@@ -210,7 +210,7 @@ def _grown_row(series: dict[str, list[float]], grown: int, sequences: int) -> Ro
     )
 
 
-def _store_grouped(ingest: Ingest, frames: list[list[bytes]]) -> None:
+def store_grouped(ingest: Ingest, frames: list[list[bytes]]) -> None:
     """``frames`` handed to ``ingest`` ``GROUP_BATCHES`` at a time, as ``cmr serve`` takes what
     waits on its socket."""
     for at in range(0, len(frames), GROUP_BATCHES):
@@ -232,7 +232,7 @@ def _grown_file(path: Path, sequences: int) -> tuple[Path, int]:
             traffic = synthetic.short_requests(
                 count, 1, first_puid=1 + 4 * part, durations=durations, first_ns=end_ns
             )
-            _store_grouped(ingest, traffic.frames)
+            store_grouped(ingest, traffic.frames)
             end_ns = traffic.end_ns + synthetic.STEP_NS
     finally:
         repository.close()

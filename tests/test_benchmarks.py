@@ -19,9 +19,9 @@ from benchmarks.postgres import PG_ENV
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_benchmarks(*args: str) -> subprocess.CompletedProcess[str]:
+def run_benchmarks(*args: str, module: str = "benchmarks") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -112,6 +112,20 @@ def test_the_sequences_case_counts_sequences_per_store_and_shape(tmp_path: Path)
         assert row["value"] > 0
         assert row["ratio"] == row["value"] / row["baseline"]
         assert [v["target"] for v in row["verdicts"]] == ["issue 33"]
+
+
+def test_a_chunk_of_the_sequences_case_runs_alone_for_comparing_checkouts() -> None:
+    module = "benchmarks.chunks"
+    done = run_benchmarks(
+        "--workers", "0", "--chunks", "2", "--sequences", "300", "--calls", "10", module=module
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("10-call, --workers 0: ")
+    assert done.stdout.count("k ") == 2
+    assert "median" in done.stdout
+    refused = run_benchmarks("--chunks", "0", module=module)
+    assert refused.returncode == 2
+    assert "--chunks" in refused.stderr
 
 
 @pytest.mark.system

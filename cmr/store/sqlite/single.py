@@ -67,7 +67,7 @@ _SPREAD: Final = (
 class RootNames:
     """The root names a writer has looked up or read from its batches' methods, by (puid,
     method), kept from group to group: a group's single rows are made before its write turn
-    (``writes.plan_group``), and a root whose name is known needs no lookup in it. A method's
+    (``writes.GroupPlan``), and a root whose name is known needs no lookup in it. A method's
     name does not change (a sender sends the same method each time; a forged one that differs
     names the roots of this writer's later groups, as it would have until the next batch that
     carries it). A name not found (its method not known yet) is looked up again each time.

@@ -25,6 +25,7 @@ from cmr.store.sqlite.samples import store_samples
 from cmr.store.sqlite.statements import UPSERT_PROCESS
 from cmr.store.summaries import without_singles
 
+#: A group's index rows (``batch_seqs``), written in key order (``_index_rows``).
 INSERT_INDEX = "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?, ?)"
 #: A ``batch_seqs`` row: seq, puid, batch_no, the methods the sequence ran in the batch.
 IndexRow = tuple[bytes, int, int, bytes | None]
@@ -39,11 +40,10 @@ class GroupPlan:
 
     __slots__ = ("index_rows", "parts", "prepared", "singles")
 
-    def __init__(self, prepared: list[Prepared], names: single.RootNames | None) -> None:
+    def __init__(self, prepared: list[Prepared], names: single.RootNames) -> None:
         self.prepared = prepared
         written = [(ready.batch.puid, ready.batch.batch_no, ready.packed) for ready in prepared]
-        if names is not None:
-            names.learn(ready.batch for ready in prepared)
+        names.learn(ready.batch for ready in prepared)
         self.singles = single.Planned(written, names if single_rows.ENABLED else None)
         self.index_rows, self.parts = _side(written, self.singles.seqs)
 
