@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from cmr.store.base import SequenceQuery
 from cmr.store.listing import LONGEST, PageKey, PageKind, window
@@ -65,9 +65,38 @@ _ZONES: Final = """
     WHERE rowid BETWEEN ? AND ? GROUP BY root_name"""
 
 
-def record(conn: sqlite3.Connection, first_row: int, last_row: int) -> None:
-    """The block of the single rows just inserted with rowids ``first_row`` to ``last_row``."""
-    zones = conn.execute(_ZONES, (first_row, last_row)).fetchall()
+#: A block's zones (as ``_ZONES`` reads them: root name, earliest start, latest start, longest
+#: duration) and the (puid, batch_no) of its rows' batches.
+Zones: TypeAlias = "tuple[list[tuple[str | None, int, int, int]], set[tuple[int, int]]]"
+
+
+def zones_of(rows: Iterable[Sequence[Any]]) -> Zones:
+    """The zones and batches of the single rows ``rows`` (``single.INSERT_SINGLE``'s parameters:
+    seq, start, invocations, root name, end, error, puid, tid, iid, method, batch, methods), as
+    ``record`` would read them back once inserted: made before the write turn."""
+    zones: dict[str | None, list[int]] = {}
+    batches: set[tuple[int, int]] = set()
+    for row in rows:
+        start, name, duration = row[1], row[3], row[4] - row[1]
+        zone = zones.get(name)
+        if zone is None:
+            zones[name] = [start, start, duration]
+        else:
+            if start < zone[0]:
+                zone[0] = start
+            elif start > zone[1]:
+                zone[1] = start
+            zone[2] = max(zone[2], duration)
+        batches.add((row[6], row[10]))
+    return [(name, z[0], z[1], z[2]) for name, z in zones.items()], batches
+
+
+def record(
+    conn: sqlite3.Connection, first_row: int, last_row: int, known: Zones | None = None
+) -> None:
+    """The block of the single rows just inserted with rowids ``first_row`` to ``last_row``;
+    ``known``: their zones and batches (``zones_of``), else read back."""
+    zones = conn.execute(_ZONES, (first_row, last_row)).fetchall() if known is None else known[0]
     first = min(zone[1] for zone in zones)
     last = max(zone[2] for zone in zones)
     longest = max(zone[3] for zone in zones)
@@ -76,7 +105,13 @@ def record(conn: sqlite3.Connection, first_row: int, last_row: int) -> None:
         _BLOCK_ROOT,
         [(name, latest, first_row, slowest) for name, _first, latest, slowest in zones if name],
     )
-    conn.execute(_BLOCK_BATCHES, (first_row, last_row, first_row, last_row))
+    if known is None:
+        conn.execute(_BLOCK_BATCHES, (first_row, last_row, first_row, last_row))
+    else:
+        conn.executemany(
+            "INSERT INTO single_block_batches VALUES (?, ?, ?, ?)",
+            [(puid, batch_no, first_row, last_row) for puid, batch_no in sorted(known[1])],
+        )
 
 
 def prune(conn: sqlite3.Connection, before_ns: int) -> None:

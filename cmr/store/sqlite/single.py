@@ -123,13 +123,15 @@ class Planned:
     be single rows stored before: ``store`` moves them). Without ``names``, no single row (the
     side tables take every sequence: ``single_rows.ENABLED`` off)."""
 
-    __slots__ = ("others", "params", "rows", "seqs")
+    __slots__ = ("others", "params", "rows", "seqs", "zones")
 
     def __init__(self, written: Sequence[Written], names: RootNames | None) -> None:
         rows = singles(written) if names is not None else []
         rows.sort()  # key order: pages visited once (``writes._index_rows``)
         self.rows = rows
         self.params = names.params(rows) if names is not None and rows else None
+        #: The block's zones and batches (``blocks.zones_of``), when every name is known.
+        self.zones = None if self.params is None else blocks.zones_of(self.params)
         self.seqs = {row[0] for row in rows}
         self.others = {seq for _puid, _batch_no, packed in written for seq in packed.seqs}
         self.others -= self.seqs
@@ -151,7 +153,8 @@ def store(conn: sqlite3.Connection, planned: Planned, names: RootNames) -> set[b
         conn.executemany(INSERT_SINGLE, params)
         inserted = conn.total_changes - before
         if inserted:  # their rowids follow the last one
-            blocks.record(conn, last_row + 1, last_row + inserted)
+            known = planned.zones if inserted == len(rows) else None  # else: some skipped
+            blocks.record(conn, last_row + 1, last_row + inserted, known)
     stored, others = planned.seqs, planned.others
     if inserted != len(rows):  # some were stored before: not single rows
         before_now = _stored_before(conn, rows)

@@ -5,6 +5,7 @@ group holding a batch stored before stores the rest as a group without it would.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from cmr.store import open_store
@@ -14,6 +15,7 @@ from cmr.store.sqlite.store import SQLiteStore
 from invoseq import wire
 from tests.cmr.conftest import make_batch
 from tests.cmr.store.records import repository_rows, seq_id, single_row_count, start
+from tests.cmr.store.request_traffic import RequestTraffic, ingest
 
 ms = 1_000_000
 
@@ -141,3 +143,40 @@ def test_a_group_of_one_process_names_every_root_of_its_methods(tmp_path: Path) 
         assert named == [("app.new",)]
     finally:
         store.close()
+
+
+def test_blocks_made_before_the_turn_describe_the_rows_as_read_back(tmp_path: Path) -> None:
+    """A block's zones and batches come from the plan (``blocks.zones_of``), or are read back
+    from its rows when some were skipped: either way, what the rows in its range say."""
+    traffic = RequestTraffic(random.Random(54))
+    path = str(tmp_path / "cmr.sqlite")
+    store = open_store(path)
+    try:
+        ingest(store, [traffic.group(later=False) for _ in range(12)], True)
+    finally:
+        store.close()
+    blocks = repository_rows(path, "SELECT * FROM single_blocks ORDER BY first_row")
+    assert len(blocks) == 12
+    for first_row, last_row, first_ns, last_ns, longest_ns in blocks:
+        rows = f"FROM sequences WHERE rowid BETWEEN {first_row} AND {last_row}"
+        zones = repository_rows(
+            path,
+            f"SELECT root_name, max(start_ns), max(end_ns - start_ns) {rows} "
+            "AND root_name IS NOT NULL GROUP BY root_name ORDER BY 1",
+        )
+        assert zones == repository_rows(
+            path,
+            "SELECT root_name, last_ns, longest_ns FROM single_block_roots "
+            f"WHERE first_row = {first_row} ORDER BY 1",
+        )
+        assert repository_rows(
+            path, f"SELECT min(start_ns), max(start_ns), max(end_ns - start_ns) {rows}"
+        ) == [(first_ns, last_ns, longest_ns)]
+        assert repository_rows(
+            path,
+            f"SELECT DISTINCT one_puid, one_batch {rows} AND one_batch IS NOT NULL ORDER BY 1, 2",
+        ) == repository_rows(
+            path,
+            "SELECT puid, batch_no FROM single_block_batches "
+            f"WHERE first_row = {first_row} ORDER BY 1, 2",
+        )
