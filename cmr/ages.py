@@ -21,13 +21,14 @@ DURATION_UNITS: Final = {"us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 
 _DURATION: Final = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(us|ms|s|m)$")
 
 
-def duration_ns(text: str) -> int | None:
-    """A duration with its unit (``250us``, ``12ms``, ``1.5s``, ``2m``) in nanoseconds; None
-    when ``text`` is not one."""
+def duration_ns(text: str) -> float | None:
+    """A duration with its unit (``250us``, ``12ms``, ``1.5s``, ``2m``) in nanoseconds, not yet
+    rounded (the caller bounds it: a number of hundreds of digits is infinite); None when
+    ``text`` is not one."""
     match = _DURATION.match(text.strip())
     if match is None:
         return None
-    return round(float(match.group(1)) * DURATION_UNITS[match.group(2)])
+    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
 
 
 def age_ns(text: str) -> int | None:

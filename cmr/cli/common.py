@@ -239,20 +239,25 @@ def positive_int(text: str) -> int:
     return _whole_number(text, 1)
 
 
+#: The longest duration a query may name: a repository's times are signed 64-bit nanoseconds.
+_LONGEST_NS: Final = 2**63 - 1
+
+
 def milliseconds(text: str) -> int:
     """Milliseconds on the command line, or a number and its unit (``250us``, ``1.5s``, ``2m``);
     nanoseconds inside."""
-    with_unit = duration_ns(text)
-    if with_unit is not None:
-        return with_unit
-    try:
-        value = float(text)
-    except ValueError:
-        expected = "milliseconds or a number and a unit us, ms, s or m (250us, 1.5s)"
-        raise argparse.ArgumentTypeError(f"expected {expected}, got '{text}'") from None
-    if not math.isfinite(value) or value < 0:
+    ns = duration_ns(text)
+    if ns is None:
+        try:
+            ns = float(text) * 1_000_000
+        except ValueError:
+            expected = "milliseconds or a number and a unit us, ms, s or m (250us, 1.5s)"
+            raise argparse.ArgumentTypeError(f"expected {expected}, got '{text}'") from None
+    if not math.isfinite(ns) or ns < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more milliseconds, got '{text}'")
-    return round(value * 1_000_000)
+    if ns > _LONGEST_NS:  # a repository's times are signed 64-bit nanoseconds
+        raise argparse.ArgumentTypeError(f"must be at most 292 years, got '{text}'")
+    return round(ns)
 
 
 def examples_epilog(*lines: str) -> str:

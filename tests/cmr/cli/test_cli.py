@@ -197,6 +197,8 @@ def test_a_bad_prefix_is_one_line_and_exit_1(repo, capsys, prefix, message):
         ["show", "ab12", "--min-duration", "nan"],
         ["ls", "--min-duration", "12h"],  # a duration's units: us, ms, s, m
         ["ls", "--max-duration", "-3ms"],
+        ["ls", "--min-duration", "9" * 400 + "ms"],  # infinite once a float
+        ["ls", "--max-duration", "1e300"],  # beyond 64-bit nanoseconds
         ["ls", "--limit", "-3"],
         ["show"],
         ["frobnicate"],
