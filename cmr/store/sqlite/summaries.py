@@ -5,7 +5,6 @@ connection inside a transaction the caller holds (``SQLiteStore``)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Container
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.listing import LONGEST, PageKey, PageKind
@@ -29,7 +28,6 @@ from cmr.store.summaries import (
     backfilled,
     summary_from,
     waiting_on,
-    without_singles,
 )
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -37,13 +35,13 @@ if TYPE_CHECKING:  # the write side's (a listing reads summaries without the ing
     from cmr.store.grouping import GroupParts
 
 
-def store(conn: sqlite3.Connection, group: GroupParts, singles: Container[bytes] = ()) -> None:
-    """Add the parts of the batches a transaction stored (``grouping.group_parts``), after their
-    late Ends are stored (they close open invocations, and set the end of a sequence whose root
-    they end). Each sequence is written last, once, with its listing keys from its root
-    candidate as it now stands; but those stored as single rows (``singles``,
-    ``cmr.store.sqlite.single``: theirs are written)."""
-    parts = without_singles(group.summary, singles)
+def store(conn: sqlite3.Connection, group: GroupParts) -> None:
+    """Add the parts of the batches a transaction stored (``grouping.group_parts``, without the
+    sequences stored as single rows: ``writes.GroupPlan``), after their late Ends are stored
+    (they close open invocations, and set the end of a sequence whose root they end). Each
+    sequence is written last, once, with its listing keys from its root candidate as it now
+    stands."""
+    parts = group.summary
     counts = parts.counts
     if group.late_ends:
         conn.executemany(

@@ -38,14 +38,14 @@ class GroupPlan:
     stored before, or for the single rows it stored when one of them was (both rare: a batch
     sent twice)."""
 
-    __slots__ = ("index_rows", "parts", "prepared", "singles")
+    __slots__ = ("index_rows", "parts", "prepared", "singles", "written")
 
     def __init__(self, prepared: list[Prepared], names: single.RootNames) -> None:
         self.prepared = prepared
-        written = [(ready.batch.puid, ready.batch.batch_no, ready.packed) for ready in prepared]
+        self.written = [(r.batch.puid, r.batch.batch_no, r.packed) for r in prepared]
         names.learn(ready.batch for ready in prepared)
-        self.singles = single.Planned(written, names if single_rows.ENABLED else None)
-        self.index_rows, self.parts = _side(written, self.singles.seqs)
+        self.singles = single.Planned(self.written, names if single_rows.ENABLED else None)
+        self.index_rows, self.parts = _side(self.written, self.singles.seqs)
 
 
 def _side(
@@ -83,8 +83,7 @@ def write_group(
         stored = single.store(conn, planned, names) if single_rows.ENABLED else planned.seqs
         index_rows, parts = plan.index_rows, plan.parts
         if stored is not planned.seqs:  # some single rows were stored before
-            batches = [(r.batch.puid, r.batch.batch_no, r.packed) for r in plan.prepared]
-            index_rows, parts = _side(batches, stored)
+            index_rows, parts = _side(plan.written, stored)
         conn.executemany(INSERT_INDEX, index_rows)
         # after every late End: a sequence several batches carry, once
         sqlite_summaries.store(conn, parts)
