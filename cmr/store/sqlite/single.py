@@ -23,7 +23,7 @@ traffic with ``single_rows.ENABLED`` off and on and compares them).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from cmr.store.single_rows import SingleRow, Written, singles
 from cmr.store.sqlite import blocks
@@ -37,12 +37,13 @@ if TYPE_CHECKING:
 
 #: A single-row sequence: its listing keys as ``UPSERT_SEQUENCE`` sets those of a new decided
 #: one (the root's name looked up, its end and exception), its root, thread and batch. A
-#: sequence stored before is left as it is (the caller finds it and writes it as before).
+#: sequence stored before is left as it is (the caller finds it and writes it as before). Its
+#: parameters are ``_bound``'s: an exception that is not there comes as 0, made NULL here.
 INSERT_SINGLE: Final = """
     INSERT INTO sequences (
         seq, start_ns, invocations, root_name, end_ns, error,
         one_puid, one_tid, one_iid, one_method, one_batch, one_methods)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    VALUES (?, ?, ?, ?, ?, nullif(?, 0), ?, ?, ?, ?, ?, ?)
     ON CONFLICT (seq) DO NOTHING"""
 #: A root's name as a listing line shows it (NULL: its method is not known).
 _ROOT_NAME: Final = """
@@ -97,7 +98,7 @@ class RootNames:
         names = self._names
         if not all(key in names for key in {(row[3], row[4]) for row in rows}):
             return None
-        return [(*row[:3], names[row[3], row[4]], *row[5:]) for row in rows]
+        return _bound(rows, names)
 
     def looked_up(
         self, conn: sqlite3.Connection, rows: Sequence[SingleRow]
@@ -113,7 +114,35 @@ class RootNames:
                 if name is not None:
                     names[root] = name
             found[root] = name
-        return [(*row[:3], found[row[3], row[4]], *row[5:]) for row in rows]
+        return _bound(rows, found)
+
+
+def _bound(
+    rows: Sequence[SingleRow], name_of: Mapping[tuple[int, int], str | None]
+) -> list[tuple[object, ...]]:
+    """``INSERT_SINGLE``'s parameters for ``rows``, each root named by ``name_of``. The sqlite3
+    module binds an int, a float, a str or a bytearray as it is, but looks for an adapter for
+    anything else, bytes and None included (a tuple made, a dict lookup and two attribute
+    lookups: about a third of the insert of a row whose id, methods and missing exception took
+    it; issue 33). So the id and the methods are bound as bytearrays (the same BLOBs) and a
+    missing exception as 0, which the statement makes NULL (an exception is a str, never 0)."""
+    return [
+        (
+            bytearray(row[0]),
+            row[1],
+            row[2],
+            name_of[row[3], row[4]],
+            row[5],
+            0 if row[6] is None else row[6],
+            row[7],
+            row[8],
+            row[9],
+            row[10],
+            row[11],
+            bytearray(row[12]),
+        )
+        for row in rows
+    ]
 
 
 class Planned:
