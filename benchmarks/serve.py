@@ -26,8 +26,9 @@ from benchmarks.processes import clean_environment
 from cmr.defaults import READY_PREFIX
 
 NAME: Final = "serve"
-#: Batches in flight, unacknowledged, at most (the sender's default window).
-WINDOW: Final = 16
+#: Batches in flight, unacknowledged, at most: the sender's default window
+#: (``tracer.config.Config.max_inflight_batches``; tests/test_benchmarks.py holds them equal).
+WINDOW: Final = 64
 #: The longest a chunk may take (the server is then stopped and the case fails).
 CHUNK_TIMEOUT_S: Final = 120.0
 

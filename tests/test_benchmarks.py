@@ -5,6 +5,7 @@ Timings are never asserted (they depend on the machine); the shape of the result
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import serve
 from benchmarks.harness import Row, Target
 from benchmarks.postgres import PG_ENV
+from tracer.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,6 +132,13 @@ def test_a_chunk_of_the_sequences_case_runs_alone_for_comparing_checkouts() -> N
 
 
 @pytest.mark.system
+def test_served_chunks_keep_as_many_batches_unacknowledged_as_the_sender_does() -> None:
+    """The serve and sequences cases' client stands for traced processes: its window is the
+    sender's default (a smaller one made the workers' groups smaller than real traffic's)."""
+    (window,) = [f.default for f in dataclasses.fields(Config) if f.name == "max_inflight_batches"]
+    assert window == serve.WINDOW
+
+
 def test_an_unknown_case_is_a_one_line_error() -> None:
     done = run_benchmarks("--only", "nonsense")
     assert done.returncode == 1
