@@ -212,9 +212,41 @@ static int append_new(PyObject *list, PyObject *item) {
     return failed;
 }
 
+/* A tuple of `items`, whose references it takes (NULL, all of them released, when one is NULL or
+ * the tuple cannot be made). Made directly: Py_BuildValue parses its format string for every
+ * tuple, and a batch of short sequences makes a few tuples a sequence (issue 33). */
+static PyObject *tuple_of(Py_ssize_t n, PyObject **items) {
+    PyObject *tuple = NULL;
+    Py_ssize_t k = 0;
+    while (k < n && items[k]) k++;
+    if (k == n) tuple = PyTuple_New(n);
+    for (k = 0; k < n; k++) {
+        if (tuple) PyTuple_SET_ITEM(tuple, k, items[k]);
+        else Py_XDECREF(items[k]);
+    }
+    return tuple;
+}
+
+#define LONG_OF(v) PyLong_FromLongLong(v)
+
 static int by_value(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* A sequence's methods in order: by insertion while few (a request's few methods; qsort's call
+ * per comparison costs more there), else qsort. */
+static void sort_values(int64_t *v, size_t n) {
+    if (n > 16) {
+        qsort(v, n, sizeof(int64_t), by_value);
+        return;
+    }
+    for (size_t i = 1; i < n; i++) {
+        int64_t x = v[i];
+        size_t j = i;
+        for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+        v[j] = x;
+    }
 }
 
 /* (seq, iids, first t_ns, sorted methods, (parent, hid, t_ns, iid, method) of the best root
@@ -225,7 +257,7 @@ static PyObject *sequence_rows(Scan *s) {
     for (size_t q = 0; rows && q < s->count; q++) {
         Sequence *sequence = &s->seqs[q];
         Column *m = &sequence->methods;
-        qsort(m->data, m->len, sizeof(int64_t), by_value);
+        sort_values(m->data, m->len);
         PyObject *methods = PyList_New((Py_ssize_t)m->len);
         for (size_t k = 0; methods && k < m->len; k++) {
             PyObject *value = PyLong_FromLongLong(m->data[k]);
@@ -239,11 +271,12 @@ static PyObject *sequence_rows(Scan *s) {
             Py_CLEAR(rows);
             break;
         }
-        PyObject *row = Py_BuildValue(
-            "(OLLN(LLLLL)N)", sequence->seq, sequence->count, sequence->first_t, methods,
-            col[S_PARENT].data[b], col[S_HID].data[b], col[S_T].data[b], col[S_IID].data[b],
-            col[S_METHOD].data[b], end);
-        if (append_new(rows, row) < 0) Py_CLEAR(rows);
+        PyObject *best[] = {LONG_OF(col[S_PARENT].data[b]), LONG_OF(col[S_HID].data[b]),
+                            LONG_OF(col[S_T].data[b]), LONG_OF(col[S_IID].data[b]),
+                            LONG_OF(col[S_METHOD].data[b])};
+        PyObject *row[] = {Py_NewRef(sequence->seq), LONG_OF(sequence->count),
+                           LONG_OF(sequence->first_t), methods, tuple_of(5, best), end};
+        if (append_new(rows, tuple_of(6, row)) < 0) Py_CLEAR(rows);
     }
     return rows;
 }
@@ -272,9 +305,9 @@ static PyObject *opened(Scan *s) {
         if (e->process < 0) continue;
         Sequence *sequence = &s->seqs[s->start[S_SEQ].data[e->start]];
         sequence->count++;
-        if (e->end == ENDLESS &&
-            append_new(open, Py_BuildValue("(LO)", e->iid, sequence->seq)) < 0)
-            Py_CLEAR(open);
+        if (e->end != ENDLESS) continue;
+        PyObject *pair[] = {LONG_OF(e->iid), Py_NewRef(sequence->seq)};
+        if (append_new(open, tuple_of(2, pair)) < 0) Py_CLEAR(open);
     }
     return open;
 }
@@ -296,10 +329,11 @@ static PyObject *entries(Scan *s) {
 
 static PyObject *threads(Scan *s) {
     PyObject *pairs = PyList_New(0);
-    for (size_t k = 0; pairs && k < s->thread_seq.len; k++)
-        if (append_new(pairs, Py_BuildValue("(OL)", s->seqs[s->thread_seq.data[k]].seq,
-                                            s->thread_tid.data[k])) < 0)
-            Py_CLEAR(pairs);
+    for (size_t k = 0; pairs && k < s->thread_seq.len; k++) {
+        PyObject *pair[] = {Py_NewRef(s->seqs[s->thread_seq.data[k]].seq),
+                            LONG_OF(s->thread_tid.data[k])};
+        if (append_new(pairs, tuple_of(2, pair)) < 0) Py_CLEAR(pairs);
+    }
     return pairs;
 }
 
