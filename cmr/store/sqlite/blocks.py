@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator
 
 from cmr.store.base import SequenceQuery
 from cmr.store.listing import LONGEST, PageKey, PageKind, window
@@ -70,32 +70,11 @@ _ZONES: Final = """
 Zones: TypeAlias = "tuple[list[tuple[str | None, int, int, int]], set[tuple[int, int]]]"
 
 
-def zones_of(rows: Iterable[Sequence[Any]]) -> Zones:
-    """The zones and batches of the single rows ``rows`` (``single.INSERT_SINGLE``'s parameters:
-    seq, start, invocations, root name, end, error, puid, tid, iid, method, batch, methods), as
-    ``record`` would read them back once inserted: made before the write turn."""
-    zones: dict[str | None, list[int]] = {}
-    batches: set[tuple[int, int]] = set()
-    for row in rows:
-        start, name, duration = row[1], row[3], row[4] - row[1]
-        zone = zones.get(name)
-        if zone is None:
-            zones[name] = [start, start, duration]
-        else:
-            if start < zone[0]:
-                zone[0] = start
-            elif start > zone[1]:
-                zone[1] = start
-            zone[2] = max(zone[2], duration)
-        batches.add((row[6], row[10]))
-    return [(name, z[0], z[1], z[2]) for name, z in zones.items()], batches
-
-
 def record(
     conn: sqlite3.Connection, first_row: int, last_row: int, known: Zones | None = None
 ) -> None:
     """The block of the single rows just inserted with rowids ``first_row`` to ``last_row``;
-    ``known``: their zones and batches (``zones_of``), else read back."""
+    ``known``: their zones and batches (``single._bound`` made them), else read back."""
     zones = conn.execute(_ZONES, (first_row, last_row)).fetchall() if known is None else known[0]
     first = min(zone[1] for zone in zones)
     last = max(zone[2] for zone in zones)

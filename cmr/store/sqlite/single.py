@@ -31,7 +31,7 @@ from cmr.store.sqlite.read import in_chunks
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
-    from typing import Final
+    from typing import Final, TypeAlias
 
     from invoseq.wire import Batch
 
@@ -92,13 +92,13 @@ class RootNames:
         if len(names) > self.LIMIT:
             names.clear()
 
-    def params(self, rows: Sequence[SingleRow]) -> list[tuple[object, ...]] | None:
-        """``INSERT_SINGLE``'s parameters for ``rows``, or None when a root's name is not known
-        (``looked_up`` then, in the write turn)."""
-        names = self._names
-        if not all(key in names for key in {(row[3], row[4]) for row in rows}):
+    def bound(self, rows: Sequence[SingleRow]) -> Bound | None:
+        """``INSERT_SINGLE``'s parameters for ``rows`` and their block's zones and batches, or
+        None when a root's name is not known (``looked_up`` then, in the write turn)."""
+        try:
+            return _bound(rows, self._names)
+        except KeyError:
             return None
-        return _bound(rows, names)
 
     def looked_up(
         self, conn: sqlite3.Connection, rows: Sequence[SingleRow]
@@ -114,35 +114,48 @@ class RootNames:
                 if name is not None:
                     names[root] = name
             found[root] = name
-        return _bound(rows, found)
+        return _bound(rows, found)[0]
 
 
-def _bound(
-    rows: Sequence[SingleRow], name_of: Mapping[tuple[int, int], str | None]
-) -> list[tuple[object, ...]]:
-    """``INSERT_SINGLE``'s parameters for ``rows``, each root named by ``name_of``. The sqlite3
-    module binds an int, a float, a str or a bytearray as it is, but looks for an adapter for
-    anything else, bytes and None included (a tuple made, a dict lookup and two attribute
-    lookups: about a third of the insert of a row whose id, methods and missing exception took
-    it; issue 33). So the id and the methods are bound as bytearrays (the same BLOBs) and a
-    missing exception as 0, which the statement makes NULL (an exception is a str, never 0)."""
-    return [
-        (
-            bytearray(row[0]),
-            row[1],
-            row[2],
-            name_of[row[3], row[4]],
-            row[5],
-            0 if row[6] is None else row[6],
-            row[7],
-            row[8],
-            row[9],
-            row[10],
-            row[11],
-            bytearray(row[12]),
-        )
-        for row in rows
-    ]
+#: ``INSERT_SINGLE``'s parameters for a group's single rows, and their block's zones and batches.
+Bound: TypeAlias = "tuple[list[tuple[object, ...]], blocks.Zones]"
+
+
+def _bound(rows: Sequence[SingleRow], name_of: Mapping[tuple[int, int], str | None]) -> Bound:
+    """``INSERT_SINGLE``'s parameters for ``rows``, each root named by ``name_of`` (KeyError for
+    a root it does not name), and the zones and batches of the block they make (as
+    ``blocks.record`` would read them back), in one pass.
+
+    The sqlite3 module binds an int, a float, a str or a bytearray as it is, but looks for an
+    adapter for anything else, bytes and None included (a tuple made, a dict lookup and two
+    attribute lookups: about a third of the insert of a row whose id, methods and missing
+    exception took it; issue 33). So the id and the methods are bound as bytearrays (the same
+    BLOBs) and a missing exception as 0, which the statement makes NULL (an exception is a str,
+    never 0)."""
+    params: list[tuple[object, ...]] = []
+    add = params.append
+    zones: dict[str | None, list[int]] = {}  # name: earliest start, latest start, longest
+    batches: set[tuple[int, int]] = set()
+    for (
+        seq, start, count, root_puid, root_method, end, error,
+        puid, tid, iid, method, batch_no, methods,
+    ) in rows:  # fmt: skip
+        name = name_of[root_puid, root_method]
+        add((
+            bytearray(seq), start, count, name, end, 0 if error is None else error,
+            puid, tid, iid, method, batch_no, bytearray(methods),
+        ))  # fmt: skip
+        batches.add((puid, batch_no))
+        zone = zones.get(name)
+        if zone is None:
+            zones[name] = [start, start, end - start]
+            continue
+        if start < zone[0]:
+            zone[0] = start
+        elif start > zone[1]:
+            zone[1] = start
+        zone[2] = max(zone[2], end - start)
+    return params, ([(name, z[0], z[1], z[2]) for name, z in zones.items()], batches)
 
 
 class Planned:
@@ -158,9 +171,12 @@ class Planned:
         rows = singles(written) if names is not None else []
         rows.sort()  # key order: pages visited once (``writes._index_rows``)
         self.rows = rows
-        self.params = names.params(rows) if names is not None and rows else None
-        #: The block's zones and batches (``blocks.zones_of``), when every name is known.
-        self.zones = None if self.params is None else blocks.zones_of(self.params)
+        bound = names.bound(rows) if names is not None and rows else None
+        self.params: list[tuple[object, ...]] | None = None
+        #: The block's zones and batches (``_bound``), when every name is known.
+        self.zones: blocks.Zones | None = None
+        if bound is not None:
+            self.params, self.zones = bound
         self.seqs = {row[0] for row in rows}
         self.others = {seq for _puid, _batch_no, packed in written for seq in packed.seqs}
         self.others -= self.seqs

@@ -146,7 +146,7 @@ def test_a_group_of_one_process_names_every_root_of_its_methods(tmp_path: Path) 
 
 
 def test_blocks_made_before_the_turn_describe_the_rows_as_read_back(tmp_path: Path) -> None:
-    """A block's zones and batches come from the plan (``blocks.zones_of``), or are read back
+    """A block's zones and batches come from the plan (``single._bound``), or are read back
     from its rows when some were skipped: either way, what the rows in its range say."""
     traffic = RequestTraffic(random.Random(54))
     path = str(tmp_path / "cmr.sqlite")
