@@ -1,9 +1,11 @@
 """The one age grammar of the whole repository side: ``--since 90m``, ``--older-than 7d``, the
 ``since`` of ``cmr ui``'s form. An age is a number and a unit (s, m, h, d, w); where a moment is
-wanted, an ISO time is taken too."""
+wanted, an ISO time is taken too. And the one duration grammar (``--min-duration``, the form's
+``min_ms``): milliseconds, or a number and a unit (us, ms, s, m)."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -29,6 +31,28 @@ def duration_ns(text: str) -> float | None:
     if match is None:
         return None
     return float(match.group(1)) * DURATION_UNITS[match.group(2)]
+
+
+#: What ``milliseconds_ns`` takes.
+MILLISECONDS_GRAMMAR: Final = "milliseconds or a number and a unit us, ms, s or m (250us, 1.5s)"
+#: The longest duration a query may name: a repository's times are signed 64-bit nanoseconds.
+LONGEST_NS: Final = 2**63 - 1
+
+
+def milliseconds_ns(text: str) -> int:
+    """Milliseconds, or a number and its unit (``250us``, ``1.5s``, ``2m``), in nanoseconds.
+    Raises ValueError saying what was expected (the caller names the value given)."""
+    ns = duration_ns(text)
+    if ns is None:
+        try:
+            ns = float(text) * 1_000_000
+        except ValueError:
+            raise ValueError(f"expected {MILLISECONDS_GRAMMAR}") from None
+    if not math.isfinite(ns) or ns < 0:
+        raise ValueError("expected 0 or more milliseconds")
+    if ns > LONGEST_NS:
+        raise ValueError("expected at most 292 years")
+    return round(ns)
 
 
 def age_ns(text: str) -> int | None:

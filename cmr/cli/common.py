@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import os
 import sys
 
-from cmr.ages import AGE_GRAMMAR, age_ns, duration_ns, moment_ns
+from cmr.ages import AGE_GRAMMAR, age_ns, milliseconds_ns, moment_ns
 from cmr.defaults import DB_ENV, DEFAULT_DB_PATH
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
@@ -239,25 +238,13 @@ def positive_int(text: str) -> int:
     return _whole_number(text, 1)
 
 
-#: The longest duration a query may name: a repository's times are signed 64-bit nanoseconds.
-_LONGEST_NS: Final = 2**63 - 1
-
-
 def milliseconds(text: str) -> int:
     """Milliseconds on the command line, or a number and its unit (``250us``, ``1.5s``, ``2m``);
     nanoseconds inside."""
-    ns = duration_ns(text)
-    if ns is None:
-        try:
-            ns = float(text) * 1_000_000
-        except ValueError:
-            expected = "milliseconds or a number and a unit us, ms, s or m (250us, 1.5s)"
-            raise argparse.ArgumentTypeError(f"expected {expected}, got '{text}'") from None
-    if not math.isfinite(ns) or ns < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more milliseconds, got '{text}'")
-    if ns > _LONGEST_NS:  # a repository's times are signed 64-bit nanoseconds
-        raise argparse.ArgumentTypeError(f"must be at most 292 years, got '{text}'")
-    return round(ns)
+    try:
+        return milliseconds_ns(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, got '{text}'") from None
 
 
 def examples_epilog(*lines: str) -> str:

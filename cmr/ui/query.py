@@ -13,13 +13,12 @@ duration: a duration filter leaves it out.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlencode
 
-from cmr.ages import moment_ns
+from cmr.ages import milliseconds_ns, moment_ns
 from cmr.store.base import (
     KIND_REQUEST,
     KINDS,
@@ -236,15 +235,13 @@ def single(query: Mapping[str, Sequence[str]], name: str) -> str:
 
 
 def _milliseconds(name: str, text: str) -> int | None:
+    """The form's ``min_ms`` or ``max_ms``: the command line's grammar (``cmr.ages``)."""
     if not text:
         return None
     try:
-        value = float(text)
-    except ValueError:
-        raise QueryError(f"{name}: expected milliseconds, got '{_shown(text)}'") from None
-    if not math.isfinite(value) or value < 0:
-        raise QueryError(f"{name}: expected 0 or more milliseconds, got '{_shown(text)}'")
-    return round(value * 1_000_000)
+        return milliseconds_ns(text)
+    except ValueError as exc:
+        raise QueryError(f"{name}: {exc}, got '{_shown(text)}'") from None
 
 
 def _limit(text: str) -> int:

@@ -103,7 +103,8 @@ def test_the_map_s_json_a_bad_filter_and_an_empty_selection(orders):
         assert {edge["count"] for edge in found["edges"]} == {2}
         bad = ui.get("/map?min_ms=abc")
         assert bad.status == 400
-        assert "min_ms: expected milliseconds, got &#x27;abc&#x27;" in bad.body
+        assert "min_ms: expected milliseconds or a number and a unit" in bad.body
+        assert "got &#x27;abc&#x27;" in bad.body
         assert ui.get("/api/map?colour=red").status == 400
         counted = ui.get("/map")
         assert "<p id='count'>5 services and 4 edges over 3 sequences. " in counted.body
