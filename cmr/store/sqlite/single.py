@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 
 from cmr.store.single_rows import SingleRow, Written, singles
 from cmr.store.sqlite import blocks
@@ -169,7 +170,9 @@ class Planned:
 
     def __init__(self, written: Sequence[Written], names: RootNames | None) -> None:
         rows = singles(written) if names is not None else []
-        rows.sort()  # key order: pages visited once (``writes._index_rows``)
+        # Key order: pages visited once (``writes._index_rows``). By the id alone (each row's is
+        # its own): a tuple comparison tests the ids for equality before ordering them.
+        rows.sort(key=itemgetter(0))
         self.rows = rows
         bound = names.bound(rows) if names is not None and rows else None
         self.params: list[tuple[object, ...]] | None = None
