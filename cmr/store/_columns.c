@@ -1347,12 +1347,14 @@ static PyMethodDef module_methods[] = {
     {"gather", gather, METH_VARARGS,
      "gather(seq, batches) -> (columns, errors, attrs, index): a sequence's invocations from its "
      "stored batches, (puid, batch_no, clock_offset_ns, blob) in ascending (puid, batch_no)."},
-    {"scan", pack_scan, METH_O,
-     "scan(blob) -> (events, t_min, t_max, seqs, threads, opened, entries, late_ends, rare): "
-     "ingest's index of one batch's encoded thread chunks (see _pack.c)."},
+    {"scan", pack_scan, METH_VARARGS,
+     "scan(blob, puid, offset, encode) -> (events, t_min, t_max, seqs, roots, counts, threads, "
+     "first_start, methods, seq_methods, opened, entries, late_ends, rare): ingest's index of "
+     "one batch's encoded thread chunks (see _pack.c); OverflowError for a time that the "
+     "offset takes past 64 bits."},
     {"scan_batch", pack_scan_batch, METH_VARARGS,
-     "scan_batch(body, field) -> (chunks, scan's result): the same for the thread chunks of an "
-     "encoded Batch, its field number `field`, returned as they are."},
+     "scan_batch(body, field, puid, offset, encode) -> (chunks, scan's result): the same for the "
+     "thread chunks of an encoded Batch, its field number `field`, returned as they are."},
     {"children", children, METH_O,
      "children(held) -> (starts, rows): each row's callees as compressed sparse rows."},
     {NULL, NULL, 0, NULL},

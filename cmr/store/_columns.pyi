@@ -44,19 +44,32 @@ def covered(rows: Any, starts: Any, ends: Any, ended: Any, start: int, end: int,
 def fold_sums(
     rows: Any, names: Any, starts: Any, ends: Any, ended: Any, /
 ) -> tuple[dict[int, tuple[int, int]], int, int]: ...
-def scan(
-    blob: bytes, /
-) -> tuple[
+
+#: ``scan``'s result: events, t_min, t_max, then per sequence (wall-clock times) its set, root
+#: rows, Start counts, (seq, puid, tid) pairs, earliest Starts, methods and their msgpack; then
+#: the opened (iid, seq), the entries (seq, iid, hid, end), the late Ends (iid, t_ns), the rare
+#: events (chunk, event, whether its iid has a Start here).
+Scanned = tuple[
     int,
     int | None,
     int | None,
-    list[tuple[bytes, int, int, list[int], tuple[int, int, int, int, int], int | None]],
-    list[tuple[bytes, int]],
+    set[bytes],
+    list[tuple[bytes, int, int, int, int, int, int, int | None, None]],
+    dict[bytes, int],
+    set[tuple[bytes, int, int]],
+    dict[bytes, int],
+    dict[bytes, list[int]],
+    dict[bytes, bytes],
     list[tuple[int, bytes]],
     list[tuple[bytes, int, int, int | None]],
     list[tuple[int, int]],
     list[tuple[int, int, bool]],
-]: ...
+]
+
+def scan(blob: bytes, puid: int, offset: int, encode: bool, /) -> Scanned: ...
+def scan_batch(
+    body: bytes, field: int, puid: int, offset: int, encode: bool, /
+) -> tuple[bytes, Scanned]: ...
 def distinct(values: Any, /) -> set[int]: ...
 def total_at(values: Any, rows: Any, /) -> int: ...
 def take(values: Any, rows: Any, /) -> array[int]: ...

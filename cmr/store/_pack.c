@@ -249,36 +249,125 @@ static void sort_values(int64_t *v, size_t n) {
     }
 }
 
-/* (seq, iids, first t_ns, sorted methods, (parent, hid, t_ns, iid, method) of the best root
- * candidate, its end or None) per sequence, in order of first sight. */
-static PyObject *sequence_rows(Scan *s) {
-    PyObject *rows = PyList_New(0);
-    const Column *col = s->start;
-    for (size_t q = 0; rows && q < s->count; q++) {
-        Sequence *sequence = &s->seqs[q];
-        Column *m = &sequence->methods;
-        sort_values(m->data, m->len);
-        PyObject *methods = PyList_New((Py_ssize_t)m->len);
-        for (size_t k = 0; methods && k < m->len; k++) {
-            PyObject *value = PyLong_FromLongLong(m->data[k]);
-            if (!value) Py_CLEAR(methods);
-            else PyList_SET_ITEM(methods, (Py_ssize_t)k, value);
-        }
-        int64_t b = sequence->best;
-        PyObject *end = methods ? end_of(s, col[S_IID].data[b]) : NULL;
-        if (!end) { /* "N" takes both references, even when building fails */
-            Py_XDECREF(methods);
-            Py_CLEAR(rows);
-            break;
-        }
-        PyObject *best[] = {LONG_OF(col[S_PARENT].data[b]), LONG_OF(col[S_HID].data[b]),
-                            LONG_OF(col[S_T].data[b]), LONG_OF(col[S_IID].data[b]),
-                            LONG_OF(col[S_METHOD].data[b])};
-        PyObject *row[] = {Py_NewRef(sequence->seq), LONG_OF(sequence->count),
-                           LONG_OF(sequence->first_t), methods, tuple_of(5, best), end};
-        if (append_new(rows, tuple_of(6, row)) < 0) Py_CLEAR(rows);
+/* What a scan is asked to build besides its own index: the batch's process, its clock offset (added
+ * to every time it returns in these parts) and whether each sequence's methods are wanted as
+ * msgpack too. */
+typedef struct {
+    PyObject *puid;
+    int64_t offset;
+    int encode;
+} Parts;
+
+/* A list of int64 as msgspec's msgpack encodes it (`stored_batches.encode_chunks`): an array of
+ * each value in its shortest form. */
+static PyObject *encoded_ints(const int64_t *v, size_t n) {
+    if (n > UINT32_MAX) return PyErr_Format(PyExc_OverflowError, "too many methods");
+    size_t size = 5 + 9 * n;
+    uint8_t small[256];
+    uint8_t *out = size <= sizeof(small) ? small : PyMem_Malloc(size), *p = out;
+    if (!out) return PyErr_NoMemory();
+    if (n < 16) {
+        *p++ = (uint8_t)(0x90 | n);
+    } else if (n <= 0xffff) {
+        *p++ = 0xdc;
+        *p++ = (uint8_t)(n >> 8);
+        *p++ = (uint8_t)n;
+    } else {
+        *p++ = 0xdd;
+        for (int k = 3; k >= 0; k--) *p++ = (uint8_t)(n >> (8 * k));
     }
-    return rows;
+    for (size_t i = 0; i < n; i++) {
+        int64_t x = v[i];
+        int bytes;
+        if (x >= 0 && x < 128) {
+            *p++ = (uint8_t)x;
+            continue;
+        }
+        if (x < 0 && x >= -32) {
+            *p++ = (uint8_t)(0xe0 | (x + 32));
+            continue;
+        }
+        if (x > 0) {
+            uint64_t u = (uint64_t)x;
+            bytes = u <= 0xff ? 1 : u <= 0xffff ? 2 : u <= 0xffffffffu ? 4 : 8;
+            *p++ = bytes == 1 ? 0xcc : bytes == 2 ? 0xcd : bytes == 4 ? 0xce : 0xcf;
+        } else {
+            bytes = x >= -128 ? 1 : x >= -32768 ? 2 : x >= INT32_MIN ? 4 : 8;
+            *p++ = bytes == 1 ? 0xd0 : bytes == 2 ? 0xd1 : bytes == 4 ? 0xd2 : 0xd3;
+        }
+        for (int k = bytes - 1; k >= 0; k--) *p++ = (uint8_t)((uint64_t)x >> (8 * k));
+    }
+    PyObject *encoded = PyBytes_FromStringAndSize((const char *)out, p - out);
+    if (out != small) PyMem_Free(out);
+    return encoded;
+}
+
+static int set_new(PyObject *dict, PyObject *key, PyObject *value) {
+    if (!value) return -1;
+    int failed = PyDict_SetItem(dict, key, value);
+    Py_DECREF(value);
+    return failed;
+}
+
+/* One sequence's share of the parts (`sequence_parts`); -1 on error. */
+static int add_sequence(Scan *s, const Parts *how, Sequence *sequence, PyObject **parts) {
+    PyObject *seqs = parts[0], *roots = parts[1], *counts = parts[2], *first = parts[4];
+    PyObject *methods = parts[5], *encoded = parts[6];
+    PyObject *seq = sequence->seq;
+    Column *m = &sequence->methods;
+    sort_values(m->data, m->len);
+    PyObject *list = PyList_New((Py_ssize_t)m->len);
+    for (size_t k = 0; list && k < m->len; k++) {
+        PyObject *value = LONG_OF(m->data[k]);
+        if (!value) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)k, value);
+    }
+    if (set_new(methods, seq, list) < 0) return -1;
+    if (how->encode && set_new(encoded, seq, encoded_ints(m->data, m->len)) < 0) return -1;
+    if (PySet_Add(seqs, seq) < 0) return -1;
+    if (sequence->count && set_new(counts, seq, LONG_OF(sequence->count)) < 0) return -1;
+    if (set_new(first, seq, LONG_OF(sequence->first_t + how->offset)) < 0) return -1;
+    const Column *col = s->start;
+    int64_t b = sequence->best, iid = col[S_IID].data[b];
+    Entry *e = table_find(&s->iids, 0, iid);
+    PyObject *end = e && e->end == ENDED ? LONG_OF(e->end_ns + how->offset) : Py_NewRef(Py_None);
+    PyObject *root[] = {Py_NewRef(seq),
+                        PyLong_FromLong(col[S_PARENT].data[b] != 0),
+                        PyLong_FromLong(col[S_HID].data[b] != 0),
+                        LONG_OF(col[S_T].data[b] + how->offset),
+                        Py_NewRef(how->puid),
+                        LONG_OF(iid),
+                        LONG_OF(col[S_METHOD].data[b]),
+                        end,
+                        Py_NewRef(Py_None)};
+    return append_new(roots, tuple_of(9, root));
+}
+
+/* The per-sequence parts `batch_index._pack_scanned` returns (wall-clock times: each plus the
+ * offset, which the caller has checked cannot overflow): every sequence, its root candidate as
+ * a root row (seq, untrue, handed, t_ns, puid, iid, method, end or None, None), its Start count
+ * when it has any, its (seq, puid, tid) thread pairs, its earliest Start, its sorted methods
+ * and, when asked, those as msgpack. A tuple of the seven, or NULL. */
+static PyObject *sequence_parts(Scan *s, const Parts *how) {
+    PyObject *parts[] = {PySet_New(NULL), PyList_New(0), PyDict_New(), PySet_New(NULL),
+                         PyDict_New(), PyDict_New(), PyDict_New()};
+    enum { N_PARTS = sizeof(parts) / sizeof(parts[0]) };
+    int failed = 0;
+    for (size_t k = 0; k < N_PARTS; k++) failed |= parts[k] == NULL;
+    for (size_t q = 0; !failed && q < s->count; q++)
+        failed = add_sequence(s, how, &s->seqs[q], parts) < 0;
+    for (size_t k = 0; !failed && k < s->thread_seq.len; k++) {
+        PyObject *pair[] = {Py_NewRef(s->seqs[s->thread_seq.data[k]].seq), Py_NewRef(how->puid),
+                            LONG_OF(s->thread_tid.data[k])};
+        PyObject *thread = tuple_of(3, pair);
+        failed = !thread || PySet_Add(parts[3], thread) < 0;
+        Py_XDECREF(thread);
+    }
+    if (failed) {
+        for (size_t k = 0; k < N_PARTS; k++) Py_XDECREF(parts[k]);
+        return NULL;
+    }
+    return tuple_of(N_PARTS, parts);
 }
 
 /* The Ends resolved against the Starts: ended iids marked, the others returned as late. */
@@ -325,16 +414,6 @@ static PyObject *entries(Scan *s) {
             Py_CLEAR(found);
     }
     return found;
-}
-
-static PyObject *threads(Scan *s) {
-    PyObject *pairs = PyList_New(0);
-    for (size_t k = 0; pairs && k < s->thread_seq.len; k++) {
-        PyObject *pair[] = {Py_NewRef(s->seqs[s->thread_seq.data[k]].seq),
-                            LONG_OF(s->thread_tid.data[k])};
-        if (append_new(pairs, tuple_of(2, pair)) < 0) Py_CLEAR(pairs);
-    }
-    return pairs;
 }
 
 /* (chunk, event, whether its iid has a Start in the batch) of every Error, Handoff and Attrs. */
@@ -384,29 +463,56 @@ static int scan_init(Scan *s, Py_ssize_t bytes) {
     return 0;
 }
 
-/* (events, t_min, t_max, seqs, threads, opened, entries, late_ends, rare) of a finished scan. */
-static PyObject *scan_results(Scan *s) {
-    PyObject *result = NULL;
+/* (events, t_min, t_max, the seven parts of `sequence_parts`, opened, entries, late_ends, rare)
+ * of a finished scan; OverflowError when a time plus the offset does not fit 64 bits. */
+static PyObject *scan_results(Scan *s, const Parts *how) {
+    int64_t sum;
+    if (s->t_min <= s->t_max && (__builtin_add_overflow(s->t_min, how->offset, &sum) ||
+                                 __builtin_add_overflow(s->t_max, how->offset, &sum)))
+        return PyErr_Format(PyExc_OverflowError, "time out of range");
     PyObject *late = late_ends(s); /* first: it marks what ended */
     PyObject *open = late ? opened(s) : NULL; /* then: it counts each sequence's iids */
-    PyObject *seqs = open ? sequence_rows(s) : NULL;
-    PyObject *pairs = seqs ? threads(s) : NULL;
-    PyObject *entered = pairs ? entries(s) : NULL;
+    PyObject *parts = open ? sequence_parts(s, how) : NULL;
+    PyObject *entered = parts ? entries(s) : NULL;
     PyObject *others = entered ? rare(s) : NULL;
-    PyObject *t_min = s->t_min <= s->t_max ? PyLong_FromLongLong(s->t_min) : Py_NewRef(Py_None);
-    PyObject *t_max = s->t_min <= s->t_max ? PyLong_FromLongLong(s->t_max) : Py_NewRef(Py_None);
-    if (others && t_min && t_max) { /* "N" takes every reference, even when building fails */
-        result = Py_BuildValue("(LNNNNNNNN)", s->events, t_min, t_max, seqs, pairs, open,
-                               entered, late, others);
-    } else {
-        PyObject *made[] = {late, open, seqs, pairs, entered, others, t_min, t_max};
-        for (size_t k = 0; k < sizeof(made) / sizeof(made[0]); k++) Py_XDECREF(made[k]);
+    PyObject *t_min = s->t_min <= s->t_max ? LONG_OF(s->t_min) : Py_NewRef(Py_None);
+    PyObject *t_max = s->t_min <= s->t_max ? LONG_OF(s->t_max) : Py_NewRef(Py_None);
+    PyObject *result = NULL;
+    if (others && t_min && t_max) {
+        PyObject *items[3 + 7 + 4] = {LONG_OF(s->events), t_min, t_max};
+        for (Py_ssize_t k = 0; k < 7; k++) items[3 + k] = Py_NewRef(PyTuple_GET_ITEM(parts, k));
+        items[10] = open;
+        items[11] = entered;
+        items[12] = late;
+        items[13] = others;
+        Py_DECREF(parts);
+        return tuple_of(14, items);
     }
+    PyObject *made[] = {late, open, parts, entered, others, t_min, t_max};
+    for (size_t k = 0; k < sizeof(made) / sizeof(made[0]); k++) Py_XDECREF(made[k]);
     return result;
 }
 
-PyObject *pack_scan(PyObject *module, PyObject *blob) {
-    if (!PyBytes_Check(blob)) return PyErr_Format(PyExc_TypeError, "scan() takes bytes");
+/* The Parts of a scan's arguments (puid, offset, encode), 0; -1 on error. */
+static int parts_of(Parts *how, PyObject *puid, long long offset, int encode) {
+    if (!PyLong_Check(puid)) {
+        PyErr_SetString(PyExc_TypeError, "puid must be an int");
+        return -1;
+    }
+    how->puid = puid;
+    how->offset = offset;
+    how->encode = encode;
+    return 0;
+}
+
+PyObject *pack_scan(PyObject *module, PyObject *args) {
+    PyObject *blob, *puid;
+    long long offset;
+    int encode;
+    Parts how;
+    if (!PyArg_ParseTuple(args, "SOLp:scan", &blob, &puid, &offset, &encode) ||
+        parts_of(&how, puid, offset, encode) < 0)
+        return NULL;
     Scan s;
     PyObject *result = NULL;
     Reader r = {(const uint8_t *)PyBytes_AS_STRING(blob),
@@ -415,7 +521,7 @@ PyObject *pack_scan(PyObject *module, PyObject *blob) {
         if (r.p != r.end)
             damaged("trailing bytes");
         else
-            result = scan_results(&s);
+            result = scan_results(&s, &how);
     }
     scan_free(&s);
     return result;
@@ -424,8 +530,14 @@ PyObject *pack_scan(PyObject *module, PyObject *blob) {
 PyObject *pack_scan_batch(PyObject *module, PyObject *args) {
     const char *body;
     Py_ssize_t size;
-    int field;
-    if (!PyArg_ParseTuple(args, "y#i:scan_batch", &body, &size, &field)) return NULL;
+    int field, encode;
+    PyObject *puid;
+    long long offset;
+    Parts how;
+    if (!PyArg_ParseTuple(args, "y#iOLp:scan_batch", &body, &size, &field, &puid, &offset,
+                          &encode) ||
+        parts_of(&how, puid, offset, encode) < 0)
+        return NULL;
     Scan s;
     PyObject *result = NULL;
     Reader r = {(const uint8_t *)body, (const uint8_t *)body + size};
@@ -439,7 +551,7 @@ PyObject *pack_scan_batch(PyObject *module, PyObject *args) {
         if (skip(&r, 0) < 0) goto done;
     const uint8_t *begin = r.p;
     if (scan_chunks(&s, &r) < 0) goto done;
-    PyObject *found = scan_results(&s);
+    PyObject *found = scan_results(&s, &how);
     if (found) result = Py_BuildValue("(y#N)", begin, (Py_ssize_t)(r.p - begin), found);
 done:
     scan_free(&s);

@@ -5,7 +5,7 @@
 
 #include <Python.h>
 
-PyObject *pack_scan(PyObject *module, PyObject *blob);
+PyObject *pack_scan(PyObject *module, PyObject *args);
 PyObject *pack_scan_batch(PyObject *module, PyObject *args);
 
 #endif

@@ -35,7 +35,7 @@ from cmr.store.stored_batches import (
     encode_chunks,
     methods_by_seq,
 )
-from cmr.store.summaries import RootRow, SummaryCollector, SummaryParts
+from cmr.store.summaries import SummaryCollector, SummaryParts
 from invoseq.wire import Attrs, Batch, End, Error, Handoff, Start
 
 _COMMON: Final = (Start, End)
@@ -229,25 +229,29 @@ def _pack_scanned(
     batch: Batch, *, encode: bool, accel: ModuleType, body: bytes | None = None
 ) -> PackedBatch:
     """``pack`` with the C pass: ``scan_batch`` reads the chunks in ``body`` (kept as the blob),
-    or ``scan`` the chunks encoded again; the rest is per sequence (a few dozen in a batch), per
-    rare event, or per invocation left open."""
+    or ``scan`` the chunks encoded again, and makes the per-sequence parts with the batch's
+    clock offset added (issue 33: made here, they cost a request-shaped batch more than the C
+    pass); the rest is per rare event, per hand-off entry or per invocation left open."""
     puid, offset, batch_no = batch.puid, batch.process.clock_offset_ns, batch.batch_no
     found = None
-    if body is not None:
-        try:
-            blob, found = accel.scan_batch(body, _CHUNKS_FIELD)
-        except ValueError:  # msgspec read what the C reader cannot (nesting): encode again
-            found = None
-    if found is None:
-        blob = encode_chunks(batch.chunks)
-        found = accel.scan(blob)
-    events, t_min, t_max, seq_rows, threads, opened, entries, late, rare = found
+    try:
+        if body is not None:
+            try:
+                blob, found = accel.scan_batch(body, _CHUNKS_FIELD, puid, offset, encode)
+            except ValueError:  # msgspec read what the C reader cannot (nesting): encode again
+                found = None
+        if found is None:
+            blob = encode_chunks(batch.chunks)
+            found = accel.scan(blob, puid, offset, encode)
+    except OverflowError:  # a Start's or End's time plus the offset
+        raise _out_of_range(batch) from None
+    events, t_min, t_max, seqs, roots, counts, threads, first_start = found[:8]
+    methods, seq_methods, opened, entries, late, rare = found[8:]
     times = [] if t_min is None else [t_min, t_max]
     late_ends: list[LateEnd] = [(puid, iid, t_ns + offset, None) for iid, t_ns in late]
     late_attrs: list[LateAttrs] = []
     handoffs: list[HandoffRow] = []
     errors: dict[int, Error] = {}  # the last Error of each iid with a Start in the batch
-    seqs = {row[0] for row in seq_rows}
     chunks = batch.chunks
     for chunk_at, event_at, in_batch in rare:
         event = chunks[chunk_at].events[event_at]
@@ -283,25 +287,11 @@ def _pack_scanned(
             return error.t_ns + offset, error.error
         return (None if end_ns is None else end_ns + offset), None
 
-    roots: list[RootRow] = [
-        (
-            seq,
-            int(parent != 0),
-            int(hid != 0),
-            t_ns + offset,
-            puid,
-            iid,
-            method,
-            None if end_ns is None else end_ns + offset,
-            None,
-        )
-        for seq, _count, _first, _methods, (parent, hid, t_ns, iid, method), end_ns in seq_rows
-    ]
     if errors:  # rare: a root that raised takes its Error's end and exception
         roots = [(*row[:7], *end_of(row[5], None)) if row[5] in errors else row for row in roots]
     summary = SummaryParts(
-        counts=Counter({row[0]: row[1] for row in seq_rows if row[1]}),
-        threads={(seq, puid, tid) for seq, tid in threads},
+        counts=Counter(counts),
+        threads=threads,
         roots=roots,
         entries=[
             (seq, puid, iid, hid, end_of(iid, end_ns)[0]) for seq, iid, hid, end_ns in entries
@@ -311,10 +301,10 @@ def _pack_scanned(
     return PackedBatch(
         chunks=blob if encode else b"",
         events=events,
-        first_start={row[0]: row[2] + offset for row in seq_rows},
+        first_start=first_start,
         seqs=seqs,
-        methods={row[0]: row[3] for row in seq_rows},
-        seq_methods={row[0]: encode_chunks(row[3]) for row in seq_rows} if encode else {},
+        methods=methods,
+        seq_methods=seq_methods,
         late_ends=late_ends,
         late_attrs=late_attrs,
         handoffs=handoffs,
@@ -326,9 +316,11 @@ def _check_times(batch: Batch, times: list[int], offset: int) -> None:
     """Raises InvalidBatchError when one of ``times`` does not fit a signed 64-bit integer once
     ``offset`` (the batch's clock offset) is added."""
     if times and not (min(times) + offset >= _I64_MIN and max(times) + offset <= _I64_MAX):
-        raise InvalidBatchError(
-            f"batch {batch.batch_no} of process {batch.puid:x}: time out of range"
-        )
+        raise _out_of_range(batch)
+
+
+def _out_of_range(batch: Batch) -> InvalidBatchError:
+    return InvalidBatchError(f"batch {batch.batch_no} of process {batch.puid:x}: time out of range")
 
 
 def _earliest(starts: list[Start], times: list[int]) -> dict[bytes, Start]:
