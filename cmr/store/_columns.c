@@ -1355,6 +1355,9 @@ static PyMethodDef module_methods[] = {
     {"scan_batch", pack_scan_batch, METH_VARARGS,
      "scan_batch(body, field, puid, offset, encode) -> (chunks, scan's result): the same for the "
      "thread chunks of an encoded Batch, its field number `field`, returned as they are."},
+    {"bound_singles", pack_bound_singles, METH_VARARGS,
+     "bound_singles(rows, names) -> (params, (zones, batches)): a group's single rows bound for "
+     "their insert, and their block's zones and batches (cmr.store.sqlite.single._bound's)."},
     {"children", children, METH_O,
      "children(held) -> (starts, rows): each row's callees as compressed sparse rows."},
     {NULL, NULL, 0, NULL},

@@ -7,5 +7,6 @@
 
 PyObject *pack_scan(PyObject *module, PyObject *args);
 PyObject *pack_scan_batch(PyObject *module, PyObject *args);
+PyObject *pack_bound_singles(PyObject *module, PyObject *args);
 
 #endif

@@ -26,6 +26,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
 
+from cmr.store.accel import accelerator
 from cmr.store.single_rows import SingleRow, Written, singles
 from cmr.store.sqlite import blocks
 from cmr.store.sqlite.read import in_chunks
@@ -125,7 +126,23 @@ Bound: TypeAlias = "tuple[list[tuple[object, ...]], blocks.Zones]"
 def _bound(rows: Sequence[SingleRow], name_of: Mapping[tuple[int, int], str | None]) -> Bound:
     """``INSERT_SINGLE``'s parameters for ``rows``, each root named by ``name_of`` (KeyError for
     a root it does not name), and the zones and batches of the block they make (as
-    ``blocks.record`` would read them back), in one pass.
+    ``blocks.record`` would read them back), in one pass: the C accelerator's
+    (``bound_singles``, without a Python object a row but the parameters), else
+    ``_bound_in_python``, the reference (for rows not in a list, names not in a dict, or a row
+    whose numbers exceed 64 bits)."""
+    if accelerator is not None:
+        try:
+            bound: Bound = accelerator.bound_singles(rows, name_of)
+            return bound
+        except (TypeError, OverflowError):
+            pass
+    return _bound_in_python(rows, name_of)
+
+
+def _bound_in_python(
+    rows: Sequence[SingleRow], name_of: Mapping[tuple[int, int], str | None]
+) -> Bound:
+    """``_bound`` in Python.
 
     The sqlite3 module binds an int, a float, a str or a bytearray as it is, but looks for an
     adapter for anything else, bytes and None included (a tuple made, a dict lookup and two

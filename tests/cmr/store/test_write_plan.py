@@ -8,8 +8,15 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cmr.store import open_store
+from cmr.store.accel import accelerator
 from cmr.store.base import SequenceQuery
+from cmr.store.single_rows import SingleRow
+from cmr.store.sqlite import single
 from cmr.store.sqlite.single import RootNames
 from cmr.store.sqlite.store import SQLiteStore
 from invoseq import wire
@@ -180,3 +187,59 @@ def test_blocks_made_before_the_turn_describe_the_rows_as_read_back(tmp_path: Pa
             "SELECT puid, batch_no FROM single_block_batches "
             f"WHERE first_row = {first_row} ORDER BY 1, 2",
         )
+
+
+_I64 = st.integers(-(2**63), 2**63 - 1)
+_ROOTS = st.tuples(st.integers(1, 3), st.integers(1, 4))
+
+
+@st.composite
+def single_rows(draw: st.DrawFn) -> tuple[list[SingleRow], dict[tuple[int, int], str | None]]:
+    """A group's single rows (distinct ids, any 64-bit times: some durations overflow) and a
+    name for each of their roots, some unknown (None); a third of the time one root unnamed."""
+    count = draw(st.integers(0, 40))
+    ids = draw(st.lists(st.binary(min_size=16, max_size=16), min_size=count, max_size=count))
+    rows: list[SingleRow] = []
+    for seq in dict.fromkeys(ids):
+        puid, method = draw(_ROOTS)
+        start_ns = draw(st.one_of(st.integers(0, 10**12), _I64))
+        end_ns = draw(st.one_of(st.integers(start_ns, min(start_ns + 10**9, 2**63 - 1)), _I64))
+        error = draw(st.one_of(st.none(), st.sampled_from(["ValueError", ""])))
+        batch = draw(st.integers(1, 3))
+        rows.append(
+            (seq, start_ns, 2, puid, method, end_ns, error, puid, 7, 9, method, batch, b"\x91\x01")
+        )
+    roots = {(row[3], row[4]) for row in rows}
+    names = {root: draw(st.sampled_from(["app.a", "app.b", None])) for root in roots}
+    if roots and draw(st.integers(0, 2)) == 0:
+        del names[min(roots)]
+    return rows, names
+
+
+@pytest.mark.skipif(accelerator is None, reason="the C accelerator is not built")
+@settings(max_examples=200, deadline=None)
+@given(group=single_rows())
+def test_single_rows_are_bound_by_the_c_pass_as_by_python(
+    group: tuple[list[SingleRow], dict[tuple[int, int], str | None]],
+) -> None:
+    """The parameters, zones and batches of a group's single rows are the same from the C pass
+    (``bound_singles``) as from Python, a root not named is a KeyError from both, and a row whose
+    duration exceeds 64 bits is left to Python (``_bound`` still answers)."""
+    assert accelerator is not None
+    rows, names = group
+    fits = all(-(2**63) <= row[5] - row[1] < 2**63 for row in rows)
+    try:
+        expected = single._bound_in_python(rows, names)
+    except KeyError:
+        with pytest.raises(KeyError):
+            single._bound(rows, names)
+        if fits:
+            with pytest.raises(KeyError):
+                accelerator.bound_singles(rows, names)
+        return
+    assert single._bound(rows, names) == expected
+    if fits:
+        assert accelerator.bound_singles(rows, names) == expected
+    else:
+        with pytest.raises(OverflowError):
+            accelerator.bound_singles(rows, names)
