@@ -4,7 +4,9 @@ Ends (docs/architecture.md, "Group commit")."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from cmr.store.batch_index import PackedBatch
@@ -39,6 +41,25 @@ def group_parts(packs: Sequence[PackedBatch]) -> GroupParts:
     if len(first_start) == sum(len(packed.first_start) for packed in packs):
         return GroupParts(_disjoint(packs), first_start, late_ends)
     return GroupParts(*_merged(packs), late_ends)
+
+
+def only(packed: PackedBatch, seqs: Collection[bytes]) -> PackedBatch:
+    """``packed`` with the summary parts and earliest Starts of ``seqs`` alone (its sequences
+    that are not single rows: ``cmr.store.single_rows``); its entries, open invocations and late
+    Ends whole (a single row has none of the first two; the last are not a sequence's)."""
+    parts = packed.summary
+    counts, first_start = parts.counts, packed.first_start
+    return dataclasses.replace(
+        packed,
+        first_start={seq: first_start[seq] for seq in seqs if seq in first_start},
+        summary=SummaryParts(
+            counts=Counter({seq: counts[seq] for seq in seqs if seq in counts}),
+            threads={row for row in parts.threads if row[0] in seqs},
+            roots=[row for row in parts.roots if row[0] in seqs],
+            entries=parts.entries,
+            opened=parts.opened,
+        ),
+    )
 
 
 def _disjoint(packs: Sequence[PackedBatch]) -> SummaryParts:

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from cmr.store import single_rows
 from cmr.store.base import Outcome
-from cmr.store.batch_index import Prepared, write_each
-from cmr.store.grouping import GroupParts, group_parts
+from cmr.store.batch_index import PackedBatch, Prepared, write_each
+from cmr.store.grouping import GroupParts, group_parts, only
 from cmr.store.rules import lost_rows, lost_window_rows
 from cmr.store.single_rows import Written
 from cmr.store.sqlite import single
 from cmr.store.sqlite import summaries as sqlite_summaries
 from cmr.store.sqlite.samples import store_samples
 from cmr.store.sqlite.statements import UPSERT_PROCESS
-from cmr.store.summaries import without_singles
 
 #: A group's index rows (``batch_seqs``), written in key order (``_index_rows``).
 INSERT_INDEX = "INSERT OR IGNORE INTO batch_seqs VALUES (?, ?, ?, ?)"
@@ -45,25 +45,25 @@ class GroupPlan:
         self.written = [(r.batch.puid, r.batch.batch_no, r.packed) for r in prepared]
         names.learn(ready.batch for ready in prepared)
         self.singles = single.Planned(self.written, names if single_rows.ENABLED else None)
-        self.index_rows, self.parts = _side(self.written, self.singles.seqs)
+        self.index_rows, self.parts = _side(self.written, self.singles.others)
 
 
 def _side(
-    written: Sequence[Written], singles: Container[bytes]
+    written: Sequence[Written], others: AbstractSet[bytes]
 ) -> tuple[list[IndexRow], GroupParts]:
-    """The index rows and summary parts of the sequences of ``written`` but ``singles``."""
+    """The index rows and summary parts of ``others``, the sequences of ``written`` that are
+    not single rows. Each batch's parts are cut to them before the group's are merged: in a
+    group of requests they are the few sequences a batch's end cut in two, and merging every
+    sequence (``grouping._merged``, per sequence in Python, once any sequence is in two
+    batches) to take the single rows out after cost more than their rows."""
     rows: list[IndexRow] = []
+    packs: list[PackedBatch] = []
     for puid, batch_no, packed in written:
-        rows += _index_rows(
-            puid, batch_no, [s for s in packed.seqs if s not in singles], packed.seq_methods
-        )
+        mine = packed.seqs & others
+        rows += _index_rows(puid, batch_no, mine, packed.seq_methods)
+        packs.append(packed if len(mine) == len(packed.seqs) else only(packed, mine))
     rows.sort()  # keys are distinct: a batch is written once
-    parts = group_parts([packed for _puid, _batch_no, packed in written])
-    if singles:
-        parts = GroupParts(
-            without_singles(parts.summary, singles), parts.first_start, parts.late_ends
-        )
-    return rows, parts
+    return rows, group_parts(packs)
 
 
 def write_group(
@@ -83,7 +83,7 @@ def write_group(
         stored = single.store(conn, planned, names) if single_rows.ENABLED else planned.seqs
         index_rows, parts = plan.index_rows, plan.parts
         if stored is not planned.seqs:  # some single rows were stored before
-            index_rows, parts = _side(plan.written, stored)
+            index_rows, parts = _side(plan.written, planned.others | (planned.seqs - stored))
         conn.executemany(INSERT_INDEX, index_rows)
         # after every late End: a sequence several batches carry, once
         sqlite_summaries.store(conn, parts)
