@@ -34,7 +34,7 @@ from cmr.store.base import (
     StoreStats,
 )
 from cmr.store.batch_index import PackingStore, Preparation, Prepared, write_each
-from cmr.store.grouping import group_parts
+from cmr.store.grouping import group_parts, only
 from cmr.store.listing import select_lines
 from cmr.store.postgres import single, summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
@@ -118,7 +118,9 @@ class PostgresStore(PackingStore):
                     stored = single.insert(conn, batches) if single_rows.ENABLED else set()
                     with conn.pipeline():
                         single.write_batch_seqs(conn, batches, stored)
-                        summaries.store(conn, group_parts(written), stored)
+                        # cut to the other sequences first (``grouping.only``: fewer to merge)
+                        packs = [only(p, p.seqs - stored) if stored else p for p in written]
+                        summaries.store(conn, group_parts(packs), stored)
 
         try:
             write()
