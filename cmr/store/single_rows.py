@@ -36,18 +36,20 @@ SingleRow = tuple[bytes, int, int, int, int, int, str | None, int, int, int, int
 
 def singles(written: Sequence[Written]) -> list[SingleRow]:
     """The rows of the sequences of ``written`` that may be single rows (the module's rules)."""
-    total = sum(len(packed.seqs) for _puid, _batch_no, packed in written)
-    seen: Counter[bytes] | None = None
-    if len(written) > 1 and len({s for _p, _b, packed in written for s in packed.seqs}) < total:
-        seen = Counter(seq for _puid, _batch_no, packed in written for seq in packed.seqs)
+    shared: set[bytes] = set()  # the sequences of two batches of the group or more
+    if len(written) > 1:
+        every: set[bytes] = set()
+        for _puid, _batch_no, packed in written:
+            shared |= every & packed.seqs
+            every |= packed.seqs
     rows: list[SingleRow] = []
     for puid, batch_no, packed in written:
-        rows += _of_batch(puid, batch_no, packed, seen)
+        rows += _of_batch(puid, batch_no, packed, shared)
     return rows
 
 
 def _of_batch(
-    puid: int, batch_no: int, packed: PackedBatch, seen: Counter[bytes] | None
+    puid: int, batch_no: int, packed: PackedBatch, shared: set[bytes]
 ) -> Iterator[SingleRow]:
     parts = packed.summary
     tid_of = {seq: tid for seq, _puid, tid in parts.threads}
@@ -57,8 +59,8 @@ def _of_batch(
     excluded.update(row[0] for row in parts.entries)
     excluded.update(row[2] for row in parts.opened)
     excluded.update(row[1] for row in packed.handoffs)
-    if seen is not None:
-        excluded.update(seq for seq in packed.seqs if seen[seq] > 1)
+    if shared:
+        excluded |= shared & packed.seqs
     first_start, counts, methods = packed.first_start, parts.counts, packed.seq_methods
     for seq, untrue, handed, start_ns, _puid, iid, method, end_ns, error in parts.roots:
         if (

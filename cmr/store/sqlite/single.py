@@ -197,8 +197,8 @@ class Planned:
         self.zones: blocks.Zones | None = None
         if bound is not None:
             self.params, self.zones = bound
-        self.seqs = {row[0] for row in rows}
-        self.others = {seq for _puid, _batch_no, packed in written for seq in packed.seqs}
+        self.seqs = set(map(itemgetter(0), rows))
+        self.others: set[bytes] = set().union(*(packed.seqs for _p, _b, packed in written))
         self.others -= self.seqs
 
 
