@@ -4,9 +4,11 @@
  * the listing lines' parts, the Ends whose Start is elsewhere). Done with comprehensions over the
  * decoded events it cost twice the typed decode itself; `scan` reads the same events from the
  * msgpack of the batch's thread chunks (the blob the store keeps) in one pass, with two hash tables,
- * and returns only what is small: a row per sequence, the (sequence, thread) pairs, the invocations
- * left open, the entries, the late Ends, and where the rare events are (Errors, Handoffs, Attrs:
- * Python reads those from the decoded batch, as few as they are).
+ * and returns only what is small: the per-sequence parts of the index as the store takes them
+ * (`sequence_parts`: made here, they cost a batch of requests more in Python than the pass), the
+ * invocations left open, the entries, the late Ends, and where the rare events are (Errors,
+ * Handoffs, Attrs: Python reads those from the decoded batch, as few as they are). At the end of
+ * the file, a group's single rows bound for their insert (`bound_singles`).
  *
  * The rules are those of the Python pass (`packing._pack_events`, the reference; the tests compare
  * both on random batches):
@@ -15,7 +17,9 @@
  *   (Errors are Python's, and override);
  * - a sequence's root candidate is its Start of lowest rank (parent != 0, hid != 0, t_ns, iid),
  *   its first start the earliest t_ns;
- * - times are the events' own: Python adds the batch's clock offset and checks the range.
+ * - the per-sequence parts' times are wall clock (the batch's clock offset added; a Start or End
+ *   that it takes past 64 bits is an OverflowError, which refuses the batch); the others are the
+ *   events' own, and Python adds the offset and checks the range.
  */
 
 #include "_msgpack.h"
@@ -477,7 +481,6 @@ static PyObject *scan_results(Scan *s, const Parts *how) {
     PyObject *others = entered ? rare(s) : NULL;
     PyObject *t_min = s->t_min <= s->t_max ? LONG_OF(s->t_min) : Py_NewRef(Py_None);
     PyObject *t_max = s->t_min <= s->t_max ? LONG_OF(s->t_max) : Py_NewRef(Py_None);
-    PyObject *result = NULL;
     if (others && t_min && t_max) {
         PyObject *items[3 + 7 + 4] = {LONG_OF(s->events), t_min, t_max};
         for (Py_ssize_t k = 0; k < 7; k++) items[3 + k] = Py_NewRef(PyTuple_GET_ITEM(parts, k));
@@ -490,7 +493,7 @@ static PyObject *scan_results(Scan *s, const Parts *how) {
     }
     PyObject *made[] = {late, open, parts, entered, others, t_min, t_max};
     for (size_t k = 0; k < sizeof(made) / sizeof(made[0]); k++) Py_XDECREF(made[k]);
-    return result;
+    return NULL;
 }
 
 /* The Parts of a scan's arguments (puid, offset, encode), 0; -1 on error. */
@@ -586,9 +589,10 @@ static int int64_at(PyObject *row, Py_ssize_t at, int64_t *out) {
     return 0;
 }
 
-/* The index of `name` among `zones` (made when new: `*count` grows), -1 on error. */
-static Py_ssize_t zone_of(PyObject *index, Zone **zones, Py_ssize_t *count, Py_ssize_t *room,
-                          PyObject *name, int64_t start, int64_t lasted) {
+/* The zone of `name` among `zones` widened to a row's start and duration (made when new:
+ * `*count` grows, `index` maps the name to it); 0, or -1 on error. */
+static int zone_of(PyObject *index, Zone **zones, Py_ssize_t *count, Py_ssize_t *room,
+                   PyObject *name, int64_t start, int64_t lasted) {
     PyObject *at = PyDict_GetItemWithError(index, name);
     if (at) {
         Zone *z = &(*zones)[PyLong_AsSsize_t(at)];
