@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -73,20 +73,6 @@ class SummaryParts:
     roots: list[RootRow] = field(default_factory=list)  # the best candidate of each sequence
     entries: list[EntryRow] = field(default_factory=list)
     opened: list[OpenRow] = field(default_factory=list)
-
-
-def without_singles(parts: SummaryParts, singles: Container[bytes]) -> SummaryParts:
-    """``parts`` but the threads and roots of the sequences stored as single rows (``singles``,
-    ``cmr.store.single_rows``: their own row holds them), for the side tables."""
-    if not singles:
-        return parts
-    return SummaryParts(
-        counts=parts.counts,
-        threads={row for row in parts.threads if row[0] not in singles},
-        roots=[row for row in parts.roots if row[0] not in singles],
-        entries=parts.entries,
-        opened=parts.opened,
-    )
 
 
 class SummaryCollector:

@@ -120,7 +120,7 @@ class PostgresStore(PackingStore):
                         single.write_batch_seqs(conn, batches, stored)
                         # cut to the other sequences first (``grouping.only``: fewer to merge)
                         packs = [only(p, p.seqs - stored) if stored else p for p in written]
-                        summaries.store(conn, group_parts(packs), stored)
+                        summaries.store(conn, group_parts(packs))
 
         try:
             write()

@@ -6,7 +6,7 @@ nodes lock them in one order."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
@@ -31,7 +31,6 @@ from cmr.store.summaries import (
     backfilled,
     summary_from,
     waiting_on,
-    without_singles,
 )
 
 #: The columns of a sequence's row ``UPSERT_SEQUENCES`` binds: seq, start, count, decided, and
@@ -39,15 +38,15 @@ from cmr.store.summaries import (
 _SEQUENCE_COLUMNS: Final = 9
 
 
-def store(conn: Conn, group: GroupParts, singles: Collection[bytes] = ()) -> None:
-    """Add the parts of the batches a transaction stored (``grouping.group_parts``); their late
-    Ends are stored already. Each sequence, and each whose open root a late End ends, is written
-    last, once, with its listing keys from its root candidate as it now stands (rows locked in
-    one order: ``UPSERT_SEQUENCES``); but those stored as single rows (``singles``,
-    ``cmr.store.postgres.single``: theirs are written). A single row stored before that the
-    group brings more of is moved to the side tables, and its row written then. Then the late
-    Ends close the invocations they end."""
-    parts = without_singles(group.summary, singles)
+def store(conn: Conn, group: GroupParts) -> None:
+    """Add the parts of the batches a transaction stored (``grouping.group_parts``, cut to the
+    sequences not stored as single rows: ``grouping.only``, ``cmr.store.postgres.single``);
+    their late Ends are stored already. Each sequence, and each whose open root a late End
+    ends, is written last, once, with its listing keys from its root candidate as it now stands
+    (rows locked in one order: ``UPSERT_SEQUENCES``). A single row stored before that the group
+    brings more of is moved to the side tables, and its row written then. Then the late Ends
+    close the invocations they end."""
+    parts = group.summary
     store_parts(conn, parts)
     first_start, counts = group.first_start, parts.counts
     sequences = [
