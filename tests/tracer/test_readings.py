@@ -4,7 +4,15 @@ clock given by the test."""
 
 from __future__ import annotations
 
-from tracer._sampling.readings import Pending, Readings
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.support import wait_for
+from tracer._sampling.readings import Pending, Readings, cpu_clock
 
 MS = 1_000_000
 SPIN = ((1, 2), (10, 20))
@@ -91,3 +99,39 @@ def test_stopping_after_a_thread_ended_lasts_its_sample_one_interval() -> None:
     readings.finish(16 * MS, 10 * MS)
     [(_spin, end)] = readings.emitted
     assert end is None  # the sampler's emit makes it one interval past the last instant
+
+
+def test_a_threads_cpu_clock_is_read_from_its_kernel_id_and_is_gone_when_it_ends() -> None:
+    """The clock a thread's kernel id makes is the one ``pthread_getcpuclockid`` gives while the
+    thread lives; once it has ended, reading it says the thread is gone (None), never raises, and
+    the thread's descriptor is never read again (it may be freed memory by then)."""
+    if sys.platform != "linux":
+        pytest.skip("per-thread CPU clocks are Linux's")
+    started, release = threading.Event(), threading.Event()
+    natives: list[int] = []
+
+    def body() -> None:
+        natives.append(threading.get_native_id())
+        started.set()
+        release.wait(60)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    try:
+        assert started.wait(60)
+        assert thread.ident is not None
+        assert cpu_clock(natives[0]) == time.pthread_getcpuclockid(thread.ident)
+        readings = Readings(lambda sample, end, cpu: None)
+        assert readings.cpu_now(thread.ident) is None  # never watched: nothing is read
+        readings.watch(thread.ident, natives[0])
+        assert isinstance(readings.cpu_now(thread.ident), int)
+    finally:
+        release.set()
+        thread.join(60)
+    # The kernel's thread outlives the Python thread's end by a moment.
+    wait_for(lambda: not os.path.exists(f"/proc/self/task/{natives[0]}"), timeout_s=60)
+    assert readings.cpu_now(thread.ident) is None
+    readings.watch(thread.ident, natives[0])  # seen again by the same id: not made again
+    assert readings.cpu_now(thread.ident) is None
+    readings.watch(thread.ident, threading.get_native_id())  # the ident taken by another thread
+    assert isinstance(readings.cpu_now(thread.ident), int)

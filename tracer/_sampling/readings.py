@@ -6,6 +6,7 @@ More in docs/architecture.md, "tracer/_sampling/readings.py".
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass
@@ -42,12 +43,13 @@ class Readings:
     when the thread's next sample shows where its span ends. Each reader has its own: neither
     waits for the other."""
 
-    __slots__ = ("_emit", "clocks", "idle_since", "last_cpu", "pending")
+    __slots__ = ("_emit", "_natives", "clocks", "idle_since", "last_cpu", "pending")
 
     def __init__(self, emit: Emit) -> None:
         self._emit = emit
         self.pending: dict[int, Pending] = {}
-        self.clocks: dict[int, int | None] = {}  # a thread's CPU clock id
+        self.clocks: dict[int, int | None] = {}  # a thread's CPU clock id (gone: absent)
+        self._natives: dict[int, int] = {}  # the native id its clock was made from
         self.idle_since: dict[int, int] = {}  # CPU mode: its clock when seen idle
         self.last_cpu: dict[int, int] = {}  # CPU mode: its clock at the last look
 
@@ -56,8 +58,9 @@ class Readings:
         instant, and their clocks are forgotten."""
         for ident in [i for i in self.pending if i not in alive]:
             self._emit(self.pending.pop(ident), None, None)
-        for ident in [i for i in self.clocks if i not in alive]:
-            del self.clocks[ident]
+        for ident in [i for i in self._natives if i not in alive]:
+            del self._natives[ident]
+            self.clocks.pop(ident, None)
             self.idle_since.pop(ident, None)
             self.last_cpu.pop(ident, None)
 
@@ -91,17 +94,25 @@ class Readings:
         self.last_cpu[ident] = cpu
         return last is not None and cpu > last
 
+    def watch(self, ident: int, native_id: int) -> None:
+        """The thread ``ident`` is seen alive with the native id ``native_id``: its CPU clock is
+        made from that id (once; again should a new thread take the ident)."""
+        if self._natives.get(ident) != native_id:
+            self._natives[ident] = native_id
+            self.clocks[ident] = cpu_clock(native_id)
+
     def cpu_now(self, ident: int) -> int | None:
-        """The thread's CPU clock, 0 without one, None when the thread is gone."""
+        """The thread's CPU clock, 0 without one, None when the thread is gone (or was never
+        ``watch``ed)."""
         clock = self.clocks.get(ident, _UNSET)
-        if clock is _UNSET:
-            clock = self.clocks[ident] = cpu_clock(ident)
         if clock is None:
             return 0
+        if clock is _UNSET:
+            return None
         try:
             return time.clock_gettime_ns(clock)
         except OSError:  # the thread ended since the tick began: its clock is gone
-            self.clocks.pop(ident, None)
+            del self.clocks[ident]
             return None
 
     def idle(self, ident: int, now: int) -> None:
@@ -207,12 +218,22 @@ def _since(previous: Pending, cpu: int, now: int) -> tuple[int, int]:
     return gap, min(gap, max(0, cpu - previous.cpu_clock))
 
 
-def cpu_clock(ident: int) -> int | None:
-    """The id of the thread's POSIX CPU clock (read with one cheap syscall), or None."""
+def cpu_clock(native_id: int) -> int | None:
+    """The id of the POSIX CPU clock (read with one cheap syscall) of the thread whose kernel id
+    is ``native_id``, or None where threads have none.
+
+    It is made from the kernel's id as glibc's ``pthread_getcpuclockid`` makes it from the one it
+    reads in the thread's descriptor (Linux's ``MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)``),
+    because that descriptor is freed when a thread ends: asked for a thread that ended between
+    the tick's look at the threads and the call, ``pthread_getcpuclockid`` read freed memory,
+    and crashed a process in CI when glibc had unmapped it. The kernel answers a clock whose
+    thread is gone with EINVAL, and one of a thread of another process likewise."""
+    if sys.platform != "linux":
+        return None
+    clock = (~native_id << 3) | 6
     try:
-        clock = time.pthread_getcpuclockid(ident)
         time.clock_gettime_ns(clock)
-    except (AttributeError, OSError, OverflowError):
+    except (OSError, OverflowError):
         return None
     return clock
 

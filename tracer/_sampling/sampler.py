@@ -139,9 +139,9 @@ class Sampler:
         return self._thread.ident
 
     def start(self) -> None:
-        if self.mode == "cpu" and cpu_clock(threading.get_ident()) is None:
+        if self.mode == "cpu" and cpu_clock(threading.get_native_id()) is None:
             log.warning(
-                "invoseq: threads have no CPU clock here (pthread_getcpuclockid); "
+                "invoseq: threads have no CPU clock here (Linux has them); "
                 "the sampler uses wall mode"
             )
             self.mode = "wall"
@@ -333,6 +333,7 @@ class Sampler:
                 self._main_busy = False
                 return
             readings = self._main_readings
+            readings.watch(ident, sampled[1])
             self._main_busy = True
             frames: list[FrameType] | None = None  # the stack, when deciding walked it (once)
             worth = True
@@ -405,7 +406,8 @@ class Sampler:
         if len(candidates) > self._max_threads:
             candidates = self._random.sample(candidates, self._max_threads)
         for ident, top, walked in candidates:
-            tid = threads[ident][0]
+            tid, native_id = threads[ident]
+            readings.watch(ident, native_id)
             if self.mode == "cpu" and not readings.ran(ident):
                 readings.idle(ident, now)
                 continue
