@@ -203,9 +203,10 @@ static int scan_chunks(Scan *s, Reader *r) {
 
 /* ---------------------------------------------------------------- the results */
 
-static PyObject *end_of(Scan *s, int64_t iid) {
+/* The End time of `iid` plus `offset`, or None when it has not ended in the batch. */
+static PyObject *end_of(Scan *s, int64_t iid, int64_t offset) {
     Entry *e = table_find(&s->iids, 0, iid);
-    if (e && e->end == ENDED) return PyLong_FromLongLong(e->end_ns);
+    if (e && e->end == ENDED) return PyLong_FromLongLong(e->end_ns + offset);
     Py_RETURN_NONE;
 }
 
@@ -333,8 +334,7 @@ static int add_sequence(Scan *s, const Parts *how, Sequence *sequence, PyObject 
     if (set_new(first, seq, LONG_OF(sequence->first_t + how->offset)) < 0) return -1;
     const Column *col = s->start;
     int64_t b = sequence->best, iid = col[S_IID].data[b];
-    Entry *e = table_find(&s->iids, 0, iid);
-    PyObject *end = e && e->end == ENDED ? LONG_OF(e->end_ns + how->offset) : Py_NewRef(Py_None);
+    PyObject *end = end_of(s, iid, how->offset);
     PyObject *root[] = {Py_NewRef(seq),
                         PyLong_FromLong(col[S_PARENT].data[b] != 0),
                         PyLong_FromLong(col[S_HID].data[b] != 0),
@@ -414,7 +414,7 @@ static PyObject *entries(Scan *s) {
         int64_t iid = col[S_IID].data[row];
         PyObject *seq = s->seqs[col[S_SEQ].data[row]].seq;
         if (append_new(found, Py_BuildValue("(OLLN)", seq, iid, col[S_HID].data[row],
-                                            end_of(s, iid))) < 0)
+                                            end_of(s, iid, 0))) < 0)
             Py_CLEAR(found);
     }
     return found;

@@ -104,7 +104,9 @@ def test_stopping_after_a_thread_ended_lasts_its_sample_one_interval() -> None:
 def test_a_threads_cpu_clock_is_read_from_its_kernel_id_and_is_gone_when_it_ends() -> None:
     """The clock a thread's kernel id makes is the one ``pthread_getcpuclockid`` gives while the
     thread lives; once it has ended, reading it says the thread is gone (None), never raises, and
-    the thread's descriptor is never read again (it may be freed memory by then)."""
+    the thread's descriptor is never read again (it may be freed memory by then): its sample in
+    the making ends one interval past its last tick when the sampler stops (CI saw a process
+    crash there, asking ``pthread_getcpuclockid`` for such a thread's clock)."""
     if sys.platform != "linux":
         pytest.skip("per-thread CPU clocks are Linux's")
     started, release = threading.Event(), threading.Event()
@@ -115,23 +117,29 @@ def test_a_threads_cpu_clock_is_read_from_its_kernel_id_and_is_gone_when_it_ends
         started.set()
         release.wait(60)
 
+    emitted: list[tuple[Pending, int | None]] = []
+    readings = Readings(lambda sample, end, cpu: emitted.append((sample, end)))
     thread = threading.Thread(target=body)
     thread.start()
     try:
         assert started.wait(60)
-        assert thread.ident is not None
-        assert cpu_clock(natives[0]) == time.pthread_getcpuclockid(thread.ident)
-        readings = Readings(lambda sample, end, cpu: None)
-        assert readings.cpu_now(thread.ident) is None  # never watched: nothing is read
-        readings.watch(thread.ident, natives[0])
-        assert isinstance(readings.cpu_now(thread.ident), int)
+        ident = thread.ident
+        assert ident is not None
+        assert cpu_clock(natives[0]) == time.pthread_getcpuclockid(ident)
+        assert readings.cpu_now(ident) is None  # never watched: nothing is read
+        readings.watch(ident, natives[0])
+        assert isinstance(readings.cpu_now(ident), int)
+        readings.sample(ident, 1, SLEEP, 10 * MS)
     finally:
         release.set()
         thread.join(60)
     # The kernel's thread outlives the Python thread's end by a moment.
     wait_for(lambda: not os.path.exists(f"/proc/self/task/{natives[0]}"), timeout_s=60)
-    assert readings.cpu_now(thread.ident) is None
-    readings.watch(thread.ident, natives[0])  # seen again by the same id: not made again
-    assert readings.cpu_now(thread.ident) is None
-    readings.watch(thread.ident, threading.get_native_id())  # the ident taken by another thread
-    assert isinstance(readings.cpu_now(thread.ident), int)
+    readings.sample(ident, 1, TIDY, 20 * MS)  # a tick that lost the race with its end
+    assert readings.cpu_now(ident) is None
+    readings.finish(30 * MS, 10 * MS)
+    assert [(sample.frames, end) for sample, end in emitted] == [(SLEEP[0], None)]
+    readings.watch(ident, natives[0])  # seen again by the same id: not made again
+    assert readings.cpu_now(ident) is None
+    readings.watch(ident, threading.get_native_id())  # the ident taken by another thread
+    assert isinstance(readings.cpu_now(ident), int)
