@@ -17,8 +17,10 @@ import msgspec
 
 from cmr.gc_paused import paused_gc
 from cmr.store import InvalidBatchError, Store
+from cmr.store.accel import accelerator
 from cmr.store.base import Outcome
 from cmr.store.batch_index import PackingStore, Preparation
+from cmr.store.raw_batch import RawBatch
 from invoseq import wire
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ class Ingest:
         self._max_frame_bytes = max_frame_bytes
         self._clock = clock
         self._decoder = msgspec.msgpack.Decoder(wire.Batch)
+        # A packing store's batches with the C pass: their chunks' events left as msgpack for the
+        # pass to read, not decoded into objects only to be checked and freed (raw_batch).
+        self._raw_decoder = msgspec.msgpack.Decoder(RawBatch) if accelerator is not None else None
 
     def handle(self, frames: Sequence[bytes]) -> wire.Ack | None:
         """Store the batch in ``frames`` ([header, body], without the ROUTER identity).
@@ -136,7 +141,7 @@ class Ingest:
         keys: list[tuple[int, int, int]],
     ) -> None:
         """Decode one message's batch into ``group``; the decoded batch is freed on return."""
-        batch = self._decoded(frames)
+        batch = self._decoded(frames) if self._raw_decoder is None else self._raw(frames)
         if batch is not None:
             group.add(batch, frames[1])
             keys.append((position, batch.puid, batch.batch_no))
@@ -150,6 +155,20 @@ class Ingest:
         try:
             return self._decoder.decode(frames[1])
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # (ValidationError is one too)
+            log.debug("rejected a batch body: %s", exc)
+            self.reject(DECODE)
+            return None
+
+    def _raw(self, frames: Sequence[bytes]) -> RawBatch | None:
+        """``_decoded`` as a ``RawBatch`` (its events are checked by the C pass, or typed)."""
+        reason = self._check(frames)
+        if reason is not None:
+            self.reject(reason)
+            return None
+        assert self._raw_decoder is not None
+        try:
+            return self._raw_decoder.decode(frames[1])
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             log.debug("rejected a batch body: %s", exc)
             self.reject(DECODE)
             return None

@@ -10,6 +10,11 @@
  * Handoffs, Attrs: Python reads those from the decoded batch, as few as they are). At the end of
  * the file, a group's single rows bound for their insert (`bound_singles`).
  *
+ * The events it reads may not have been through msgspec's typed decode (`cmr/store/raw_batch.py`):
+ * it holds Starts and Ends to the protocol's types itself (lengths, 64-bit integers, ids not
+ * negative, a 16-byte bin sequence id, at most MAX_EVENTS_PER_CHUNK a chunk), and refuses
+ * (ValueError) what it cannot read, which Python then decodes typed.
+ *
  * The rules are those of the Python pass (`packing._pack_events`, the reference; the tests compare
  * both on random batches):
  * - an iid belongs to the sequence of its last Start in the batch; a sequence counts its iids;
@@ -26,6 +31,9 @@
 #include "_pack.h"
 
 enum { S_IID, S_PARENT, S_HID, S_METHOD, S_T, S_SEQ, S_COUNT };
+/* wire.MAX_EVENTS_PER_CHUNK: a chunk's events are read here without msgspec's typed decode
+ * (``cmr.store.raw_batch``), so the pass holds them to the protocol's bounds itself. */
+enum { MAX_EVENTS_PER_CHUNK = 1000000 };
 
 typedef struct {
     uint64_t id[2]; /* the sequence id's 16 bytes */
@@ -128,6 +136,8 @@ static int scan_start(Scan *s, Reader *r, uint32_t len, uint32_t chunk, int64_t 
     if (len != 7) return damaged("bad Start");
     for (int k = 0; k < 5; k++)
         if (read_int(r, &v[k]) < 0) return -1;
+    /* iid, parent, hid and method are the protocol's Id63: not negative (wire.Start) */
+    if ((v[0] | v[1] | v[2] | v[3]) < 0) return damaged("negative id");
     if (read_bytes(r, &seq, &seq_len, 0) < 0) return -1;
     if (seq_len != 16) return damaged("bad sequence id");
     if (s->start[S_IID].len >= INT32_MAX) return damaged("too many Starts");
@@ -168,6 +178,7 @@ static int scan_event(Scan *s, Reader *r, uint32_t chunk, uint32_t at, int64_t t
     if (tag == 1) { /* End: iid, t_ns */
         if (len != 3) return damaged("bad End");
         if (read_int(r, &iid) < 0 || read_int(r, &t) < 0) return -1;
+        if (iid < 0) return damaged("negative id");
         note_time(s, t);
         return column_push(&s->end_iid, iid) < 0 || column_push(&s->end_t, t) < 0 ? -1 : 0;
     }
@@ -195,6 +206,8 @@ static int scan_chunks(Scan *s, Reader *r) {
         if (read_array(r, &fields) < 0) return -1;
         if (fields != 2) return damaged("bad chunk");
         if (read_int(r, &tid) < 0 || read_array(r, &events) < 0) return -1;
+        if (tid < 0) return damaged("negative thread id");
+        if (events > MAX_EVENTS_PER_CHUNK) return damaged("too many events in a chunk");
         for (uint32_t i = 0; i < events; i++)
             if (scan_event(s, r, c, i, tid) < 0) return -1;
     }

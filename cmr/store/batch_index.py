@@ -20,13 +20,15 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
+from cmr.store import raw_batch
 from cmr.store._samples import sample_records
 from cmr.store.accel import accelerator
 from cmr.store.base import GroupCommitStore, InvalidBatchError, Outcome, SampleRecord
+from cmr.store.raw_batch import RawBatch
 from cmr.store.rules import HandoffRow
 from cmr.store.stored_batches import (
     LateAttrs,
@@ -36,7 +38,7 @@ from cmr.store.stored_batches import (
     methods_by_seq,
 )
 from cmr.store.summaries import SummaryCollector, SummaryParts
-from invoseq.wire import Attrs, Batch, End, Error, Handoff, Start
+from invoseq.wire import Attrs, Batch, End, Error, Event, Handoff, Start
 
 _COMMON: Final = (Start, End)
 _I64_MIN: Final = -(2**63)
@@ -59,14 +61,17 @@ class PackedBatch:
     summary: SummaryParts  # what the batch adds to its sequences' listing lines
 
 
-def pack(batch: Batch, *, encode: bool = True, body: bytes | None = None) -> PackedBatch:
+def pack(batch: Batch | RawBatch, *, encode: bool = True, body: bytes | None = None) -> PackedBatch:
     """The blob and index of ``batch``. Raises InvalidBatchError when a wall-clock time does not
-    fit a signed 64-bit integer (nothing of the batch may then be stored). Without ``encode``
-    (a store that keeps the decoded chunks) the blob and ``seq_methods`` are left empty.
-    ``body``, the msgpack ``batch`` was decoded from, when the caller has it: its thread chunks
-    are then the blob as they came (with the C pass), not encoded again."""
+    fit a signed 64-bit integer (nothing of the batch may then be stored), or when ``batch`` is a
+    ``RawBatch`` whose events the protocol refuses. Without ``encode`` (a store that keeps the
+    decoded chunks) the blob and ``seq_methods`` are left empty. ``body``, the msgpack ``batch``
+    was decoded from, when the caller has it: its thread chunks are then the blob as they came
+    (with the C pass), not encoded again."""
     if accelerator is None:
-        return _pack_events(batch, encode=encode)
+        return _pack_events(
+            raw_batch.typed(batch) if isinstance(batch, RawBatch) else batch, encode=encode
+        )
     return _pack_scanned(batch, encode=encode, accel=accelerator, body=body)
 
 
@@ -95,15 +100,18 @@ class Preparation:
         self.outcomes: list[Outcome] = []
         self.prepared: list[Prepared] = []
 
-    def add(self, batch: Batch, body: bytes | None = None) -> None:
+    def add(self, batch: Batch | RawBatch, body: bytes | None = None) -> None:
         """Pack ``batch`` (``body``: the msgpack it was decoded from, if known)."""
         at = len(self.outcomes)
+        if isinstance(batch, RawBatch):
+            headed = raw_batch.header(batch)
+        else:
+            headed = msgspec.structs.replace(batch, chunks=[])
         try:
-            packed, samples = pack(batch, body=body), sample_records(batch)
+            packed, samples = pack(batch, body=body), sample_records(headed)
         except InvalidBatchError as exc:
             self.outcomes.append(exc)
             return
-        headed = msgspec.structs.replace(batch, chunks=[])
         self.prepared.append(Prepared(at, headed, packed, samples))
         self.outcomes.append(False)
 
@@ -226,25 +234,15 @@ def _pack_events(batch: Batch, *, encode: bool) -> PackedBatch:
 
 
 def _pack_scanned(
-    batch: Batch, *, encode: bool, accel: ModuleType, body: bytes | None = None
+    batch: Batch | RawBatch, *, encode: bool, accel: ModuleType, body: bytes | None = None
 ) -> PackedBatch:
     """``pack`` with the C pass: ``scan_batch`` reads the chunks in ``body`` (kept as the blob),
     or ``scan`` the chunks encoded again, and makes the per-sequence parts with the batch's
     clock offset added (issue 33: made here, they cost a request-shaped batch more than the C
-    pass); the rest is per rare event, per hand-off entry or per invocation left open."""
+    pass); the rest is per rare event, per hand-off entry or per invocation left open. A
+    ``RawBatch``'s rare events are decoded typed here, chunk by chunk (``raw_batch``)."""
     puid, offset, batch_no = batch.puid, batch.process.clock_offset_ns, batch.batch_no
-    found = None
-    try:
-        if body is not None:
-            try:
-                blob, found = accel.scan_batch(body, _CHUNKS_FIELD, puid, offset, encode)
-            except ValueError:  # msgspec read what the C reader cannot (nesting): encode again
-                found = None
-        if found is None:
-            blob = encode_chunks(batch.chunks)
-            found = accel.scan(blob, puid, offset, encode)
-    except OverflowError:  # a Start's or End's time plus the offset
-        raise _out_of_range(batch) from None
+    blob, found = _scan(batch, encode=encode, accel=accel, body=body)
     events, t_min, t_max, seqs, roots, counts, threads, first_start = found[:8]
     methods, seq_methods, opened, entries, late, rare = found[8:]
     times = [] if t_min is None else [t_min, t_max]
@@ -252,9 +250,9 @@ def _pack_scanned(
     late_attrs: list[LateAttrs] = []
     handoffs: list[HandoffRow] = []
     errors: dict[int, Error] = {}  # the last Error of each iid with a Start in the batch
-    chunks = batch.chunks
+    events_of = _events_of(batch)
     for chunk_at, event_at, in_batch in rare:
-        event = chunks[chunk_at].events[event_at]
+        event = events_of(chunk_at)[event_at]
         if isinstance(event, Attrs):
             if not in_batch:
                 attributes = encode_attributes(event.attributes)
@@ -312,14 +310,52 @@ def _pack_scanned(
     )
 
 
-def _check_times(batch: Batch, times: list[int], offset: int) -> None:
+def _scan(
+    batch: Batch | RawBatch, *, encode: bool, accel: ModuleType, body: bytes | None
+) -> tuple[bytes, tuple[Any, ...]]:
+    """The blob and the C pass's findings (``_columns.pyi``'s ``Scanned``): read in ``body``
+    when given, else in the chunks encoded again."""
+    puid, offset = batch.puid, batch.process.clock_offset_ns
+    try:
+        if body is not None:
+            try:
+                blob, found = accel.scan_batch(body, _CHUNKS_FIELD, puid, offset, encode)
+                return blob, found
+            except ValueError:  # msgspec read what the C reader cannot (nesting): encode again
+                pass
+        if isinstance(batch, RawBatch):  # what the C pass refused, msgspec's typed decode judges
+            batch = raw_batch.typed(batch)
+        blob = encode_chunks(batch.chunks)
+        return blob, accel.scan(blob, puid, offset, encode)
+    except OverflowError:  # a Start's or End's time plus the offset
+        raise _out_of_range(batch) from None
+
+
+def _events_of(batch: Batch | RawBatch) -> Callable[[int], Sequence[Event]]:
+    """The events of a chunk of ``batch`` by its position; a ``RawBatch``'s decoded typed, once
+    a chunk (raising InvalidBatchError when msgspec refuses them)."""
+    if not isinstance(batch, RawBatch):
+        return lambda at: batch.chunks[at].events
+    raw, chunks = batch, batch.chunks
+    decoded: dict[int, list[Event]] = {}
+
+    def events_of(at: int) -> list[Event]:
+        found = decoded.get(at)
+        if found is None:
+            found = decoded[at] = raw_batch.events(chunks[at], raw)
+        return found
+
+    return events_of
+
+
+def _check_times(batch: Batch | RawBatch, times: list[int], offset: int) -> None:
     """Raises InvalidBatchError when one of ``times`` does not fit a signed 64-bit integer once
     ``offset`` (the batch's clock offset) is added."""
     if times and not (min(times) + offset >= _I64_MIN and max(times) + offset <= _I64_MAX):
         raise _out_of_range(batch)
 
 
-def _out_of_range(batch: Batch) -> InvalidBatchError:
+def _out_of_range(batch: Batch | RawBatch) -> InvalidBatchError:
     return InvalidBatchError(f"batch {batch.batch_no} of process {batch.puid:x}: time out of range")
 
 
