@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -24,6 +24,8 @@ from cmr.store.raw_batch import RawBatch
 from invoseq import wire
 
 log = logging.getLogger(__name__)
+
+_Decoded = TypeVar("_Decoded")
 
 #: A frame larger than the server's limit.
 OVERSIZED: Final = "oversized"
@@ -62,10 +64,12 @@ class Ingest:
         self._store = store
         self._max_frame_bytes = max_frame_bytes
         self._clock = clock
-        self._decoder = msgspec.msgpack.Decoder(wire.Batch)
+        self._decode = msgspec.msgpack.Decoder(wire.Batch).decode
         # A packing store's batches with the C pass: their chunks' events left as msgpack for the
         # pass to read, not decoded into objects only to be checked and freed (raw_batch).
-        self._raw_decoder = msgspec.msgpack.Decoder(RawBatch) if accelerator is not None else None
+        self._decode_packing: Callable[[bytes], wire.Batch | RawBatch] = (
+            self._decode if accelerator is None else msgspec.msgpack.Decoder(RawBatch).decode
+        )
 
     def handle(self, frames: Sequence[bytes]) -> wire.Ack | None:
         """Store the batch in ``frames`` ([header, body], without the ROUTER identity).
@@ -124,7 +128,7 @@ class Ingest:
             return store.ingest_prepared(group, self._clock()) if keys else []
         batches: list[wire.Batch] = []
         for position, frames in enumerate(messages):
-            batch = self._decoded(frames)
+            batch = self._decoded(frames, self._decode)
             if batch is not None:
                 batches.append(batch)
                 keys.append((position, batch.puid, batch.batch_no))
@@ -141,34 +145,23 @@ class Ingest:
         keys: list[tuple[int, int, int]],
     ) -> None:
         """Decode one message's batch into ``group``; the decoded batch is freed on return."""
-        batch = self._decoded(frames) if self._raw_decoder is None else self._raw(frames)
+        batch = self._decoded(frames, self._decode_packing)
         if batch is not None:
             group.add(batch, frames[1])
             keys.append((position, batch.puid, batch.batch_no))
 
-    def _decoded(self, frames: Sequence[bytes]) -> wire.Batch | None:
-        """The batch in ``frames``, or None when they are rejected (and counted)."""
+    def _decoded(
+        self, frames: Sequence[bytes], decode: Callable[[bytes], _Decoded]
+    ) -> _Decoded | None:
+        """The batch in ``frames`` as ``decode`` makes it, or None when they are rejected (and
+        counted)."""
         reason = self._check(frames)
         if reason is not None:
             self.reject(reason)
             return None
         try:
-            return self._decoder.decode(frames[1])
+            return decode(frames[1])
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # (ValidationError is one too)
-            log.debug("rejected a batch body: %s", exc)
-            self.reject(DECODE)
-            return None
-
-    def _raw(self, frames: Sequence[bytes]) -> RawBatch | None:
-        """``_decoded`` as a ``RawBatch`` (its events are checked by the C pass, or typed)."""
-        reason = self._check(frames)
-        if reason is not None:
-            self.reject(reason)
-            return None
-        assert self._raw_decoder is not None
-        try:
-            return self._raw_decoder.decode(frames[1])
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             log.debug("rejected a batch body: %s", exc)
             self.reject(DECODE)
             return None

@@ -206,7 +206,6 @@ static int scan_chunks(Scan *s, Reader *r) {
         if (read_array(r, &fields) < 0) return -1;
         if (fields != 2) return damaged("bad chunk");
         if (read_int(r, &tid) < 0 || read_array(r, &events) < 0) return -1;
-        if (tid < 0) return damaged("negative thread id");
         if (events > MAX_EVENTS_PER_CHUNK) return damaged("too many events in a chunk");
         for (uint32_t i = 0; i < events; i++)
             if (scan_event(s, r, c, i, tid) < 0) return -1;
