@@ -13,19 +13,24 @@ and prefix lookup never scan the events. Stack samples live in tables of their o
 from __future__ import annotations
 
 import contextlib
+import logging
+import sqlite3
 from typing import TYPE_CHECKING
 
 from cmr.store.batch_index import PackingStore, Preparation
 from cmr.store.sqlite import read as sqlite_read
 from cmr.store.sqlite.reader import BUSY_TIMEOUT_MS, SQLiteReader
-from cmr.store.sqlite.single import RootNames
+from cmr.store.sqlite.single import RootNames, stage
 from cmr.store.sqlite.writes import GroupPlan, write_group
 
 if TYPE_CHECKING:
     from cmr.store.base import OnStep, Outcome, PruneResult
+    from cmr.store.sqlite.checkpoints import Checkpointer
     from cmr.store.sqlite.turns import WriterTurns
 
 __all__ = ["BUSY_TIMEOUT_MS", "SQLiteStore"]
+
+log = logging.getLogger(__name__)
 
 
 class SQLiteStore(PackingStore, SQLiteReader):
@@ -35,15 +40,23 @@ class SQLiteStore(PackingStore, SQLiteReader):
     ``clock`` (wall-clock nanoseconds) tells reads how long a process has been silent."""
 
     _turns: WriterTurns | None = None
+    _checkpoints: Checkpointer | None = None
     _names: RootNames | None = None  # made at the first group (``single.RootNames``)
 
     def share_writes(self) -> None:
         """Other processes store into this file at the same time (``cmr serve --workers``):
-        take turns with them around each group's transaction (``cmr.store.sqlite.turns``)."""
+        take turns with them around each group's transaction (``cmr.store.sqlite.turns``),
+        with the group's single rows staged before it, and copy the WAL into the file outside
+        the turns (``cmr.store.sqlite.checkpoints``)."""
         if self._turns is None:
-            from cmr.store.sqlite.turns import WriterTurns  # workers only
+            from cmr.store.sqlite.checkpoints import Checkpointer  # workers only
+            from cmr.store.sqlite.turns import WriterTurns
 
             self._turns = WriterTurns(self.path)
+            try:
+                self._checkpoints = Checkpointer(self.path, BUSY_TIMEOUT_MS)
+            except sqlite3.Error as exc:  # the writers' automatic checkpoints go on alone
+                log.warning("cmr: checkpoints of %s left to the writers: %s", self.path, exc)
 
     def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:
         outcomes = list(group.outcomes)
@@ -53,11 +66,16 @@ class SQLiteStore(PackingStore, SQLiteReader):
                 names = self._names = RootNames()
             plan = GroupPlan(group.in_write_order(), names)  # before the turn: no database
             turns = self._turns
+            if turns is not None:  # what binding can, outside the turn
+                with self._transaction("BEGIN") as conn:  # the temporary database: no lock
+                    stage(conn, plan.singles)
             with (
                 turns.turn() if turns is not None else contextlib.nullcontext(),
                 self._transaction("BEGIN IMMEDIATE") as conn,
             ):
                 write_group(conn, plan, outcomes, received_ns, names)
+            if self._checkpoints is not None:
+                self._checkpoints.committed()
         return outcomes
 
     def record_rejected(self, reason: str, count: int = 1) -> None:
@@ -73,6 +91,8 @@ class SQLiteStore(PackingStore, SQLiteReader):
             return sqlite_read.prune(conn, before_ns, on_step)
 
     def close(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.close()
         super().close()
         if self._turns is not None:
             self._turns.close()

@@ -1,0 +1,112 @@
+"""Checkpoints beside the writers (``cmr serve --workers``): the WAL copied into the file by a
+thread of each worker, outside the write turn.
+
+In WAL mode SQLite appends each commit's pages to ``<file>-wal`` and copies them into the file
+at a *checkpoint*. The writer whose commit takes the WAL past ``wal_autocheckpoint`` (32 MiB
+here) does it inside that commit: it syncs the WAL, copies the pages, syncs the file, about 90
+ms here, inside the writer's turn (``cmr.store.sqlite.turns``), so the other workers and every
+acknowledgement wait (issue 33, goal 6: a fifth of the time of 100,000 ten-call sequences into
+``cmr serve --workers 2``).
+
+A ``Checkpointer`` is told of each commit (``committed``) and, once the WAL holds ``AHEAD``
+frames the file does not, runs a *passive* checkpoint on a connection of its own: it copies
+them while the workers go on writing (a passive checkpoint takes no write lock and waits on
+none) and while its own worker decodes and packs the next group. The automatic checkpoint is
+left as it is: it is what starts the WAL over (SQLite does that only once every frame is copied
+and no writer is adding more, which a checkpoint beside steady writers never sees), but it
+finds the frames mostly copied, so what is left in the turn is a little copying and two short
+syncs. How many frames wait is read from the WAL index's header in ``<file>-shm`` (``mxFrame``
+less ``nBackfill``: https://www.sqlite.org/walformat.html), which costs a read, not a
+checkpoint. Nothing runs while nothing is written: the thread waits on an event.
+
+A checkpoint that fails (the file locked by a ``cmr prune``, a full disk) is logged once and
+left to the next commit and the automatic checkpoint: the writers never see it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import struct
+import threading
+
+TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
+if TYPE_CHECKING:
+    from typing import Final
+
+log = logging.getLogger(__name__)
+
+#: Frames the WAL may hold beyond what the file has before a checkpoint copies them: 8 MiB of
+#: 4 KiB pages, a quarter of ``wal_autocheckpoint``. Fewer, and pages written again by the
+#: next commits are copied again; more, and more is left for the turn.
+AHEAD: Final = 2048
+#: ``mxFrame`` (frames in the WAL) and ``nBackfill`` (frames copied into the file) in the WAL
+#: index's header, in the machine's byte order.
+_MX_FRAME: Final = struct.Struct("=I")
+_MX_FRAME_AT: Final = 16
+_BACKFILLED_AT: Final = 96
+_HEADER_BYTES: Final = 100
+
+
+class Checkpointer:
+    """A thread copying the WAL of ``path`` into the file once ``ahead`` frames wait."""
+
+    __slots__ = ("_ahead", "_conn", "_path", "_stopping", "_thread", "_wake", "_warned")
+
+    def __init__(self, path: str, busy_timeout_ms: int, *, ahead: int = AHEAD) -> None:
+        self._path = path
+        self._ahead = ahead
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        self._wake = threading.Event()
+        self._stopping = False
+        self._warned = False
+        self._thread = threading.Thread(target=self._run, name="invoseq-checkpoints", daemon=True)
+        self._thread.start()
+
+    def committed(self) -> None:
+        """A writer committed: copy the WAL if enough of it waits (at once when idle)."""
+        self._wake.set()
+
+    def waiting(self) -> int | None:
+        """Frames in the WAL not yet in the file (None: the WAL index cannot be read)."""
+        try:
+            with open(self._path + "-shm", "rb", buffering=0) as shm:
+                header = shm.read(_HEADER_BYTES)
+        except OSError:
+            return None
+        if len(header) < _HEADER_BYTES:
+            return None
+        frames = _MX_FRAME.unpack_from(header, _MX_FRAME_AT)[0]
+        return int(frames - _MX_FRAME.unpack_from(header, _BACKFILLED_AT)[0])
+
+    def pass_once(self) -> bool:
+        """Copy the WAL into the file if ``ahead`` frames wait (or how many cannot be read):
+        whether a checkpoint ran. The thread's work after each commit; a failure is logged once."""
+        waiting = self.waiting()
+        if waiting is not None and waiting < self._ahead:
+            return False
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            if not self._warned:
+                self._warned = True
+                log.warning("cmr: checkpoints of %s left to the writers: %s", self._path, exc)
+            return False
+        return True
+
+    def _run(self) -> None:
+        wake = self._wake
+        while True:
+            wake.wait()
+            wake.clear()
+            if self._stopping:
+                return
+            self.pass_once()
+
+    def close(self) -> None:
+        """Stop the thread (after the checkpoint in progress) and close its connection."""
+        self._stopping = True
+        self._wake.set()
+        self._thread.join()
+        self._conn.close()

@@ -1,0 +1,129 @@
+"""A writer that shares its SQLite file (``cmr serve --workers``) stages its single rows before
+its write turn and has a thread copy the WAL into the file outside it
+(``cmr.store.sqlite.checkpoints``): what it stores reads exactly as an unshared writer's; the
+thread copies the WAL once enough of it waits, leaves a little alone, never troubles the writers
+when it fails, and is gone when the store closes. Real files, real threads."""
+
+from __future__ import annotations
+
+import logging
+import random
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cmr.store import open_store
+from cmr.store.sqlite import checkpoints
+from cmr.store.sqlite.checkpoints import Checkpointer
+from tests.cmr.conftest import FakeClock
+from tests.cmr.store.records import repository_rows, single_row_count
+from tests.cmr.store.request_traffic import RequestTraffic, answers, ingest, listing_queries
+
+PATIENCE_S = 60.0
+THREAD = "invoseq-checkpoints"
+
+
+def _checkpointers() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == THREAD]
+
+
+def test_a_shared_writers_request_traffic_reads_and_is_laid_out_as_an_unshared_writers(
+    tmp_path: Path,
+) -> None:
+    traffic = RequestTraffic(random.Random(57))
+    groups = [traffic.group(later=at > 0) for at in range(5)]
+    groups.append([*groups[1][:2], *traffic.group(later=True)])  # two batches sent again
+    paths = {shared: str(tmp_path / f"shared-{shared}.sqlite") for shared in (False, True)}
+    stores = {}
+    for shared, path in paths.items():
+        stores[shared] = store = open_store(path, clock=FakeClock())
+        if shared:
+            store.share_writes()
+        ingest(store, groups, True)
+    try:
+        assert single_row_count(paths[True]) > len(traffic.seqs) // 2
+        seqs = sorted(traffic.seqs)
+        queries = list(listing_queries(stores[False], seqs))
+        assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
+        for table in ("sequences", "single_blocks", "single_block_roots", "batch_seqs"):
+            laid_out = f"SELECT rowid, * FROM {table} ORDER BY 1"  # the same rowids: blocks
+            if table in ("single_block_roots", "batch_seqs"):
+                laid_out = f"SELECT * FROM {table} ORDER BY 1, 2, 3"
+            assert repository_rows(paths[True], laid_out) == repository_rows(
+                paths[False], laid_out
+            ), table
+    finally:
+        for store in stores.values():
+            store.close()
+    assert _checkpointers() == []  # the shared store's thread ended with it
+
+
+def _wal_writer(path: Path) -> sqlite3.Connection:
+    """A connection writing ``path`` in WAL mode that never checkpoints on its own."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("CREATE TABLE IF NOT EXISTS t (x BLOB)")
+    return conn
+
+
+def _write_pages(conn: sqlite3.Connection, pages: int) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany("INSERT INTO t VALUES (randomblob(4000))", [()] * pages)
+    conn.execute("COMMIT")
+
+
+def test_the_thread_copies_the_wal_once_enough_waits_and_leaves_less_alone(
+    tmp_path: Path,
+) -> None:
+    writer = _wal_writer(tmp_path / "cmr.sqlite")
+    copier = Checkpointer(str(tmp_path / "cmr.sqlite"), 1_000, ahead=64)
+    try:
+        _write_pages(writer, 16)
+        few = copier.waiting()
+        assert few is not None
+        assert 16 <= few < 64
+        assert copier.pass_once() is False  # too few to be worth a checkpoint
+        assert copier.waiting() == few
+
+        _write_pages(writer, 80)
+        assert (copier.waiting() or 0) >= 64
+        copier.committed()  # as a writer does after each commit: the thread copies them
+        deadline = time.monotonic() + PATIENCE_S
+        while copier.waiting() != 0:
+            assert time.monotonic() < deadline, "the thread never copied the WAL"
+            time.sleep(0.01)
+        [(_busy, frames, copied)] = writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        assert frames == copied > 64  # every frame was in the file already
+    finally:
+        copier.close()
+        writer.close()
+    assert _checkpointers() == []
+
+
+def test_a_checkpoint_that_fails_is_logged_once_and_the_writers_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "cmr.sqlite"
+    writer = _wal_writer(path)
+    _write_pages(writer, 8)
+    copier = Checkpointer(str(path), 1_000, ahead=1)
+    try:
+        # SQLite refuses the thread's checkpoint, as it would for a full disk or a broken file
+        copier._conn.set_authorizer(lambda *_: sqlite3.SQLITE_DENY)
+        with caplog.at_level(logging.WARNING, logger=checkpoints.__name__):
+            assert copier.pass_once() is False
+            _write_pages(writer, 8)  # the writer goes on
+            assert copier.pass_once() is False
+        assert caplog.text.count("checkpoints of") == 1
+        assert "left to the writers" in caplog.text
+        assert writer.execute("SELECT count(*) FROM t").fetchone() == (16,)
+        copier._conn.set_authorizer(None)
+        assert copier.pass_once() is True
+        assert copier.waiting() == 0
+    finally:
+        copier.close()
+        writer.close()
