@@ -19,8 +19,11 @@ syncs. How many frames wait is read from the WAL index's header in ``<file>-shm`
 less ``nBackfill``: https://www.sqlite.org/walformat.html), which costs a read, not a
 checkpoint. Nothing runs while nothing is written: the thread waits on an event.
 
-A checkpoint that fails (the file locked by a ``cmr prune``, a full disk) is logged once and
-left to the next commit and the automatic checkpoint: the writers never see it.
+A checkpoint that fails (a read error, a full disk) is logged once and left to the next commit
+and the automatic checkpoint: the writers never see it. One that finds another checkpoint under
+way (the other workers' threads, a writer's automatic one) returns at once, as SQLite's passive
+checkpoints do, and a writer's automatic checkpoint that finds this one under way is tried
+again at the next commit.
 """
 
 from __future__ import annotations
