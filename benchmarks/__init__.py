@@ -39,7 +39,7 @@ CASES: Final = {
     "throughput": Case("throughput", "events/s from a traced process into the repository", 25, 6),
     "ingest": Case("ingest", "durable ingest events/s of pre-encoded batches", 10, 3),
     "sequences": Case(
-        "short_sequences", "sequences/s of one- and ten-call sequences, per store", 90, 20
+        "short_sequences", "sequences/s of one- and ten-call sequences, per store", 110, 20
     ),
     "serve": Case("serve", "cmr serve over a socket, one process against --workers 2", 25, 6),
     "sampler": Case("sampler", "sampler overhead at 100 Hz with 32 threads", 35, 8),

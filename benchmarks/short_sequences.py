@@ -14,6 +14,9 @@ PostgreSQL (a fresh schema per chunk):
   the same with ``cmr serve --workers 2`` (two processes decoding and storing, taking turns at
   the store: ``cmr.store.sqlite.turns``).
 
+And at the issue's own count, ``ISSUE_COUNT`` sequences into one fresh ``cmr serve --workers 2``
+(a chunk five times the others', so the WAL fills and SQLite checkpoints as a node's does).
+
 And once more where a node spends its life: one-call sequences of varied durations sent to
 ``cmr serve --workers 2`` into a SQLite file already holding ``GROWN`` of them (copied from one
 filled before the rounds), since a repository's B-trees grow with it and ingest slows as they do.
@@ -63,6 +66,8 @@ WAYS: Final = (0, 1, 2)
 #: parts of ``GROWN_PART``.
 GROWN: Final = 1_000_000
 GROWN_PART: Final = 100_000
+#: The issue's own count of sequences into one ``cmr serve`` (``--quick``: a tenth).
+ISSUE_COUNT: Final = 100_000
 
 
 def run(settings: Settings) -> CaseResult:
@@ -112,13 +117,19 @@ def run(settings: Settings) -> CaseResult:
         return chunk
 
     grown = GROWN // 50 if settings.quick else GROWN
+    issue_count = ISSUE_COUNT // 10 if settings.quick else ISSUE_COUNT
     template, grown_end_ns = _grown_file(settings.workdir / "grown.sqlite", grown)
     stores = ["sqlite", *(["postgres"] if server else [])]
     if not server:
         result.notes.append(f"PostgreSQL variants skipped: {postgres.PG_ENV} is not set")
-    variants: dict[str, Callable[[], float]] = {
-        f"decode-{calls}": _decode_only(decoder, traffic[calls]) for calls in SHAPES
-    } | {GROWN_KEY: _into_grown(settings.workdir, template, grown_end_ns, sequences)}
+    variants: dict[str, Callable[[], float]] = (
+        {f"decode-{calls}": _decode_only(decoder, traffic[calls]) for calls in SHAPES}
+        | {GROWN_KEY: _into_grown(settings.workdir, template, grown_end_ns, sequences)}
+        | {
+            _issue_key(calls): _at_issue_count(settings.workdir, issue_count, calls)
+            for calls in SHAPES
+        }
+    )
     for store in stores:
         for workers in WAYS:
             for calls in SHAPES:
@@ -146,8 +157,51 @@ def run(settings: Settings) -> CaseResult:
         for workers in WAYS
         for calls in SHAPES
     ]
-    result.rows.append(_grown_row(series, grown, sequences))
+    result.rows += [
+        _grown_row(series, grown, sequences),
+        *(_issue_row(calls, series, issue_count) for calls in SHAPES),
+    ]
     return result
+
+
+def _issue_key(calls: int) -> str:
+    return f"sqlite-{calls}-served-2-issue"
+
+
+def _at_issue_count(workdir: Path, sequences: int, calls: int) -> Callable[[], float]:
+    """Chunks of ``sequences`` ``calls``-call sequences sent to a fresh ``cmr serve --workers
+    2`` on a fresh SQLite file: the issue's count, where the WAL fills."""
+    traffic = synthetic.short_requests(sequences, calls)
+    copies = 0
+
+    def chunk() -> float:
+        nonlocal copies
+        copies += 1
+        path = workdir / f"issue-{calls}-{copies}.sqlite"
+        try:
+            rate = serve_chunk(workdir, str(path), 2, traffic.frames, traffic.events)
+            return rate * len(traffic.seqs) / traffic.events
+        finally:
+            for leftover in workdir.glob(f"issue-{calls}-{copies}.sqlite*"):
+                leftover.unlink()
+
+    return chunk
+
+
+def _issue_row(calls: int, series: dict[str, list[float]], sequences: int) -> Row:
+    values, decode = series[_issue_key(calls)], median(series[f"decode-{calls}"])
+    return Row(
+        case=NAME,
+        name=f"{_calls(calls)} sequences into SQLite, {sequences:,} a chunk, cmr serve --workers 2",
+        value=median(values),
+        unit="sequences/s",
+        baseline=decode,
+        baseline_name="typed decode alone",
+        ratio=median(values) / decode,
+        targets=SQLITE_TARGETS,
+        error=median_error(values),
+        note=f"{len(values)} chunks of {sequences} sequences, each into a fresh file",
+    )
 
 
 #: The grown repository's variant in the raw results.
