@@ -1,9 +1,10 @@
 """A/B runs of the ``sequences`` case's chunk, outside the harness: ``python -m benchmarks.chunks
 --calls 10 --workers 2 --chunks 3`` sends 20,000 request-shaped sequences (``synthetic.
-short_requests``) to a fresh ``cmr serve --workers N`` per chunk (``serve.serve_chunk``), or with
-``--workers 0`` hands them to ``Ingest`` in this process, into a fresh SQLite file each time, and
-prints each chunk's sequences a second and their median. Run it from two checkouts in turn
-(``PYTHONPATH`` naming each) to compare them on a machine whose speed drifts."""
+short_requests``) to a fresh ``cmr serve --workers N`` per chunk (``short_sequences.
+served_rate``), or with ``--workers 0`` hands them to ``Ingest`` in this process, into a fresh
+SQLite file each time, and prints each chunk's sequences a second and their median. Run it from
+two checkouts in turn (``PYTHONPATH`` naming each) to compare them on a machine whose speed
+drifts."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks import synthetic
-from benchmarks.serve import serve_chunk
-from benchmarks.short_sequences import store_grouped
+from benchmarks.short_sequences import served_rate, store_grouped
 from cmr.server.ingest import Ingest
 from cmr.store import open_store
 
@@ -43,8 +43,7 @@ def _chunk(traffic: synthetic.Encoded, workers: int) -> float:
     with tempfile.TemporaryDirectory(prefix="invoseq-chunks-") as scratch:
         db = Path(scratch) / "chunk.sqlite"
         if workers:
-            events_per_s = serve_chunk(Path(scratch), db, workers, traffic.frames, traffic.events)
-            return events_per_s * len(traffic.seqs) / traffic.events
+            return served_rate(Path(scratch), str(db), workers, traffic)
         store = open_store(str(db))
         try:
             started = time.perf_counter()

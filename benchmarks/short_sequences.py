@@ -99,8 +99,7 @@ def run(settings: Settings) -> CaseResult:
 
         def measure(db: str) -> float:
             if workers:
-                rate = serve_chunk(settings.workdir, db, workers, encoded.frames, encoded.events)
-                return rate * len(encoded.seqs) / encoded.events
+                return served_rate(settings.workdir, db, workers, encoded)
             repository = open_store(db)
             try:
                 ingest = Ingest(repository)
@@ -126,7 +125,9 @@ def run(settings: Settings) -> CaseResult:
         {f"decode-{calls}": _decode_only(decoder, traffic[calls]) for calls in SHAPES}
         | {GROWN_KEY: _into_grown(settings.workdir, template, grown_end_ns, sequences)}
         | {
-            _issue_key(calls): _at_issue_count(settings.workdir, issue_count, calls)
+            _issue_key(calls): _served_chunks(
+                settings.workdir, f"issue-{calls}", synthetic.short_requests(issue_count, calls)
+            )
             for calls in SHAPES
         }
     )
@@ -168,40 +169,44 @@ def _issue_key(calls: int) -> str:
     return f"sqlite-{calls}-served-2-issue"
 
 
-def _at_issue_count(workdir: Path, sequences: int, calls: int) -> Callable[[], float]:
-    """Chunks of ``sequences`` ``calls``-call sequences sent to a fresh ``cmr serve --workers
-    2`` on a fresh SQLite file: the issue's count, where the WAL fills."""
-    traffic = synthetic.short_requests(sequences, calls)
+def _issue_row(calls: int, series: dict[str, list[float]], sequences: int) -> Row:
+    """The row of ``calls``-call sequences at the issue's count."""
+    return _rate_row(
+        series,
+        _issue_key(calls),
+        calls,
+        name=f"{_calls(calls)} sequences into SQLite, {sequences:,} a chunk, cmr serve --workers 2",
+        targets=SQLITE_TARGETS,
+        chunk=f"{sequences} sequences, each into a fresh file",
+    )
+
+
+def served_rate(workdir: Path, db: str, workers: int, traffic: synthetic.Encoded) -> float:
+    """Sequences a second of ``traffic`` sent to a fresh ``cmr serve --workers`` on ``db``."""
+    rate = serve_chunk(workdir, db, workers, traffic.frames, traffic.events)
+    return rate * len(traffic.seqs) / traffic.events
+
+
+def _served_chunks(
+    workdir: Path, name: str, traffic: synthetic.Encoded, template: Path | None = None
+) -> Callable[[], float]:
+    """Chunks of ``traffic`` sent to a fresh ``cmr serve --workers 2`` on a SQLite file of their
+    own, ``<name>-<n>.sqlite`` (a copy of ``template``, or a new file), removed after."""
     copies = 0
 
     def chunk() -> float:
         nonlocal copies
         copies += 1
-        path = workdir / f"issue-{calls}-{copies}.sqlite"
+        path = workdir / f"{name}-{copies}.sqlite"
+        if template is not None:
+            shutil.copyfile(template, path)
         try:
-            rate = serve_chunk(workdir, str(path), 2, traffic.frames, traffic.events)
-            return rate * len(traffic.seqs) / traffic.events
+            return served_rate(workdir, str(path), 2, traffic)
         finally:
-            for leftover in workdir.glob(f"issue-{calls}-{copies}.sqlite*"):
+            for leftover in workdir.glob(f"{name}-{copies}.sqlite*"):
                 leftover.unlink()
 
     return chunk
-
-
-def _issue_row(calls: int, series: dict[str, list[float]], sequences: int) -> Row:
-    values, decode = series[_issue_key(calls)], median(series[f"decode-{calls}"])
-    return Row(
-        case=NAME,
-        name=f"{_calls(calls)} sequences into SQLite, {sequences:,} a chunk, cmr serve --workers 2",
-        value=median(values),
-        unit="sequences/s",
-        baseline=decode,
-        baseline_name="typed decode alone",
-        ratio=median(values) / decode,
-        targets=SQLITE_TARGETS,
-        error=median_error(values),
-        note=f"{len(values)} chunks of {sequences} sequences, each into a fresh file",
-    )
 
 
 #: The grown repository's variant in the raw results.
@@ -231,36 +236,17 @@ def _into_grown(
     varied = synthetic.short_requests(
         sequences, 1, first_puid=1_000_000, durations=random.Random(1), first_ns=after_ns
     )
-    copies = 0
-
-    def chunk() -> float:
-        nonlocal copies
-        copies += 1
-        path = workdir / f"grown-{copies}.sqlite"
-        shutil.copyfile(template, path)
-        try:
-            rate = serve_chunk(workdir, str(path), 2, varied.frames, varied.events)
-            return rate * len(varied.seqs) / varied.events
-        finally:
-            for leftover in workdir.glob(f"grown-{copies}.sqlite*"):
-                leftover.unlink()
-
-    return chunk
+    return _served_chunks(workdir, "grown", varied, template)
 
 
 def _grown_row(series: dict[str, list[float]], grown: int, sequences: int) -> Row:
-    values, decode = series[GROWN_KEY], median(series["decode-1"])
-    return Row(
-        case=NAME,
+    return _rate_row(
+        series,
+        GROWN_KEY,
+        1,
         name=f"one-call sequences into SQLite holding {grown:,}, cmr serve --workers 2",
-        value=median(values),
-        unit="sequences/s",
-        baseline=decode,
-        baseline_name="typed decode alone",
-        ratio=median(values) / decode,
         targets=SQLITE_TARGETS,
-        error=median_error(values),
-        note=f"{len(values)} chunks of {sequences} sequences of varied durations",
+        chunk=f"{sequences} sequences of varied durations",
     )
 
 
@@ -295,23 +281,44 @@ def _grown_file(path: Path, sequences: int) -> tuple[Path, int]:
 
 def _row(store: str, calls: int, workers: int, series: dict[str, list[float]], size: str) -> Row:
     """The row of one variant against the decode of its shape."""
-    values, decode = series[_key(store, calls, workers)], median(series[f"decode-{calls}"])
     label = {"sqlite": "SQLite", "postgres": "PostgreSQL (one node)"}[store]
     how = {0: "pre-encoded batches, grouped", 1: "cmr serve over ipc"}.get(
         workers, f"cmr serve --workers {workers} over ipc"
     )
+    return _rate_row(
+        series,
+        _key(store, calls, workers),
+        calls,
+        name=f"{_calls(calls)} sequences into {label}, {how}",
+        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
+        chunk=size,
+    )
+
+
+def _rate_row(
+    series: dict[str, list[float]],
+    key: str,
+    calls: int,
+    *,
+    name: str,
+    targets: tuple[Target, ...],
+    chunk: str,
+) -> Row:
+    """The row of variant ``key``: the median of its chunks' sequences a second against the
+    typed decode of its shape (``calls``), each chunk being ``chunk``."""
+    values, decode = series[key], median(series[f"decode-{calls}"])
     rate = median(values)
     return Row(
         case=NAME,
-        name=f"{_calls(calls)} sequences into {label}, {how}",
+        name=name,
         value=rate,
         unit="sequences/s",
         baseline=decode,
         baseline_name="typed decode alone",
         ratio=rate / decode,
-        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
+        targets=targets,
         error=median_error(values),
-        note=f"{len(values)} chunks of {size}",
+        note=f"{len(values)} chunks of {chunk}",
     )
 
 
