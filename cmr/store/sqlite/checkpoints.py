@@ -49,6 +49,8 @@ _MX_FRAME: Final = struct.Struct("=I")
 _MX_FRAME_AT: Final = 16
 _BACKFILLED_AT: Final = 96
 _HEADER_BYTES: Final = 100
+#: What is logged once when the thread cannot copy the WAL.
+_LEFT: Final = "cmr: checkpoints of %s left to the writers: %s"
 
 
 class Checkpointer:
@@ -66,6 +68,16 @@ class Checkpointer:
         self._warned = False
         self._thread = threading.Thread(target=self._run, name="invoseq-checkpoints", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def beside(cls, path: str, busy_timeout_ms: int) -> Checkpointer | None:
+        """A checkpointer for the writers of ``path``, or None (logged) when its connection
+        cannot be opened: the writers' automatic checkpoints then go on alone."""
+        try:
+            return cls(path, busy_timeout_ms)
+        except sqlite3.Error as exc:
+            log.warning(_LEFT, path, exc)
+            return None
 
     def committed(self) -> None:
         """A writer committed: copy the WAL if enough of it waits (at once when idle)."""
@@ -94,7 +106,7 @@ class Checkpointer:
         except sqlite3.Error as exc:
             if not self._warned:
                 self._warned = True
-                log.warning("cmr: checkpoints of %s left to the writers: %s", self._path, exc)
+                log.warning(_LEFT, self._path, exc)
             return False
         return True
 

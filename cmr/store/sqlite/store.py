@@ -13,8 +13,6 @@ and prefix lookup never scan the events. Stack samples live in tables of their o
 from __future__ import annotations
 
 import contextlib
-import logging
-import sqlite3
 from typing import TYPE_CHECKING
 
 from cmr.store.batch_index import PackingStore, Preparation
@@ -29,8 +27,6 @@ if TYPE_CHECKING:
     from cmr.store.sqlite.turns import WriterTurns
 
 __all__ = ["BUSY_TIMEOUT_MS", "SQLiteStore"]
-
-log = logging.getLogger(__name__)
 
 
 class SQLiteStore(PackingStore, SQLiteReader):
@@ -53,10 +49,7 @@ class SQLiteStore(PackingStore, SQLiteReader):
             from cmr.store.sqlite.turns import WriterTurns
 
             self._turns = WriterTurns(self.path)
-            try:
-                self._checkpoints = Checkpointer(self.path, BUSY_TIMEOUT_MS)
-            except sqlite3.Error as exc:  # the writers' automatic checkpoints go on alone
-                log.warning("cmr: checkpoints of %s left to the writers: %s", self.path, exc)
+            self._checkpoints = Checkpointer.beside(self.path, BUSY_TIMEOUT_MS)
 
     def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:
         outcomes = list(group.outcomes)

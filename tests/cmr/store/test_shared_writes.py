@@ -127,3 +127,13 @@ def test_a_checkpoint_that_fails_is_logged_once_and_the_writers_go_on(
     finally:
         copier.close()
         writer.close()
+
+
+def test_a_checkpointer_that_cannot_open_the_file_leaves_the_writers_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "cmr.sqlite").mkdir()  # no database can be opened there
+    with caplog.at_level(logging.WARNING, logger=checkpoints.__name__):
+        assert Checkpointer.beside(str(tmp_path / "cmr.sqlite"), 1_000) is None
+    assert "left to the writers" in caplog.text
+    assert _checkpointers() == []
