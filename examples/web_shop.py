@@ -37,19 +37,27 @@ SERVICES = Path(__file__).with_name("web")
 CARTS = (["apple", "mug"], ["coffee", "apple"], ["mug"])
 
 
-def free_port() -> int:
-    """A port nothing listens on, below Linux's ephemeral range (32768-60999): the kernel hands
-    ports from that range to outgoing connections, which could take one between this check and
-    the server's bind."""
-    for _ in range(100):
-        port = random.randrange(20_000, 32_768)
-        with socket.socket() as sock:
+def free_ports(count: int) -> list[int]:
+    """``count`` different ports nothing listens on, below Linux's ephemeral range (32768-60999):
+    the kernel hands ports from that range to outgoing connections, which could take one between
+    this check and the server's bind. Each stays bound until all are chosen, so no two are the same
+    (two services given one port would have the second fail while the first answers for both)."""
+    probes: list[socket.socket] = []
+    try:
+        for _ in range(100 * count):
+            if len(probes) == count:
+                return [probe.getsockname()[1] for probe in probes]
+            probe = socket.socket()
             try:
-                sock.bind(("127.0.0.1", port))
+                probe.bind(("127.0.0.1", random.randrange(20_000, 32_768)))
             except OSError:  # in use
+                probe.close()
                 continue
-            return port
-    raise SystemExit("no free port in 20000-32767")
+            probes.append(probe)
+    finally:
+        for probe in probes:
+            probe.close()
+    raise SystemExit(f"no {count} free ports in 20000-32767")
 
 
 def wait_until_listening(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -71,21 +79,20 @@ def place_order(storefront: str, cart: list[str]) -> dict[str, object]:
         return order
 
 
-def start_redis(directory: str) -> tuple[subprocess.Popen[bytes], int]:
-    """Debian's redis-server on a free port, for Celery's broker and results."""
+def start_redis(directory: str, port: int) -> subprocess.Popen[bytes]:
+    """Debian's redis-server on ``port``, for Celery's broker and results."""
     server = shutil.which("redis-server")
     if server is None:
         raise SystemExit("--tasks needs redis-server on PATH (apt install redis-server)")
-    port = free_port()
     command = [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", directory]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL), port
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", action="store_true", help="add the Celery tier")
     with_tasks = parser.parse_args().tasks
-    store_port, pricing_port = free_port(), free_port()
+    store_port, pricing_port, redis_port = free_ports(3)
     env = dict(
         os.environ,
         PRICING_URL=f"http://127.0.0.1:{pricing_port}",
@@ -96,8 +103,7 @@ def main() -> None:
     scratch = tempfile.mkdtemp(prefix="web-shop-")
     try:
         if with_tasks:
-            redis, redis_port = start_redis(scratch)
-            services.append((redis, redis_port))
+            services.append((start_redis(scratch, redis_port), redis_port))
             env["TASKS_BROKER_URL"] = f"redis://127.0.0.1:{redis_port}/0"
             worker = [python, "-m", "celery", "-A", "tasks", "--quiet", "worker",
                       "--pool=prefork", "-c", "2", "--loglevel=warning"]  # fmt: skip

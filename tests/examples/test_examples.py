@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests import requirements
-from tests.support import cmr_json, run_python
+from tests.support import cmr_json, free_port, run_python
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -97,6 +100,24 @@ def _without_its_hop(tmp_path: Path, root: dict[str, Any]) -> str:
     ]
     stats = cmr_json(tmp_path / "cmr.sqlite", "stats")
     return "\n".join(["the task has no hop; the tree:", *calls, f"stats: {stats}"])
+
+
+def test_web_shop_gives_each_service_a_port_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The web shop's three servers never share a port, even when the random draw repeats one
+    (CI saw it: uvicorn could not bind, and the storefront answered the pricing service's
+    requests with 404s)."""
+    spec = importlib.util.spec_from_file_location("web_shop", EXAMPLES / "web_shop.py")
+    assert spec is not None
+    assert spec.loader is not None
+    web_shop = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(web_shop)
+    candidates: set[int] = set()
+    while len(candidates) < 3:
+        candidates.add(free_port())
+    first, second, third = candidates
+    draws = iter([first, first, first, second, first, second, third])
+    monkeypatch.setattr(web_shop.random, "randrange", lambda _start, _stop: next(draws))
+    assert web_shop.free_ports(3) == [first, second, third]
 
 
 def web_shop_orders(tmp_path: Path, include: str, *args: str) -> list[dict[str, Any]]:
