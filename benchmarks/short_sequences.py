@@ -15,7 +15,8 @@ PostgreSQL (a fresh schema per chunk):
   the store: ``cmr.store.sqlite.turns``).
 
 And at the issue's own count, ``ISSUE_COUNT`` sequences into one fresh ``cmr serve --workers 2``
-(a chunk five times the others', so the WAL fills and SQLite checkpoints as a node's does).
+(a chunk five times the others', so the WAL fills and SQLite checkpoints as a node's does), into
+a SQLite file and, with a server, a PostgreSQL schema.
 
 And once more where a node spends its life: one-call sequences of varied durations sent to
 ``cmr serve --workers 2`` into a SQLite file already holding ``GROWN`` of them (copied from one
@@ -124,12 +125,7 @@ def run(settings: Settings) -> CaseResult:
     variants: dict[str, Callable[[], float]] = (
         {f"decode-{calls}": _decode_only(decoder, traffic[calls]) for calls in SHAPES}
         | {GROWN_KEY: _into_grown(settings.workdir, template, grown_end_ns, sequences)}
-        | {
-            _issue_key(calls): _served_chunks(
-                settings.workdir, f"issue-{calls}", synthetic.short_requests(issue_count, calls)
-            )
-            for calls in SHAPES
-        }
+        | _at_issue_count(settings.workdir, server, issue_count)
     )
     for store in stores:
         for workers in WAYS:
@@ -160,24 +156,40 @@ def run(settings: Settings) -> CaseResult:
     ]
     result.rows += [
         _grown_row(series, grown, sequences),
-        *(_issue_row(calls, series, issue_count) for calls in SHAPES),
+        *(_issue_row(store, calls, series, issue_count) for store in stores for calls in SHAPES),
     ]
     return result
 
 
-def _issue_key(calls: int) -> str:
-    return f"sqlite-{calls}-served-2-issue"
+def _issue_key(store: str, calls: int) -> str:
+    return f"{store}-{calls}-served-2-issue"
 
 
-def _issue_row(calls: int, series: dict[str, list[float]], sequences: int) -> Row:
-    """The row of ``calls``-call sequences at the issue's count."""
+def _at_issue_count(
+    workdir: Path, server: str | None, sequences: int
+) -> dict[str, Callable[[], float]]:
+    """The variants at the issue's count: ``sequences`` of each shape into a fresh ``cmr serve
+    --workers 2`` on a SQLite file and, with a ``server``, on a PostgreSQL schema."""
+    variants: dict[str, Callable[[], float]] = {}
+    for calls in SHAPES:
+        traffic = synthetic.short_requests(sequences, calls)
+        variants[_issue_key("sqlite", calls)] = _served_chunks(workdir, f"issue-{calls}", traffic)
+        if server:
+            variants[_issue_key("postgres", calls)] = _served_schemas(workdir, server, traffic)
+    return variants
+
+
+def _issue_row(store: str, calls: int, series: dict[str, list[float]], sequences: int) -> Row:
+    """The row of ``calls``-call sequences into ``store`` at the issue's count."""
+    fresh = "file" if store == "sqlite" else "schema"
     return _rate_row(
         series,
-        _issue_key(calls),
+        _issue_key(store, calls),
         calls,
-        name=f"{_calls(calls)} sequences into SQLite, {sequences:,} a chunk, cmr serve --workers 2",
-        targets=SQLITE_TARGETS,
-        chunk=f"{sequences} sequences, each into a fresh file",
+        name=f"{_calls(calls)} sequences into {_LABELS[store]}, {sequences:,} a chunk, "
+        "cmr serve --workers 2",
+        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
+        chunk=f"{sequences} sequences, each into a fresh {fresh}",
     )
 
 
@@ -205,6 +217,18 @@ def _served_chunks(
         finally:
             for leftover in workdir.glob(f"{name}-{copies}.sqlite*"):
                 leftover.unlink()
+
+    return chunk
+
+
+def _served_schemas(workdir: Path, server: str, traffic: synthetic.Encoded) -> Callable[[], float]:
+    """Chunks of ``traffic`` sent to a fresh ``cmr serve --workers 2`` on a PostgreSQL schema of
+    their own (made before the timing starts, dropped after)."""
+
+    def chunk() -> float:
+        with scratch_schema(server) as url:
+            open_store(url).close()
+            return served_rate(workdir, url, 2, traffic)
 
     return chunk
 
@@ -281,7 +305,7 @@ def _grown_file(path: Path, sequences: int) -> tuple[Path, int]:
 
 def _row(store: str, calls: int, workers: int, series: dict[str, list[float]], size: str) -> Row:
     """The row of one variant against the decode of its shape."""
-    label = {"sqlite": "SQLite", "postgres": "PostgreSQL (one node)"}[store]
+    label = _LABELS[store]
     how = {0: "pre-encoded batches, grouped", 1: "cmr serve over ipc"}.get(
         workers, f"cmr serve --workers {workers} over ipc"
     )
@@ -320,6 +344,10 @@ def _rate_row(
         error=median_error(values),
         note=f"{len(values)} chunks of {chunk}",
     )
+
+
+#: Each store as a row names it.
+_LABELS: Final = {"sqlite": "SQLite", "postgres": "PostgreSQL (one node)"}
 
 
 def _key(store: str, calls: int, workers: int) -> str:

@@ -111,8 +111,10 @@ def test_the_sequences_case_counts_sequences_per_store_and_shape(tmp_path: Path)
         for calls in ("one-call", "10-call")
     ] + [
         "one-call sequences into SQLite holding 20,000, cmr serve --workers 2",
-        "one-call sequences into SQLite, 10,000 a chunk, cmr serve --workers 2",
-        "10-call sequences into SQLite, 10,000 a chunk, cmr serve --workers 2",
+    ] + [
+        f"{calls} sequences into {store}, 10,000 a chunk, cmr serve --workers 2"
+        for store in stores
+        for calls in ("one-call", "10-call")
     ]
     for row in rows:
         assert row["unit"] == "sequences/s"
