@@ -2,14 +2,17 @@
 
 In wall mode the truth is each helper's wall time; in CPU mode, the CPU time its thread used.
 
-A traced `handle()` calls three untraced helpers once each: a CPU spin (1.8 s, 60 %), a sleep
-(0.9 s, 30 %) and another spin (0.3 s, 10 %), three seconds in all. The workload measures each
+A traced `handle()` calls three untraced helpers once each: a CPU spin (3.6 s, 60 %), a sleep
+(1.8 s, 30 %) and another spin (0.6 s, 10 %), six seconds in all. The workload measures each
 helper's real time itself; the repository's merged tree (`cmr show --samples --json`) must give
 each helper's estimated duration within 10 % of that truth, at the default 10 ms interval. The
 comparison is of two measurements of the same run, so a slow or busy machine changes both alike,
 but for the edges of each phase: the sample that straddles one is up to an interval off (more
 when a busy machine delays the sampler's tick), so each phase has two edges in all, not two per
-round.
+round. The phases are long enough for a tick that late by 60 ms to keep the shortest within 10 %:
+at 0.3 s, the pure-Python sampler's CPU mode once lost 32 ms of it on a busy CI machine (its
+thread reads the main thread when it gets the GIL, and the OS, not only the interpreter, decides
+when that is).
 
 Two asyncio tasks taking turns in steps under 1 ms get estimates within 15 % of their truth and of
 each other, with the C accelerator: on the main thread, which samples itself where it is, and on
@@ -44,13 +47,13 @@ def spin(seconds):
         pass
 
 def crunch():   # 60 %
-    spin(1.800)
+    spin(3.600)
 
 def wait_io():  # 30 %
-    time.sleep(0.900)
+    time.sleep(1.800)
 
 def tidy():     # 10 %
-    spin(0.300)
+    spin(0.600)
 
 truth = {"crunch": 0, "wait_io": 0, "tidy": 0}
 cpu = {"crunch": 0, "wait_io": 0, "tidy": 0}
