@@ -18,6 +18,10 @@ And at the issue's own count, ``ISSUE_COUNT`` sequences into one fresh ``cmr ser
 (a chunk five times the others', so the WAL fills and SQLite checkpoints as a node's does), into
 a SQLite file and, with a server, a PostgreSQL schema.
 
+And ten-call sequences whose requests last as real ones do (``VARIED``: lognormal durations, so
+entries land all over the duration index, and a longer request more often spans two batches)
+into ``cmr serve --workers 2`` on each store: the other chunks give every request one duration.
+
 And once more where a node spends its life: one-call sequences of varied durations sent to
 ``cmr serve --workers 2`` into a SQLite file already holding ``GROWN`` of them (copied from one
 filled before the rounds), since a repository's B-trees grow with it and ingest slows as they do.
@@ -126,6 +130,7 @@ def run(settings: Settings) -> CaseResult:
         {f"decode-{calls}": _decode_only(decoder, traffic[calls]) for calls in SHAPES}
         | {GROWN_KEY: _into_grown(settings.workdir, template, grown_end_ns, sequences)}
         | _at_issue_count(settings.workdir, server, issue_count)
+        | _varied(settings.workdir, server, sequences)
     )
     for store in stores:
         for workers in WAYS:
@@ -156,6 +161,7 @@ def run(settings: Settings) -> CaseResult:
     ]
     result.rows += [
         _grown_row(series, grown, sequences),
+        *(_varied_row(store, series, sequences) for store in stores),
         *(_issue_row(store, calls, series, issue_count) for store in stores for calls in SHAPES),
     ]
     return result
@@ -219,6 +225,38 @@ def _served_chunks(
                 leftover.unlink()
 
     return chunk
+
+
+#: The calls of the sequences of varied durations.
+VARIED: Final = 10
+
+
+def _varied(workdir: Path, server: str | None, sequences: int) -> dict[str, Callable[[], float]]:
+    """The variants of ``sequences`` ``VARIED``-call sequences of lognormal durations into a
+    fresh ``cmr serve --workers 2`` on a SQLite file and, with a ``server``, a PostgreSQL
+    schema."""
+    traffic = synthetic.short_requests(sequences, VARIED, durations=random.Random(1))
+    variants = {_varied_key("sqlite"): _served_chunks(workdir, "varied", traffic)}
+    if server:
+        variants[_varied_key("postgres")] = _served_schemas(workdir, server, traffic)
+    return variants
+
+
+def _varied_key(store: str) -> str:
+    return f"{store}-{VARIED}-served-2-varied"
+
+
+def _varied_row(store: str, series: dict[str, list[float]], sequences: int) -> Row:
+    """The row of the sequences of varied durations into ``store``."""
+    return _rate_row(
+        series,
+        _varied_key(store),
+        VARIED,
+        name=f"{_calls(VARIED)} sequences of varied durations into {_LABELS[store]}, "
+        "cmr serve --workers 2",
+        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
+        chunk=f"{sequences} sequences of lognormal durations",
+    )
 
 
 def _served_schemas(workdir: Path, server: str, traffic: synthetic.Encoded) -> Callable[[], float]:

@@ -112,6 +112,9 @@ def test_the_sequences_case_counts_sequences_per_store_and_shape(tmp_path: Path)
     ] + [
         "one-call sequences into SQLite holding 20,000, cmr serve --workers 2",
     ] + [
+        f"10-call sequences of varied durations into {store}, cmr serve --workers 2"
+        for store in stores
+    ] + [
         f"{calls} sequences into {store}, 10,000 a chunk, cmr serve --workers 2"
         for store in stores
         for calls in ("one-call", "10-call")
