@@ -46,7 +46,7 @@ def free_ports(count: int) -> list[int]:
     try:
         for _ in range(100 * count):
             if len(probes) == count:
-                return [probe.getsockname()[1] for probe in probes]
+                break
             probe = socket.socket()
             try:
                 probe.bind(("127.0.0.1", random.randrange(20_000, 32_768)))
@@ -54,10 +54,13 @@ def free_ports(count: int) -> list[int]:
                 probe.close()
                 continue
             probes.append(probe)
+        ports: list[int] = [probe.getsockname()[1] for probe in probes]
     finally:
         for probe in probes:
             probe.close()
-    raise SystemExit(f"no {count} free ports in 20000-32767")
+    if len(ports) < count:
+        raise SystemExit(f"no {count} free ports in 20000-32767")
+    return ports
 
 
 def wait_until_listening(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,11 @@ def test_web_shop_gives_each_service_a_port_of_its_own(monkeypatch: pytest.Monke
     draws = iter([first, first, first, second, first, second, third])
     monkeypatch.setattr(web_shop.random, "randrange", lambda _start, _stop: next(draws))
     assert web_shop.free_ports(3) == [first, second, third]
+    # a port in use drawn at every try but the last: the last try's port is still given
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", first))
+        draws = iter([first] * 99 + [second])
+        assert web_shop.free_ports(1) == [second]
 
 
 def web_shop_orders(tmp_path: Path, include: str, *args: str) -> list[dict[str, Any]]:
