@@ -9,7 +9,7 @@ each helper's estimated duration within 10 % of that truth, at the default 10 ms
 comparison is of two measurements of the same run, so a slow or busy machine changes both alike,
 but for the edges of each phase: the sample that straddles one is up to an interval off (more
 when a busy machine delays the sampler's tick), so each phase has two edges in all, not two per
-round. The phases are long enough for a tick that late by 60 ms to keep the shortest within 10 %:
+round. The phases are long enough for a tick late by 60 ms to keep the shortest within 10 %:
 at 0.3 s, the pure-Python sampler's CPU mode once lost 32 ms of it on a busy CI machine (its
 thread reads the main thread when it gets the GIL, and the OS, not only the interpreter, decides
 when that is).
