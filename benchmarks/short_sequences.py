@@ -176,13 +176,13 @@ def _at_issue_count(
 ) -> dict[str, Callable[[], float]]:
     """The variants at the issue's count: ``sequences`` of each shape into a fresh ``cmr serve
     --workers 2`` on a SQLite file and, with a ``server``, on a PostgreSQL schema."""
-    variants: dict[str, Callable[[], float]] = {}
-    for calls in SHAPES:
-        traffic = synthetic.short_requests(sequences, calls)
-        variants[_issue_key("sqlite", calls)] = _served_chunks(workdir, f"issue-{calls}", traffic)
-        if server:
-            variants[_issue_key("postgres", calls)] = _served_schemas(workdir, server, traffic)
-    return variants
+    return {
+        _issue_key(store, calls): chunk
+        for calls in SHAPES
+        for store, chunk in _served_by_store(
+            workdir, server, f"issue-{calls}", synthetic.short_requests(sequences, calls)
+        ).items()
+    }
 
 
 def _issue_row(store: str, calls: int, series: dict[str, list[float]], sequences: int) -> Row:
@@ -192,9 +192,9 @@ def _issue_row(store: str, calls: int, series: dict[str, list[float]], sequences
         series,
         _issue_key(store, calls),
         calls,
+        store,
         name=f"{_calls(calls)} sequences into {_LABELS[store]}, {sequences:,} a chunk, "
         "cmr serve --workers 2",
-        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
         chunk=f"{sequences} sequences, each into a fresh {fresh}",
     )
 
@@ -236,10 +236,8 @@ def _varied(workdir: Path, server: str | None, sequences: int) -> dict[str, Call
     fresh ``cmr serve --workers 2`` on a SQLite file and, with a ``server``, a PostgreSQL
     schema."""
     traffic = synthetic.short_requests(sequences, VARIED, durations=random.Random(1))
-    variants = {_varied_key("sqlite"): _served_chunks(workdir, "varied", traffic)}
-    if server:
-        variants[_varied_key("postgres")] = _served_schemas(workdir, server, traffic)
-    return variants
+    served = _served_by_store(workdir, server, "varied", traffic)
+    return {_varied_key(store): chunk for store, chunk in served.items()}
 
 
 def _varied_key(store: str) -> str:
@@ -252,11 +250,23 @@ def _varied_row(store: str, series: dict[str, list[float]], sequences: int) -> R
         series,
         _varied_key(store),
         VARIED,
+        store,
         name=f"{_calls(VARIED)} sequences of varied durations into {_LABELS[store]}, "
         "cmr serve --workers 2",
-        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
         chunk=f"{sequences} sequences of lognormal durations",
     )
+
+
+def _served_by_store(
+    workdir: Path, server: str | None, name: str, traffic: synthetic.Encoded
+) -> dict[str, Callable[[], float]]:
+    """Chunks of ``traffic`` into a fresh ``cmr serve --workers 2`` by store: on a SQLite file
+    (``_served_chunks``, files named after ``name``) and, with a ``server``, a PostgreSQL schema
+    (``_served_schemas``)."""
+    served = {"sqlite": _served_chunks(workdir, name, traffic)}
+    if server:
+        served["postgres"] = _served_schemas(workdir, server, traffic)
+    return served
 
 
 def _served_schemas(workdir: Path, server: str, traffic: synthetic.Encoded) -> Callable[[], float]:
@@ -306,8 +316,8 @@ def _grown_row(series: dict[str, list[float]], grown: int, sequences: int) -> Ro
         series,
         GROWN_KEY,
         1,
+        "sqlite",
         name=f"one-call sequences into SQLite holding {grown:,}, cmr serve --workers 2",
-        targets=SQLITE_TARGETS,
         chunk=f"{sequences} sequences of varied durations",
     )
 
@@ -343,7 +353,6 @@ def _grown_file(path: Path, sequences: int) -> tuple[Path, int]:
 
 def _row(store: str, calls: int, workers: int, series: dict[str, list[float]], size: str) -> Row:
     """The row of one variant against the decode of its shape."""
-    label = _LABELS[store]
     how = {0: "pre-encoded batches, grouped", 1: "cmr serve over ipc"}.get(
         workers, f"cmr serve --workers {workers} over ipc"
     )
@@ -351,8 +360,8 @@ def _row(store: str, calls: int, workers: int, series: dict[str, list[float]], s
         series,
         _key(store, calls, workers),
         calls,
-        name=f"{_calls(calls)} sequences into {label}, {how}",
-        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
+        store,
+        name=f"{_calls(calls)} sequences into {_LABELS[store]}, {how}",
         chunk=size,
     )
 
@@ -361,13 +370,14 @@ def _rate_row(
     series: dict[str, list[float]],
     key: str,
     calls: int,
+    store: str,
     *,
     name: str,
-    targets: tuple[Target, ...],
     chunk: str,
 ) -> Row:
     """The row of variant ``key``: the median of its chunks' sequences a second against the
-    typed decode of its shape (``calls``), each chunk being ``chunk``."""
+    typed decode of its shape (``calls``), each chunk being ``chunk``, judged by ``store``'s
+    targets."""
     values, decode = series[key], median(series[f"decode-{calls}"])
     rate = median(values)
     return Row(
@@ -378,7 +388,7 @@ def _rate_row(
         baseline=decode,
         baseline_name="typed decode alone",
         ratio=rate / decode,
-        targets=targets,
+        targets=SQLITE_TARGETS if store == "sqlite" else POSTGRES_TARGETS,
         error=median_error(values),
         note=f"{len(values)} chunks of {chunk}",
     )
