@@ -131,6 +131,7 @@ def test_cmr_ls_loads_the_read_side_alone(tmp_path: Path) -> None:
     store = {m for m in modules if m.startswith("cmr.store.")}
     assert store == {
         "cmr.store.rules",
+        "cmr.store.block_pages",
         "cmr.store.base",
         "cmr.store.listing",
         "cmr.store.listing_sql",

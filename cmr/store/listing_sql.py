@@ -12,6 +12,8 @@ the decided rows the query's keys select (the root names its pattern matches, by
 ``sequences_failed``; the window, by ``sequences_by_start``) and the undecided rows of the
 window. A sequence's status follows its root: a decided row is complete once it has an end (a
 column of its own), and those still running (or incomplete) are read from ``open_calls``.
+The start, root and duration indexes hold no single row (``cmr.store.single_rows``): a page
+reads those by their blocks (``cmr.store.block_pages``) where ``by_blocks`` says so.
 
 Both dialects bind named parameters (``Dialect``) and compare row values; the statements are
 otherwise the same text.
@@ -49,10 +51,6 @@ class Dialect:
     #: The band of a duration (``{0}``) its duration index leads with (``DURATION_BAND``), or
     #: None: the index is by the duration itself.
     band: str | None = None
-    #: Whether single rows (``cmr.store.single_rows``) are kept out of the start, root and
-    #: duration indexes (SQLite: those are partial, and a page's single rows are read by their
-    #: blocks, ``cmr.store.sqlite.blocks``).
-    singles_apart: bool = False
 
     def __call__(self, name: str) -> str:
         return self.placeholder.format(name)
@@ -67,7 +65,7 @@ class Dialect:
 #: duration is ordering by the duration; the bands a range of durations spans bound its read.
 DURATION_BAND: Final = "(length(max({0}, 0)) * 100 + CAST(substr(max({0}, 0), 1, 2) AS INTEGER))"
 
-SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)", DURATION_BAND, singles_apart=True)
+SQLITE: Final = Dialect(":{}", "likelihood({}, 0.001)", DURATION_BAND)
 POSTGRES: Final = Dialect("%({})s", "{}")
 
 
@@ -90,31 +88,24 @@ Rows: TypeAlias = "Callable[[str, Mapping[str, object]], list[tuple[Any, ...]]]"
 FEW_DURATIONS: Final = 4096
 
 #: The distinct root names of decided rows, smallest first: one seek in ``sequences_by_root``
-#: per name (a loose index scan), whatever the number of sequences; at most %(limit)s.
+#: per name (a loose index scan), whatever the number of sequences, and one in
+#: ``single_block_roots`` (single rows: ``cmr.store.block_pages``); at most {limit}.
 ROOT_NAMES: Final = """
-    WITH RECURSIVE names (name) AS (
-        SELECT min(root_name) FROM sequences
-        UNION ALL
-        SELECT (SELECT min(root_name) FROM sequences WHERE root_name > names.name)
-        FROM names WHERE names.name IS NOT NULL
-    )
-    SELECT name FROM names WHERE name IS NOT NULL LIMIT {limit}"""
-#: The same in SQLite, where ``sequences_by_root`` holds no single row: the names of
-#: ``single_block_roots`` besides (``cmr.store.sqlite.blocks``), one seek in each per name.
-ROOT_NAMES_APART: Final = """
     WITH RECURSIVE names (name) AS (
         SELECT min(n) FROM (
             SELECT min(root_name) AS n FROM sequences WHERE one_batch IS NULL
-            UNION ALL SELECT min(root_name) FROM single_block_roots)
+            UNION ALL SELECT min(root_name) FROM single_block_roots) AS first_names
         UNION ALL
         SELECT (SELECT min(n) FROM (
             SELECT min(root_name) AS n FROM sequences
             WHERE one_batch IS NULL AND root_name > names.name
-            UNION ALL SELECT min(root_name) FROM single_block_roots WHERE root_name > names.name))
+            UNION ALL SELECT min(root_name) FROM single_block_roots WHERE root_name > names.name
+        ) AS next_names)
         FROM names WHERE names.name IS NOT NULL
     )
     SELECT name FROM names WHERE name IS NOT NULL LIMIT {limit}"""
-#: What a page's rows keep single rows out by where ``Dialect.singles_apart``.
+#: What a page's rows keep single rows out by: the start, root and duration indexes hold none
+#: (``cmr.store.block_pages``).
 NOT_SINGLE: Final = "one_batch IS NULL"
 #: More distinct root names than this and a root pattern selects on the lines alone.
 MAX_ROOT_NAMES: Final = 4096
@@ -158,18 +149,16 @@ def plan(query: SequenceQuery | None, dialect: Dialect, rows: Rows) -> Plan:
     names = None
     if query is not None and query.root is not None:
         limit = {"names_limit": MAX_ROOT_NAMES + 1}
-        names_sql = ROOT_NAMES_APART if dialect.singles_apart else ROOT_NAMES
         found = [
-            str(name) for (name,) in rows(names_sql.format(limit=dialect("names_limit")), limit)
+            str(name) for (name,) in rows(ROOT_NAMES.format(limit=dialect("names_limit")), limit)
         ]
         names = matching_names(query.root, found, complete=len(found) <= MAX_ROOT_NAMES)
     few = False
     if query is not None:
         params: dict[str, object] = {}
         within = _durations(query, dialect, params)
-        if within and dialect.singles_apart:
-            within.append(NOT_SINGLE)  # the partial duration index's (single rows apart)
         if within:
+            within.append(NOT_SINGLE)  # the partial duration index's (single rows apart)
             probe = (
                 f"SELECT count(*) FROM (SELECT 1 FROM sequences WHERE {' AND '.join(within)} "
                 f"LIMIT {FEW_DURATIONS + 1}) AS p"
@@ -207,8 +196,7 @@ def picked(
         after = f"({_DURATION}, start_ns, seq) < ({dialect('duration')}, {dialect('start')}, "
         after += f"{dialect('seq')})"
         ended = [*where, *_only_decided(decided), "end_ns IS NOT NULL", after]
-        if dialect.singles_apart:  # the single rows are read by their blocks
-            ended.append(NOT_SINGLE)
+        ended.append(NOT_SINGLE)  # the single rows are read by their blocks
         order = f"ORDER BY {_LONGEST_KEYS}"
         if dialect.band is not None:  # the bands first: the index's order
             ended.append(_banded("<=", dialect("duration"), dialect.band))
@@ -220,10 +208,9 @@ def picked(
         return undecided, params
     if kind == UNENDED:
         unended = [*where, *_only_decided(decided), "end_ns IS NULL"]
-        if dialect.singles_apart:  # (never a single row: the start index holds none)
-            unended.append(NOT_SINGLE)
+        unended.append(NOT_SINGLE)  # (never a single row: the start index holds none)
         return _select(unended, _NEWEST_FIRST, dialect), params
-    apart = dialect.singles_apart and by_blocks(kind, query, plan)
+    apart = by_blocks(kind, query, plan)
     return _newest(where, decided, undecided, apart, dialect), params
 
 
@@ -244,10 +231,9 @@ def _newest(
 
 
 def by_blocks(kind: PageKind, query: SequenceQuery | None, plan: Plan) -> bool:
-    """Whether a page of ``kind`` reads the single rows it wants by their blocks, where a store
-    keeps them apart (``Dialect.singles_apart``: the start, root and duration indexes hold no
-    single row): a page longest first, or newest first but for errors alone (the failed index
-    holds every row)."""
+    """Whether a page of ``kind`` reads the single rows it wants by their blocks (the start,
+    root and duration indexes hold no single row: ``cmr.store.block_pages``): a page longest
+    first, or newest first but for errors alone (the failed index holds every row)."""
     if query is not None and query.status in (RUNNING, INCOMPLETE):
         return False  # a single row is decided and ended: never running nor incomplete
     if kind == LONGEST or query is None:

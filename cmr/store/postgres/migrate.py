@@ -50,6 +50,7 @@ MIGRATIONS: Final = (
     Step(8, "the time windows of drops whose sequences were not named", schema.LOST_WINDOWS),
     Step(9, "the samples the sampler dropped, in its report", schema.SAMPLER_DROPS),
     Step(10, "request-shaped sequences stored as one row each", schema.SINGLE_ROWS),
+    Step(11, "single rows listed by their blocks", schema.SINGLE_BLOCKS),
 )
 SCHEMA_VERSION: Final = latest(MIGRATIONS)
 #: The advisory lock migrations run under (``pg_advisory_xact_lock``); "ivsq" "migr".

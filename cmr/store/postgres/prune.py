@@ -13,6 +13,8 @@ from __future__ import annotations
 from psycopg import sql
 
 from cmr.store.base import OnStep, PruneResult
+from cmr.store.postgres import blocks
+from cmr.store.postgres.blocks import PRUNED_SINGLES
 from cmr.store.postgres.connect import Conn
 from cmr.store.postgres.partitions import DAY_NS, FUTURE, PAST_DAYS, droppable
 from cmr.store.rules import step_counter
@@ -50,11 +52,15 @@ def prune(conn: Conn, before_ns: int, now_ns: int, on_step: OnStep | None = None
 
     conn.execute("CREATE TEMP TABLE pruned (seq bytea PRIMARY KEY) ON COMMIT DROP")
     # Sorted: the same order ingest locks sequence rows in.
+    # The single rows, which the start index does not hold, by their blocks.
     sequences = conn.execute(
         "WITH gone AS (DELETE FROM sequences WHERE seq IN ("
-        "  SELECT seq FROM sequences WHERE start_ns < %s ORDER BY seq FOR UPDATE"
+        "  SELECT seq FROM sequences WHERE seq IN ("
+        "    SELECT seq FROM sequences WHERE start_ns < %(before)s AND one_batch IS NULL"
+        f"   UNION ALL {PRUNED_SINGLES}"
+        "  ) ORDER BY seq FOR UPDATE"
         ") RETURNING seq) INSERT INTO pruned SELECT seq FROM gone",
-        (before_ns,),
+        {"before": before_ns},
     ).rowcount
     conn.execute("ANALYZE pruned")
     step()
@@ -88,6 +94,7 @@ def prune(conn: Conn, before_ns: int, now_ns: int, on_step: OnStep | None = None
         "WHERE q.one_puid = b.puid AND q.one_batch = b.batch_no)",
         (before_ns,),
     )
+    blocks.prune(conn, before_ns)
     step()
     # An End before the cutoff belongs to an invocation that started before it, so its sequence
     # was pruned.

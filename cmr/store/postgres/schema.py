@@ -258,4 +258,49 @@ SINGLE_ROWS: Final = (
     "WHERE one_batch IS NOT NULL",
 )
 
+#: Single rows kept out of the start, root and duration indexes and listed by their blocks
+#: (``cmr.store.block_pages``, as SQLite's schema 16): here a block is the single rows of one
+#: batch, found by the index by batch each of them has (``sequences_by_batch``), described by a
+#: ``single_blocks`` row (the range of their starts, their longest duration) and a
+#: ``single_block_roots`` row per root name among them (its latest start and longest duration
+#: there), both written by the statement that inserts the rows (``single.insert``). The three
+#: indexes are made again without single rows; the rows whose root is undecided, which the root
+#: index served by its NULL names, get an index of their own (few rows). The single rows stored
+#: before get their batches' blocks.
+SINGLE_BLOCKS: Final = (
+    "DROP INDEX sequences_by_start",
+    "CREATE INDEX sequences_by_start ON sequences (start_ns, seq) WHERE one_batch IS NULL",
+    "DROP INDEX sequences_by_root",
+    "CREATE INDEX sequences_by_root ON sequences (root_name, start_ns, seq)"
+    " WHERE one_batch IS NULL",
+    "DROP INDEX sequences_by_duration",
+    "CREATE INDEX sequences_by_duration ON sequences ((end_ns - start_ns), start_ns, seq)"
+    " WHERE one_batch IS NULL",
+    "CREATE INDEX sequences_undecided ON sequences (start_ns, seq) WHERE root_name IS NULL",
+    "DROP INDEX sequences_by_batch",
+    "CREATE INDEX sequences_by_batch ON sequences (one_puid, one_batch, start_ns, seq) "
+    "WHERE one_batch IS NOT NULL",
+    """CREATE TABLE single_blocks (
+        puid bigint NOT NULL, batch_no bigint NOT NULL,
+        first_ns bigint NOT NULL, last_ns bigint NOT NULL, longest_ns bigint NOT NULL,
+        PRIMARY KEY (puid, batch_no)
+    )""",
+    "CREATE INDEX single_blocks_by_last ON single_blocks (last_ns)",
+    "CREATE INDEX single_blocks_by_longest ON single_blocks (longest_ns, last_ns)",
+    """CREATE TABLE single_block_roots (
+        puid bigint NOT NULL, batch_no bigint NOT NULL, root_name text NOT NULL,
+        last_ns bigint NOT NULL, longest_ns bigint NOT NULL,
+        PRIMARY KEY (puid, batch_no, root_name)
+    )""",
+    "CREATE INDEX single_block_roots_by_last ON single_block_roots (root_name, last_ns)",
+    "CREATE INDEX single_block_roots_by_longest ON single_block_roots (root_name, longest_ns)",
+    """INSERT INTO single_blocks
+    SELECT one_puid, one_batch, min(start_ns), max(start_ns), max(coalesce(end_ns - start_ns, 0))
+    FROM sequences WHERE one_batch IS NOT NULL GROUP BY one_puid, one_batch""",
+    """INSERT INTO single_block_roots
+    SELECT one_puid, one_batch, root_name, max(start_ns), max(coalesce(end_ns - start_ns, 0))
+    FROM sequences WHERE one_batch IS NOT NULL AND root_name IS NOT NULL
+    GROUP BY one_puid, one_batch, root_name""",
+)
+
 # -- statements ---------------------------------------------------------------------------

@@ -199,10 +199,13 @@ NAMED_METHODS: Final = """
     SELECT puid, method FROM methods
     WHERE qualname = %(name)s OR (module != '' AND module || '.' || qualname = %(name)s)"""
 #: The methods each sequence ran, most recent sequence first (from %(since)s):
-#: ``find_sequences`` reads it until it has found enough sequences running a wanted method. A
-#: single row's are on its row.
+#: ``find_sequences`` reads it until it has found enough sequences running a wanted method. The
+#: single rows, which the start index does not hold, are read by their blocks
+#: (``block_pages.newest_first``) beside it.
 METHODS_BY_RECENT_SEQUENCE: Final = """
-    SELECT q.seq, coalesce(m.puid, q.one_puid), coalesce(m.methods, q.one_methods)
-    FROM sequences q LEFT JOIN batch_seqs m ON m.seq = q.seq AND q.one_batch IS NULL
-    WHERE q.start_ns >= %(since)s AND coalesce(m.methods, q.one_methods) IS NOT NULL
+    SELECT q.start_ns, q.seq, m.puid, m.methods
+    FROM sequences q JOIN batch_seqs m ON m.seq = q.seq
+    WHERE q.start_ns >= %(since)s AND q.one_batch IS NULL AND m.methods IS NOT NULL
     ORDER BY q.start_ns DESC, q.seq DESC"""
+#: The same columns of a single row (``block_pages.newest_first``).
+SINGLE_ROW_METHODS: Final = "one_puid, one_methods"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import secrets
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any, Final, TypeVar
 import psycopg
 from psycopg import errors
 
-from cmr.store import listing_sql, single_rows
+from cmr.store import block_pages, listing_sql, single_rows
 from cmr.store._samples import I64_MIN
 from cmr.store.base import (
     Neighbours,
@@ -36,14 +37,18 @@ from cmr.store.base import (
 from cmr.store.batch_index import PackingStore, Preparation, Prepared, write_each
 from cmr.store.grouping import group_parts, only
 from cmr.store.listing import select_lines
-from cmr.store.postgres import single, summaries
+from cmr.store.postgres import blocks, single, summaries
 from cmr.store.postgres.connect import Conn, connect, one_line, where
 from cmr.store.postgres.ingest import create_stages, needed_days, write_batch
 from cmr.store.postgres.migrate import check_readable, migrate
 from cmr.store.postgres.partitions import create_partitions, day_window
 from cmr.store.postgres.prune import prune
 from cmr.store.postgres.read import load, neighbours, stats
-from cmr.store.postgres.statements import METHODS_BY_RECENT_SEQUENCE, NAMED_METHODS
+from cmr.store.postgres.statements import (
+    METHODS_BY_RECENT_SEQUENCE,
+    NAMED_METHODS,
+    SINGLE_ROW_METHODS,
+)
 from cmr.store.rules import SHOWN_MATCHES, check_limit, pick_match, seq_range
 from cmr.store.single_rows import Written
 from cmr.store.stored_batches import methods_of
@@ -201,10 +206,18 @@ class PostgresStore(PackingStore):
             if not wanted or limit == 0:
                 return found
             # A server-side cursor: only as many rows are fetched as are read.
-            with conn.cursor(name="methods_by_recent_sequence") as rows:
-                rows.itersize = 256
-                rows.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since})
-                for seq_value, puid, blob in rows:
+            with conn.cursor(name="methods_by_recent_sequence") as cursor:
+                cursor.itersize = 256
+                cursor.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since})
+                rows = heapq.merge(
+                    cursor,
+                    block_pages.newest_first(
+                        conn.execute, blocks.LAYOUT, SINGLE_ROW_METHODS, since
+                    ),
+                    key=block_pages.start_and_id,
+                    reverse=True,
+                )
+                for _start, seq_value, puid, blob in rows:
                     seq = bytes(seq_value)
                     if found and found[-1] == seq:
                         continue

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from cmr.store import block_pages
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
 from cmr.store.grouping import GroupParts
 from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import POSTGRES, Plan, key_params, picked
+from cmr.store.postgres import blocks, single
 from cmr.store.postgres import read as postgres_read
-from cmr.store.postgres import single
 from cmr.store.postgres.binary import column
 from cmr.store.postgres.connect import Conn, arrays
 from cmr.store.postgres.statements import (
@@ -118,6 +119,11 @@ def page(
     """A page of listing lines (``listing.Page``): three queries in all."""
     picked_sql, params = picked(kind, query, plan, POSTGRES)
     params |= key_params(key, size)
+    singles = block_pages.page(conn.execute, blocks.LAYOUT, kind, key, size, query=query, plan=plan)
+    if singles:  # the page's first ``size`` of the rows and the single rows read by blocks
+        picked_sql, params = block_pages.merged(
+            conn.execute, POSTGRES, kind, size, sql_page=(picked_sql, params), singles=singles
+        )
     rows = conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall()
     remote: dict[bytes, list[tuple[int, int | None]]] = {}
     without_true_root = [bytes(row[0]) for row in rows if row[3] or row[4]]

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from cmr.store import listing_sql, migrations
+from cmr.store import block_pages, listing_sql, migrations
 from cmr.store.base import (
     SequenceQuery,
     SequenceSummary,
@@ -223,8 +223,8 @@ class SQLiteReader(Store):
                 return found
             rows = heapq.merge(
                 conn.execute(METHODS_BY_RECENT_SEQUENCE, {"since": since}),
-                blocks.newest_first(conn, SINGLE_ROW_METHODS, since),
-                key=_newest,
+                block_pages.newest_first(conn.execute, blocks.LAYOUT, SINGLE_ROW_METHODS, since),
+                key=block_pages.start_and_id,
                 reverse=True,
             )
             for _start, seq, puid, blob in rows:
@@ -325,11 +325,6 @@ def _range_clause(wanted: SeqRange) -> tuple[str, tuple[bytes, ...]]:
     if wanted.hi is None:
         return "seq >= ?", (wanted.lo,)
     return "seq >= ? AND seq < ?", (wanted.lo, wanted.hi)
-
-
-def _newest(row: tuple[Any, ...]) -> tuple[int, bytes]:
-    """A row's place newest first: its start and id, its first two columns."""
-    return (row[0], row[1])
 
 
 def _rows_of(conn: sqlite3.Connection) -> listing_sql.Rows:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sqlite3
 
+from cmr.store import block_pages
 from cmr.store.base import MethodRecord, SequenceQuery, SequenceSummary
-from cmr.store.listing import LONGEST, PageKey, PageKind
+from cmr.store.listing import PageKey, PageKind
 from cmr.store.listing_sql import SQLITE, Plan, key_params, picked
 from cmr.store.sqlite import blocks
 from cmr.store.sqlite import read as sqlite_read
@@ -100,9 +101,11 @@ def page(
     stored: list[StoredSummary] = []
     picked_sql, params = picked(kind, query, plan, SQLITE)
     params |= key_params(key, size)
-    singles = blocks.page(conn, kind, key, size, query=query, plan=plan)
+    singles = block_pages.page(conn.execute, blocks.LAYOUT, kind, key, size, query=query, plan=plan)
     if singles:  # the page's first ``size`` of the rows and the single rows read by blocks
-        picked_sql, params = _merged(conn, kind, size, (picked_sql, params), singles)
+        picked_sql, params = block_pages.merged(
+            conn.execute, SQLITE, kind, size, sql_page=(picked_sql, params), singles=singles
+        )
     for row in conn.execute(SUMMARIES_OF_PICKED.format(picked=picked_sql), params).fetchall():
         seq, start_ns, invocations, *root, module, qualname, file, line, single = row
         root_row = (seq, *root)
@@ -126,29 +129,6 @@ def page(
     puids = {puid for s in stored for puid in waiting_on(s)}
     processes_by_puid = sqlite_read.processes(conn, puids, now)
     return [summary_from(s, processes_by_puid) for s in stored]
-
-
-def _merged(
-    conn: sqlite3.Connection,
-    kind: PageKind,
-    size: int,
-    sql_page: tuple[str, dict[str, object]],
-    singles: list[blocks.Picked],
-) -> tuple[str, dict[str, object]]:
-    """A statement picking the first ``size``, in the page's order, of the rows the page's own
-    statement picks (``sql_page``) and the single rows its blocks gave (``singles``): a page
-    holds no row after one it leaves out."""
-    picked_sql, params = sql_page
-    rows = conn.execute(
-        f"SELECT p.seq, p.start_ns, p.invocations, q.end_ns - q.start_ns FROM ({picked_sql}) p "
-        "JOIN sequences q ON q.seq = p.seq",
-        params,
-    ).fetchall()
-    order = blocks.longest_key if kind == LONGEST else blocks.newest_key
-    first = sorted([*rows, *singles], key=order, reverse=True)[:size]
-    seqs = {f"s{at}": row[0] for at, row in enumerate(first)}
-    marks = ", ".join(f":{name}" for name in seqs)
-    return f"SELECT seq, start_ns, invocations FROM sequences WHERE seq IN ({marks})", seqs
 
 
 def backfill(conn: sqlite3.Connection) -> None:

@@ -337,6 +337,25 @@ def without_single_rows(conn: sqlite3.Connection) -> None:
         conn.execute(f"ALTER TABLE sequences DROP COLUMN {column}")
 
 
+def postgres_without_single_blocks(pg_url: str) -> None:
+    """Make a PostgreSQL repository as migration 10 left it: no blocks of single rows, the
+    start, root and duration indexes holding every row, migration 11's row in
+    ``schema_migrations`` gone."""
+    from cmr.store.postgres.connect import connect
+    from cmr.store.postgres.schema import LISTING_KEYS
+
+    with connect(pg_url) as conn, conn.transaction():
+        conn.execute("DROP TABLE single_block_roots, single_blocks")
+        conn.execute("DROP INDEX sequences_undecided, sequences_by_start")
+        conn.execute("CREATE INDEX sequences_by_start ON sequences (start_ns, seq)")
+        for statement in LISTING_KEYS:
+            name = statement.split()[2] if statement.startswith("CREATE INDEX") else None
+            if name in {"sequences_by_root", "sequences_by_duration"}:
+                conn.execute(f"DROP INDEX {name}")
+                conn.execute(statement)
+        conn.execute("DELETE FROM schema_migrations WHERE version >= 11")
+
+
 def postgres_without_single_rows(pg_url: str) -> None:
     """Make a PostgreSQL repository's sequences as migration 9 left them: every single-row
     sequence in the side tables (``single.spread``), and ``sequences`` without migration 10's
@@ -344,6 +363,7 @@ def postgres_without_single_rows(pg_url: str) -> None:
     from cmr.store.postgres import single
     from cmr.store.postgres.connect import connect
 
+    postgres_without_single_blocks(pg_url)
     with connect(pg_url) as conn, conn.transaction():
         rows = conn.execute("SELECT seq FROM sequences WHERE one_batch IS NOT NULL ORDER BY seq")
         single.spread(conn, [bytes(seq) for (seq,) in rows.fetchall()])

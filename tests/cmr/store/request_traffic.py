@@ -22,10 +22,11 @@ from cmr.store.base import (
     Store,
     UnknownSequenceError,
 )
+from cmr.store.block_pages import Picked
 from cmr.store.sqlite.schema import SCHEMA_VERSION
 from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock, make_batch
-from tests.cmr.store.records import single_row_count, start, user_version
+from tests.cmr.store.records import repository_rows, single_row_count, start, user_version
 
 Group = list[wire.Batch]
 HOSTS = {1: "web-a", 2: "web-a", 3: "web-b"}
@@ -174,6 +175,80 @@ def ingest(store: Store, groups: list[Group], on: bool, first: int = 0) -> None:
     with layout(on):
         for at, group in enumerate(groups, first):
             store.ingest_many(group, CLOCK_OFFSET_NS + at)
+
+
+def blocks_read_as_side_tables(urls: dict[bool, str], check_blocks: Callable[[], None]) -> None:
+    """Thirty groups of request traffic stored with single rows off (the side tables: the
+    reference) and on, in repositories ``urls[False]`` and ``urls[True]``: every answer of
+    ``answers`` and three more queries, searches since a time, then a prune, give the same in
+    both, and prune keeps the same batches; ``check_blocks`` looks at the blocks written, after
+    the groups and after the prune."""
+    traffic = RequestTraffic(random.Random(16))
+    groups = [traffic.group(later=at > 0) for at in range(30)]
+    stores = {on: open_store(url, clock=FakeClock()) for on, url in urls.items()}
+    try:
+        for on, store in stores.items():
+            ingest(store, groups, on)
+        check_blocks()
+        seqs = sorted(traffic.seqs)
+        queries = list(listing_queries(stores[False], seqs))
+        queries += [
+            SequenceQuery(root="app.m2", min_duration_ns=1_000),
+            SequenceQuery(root="app.m[13]", sort=SORT_DURATION),
+            SequenceQuery(min_duration_ns=2_000, sort=SORT_DURATION, status="error"),
+        ]
+        assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
+        lines = stores[False].list_sequences(10_000)
+        middle = sorted(line.start_ns for line in lines)[len(lines) // 2]
+        assert [
+            store.find_sequences("app.m2", since_ns=middle, limit=limit)
+            for store in stores.values()
+            for limit in (3, 1_000)
+        ] == [
+            stores[False].find_sequences("app.m2", since_ns=middle, limit=limit)
+            for limit in (3, 1_000)
+        ] * 2
+        assert stores[True].prune(middle) == stores[False].prune(middle)
+        assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
+        kept = "SELECT puid, batch_no FROM batches ORDER BY 1, 2"  # what prune left
+        assert repository_rows(urls[True], kept) == repository_rows(urls[False], kept)
+        check_blocks()
+    finally:
+        for store in stores.values():
+            store.close()
+
+
+#: The batches of ``rare_root_reads_its_blocks``' traffic whose first request has the rare root.
+RARE_ROOT_IN = frozenset({3, 11})
+#: The single rows a page picks by blocks in repository ``url`` for a query, at most a size,
+#: and how many blocks it read.
+PickedByBlocks = Callable[[str, SequenceQuery, int], tuple[list[Picked], int]]
+
+
+def rare_root_reads_its_blocks(url: str, picked_by_blocks: PickedByBlocks) -> None:
+    """20 batches of 50 one-call requests, each its own group, the root method 7 (``app.m7``) in
+    two of them (``RARE_ROOT_IN``), methods 1 to 3 in the rest, stored in repository ``url``: a
+    page for the rare root reads the two blocks holding it and no other, and a common root fills
+    the page from the latest blocks and reads no more."""
+    store = open_store(url, clock=FakeClock())
+    try:
+        for group in range(20):
+            events: list[wire.Event] = []
+            for at in range(50):
+                iid, t_ns = group * 100 + at + 1, (group * 100 + at) * 1_000
+                method = 7 if group in RARE_ROOT_IN and at == 0 else 1 + at % 3
+                events += [start(iid, t_ns, random.randbytes(16), method=method)]
+                events.append(wire.End(iid, t_ns + 500))
+            store.ingest_many([make_batch(1, group + 1, {1: events})], CLOCK_OFFSET_NS + group)
+    finally:
+        store.close()
+    assert single_row_count(url) == 1_000
+    rare, rare_reads = picked_by_blocks(url, SequenceQuery(root="app.m7"), 20)
+    assert len(rare) == len(RARE_ROOT_IN)
+    assert rare_reads == len(RARE_ROOT_IN)
+    common, common_reads = picked_by_blocks(url, SequenceQuery(root="app.m1"), 20)
+    assert len(common) == 20
+    assert common_reads <= 2
 
 
 def listing_queries(store: Store, seqs: list[bytes]) -> Iterator[SequenceQuery | None]:

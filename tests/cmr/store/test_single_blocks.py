@@ -11,7 +11,7 @@ import random
 import sqlite3
 from pathlib import Path
 
-from cmr.store import open_store
+from cmr.store import block_pages, open_store
 from cmr.store.base import SORT_DURATION, SequenceQuery
 from cmr.store.listing import FIRST_KEY, NEWEST
 from cmr.store.listing_sql import SQLITE, plan
@@ -27,90 +27,43 @@ from tests.cmr.store.records import (
 )
 from tests.cmr.store.request_traffic import (
     RequestTraffic,
-    answers,
+    blocks_read_as_side_tables,
     ingest,
-    listing_queries,
+    rare_root_reads_its_blocks,
     stored_as_older,
     upgraded_reads_the_same,
 )
 
 
 def test_many_blocks_list_what_the_side_tables_list(tmp_path: Path) -> None:
-    traffic = RequestTraffic(random.Random(16))
-    groups = [traffic.group(later=at > 0) for at in range(30)]
-    stores = {on: open_store(str(tmp_path / f"layout-{on}.sqlite")) for on in (False, True)}
-    try:
-        for on, store in stores.items():
-            ingest(store, groups, on)
-        [(blocks_written,)] = repository_rows(
-            str(tmp_path / "layout-True.sqlite"), "SELECT count(*) FROM single_blocks"
-        )
-        assert blocks_written == len(groups)  # a block a group
-        seqs = sorted(traffic.seqs)
-        queries = list(listing_queries(stores[False], seqs))
-        queries += [
-            SequenceQuery(root="app.m2", min_duration_ns=1_000),
-            SequenceQuery(root="app.m[13]", sort=SORT_DURATION),
-            SequenceQuery(min_duration_ns=2_000, sort=SORT_DURATION, status="error"),
-        ]
-        assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
-        lines = stores[False].list_sequences(10_000)
-        middle = sorted(line.start_ns for line in lines)[len(lines) // 2]
-        assert [
-            store.find_sequences("app.m2", since_ns=middle, limit=limit)
-            for store in stores.values()
-            for limit in (3, 1_000)
-        ] == [
-            stores[False].find_sequences("app.m2", since_ns=middle, limit=limit)
-            for limit in (3, 1_000)
-        ] * 2
-        assert stores[True].prune(middle) == stores[False].prune(middle)
-        assert answers(stores[True], seqs, queries) == answers(stores[False], seqs, queries)
-        kept = "SELECT puid, batch_no FROM batches ORDER BY 1, 2"  # what prune left
-        assert repository_rows(str(tmp_path / "layout-True.sqlite"), kept) == repository_rows(
-            str(tmp_path / "layout-False.sqlite"), kept
-        )
-    finally:
-        for store in stores.values():
-            store.close()
+    urls = {on: str(tmp_path / f"layout-{on}.sqlite") for on in (False, True)}
+    counted: list[object] = []
+
+    def check_blocks() -> None:
+        counted.extend(repository_rows(urls[True], "SELECT count(*) FROM single_blocks"))
+
+    blocks_read_as_side_tables(urls, check_blocks)
+    [(written,), (kept,)] = counted
+    assert written == 30  # a block a group
+    assert 0 < kept < written  # prune forgot the blocks whose rows it deleted
 
 
 def test_a_page_for_a_rare_root_reads_only_the_blocks_holding_it(tmp_path: Path) -> None:
-    path = str(tmp_path / "cmr.sqlite")
-    store = open_store(path, clock=FakeClock())
-    rare_in = {3, 11}
-    try:
-        for group in range(20):  # 20 groups of 50 requests; root method 7 in two of them
-            events: list[wire.Event] = []
-            for at in range(50):
-                iid, t_ns = group * 100 + at + 1, (group * 100 + at) * 1_000
-                method = 7 if group in rare_in and at == 0 else 1 + at % 3
-                events += [start(iid, t_ns, random.randbytes(16), method=method)]
-                events.append(wire.End(iid, t_ns + 500))
-            store.ingest_many([make_batch(1, group + 1, {1: events})], CLOCK_OFFSET_NS + group)
-    finally:
-        store.close()
-    assert single_row_count(path) == 1_000
-
-    rare, rare_reads = _picked_by_blocks(path, SequenceQuery(root="app.m7"), 20)
-    assert len(rare) == len(rare_in)
-    assert rare_reads == len(rare_in)
-    # A common root fills the page from the latest blocks and reads no more.
-    common, common_reads = _picked_by_blocks(path, SequenceQuery(root="app.m1"), 20)
-    assert len(common) == 20
-    assert common_reads <= 2
+    rare_root_reads_its_blocks(str(tmp_path / "cmr.sqlite"), _picked_by_blocks)
 
 
 def _picked_by_blocks(
     path: str, query: SequenceQuery, size: int
-) -> tuple[list[blocks.Picked], int]:
+) -> tuple[list[block_pages.Picked], int]:
     """The first page of single rows ``query`` picks by blocks, and how many blocks it read."""
     conn = sqlite3.connect(path)
     try:
         found = plan(query, SQLITE, lambda sql, params: conn.execute(sql, params).fetchall())
         reads: list[str] = []
         conn.set_trace_callback(reads.append)
-        picked = blocks.page(conn, NEWEST, FIRST_KEY, size, query=query, plan=found)
+        picked = block_pages.page(
+            conn.execute, blocks.LAYOUT, NEWEST, FIRST_KEY, size, query=query, plan=found
+        )
     finally:
         conn.close()
     return picked, len([sql for sql in reads if "rowid BETWEEN" in sql])
