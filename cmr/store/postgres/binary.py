@@ -4,19 +4,22 @@ Ingest binds each statement's rows as column arrays (``unnest(%b::bigint[], ...)
 dumps a Python list element by element in Python (a length, a ``struct`` call and an append
 each): with a short sequence per request, a group of batches binds tens of thousands of
 elements, and that loop cost more of a core than PostgreSQL's own work on the rows (issue 33).
-``column`` builds the same bytes with one ``struct`` call for a column of integers, or of bytes
-of one length, and one join otherwise; psycopg sends them as they are, typed by the wrapper
-(``Int8s``, ``Byteas``, ``Texts``), and the statement's cast (``::integer[]``) converts where
-the column is narrower. A column it cannot pack (an integer beyond 64 bits, another type) stays
-a list for psycopg, as before.
+``column`` builds the same bytes in C calls: a column of integers converted by one ``array``
+and spread into place by slices (a column with None: one ``struct`` call), bytes of one length
+by one ``struct`` call, other bytes and strings by one join; psycopg sends them as they are,
+typed by the wrapper (``Int8s``, ``Byteas``, ``Texts``), and the statement's cast
+(``::integer[]``) converts where the column is narrower. A column it cannot pack (an integer
+beyond 64 bits, another type) stays a list for psycopg, as before.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Sequence
 from itertools import chain, repeat
-from typing import Final
+from typing import Final, cast
 
 from psycopg import adapters
 from psycopg.adapt import Dumper
@@ -71,26 +74,49 @@ adapters.register_dumper(Texts, _TextsDumper)
 def column(values: Sequence[object]) -> object:
     """``values`` as one array parameter: packed when they are all integers, bytes or strings
     (and None), else the list itself (psycopg dumps it)."""
-    kinds = {type(value) for value in values}
+    try:
+        packed = _packed(values, set(map(type, values)))
+    except (OverflowError, struct.error):  # an integer beyond 64 bits
+        packed = None
+    return list(values) if packed is None else packed
+
+
+def _packed(values: Sequence[object], kinds: set[type]) -> bytes | None:
+    if kinds == {int}:  # the common columns first, without a pass for None
+        return Int8s(_array(_INT8, len(values), 0, _plain_ints(cast("Sequence[int]", values))))
+    if kinds == {bytes}:
+        return Byteas(_array(_BYTEA, len(values), 0, _bytes(values, 0)))  # type: ignore[arg-type]
     kinds.discard(type(None))
     nulls = len(values) - sum(value is not None for value in values) if None in values else 0
-    try:
-        if kinds == {int}:
-            return Int8s(_array(_INT8, len(values), nulls, _ints(values, nulls)))
-        if kinds == {bytes}:
-            return Byteas(_array(_BYTEA, len(values), nulls, _bytes(values, nulls)))  # type: ignore[arg-type]
-        if kinds == {str}:
-            encoded = [None if v is None else v.encode() for v in values]  # type: ignore[attr-defined]
-            return Texts(_array(_TEXT, len(values), nulls, _bytes(encoded, nulls)))
-    except struct.error:  # an integer beyond 64 bits
-        pass
-    return list(values)
+    if kinds == {int}:
+        return Int8s(_array(_INT8, len(values), nulls, _ints(values, nulls)))
+    if kinds == {bytes}:
+        return Byteas(_array(_BYTEA, len(values), nulls, _bytes(values, nulls)))  # type: ignore[arg-type]
+    if kinds == {str}:
+        encoded = [None if v is None else v.encode() for v in values]  # type: ignore[attr-defined]
+        return Texts(_array(_TEXT, len(values), nulls, _bytes(encoded, nulls)))
+    return None
 
 
 def _array(oid: int, length: int, nulls: int, body: bytes) -> bytes:
     if not length:
         return _EMPTY.pack(0, 0, oid)
     return _HEADER.pack(1, int(nulls > 0), oid, length, 1) + body
+
+
+def _plain_ints(values: Sequence[int]) -> bytes:
+    """Integers without None, each a length (8) and its 8 bytes big-endian: converted in one C
+    call (``array``), then spread 12 bytes apart by slices (a third of ``struct.pack``'s time
+    with an argument per field)."""
+    items = array("q", values)
+    if sys.byteorder == "little":
+        items.byteswap()
+    raw = items.tobytes()
+    body = bytearray(12 * len(values))
+    body[3::12] = b"\x08" * len(values)
+    for at in range(8):
+        body[4 + at :: 12] = raw[at::8]
+    return bytes(body)
 
 
 def _ints(values: Sequence[object], nulls: int) -> bytes:

@@ -11,6 +11,7 @@ from cmr.store.postgres.connect import connect
 COLUMNS = [
     ([1, -3, 2**63 - 1, -(2**63)], ("bigint[]", "text[]")),
     ([0, 1, 1], ("integer[]", "bigint[]")),
+    ([n * 7_919 - 2**40 for n in range(1_000)], ("bigint[]",)),  # a group's column
     ([5, None, 7], ("bigint[]", "integer[]")),
     ([], ("bigint[]", "bytea[]", "text[]")),
     ([b"\x00" * 16, b"\xff" * 16], ("bytea[]",)),
