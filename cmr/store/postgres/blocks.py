@@ -4,7 +4,8 @@
 Here a block is the single rows of one batch: every single row names its batch
 (``one_puid``, ``one_batch``) and the index by batch finds them, so a block costs no column
 and no index entry a row. A group writes its single rows' blocks right after the rows
-(``single.insert``); ``prune`` forgets the blocks that ended before its cutoff.
+(``single.insert``, then ``single.write_blocks`` in the group's pipeline); ``prune`` forgets
+the blocks that ended before its cutoff.
 PostgreSQL has no rowid to give a group's rows a range, and ranges of ids would not do: a
 sequence id continued from upstream is random.
 """

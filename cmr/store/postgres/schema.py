@@ -263,11 +263,11 @@ SINGLE_ROWS: Final = (
 #: batch, found by the index by batch each of them has (``sequences_by_batch``), described by a
 #: ``single_blocks`` row (the range of their starts, their longest duration) and a
 #: ``single_block_roots`` row per root name among them (its latest start and longest duration
-#: there), both written right after the rows (``single.insert``). The three indexes are made
-#: again without single rows; the rows whose root is undecided, which the root index served by
-#: its NULL names, get an index of their own (few rows); the index by batch ends with the start,
-#: so that a block's newest rows are read in its order. The single rows stored before get their
-#: batches' blocks.
+#: there), both written right after the rows (``single.write_blocks``). The three indexes are
+#: made again without single rows; the rows whose root is undecided, which the root index served
+#: by its NULL names, get an index of their own (few rows); the index by batch ends with the
+#: start, so that a block's newest rows are read in its order. The single rows stored before get
+#: their batches' blocks.
 SINGLE_BLOCKS: Final = (
     "DROP INDEX sequences_by_start",
     "CREATE INDEX sequences_by_start ON sequences (start_ns, seq) WHERE one_batch IS NULL",

@@ -90,9 +90,10 @@ _SPREAD: Final = (
 )
 
 
-def insert(conn: Conn, written: Sequence[Written]) -> set[bytes]:
+def insert(conn: Conn, written: Sequence[Written]) -> list[SingleRow]:
     """Store the single-row sequences of the batches a group wrote (``written``, in the order it
-    wrote them); the ids stored so. The caller writes the others' side-table rows.
+    wrote them); the rows stored so. The caller writes their blocks (``write_blocks``) and the
+    others' side-table rows.
 
     The rows are inserted plainly first, in a savepoint: ``ON CONFLICT``'s speculative insertion
     (a look in the id's index before each row, then the row marked and confirmed) costs the
@@ -101,19 +102,23 @@ def insert(conn: Conn, written: Sequence[Written]) -> set[bytes]:
     When one is, the savepoint is rolled back and the group's rows inserted with the clause."""
     rows = singles(written)
     if not rows:
-        return set()
+        return rows
     rows.sort(key=lambda row: row[0])
     params = arrays(rows)
     try:
         with conn.transaction():
             conn.execute(INSERT_NEW_SINGLES, params)
-        stored = rows
     except psycopg.errors.UniqueViolation:
         inserted = {bytes(seq) for (seq,) in conn.execute(INSERT_SINGLES, params).fetchall()}
-        stored = [row for row in rows if row[0] in inserted]
+        return [row for row in rows if row[0] in inserted]
+    return rows
+
+
+def write_blocks(conn: Conn, stored: list[SingleRow]) -> None:
+    """The blocks of the single rows ``insert`` stored (``BLOCKS``): one statement, which the
+    caller may send in its pipeline with the group's others."""
     if stored:
         conn.execute(BLOCKS, _blocks(stored))
-    return {row[0] for row in stored}
 
 
 def _blocks(stored: list[SingleRow]) -> list[object]:

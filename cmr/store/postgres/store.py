@@ -120,8 +120,10 @@ class PostgresStore(PackingStore):
             with conn.transaction():
                 written = write_each(prepared, outcomes, write_one)
                 if written:  # after every late End: a sequence several batches carry, once
-                    stored = single.insert(conn, batches) if single_rows.ENABLED else set()
+                    rows = single.insert(conn, batches) if single_rows.ENABLED else []
+                    stored = {row[0] for row in rows}
                     with conn.pipeline():
+                        single.write_blocks(conn, rows)
                         single.write_batch_seqs(conn, batches, stored)
                         # cut to the other sequences first (``grouping.only``: fewer to merge)
                         packs = [only(p, p.seqs - stored) if stored else p for p in written]
