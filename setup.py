@@ -25,6 +25,7 @@ speedups = Extension(
         *(
             f"tracer/_core/_speedups_{part}.h"
             for part in (
+                "pool",
                 "records",
                 "events",
                 "sources",

@@ -24,9 +24,11 @@
  *   Start compares the count with it, and past it asks the refill callback for more.
  *
  * - EncodedEvents: what take() returns: the encoded events and where each one starts, so the
- *   sender can cut batches at any event, as it slices a list. msgpack() gives one slice as a
- *   msgpack array, which the sender splices into the batch (msgspec.Raw). Indexing decodes one
- *   event (a list of the tuple's items), for the sender's looks at a chunk's first and last ones.
+ *   sender can cut batches at any event, as it slices a list. A slice exports itself as one
+ *   msgpack array through the buffer protocol, which the sender splices into the batch
+ *   (msgspec.Raw); msgpack() gives the same bytes as a bytes object. Indexing decodes one event
+ *   (a list of the tuple's items), for the sender's looks at a chunk's first and last ones. Their
+ *   memory comes from blocks the next takes reuse (_speedups_pool.h).
  *
  * Everything runs with the GIL held and the record writes call no Python code, so an append and
  * a take never interleave; that is the same argument as the list's atomic slice and delete.
@@ -34,7 +36,8 @@
  *
  * The source is in parts by concern, which this file includes in order after the process-wide
  * state (one translation unit: they share its static state, and the compiler sees the hot path
- * whole): _speedups_records.h (records, their encoding, the tracer's memory),
+ * whole): _speedups_pool.h (the blocks takes encode into, reused), _speedups_records.h
+ * (records, their encoding, the tracer's memory),
  * _speedups_events.h (EncodedEvents, EventBuffer), _speedups_sources.h (buffer, clock, iid and
  * sequence id; RootValue), _speedups_wrapper.h (TracedFunction), _speedups_functions.h (the
  * module's functions) and _speedups_handlers.h (the instrumented code's handlers). The module's
@@ -113,6 +116,7 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     PyObject *buffer; /* borrowed: tls.events and the recorder's registry own it */
 } t_cache;
 
+#include "_speedups_pool.h"
 #include "_speedups_records.h"
 #include "_speedups_events.h"
 #include "_speedups_sources.h"
@@ -127,7 +131,21 @@ after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
     rng_seed();
     g_generation++;
     t_cache.buffer = NULL;
+    pool_release(); /* the parent's blocks: the child's takes map their own */
     Py_RETURN_NONE;
+}
+
+static PyObject *
+release_pool(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    pool_release();
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+pool_bytes(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSize_t(g_pool_bytes);
 }
 
 static PyMethodDef module_methods[] = {
@@ -161,7 +179,11 @@ static PyMethodDef module_methods[] = {
      "(seq, innermost invocation, 0) when it is on this thread's stack in this strand, or None."},
     {"start", start, METH_O,
      "start(method): record a strand's Start; its context value, or None past the bound."},
-    {"after_fork", after_fork, METH_NOARGS, "In a forked child: reseed, forget cached buffers."},
+    {"after_fork", after_fork, METH_NOARGS,
+     "In a forked child: reseed, forget cached buffers, unmap the parent's kept blocks."},
+    {"release_pool", release_pool, METH_NOARGS,
+     "Unmap the blocks kept for the next takes' encodings (an idle process gives them back)."},
+    {"pool_bytes", pool_bytes, METH_NOARGS, "The bytes of the blocks kept for the next takes."},
     {"stack_ids", (PyCFunction)(void (*)(void))stack_ids, METH_FASTCALL,
      "stack_ids(frames, known, intern, max_depth): (frame ids, lines) of a sampled stack, "
      "outermost first, from a frame and its callers or a list of frames innermost first; ids by "

@@ -10,9 +10,15 @@
 typedef struct {
     PyObject_HEAD
     PyObject *owner;      /* the EncodedEvents that owns data and offsets; NULL: this one */
-    char *data;
+    char *data;           /* blocks of the pool (_speedups_pool.h), the owner's */
     Py_ssize_t *offsets;  /* offsets[i]: where event i starts; offsets[count]: the end */
+    size_t data_capacity, offsets_capacity;
     Py_ssize_t start, stop;
+    /* This slice as one msgpack array, made at its first export (the buffer protocol), which is
+     * how the sender splices it into a batch (msgspec.Raw): a block of the pool, else NULL. */
+    char *packed;
+    Py_ssize_t packed_size;
+    size_t packed_capacity;
 } EncodedEvents;
 
 static PyTypeObject EncodedEventsType;
@@ -21,9 +27,10 @@ static void
 encoded_dealloc(EncodedEvents *self)
 {
     if (self->owner == NULL) {
-        free(self->data);
-        free(self->offsets);
+        pool_put(self->data, self->data_capacity);
+        pool_put((char *)self->offsets, self->offsets_capacity);
     }
+    pool_put(self->packed, self->packed_capacity);
     Py_XDECREF(self->owner);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -92,8 +99,12 @@ encoded_subscript(EncodedEvents *self, PyObject *item)
     view->owner = Py_NewRef(owner);
     view->data = self->data;
     view->offsets = self->offsets;
+    view->data_capacity = view->offsets_capacity = 0;
     view->start = self->start + start;
     view->stop = self->start + stop;
+    view->packed = NULL;
+    view->packed_size = 0;
+    view->packed_capacity = 0;
     return (PyObject *)view;
 }
 
@@ -103,7 +114,7 @@ encoded_msgpack(EncodedEvents *self, PyObject *Py_UNUSED(ignored))
     Py_ssize_t count = encoded_length(self);
     Py_ssize_t length = self->offsets[self->stop] - self->offsets[self->start];
     uint8_t header[5];
-    Out out = {(char *)header, 0, sizeof(header)};
+    Out out = {(char *)header, 0, sizeof(header), 0};
     put_array_header(&out, (uint64_t)count);
     PyObject *result = PyBytes_FromStringAndSize(NULL, out.size + length);
     if (result == NULL) {
@@ -114,6 +125,34 @@ encoded_msgpack(EncodedEvents *self, PyObject *Py_UNUSED(ignored))
     forget_allocation(result); /* spliced into a batch's body (msgspec.Raw) while it is built */
     return result;
 }
+
+/* The buffer protocol: the slice as one msgpack array (the bytes msgpack() returns), read-only,
+ * copied into a block of the pool at the first export and kept until the slice is freed. */
+static int
+encoded_getbuffer(EncodedEvents *self, Py_buffer *view, int flags)
+{
+    if (self->packed == NULL) {
+        Py_ssize_t length = self->offsets[self->stop] - self->offsets[self->start];
+        size_t capacity;
+        char *packed = pool_get((size_t)length + 5, &capacity);
+        if (packed == NULL) {
+            view->obj = NULL;
+            PyErr_NoMemory();
+            return -1;
+        }
+        Out out = {packed, 0, (Py_ssize_t)capacity, 1};
+        put_array_header(&out, (uint64_t)encoded_length(self));
+        memcpy(packed + out.size, self->data + self->offsets[self->start], length);
+        self->packed = packed;
+        self->packed_size = out.size + length;
+        self->packed_capacity = capacity;
+    }
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->packed, self->packed_size, 1, flags);
+}
+
+static PyBufferProcs encoded_as_buffer = {
+    .bf_getbuffer = (getbufferproc)encoded_getbuffer,
+};
 
 static PyObject *
 encoded_repr(EncodedEvents *self)
@@ -147,6 +186,7 @@ static PyTypeObject EncodedEventsType = {
     .tp_repr = (reprfunc)encoded_repr,
     .tp_as_mapping = &encoded_as_mapping,
     .tp_as_sequence = &encoded_as_sequence,
+    .tp_as_buffer = &encoded_as_buffer,
     .tp_methods = encoded_methods,
 };
 
@@ -443,7 +483,8 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t kept = self->count - count; /* recorded after the sender counted: they stay */
     Record *taken = self->records;
     Py_ssize_t taken_capacity = self->capacity;
-    Py_ssize_t *offsets = malloc((count + 1) * sizeof(Py_ssize_t));
+    size_t offsets_capacity;
+    Py_ssize_t *offsets = (Py_ssize_t *)pool_get((count + 1) * sizeof(Py_ssize_t), &offsets_capacity);
     Record *fresh = self->spare;
     Py_ssize_t fresh_capacity = self->spare_capacity;
     if (fresh == NULL || fresh_capacity < kept) {
@@ -454,7 +495,7 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
         fresh = records_alloc(fresh_capacity);
     }
     if (offsets == NULL || fresh == NULL) {
-        free(offsets);
+        pool_put((char *)offsets, offsets_capacity);
         if (fresh != self->spare) {
             records_free(fresh, fresh_capacity);
         }
@@ -471,7 +512,7 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     self->capacity = fresh_capacity;
     self->count = kept;
 
-    Out out = {NULL, 0, 0};
+    Out out = {NULL, 0, 0, 1};
     int failed = out_reserve(&out, count * 40) < 0;
     for (Py_ssize_t i = 0; !failed && i < count; i++) {
         offsets[i] = out.size;
@@ -489,16 +530,21 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     }
     EncodedEvents *result = failed ? NULL : PyObject_New(EncodedEvents, &EncodedEventsType);
     if (result == NULL) {
-        free(out.data);
-        free(offsets);
+        pool_put(out.data, (size_t)out.capacity);
+        pool_put((char *)offsets, offsets_capacity);
         return NULL;
     }
     offsets[count] = out.size;
     result->owner = NULL;
     result->data = out.data;
     result->offsets = offsets;
+    result->data_capacity = (size_t)out.capacity;
+    result->offsets_capacity = offsets_capacity;
     result->start = 0;
     result->stop = count;
+    result->packed = NULL;
+    result->packed_size = 0;
+    result->packed_capacity = 0;
     return (PyObject *)result;
 }
 

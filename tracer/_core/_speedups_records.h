@@ -36,6 +36,7 @@ record_owns_object(const Record *r)
 typedef struct {
     char *data;
     Py_ssize_t size, capacity;
+    int pooled; /* data is a block of the pool (_speedups_pool.h), else the C library's or fixed */
 } Out;
 
 static int
@@ -48,7 +49,21 @@ out_reserve(Out *out, Py_ssize_t extra)
     if (capacity < out->size + extra) {
         capacity = out->size + extra;
     }
-    char *data = realloc(out->data, capacity); /* the C library's: see forget_allocation */
+    char *data;
+    if (out->pooled) {
+        size_t pooled_capacity;
+        data = pool_get((size_t)capacity, &pooled_capacity);
+        if (data != NULL) {
+            if (out->size > 0) {
+                memcpy(data, out->data, out->size);
+            }
+            pool_put(out->data, (size_t)out->capacity);
+            capacity = (Py_ssize_t)pooled_capacity;
+        }
+    }
+    else {
+        data = realloc(out->data, capacity); /* the C library's: see forget_allocation */
+    }
     if (data == NULL) {
         PyErr_NoMemory();
         return -1;

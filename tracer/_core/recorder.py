@@ -9,6 +9,7 @@ import _thread
 import contextlib
 import itertools
 from _weakref import ref as _weak_ref
+from time import monotonic as _monotonic
 
 from tracer._core import accel as _accel
 from tracer._core import budget, context, forking
@@ -75,18 +76,25 @@ _new_sink: Callable[[], EventSink]
 #: measures its own allocations does not count the tracer's. Pure Python cannot, and its events
 #: are Python objects anyway.
 untracked: Callable[[Callable[[Any], bytes], Any], bytes]
+#: The C accelerator keeps the blocks its takes encode into for the next takes (its
+#: _speedups_pool.h); an idle drain gives them back.
+_release_pool: Callable[[], None]
 if _accel.speedups is None:
     next_iid = itertools.count(1).__next__
     _new_sink = _new_event_list
 
     def untracked(make: Callable[[Any], bytes], arg: Any) -> bytes:
         return make(arg)
+
+    def _release_pool() -> None:
+        pass
 else:
     from tracer._core import _speedups
 
     next_iid = _speedups.next_iid
     _new_sink = _speedups.EventBuffer
     untracked = _speedups.untracked
+    _release_pool = _speedups.release_pool
 _next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
 #: Batches are numbered per process, not per sender: the repository discards a (puid, batch_no)
 #: it has seen, so a sender replaced by configure() must never start the numbers again.
@@ -96,7 +104,7 @@ next_batch_no: Final[Callable[[], int]] = itertools.count(1).__next__
 class ThreadBuffer:
     """A thread's events, and who it is (compared by identity)."""
 
-    __slots__ = ("events", "ident", "info", "thread", "tid")
+    __slots__ = ("events", "ident", "info", "taken_at", "thread", "tid", "trimmed")
 
     def __init__(
         self,
@@ -111,6 +119,8 @@ class ThreadBuffer:
         self.info = info
         self.thread = thread
         self.events: EventSink = _new_sink() if events is None else events
+        self.taken_at = 0.0  # when a drain last took its events (time.monotonic)
+        self.trimmed = True  # its arrays gave their memory back since (a list has none to give)
 
     def __repr__(self) -> str:
         return f"ThreadBuffer(tid={self.tid}, ident={self.ident}, info={self.info!r})"
@@ -288,6 +298,15 @@ class Drained:
         self.events = events
 
 
+#: A thread's buffer whose events no drain took for this long gives its arrays' memory back
+#: (``EventBuffer.trim``), and so do the blocks the takes encode into once no drain took any
+#: events for as long: a burst of calls a few flush intervals after the last one records and
+#: encodes into memory that is there already (each new page is a page fault: docs/architecture.md,
+#: "Blocks the sender reuses"), and an idle process holds it a second at most.
+IDLE_TRIM_S = 1.0
+_pool_taken_at = 0.0
+_pool_released = True
+
 #: Called before each drain: they may append the last events of what ended unseen
 #: (``tracer._core.hooks.sweep``).
 before_drain: list[Callable[[], None]] = []
@@ -305,6 +324,7 @@ def drain() -> Drained:
     chunks: list[tuple[ThreadBuffer, Events]] = []
     finished: list[ThreadBuffer] = []
     taken = 0
+    now = _monotonic()
     for buffer in buffers:
         ended = not buffer.alive()  # checked before draining: an ended thread appends no more
         count = budget.hand_over(buffer.events)  # then taken at once: the thread sees its room
@@ -316,8 +336,9 @@ def drain() -> Drained:
                 budget.hold(-taken * budget.EVENT_BYTES)
                 raise
             taken += count
-        elif not isinstance(buffer.events, list):
-            buffer.events.trim()  # idle since the last drain: its arrays' memory goes back
+            buffer.taken_at, buffer.trimmed = now, isinstance(buffer.events, list)
+        elif not buffer.trimmed:
+            _trim_if_idle(buffer, now)
         if ended:
             budget.forget(buffer.events)
             finished.append(buffer)
@@ -327,7 +348,32 @@ def drain() -> Drained:
                 _buffers.remove(buffer)
                 if _sampled.get(buffer.ident, (0,))[0] == buffer.tid:
                     del _sampled[buffer.ident]
+    _release_pool_if_idle(taken, now)
     return Drained(chunks, finished, taken)
+
+
+def _trim_if_idle(buffer: ThreadBuffer, now: float) -> None:
+    """A thread's C buffer that no drain took events from for a while gives its arrays back."""
+    events = buffer.events
+    if not isinstance(events, list) and now - buffer.taken_at >= IDLE_TRIM_S:
+        events.trim()
+        buffer.trimmed = True
+
+
+def _release_pool_if_idle(taken: int, now: float) -> None:
+    """The blocks the takes encode into go back once no drain took events for a while."""
+    global _pool_taken_at, _pool_released
+    if taken:
+        _pool_taken_at, _pool_released = now, _accel.speedups is None
+    elif not _pool_released and now - _pool_taken_at >= IDLE_TRIM_S:
+        _release_pool()
+        _pool_released = True
+
+
+def holds_idle_memory() -> bool:
+    """Whether a drain would still give memory back: the sender keeps draining every flush
+    interval until none does, and only then waits for work."""
+    return not _pool_released or not all(buffer.trimmed for buffer in list(_buffers))
 
 
 def _take(events: EventSink, count: int) -> Events:
@@ -342,10 +388,11 @@ def _take(events: EventSink, count: int) -> Events:
 
 def encodable(events: Events) -> list[EventTuple] | msgspec.Raw:
     """Drained events as the batch encoder takes them: C-encoded ones are spliced in as they are
-    (the same bytes msgspec gives for the tuples; tests/tracer/core/test_speedups.py checks it)."""
+    (the same bytes msgspec gives for the tuples; tests/tracer/core/test_speedups.py checks it),
+    read through the buffer protocol from memory the next take reuses, not a new bytes object."""
     import msgspec  # loaded with the sender, which calls this
 
-    return events if isinstance(events, list) else msgspec.Raw(events.msgpack())
+    return events if isinstance(events, list) else msgspec.Raw(events)
 
 
 def buffered() -> int:
@@ -372,8 +419,9 @@ def internal_errors() -> int:
 def _after_fork_in_child() -> None:
     """The child starts with no buffered events: the parent sends its own. Only the forking thread
     exists in the child, so its thread-local list is the only one to forget."""
-    global _lock
+    global _lock, _pool_released
     _lock = _thread.RLock()
+    _pool_released = True  # _speedups.after_fork() unmaps them
     _buffers.clear()
     _sampled.clear()
     with contextlib.suppress(AttributeError):

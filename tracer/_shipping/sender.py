@@ -220,9 +220,10 @@ class Sender:
 
     def _idle(self, delivery: Delivery, requested: int) -> bool:
         """Whether to wait for work rather than look again after the flush interval: nothing to
-        send or to wait for, no thread inside a traced call (the sampler waits for work too) and
-        every thread's allowance spent, so that any thread's next traced call reserves more and
-        wakes it (``_reserved``). It still sends a heartbeat when the last batch promised one
+        send or to wait for, no thread inside a traced call (the sampler waits for work too), no
+        memory a drain would still give back (``recorder.IDLE_TRIM_S``) and every thread's
+        allowance spent, so that any thread's next traced call reserves more and wakes it
+        (``_reserved``). It still sends a heartbeat when the last batch promised one
         (the repository would take the process for lost), and what the waiting left in a buffer
         (the End of a call in flight, when there is no sampler to see it) goes with it."""
         if delivery.pending() or self._samples:
@@ -231,6 +232,8 @@ class Sender:
             if self._stopping or self._flush_requests != requested:
                 return False
         if self._sampler is not None and not self._sampler.parked:
+            return False
+        if recorder.holds_idle_memory():  # a drain or a few more gives it back first
             return False
         self.parked = True  # from here a reservation sets _wake: none is missed
         if recorder.all_spent():

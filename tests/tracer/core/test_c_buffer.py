@@ -8,6 +8,7 @@ import tracemalloc
 from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +91,14 @@ def test_the_c_encoding_is_msgspecs_byte_for_byte(events: list[Any], cut: tuple[
     assert taken.msgpack() == msgspec.msgpack.encode(events)
     start, stop = cut
     assert taken[start:stop].msgpack() == msgspec.msgpack.encode(events[start:stop])
+    # The sender splices a slice in through the buffer protocol: the same bytes, read-only.
+    assert bytes(taken[start:stop]) == msgspec.msgpack.encode(events[start:stop])
+    assert bytes(taken) == msgspec.msgpack.encode(events)
+    assert memoryview(taken).readonly
+    batch = msgspec.msgpack.encode([7, msgspec.Raw(taken[start:stop]), 8])
+    assert msgspec.msgpack.decode(batch) == msgspec.msgpack.decode(
+        msgspec.msgpack.encode([7, events[start:stop], 8])
+    )
     assert len(taken[start:stop]) == len(events[start:stop])
     decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(events))
     assert list(taken) == decoded  # indexing decodes an event (its tuple's items, as a list)
@@ -176,6 +185,62 @@ def test_a_busy_thread_records_into_the_memory_its_last_drain_freed() -> None:
     taken = buffer.take()
     assert taken is not None
     assert taken.msgpack() == msgspec.msgpack.encode(events)
+
+
+@needs_c_path
+def test_the_senders_encodings_reuse_the_memory_of_the_last_ones() -> None:
+    """A take encodes into blocks the previous takes freed, and the batch splices it in from
+    there: a busy sender writes into no fresh pages (each a page fault here), and an idle process
+    gives the blocks back."""
+    buffer = _speedups.EventBuffer()
+    seq = bytes(range(16))
+    events = [(0, i, 0, 1, 2, i, seq) for i in range(50_000)]  # about 2.3 MiB encoded
+
+    def drain_and_splice() -> int:
+        for event in events:
+            buffer.append(event)
+        before = _minor_faults()
+        taken = buffer.take()
+        assert taken is not None
+        spliced = [msgspec.Raw(taken[:30_000]), msgspec.Raw(taken[30_000:])]  # two batches
+        faults = _minor_faults() - before
+        assert bytes(spliced[0]) == msgspec.msgpack.encode(events[:30_000])
+        assert bytes(spliced[1]) == msgspec.msgpack.encode(events[30_000:])
+        return faults
+
+    drain_and_splice()  # the first takes map their blocks
+    drain_and_splice()
+    assert drain_and_splice() < 60  # fresh memory: about 1,350 pages
+    assert _speedups.pool_bytes() > 2_000_000
+    _speedups.release_pool()
+    assert _speedups.pool_bytes() == 0
+    assert drain_and_splice() > 500  # the blocks were given back: mapped again
+    assert _speedups.pool_bytes() > 2_000_000
+
+
+@needs_c_path
+def test_an_idle_process_gives_the_encodings_and_arrays_memory_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kept while drains take events, and for recorder.IDLE_TRIM_S after the last one; then a
+    drain that takes nothing gives the blocks and the thread's arrays back."""
+    clock = [1000.0]
+    monkeypatch.setattr(recorder, "_monotonic", lambda: clock[0])
+    with capture(flush_interval_ms=3_600_000, sample_interval_ms=0):
+        for i in range(20_000):
+            add(i)
+        assert tracer.flush(10)
+        kept = _speedups.pool_bytes()
+        assert kept > 0  # kept for the next drain
+        assert recorder.holds_idle_memory()
+        clock[0] += recorder.IDLE_TRIM_S / 2
+        assert tracer.flush(10)  # nothing recorded since, but not for long: kept
+        assert _speedups.pool_bytes() == kept
+        assert recorder.holds_idle_memory()
+        clock[0] += recorder.IDLE_TRIM_S
+        assert tracer.flush(10)  # idle for longer: given back
+        assert _speedups.pool_bytes() == 0
+        assert not recorder.holds_idle_memory()
 
 
 @needs_c_path
