@@ -115,6 +115,17 @@ def _rows(result: CaseResult, measured: dict[str, Any], suffix: str) -> None:
     note += embedded.note
     result.rows.append(dataclasses.replace(embedded, targets=(), note=note))
     stats = measured["sender_stats"]
+    if stats.get("flat_calls"):  # a worker of a tracer that predates the count has none
+        result.rows.append(
+            Row(
+                case=NAME,
+                name=f"flat, sent to cmr serve: page faults per 1,000 calls{suffix}",
+                value=1000 * stats["flat_faults"] / stats["flat_calls"],
+                unit="faults",
+                note="the whole traced process, chunks to their acknowledgement: fresh memory "
+                "written (before stop 60's reused blocks: about 33)",
+            )
+        )
     if stats["dropped_events"]:
         result.notes.append(f"sender phase{suffix}: {stats} (expected no drops)")
     else:
