@@ -98,9 +98,10 @@ def _start(config: Config) -> None:
         return {config.endpoint: factory(config)}
 
     def own_threads() -> set[int]:
-        """The tracer's own threads, which the sampler never samples."""
+        """The tracer's own threads, and those doing its work now (starting it, waiting in a
+        flush: a forked child's or a task's after its work): the sampler never samples them."""
         idents = (sender.ident, sampler.ident if sampler is not None else None)
-        return {ident for ident in idents if ident is not None}
+        return {ident for ident in idents if ident is not None} | sender.tracer_work.threads
 
     sampler: Sampler | None = None
     if config.sample_interval_ms > 0:

@@ -242,6 +242,50 @@ def test_only_active_threads_are_sampled_by_default(sampled: Capture) -> None:
 
 
 @tracer.traced
+def flush_in_a_traced_call(timeout_s: float) -> None:
+    busy_until_sampled()  # the program's own time in it, sampled
+    tracer.flush(timeout_s)
+
+
+def test_a_thread_waiting_in_the_tracers_flush_is_not_sampled(
+    sampled: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forked child or a task flushes at its end, under a traced frame: the wait is the
+    tracer's, not the program's, and no sample shows it as the program's (CI saw a child's
+    flush sampled as ``BaseProcess.run -> Condition.wait_for``)."""
+    sender = _runtime.RUNTIME.sender
+    assert sender is not None
+    released = threading.Event()
+    receive_acks = sampled.transport.receive_acks
+
+    def withheld(timeout_ms: int) -> list[wire.Ack]:
+        if not released.wait(timeout_ms / 1000):
+            return []
+        return receive_acks(timeout_ms)
+
+    monkeypatch.setattr(sampled.transport, "receive_acks", withheld)
+    thread = threading.Thread(target=flush_in_a_traced_call, args=(60,), name="flushing")
+    thread.start()
+    wait_for(lambda: thread.ident in sender.tracer_work.threads, timeout_s=60)
+    sampler = _active_sampler()
+    ticks = sampler.ticks
+    wait_for(lambda: sampler.ticks >= ticks + 50, timeout_s=60)  # the acks are withheld meanwhile
+    released.set()
+    thread.join(60)
+    wait_ticks(sampled, 5)  # a thread's last sample goes out at a tick after it ended
+    samples, frames = samples_of(sampled)
+    names = {t.tid: t.name for b in sampled.batches for t in b.threads}
+    assert "flushing" in {names.get(s.tid) for s in samples}  # sampled in its traced call
+    waits = [
+        [frames[f] for f in s.frames]
+        for s in samples
+        if names.get(s.tid) == "flushing"
+        and {"Condition.wait_for", "Condition.wait"} & {frames[f] for f in s.frames}
+    ]
+    assert waits == []
+
+
+@tracer.traced
 def busy_until_sampled() -> None:
     """Run until the sampler thread has sampled this thread (a fixed time may pass with no tick
     on a loaded machine: CI saw 30 ms go by unsampled), bounded."""

@@ -336,8 +336,8 @@ class Sampler:
             readings.watch(ident, sampled[1])
             self._main_busy = True
             frames: list[FrameType] | None = None  # the stack, when deciding walked it (once)
-            worth = True
-            if self._only_active and not recorder.in_c_call():
+            worth = ident not in self._exclude()  # not waiting in the tracer's flush
+            if worth and self._only_active and not recorder.in_c_call():
                 frames = []
                 worth = worth_sampling(top, frames)
             if not worth:
@@ -392,7 +392,11 @@ class Sampler:
         # Each candidate with its stack's frames when deciding walked them (None: not walked).
         candidates: list[tuple[int, FrameType, list[FrameType] | None]] = []
         for ident, top in frames.items():
-            if ident in excluded or ident not in threads:
+            if ident not in threads:
+                continue
+            if ident in excluded:
+                if ident in readings.pending:  # it waits in the tracer's flush: end it
+                    readings.left(ident, now, running=False)
                 continue
             walked: list[FrameType] | None = None
             if self._only_active and ident not in in_c_calls:

@@ -23,6 +23,7 @@ from tracer._shipping.cutting import ThreadSequences, halves
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.endpoints import Nodes
 from tracer._shipping.spool import Spool, program_key
+from tracer._shipping.tracer_work import TracerWork
 from tracer._shipping.transport import KeyFileError, Transport
 from tracer.config import Config
 
@@ -63,6 +64,8 @@ class Sender:
         #: Until when the worker waits for acknowledgements for the flushes asked so far: each
         #: caller's own timeout (``flush(timeout_s)``), the latest deadline of those waiting.
         self._flush_deadline = 0.0
+        #: Threads doing the tracer's work (starting it, waiting in a flush): never sampled.
+        self.tracer_work = TracerWork()
         self._stopping = False
         self._final = True
         self._methods_sent = 0
@@ -82,12 +85,12 @@ class Sender:
     def start(self) -> None:
         # Started with no context: the sender is never part of the sequence whose first traced
         # call happened to start it (the thread patch would hand that sequence off to it).
-        with context.detached():
+        with self.tracer_work.doing(), context.detached():
             self._thread.start()
-        budget.on_threads_full = self._wake.set  # drain early when the threads hold much
-        budget.on_reserved = self._reserved  # the end of idleness: see _idle
-        if self._sampler is not None:
-            self._sampler.start()
+            budget.on_threads_full = self._wake.set  # drain early when the threads hold much
+            budget.on_reserved = self._reserved  # the end of idleness: see _idle
+            if self._sampler is not None:
+                self._sampler.start()
 
     @property
     def ident(self) -> int | None:
@@ -103,6 +106,10 @@ class Sender:
 
     def flush(self, timeout_s: float) -> bool:
         """Send everything buffered so far and wait (bounded) for its acknowledgement."""
+        with self.tracer_work.doing():
+            return self._flush(timeout_s)
+
+    def _flush(self, timeout_s: float) -> bool:
         with self._lock:
             if self._stopping or not self._thread.is_alive():
                 return False
@@ -114,8 +121,10 @@ class Sender:
             self._flush_deadline = max(self._flush_deadline, deadline) if outstanding else deadline
         self._wake.set()
         with self._flushed:
-            done = self._flushed.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
-            return done and self._flush_result
+            return (
+                self._flushed.wait_for(lambda: self._flushes_done >= wanted, timeout_s)
+                and self._flush_result
+            )
 
     def stop(self, timeout_s: float, *, final: bool = True) -> bool:
         """Send everything left, wait for acknowledgements, close the socket. ``final`` marks the
