@@ -51,6 +51,7 @@ CASES: Final = {
     "startup": Case("startup", "import tracer, cmr --help, cmr ls against python -c pass", 20, 6),
     "real": Case("real", "a real program's calls (sqlparse) traced, bare, under VizTracer", 60, 20),
     "script": Case("script_loop", "a script's module-level loop, tracer run against bare", 20, 6),
+    "million": Case("million", "a million traced calls a second under tracer run: dropped", 90, 30),
     "endrun": Case("endrun", "what tracer run spends after the program, per M events", 60, 20),
     "idle": Case("idle", "CPU of idle traced processes (a script, gunicorn) against bare", 100, 40),
     "requests": Case("requests", "requests/s of Flask/gunicorn, FastAPI/uvicorn traced", 100, 24),

@@ -210,11 +210,12 @@ def format_value(value: float, unit: str) -> str:
     """A value as the table shows it: three significant digits, a readable scale."""
     if math.isnan(value):
         return "n/a"
-    if unit == "events/s":
+    if unit in ("events/s", "calls/s"):
+        shown = float(f"{value:.3g}")  # 999,980 is shown as 1 M, not 1e+03 k
         scale, prefix = next(
-            ((s, p) for s, p in ((1e6, "M "), (1e3, "k ")) if abs(value) >= s), (1.0, "")
+            ((s, p) for s, p in ((1e6, "M "), (1e3, "k ")) if abs(shown) >= s), (1.0, "")
         )
-        return f"{value / scale:.3g} {prefix}events/s"
+        return f"{shown / scale:.3g} {prefix}{unit}"
     if unit == "ns" and abs(value) >= 10_000:
         value, unit = value / 1000, "µs"
     if unit == "%":

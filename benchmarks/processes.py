@@ -84,6 +84,22 @@ def report_result(result: Mapping[str, Any]) -> None:
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
 
+def sent_and_dropped() -> dict[str, int]:
+    """Under ``tracer run``, after a flush: what the tracer sent, dropped and spooled (empty
+    when the program runs untraced)."""
+    if "tracer" not in sys.modules:
+        return {}
+    import tracer
+
+    tracer.flush(timeout_s=120)
+    stats = tracer.stats()
+    return {
+        "sent_events": stats.sent_events,
+        "dropped_events": stats.dropped_events,
+        "spooled_events": stats.spooled_events,
+    }
+
+
 def worker_params() -> dict[str, Any]:
     if len(sys.argv) != 2:
         raise SystemExit(f"usage: python -m {sys.argv[0]} '<JSON parameters>' (harness only)")

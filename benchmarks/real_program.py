@@ -22,7 +22,7 @@ from typing import Any
 
 import sqlparse
 
-from benchmarks.processes import report_result, worker_params
+from benchmarks.processes import report_result, sent_and_dropped, worker_params
 
 #: One statement of the script: joins, a subquery, CASE, functions, literals and comments.
 STATEMENT = """-- monthly revenue by region
@@ -82,14 +82,8 @@ def main() -> None:
         passes_cpu.append(time.process_time() - started_cpu)
         passes.append(time.perf_counter() - started)
     result: dict[str, Any] = {"passes_s": passes, "passes_cpu_s": passes_cpu}
-    if "tracer" in sys.modules and params.get("stats", True):  # under tracer run: what was sent
-        import tracer
-
-        tracer.flush(timeout_s=120)
-        stats = tracer.stats()
-        result["sent_events"] = stats.sent_events
-        result["dropped_events"] = stats.dropped_events
-        result["spooled_events"] = stats.spooled_events
+    if params.get("stats", True):  # under tracer run: what was sent
+        result.update(sent_and_dropped())
     report_result(result)
 
 

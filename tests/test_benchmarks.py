@@ -153,8 +153,8 @@ def test_an_unknown_case_is_a_one_line_error() -> None:
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "benchmarks: unknown case nonsense (choose from overhead, throughput, ingest, sequences, "
-        "serve, sampler, views, reads, memory, listing, beside, startup, real, script, endrun, "
-        "idle, requests)"
+        "serve, sampler, views, reads, memory, listing, beside, startup, real, script, million, "
+        "endrun, idle, requests)"
     ]
 
 

@@ -228,6 +228,7 @@ class ServerThread:
     ) -> None:
         self._server = Server(store, bind, max_frame_bytes=max_frame_bytes, curve=curve)
         self._server.start()
+        store.serving()
         self.endpoint = self._server.endpoint
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cmr-server", daemon=True)
@@ -274,6 +275,8 @@ def run_server(
             server.start()
             if workers > 1:
                 server.pool = _started_pool(workers, db, server.max_frame_bytes)
+            else:  # this process writes the store (the workers say so of theirs)
+                store.serving()
         except (ServerError, WorkerError) as exc:
             print(f"cmr: {exc}", file=sys.stderr)
             return 1

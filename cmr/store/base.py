@@ -314,6 +314,11 @@ class Store(abc.ABC):
         --workers``): a store whose writers can coordinate better than by waiting on each other
         does so from now on. Nothing by default."""
 
+    def serving(self) -> None:  # noqa: B027 (optional: most stores have nothing to do)
+        """A server writes this repository steadily from now on (``cmr serve``): a store with
+        upkeep it can do beside the writes, rather than inside one of them, starts doing so.
+        Nothing by default."""
+
     @abc.abstractmethod
     def stats(self) -> StoreStats: ...
 

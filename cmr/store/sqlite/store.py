@@ -45,10 +45,18 @@ class SQLiteStore(PackingStore, SQLiteReader):
         with the group's single rows staged before it, and copy the WAL into the file outside
         the turns (``cmr.store.sqlite.checkpoints``)."""
         if self._turns is None:
-            from cmr.store.sqlite.checkpoints import Checkpointer  # workers only
-            from cmr.store.sqlite.turns import WriterTurns
+            from cmr.store.sqlite.turns import WriterTurns  # workers only
 
             self._turns = WriterTurns(self.path)
+        self.serving()
+
+    def serving(self) -> None:
+        """A server writes this store steadily from now on: copy the WAL into the file on a
+        thread beside the commits (``cmr.store.sqlite.checkpoints``), so that no commit stalls
+        for a whole checkpoint while the acknowledgements wait."""
+        if self._checkpoints is None:
+            from cmr.store.sqlite.checkpoints import Checkpointer  # servers only
+
             self._checkpoints = Checkpointer.beside(self.path, BUSY_TIMEOUT_MS)
 
     def ingest_prepared(self, group: Preparation, received_ns: int) -> list[Outcome]:

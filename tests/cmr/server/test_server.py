@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,14 +26,18 @@ from cmr.server.server import HARD_LIMIT_FACTOR, ServerThread, run_server
 from cmr.store import Store, open_store
 from cmr.store.base import Outcome
 from cmr.store.memory.store import MemoryStore
+from cmr.store.sqlite.checkpoints import AHEAD
 from cmr.store.sqlite.store import SQLiteStore
 from invoseq import wire
+from tests.cmr.store.wal import big_batches, wal_frames
 from tests.support import READY_PREFIX, read_line
 
 pytestmark = pytest.mark.system
 
 BatchFactory = Callable[..., wire.Batch]
 Encode = Callable[[wire.Batch], list[bytes]]
+#: How long a test waits for what must happen (generous: a loaded CI machine).
+PATIENCE_S = 60.0
 
 MAX_FRAME = 4096
 TIMEOUT_MS = 10_000
@@ -400,6 +405,34 @@ def test_server_process_announces_stores_and_stops_on_signal(
         assert [r.iid for r in store.load_sequence(SEQ).invocations] == [1]
     finally:
         store.close()
+
+
+def test_a_served_repositorys_wal_is_copied_beside_its_commits(
+    tmp_path: Path, connect: Callable[[str], zmq.Socket[bytes]], encode_batch: Encode
+) -> None:
+    """`cmr serve` alone (no --workers, as `tracer run` starts it) copies the WAL into the file on
+    a thread once 8 MiB of it waits: left to the commit that takes it past 32 MiB, the copy and
+    its syncs stalled every acknowledgement for up to 0.6 s, and a program making a million
+    calls a second dropped events meanwhile (docs/performance.md)."""
+    db = tmp_path / "cmr.sqlite"
+    bind = f"ipc://{tmp_path}/cmr.sock"
+    process = start_server_process("--bind", bind, "--db", str(db))
+    try:
+        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
+        client = connect(bind)
+        for batch in big_batches(1, 6):
+            assert request(client, encode_batch(batch)) == wire.Ack(1, batch.batch_no)
+        frames, copied = wal_frames(db)
+        assert frames < 8192  # short of wal_autocheckpoint: no commit copied any of it
+        deadline = time.monotonic() + PATIENCE_S
+        while copied < AHEAD:
+            assert time.monotonic() < deadline, f"{frames} frames, {copied} in the file"
+            time.sleep(0.01)
+            frames, copied = wal_frames(db)
+        process.send_signal(signal.SIGTERM)
+    finally:
+        code, out, err = finish(process)
+    assert (code, out, err) == (0, "", "")
 
 
 #: A poll timeout no test waits out: a stop must end the poll at once, not at its timeout.

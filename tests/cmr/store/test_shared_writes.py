@@ -18,9 +18,10 @@ import pytest
 from cmr.store import open_store
 from cmr.store.sqlite import checkpoints
 from cmr.store.sqlite.checkpoints import Checkpointer
-from tests.cmr.conftest import FakeClock
+from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
 from tests.cmr.store.records import repository_rows, single_row_count
 from tests.cmr.store.request_traffic import RequestTraffic, answers, ingest, listing_queries
+from tests.cmr.store.wal import big_batches, wal_frames
 
 PATIENCE_S = 60.0
 THREAD = "invoseq-checkpoints"
@@ -136,4 +137,34 @@ def test_a_checkpointer_that_cannot_open_the_file_leaves_the_writers_alone(
     with caplog.at_level(logging.WARNING, logger=checkpoints.__name__):
         assert Checkpointer.beside(str(tmp_path / "cmr.sqlite"), 1_000) is None
     assert "left to the writers" in caplog.text
+    assert _checkpointers() == []
+
+
+@pytest.mark.parametrize("served", [False, True])
+def test_a_served_store_copies_its_wal_into_the_file_beside_the_commits(
+    tmp_path: Path, served: bool
+) -> None:
+    """`cmr serve` writing alone: the WAL is copied on a thread, not in the commit that takes it
+    past ``wal_autocheckpoint`` (a whole checkpoint, hundreds of ms while acknowledgements wait).
+    Written without it, the same WAL waits for that commit."""
+    path = tmp_path / "cmr.sqlite"
+    store = open_store(str(path), clock=FakeClock())
+    try:
+        if served:
+            store.serving()
+            store.serving()  # once is enough: still one thread
+            assert len(_checkpointers()) == 1
+        for batch in big_batches(1, 6):  # more than AHEAD frames, fewer than the automatic
+            assert store.ingest_many([batch], CLOCK_OFFSET_NS) == [True]
+        frames, copied = wal_frames(path)
+        assert checkpoints.AHEAD < frames < 8192  # wal_autocheckpoint: the writer copies none
+        deadline = time.monotonic() + PATIENCE_S
+        while served and copied < checkpoints.AHEAD:
+            assert time.monotonic() < deadline, "the thread never copied the WAL"
+            time.sleep(0.01)
+            frames, copied = wal_frames(path)
+        assert (copied >= checkpoints.AHEAD) is served
+        assert store.stats().events == 6 * 80_000
+    finally:
+        store.close()
     assert _checkpointers() == []

@@ -1,0 +1,35 @@
+"""A SQLite repository's WAL as tests watch it: batches big enough to fill it, and how much of it
+the file has (``cmr.store.sqlite.checkpoints``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from invoseq import wire
+from tests.cmr.conftest import make_batch
+
+
+def wal_frames(path: Path) -> tuple[int, int]:
+    """Frames in the WAL of ``path`` and how many of them are in the file already, read from
+    the WAL index's header as the checkpoint thread reads it."""
+    header = (path.parent / (path.name + "-shm")).read_bytes()[:100]
+    frames, copied = (
+        int.from_bytes(header[16:20], sys.byteorder),
+        int.from_bytes(header[96:100], sys.byteorder),
+    )
+    return frames, copied
+
+
+def big_batches(batch_no: int, count: int) -> list[wire.Batch]:
+    """``count`` batches of 40,000 calls each (a few MiB of pages between them)."""
+    batches = []
+    for at in range(count):
+        seq = bytes([at + 1]) * 16
+        base = at * 1_000_000
+        events: list[wire.Event] = []
+        for iid in range(base + 1, base + 40_001):
+            events.append(wire.Start(iid, base + 1 if iid > base + 1 else 0, 0, 7, iid * 10, seq))
+            events.append(wire.End(iid, iid * 10 + 5))
+        batches.append(make_batch(1, batch_no + at, {1: events}))
+    return batches
