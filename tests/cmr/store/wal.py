@@ -9,6 +9,10 @@ from pathlib import Path
 from invoseq import wire
 from tests.cmr.conftest import make_batch
 
+#: Bytes of pages the file holds once a checkpoint copied the WAL of ``big_batches(_, 6)`` (about
+#: 2,400 pages of 4 KiB); before, it holds its first page alone.
+COPIED_BYTES = 4 * 1024 * 1024
+
 
 def wal_frames(path: Path) -> tuple[int, int]:
     """Frames in the WAL of ``path`` and how many of them are in the file already, read from
