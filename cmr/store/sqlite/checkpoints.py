@@ -19,6 +19,14 @@ syncs. How many frames wait is read from the WAL index's header in ``<file>-shm`
 less ``nBackfill``: https://www.sqlite.org/walformat.html), which costs a read, not a
 checkpoint. Nothing runs while nothing is written: the thread waits on an event.
 
+The WAL index is opened once and its descriptor kept until the store's connections are closed
+(``close``), never opened and closed per read: SQLite's locks on ``<file>-shm`` are POSIX
+advisory locks, which belong to the process, and closing *any* descriptor of the file drops all
+of them (https://www.sqlite.org/howtocorrupt.html, 2.2). A process that did so after each commit
+lost its lock on the index; the next reader from another process (``cmr ls`` while ``cmr serve``
+writes) found it unlocked, took it for its own and truncated it, and the server died of SIGBUS at
+its next access to the mapped index (stop 62: seen in CI, reproduced in a few seconds by hand).
+
 A checkpoint that fails (a read error, a full disk) is logged once and left to the next commit
 and the automatic checkpoint: the writers never see it. One that finds another checkpoint under
 way (the other workers' threads, a writer's automatic one) returns at once, as SQLite's passive
@@ -28,7 +36,9 @@ again at the next commit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sqlite3
 import struct
 import threading
@@ -56,13 +66,18 @@ _LEFT: Final = "cmr: checkpoints of %s left to the writers: %s"
 class Checkpointer:
     """A thread copying the WAL of ``path`` into the file once ``ahead`` frames wait."""
 
-    __slots__ = ("_ahead", "_conn", "_path", "_stopping", "_thread", "_wake", "_warned")
+    __slots__ = ("_ahead", "_conn", "_index", "_path", "_stopping", "_thread", "_wake", "_warned")
 
     def __init__(self, path: str, busy_timeout_ms: int, *, ahead: int = AHEAD) -> None:
         self._path = path
         self._ahead = ahead
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        # The WAL index, kept open until ``close`` (the module's docstring says why); None when
+        # it cannot be opened: then every commit is followed by a checkpoint.
+        self._index: int | None = None
+        with contextlib.suppress(OSError):
+            self._index = os.open(path + "-shm", os.O_RDONLY)
         self._wake = threading.Event()
         self._stopping = False
         self._warned = False
@@ -85,9 +100,10 @@ class Checkpointer:
 
     def waiting(self) -> int | None:
         """Frames in the WAL not yet in the file (None: the WAL index cannot be read)."""
+        if self._index is None:
+            return None
         try:
-            with open(self._path + "-shm", "rb", buffering=0) as shm:
-                header = shm.read(_HEADER_BYTES)
+            header = os.pread(self._index, _HEADER_BYTES, 0)
         except OSError:
             return None
         if len(header) < _HEADER_BYTES:
@@ -120,8 +136,13 @@ class Checkpointer:
             self.pass_once()
 
     def close(self) -> None:
-        """Stop the thread (after the checkpoint in progress) and close its connection."""
+        """Stop the thread (after the checkpoint in progress), close its connection and the WAL
+        index: after the writers' connections of this process are closed (see the module's
+        docstring)."""
         self._stopping = True
         self._wake.set()
         self._thread.join()
         self._conn.close()
+        if self._index is not None:
+            os.close(self._index)
+            self._index = None

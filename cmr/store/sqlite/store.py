@@ -92,8 +92,8 @@ class SQLiteStore(PackingStore, SQLiteReader):
             return sqlite_read.prune(conn, before_ns, on_step)
 
     def close(self) -> None:
-        if self._checkpoints is not None:
-            self._checkpoints.close()
         super().close()
+        if self._checkpoints is not None:  # after: it closes its descriptor of the WAL index
+            self._checkpoints.close()
         if self._turns is not None:
             self._turns.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import gc
+import os
 import signal
 import sqlite3
 import subprocess
@@ -432,6 +434,59 @@ def test_a_served_repositorys_wal_is_copied_beside_its_commits(
     finally:
         code, out, err = finish(process)
     assert (code, out, err) == (0, "", "")
+
+
+def test_a_served_repository_keeps_its_lock_on_the_wal_index(
+    tmp_path: Path,
+    connect: Callable[[str], zmq.Socket[bytes]],
+    make_batch: BatchFactory,
+    encode_batch: Encode,
+) -> None:
+    """`cmr serve` holds its share of SQLite's lock on the WAL index (the "dead man switch" byte
+    of `<file>-shm`) while it runs. Its checkpoint thread once read the index through a
+    descriptor it opened and closed after every commit, which dropped every POSIX lock the
+    process held on it: a reader from another process (`cmr ls` while it writes) then took the
+    index for unused and truncated it, and the server died of SIGBUS (seen in CI)."""
+    db = tmp_path / "cmr.sqlite"
+    bind = f"ipc://{tmp_path}/cmr.sock"
+    process = start_server_process("--bind", bind, "--db", str(db))
+    try:
+        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
+        client = connect(bind)
+        for batch_no in range(1, 21):
+            batch = make_batch(7, batch_no, {1: [wire.Start(batch_no, 0, 0, 1, 100, SEQ)]})
+            assert request(client, encode_batch(batch)) == wire.Ack(7, batch_no)
+            assert not _lockable(db.with_name(db.name + "-shm"), WAL_INDEX_DMS), batch_no
+            reader = sqlite3.connect(db)  # this process: another one than the server's
+            try:
+                [(batches,)] = reader.execute("SELECT count(*) FROM batches").fetchall()
+            finally:
+                reader.close()
+            assert batches == batch_no
+        process.send_signal(signal.SIGTERM)
+    finally:
+        code, out, err = finish(process)
+    assert (code, out, err) == (0, "", "")
+
+
+#: SQLite's "dead man switch" byte in the WAL index (unix VFS): every connection holds a shared
+#: lock on it, and one that gets it exclusively takes the index for unused and starts it over.
+WAL_INDEX_DMS = 128
+
+
+def _lockable(path: Path, offset: int) -> bool:
+    """Whether this process could lock byte ``offset`` of ``path`` exclusively (released at once):
+    no other process holds a lock on it."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
+    except OSError:
+        return False
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+        return True
+    finally:
+        os.close(fd)
 
 
 #: A poll timeout no test waits out: a stop must end the poll at once, not at its timeout.
