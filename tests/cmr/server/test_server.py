@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gc
 import os
@@ -408,6 +409,24 @@ def test_server_process_announces_stores_and_stops_on_signal(
         store.close()
 
 
+@contextlib.contextmanager
+def serving_process(
+    tmp_path: Path, connect: Callable[[str], zmq.Socket[bytes]]
+) -> Iterator[tuple[Path, zmq.Socket[bytes]]]:
+    """`cmr serve --db` in ``tmp_path`` (the repository file) and a client connected to it;
+    stopped with SIGTERM at the end, from which it must exit cleanly."""
+    db = tmp_path / "cmr.sqlite"
+    bind = f"ipc://{tmp_path}/cmr.sock"
+    process = start_server_process("--bind", bind, "--db", str(db))
+    try:
+        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
+        yield db, connect(bind)
+        process.send_signal(signal.SIGTERM)
+    finally:
+        code, out, err = finish(process)
+    assert (code, out, err) == (0, "", "")
+
+
 def test_a_served_repositorys_wal_is_copied_beside_its_commits(
     tmp_path: Path, connect: Callable[[str], zmq.Socket[bytes]], encode_batch: Encode
 ) -> None:
@@ -415,12 +434,7 @@ def test_a_served_repositorys_wal_is_copied_beside_its_commits(
     a thread once 8 MiB of it waits: left to the commit that takes it past 32 MiB, the copy and
     its syncs stalled every acknowledgement for up to 0.6 s, and a program making a million
     calls a second dropped events meanwhile (docs/performance.md)."""
-    db = tmp_path / "cmr.sqlite"
-    bind = f"ipc://{tmp_path}/cmr.sock"
-    process = start_server_process("--bind", bind, "--db", str(db))
-    try:
-        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
-        client = connect(bind)
+    with serving_process(tmp_path, connect) as (db, client):
         for batch in big_batches(1, 6):
             assert request(client, encode_batch(batch)) == wire.Ack(1, batch.batch_no)
         frames, _copied = wal_frames(db)
@@ -430,10 +444,6 @@ def test_a_served_repositorys_wal_is_copied_beside_its_commits(
         while db.stat().st_size < COPIED_BYTES:
             assert time.monotonic() < deadline, f"{frames} frames; the file has none"
             time.sleep(0.01)
-        process.send_signal(signal.SIGTERM)
-    finally:
-        code, out, err = finish(process)
-    assert (code, out, err) == (0, "", "")
 
 
 def test_a_served_repository_keeps_its_lock_on_the_wal_index(
@@ -447,12 +457,7 @@ def test_a_served_repository_keeps_its_lock_on_the_wal_index(
     descriptor it opened and closed after every commit, which dropped every POSIX lock the
     process held on it: a reader from another process (`cmr ls` while it writes) then took the
     index for unused and truncated it, and the server died of SIGBUS (seen in CI)."""
-    db = tmp_path / "cmr.sqlite"
-    bind = f"ipc://{tmp_path}/cmr.sock"
-    process = start_server_process("--bind", bind, "--db", str(db))
-    try:
-        assert read_line(process, 30) == f"{READY_PREFIX}{bind}\n"
-        client = connect(bind)
+    with serving_process(tmp_path, connect) as (db, client):
         for batch_no in range(1, 21):
             batch = make_batch(7, batch_no, {1: [wire.Start(batch_no, 0, 0, 1, 100, SEQ)]})
             assert request(client, encode_batch(batch)) == wire.Ack(7, batch_no)
@@ -463,10 +468,6 @@ def test_a_served_repository_keeps_its_lock_on_the_wal_index(
             finally:
                 reader.close()
             assert batches == batch_no
-        process.send_signal(signal.SIGTERM)
-    finally:
-        code, out, err = finish(process)
-    assert (code, out, err) == (0, "", "")
 
 
 #: SQLite's "dead man switch" byte in the WAL index (unix VFS): every connection holds a shared
