@@ -30,10 +30,10 @@ def run(settings: Settings) -> CaseResult:
     program = json.dumps({"roots": roots, "calls": CALLS})
     dropped: list[float] = []
     pace: list[float] = []
+    env = clean_environment(INVOSEQ_SPOOL_DIR=str(settings.workdir / "spool"))
     deadline = time.monotonic() + settings.budget_s
     while len(dropped) < 2 or (time.monotonic() < deadline and len(dropped) < 5):
         database = settings.workdir / f"million-{len(dropped)}.sqlite"
-        env = clean_environment(INVOSEQ_SPOOL_DIR=str(settings.workdir / "spool"))
         command = [sys.executable, "-m", "tracer", "run", "--db", str(database), "--no-report"]
         command += ["--include", "benchmarks.million_program.*"]
         command += ["-m", "benchmarks.million_program", program]

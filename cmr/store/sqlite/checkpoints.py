@@ -63,6 +63,15 @@ _HEADER_BYTES: Final = 100
 _LEFT: Final = "cmr: checkpoints of %s left to the writers: %s"
 
 
+def wal_index_frames(header: bytes) -> tuple[int, int] | None:
+    """Frames in the WAL and frames of it copied into the file, from the first bytes of the WAL
+    index (None: too few of them)."""
+    if len(header) < _HEADER_BYTES:
+        return None
+    frames = _MX_FRAME.unpack_from(header, _MX_FRAME_AT)[0]
+    return int(frames), int(_MX_FRAME.unpack_from(header, _BACKFILLED_AT)[0])
+
+
 class Checkpointer:
     """A thread copying the WAL of ``path`` into the file once ``ahead`` frames wait."""
 
@@ -106,10 +115,8 @@ class Checkpointer:
             header = os.pread(self._index, _HEADER_BYTES, 0)
         except OSError:
             return None
-        if len(header) < _HEADER_BYTES:
-            return None
-        frames = _MX_FRAME.unpack_from(header, _MX_FRAME_AT)[0]
-        return int(frames - _MX_FRAME.unpack_from(header, _BACKFILLED_AT)[0])
+        counts = wal_index_frames(header)
+        return None if counts is None else counts[0] - counts[1]
 
     def pass_once(self) -> bool:
         """Copy the WAL into the file if ``ahead`` frames wait (or how many cannot be read):

@@ -3,9 +3,9 @@ the file has (``cmr.store.sqlite.checkpoints``)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from cmr.store.sqlite.checkpoints import wal_index_frames
 from invoseq import wire
 from tests.cmr.conftest import make_batch
 
@@ -16,13 +16,12 @@ COPIED_BYTES = 4 * 1024 * 1024
 
 def wal_frames(path: Path) -> tuple[int, int]:
     """Frames in the WAL of ``path`` and how many of them are in the file already, read from
-    the WAL index's header as the checkpoint thread reads it."""
-    header = (path.parent / (path.name + "-shm")).read_bytes()[:100]
-    frames, copied = (
-        int.from_bytes(header[16:20], sys.byteorder),
-        int.from_bytes(header[96:100], sys.byteorder),
-    )
-    return frames, copied
+    the WAL index's header as the checkpoint thread reads it. Reading opens and closes the
+    index, which drops this process's POSIX locks on it (``cmr.store.sqlite.checkpoints``):
+    harmless where no other process opens the repository meanwhile, as in these tests."""
+    counts = wal_index_frames((path.parent / (path.name + "-shm")).read_bytes()[:100])
+    assert counts is not None, f"{path}: no WAL index"
+    return counts
 
 
 def big_batches(batch_no: int, count: int) -> list[wire.Batch]:
