@@ -12,12 +12,17 @@ A ``Checkpointer`` is told of each commit (``committed``) and, once the WAL hold
 frames the file does not, runs a *passive* checkpoint on a connection of its own: it copies
 them while the workers go on writing (a passive checkpoint takes no write lock and waits on
 none) and while its own worker decodes and packs the next group. The automatic checkpoint is
-left as it is: it is what starts the WAL over (SQLite does that only once every frame is copied
-and no writer is adding more, which a checkpoint beside steady writers never sees), but it
-finds the frames mostly copied, so what is left in the turn is a little copying and two short
-syncs. How many frames wait is read from the WAL index's header in ``<file>-shm`` (``mxFrame``
-less ``nBackfill``: https://www.sqlite.org/walformat.html), which costs a read, not a
-checkpoint. Nothing runs while nothing is written: the thread waits on an event.
+left as it is: it is what starts the WAL over (SQLite does that only at a writer's first write
+after a checkpoint copied every frame, which a checkpoint beside steady writers rarely sees), but
+it finds the frames mostly copied, so what is left in the turn is a little copying and two short
+syncs. Once the WAL is half full (``RESTART_FROM``) the thread copies after every commit: a
+copy of one commit's frames often finishes between two commits, and the WAL starts over there;
+otherwise the automatic checkpoint finds one commit's frames left, or the thread's copy under
+way (it then returns at once). Past ``GIVE_WAY_AT`` the thread leaves the WAL to the writers, so
+that a writer that never pauses cannot grow it without bound. How many frames wait is read
+from the WAL index's header in ``<file>-shm`` (``mxFrame`` less ``nBackfill``:
+https://www.sqlite.org/walformat.html), which costs a read, not a checkpoint. Nothing runs
+while nothing is written: the thread waits on an event.
 
 The WAL index is opened once and its descriptor kept until the store's connections are closed
 (``close``), never opened and closed per read: SQLite's locks on ``<file>-shm`` are POSIX
@@ -53,6 +58,19 @@ log = logging.getLogger(__name__)
 #: 4 KiB pages, a quarter of ``wal_autocheckpoint``. Fewer, and pages written again by the
 #: next commits are copied again; more, and more is left for the turn.
 AHEAD: Final = 2048
+#: Frames in the WAL from which every commit is followed by a checkpoint, however few frames
+#: wait: 16 MiB, half of ``wal_autocheckpoint``. The WAL starts over only at a writer's first
+#: write after a checkpoint copied all of it (the module's docstring), and a checkpoint of
+#: ``AHEAD`` frames or more, syncs included, outlasts the gap between a busy writer's commits:
+#: copied a commit at a time, it is done in the gap, and the WAL starts over before the commit
+#: that would run the automatic checkpoint (stop 63: that commit took 0.1-0.26 s).
+RESTART_FROM: Final = 4096
+#: Frames in the WAL from which the thread leaves it to the writers' automatic checkpoint: 64
+#: MiB, twice ``wal_autocheckpoint``. A writer that never pauses long enough for a copy to finish
+#: between its commits would otherwise find a copy under way at every automatic checkpoint (which
+#: then returns at once) and its WAL would grow without bound; left alone, the next one copies
+#: what waits (a commit's frames or so) and the WAL starts over at the next write.
+GIVE_WAY_AT: Final = 16384
 #: ``mxFrame`` (frames in the WAL) and ``nBackfill`` (frames copied into the file) in the WAL
 #: index's header, in the machine's byte order.
 _MX_FRAME: Final = struct.Struct("=I")
@@ -73,13 +91,35 @@ def wal_index_frames(header: bytes) -> tuple[int, int] | None:
 
 
 class Checkpointer:
-    """A thread copying the WAL of ``path`` into the file once ``ahead`` frames wait."""
+    """A thread copying the WAL of ``path`` into the file once ``ahead`` frames wait, and after
+    every commit once the WAL holds ``restart_from`` frames, until it holds ``give_way_at``."""
 
-    __slots__ = ("_ahead", "_conn", "_index", "_path", "_stopping", "_thread", "_wake", "_warned")
+    __slots__ = (
+        "_ahead",
+        "_conn",
+        "_give_way_at",
+        "_index",
+        "_path",
+        "_restart_from",
+        "_stopping",
+        "_thread",
+        "_wake",
+        "_warned",
+    )
 
-    def __init__(self, path: str, busy_timeout_ms: int, *, ahead: int = AHEAD) -> None:
+    def __init__(
+        self,
+        path: str,
+        busy_timeout_ms: int,
+        *,
+        ahead: int = AHEAD,
+        restart_from: int = RESTART_FROM,
+        give_way_at: int = GIVE_WAY_AT,
+    ) -> None:
         self._path = path
         self._ahead = ahead
+        self._restart_from = restart_from
+        self._give_way_at = give_way_at
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         # The WAL index, kept open until ``close`` (the module's docstring says why); None when
@@ -107,22 +147,38 @@ class Checkpointer:
         """A writer committed: copy the WAL if enough of it waits (at once when idle)."""
         self._wake.set()
 
-    def waiting(self) -> int | None:
-        """Frames in the WAL not yet in the file (None: the WAL index cannot be read)."""
+    def frames(self) -> tuple[int, int] | None:
+        """Frames in the WAL and frames of it in the file (None: the WAL index cannot be read)."""
         if self._index is None:
             return None
         try:
             header = os.pread(self._index, _HEADER_BYTES, 0)
         except OSError:
             return None
-        counts = wal_index_frames(header)
+        return wal_index_frames(header)
+
+    def waiting(self) -> int | None:
+        """Frames in the WAL not yet in the file (None: the WAL index cannot be read)."""
+        counts = self.frames()
         return None if counts is None else counts[0] - counts[1]
 
+    def due(self) -> bool:
+        """Whether the WAL should be copied now: ``ahead`` frames wait, or any do once the WAL
+        holds ``restart_from`` frames (or how many cannot be read); never once it holds
+        ``give_way_at``."""
+        counts = self.frames()
+        if counts is None:
+            return True
+        frames, copied = counts
+        waiting = frames - copied
+        if frames >= self._give_way_at:
+            return False
+        return waiting >= self._ahead or (waiting > 0 and frames >= self._restart_from)
+
     def pass_once(self) -> bool:
-        """Copy the WAL into the file if ``ahead`` frames wait (or how many cannot be read):
-        whether a checkpoint ran. The thread's work after each commit; a failure is logged once."""
-        waiting = self.waiting()
-        if waiting is not None and waiting < self._ahead:
+        """Copy the WAL into the file if it is ``due``: whether a checkpoint ran. The thread's
+        work after each commit; a failure is logged once."""
+        if not self.due():
             return False
         try:
             self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()

@@ -105,6 +105,64 @@ def test_the_thread_copies_the_wal_once_enough_waits_and_leaves_less_alone(
     assert _checkpointers() == []
 
 
+def _assert_the_next_write_starts_the_wal_over(
+    writer: sqlite3.Connection, copier: Checkpointer
+) -> None:
+    _write_pages(writer, 1)
+    counts = copier.frames()
+    assert counts is not None
+    assert counts[0] < 16  # the commit's frames alone
+
+
+def test_once_the_wal_is_half_full_every_commit_is_copied_and_the_wal_starts_over(
+    tmp_path: Path,
+) -> None:
+    """The WAL starts over only at a write after a checkpoint copied all of it. Past
+    ``restart_from`` frames the thread copies each commit, however little waits, so that a busy
+    writer's WAL starts over in a gap between commits instead of growing to the commit that runs
+    the automatic checkpoint (0.1-0.26 s, while acknowledgements wait)."""
+    path = tmp_path / "cmr.sqlite"
+    writer = _wal_writer(path)
+    copier = Checkpointer(str(path), 1_000, ahead=1_000, restart_from=160)
+    try:
+        while (counts := copier.frames()) is None or counts[0] < 160:
+            assert copier.pass_once() is False  # fewer than ``ahead`` wait, not half full
+            _write_pages(writer, 8)
+        assert counts[0] - counts[1] < 1_000
+        assert copier.pass_once() is True  # half full: copied however few wait
+        assert copier.waiting() == 0
+        _assert_the_next_write_starts_the_wal_over(writer, copier)
+    finally:
+        copier.close()
+        writer.close()
+    assert _checkpointers() == []
+
+
+def test_a_wal_past_give_way_at_is_left_to_the_writers_automatic_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A writer that never pauses long enough for a copy to finish between its commits would find
+    the thread's copy under way at each automatic checkpoint, which then returns at once, and its
+    WAL would grow without bound: past ``give_way_at`` frames the thread copies nothing."""
+    path = tmp_path / "cmr.sqlite"
+    writer = _wal_writer(path)
+    copier = Checkpointer(str(path), 1_000, ahead=64, restart_from=64, give_way_at=200)
+    try:
+        _write_pages(writer, 240)
+        counts = copier.frames()
+        assert counts is not None
+        assert counts[0] >= 200
+        assert copier.pass_once() is False
+        assert copier.frames() == counts
+        [(_busy, frames, copied)] = writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        assert frames == copied == counts[0]  # the writer's checkpoint had all of it to copy
+        _assert_the_next_write_starts_the_wal_over(writer, copier)
+    finally:
+        copier.close()
+        writer.close()
+    assert _checkpointers() == []
+
+
 def test_a_checkpoint_that_fails_is_logged_once_and_the_writers_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
