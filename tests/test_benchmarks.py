@@ -21,6 +21,8 @@ from tracer.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytestmark = pytest.mark.harness
+
 
 def run_benchmarks(*args: str, module: str = "benchmarks") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
