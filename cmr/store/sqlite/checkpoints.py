@@ -61,9 +61,10 @@ AHEAD: Final = 2048
 #: Frames in the WAL from which every commit is followed by a checkpoint, however few frames
 #: wait: 16 MiB, half of ``wal_autocheckpoint``. The WAL starts over only at a writer's first
 #: write after a checkpoint copied all of it (the module's docstring), and a checkpoint of
-#: ``AHEAD`` frames or more, syncs included, outlasts the gap between a busy writer's commits:
-#: copied a commit at a time, it is done in the gap, and the WAL starts over before the commit
-#: that would run the automatic checkpoint (stop 63: that commit took 0.1-0.26 s).
+#: ``AHEAD`` frames or more, syncs included, outlasts the gap between a busy writer's commits.
+#: Copied a commit at a time, it often finishes in the gap (the WAL then starts over), and
+#: otherwise the automatic checkpoint finds a commit's frames left or the copy under way (stop
+#: 63: the commit past ``wal_autocheckpoint`` took 0.15-0.26 s; the longest now 46-82 ms).
 RESTART_FROM: Final = 4096
 #: Frames in the WAL from which the thread leaves it to the writers' automatic checkpoint: 64
 #: MiB, twice ``wal_autocheckpoint``. A writer that never pauses long enough for a copy to finish
