@@ -97,6 +97,13 @@ def test_the_next_traced_call_wakes_the_sampler(idle: Capture) -> None:
     go_idle()  # and idle again once it returned
 
 
+def test_an_idle_sender_keeps_no_memory_for_batch_bodies(idle: Capture) -> None:
+    assert work(2_000) == 3_998_000
+    idle.flush()
+    sender, _sampler = go_idle()
+    assert sender._bodies.kept_bytes() == 0
+
+
 def test_a_thread_left_inside_a_traced_call_keeps_the_sampler_awake(idle: Capture) -> None:
     release, entered = threading.Event(), threading.Event()
 

@@ -164,6 +164,9 @@ static PyMethodDef module_methods[] = {
     {"untracked", (PyCFunction)(void (*)(void))untracked, METH_FASTCALL,
      "untracked(make, arg, /): make(arg), a bytes object the tracer keeps, which tracemalloc "
      "forgets at once (the program does not count it)."},
+    {"untracked_into", (PyCFunction)(void (*)(void))untracked_into, METH_FASTCALL,
+     "untracked_into(encode_into, obj, buffer, /): encode_into(obj, buffer) into a bytearray "
+     "the tracer keeps, which tracemalloc forgets at once, its memory too."},
     {"clock", clock_ns, METH_NOARGS,
      "The hot path's clock, ns on CLOCK_MONOTONIC's scale (time.perf_counter_ns on Linux): read "
      "from the TSC once its rate is measured (_clock.h)."},

@@ -348,3 +348,31 @@ untracked(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     return made;
 }
+
+/* untracked_into(encode_into, obj, buffer): encode_into(obj, buffer) into a bytearray the tracer
+ * keeps and reuses (a batch's body: tracer/_shipping/bodies.py), whose object and memory
+ * tracemalloc then forgets in the same step. The memory may have moved as it grew; the block it
+ * lies in now is the one tracemalloc was told of last. */
+static PyObject *
+untracked_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "untracked_into() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!PyByteArray_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "untracked_into() encodes into a bytearray");
+        return NULL;
+    }
+    PyObject *result = PyObject_CallFunctionObjArgs(args[0], args[1], args[2], NULL);
+    if (result == NULL) {
+        return NULL;
+    }
+    Py_DECREF(result);
+    PyByteArrayObject *buffer = (PyByteArrayObject *)args[2];
+    (void)PyTraceMalloc_Untrack(0, (uintptr_t)buffer); /* not a GC object: its block starts here */
+    if (buffer->ob_bytes != NULL) {
+        (void)PyTraceMalloc_Untrack(0, (uintptr_t)buffer->ob_bytes);
+    }
+    Py_RETURN_NONE;
+}

@@ -76,6 +76,9 @@ _new_sink: Callable[[], EventSink]
 #: measures its own allocations does not count the tracer's. Pure Python cannot, and its events
 #: are Python objects anyway.
 untracked: Callable[[Callable[[Any], bytes], Any], bytes]
+#: ``untracked_into(encode_into, obj, buffer)``: ``encode_into(obj, buffer)``, into a bytearray
+#: the tracer keeps and reuses (``tracer._shipping.bodies``), forgotten by tracemalloc likewise.
+untracked_into: Callable[[Callable[[Any, bytearray], None], Any, bytearray], None]
 #: The C accelerator keeps the blocks its takes encode into for the next takes (its
 #: _speedups_pool.h); an idle drain gives them back.
 _release_pool: Callable[[], None]
@@ -86,6 +89,11 @@ if _accel.speedups is None:
     def untracked(make: Callable[[Any], bytes], arg: Any) -> bytes:
         return make(arg)
 
+    def untracked_into(
+        encode_into: Callable[[Any, bytearray], None], obj: Any, buffer: bytearray
+    ) -> None:
+        encode_into(obj, buffer)
+
     def _release_pool() -> None:
         pass
 else:
@@ -94,6 +102,7 @@ else:
     next_iid = _speedups.next_iid
     _new_sink = _speedups.EventBuffer
     untracked = _speedups.untracked
+    untracked_into = _speedups.untracked_into
     _release_pool = _speedups.release_pool
 _next_tid: Final[Callable[[], int]] = itertools.count(1).__next__
 #: Batches are numbered per process, not per sender: the repository discards a (puid, batch_no)

@@ -41,7 +41,7 @@ MAX_UNREPORTED = 16 * wire.MAX_LOST_SEQS
 class Outgoing:
     puid: int
     batch_no: int
-    body: bytes
+    body: bytes | bytearray  # bytearray: a kept buffer (tracer._shipping.bodies)
     events: int
     reports: tuple[bytes, ...] = ()  # lost sequences this batch reports
     windows: tuple[Window, ...] = ()  # and the windows of drops whose sequences were not named

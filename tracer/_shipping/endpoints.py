@@ -80,7 +80,7 @@ class Nodes:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def send(self, body: bytes, *, moving_from: int | None = None) -> int | None:
+    def send(self, body: bytes | bytearray, *, moving_from: int | None = None) -> int | None:
         """Send one batch to the best node that takes it: its index, or None when every node
         refused. ``moving_from``: the node a batch waited on in vain, tried only after the others
         (the only choice when there is one node)."""

@@ -19,6 +19,7 @@ import msgspec
 from invoseq import wire
 from tracer._core import budget, clock, context, ids, recorder
 from tracer._sampling.sampler import Sampler
+from tracer._shipping.bodies import Bodies
 from tracer._shipping.cutting import ThreadSequences, halves
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.endpoints import Nodes
@@ -49,6 +50,7 @@ class Sender:
         self._transport_factory = transport_factory
         self._identity = ids.identity()
         self._encoder = msgspec.msgpack.Encoder()
+        self._bodies = Bodies(self._encoder.encode_into)
         self._wake = threading.Event()
         #: Waiting for work (docs/architecture.md, "Idle"): a reservation wakes it (``_reserved``).
         self.parked = False
@@ -247,6 +249,7 @@ class Sender:
         self.parked = True  # from here a reservation sets _wake: none is missed
         if recorder.all_spent():
             self.parks += 1
+            self._bodies.release()  # nothing is pending: every body is done with
             return True
         self.parked = False
         return False
@@ -386,7 +389,7 @@ class Sender:
             lost_seqs=lost,
             lost_windows=windows,
         )
-        body = recorder.untracked(self._encoder.encode, batch)  # the program's tracemalloc: unseen
+        body = self._bodies.encode(batch)  # the program's tracemalloc does not see it
         if len(body) > wire.MAX_FRAME_BYTES and size > 1:  # big attributes: the repository's limit
             self._samples = samples  # they ride with the first half (its number is left unused)
             first, second = halves(chunks, size)

@@ -98,7 +98,7 @@ class Spool:
 
     # -- writing ----------------------------------------------------------------------------------
 
-    def append(self, puid: int, batch_no: int, body: bytes, events: int) -> bool:
+    def append(self, puid: int, batch_no: int, body: bytes | bytearray, events: int) -> bool:
         """Append a batch; False (nothing written) when the spool is full or cannot be written."""
         size = _HEADER.size + len(body)
         if self._written + size > self.max_bytes:

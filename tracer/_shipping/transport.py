@@ -23,7 +23,7 @@ _ack_decoder = msgspec.msgpack.Decoder(wire.Ack)
 
 
 class Transport(Protocol):
-    def send(self, body: bytes) -> bool:
+    def send(self, body: bytes | bytearray) -> bool:
         """Queue one encoded batch without blocking; False when the queue is full."""
 
     def receive_acks(self, timeout_ms: int) -> list[wire.Ack]:
@@ -115,7 +115,7 @@ class ZmqTransport:
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
 
-    def send(self, body: bytes) -> bool:
+    def send(self, body: bytes | bytearray) -> bool:
         try:
             # Copied: pyzmq sends a large message (64 KiB and more) without copying through a
             # garbage-collector thread of its own, which it stops at exit, before the tracer's
@@ -200,7 +200,7 @@ class MemoryTransport:
         self._decoder = msgspec.msgpack.Decoder(wire.Batch)
         self._pending: list[wire.Ack] = []
 
-    def send(self, body: bytes) -> bool:
+    def send(self, body: bytes | bytearray) -> bool:
         batch = self._decoder.decode(body)
         self.batches.append(batch)
         self._pending.append(wire.Ack(batch.puid, batch.batch_no))
