@@ -162,6 +162,31 @@ def test_bytes_the_tracer_keeps_are_forgotten_by_tracemalloc_and_freed_harmlessl
     assert _speedups.untracked(list, "ab") == ["a", "b"]  # not bytes: returned as it is
 
 
+@needs_c_path
+def test_bodies_the_tracer_encodes_into_its_own_buffers_are_forgotten_by_tracemalloc() -> None:
+    encode_into = msgspec.msgpack.Encoder().encode_into
+    payload = b"x" * (1 << 20)
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        body = bytearray()
+        _speedups.untracked_into(encode_into, payload, body)  # grown while tracing, then forgotten
+        _speedups.untracked_into(encode_into, payload * 2, body)  # grown again: forgotten again
+        kept, _ = tracemalloc.get_traced_memory()
+        counted = bytearray()
+        encode_into(payload, counted)  # encoded the usual way: counted
+        both, _ = tracemalloc.get_traced_memory()
+        del body
+        freed, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert kept - before < 4096
+    assert both - kept >= len(payload)
+    assert abs(freed - both) < 4096
+    with pytest.raises(TypeError):
+        _speedups.untracked_into(encode_into, payload, b"not a bytearray")
+
+
 def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
