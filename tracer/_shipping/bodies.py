@@ -12,7 +12,10 @@ buffer's memory as it is when the next body is shorter.
 Nothing tells the pool when a body is done with: a kept buffer is free when the pool's own
 references are all there are (``sys.getrefcount``, measured once for this interpreter), so a
 body still queued, in flight or read by anyone is never written over. The pool is bounded
-(``KEEP_BYTES`` in all, ``KEEP_ONE_BYTES`` a buffer) and let go when the sender goes idle.
+(``KEEP_BYTES`` in all, ``KEEP_ONE_BYTES`` a buffer), let go when the sender goes idle or ends,
+and held to the process's memory bound: the batches in use count their length there
+(``Delivery``), and the pool holds the rest of its memory (``hold``), so that the bound is what
+the tracer's memory comes to.
 """
 
 from __future__ import annotations
@@ -23,61 +26,99 @@ from typing import Any, Final
 
 from tracer._core import recorder
 
-#: The kept buffers' memory in all, and the largest one kept: a batch with big attributes or
-#: many samples gets a buffer of its own, freed with it.
-KEEP_BYTES: Final = 16 * 1024 * 1024
+#: The kept buffers' memory in all (at most a quarter of the memory bound: ``Sender``), and the
+#: largest one kept: a batch with big attributes or many samples gets a buffer of its own, freed
+#: with it. A round of the sender sends a batch of about 1.5 MB (32,768 events) for every
+#: 32,768 events the threads recorded since the last: 8 MiB covers what a busy program's round
+#: leaves in flight while the repository keeps up.
+KEEP_BYTES: Final = 8 * 1024 * 1024
 KEEP_ONE_BYTES: Final = 4 * 1024 * 1024
 
 
-def _references_when_free() -> int:
-    """What ``sys.getrefcount`` reads in ``Bodies._free`` for a kept buffer nothing else holds
-    (the list's reference, the loop's, the call's argument): found by running ``_free`` itself."""
-    probe = Bodies(lambda batch, buffer: None)
-    probe._kept.append(bytearray())
-    for count in range(1, 16):
-        probe._free_when = count
-        if probe._free() is not None:
-            return count
-    raise RuntimeError("a kept buffer's references could not be counted")
+def _no_hold(size: int) -> None:
+    pass
 
 
 class Bodies:
-    __slots__ = ("_encode_into", "_free_when", "_kept")
+    __slots__ = ("_encode_into", "_free_when", "_held", "_hold", "_keep", "_keep_one", "_kept")
 
-    def __init__(self, encode_into: Callable[[Any, bytearray], None]) -> None:
+    def __init__(
+        self,
+        encode_into: Callable[[Any, bytearray], None],
+        hold: Callable[[int], None] = _no_hold,
+        *,
+        keep_bytes: int = KEEP_BYTES,
+    ) -> None:
         self._encode_into = encode_into
+        self._keep = keep_bytes
+        self._keep_one = min(KEEP_ONE_BYTES, keep_bytes)
+        #: ``budget.hold``: the pool's memory that no batch in use counts.
+        self._hold = hold
+        self._held = 0
         self._kept: list[bytearray] = []
         self._free_when = _free_when
 
     def encode(self, batch: Any) -> bytearray:
         """``batch`` encoded into a free kept buffer, or into a new one the pool keeps if it
-        has room; with the C accelerator tracemalloc does not count it as the program's."""
-        buffer = self._free()
-        kept = buffer is not None
-        if buffer is None:
-            buffer = bytearray()
+        has room; with the C accelerator tracemalloc does not count it as the program's. The
+        caller counts its length as the batch's (until the batch is done with)."""
+        free = self._free()
+        buffer = bytearray() if free < 0 else self._kept[free]
         recorder.untracked_into(self._encode_into, batch, buffer)
-        if buffer.__alloc__() > KEEP_ONE_BYTES:
-            if kept:
-                self._kept.remove(buffer)
-        elif not kept and self.kept_bytes() + buffer.__alloc__() <= KEEP_BYTES:
+        if buffer.__alloc__() > self._keep_one:
+            if free >= 0:
+                del self._kept[free]
+        elif free < 0 and self.kept_bytes() + buffer.__alloc__() <= self._keep:
             self._kept.append(buffer)
+        self._hold_unused()
         return buffer
 
-    def _free(self) -> bytearray | None:
-        for buffer in self._kept:
-            if sys.getrefcount(buffer) == self._free_when:
-                return buffer
-        return None
+    def _in_use(self) -> list[bool]:
+        """Whether each kept buffer is held by anything else (a batch, a view of it)."""
+        return [sys.getrefcount(buffer) != self._free_when for buffer in self._kept]
+
+    def _free(self) -> int:
+        """The index of a kept buffer nothing else holds, or -1."""
+        for index, used in enumerate(self._in_use()):
+            if not used:
+                return index
+        return -1
+
+    def _hold_unused(self) -> None:
+        """Hold what the kept buffers take beyond the length of those in use: what the batches
+        count. Brought up to date at each encoding (a batch done with since still counts as in
+        use until then: its length was counted, and let go, by the delivery)."""
+        unused = sum(
+            buffer.__alloc__() - (len(buffer) if used else 0)
+            for buffer, used in zip(self._kept, self._in_use(), strict=True)
+        )
+        if unused != self._held:
+            self._hold(unused - self._held)
+            self._held = unused
 
     def kept_bytes(self) -> int:
         return sum(buffer.__alloc__() for buffer in self._kept)
 
     def release(self) -> None:
-        """Let the kept buffers go (the sender is going idle); those still in use go with their
-        batches."""
+        """Let the kept buffers go (the sender is going idle or ending) and what the pool held
+        of the memory bound; those still in use go with their batches."""
         self._kept.clear()
+        if self._held:
+            self._hold(-self._held)
+            self._held = 0
 
 
-_free_when = 0  # until measured, just below: no buffer is free
+def _references_when_free() -> int:
+    """What ``sys.getrefcount`` reads in ``Bodies._in_use`` for a kept buffer nothing else holds
+    (the list's reference, the comprehension's, the call's argument): found by running it."""
+    probe = Bodies(lambda batch, buffer: None)
+    probe._kept.append(bytearray())
+    for count in range(1, 16):
+        probe._free_when = count
+        if probe._free() == 0:
+            return count
+    raise RuntimeError("a kept buffer's references could not be counted")
+
+
+_free_when = 0  # until measured, just below: every kept buffer is in use
 _free_when = _references_when_free()

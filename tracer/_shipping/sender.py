@@ -19,7 +19,7 @@ import msgspec
 from invoseq import wire
 from tracer._core import budget, clock, context, ids, recorder
 from tracer._sampling.sampler import Sampler
-from tracer._shipping.bodies import Bodies
+from tracer._shipping.bodies import KEEP_BYTES, Bodies
 from tracer._shipping.cutting import ThreadSequences, halves
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.endpoints import Nodes
@@ -50,7 +50,11 @@ class Sender:
         self._transport_factory = transport_factory
         self._identity = ids.identity()
         self._encoder = msgspec.msgpack.Encoder()
-        self._bodies = Bodies(self._encoder.encode_into)
+        self._bodies = Bodies(
+            self._encoder.encode_into,
+            budget.hold,
+            keep_bytes=min(KEEP_BYTES, config.max_buffered_bytes // 4),
+        )
         self._wake = threading.Event()
         #: Waiting for work (docs/architecture.md, "Idle"): a reservation wakes it (``_reserved``).
         self.parked = False
@@ -194,6 +198,7 @@ class Sender:
                 delivery.close()
             except Exception as exc:
                 recorder.internal_error(exc)
+            self._bodies.release()  # what the pool held of the memory bound goes back
 
     def _move(self, delivery: Delivery) -> None:
         """One round of delivery: the acknowledgements that arrived while this thread did not

@@ -66,3 +66,30 @@ def test_released_buffers_are_let_go() -> None:
     bodies.release()
     assert bodies.kept_bytes() == 0
     assert bodies.encode([1]).__alloc__() < 100_000
+
+
+def test_the_pools_memory_beyond_the_batches_lengths_is_held_against_the_bound() -> None:
+    held: list[int] = []
+    bodies = Bodies(msgspec.msgpack.Encoder().encode_into, held.append)
+    first = bodies.encode(b"x" * 100_000)
+    # in use: the batch counts its length (the delivery does), the pool the rest of the buffer
+    assert sum(held) == first.__alloc__() - len(first)
+    capacity = first.__alloc__()
+    del first
+    second = bodies.encode([1])  # the same buffer, written over
+    assert second.__alloc__() == capacity
+    assert sum(held) == capacity - len(second)
+    third = bodies.encode(b"y" * 10)  # a new buffer: the second is still in use
+    assert sum(held) == bodies.kept_bytes() - len(second) - len(third)
+    bodies.release()
+    assert sum(held) == 0
+
+
+def test_a_small_memory_bound_keeps_a_small_pool() -> None:
+    keep = 1024 * 1024  # the sender keeps a quarter of the bound at most: here, a 4 MiB bound
+    bodies = Bodies(msgspec.msgpack.Encoder().encode_into, keep_bytes=keep)
+    held = [bodies.encode(b"x" * (keep // 4)) for _ in range(8)]
+    assert 0 < bodies.kept_bytes() <= keep
+    held.clear()
+    bodies.encode(b"x" * keep)  # bigger than the whole pool: not kept
+    assert bodies.kept_bytes() <= keep
