@@ -4,10 +4,10 @@ reuses").
 A batch of 32,768 events is a body of about a megabyte. Encoded into a new ``bytes`` each time,
 it lands in memory the C library has just mapped or given back to the system (a body that size
 is freed as its acknowledgement arrives), and every page of it is a page fault on first write:
-about half the sender's cost per event, with the GIL held. A body is encoded instead into a
-``bytearray`` of a few the sender keeps, once nothing else holds it (its batch acknowledged,
-dropped or spooled), so its pages are there already. ``msgspec``'s ``encode_into`` keeps a
-buffer's memory as it is when the next body is shorter.
+a third to a half of the sender's cost per event, with the GIL held. A body is encoded
+instead into a ``bytearray`` of a few the sender keeps, once nothing else holds it (its batch
+acknowledged, dropped or spooled), so its pages are there already. ``msgspec``'s
+``encode_into`` keeps a buffer's memory as it is when the next body is shorter.
 
 Nothing tells the pool when a body is done with: a kept buffer is free when the pool's own
 references are all there are (``sys.getrefcount``, measured once for this interpreter), so a
@@ -28,9 +28,9 @@ from tracer._core import recorder
 
 #: The kept buffers' memory in all (at most a quarter of the memory bound: ``Sender``), and the
 #: largest one kept: a batch with big attributes or many samples gets a buffer of its own, freed
-#: with it. A round of the sender sends a batch of about 1.5 MB (32,768 events) for every
-#: 32,768 events the threads recorded since the last: 8 MiB covers what a busy program's round
-#: leaves in flight while the repository keeps up.
+#: with it. A batch of 32,768 events is a body of about a megabyte in a buffer of about 1.5 MB,
+#: and a busy program's round sends one for every 32,768 events recorded since the last: 8 MiB
+#: covers what such a round leaves in flight while the repository keeps up.
 KEEP_BYTES: Final = 8 * 1024 * 1024
 KEEP_ONE_BYTES: Final = 4 * 1024 * 1024
 
