@@ -118,36 +118,26 @@ def run(settings: Settings) -> CaseResult:
                 note=f"over {window:.0f} s; the embedded repository beside it: {repository:.3f} %",
             )
         )
-    bare, _ = measured["gunicorn False"]
-    traced_pct, _ = measured["gunicorn True"]
-    result.rows.append(
-        Row(
-            case=NAME,
-            name="gunicorn's idle processes under tracer run: CPU % of a core added, per process",
-            value=(traced_pct - bare) / GUNICORN_PROCESSES,
-            unit="%",
-            targets=TARGETS,
-            note=(
-                f"over {window:.0f} s, {GUNICORN_PROCESSES} processes: {traced_pct:.3f} % traced,"
-                f" {bare:.3f} % bare"
-            ),
+    for kind, name, processes in (
+        ("gunicorn", "gunicorn's idle processes under tracer run", GUNICORN_PROCESSES),
+        ("uvicorn", "uvicorn serving an idle ASGI app, under tracer run", 1),
+    ):
+        bare, _ = measured[f"{kind} False"]
+        traced_pct, repository = measured[f"{kind} True"]
+        per_process = f", per process ({processes} processes)" if processes > 1 else ""
+        result.rows.append(
+            Row(
+                case=NAME,
+                name=f"{name}: CPU % of a core added{per_process}",
+                value=(traced_pct - bare) / processes,
+                unit="%",
+                targets=TARGETS,
+                note=(
+                    f"over {window:.0f} s: {traced_pct:.3f} % traced, {bare:.3f} % bare; the"
+                    f" embedded repository beside it: {repository:.3f} %"
+                ),
+            )
         )
-    )
-    bare, _ = measured["uvicorn False"]
-    traced_pct, repository = measured["uvicorn True"]
-    result.rows.append(
-        Row(
-            case=NAME,
-            name="uvicorn serving an idle ASGI app, under tracer run: CPU % of a core added",
-            value=traced_pct - bare,
-            unit="%",
-            targets=TARGETS,
-            note=(
-                f"over {window:.0f} s: {traced_pct:.3f} % traced, {bare:.3f} % bare; the embedded"
-                f" repository beside it: {repository:.3f} %"
-            ),
-        )
-    )
     return result
 
 
