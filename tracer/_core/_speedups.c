@@ -107,6 +107,23 @@ static uint64_t g_rng[4];         /* xoshiro256** state for sequence ids, reseed
  * freed anywhere (the generation), so it can never point at a freed buffer; a miss asks
  * recorder.thread_events(), which registers the thread on its first event. */
 static uint64_t g_generation = 1;
+
+/* The thread state (its id) running a cyclic collection, 0 when none runs. CPython before 3.12
+ * collects inside an allocation, so the finalizers a collection runs (a traced generator's
+ * close, a __del__ calling traced code) interrupt whatever allocated: a ContextVar write among
+ * others, which reads the context's mapping before it allocates and replaces it after. A
+ * finalizer that writes a ContextVar of the same context in between frees the mapping the outer
+ * write is still building on (memory corruption: python/cpython's contextvars take no reference
+ * to it). So the handlers write no ContextVar while their own thread collects (gc_phase, a
+ * gc.callbacks entry, says when): a generator's step there leaves the value as it is, a root
+ * runs untraced, counted. 3.12 and later collect only between bytecodes: never set there. */
+static uint64_t g_collecting;
+
+static inline int
+collecting_here(void)
+{
+    return g_collecting != 0 && g_collecting == PyThreadState_GetID(PyThreadState_Get());
+}
 /* initial-exec: an offset from the thread pointer, where the default model for a shared object
  * calls __tls_get_addr on every access (3 % of a traced call). 24 bytes of glibc's static TLS
  * surplus, which it keeps for libraries loaded later. */
@@ -146,6 +163,17 @@ static PyObject *
 pool_bytes(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
     return PyLong_FromSize_t(g_pool_bytes);
+}
+
+/* gc.callbacks entry (before 3.12): a collection starts or stops on this thread. */
+static PyObject *
+gc_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs >= 1 && PyUnicode_Check(args[0])) {
+        int start = PyUnicode_CompareWithASCIIString(args[0], "start") == 0;
+        g_collecting = start ? PyThreadState_GetID(PyThreadState_Get()) : 0;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
@@ -208,8 +236,27 @@ static PyMethodDef module_methods[] = {
      "monitor_throw(code, offset, exc): a strand resumed by throw() (PY_THROW)."},
     {"mark_code", (PyCFunction)(void (*)(void))mark_code, METH_FASTCALL,
      "mark_code(code, method, kind): the code is traced (its extra slot holds the entry)."},
+    {"gc_phase", (PyCFunction)(void (*)(void))gc_phase, METH_FASTCALL,
+     "gc_phase(phase, info): a gc.callbacks entry: while a collection runs on a thread (before "
+     "3.12), its handlers write no ContextVar."},
     {NULL},
 };
+
+#if PY_VERSION_HEX < 0x030C0000
+/* gc_phase joins gc.callbacks (see g_collecting). */
+static int
+watch_collections(PyObject *module)
+{
+    PyObject *gc = PyImport_ImportModule("gc");
+    PyObject *callbacks = gc == NULL ? NULL : PyObject_GetAttrString(gc, "callbacks");
+    PyObject *phase = callbacks == NULL ? NULL : PyObject_GetAttrString(module, "gc_phase");
+    int result = phase == NULL || !PyList_Check(callbacks) ? -1 : PyList_Append(callbacks, phase);
+    Py_XDECREF(phase);
+    Py_XDECREF(callbacks);
+    Py_XDECREF(gc);
+    return result;
+}
+#endif
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
@@ -239,6 +286,12 @@ PyInit__speedups(void)
         Py_DECREF(module);
         return NULL;
     }
+#if PY_VERSION_HEX < 0x030C0000
+    if (watch_collections(module) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+#endif
     rng_seed();
     return module;
 }

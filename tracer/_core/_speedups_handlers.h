@@ -198,6 +198,10 @@ step_begin(PyObject *state, PyObject *code, PyObject *frame)
             return 0;
         }
         Py_DECREF(current);
+        if (collecting_here()) { /* no ContextVar write inside a collection: see g_collecting */
+            PyList_SetItem(state, 2, Py_NewRef(Py_False));
+            return 0;
+        }
         PyObject *token = PyContextVar_Set(g_context_var, inner);
         if (token == NULL) {
             return -1;
@@ -209,6 +213,10 @@ step_begin(PyObject *state, PyObject *code, PyObject *frame)
         || !fits_u64(PyList_GET_ITEM(state, 0), &iid)
         || !of_sequence(current, PyBytes_AS_STRING(seq))) {
         Py_DECREF(current);
+        if (collecting_here()) { /* as above: the step leaves the value as it is */
+            PyList_SetItem(state, 2, Py_NewRef(Py_False));
+            return 0;
+        }
         PyObject *token = PyContextVar_Set(g_context_var, value);
         if (token == NULL) {
             return -1;

@@ -447,6 +447,12 @@ begin(uint64_t method, Invocation *inv)
     if (found < 0) {
         goto failed;
     }
+    if (b.strand == NULL && reusable == NULL && collecting_here()) {
+        /* a root would write the ContextVar inside a collection (see g_collecting): untraced */
+        beginning_clear(&b);
+        Py_CLEAR(inv->buffer);
+        return count_untraced_root() < 0 ? -1 : 1;
+    }
     if (b.strand == NULL) {
         if (find_root(&b) < 0) {
             goto failed;

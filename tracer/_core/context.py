@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
@@ -21,6 +22,45 @@ Value = Current | tuple[bytes, int, int, int]
 current: Final[contextvars.ContextVar[Value | None]] = contextvars.ContextVar(
     "invoseq_current", default=None
 )
+
+_set = current.set
+_reset = current.reset
+
+if sys.version_info < (3, 12):
+    import gc
+    from _thread import get_ident as _get_ident
+
+    #: The thread running a cyclic collection (its ident), 0 when none runs. Before 3.12 a
+    #: collection starts inside an allocation, so its finalizers (a traced generator's close, a
+    #: __del__ calling traced code) run in the middle of whatever allocated, a ContextVar write
+    #: among others: that write reads the context's mapping before it allocates and replaces it
+    #: after, and a finalizer's write to the same context in between frees the mapping under it
+    #: (memory corruption; the C handlers keep the same rule: _speedups.c, g_collecting). So the
+    #: tracer's own writes (``set_current``) write nothing while their thread collects.
+    _collecting = 0
+    #: The token of a write ``set_current`` left out: ``reset_current`` has nothing to undo.
+    NOT_WRITTEN: Final[object] = object()
+
+    def _gc_phase(phase: str, info: object) -> None:
+        global _collecting
+        _collecting = _get_ident() if phase == "start" else 0
+
+    gc.callbacks.append(_gc_phase)
+
+    def set_current(value: Value | None) -> object:
+        """``current.set(value)``, except inside a collection on this thread (NOT_WRITTEN)."""
+        if _collecting and _collecting == _get_ident():
+            return NOT_WRITTEN
+        return _set(value)
+
+    def reset_current(token: object) -> None:
+        if token is not NOT_WRITTEN:
+            _reset(token)  # type: ignore[arg-type]
+
+else:  # 3.12+ collects only between bytecodes: a ContextVar write is never interrupted
+    NOT_WRITTEN = object()
+    set_current = current.set  # type: ignore[assignment]
+    reset_current = current.reset  # type: ignore[assignment]
 
 
 def current_sequence() -> str | None:

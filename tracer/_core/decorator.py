@@ -34,8 +34,10 @@ _new_seq = ids.new_seq
 #: A root's context value when it joins a trace already current (OpenTelemetry's), else None.
 _adopt: Callable[[], context.Current | None] = adoption.adopt
 _get = context.current.get
-_set = context.current.set
-_reset = context.current.reset
+#: The ContextVar's writes, which write nothing inside a cyclic collection before 3.12
+#: (``context.set_current``): the C handlers keep the same rule.
+_set = context.set_current
+_reset = context.reset_current
 _clock = clock_module.now
 _ORIGIN_SYNC_ROOT: Final = stack_module.ORIGIN_SYNC_ROOT
 _PAST_BOUND: Final = object()  # a call past the memory bound runs untraced (counted)

@@ -267,16 +267,29 @@ def throw(code: CodeType, offset: int, error: BaseException) -> None:
         resume(code, offset)
 
 
+def _items(table: dict[FrameType, list[Any]]) -> list[tuple[FrameType, list[Any]]]:
+    """``table``'s items, listed. Before 3.12 a collection may start at any allocation while the
+    list is made, and the finalizers it runs (a traced generator's close) take strands out of
+    the table, which stops the listing: it is made again (at most a few times; else nothing is
+    swept this time)."""
+    for _ in range(8):
+        try:
+            return list(table.items())
+        except RuntimeError:  # changed size during iteration
+            continue
+    return []
+
+
 def sweep() -> None:
     """End the strands whose frame only this table holds (closed with no event, or dropped):
     they end ok, now, in the buffer of their Start; and sweep next when twice as many are open.
     Any thread may sweep (the sender does before each drain): appends are atomic."""
     global _sweep_at
-    for frame, state in list(_strands.items()):
+    for frame, state in _items(_strands):
         # the table's key, the items() list's tuple, the loop's name and getrefcount's argument
         if _getrefcount(frame) <= 4 and _strands.pop(frame, None) is state:
             state[3].append((1, state[0], _d._clock()))
-    for frame, state in list(_untraced_strands.items()):
+    for frame, state in _items(_untraced_strands):
         if _getrefcount(frame) <= 4 and state[1] is None:  # nothing to record: forgotten
             _untraced_strands.pop(frame, None)
     _sweep_at = max(64, 2 * max(len(_strands), len(_untraced_strands)))

@@ -7,6 +7,7 @@ for it) nor lose an event. Both hot paths run this (the suite runs once with INV
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 import tracer
+from tests.tracer.core.implementations import needs_c_path
 from tracer import traced
 from tracer._core import recorder
 from tracer.testing import Capture, capture
@@ -90,3 +92,73 @@ def test_traced_code_on_a_thread_that_holds_the_recorders_lock_registers_without
 
     in_new_thread(under_the_lock)
     assert [i.status for i in trace.invocations() if i.name == MODULE + "work"] == ["ok"]
+
+
+@traced
+def closed_by_the_collector(seen: list[str | None]) -> Iterator[int]:
+    try:
+        yield 1
+    finally:
+        seen.append(tracer.current_sequence())
+
+
+class CycleSeeing:
+    """Garbage holding a traced generator whose close records the sequence it runs in."""
+
+    def __init__(self, seen: list[str | None]) -> None:
+        self.me = self
+        self.generator = closed_by_the_collector(seen)
+        next(self.generator)
+
+
+@needs_c_path  # the pure hooks begin no step when the collector closes a generator
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12+ collects between bytecodes only")
+def test_a_generator_the_collector_closes_writes_no_context_value_inside_the_collection(
+    trace: Capture,
+) -> None:
+    """Before 3.12 a collection starts inside an allocation: inside a ContextVar write, say,
+    which reads the context's mapping before it allocates and replaces it after. A finalizer
+    that writes the same context in between frees that mapping under it (memory corruption:
+    more-itertools' suite crashed so, traced, one run in twenty). So the close of a traced
+    generator the collector finalizes leaves the context value as it was (its finally sees what
+    the code around it sees: no sequence here), and its End is still recorded."""
+    gc.collect()
+    seen: list[str | None] = []
+    CycleSeeing(seen)
+    gc.collect()
+    assert seen == [None]
+    found = {i.name: i for i in trace.invocations()}
+    assert found[MODULE + "closed_by_the_collector"].end_ns is not None
+    assert tracer.current_sequence() is None
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12+ collects between bytecodes only")
+def test_the_strands_table_is_swept_while_collections_inside_the_sweep_change_it(
+    trace: Capture,
+) -> None:
+    """A sweep of the strands' table allocates as it goes; a collection starting there runs
+    finalizers, and a traced generator's close takes its strand out of that table (done here by
+    a collector callback, at every collection, as such a finalizer would): the sweep reads a copy
+    (it once raised 'dictionary changed size during iteration')."""
+    from tracer._core import hooks
+
+    generators = [suspended() for _ in range(50)]
+    for generator in generators:
+        next(generator)
+    taken: list[object] = []
+
+    def closing(phase: str, info: object) -> None:
+        if phase == "start" and hooks._strands:
+            taken.append(hooks._strands.popitem())
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(closing)
+    gc.set_threshold(1)
+    try:
+        hooks.sweep()
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(closing)
+    assert taken  # collections ran inside the sweep
+    for generator in generators:
+        generator.close()
