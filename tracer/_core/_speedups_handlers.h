@@ -16,7 +16,9 @@
  * return or unwind ends it.
  */
 
-static PyObject *g_strands; /* hooks._strands: frame -> [iid, value, token or None, buffer] */
+static PyObject *g_strands; /* hooks._strands: frame -> [iid, value, token or None (True: on the
+                            * stack; False: under a value of its own; Ellipsis: begun inside
+                            * a collection, nothing set), buffer, ...] */
 /* hooks._untraced_strands: frame -> [running, running] (True while a step runs: its marker is
  * on the thread's stack; None between steps), the strands turned away as roots past the bound */
 static PyObject *g_untraced_strands;
@@ -199,7 +201,7 @@ step_begin(PyObject *state, PyObject *code, PyObject *frame)
         }
         Py_DECREF(current);
         if (collecting_here()) { /* no ContextVar write inside a collection: see g_collecting */
-            PyList_SetItem(state, 2, Py_NewRef(Py_False));
+            PyList_SetItem(state, 2, Py_NewRef(Py_Ellipsis));
             return 0;
         }
         PyObject *token = PyContextVar_Set(g_context_var, inner);
@@ -214,7 +216,7 @@ step_begin(PyObject *state, PyObject *code, PyObject *frame)
         || !of_sequence(current, PyBytes_AS_STRING(seq))) {
         Py_DECREF(current);
         if (collecting_here()) { /* as above: the step leaves the value as it is */
-            PyList_SetItem(state, 2, Py_NewRef(Py_False));
+            PyList_SetItem(state, 2, Py_NewRef(Py_Ellipsis));
             return 0;
         }
         PyObject *token = PyContextVar_Set(g_context_var, value);
@@ -308,6 +310,10 @@ step_end(PyObject *state, PyObject *code)
 {
     PyObject *token = PyList_GET_ITEM(state, 2);
     if (token == Py_None) {
+        return 0;
+    }
+    if (token == Py_Ellipsis) { /* it began inside a collection, and set nothing: as it was */
+        PyList_SetItem(state, 2, Py_NewRef(Py_None));
         return 0;
     }
     if (remember_inner(state, code) < 0) {

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, Final
 
-from tracer._core import codes, recorder
+from tracer._core import codes, context, recorder
 from tracer._core import decorator as _d
 
 _tls: Final = recorder.tls
@@ -21,6 +21,7 @@ _internal_error: Final = recorder.internal_error
 _registry: Final = codes.REGISTRY
 _getframe: Final = sys._getframe
 _getrefcount: Final = sys.getrefcount
+_NOT_WRITTEN: Final = context.NOT_WRITTEN  # a write left out inside a collection
 
 #: A strand's state: [iid, context value, token of the running step or None, its Start's buffer,
 #: the value set inside its frame that was in effect when it last yielded or None, and (the C
@@ -237,10 +238,11 @@ def yield_(code: CodeType, offset: int, value: object) -> None:
         if state is not None and state[2] is not None:
             now = _d._get()
             token, state[2] = state[2], None
-            _d._reset(token)
-            # a value code inside the frame set and has not reset (an integration's call in
-            # progress across the await): the step that resumes runs under it, not over it
-            state[4] = None if now is state[1] else now
+            if token is not _NOT_WRITTEN:  # (a step inside a collection set nothing: as it was)
+                _d._reset(token)
+                # a value code inside the frame set and has not reset (an integration's call in
+                # progress across the await): the step that resumes runs under it, not over it
+                state[4] = None if now is state[1] else now
         elif state is None and _untraced_strands:
             untraced = _untraced_strands.get(_getframe(1))
             if untraced is not None:

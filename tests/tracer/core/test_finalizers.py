@@ -162,3 +162,44 @@ def test_the_strands_table_is_swept_while_collections_inside_the_sweep_change_it
     assert taken  # collections ran inside the sweep
     for generator in generators:
         generator.close()
+
+
+@traced
+def reporting() -> Iterator[str | None]:
+    while True:
+        yield tracer.current_sequence()
+
+
+class Stepping:
+    """Garbage whose finalizer steps a traced generator that lives on."""
+
+    def __init__(self, generator: Iterator[str | None], seen: list[str | None]) -> None:
+        self.me = self
+        self.generator = generator
+        self.seen = seen
+
+    def __del__(self) -> None:
+        self.seen.append(next(self.generator))
+
+
+@traced
+def collecting_inside_a_root() -> None:
+    gc.collect()
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12+ collects between bytecodes only")
+def test_a_generator_stepped_inside_a_collection_runs_its_later_steps_in_its_own_sequence(
+    trace: Capture,
+) -> None:
+    """A finalizer that steps a traced generator inside a collection (within a traced root
+    here) leaves the context value as it is; once the collection is over, the generator's next
+    step runs in its own sequence again, not in the one the finalizer ran in."""
+    generator = reporting()
+    own = next(generator)
+    seen: list[str | None] = []
+    gc.collect()
+    Stepping(generator, seen)
+    collecting_inside_a_root()
+    assert len(seen) == 1
+    assert next(generator) == own
+    assert own is not None
