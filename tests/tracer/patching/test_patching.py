@@ -55,15 +55,13 @@ FETCH = {"name": "fetch", "children": [{"name": "parse"}]}
 def test_fan_out_to_a_pool_continues_the_sequence(trace: Capture) -> None:
     with ThreadPoolExecutor(2) as pool:
         assert fan_out(pool) == [2, 4, 6]
-    assert trace.trees(strip=M) == [
-        {
-            "name": "fan_out",
-            "children": [
-                {**FETCH, "handoff": "thread"},  # a traced callable: its own node continues
-                {"name": "untraced_task", "handoff": "thread", "children": [FETCH]},
-                {"name": "untraced_task", "handoff": "thread", "children": [FETCH]},
-            ],
-        }
+    (tree,) = trace.trees(strip=M)
+    assert tree["name"] == "fan_out"
+    # the pool's two workers take the first two at once: which of them starts first varies
+    assert sorted(tree["children"], key=lambda child: child["name"]) == [
+        {**FETCH, "handoff": "thread"},  # a traced callable: its own node continues
+        {"name": "untraced_task", "handoff": "thread", "children": [FETCH]},
+        {"name": "untraced_task", "handoff": "thread", "children": [FETCH]},
     ]
     threads = {i.name.removeprefix(M): i.thread_name for i in trace.invocations()}
     assert threads["fan_out"] == "MainThread"
