@@ -215,6 +215,9 @@ static PyMethodDef module_methods[] = {
     {"release_pool", release_pool, METH_NOARGS,
      "Unmap the blocks kept for the next takes' encodings (an idle process gives them back)."},
     {"pool_bytes", pool_bytes, METH_NOARGS, "The bytes of the blocks kept for the next takes."},
+    {"hold_stacks", (PyCFunction)(void (*)(void))hold_stacks, METH_FASTCALL,
+     "hold_stacks(frames, depth): the frames of the stacks of sys._current_frames()'s result, "
+     "made now and held in a list (at most depth a stack, the calling thread's left out)."},
     {"stack_ids", (PyCFunction)(void (*)(void))stack_ids, METH_FASTCALL,
      "stack_ids(frames, known, intern, max_depth): (frame ids, lines) of a sampled stack, "
      "outermost first, from a frame and its callers or a list of frames innermost first; ids by "

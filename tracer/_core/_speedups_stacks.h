@@ -132,3 +132,53 @@ stack_ids(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyMem_Free(lines);
     return result;
 }
+
+/* hold_stacks(frames, depth): the frames of the stacks in `frames` (sys._current_frames()),
+ * each from its top outwards, at most `depth` a stack, the calling thread's left out, in a list
+ * that holds them. Making another thread's frame objects allocates; with the cyclic collector
+ * held off (the caller's doing, before 3.12) no collection starts here, so no finalizer runs and
+ * lets the GIL go while one is made: the other threads wait for the GIL throughout, and the
+ * walks after this meet frame objects made already (tracer/_sampling/sampler.py,
+ * current_frames). */
+static PyObject *
+hold_stacks(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "hold_stacks(frames, depth): frames must be a dict");
+        return NULL;
+    }
+    Py_ssize_t depth = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (depth == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *held = PyList_New(0);
+    if (held == NULL) {
+        return NULL;
+    }
+    unsigned long own = PyThread_get_thread_ident();
+    Py_ssize_t pos = 0;
+    PyObject *ident, *top;
+    while (PyDict_Next(args[0], &pos, &ident, &top)) {
+        if (!PyFrame_Check(top) || (PyLong_Check(ident) && PyLong_AsUnsignedLong(ident) == own)) {
+            PyErr_Clear();
+            continue;
+        }
+        PyFrameObject *frame = (PyFrameObject *)Py_NewRef(top);
+        for (Py_ssize_t i = 0; frame != NULL && i < depth; i++) {
+            if (PyList_Append(held, (PyObject *)frame) < 0) {
+                Py_DECREF(frame);
+                Py_DECREF(held);
+                return NULL;
+            }
+            PyFrameObject *back = PyFrame_GetBack(frame); /* made now, if it was not yet */
+            Py_DECREF(frame);
+            frame = back;
+        }
+        Py_XDECREF(frame);
+        if (PyErr_Occurred()) {
+            Py_DECREF(held);
+            return NULL;
+        }
+    }
+    return held;
+}

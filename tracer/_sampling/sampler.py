@@ -21,7 +21,12 @@ from typing import Any, Final
 
 from invoseq import wire
 from tracer._core import accel, context, recorder
-from tracer._sampling.active import in_event_loop, open_async_work, worth_sampling
+from tracer._sampling.active import (
+    MAX_COLLECTED,
+    in_event_loop,
+    open_async_work,
+    worth_sampling,
+)
 from tracer._sampling.output import SampleQueue, SampleTuple, record_of
 from tracer._sampling.pacing import Pacer
 from tracer._sampling.readings import Pending, Readings, cpu_clock
@@ -67,25 +72,43 @@ GAP_INTERVALS: Final = 4
 STOP_GRACE_S: Final = 1.0
 
 
+#: The C accelerator's ``hold_stacks`` (None: pure Python).
+_hold_stacks: Callable[[dict[int, FrameType], int], list[FrameType]] | None = (
+    None if accel.speedups is None else accel.speedups.hold_stacks
+)
+
 if sys.version_info < (3, 12):
 
-    def current_frames() -> dict[int, FrameType]:
-        """``sys._current_frames()`` with the cyclic collector held off. On 3.11 (before 3.11.9)
-        a collection that starts inside it runs finalizers while it holds the runtime's list of
-        threads; one that lets the GIL go (a socket's close, a lock, a join) lets another thread
-        take the GIL and wait for that list to start or end a thread: the process hangs
-        (python/cpython#106883, seen in this project's tests). 3.12 runs collections only
-        between bytecodes. A program that turned the collector off keeps it off."""
-        if not gc.isenabled():
-            return sys._current_frames()
-        gc.disable()
+    def current_frames() -> tuple[dict[int, FrameType], list[FrameType]]:
+        """``sys._current_frames()`` with the cyclic collector held off, and, with the C
+        accelerator, every frame of the other threads' stacks made as a frame object in the same
+        step and held for the tick. On 3.11 (before 3.11.9) a collection that starts inside
+        ``sys._current_frames()`` runs finalizers while it holds the runtime's list of threads;
+        one that lets the GIL go (a socket's close, a lock, a join) lets another thread take the
+        GIL and wait for that list to start or end a thread: the process hangs
+        (python/cpython#106883, seen in this project's tests). And a stack walk that makes
+        another thread's frame objects later (``f_back``) allocates: a collection that starts
+        there may run a finalizer that lets the GIL go, and that thread may return from the very
+        frame being made, which is then written after it is gone (the samplers of Sentry and
+        Datadog crashed so on 3.11: getsentry/sentry-python#6119, DataDog/dd-trace-py#13567).
+        With the frames held, the walks after meet frame objects made already and allocate
+        none. 3.12 runs collections only between bytecodes. A program that turned the collector
+        off keeps it off."""
+        enabled = gc.isenabled()
+        if enabled:
+            gc.disable()
         try:
-            return sys._current_frames()
+            frames = sys._current_frames()
+            held = [] if _hold_stacks is None else _hold_stacks(frames, MAX_COLLECTED)
+            return frames, held
         finally:
-            gc.enable()
+            if enabled:
+                gc.enable()
 
 else:
-    current_frames = sys._current_frames
+
+    def current_frames() -> tuple[dict[int, FrameType], list[FrameType]]:
+        return sys._current_frames(), []
 
 
 class Sampler:
@@ -217,7 +240,7 @@ class Sampler:
         threads = recorder.sampled_threads()
         if not threads:
             return False
-        frames = current_frames()
+        frames, _held = current_frames()  # _held: made in one step, kept till the return
         del frames[threading.get_ident()]  # no cycle through this frame (see _tick)
         excluded = self._exclude()
         inside = any(
@@ -378,7 +401,7 @@ class Sampler:
         main_only = {self._main_ident}
         if self._ticks is not None and threads.keys() | readings.pending.keys() <= main_only:
             return None
-        frames = current_frames()
+        frames, _held = current_frames()  # _held: made in one step, kept till the return
         # This thread's own frame holds ``frames``: left in, it would make a reference cycle
         # through every frame seen this tick, and the garbage collector (not reference counts)
         # would free their locals in any order, which crashes CPython 3.12 when one of them is
