@@ -138,8 +138,8 @@ def test_the_strands_table_is_swept_while_collections_inside_the_sweep_change_it
 ) -> None:
     """A sweep of the strands' table allocates as it goes; a collection starting there runs
     finalizers, and a traced generator's close takes its strand out of that table (done here by
-    a collector callback, at every collection, as such a finalizer would): the sweep reads a copy
-    (it once raised 'dictionary changed size during iteration')."""
+    a collector callback, at every collection, as such a finalizer would): the sweep lists the
+    table again (it once raised 'dictionary changed size during iteration')."""
     from tracer._core import hooks
 
     generators = [suspended() for _ in range(50)]
