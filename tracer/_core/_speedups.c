@@ -40,8 +40,9 @@
  * (records, their encoding, the tracer's memory),
  * _speedups_events.h (EncodedEvents, EventBuffer), _speedups_sources.h (buffer, clock, iid and
  * sequence id; RootValue), _speedups_wrapper.h (TracedFunction), _speedups_functions.h (the
- * module's functions) and _speedups_handlers.h (the instrumented code's handlers). The module's
- * method table and init stay here.
+ * module's functions), _speedups_handlers.h (the instrumented code's handlers) and
+ * _speedups_stacks.h (the sampler's stacks). The module's method table and init stay here, with
+ * gc_phase (a collection runs on this thread: see g_collecting).
  */
 
 #define PY_SSIZE_T_CLEAN

@@ -1,6 +1,7 @@
-/* tracer._core._speedups, one of its parts: stack_ids, a sampled stack's frame ids and lines
- * (tracer/_sampling/stacks.py's stack_of, in C). Included once by _speedups.c; see it for the
- * whole. */
+/* tracer._core._speedups, one of its parts: the sampler's stacks. stack_ids, a sampled stack's
+ * frame ids and lines (tracer/_sampling/stacks.py's stack_of, in C), and hold_stacks, every
+ * frame of the other threads' stacks made in one step (tracer/_sampling/sampler.py's
+ * current_frames). Included once by _speedups.c; see it for the whole. */
 
 /* Frames kept at most whatever max_depth says (stacks.py passes active.MAX_DEPTH, 512). */
 #define STACK_IDS_LIMIT 4096
