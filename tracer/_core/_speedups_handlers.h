@@ -172,6 +172,21 @@ of_sequence(PyObject *current, const char *seq)
         && memcmp(PyBytes_AS_STRING(first), seq, 16) == 0;
 }
 
+/* The step of the strand whose state is `state` runs under `value`: the ContextVar set to it,
+ * its token in state[2]; inside a collection on this thread nothing is set (Ellipsis there: see
+ * g_collecting). 0, or -1 with an error set. */
+static int
+step_set(PyObject *state, PyObject *value)
+{
+    PyObject *token =
+        collecting_here() ? Py_NewRef(Py_Ellipsis) : PyContextVar_Set(g_context_var, value);
+    if (token == NULL) {
+        return -1;
+    }
+    PyList_SetItem(state, 2, token);
+    return 0;
+}
+
 /* A step of the strand whose state is `state` begins on this thread. When the ContextVar holds
  * a value of the strand's own sequence, the step is an entry on the thread's stack (its iid and
  * sequence, that value, its code): the calls it makes nest under it as under a synchronous
@@ -200,31 +215,13 @@ step_begin(PyObject *state, PyObject *code, PyObject *frame)
             return 0;
         }
         Py_DECREF(current);
-        if (collecting_here()) { /* no ContextVar write inside a collection: see g_collecting */
-            PyList_SetItem(state, 2, Py_NewRef(Py_Ellipsis));
-            return 0;
-        }
-        PyObject *token = PyContextVar_Set(g_context_var, inner);
-        if (token == NULL) {
-            return -1;
-        }
-        PyList_SetItem(state, 2, token);
-        return 0;
+        return step_set(state, inner);
     }
     if (!PyBytes_CheckExact(seq) || PyBytes_GET_SIZE(seq) != 16
         || !fits_u64(PyList_GET_ITEM(state, 0), &iid)
         || !of_sequence(current, PyBytes_AS_STRING(seq))) {
         Py_DECREF(current);
-        if (collecting_here()) { /* as above: the step leaves the value as it is */
-            PyList_SetItem(state, 2, Py_NewRef(Py_Ellipsis));
-            return 0;
-        }
-        PyObject *token = PyContextVar_Set(g_context_var, value);
-        if (token == NULL) {
-            return -1;
-        }
-        PyList_SetItem(state, 2, token);
-        return 0;
+        return step_set(state, value);
     }
     PyObject *buffer = current_buffer();
     if (buffer == NULL) {
