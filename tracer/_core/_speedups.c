@@ -68,6 +68,7 @@
 
 #define MAX_NAME 1024         /* tracer.wire.MAX_NAME: an error's type name is cut to this */
 #define INITIAL_RECORDS 64    /* records preallocated per thread (4.5 KiB) */
+#define TAKE_PREFETCH_AHEAD 16 /* take() asks for the record this far ahead as it encodes */
 /* A drained array up to this size is kept as the thread's spare, and reused by its next take:
  * fresh pages cost a page fault each on first write (measured 4-15 us in a VM here: 60-250 ns a
  * record), so a busy thread must not record into new memory every drain. 262,144 records (18 MiB)

@@ -4,6 +4,7 @@ bytes exactly, and a taken buffer that keeps recording."""
 from __future__ import annotations
 
 import resource
+import sys
 import tracemalloc
 from typing import Any
 
@@ -117,6 +118,22 @@ def test_a_taken_buffer_keeps_recording_into_its_spare_array() -> None:
         taken = buffer.take()
         assert taken is not None
         assert taken.msgpack() == msgspec.msgpack.encode(events)
+    assert buffer.take() is None
+
+
+@needs_c_path
+def test_a_take_lets_go_of_what_its_events_held_even_when_one_fails_to_encode() -> None:
+    buffer = _speedups.EventBuffer()
+    name = "".join(["Custom", "Error"])  # a str of this test's own
+    unencodable = object()
+    before = [sys.getrefcount(name), sys.getrefcount(unencodable)]
+    buffer.append((2, 1, 5, name))
+    buffer.append((9, unencodable, 0))  # fits no record layout: msgspec encodes it, and cannot
+    buffer.append((2, 2, 6, name))
+    assert sys.getrefcount(name) == before[0] + 2
+    with pytest.raises(TypeError):
+        buffer.take()
+    assert [sys.getrefcount(name), sys.getrefcount(unencodable)] == before
     assert buffer.take() is None
 
 
