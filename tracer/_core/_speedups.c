@@ -143,6 +143,7 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 #include "_speedups_functions.h"
 #include "_speedups_handlers.h"
 #include "_speedups_stacks.h"
+#include "_speedups_send.h"
 
 static PyObject *
 after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
@@ -151,6 +152,7 @@ after_fork(PyObject *module, PyObject *Py_UNUSED(ignored))
     g_generation++;
     t_cache.buffer = NULL;
     pool_release(); /* the parent's blocks: the child's takes map their own */
+    reap_leases(1); /* the parent's messages: no I/O thread of the child's holds them */
     Py_RETURN_NONE;
 }
 
@@ -241,6 +243,15 @@ static PyMethodDef module_methods[] = {
      "monitor_throw(code, offset, exc): a strand resumed by throw() (PY_THROW)."},
     {"mark_code", (PyCFunction)(void (*)(void))mark_code, METH_FASTCALL,
      "mark_code(code, method, kind): the code is traced (its extra slot holds the entry)."},
+    {"send_body", (PyCFunction)(void (*)(void))send_body, METH_FASTCALL,
+     "send_body(socket, header, body): header, then body without a copy (held until libzmq is "
+     "done with it), as one message; None when ZeroMQ took it, else its errno (EAGAIN: no room)."},
+    {"zero_copy_available", zero_copy_available, METH_NOARGS,
+     "Whether send_body can be used: libzmq 4.1 or later is loaded (by pyzmq)."},
+    {"reap_sent", reap_sent, METH_NOARGS,
+     "Let go of the bodies libzmq is done with (their buffers can be reused)."},
+    {"leased_bodies", leased_bodies, METH_NOARGS,
+     "The bodies send_body gave ZeroMQ that reap_sent has not let go of yet."},
     {"gc_phase", (PyCFunction)(void (*)(void))gc_phase, METH_FASTCALL,
      "gc_phase(phase, info): a gc.callbacks entry: while a collection runs on a thread (before "
      "3.12), its handlers write no ContextVar."},

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
-from tracer._core import recorder
+from tracer._core import accel, recorder
 
 #: The kept buffers' memory in all (at most a quarter of the memory bound: ``Sender``), and the
 #: largest one kept: a batch with big attributes or many samples gets a buffer of its own, freed
@@ -37,6 +37,17 @@ KEEP_ONE_BYTES: Final = 4 * 1024 * 1024
 
 def _no_hold(size: int) -> None:
     pass
+
+
+def _nothing_leased() -> None:
+    pass
+
+
+#: Lets go of the bodies the C accelerator's send gave ZeroMQ and ZeroMQ is done with
+#: (``tracer._shipping.transport``): until then such a body is in use.
+_reap_sent: Final[Callable[[], None]] = (
+    _nothing_leased if accel.speedups is None else accel.speedups.reap_sent
+)
 
 
 class Bodies:
@@ -62,6 +73,7 @@ class Bodies:
         """``batch`` encoded into a free kept buffer, or into a new one the pool keeps if it
         has room; with the C accelerator tracemalloc does not count it as the program's. The
         caller counts its length as the batch's (until the batch is done with)."""
+        _reap_sent()  # bodies ZeroMQ is done with: free again
         free = self._free()
         buffer = bytearray() if free < 0 else self._kept[free]
         recorder.untracked_into(self._encode_into, batch, buffer)
