@@ -54,6 +54,16 @@ def received(socket: zmq.Socket[bytes]) -> list[bytes]:
     return socket.recv_multipart()[1:]  # without the DEALER's identity
 
 
+def send_once_connected(
+    transport: ZmqTransport, body: bytearray, socket: zmq.Socket[bytes]
+) -> None:
+    """Send ``body``: IMMEDIATE refuses it until the connection is up (bounded wait)."""
+    deadline = time.monotonic() + WAIT_S
+    while not transport.send(body):
+        assert time.monotonic() < deadline, "the connection never came up"
+        socket.poll(10)
+
+
 def connected(endpoint: str) -> ZmqTransport:
     transport = ZmqTransport(endpoint, window=8)
     assert transport._send_body is not None, "libzmq's functions were not found"
@@ -69,10 +79,7 @@ def test_a_body_sent_without_a_copy_arrives_as_encoded_and_is_let_go(
         body = bytearray(msgspec.msgpack.encode(list(range(100_000))))
         expected = bytes(body)
         alone = sys.getrefcount(body)
-        deadline = time.monotonic() + WAIT_S
-        while not transport.send(body):  # IMMEDIATE: refused until the connection is up
-            assert time.monotonic() < deadline, "the connection never came up"
-            socket.poll(10)
+        send_once_connected(transport, body, socket)
         assert received(socket) == [wire.BATCH_HEADER, expected]
         assert leases_let_go()
         assert sys.getrefcount(body) == alone
@@ -90,10 +97,7 @@ def test_a_body_zeromq_still_holds_is_never_written_over(
         # Far more than the socket's kernel buffers: ZeroMQ holds it until the router reads.
         big = [b"x" * 1024] * 3_000
         first = bodies.encode(big)
-        deadline = time.monotonic() + WAIT_S
-        while not transport.send(first):
-            assert time.monotonic() < deadline, "the connection never came up"
-            socket.poll(10)
+        send_once_connected(transport, first, socket)
         first_id = id(first)
         del first
         second = bodies.encode([2, "two"])
@@ -124,10 +128,7 @@ def test_closing_the_transport_lets_go_of_what_zeromq_held(
     transport = connected(endpoint)
     body = bytearray(b"y" * 8_000_000)  # the router never reads it
     alone = sys.getrefcount(body)
-    deadline = time.monotonic() + WAIT_S
-    while not transport.send(body):
-        assert time.monotonic() < deadline, "the connection never came up"
-        socket.poll(10)
+    send_once_connected(transport, body, socket)
     transport.close()  # LINGER 0: the message is dropped and its context ended
     assert _speedups.leased_bodies() == 0
     assert sys.getrefcount(body) == alone
