@@ -4,6 +4,10 @@ done with them."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -11,7 +15,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-import zmq
 
 from invoseq import wire
 from tests.tracer.core.implementations import _speedups, needs_c_path
@@ -21,6 +24,19 @@ from tracer._shipping.transport import ZmqTransport
 pytestmark = needs_c_path
 
 WAIT_S = 30.0
+
+#: A repository that prints each message's frames after the DEALER's identity: the first as hex,
+#: the second's SHA-256. Frozen (SIGSTOP), it reads
+#: nothing: a body larger than the socket's kernel buffers then stays ZeroMQ's.
+PEER = """
+import hashlib, sys, zmq
+socket = zmq.Context().socket(zmq.ROUTER)
+socket.bind(sys.argv[1])
+print("ready", flush=True)
+while True:
+    _, *frames = socket.recv_multipart()
+    print(frames[0].hex(), *(hashlib.sha256(frame).hexdigest() for frame in frames[1:]), flush=True)
+"""
 
 
 def leases_let_go() -> bool:
@@ -35,74 +51,92 @@ def leases_let_go() -> bool:
         time.sleep(0.001)  # libzmq's I/O thread sets a flag: there is nothing to wait on
 
 
+class Peer:
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", PEER, endpoint], stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdout is not None
+        self.output = self.process.stdout
+        assert self.output.readline().strip() == "ready"
+
+    def freeze(self) -> None:
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def received(self) -> str:
+        return self.output.readline().strip()  # bounded: the test's timeout kills the peer
+
+    def stop(self) -> None:
+        self.thaw()
+        self.process.kill()
+        self.process.wait(WAIT_S)
+        self.output.close()
+
+
 @pytest.fixture
-def router(tmp_path: Path) -> Iterator[tuple[zmq.Socket[bytes], str]]:
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    socket = context.socket(zmq.ROUTER)
-    socket.linger = 0
-    endpoint = f"ipc://{tmp_path}/repository.sock"
-    socket.bind(endpoint)
+def peer(tmp_path: Path) -> Iterator[Peer]:
+    running = Peer(f"ipc://{tmp_path}/repository.sock")
     try:
-        yield socket, endpoint
+        yield running
     finally:
-        socket.close()
-        context.term()
+        running.stop()
 
 
-def received(socket: zmq.Socket[bytes]) -> list[bytes]:
-    assert socket.poll(int(WAIT_S * 1000)), "nothing arrived"
-    return socket.recv_multipart()[1:]  # without the DEALER's identity
+def as_sent(body: bytes | bytearray) -> str:
+    """What the peer prints of a batch: its header frame, then its body's SHA-256."""
+    return f"{wire.BATCH_HEADER.hex()} {hashlib.sha256(body).hexdigest()}"
 
 
-def send_once_connected(
-    transport: ZmqTransport, body: bytearray, socket: zmq.Socket[bytes]
-) -> None:
+def send_once_connected(transport: ZmqTransport, body: bytearray) -> None:
     """Send ``body``: IMMEDIATE refuses it until the connection is up (bounded wait)."""
     deadline = time.monotonic() + WAIT_S
     while not transport.send(body):
         assert time.monotonic() < deadline, "the connection never came up"
-        socket.poll(10)
+        time.sleep(0.01)  # the connection comes up on ZeroMQ's I/O thread: nothing to wait on
 
 
-def connected(endpoint: str) -> ZmqTransport:
-    transport = ZmqTransport(endpoint, window=8)
+def connected(peer: Peer) -> ZmqTransport:
+    """A transport whose connection to ``peer`` is up (a small body sent and received)."""
+    transport = ZmqTransport(peer.endpoint, window=8)
     assert transport._send_body is not None, "libzmq's functions were not found"
+    send_once_connected(transport, bytearray(b"\x90"))
+    assert peer.received() == as_sent(b"\x90")
     return transport
 
 
-def test_a_body_sent_without_a_copy_arrives_as_encoded_and_is_let_go(
-    router: tuple[zmq.Socket[bytes], str],
-) -> None:
-    socket, endpoint = router
-    transport = connected(endpoint)
+def test_a_body_sent_without_a_copy_arrives_as_encoded_and_is_let_go(peer: Peer) -> None:
+    transport = connected(peer)
     try:
         body = bytearray(msgspec.msgpack.encode(list(range(100_000))))
-        expected = bytes(body)
         alone = sys.getrefcount(body)
-        send_once_connected(transport, body, socket)
-        assert received(socket) == [wire.BATCH_HEADER, expected]
+        assert transport.send(body)
+        assert peer.received() == as_sent(body)
         assert leases_let_go()
         assert sys.getrefcount(body) == alone
     finally:
         transport.close()
 
 
-def test_a_body_zeromq_still_holds_is_never_written_over(
-    router: tuple[zmq.Socket[bytes], str],
-) -> None:
-    socket, endpoint = router
-    transport = connected(endpoint)
+def test_a_body_zeromq_still_holds_is_never_written_over(peer: Peer) -> None:
+    transport = connected(peer)
     bodies = Bodies(msgspec.msgpack.Encoder().encode_into)
     try:
-        # Far more than the socket's kernel buffers: ZeroMQ holds it until the router reads.
-        big = [b"x" * 1024] * 3_000
+        peer.freeze()
+        big = [b"x" * 1024] * 3_000  # far more than the socket's kernel buffers hold
         first = bodies.encode(big)
-        send_once_connected(transport, first, socket)
+        expected = as_sent(first)
+        assert transport.send(first)
         first_id = id(first)
         del first
         second = bodies.encode([2, "two"])
-        assert id(second) != first_id  # the first is ZeroMQ's until it is sent
-        assert msgspec.msgpack.decode(received(socket)[1]) == big
+        assert id(second) != first_id  # the first is ZeroMQ's until the peer has read it
+        assert _speedups.leased_bodies() == 1
+        peer.thaw()
+        assert peer.received() == expected
         assert msgspec.msgpack.decode(second) == [2, "two"]
         assert leases_let_go()
     finally:
@@ -110,7 +144,7 @@ def test_a_body_zeromq_still_holds_is_never_written_over(
 
 
 def test_a_refused_body_is_let_go_at_once(tmp_path: Path) -> None:
-    transport = connected(f"ipc://{tmp_path}/nobody.sock")  # nothing listens: no connection
+    transport = ZmqTransport(f"ipc://{tmp_path}/nobody.sock", window=8)  # no connection
     try:
         body = bytearray(b"\x91\x01")
         alone = sys.getrefcount(body)
@@ -121,14 +155,14 @@ def test_a_refused_body_is_let_go_at_once(tmp_path: Path) -> None:
         transport.close()
 
 
-def test_closing_the_transport_lets_go_of_what_zeromq_held(
-    router: tuple[zmq.Socket[bytes], str],
-) -> None:
-    socket, endpoint = router
-    transport = connected(endpoint)
-    body = bytearray(b"y" * 8_000_000)  # the router never reads it
+def test_closing_the_transport_lets_go_of_what_zeromq_held(peer: Peer) -> None:
+    transport = connected(peer)
+    peer.freeze()
+    body = bytearray(b"y" * 8_000_000)  # the frozen peer reads none of it
     alone = sys.getrefcount(body)
-    send_once_connected(transport, body, socket)
+    assert transport.send(body)
+    _speedups.reap_sent()
+    assert _speedups.leased_bodies() == 1
     transport.close()  # LINGER 0: the message is dropped and its context ended
     assert _speedups.leased_bodies() == 0
     assert sys.getrefcount(body) == alone
