@@ -97,8 +97,8 @@ MAX_SEQUENCES: Final = 4096
 
 _get = context.current.get
 _capture = stack.capture  # the exact current invocation (tracer._core.stack)
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 
 #: The hand-off id a parent-id stands for (defined in tracer._core.ids, where adoption finds it

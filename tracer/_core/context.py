@@ -75,8 +75,8 @@ def current_sequence() -> str | None:
 def detached() -> Iterator[None]:
     """No sequence attached for the block: threads and processes started in it inherit none (the
     tracer's own threads, a pool's workers, which serve many sequences)."""
-    token = current.set(None)
+    token = set_current(None)
     try:
         yield
     finally:
-        current.reset(token)
+        reset_current(token)

@@ -21,8 +21,8 @@ BOUND_MARK: Final = "__invoseq_bound__"
 CARRIES_CONTEXT_MARK: Final = "__invoseq_carries_context__"
 
 _get = context.current.get
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 _clock = clock_module.now
 _lock = threading.RLock()  # reentrant: a finalizer may intern too (recorder._lock)
 _methods: dict[tuple[str, str, str, int], int] = {}

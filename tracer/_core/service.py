@@ -15,8 +15,8 @@ from tracer._core import context, decorator, ids, measured, recorder, stack
 
 T = TypeVar("T")
 
-_set: Final = context.current.set
-_reset: Final = context.current.reset
+_set: Final = context.set_current
+_reset: Final = context.reset_current
 
 
 def begin(name: str, *, opened: bool = True) -> measured.Measured | None:

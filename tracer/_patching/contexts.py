@@ -16,6 +16,8 @@ from tracer._core import context, recorder, stack
 
 _var: Final = context.current
 _get = context.current.get
+#: Writes into a copied context only, which holds its own reference to the mapping: not the
+#: write a collection can interrupt (context.set_current).
 _set = context.current.set
 _nested = stack.nested
 _COPIED_MARK: Final = "__invoseq_exact_copy__"

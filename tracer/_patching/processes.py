@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
 _get = context.current.get
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 #: How long a child waits, at the end of each task, for the repository to acknowledge its events.
 TASK_FLUSH_TIMEOUT_S = 2.0

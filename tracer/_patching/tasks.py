@@ -21,6 +21,8 @@ T = TypeVar("T")
 
 _get = context.current.get
 _capture = stack.capture  # the exact current invocation
+#: Writes into a copied context only, which holds its own reference to the mapping: not the
+#: write a collection can interrupt (context.set_current).
 _set = context.current.set
 
 

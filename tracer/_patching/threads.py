@@ -16,8 +16,8 @@ from tracer._core import context, handoff, stack
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 
 def _thread_target(thread: threading.Thread) -> Any:

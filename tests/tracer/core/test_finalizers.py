@@ -18,6 +18,7 @@ import tracer
 from tests.tracer.core.implementations import needs_c_path
 from tracer import traced
 from tracer._core import recorder
+from tracer.propagation import SequenceContext
 from tracer.testing import Capture, capture
 
 MODULE = __name__ + "."
@@ -203,3 +204,35 @@ def test_a_generator_stepped_inside_a_collection_runs_its_later_steps_in_its_own
     assert len(seen) == 1
     assert next(generator) == own
     assert own is not None
+
+
+class CycleContinuing:
+    """Garbage only the cyclic collector frees, whose finalizer continues a remote sequence (as
+    a finalizer making an HTTP call would) and notes what it sees inside."""
+
+    def __init__(self, value: SequenceContext, seen: list[str | None]) -> None:
+        self.me = self
+        self.value = value
+        self.seen = seen
+
+    def __del__(self) -> None:
+        with tracer.propagation.continue_with(self.value):
+            self.seen.append(tracer.current_sequence())
+
+
+def test_a_context_a_finalizer_attaches_inside_a_collection_is_written_only_after_311(
+    trace: Capture,
+) -> None:
+    """Every write of the tracer's context value (hand-offs, continuations, the integrations'),
+    not only the hot path's, writes nothing while its thread collects before 3.12: a finalizer
+    run there interrupts another write of the same context (see the test above). Since 3.12 a
+    collection runs between bytecodes, and the value is attached as anywhere else."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    value = tracer.propagation.extract({"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"})
+    assert value is not None
+    gc.collect()
+    seen: list[str | None] = []
+    CycleContinuing(value, seen)
+    gc.collect()
+    assert seen == [None if sys.version_info < (3, 12) else trace_id]
+    assert tracer.current_sequence() is None

@@ -50,8 +50,8 @@ UNKNOWN: Final = 2
 #: OpenTelemetry's context key that turns instrumentation off (``opentelemetry.context``).
 _SUPPRESSED: Final[str | None] = getattr(otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", None)
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 Pair = tuple[str, Any]
 

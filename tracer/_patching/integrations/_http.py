@@ -38,8 +38,8 @@ sending_reset: Final = _sending.reset
 #: True inside a request an excluded URL leaves untraced (what the framework runs for it, an
 #: endpoint FastAPI would trace, stays untraced too).
 excluding: contextvars.ContextVar[bool] = contextvars.ContextVar("invoseq_excluding", default=False)
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 
 #: The distinct path-template names a process gives requests with no route, at most.

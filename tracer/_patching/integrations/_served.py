@@ -21,8 +21,8 @@ from tracer._patching.integrations._http import sending_get as _sending_get
 from tracer._patching.integrations._http import sending_reset as _sending_reset
 from tracer._patching.integrations._http import sending_set as _sending_set
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 #: The environ's (or scope's) key of the ``Served`` request.
 KEY: Final = "invoseq.served"

@@ -21,8 +21,8 @@ FRAMEWORK: Final = "aiohttp"
 _serving: contextvars.ContextVar[_http.ServerRequest | None] = contextvars.ContextVar(
     "invoseq_aiohttp_serving", default=None
 )
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 Handle = Callable[[Any, Any], Awaitable[Any]]
 

@@ -59,8 +59,8 @@ PREFIX_KEY: Final = "invoseq.prefix"
 #: (a mount's ``"/static/{path}"``).
 FALLBACK_KEY: Final = "invoseq.fallback_route"
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 
 class ScopeHeaders(Getter[Scope]):

@@ -42,8 +42,8 @@ DISPATCH_UID: Final = "invoseq.celery.{}"
 #: Task classes whose method ids are remembered at most; past it the cache starts again.
 MAX_TASKS: Final = 4096
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 
 class Run:
@@ -66,7 +66,7 @@ class Run:
         self.method = method  # the task's function
         self.error: str | None = None  # what ``task_failure`` or ``task_retry`` names
         #: The context and the run found at the start, restored at the end.
-        self.token: contextvars.Token[context.Value | None] | None = None
+        self.token: object = None  # set_current's token (context.NOT_WRITTEN: nothing set)
         self.outer: contextvars.Token[Run | None] | None = None
 
     def attach(self) -> None:

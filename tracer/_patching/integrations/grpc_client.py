@@ -23,8 +23,8 @@ CONSTRUCTORS: Final = ("insecure_channel", "secure_channel")
 #: The fields of a sync call's ``ClientCallDetails``.
 DETAILS: Final = ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 Function = Callable[..., Any]
 

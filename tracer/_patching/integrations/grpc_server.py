@@ -32,8 +32,8 @@ KINDS: Final = {
 #: What a sync server reads off a behavior: carried over to ours.
 _BEHAVIOR_OPTIONS: Final = ("experimental_thread_pool",)
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 Behavior = Callable[..., Any]
 

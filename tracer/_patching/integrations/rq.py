@@ -31,8 +31,8 @@ FAILED: Final = "failed"
 #: The hand-off's name when the job's function has none we can read.
 UNNAMED: Final = "<rq job>"
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 #: The job whose run is measured now (``Job.func`` unwraps its traced function).
 _performing: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "invoseq_rq_performing", default=None

@@ -34,8 +34,8 @@ GUNICORN_WSGI_WORKERS: Final = frozenset(
     {"gunicorn.workers.sync", "gunicorn.workers.gthread", "gunicorn.workers.base_async"}
 )
 
-_set = context.current.set
-_reset = context.current.reset
+_set = context.set_current
+_reset = context.reset_current
 
 F = TypeVar("F", bound=Callable[..., Any])
 
