@@ -21,7 +21,7 @@ from tests.tracer.core.implementations import _speedups, needs_c_path
 from tracer._shipping.bodies import Bodies
 from tracer._shipping.transport import ZmqTransport
 
-pytestmark = needs_c_path
+pytestmark = [needs_c_path, pytest.mark.system]
 
 WAIT_S = 30.0
 
@@ -166,3 +166,21 @@ def test_closing_the_transport_lets_go_of_what_zeromq_held(peer: Peer) -> None:
     transport.close()  # LINGER 0: the message is dropped and its context ended
     assert _speedups.leased_bodies() == 0
     assert sys.getrefcount(body) == alone
+
+
+def test_a_forked_child_lets_go_of_the_bodies_its_parents_zeromq_held(peer: Peer) -> None:
+    transport = connected(peer)
+    try:
+        peer.freeze()
+        body = bytearray(b"z" * 8_000_000)  # the frozen peer reads none of it
+        assert transport.send(body)
+        _speedups.reap_sent()
+        assert _speedups.leased_bodies() == 1
+        child = os.fork()
+        if child == 0:  # no I/O thread here holds the parent's message
+            os._exit(0 if _speedups.leased_bodies() == 0 else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _speedups.leased_bodies() == 1  # the parent's is still ZeroMQ's
+    finally:
+        transport.close()
