@@ -520,7 +520,9 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t done = 0;
     for (; !failed && done < count; done++) {
         Record *record = &taken[done];
-        __builtin_prefetch(record + TAKE_PREFETCH_AHEAD);
+        if (done + TAKE_PREFETCH_AHEAD < count) {
+            __builtin_prefetch(record + TAKE_PREFETCH_AHEAD);
+        }
         offsets[done] = out.size;
         failed = put_record(&out, record) < 0;
         if (record_owns_object(record)) {
