@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import serve
+from benchmarks import real, serve
 from benchmarks.harness import Row, Target
 from benchmarks.postgres import PG_ENV
+from benchmarks.processes import RESULT_PREFIX
 from tracer.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,3 +209,23 @@ def test_the_requests_case_compares_each_traced_service_with_it_bare(tmp_path: P
     for kind in ("flask", "fastapi"):
         chunks = case["raw"][kind]["traced 10"]
         assert len(chunks["requests/s"]) == len(chunks["cpu µs a request"]) >= 3
+
+
+@pytest.mark.system
+def test_the_real_case_s_viztracer_records_every_call_it_is_compared_by(tmp_path: Path) -> None:
+    """The real case divides VizTracer's cost by the entries a profile function counts: that
+    is its cost only if VizTracer recorded them (under ``-m`` it recorded none, skipping every
+    event in its hook, and looked cheap)."""
+    params = {"passes": 1, "statements": 1}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    counted = subprocess.run(
+        real._command("bare", tmp_path, {**params, "count": True}),
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    entries = json.loads(counted.stdout.rsplit(RESULT_PREFIX, 1)[1])["entries"]
+    subprocess.run(
+        real._command("viztracer", tmp_path, params),
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert entries > 1_000
+    assert real._viztracer_entries(tmp_path / real.VIZ_OUTPUT) >= entries * real.VIZ_RECORDED
