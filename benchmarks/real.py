@@ -144,4 +144,21 @@ def run(settings: Settings) -> CaseResult:
         Row(NAME, "tracer: share of events dropped", max(dropped), "%",
             targets=(NOTHING_DROPPED,), note="the worst run"),
     ]  # fmt: skip
+    if sys.version_info >= (3, 12):
+        result.rows += _floor_rows(settings, env, median(theirs))
     return result
+
+
+def _floor_rows(settings: Settings, env: dict[str, str], viz_per_entry: float) -> list[Row]:
+    """What sys.monitoring alone adds to a traced call (benchmarks/real_floor.py), and that over
+    VizTracer's cost per entry: a floor under the per-entry ratio of any tool it tells of calls."""
+    params = {"statements": STATEMENTS, "floor": 5 if settings.quick else 11}
+    found = _run(_command("bare", settings.workdir, params), env)
+    ratio = found["floor_ns"] / viz_per_entry
+    below = " (the ratio's target is below it)" if ratio > VIZTRACER_RATIO.limit else ""
+    return [
+        Row(NAME, "sys.monitoring alone, no-op callbacks: ns per traced call", found["floor_ns"],
+            "ns", note=f"{found['starts']:,.0f} traced calls a pass, in the program's thread"),
+        Row(NAME, "sys.monitoring alone / VizTracer, per entry", ratio, "x", ratio=ratio,
+            note=f"the floor under the tracer's per-entry ratio{below}"),
+    ]  # fmt: skip

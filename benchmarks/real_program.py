@@ -7,7 +7,9 @@ Each pass is timed from inside, so start-up and the tool's report at exit are le
 time and the CPU time of the whole process (every thread: the tracer's sender and sampler too).
 Under the tracer the program reads ``tracer.stats()`` after its passes and a flush: the events
 sent and dropped. ``"count": true`` counts instead the calls a profile function sees in
-sqlparse's files (function calls and generator resumes: VizTracer's entries), in one pass.
+sqlparse's files (function calls and generator resumes: VizTracer's entries), in one pass;
+``"floor": N`` what ``sys.monitoring`` alone adds to a traced call, over N rounds
+(``benchmarks.real_floor``, 3.12+).
 
 ``python -m benchmarks.real_program '{"passes": 5, "statements": 12}'``
 """
@@ -73,6 +75,11 @@ def main() -> None:
     text = script(params["statements"])
     if params.get("count"):
         report_result({"entries": count_entries(text)})
+        return
+    if params.get("floor"):  # sys.monitoring's own cost, 3.12+ (benchmarks/real_floor.py)
+        from benchmarks.real_floor import floor
+
+        report_result(floor(params["statements"], params["floor"]))
         return
     passes: list[float] = []
     passes_cpu: list[float] = []
