@@ -251,13 +251,16 @@ def yield_(code: CodeType, offset: int, value: object) -> None:
         _internal_error(exc)
 
 
-def resume(code: CodeType, offset: int) -> None:
+def resume(code: CodeType, offset: int, depth: int = 1) -> None:
+    """A step of a strand begins: resumed (``depth`` 1: the strand's frame called this), or a
+    throw into it (``throw``, the frame one further out)."""
     try:
-        state = _strands.get(_getframe(1))
+        frame = _getframe(depth)
+        state = _strands.get(frame)
         if state is not None and state[2] is None:
             state[2] = _d._set(state[1] if state[4] is None else state[4])
         elif state is None and _untraced_strands:
-            untraced = _untraced_strands.get(_getframe(1))
+            untraced = _untraced_strands.get(frame)
             if untraced is not None and untraced[1] is None:
                 _untraced_step(untraced)
     except Exception as exc:
@@ -265,8 +268,10 @@ def resume(code: CodeType, offset: int) -> None:
 
 
 def throw(code: CodeType, offset: int, error: BaseException) -> None:
+    """A throw into a suspended strand (``generator.throw``, and ``close``: its finally, its
+    except clauses) begins a step as a resume does."""
     if id(code) in _registry:
-        resume(code, offset)
+        resume(code, offset, 2)
 
 
 def _items(table: dict[FrameType, list[Any]]) -> list[tuple[FrameType, list[Any]]]:

@@ -272,6 +272,47 @@ def test_generator_closed_early_ends_ok_and_send_throw_pass_through() -> None:
     assert [(i.status, i.error) for i in invocations] == [("ok", None)]
 
 
+def test_a_generator_left_early_or_thrown_into_runs_that_code_in_its_own_invocation() -> None:
+    """A loop that breaks out of a traced generator closes it: its finally runs, and the calls
+    it makes are the generator's, as are the calls of an except clause a throw lands in."""
+
+    @traced
+    def cleanup() -> None:
+        pass
+
+    @traced
+    def recover() -> None:
+        pass
+
+    @traced
+    def rows() -> Iterator[int]:
+        try:
+            while True:
+                try:
+                    yield 1
+                except KeyError:
+                    recover()
+        finally:
+            cleanup()
+
+    @traced
+    def first_row() -> int:
+        generator = rows()
+        next(generator)
+        generator.throw(KeyError("k"))
+        for row in generator:  # closed as the loop is left, by the last reference going
+            return row
+        return 0
+
+    with capture() as trace:
+        assert first_row() == 1
+        invocations = trace.invocations()
+    by_iid = {i.iid: i for i in invocations}
+    parents = {i.name.rsplit(".", 1)[-1]: by_iid[i.parent].name.rsplit(".", 1)[-1]
+               for i in invocations if i.parent}  # fmt: skip
+    assert parents == {"rows": "first_row", "recover": "rows", "cleanup": "rows"}
+
+
 def test_generator_that_raises_ends_with_error() -> None:
     @traced
     def broken() -> Iterator[int]:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 import tracer
-from tests.tracer.core.implementations import needs_c_path
 from tracer import traced
 from tracer._core import recorder
 from tracer.propagation import SequenceContext
@@ -112,7 +111,6 @@ class CycleSeeing:
         next(self.generator)
 
 
-@needs_c_path  # the pure hooks begin no step when the collector closes a generator
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12+ collects between bytecodes only")
 def test_a_generator_the_collector_closes_writes_no_context_value_inside_the_collection(
     trace: Capture,
