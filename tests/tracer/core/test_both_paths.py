@@ -59,6 +59,33 @@ async def coroutine():
     await asyncio.sleep(0)
     return leaf(1)
 
+@tracer.traced
+def closing(n):
+    try:
+        while True:
+            try:
+                yield leaf(n)
+            except KeyError:
+                leaf(-n)
+    finally:
+        leaf(n * 10)
+
+@tracer.traced
+async def cancelled():
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        leaf(8)
+
+async def cancel_one():
+    task = asyncio.ensure_future(cancelled())
+    await asyncio.sleep(0)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
 class Shop:
     @tracer.traced
     def price(self):
@@ -73,7 +100,14 @@ def root():
         except kind:
             pass
     list(numbers(3))
+    for _ in closing(4):  # closed as the loop is left: its finally's call is its own
+        break
+    rows = closing(6)
+    next(rows)
+    rows.throw(KeyError("k"))  # the except clause's call is the generator's
+    rows.close()
     asyncio.run(coroutine())
+    asyncio.run(cancel_one())  # a cancelled coroutine's finally
     Shop().price()
     handoff.record("thread", leaf)
     worker = threading.Thread(target=leaf, args=(5,), name="worker")
@@ -116,7 +150,8 @@ def test_both_implementations_send_byte_identical_batches(tmp_path: Path) -> Non
     assert {event[0] for event in events} == {0, 1, 2, 3}
     assert sum(event[0] == 0 for event in events) == sum(event[0] in (1, 2) for event in events)
     errors = [event[3] for event in events if event[0] == 2]
-    assert errors == ["ValueError", ("Ünïcode" + "e" * 1100)[: wire.MAX_NAME], "KeyError"]
+    long_name = ("Ünïcode" + "e" * 1100)[: wire.MAX_NAME]
+    assert errors == ["ValueError", long_name, "KeyError", "CancelledError"]
 
 
 FORK_PROGRAM = """
