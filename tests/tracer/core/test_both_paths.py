@@ -71,6 +71,30 @@ def closing(n):
         leaf(n * 10)
 
 @tracer.traced
+def delegating():
+    try:
+        yield from closing(7)
+    finally:
+        leaf(70)
+
+@tracer.traced
+async def async_rows():
+    try:
+        while True:
+            try:
+                yield leaf(1)
+            except KeyError:
+                leaf(-1)
+    finally:
+        leaf(10)
+
+async def leave_async_rows():
+    rows = async_rows()
+    await rows.__anext__()
+    await rows.athrow(KeyError("k"))
+    await rows.aclose()
+
+@tracer.traced
 async def cancelled():
     try:
         await asyncio.sleep(3600)
@@ -106,6 +130,11 @@ def root():
     next(rows)
     rows.throw(KeyError("k"))  # the except clause's call is the generator's
     rows.close()
+    rows = delegating()
+    next(rows)
+    rows.throw(KeyError("k"))  # through the yield from, into closing's except clause
+    rows.close()
+    asyncio.run(leave_async_rows())
     asyncio.run(coroutine())
     asyncio.run(cancel_one())  # a cancelled coroutine's finally
     Shop().price()
