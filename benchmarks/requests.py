@@ -9,8 +9,11 @@ work of its own (``WORK`` iterations of a loop in the view, about a millisecond)
 A load generator of our own (``benchmarks.load``, in this process) keeps four requests in
 flight, so the server always has the next one waiting: uvicorn keeps the connections alive;
 gunicorn's sync worker closes each one after its response (it has no keep-alive), so the client
-connects again. Every round sends ``requests`` requests to each of the four servers (bare and
-traced, 1 and 10 calls) in turn, the order reversed every other round. A row is the traced
+connects again. Each service is started three times bare and three times traced (``SERVERS``:
+two processes of the same server differ by a few percent for their whole life, here ±20 µs of
+its 0.7 ms a request, so one pair of them decided the ratio). Every round sends ``requests``
+requests to each variant (bare and traced, 1 and 10 calls) in turn, each to the next of its
+servers, the order reversed every other round. A row is the traced
 requests/s reached (the upper quartile of the rounds: the machine's other load only slows a
 chunk), its ratio to bare, and the per-request difference in ms; the fixed cost per request is
 the intercept of that difference at zero calls, from the 1- and 10-call routes. The medians, and
@@ -61,6 +64,10 @@ NAME: Final = "requests"
 WORK: Final = 20_000
 CALLS: Final = (1, 10)
 RATIO_TARGET: Final = Target("final", ">=", 0.9, on="ratio")
+#: Servers started for each of bare and traced, a round's chunks going to the next one in turn:
+#: one process of the same server serves a few percent faster or slower than another, as long
+#: as it lives (its memory's layout), which one pair of them would put into the ratio.
+SERVERS: Final = 3
 FIXED_TARGET: Final = Target("final", "<=", 0.1)
 
 COMMON: Final = f"""\
@@ -175,20 +182,23 @@ def serving(kind: str, traced: bool, workdir: Path, **settings: str) -> Iterator
 
 
 class _Variant:
-    """One server's chunks: requests/s, and CPU µs a request of its processes (the embedded
-    repository's apart) kept beside them."""
+    """One variant's chunks, each from the next of its servers in turn: requests/s, and CPU µs a
+    request of that server's processes (the embedded repository's apart) kept beside them."""
 
-    def __init__(self, port: int, pid: int, calls: int, requests: int) -> None:
-        self.port, self.pid, self.path, self.requests = port, pid, f"/calls/{calls}", requests
+    def __init__(self, servers: list[tuple[int, int]], calls: int, requests: int) -> None:
+        self.servers, self.path, self.requests = servers, f"/calls/{calls}", requests
         self.cpu: list[float] = []
         self.repository: list[float] = []
         self.client: list[float] = []
         self.warm = False
+        self.chunks = 0
 
     def __call__(self) -> float:
-        program, repository = process_tree(self.pid)
+        port, pid = self.servers[self.chunks % len(self.servers)]
+        self.chunks += 1
+        program, repository = process_tree(pid)
         before = cpu_ns(program), cpu_ns(repository), time.thread_time_ns()
-        took = load(self.port, self.path, self.requests)
+        took = load(port, self.path, self.requests)
         after = cpu_ns(program), cpu_ns(repository), time.thread_time_ns()
         if self.warm:  # the harness's warm-up chunk is not kept: nor are its CPU figures
             self.cpu.append((after[0] - before[0]) / 1000 / self.requests)
@@ -208,12 +218,17 @@ def run(settings: Settings) -> CaseResult:
     ):
         with ExitStack() as stack:
             servers = {
-                traced: stack.enter_context(serving(kind, traced, settings.workdir))
+                traced: [
+                    stack.enter_context(serving(kind, traced, settings.workdir))
+                    for _ in range(SERVERS)
+                ]
                 for traced in (False, True)
             }
+            for port, _ in servers[False] + servers[True]:
+                load(port, f"/calls/{CALLS[-1]}", 200)  # warm, each of them
             variants = {
                 f"{'traced' if traced else 'bare'} {calls}": _Variant(
-                    *servers[traced], calls, requests
+                    servers[traced], calls, requests
                 )
                 for traced in (False, True)
                 for calls in CALLS
