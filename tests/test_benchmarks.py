@@ -17,7 +17,6 @@ import pytest
 from benchmarks import real, serve
 from benchmarks.harness import Row, Target
 from benchmarks.postgres import PG_ENV
-from benchmarks.processes import RESULT_PREFIX
 from tracer.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,14 +217,7 @@ def test_the_real_case_s_viztracer_records_every_call_it_is_compared_by(tmp_path
     event in its hook, and looked cheap)."""
     params = {"passes": 1, "statements": 1}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    counted = subprocess.run(
-        real._command("bare", tmp_path, {**params, "count": True}),
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    entries = json.loads(counted.stdout.rsplit(RESULT_PREFIX, 1)[1])["entries"]
-    subprocess.run(
-        real._command("viztracer", tmp_path, params),
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+    entries = real._run(real._command("bare", tmp_path, {**params, "count": True}), env)["entries"]
+    real._run(real._command("viztracer", tmp_path, params), env)
     assert entries > 1_000
     assert real._viztracer_entries(tmp_path / real.VIZ_OUTPUT) >= entries * real.VIZ_RECORDED

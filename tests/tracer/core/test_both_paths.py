@@ -101,8 +101,8 @@ async def cancelled():
     finally:
         leaf(8)
 
-async def cancel_one():
-    task = asyncio.ensure_future(cancelled())
+async def cancel_one(coroutine):
+    task = asyncio.ensure_future(coroutine)
     await asyncio.sleep(0)
     task.cancel()
     try:
@@ -136,7 +136,7 @@ def root():
     rows.close()
     asyncio.run(leave_async_rows())
     asyncio.run(coroutine())
-    asyncio.run(cancel_one())  # a cancelled coroutine's finally
+    asyncio.run(cancel_one(cancelled()))  # a cancelled coroutine's finally
     Shop().price()
     handoff.record("thread", leaf)
     worker = threading.Thread(target=leaf, args=(5,), name="worker")

@@ -21,7 +21,7 @@ from tests.tracer.core.test_both_paths import DETERMINISTIC_PROGRAM
 SEEDS = range(40)
 
 #: An interpreter of op lists, every kind of traced callable in it (added to the deterministic
-#: program's definitions: leaf, fails).
+#: program's definitions: leaf, fails, cancel_one).
 INTERPRETER = """
 class Boom(Exception):
     pass
@@ -84,13 +84,7 @@ async def run_coroutine(mode, ops):
     if mode == "await":
         await coro(ops)
     elif mode == "cancel":
-        task = asyncio.ensure_future(coro(ops + [("leaf", 0)]))
-        await asyncio.sleep(0)
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+        await cancel_one(coro(ops + [("leaf", 0)]))
     else:  # "agen"
         rows = agen(ops)
         async for _ in rows:
