@@ -62,7 +62,20 @@ class Peer:
         assert self.output.readline().strip() == "ready"
 
     def freeze(self) -> None:
+        """Stop it (SIGSTOP) and wait (bounded) until each of its threads is stopped: the signal
+        is delivered to each thread on its own, and one still running reads what is sent."""
         os.kill(self.process.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + WAIT_S
+        while not self.stopped():
+            assert time.monotonic() < deadline, "the peer never stopped"
+            time.sleep(0.001)  # the kernel stops each thread: there is nothing to wait on
+
+    def stopped(self) -> bool:
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        return all(
+            (task / "stat").read_text().rpartition(")")[2].split()[0] == "T"
+            for task in tasks.iterdir()
+        )
 
     def thaw(self) -> None:
         os.kill(self.process.pid, signal.SIGCONT)
@@ -130,6 +143,8 @@ def test_a_body_zeromq_still_holds_is_never_written_over(peer: Peer) -> None:
         first = bodies.encode(big)
         expected = as_sent(first)
         assert transport.send(first)
+        _speedups.reap_sent()
+        assert _speedups.leased_bodies() == 1, "the frozen peer's socket took the whole body"
         first_id = id(first)
         del first
         second = bodies.encode([2, "two"])
