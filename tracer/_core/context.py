@@ -11,8 +11,10 @@ import sys
 
 TYPE_CHECKING = False  # typing's, without loading typing (mypy reads it as True)
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from typing import Final
+    from collections.abc import Callable, Iterator
+    from typing import Final, TypeVar
+
+    T = TypeVar("T")
 
 Current = tuple[bytes, int, int]
 #: What the ContextVar holds: a ``Current``, or one with its ``origin`` (a synchronous root's
@@ -57,10 +59,37 @@ if sys.version_info < (3, 12):
         if token is not NOT_WRITTEN:
             _reset(token)  # type: ignore[arg-type]
 
+    def guarded(
+        var: contextvars.ContextVar[T],
+    ) -> tuple[Callable[[T], object], Callable[[object], None]]:
+        """``var``'s set and reset under ``set_current``'s rule: the integrations' own
+        ContextVars (a request being served, a client call, a task running) are written where
+        the tracer's value is, by code a collection may run (a middleware's coroutine the
+        collector closes)."""
+        set_value = var.set
+        reset_value = var.reset
+
+        def set_guarded(value: T) -> object:
+            if _collecting and _collecting == _get_ident():
+                return NOT_WRITTEN
+            return set_value(value)
+
+        def reset_guarded(token: object) -> None:
+            if token is not NOT_WRITTEN:
+                reset_value(token)  # type: ignore[arg-type]
+
+        return set_guarded, reset_guarded
+
 else:  # 3.12+ collects only between bytecodes: a ContextVar write is never interrupted
     NOT_WRITTEN = object()
     set_current = current.set  # type: ignore[assignment]
     reset_current = current.reset  # type: ignore[assignment]
+
+    def guarded(
+        var: contextvars.ContextVar[T],
+    ) -> tuple[Callable[[T], object], Callable[[object], None]]:
+        """``var``'s own set and reset (a collection never interrupts them)."""
+        return var.set, var.reset  # type: ignore[return-value]
 
 
 def current_sequence() -> str | None:

@@ -6,6 +6,7 @@ for it) nor lose an event. Both hot paths run this (the suite runs once with INV
 
 from __future__ import annotations
 
+import contextvars
 import gc
 import sys
 import threading
@@ -16,7 +17,7 @@ import pytest
 
 import tracer
 from tracer import traced
-from tracer._core import recorder
+from tracer._core import context, recorder
 from tracer.propagation import SequenceContext
 from tracer.testing import Capture, capture
 
@@ -234,3 +235,42 @@ def test_a_context_a_finalizer_attaches_inside_a_collection_is_written_only_afte
     gc.collect()
     assert seen == [None if sys.version_info < (3, 12) else trace_id]
     assert tracer.current_sequence() is None
+
+
+class CycleWriting:
+    """Garbage only the cyclic collector frees, whose finalizer writes a ContextVar through
+    ``context.guarded`` (as an integration's coroutine the collector closes resets its own: a
+    request being served, a client call) and notes what it reads inside."""
+
+    def __init__(
+        self, variable: contextvars.ContextVar[str | None], seen: list[str | None]
+    ) -> None:
+        self.me = self
+        self.variable = variable
+        self.write, self.undo = context.guarded(variable)
+        self.seen = seen
+
+    def __del__(self) -> None:
+        token = self.write("inside")
+        try:
+            self.seen.append(self.variable.get())
+        finally:
+            self.undo(token)
+
+
+def test_an_integrations_context_variable_is_written_only_after_311_in_a_collection() -> None:
+    """The integrations' ContextVars (``tracer._patching.integrations``: a request served, a
+    client call, a task or job run) follow the tracer's own value's rule (the test above): none
+    is written while its thread collects before 3.12, and each is written as usual after."""
+    variable: contextvars.ContextVar[str | None] = contextvars.ContextVar("probe", default=None)
+    gc.collect()
+    seen: list[str | None] = []
+    CycleWriting(variable, seen)
+    gc.collect()
+    assert seen == [None if sys.version_info < (3, 12) else "inside"]
+    assert variable.get() is None
+    write, undo = context.guarded(variable)
+    token = write("outside")  # outside a collection: written on every version
+    assert variable.get() == "outside"
+    undo(token)
+    assert variable.get() is None

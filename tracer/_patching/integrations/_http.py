@@ -33,11 +33,12 @@ _sending: contextvars.ContextVar[ClientRequest | None] = contextvars.ContextVar(
 #: Its methods, for the request paths that test it inline (``sending_get() is not None``): bound
 #: once here, one module global of each request's own module (asgi, wsgi, _served).
 sending_get: Final = _sending.get
-sending_set: Final = _sending.set
-sending_reset: Final = _sending.reset
+#: Set and reset as every ContextVar of the tracer's is (``context.guarded``).
+sending_set, sending_reset = context.guarded(_sending)
 #: True inside a request an excluded URL leaves untraced (what the framework runs for it, an
 #: endpoint FastAPI would trace, stays untraced too).
 excluding: contextvars.ContextVar[bool] = contextvars.ContextVar("invoseq_excluding", default=False)
+excluding_set, excluding_reset = context.guarded(excluding)
 _set = context.set_current
 _reset = context.reset_current
 
@@ -260,16 +261,16 @@ def full_url(scheme: str, host: str, path: str, query: str) -> str:
     return f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
 
 
-def serving() -> contextvars.Token[ClientRequest | None] | None:
+def serving() -> object | None:
     """Mark the code of a served request as outside any client call (an in-process test client
     calling the app must not hide the app's own outgoing requests); undo with ``done_serving``.
     Outside any client call (a real server's requests) there is nothing to mark: None."""
-    return _sending.set(None) if _sending.get() is not None else None
+    return sending_set(None) if _sending.get() is not None else None
 
 
-def done_serving(token: contextvars.Token[ClientRequest | None] | None) -> None:
+def done_serving(token: object | None) -> None:
     if token is not None:
-        _sending.reset(token)
+        sending_reset(token)
 
 
 class ClientRequest:
@@ -303,7 +304,7 @@ class ClientRequest:
         self.call = call
         self.attributes: dict[str, measured.AttributeValue] = {URL: url}
         self.token = _set(call.value) if attach else None
-        self.sending = _sending.set(self) if attach else None
+        self.sending = sending_set(self) if attach else None
         self.written: str | None = None  # the traceparent of the latest hand-off written
         self.on_wire = False  # whether an attempt has sent ``written`` already
 
@@ -345,7 +346,7 @@ class ClientRequest:
         context)."""
         try:
             if self.sending is not None:
-                _sending.reset(self.sending)
+                sending_reset(self.sending)
             if self.token is not None:
                 _reset(self.token)
         except (ValueError, RuntimeError):  # finished in another context: leave them be

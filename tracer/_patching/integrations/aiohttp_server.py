@@ -21,6 +21,7 @@ FRAMEWORK: Final = "aiohttp"
 _serving: contextvars.ContextVar[_http.ServerRequest | None] = contextvars.ContextVar(
     "invoseq_aiohttp_serving", default=None
 )
+_serving_set, _serving_reset = context.guarded(_serving)
 _set = context.set_current
 _reset = context.reset_current
 
@@ -47,7 +48,7 @@ def patch_handle(http_exception: type[BaseException], owner: type) -> Callable[[
                 return await original(self, request)
             token = _set(served.value)
             serving = _http.serving()
-            current = _serving.set(served)
+            current = _serving_set(served)
             try:
                 response = await original(self, request)
             except http_exception as exc:
@@ -65,7 +66,7 @@ def patch_handle(http_exception: type[BaseException], owner: type) -> Callable[[
                 served.finish(None, exc)
                 raise
             finally:
-                _serving.reset(current)
+                _serving_reset(current)
                 _http.done_serving(serving)
                 _reset(token)
             served.response_headers(getattr(response, "headers", {}).items())

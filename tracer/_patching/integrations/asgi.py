@@ -155,11 +155,11 @@ class InvoseqMiddleware:
         patterns = options.excluded
         pattern = patterns.get(self.framework, patterns["*"])
         if pattern is not None and _options.excluded(self.framework, lambda: request_url(scope)):
-            excluding = _http.excluding.set(True)
+            excluding = _http.excluding_set(True)
             try:
                 await self.app(scope, receive, send)
             finally:
-                _http.excluding.reset(excluding)
+                _http.excluding_reset(excluding)
             return
         request = _http.begin_request(
             self.framework,
@@ -173,7 +173,7 @@ class InvoseqMiddleware:
         if options.capturing_request:
             request.capture(_http.header_items(scope, HEADERS))
         # an outer layer's list excluded it, this framework's own list does not: traced here
-        included = _http.excluding.set(False) if _http.excluding.get() else None
+        included = _http.excluding_set(False) if _http.excluding.get() else None
         scope[REQUEST_KEY] = request
         status: int | None = None
         capturing = options.capturing_response
@@ -199,7 +199,7 @@ class InvoseqMiddleware:
                 _sending_reset(serving)
             _reset(token)
             if included is not None:
-                _http.excluding.reset(included)
+                _http.excluding_reset(included)
         _finish(request, scope, status, None)
 
     async def _unmeasured(self, scope: Scope, receive: Receive, send: Send) -> None:

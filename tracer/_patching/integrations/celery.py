@@ -67,24 +67,24 @@ class Run:
         self.error: str | None = None  # what ``task_failure`` or ``task_retry`` names
         #: The context and the run found at the start, restored at the end.
         self.token: object = None  # set_current's token (context.NOT_WRITTEN: nothing set)
-        self.outer: contextvars.Token[Run | None] | None = None
+        self.outer: object = None  # _running_set's token
 
     def attach(self) -> None:
         """Make this the current run, its invocation the current one (when it is measured)."""
         if self.call is not None:
             self.token = _set(self.call.value)
-        self.outer = _running.set(self)
+        self.outer = _running_set(self)
 
     def detach(self) -> None:
         """Restore the context and the run found at the start (or clear them, when the run ends
         in another context than it began in)."""
         try:
             if self.outer is not None:
-                _running.reset(self.outer)
+                _running_reset(self.outer)
             if self.token is not None:
                 _reset(self.token)
         except (ValueError, RuntimeError):
-            _running.set(None)
+            _running_set(None)
             _set(None)
 
     def retried_by(self, headers: dict[str, Any]) -> bool:
@@ -109,6 +109,7 @@ class Run:
 _running: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "invoseq_celery_run", default=None
 )
+_running_set, _running_reset = context.guarded(_running)
 _methods: dict[type, int] = {}
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
+from tracer._core import context
 from tracer._patching.integrations import Hook, PatchSpec, _served, wsgi
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ PATCHED: Final = (
 
 #: The view of the endpoint being dispatched (what ``ensure_sync`` is about to get).
 _view: contextvars.ContextVar[Any] = contextvars.ContextVar("invoseq_flask_view", default=None)
+_view_set, _view_reset = context.guarded(_view)
 
 
 _measure = wsgi.measuring(FRAMEWORK)
@@ -63,11 +65,11 @@ def _hook(module: ModuleType) -> list[PatchSpec]:
             rule = current.url_rule
             served.name(FRAMEWORK, getattr(rule, "rule", None))
             endpoint = getattr(rule, "endpoint", None)
-            token = _view.set(None if endpoint is None else self.view_functions.get(endpoint))
+            token = _view_set(None if endpoint is None else self.view_functions.get(endpoint))
             try:
                 return original(self)
             finally:
-                _view.reset(token)
+                _view_reset(token)
 
         return functools.update_wrapper(naming, original)
 
@@ -77,7 +79,7 @@ def _hook(module: ModuleType) -> list[PatchSpec]:
             view = _view.get()
             if view is None or func is not view:
                 return call
-            _view.set(None)  # the view, once: not the error handler that may be the same
+            _view_set(None)  # the view, once: not the error handler that may be the same
             return _served.trace_call(view, call)
 
         return functools.update_wrapper(tracing, original)

@@ -41,6 +41,8 @@ _performing: contextvars.ContextVar[Any] = contextvars.ContextVar(
 _queue: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "invoseq_rq_queue", default=None
 )
+_performing_set, _performing_reset = context.guarded(_performing)
+_queue_set, _queue_reset = context.guarded(_queue)
 
 
 # -- enqueuing ------------------------------------------------------------------------------------
@@ -201,14 +203,14 @@ def patch_perform(original: Callable[..., Any]) -> Callable[..., Any]:
         if run is None:
             return original(self, *args, **kwargs)
         token = _set(run.call.value)
-        performing = _performing.set(self)
+        performing = _performing_set(self)
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
             _finish(run, exc)
             raise
         finally:
-            _performing.reset(performing)
+            _performing_reset(performing)
             _reset(token)
         _finish(run, None)
         return result
@@ -233,11 +235,11 @@ def patch_perform_job(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def perform_job(self: Any, job: Any, queue: Any, *args: Any, **kwargs: Any) -> Any:
         name = getattr(queue, "name", None)
-        token = _queue.set(name if isinstance(name, str) else None)
+        token = _queue_set(name if isinstance(name, str) else None)
         try:
             return original(self, job, queue, *args, **kwargs)
         finally:
-            _queue.reset(token)
+            _queue_reset(token)
             if getattr(self, "is_horse", False) is True:
                 # os._exit comes next (Worker.main_work_horse): a flush alone left every
                 # horse `lost` in cmr stats
