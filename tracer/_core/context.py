@@ -25,8 +25,6 @@ current: Final[contextvars.ContextVar[Value | None]] = contextvars.ContextVar(
     "invoseq_current", default=None
 )
 
-_set = current.set
-_reset = current.reset
 
 if sys.version_info < (3, 12):
     import gc
@@ -49,23 +47,14 @@ if sys.version_info < (3, 12):
 
     gc.callbacks.append(_gc_phase)
 
-    def set_current(value: Value | None) -> object:
-        """``current.set(value)``, except inside a collection on this thread (NOT_WRITTEN)."""
-        if _collecting and _collecting == _get_ident():
-            return NOT_WRITTEN
-        return _set(value)
-
-    def reset_current(token: object) -> None:
-        if token is not NOT_WRITTEN:
-            _reset(token)  # type: ignore[arg-type]
-
     def guarded(
         var: contextvars.ContextVar[T],
     ) -> tuple[Callable[[T], object], Callable[[object], None]]:
-        """``var``'s set and reset under ``set_current``'s rule: the integrations' own
-        ContextVars (a request being served, a client call, a task running) are written where
-        the tracer's value is, by code a collection may run (a middleware's coroutine the
-        collector closes)."""
+        """``var.set`` and ``var.reset``, except that inside a collection on this thread the set
+        writes nothing (its token NOT_WRITTEN) and the reset of that token undoes nothing. The
+        tracer's value and the integrations' own ContextVars (a request being served, a client
+        call, a task running) are written so: by code a collection may run (a traced
+        generator's close, a middleware's coroutine the collector closes)."""
         set_value = var.set
         reset_value = var.reset
 
@@ -79,6 +68,8 @@ if sys.version_info < (3, 12):
                 reset_value(token)  # type: ignore[arg-type]
 
         return set_guarded, reset_guarded
+
+    set_current, reset_current = guarded(current)
 
 else:  # 3.12+ collects only between bytecodes: a ContextVar write is never interrupted
     NOT_WRITTEN = object()
