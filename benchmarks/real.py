@@ -144,21 +144,25 @@ def run(settings: Settings) -> CaseResult:
         Row(NAME, "tracer: share of events dropped", max(dropped), "%",
             targets=(NOTHING_DROPPED,), note="the worst run"),
     ]  # fmt: skip
-    if sys.version_info >= (3, 12):
-        result.rows += _floor_rows(settings, env, median(theirs))
+    result.rows += _floor_rows(settings, env, median(theirs))
     return result
 
 
+#: How the interpreter tells the tracer of a call: what the floor rows measure alone.
+_TOLD: Final = "injected hooks" if sys.version_info < (3, 12) else "sys.monitoring"
+
+
 def _floor_rows(settings: Settings, env: dict[str, str], viz_per_entry: float) -> list[Row]:
-    """What sys.monitoring alone adds to a traced call (benchmarks/real_floor.py), and that over
-    VizTracer's cost per entry: a floor under the per-entry ratio of any tool it tells of calls."""
+    """What telling a tool of each traced call alone adds to it (benchmarks/real_floor.py: no-op
+    hooks, injected on 3.11, sys.monitoring's on 3.12+), and that over VizTracer's cost per
+    entry: a floor under the per-entry ratio of any tool the interpreter tells so."""
     params = {"statements": STATEMENTS, "floor": 5 if settings.quick else 11}
     found = _run(_command("bare", settings.workdir, params), env)
     ratio = found["floor_ns"] / viz_per_entry
     below = " (the ratio's target is below it)" if ratio > VIZTRACER_RATIO.limit else ""
     return [
-        Row(NAME, "sys.monitoring alone, no-op callbacks: ns per traced call", found["floor_ns"],
+        Row(NAME, f"{_TOLD} alone, doing nothing: ns per traced call", found["floor_ns"],
             "ns", note=f"{found['starts']:,.0f} traced calls a pass, in the program's thread"),
-        Row(NAME, "sys.monitoring alone / VizTracer, per entry", ratio, "x", ratio=ratio,
+        Row(NAME, f"{_TOLD} alone / VizTracer, per entry", ratio, "x", ratio=ratio,
             note=f"the floor under the tracer's per-entry ratio{below}"),
     ]  # fmt: skip

@@ -8,8 +8,8 @@ time and the CPU time of the whole process (every thread: the tracer's sender an
 Under the tracer the program reads ``tracer.stats()`` after its passes and a flush: the events
 sent and dropped. ``"count": true`` counts instead the calls a profile function sees in
 sqlparse's files (function calls and generator resumes: VizTracer's entries), in one pass;
-``"floor": N`` what ``sys.monitoring`` alone adds to a traced call, over N rounds
-(``benchmarks.real_floor``, 3.12+).
+``"floor": N`` what the interpreter alone adds to a traced call when it tells a tool of it
+(no-op hooks), over N rounds (``benchmarks.real_floor``).
 
 ``python -m benchmarks.real_program '{"passes": 5, "statements": 12}'``
 """
@@ -76,7 +76,7 @@ def main() -> None:
     if params.get("count"):
         report_result({"entries": count_entries(text)})
         return
-    if params.get("floor"):  # sys.monitoring's own cost, 3.12+ (benchmarks/real_floor.py)
+    if params.get("floor"):  # telling a tool, with no-op hooks (benchmarks/real_floor.py)
         from benchmarks.real_floor import floor
 
         report_result(floor(params["statements"], params["floor"]))

@@ -10,13 +10,15 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from benchmarks import real, serve
+from benchmarks import real, real_floor, real_program, serve
 from benchmarks.harness import Row, Target
 from benchmarks.postgres import PG_ENV
+from tracer._core import accel
 from tracer.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,3 +223,34 @@ def test_the_real_case_s_viztracer_records_every_call_it_is_compared_by(tmp_path
     real._run(real._command("viztracer", tmp_path, params), env)
     assert entries > 1_000
     assert real._viztracer_entries(tmp_path / real.VIZ_OUTPUT) >= entries * real.VIZ_RECORDED
+
+
+@pytest.mark.skipif(accel.speedups is None, reason="the floor's no-op hook is the C accelerator's")
+def test_the_real_floor_calls_its_hooks_at_every_traced_call_and_leaves_sqlparse_as_it_was() -> (
+    None
+):
+    """The floor under the real case (``benchmarks.real_floor``) times hooks that do nothing:
+    it counts the traced calls through the same instrumentation (the injected hooks on 3.11,
+    sys.monitoring's callbacks on 3.12+), and gives every function its own code, and the tool
+    id, back."""
+    functions = real_floor.traced_functions()
+    codes = {function: function.__code__ for function in functions}
+    found = real_floor.floor(1, 1)
+    text = real_program.script(1)
+    called: set[types.CodeType] = set()
+
+    def profile(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code in codes.values():
+            called.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        real_program.format_once(text)
+    finally:
+        sys.setprofile(None)
+    assert found["codes"] == len(functions) > 100
+    assert found["starts"] > 1_000
+    assert len(called) > 50  # the functions run with their own code: no hook in them
+    assert all(function.__code__ is code for function, code in codes.items())
+    if sys.version_info >= (3, 12):
+        assert sys.monitoring.get_tool(real_floor.TOOL) is None

@@ -180,6 +180,14 @@ gc_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* nothing(*args): None. What the floor benchmarks (benchmarks/real_floor.py) give the interpreter
+ * for each hook: a C call that does no work, as cheap to call as the tracer's own handlers. */
+static PyObject *
+nothing(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"set_refill", set_refill, METH_VARARGS,
      "set_refill(callback, overflow=None): callback(buffer, current) when a Start finds its "
@@ -252,6 +260,8 @@ static PyMethodDef module_methods[] = {
      "Let go of the bodies libzmq is done with (their buffers can be reused)."},
     {"leased_bodies", leased_bodies, METH_NOARGS,
      "The bodies send_body gave ZeroMQ that reap_sent has not let go of yet."},
+    {"nothing", (PyCFunction)(void (*)(void))nothing, METH_FASTCALL,
+     "nothing(*args): None, doing nothing: the floor benchmarks' hook, called as the handlers are."},
     {"gc_phase", (PyCFunction)(void (*)(void))gc_phase, METH_FASTCALL,
      "gc_phase(phase, info): a gc.callbacks entry: while a collection runs on a thread (before "
      "3.12), its handlers write no ContextVar."},
