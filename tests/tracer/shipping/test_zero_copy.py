@@ -18,12 +18,19 @@ import pytest
 
 from invoseq import wire
 from tests.tracer.core.implementations import _speedups, needs_c_path
+from tracer._shipping import bodies as bodies_module
 from tracer._shipping.bodies import Bodies
 from tracer._shipping.transport import ZmqTransport
 
 pytestmark = [needs_c_path, pytest.mark.system]
 
 WAIT_S = 30.0
+#: What a Unix socket's kernel buffers hold at most here, about: the sender's send buffer (its
+#: default size; a sent chunk is charged to it until the peer reads it). A body eight times as
+#: large stays ZeroMQ's while the peer is frozen, whatever the machine's setting.
+WMEM_DEFAULT = Path("/proc/sys/net/core/wmem_default")
+SOCKET_BUFFER = int(WMEM_DEFAULT.read_text()) if WMEM_DEFAULT.exists() else 212_992
+BIG = max(3_000_000, 8 * SOCKET_BUFFER)
 
 #: A repository that prints each message's frames after the DEALER's identity: the first as hex,
 #: the second's SHA-256. Frozen (SIGSTOP), it reads
@@ -134,12 +141,15 @@ def test_a_body_sent_without_a_copy_arrives_as_encoded_and_is_let_go(peer: Peer)
         transport.close()
 
 
-def test_a_body_zeromq_still_holds_is_never_written_over(peer: Peer) -> None:
+def test_a_body_zeromq_still_holds_is_never_written_over(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     transport = connected(peer)
-    bodies = Bodies(msgspec.msgpack.Encoder().encode_into)
+    monkeypatch.setattr(bodies_module, "KEEP_ONE_BYTES", 2 * BIG)  # the pool keeps the body
+    bodies = Bodies(msgspec.msgpack.Encoder().encode_into, keep_bytes=4 * BIG)
     try:
         peer.freeze()
-        big = [b"x" * 1024] * 3_000  # far more than the socket's kernel buffers hold
+        big = [b"x" * 1024] * (BIG // 1024)  # far more than the socket's kernel buffers hold
         first = bodies.encode(big)
         expected = as_sent(first)
         assert transport.send(first)
@@ -173,7 +183,7 @@ def test_a_refused_body_is_let_go_at_once(tmp_path: Path) -> None:
 def test_closing_the_transport_lets_go_of_what_zeromq_held(peer: Peer) -> None:
     transport = connected(peer)
     peer.freeze()
-    body = bytearray(b"y" * 8_000_000)  # the frozen peer reads none of it
+    body = bytearray(b"y" * max(8_000_000, BIG))  # the frozen peer reads none of it
     alone = sys.getrefcount(body)
     assert transport.send(body)
     _speedups.reap_sent()
@@ -187,7 +197,7 @@ def test_a_forked_child_lets_go_of_the_bodies_its_parents_zeromq_held(peer: Peer
     transport = connected(peer)
     try:
         peer.freeze()
-        body = bytearray(b"z" * 8_000_000)  # the frozen peer reads none of it
+        body = bytearray(b"z" * max(8_000_000, BIG))  # the frozen peer reads none of it
         assert transport.send(body)
         _speedups.reap_sent()
         assert _speedups.leased_bodies() == 1
