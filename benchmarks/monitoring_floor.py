@@ -5,7 +5,7 @@ most 1.5 times a sync call).
 ``python -m benchmarks.monitoring_floor`` (Python 3.12+; a few seconds) times, in one process,
 a call of ``f(x): return x`` and a whole generator of one item (``for _ in g(x)``), bare and then
 with ``PY_START``, ``PY_RESUME``, ``PY_YIELD`` and ``PY_RETURN`` enabled on their code and
-``_speedups.nothing`` for every callback (a C function that returns None, called as the tracer's
+``_speedups.hook_nothing`` for every callback (it returns None, and is called as the tracer's
 handlers are; an earlier version used ``slice`` for the three-argument events, which builds an
 object each time): the best of 21 rounds of 100,000, CPU time of this thread. A synchronous
 call raises two events, a generator of one item four (its start, its yield, the resume that
@@ -62,8 +62,8 @@ def main() -> None:
     from tracer._core import accel
 
     if accel.speedups is None:
-        raise SystemExit("the floor needs the C accelerator (its no-op hook, _speedups.nothing)")
-    nothing = accel.speedups.nothing
+        raise SystemExit("the floor needs the C accelerator (its no-op hook, _speedups)")
+    nothing = accel.speedups.hook_nothing
     bare = best(calls), best(generators)
     monitoring.use_tool_id(TOOL, "floor")
     try:

@@ -7,9 +7,11 @@ in its modules and classes; not dunders or lambdas, as the tracer leaves them ou
 expressions are not in a module's or a class's namespace) calling hooks that do nothing: on Python
 3.12+ ``sys.monitoring``'s ``PY_START``, ``PY_RESUME``, ``PY_YIELD`` and ``PY_RETURN`` enabled on
 their code objects, on 3.11 the same six hooks the tracer injects into their code
-(``tracer._core.inject``). Each hook is ``_speedups.nothing``, a C function that returns None:
-called the way the tracer's own handlers are (a C function taking its arguments as an array), so
-the floor is the call itself, not a callback's own work (an earlier version used ``slice`` for
+(``tracer._core.inject``). Each hook returns None and does nothing, and is called the way the
+tracer's own handlers are: ``_speedups.nothing`` on 3.11 (a builtin function, as the injected
+``monitor_*``), ``_speedups.hook_nothing`` on 3.12+ (an object whose vectorcall is the function,
+as the ``hook_*`` ``sys.monitoring`` calls), so the floor is the call itself, not a callback's
+own work (an earlier version used ``slice`` for
 the three-argument events, which builds an object each time: that tripled the 3.12 floor). The
 figure is the instrumented pass minus the bare pass, in this thread's CPU time (medians of
 ``rounds`` each), over the calls that start a pass: what telling a tool adds to each traced
@@ -79,10 +81,13 @@ def _traced(function: types.FunctionType) -> bool:
 
 
 def _nothing() -> Callable[..., None]:
+    """The no-op hook, of the kind the tracer's own handlers are on this Python."""
     speedups = accel.speedups
     if speedups is None:
-        raise RuntimeError("the floor needs the C accelerator (its no-op hook, _speedups.nothing)")
-    nothing: Callable[..., None] = speedups.nothing
+        raise RuntimeError("the floor needs the C accelerator (its no-op hooks, _speedups)")
+    nothing: Callable[..., None] = (
+        speedups.nothing if sys.version_info < (3, 12) else speedups.hook_nothing
+    )
     return nothing
 
 

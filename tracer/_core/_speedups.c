@@ -180,14 +180,6 @@ gc_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* nothing(*args): None. What the floor benchmarks (benchmarks/real_floor.py) give the interpreter
- * for each hook: a C call that does no work, as cheap to call as the tracer's own handlers. */
-static PyObject *
-nothing(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef module_methods[] = {
     {"set_refill", set_refill, METH_VARARGS,
      "set_refill(callback, overflow=None): callback(buffer, current) when a Start finds its "

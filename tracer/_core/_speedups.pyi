@@ -113,6 +113,7 @@ class MonitorHook:
     def __call__(self, code: CodeType, offset: int, value: object = ..., /) -> None: ...
 
 hook_start: MonitorHook
+hook_nothing: MonitorHook
 hook_return: MonitorHook
 hook_unwind: MonitorHook
 hook_yield: MonitorHook

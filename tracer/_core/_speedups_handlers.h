@@ -842,6 +842,16 @@ HOOK_ENTRY(monitor_yield)
 HOOK_ENTRY(monitor_resume)
 HOOK_ENTRY(monitor_throw)
 
+/* nothing(*args): None. The floor benchmarks' hook (benchmarks/real_floor.py): a call that does
+ * no work, made as the handlers' are (the builtin `nothing` on 3.11, `hook_nothing` on 3.12+). */
+static PyObject *
+nothing(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_RETURN_NONE;
+}
+
+HOOK_ENTRY(nothing)
+
 static PyObject *
 hook_repr(MonitorHook *self)
 {
@@ -869,6 +879,7 @@ add_hooks(PyObject *module)
         {"hook_start", monitor_start_vectorcall},   {"hook_return", monitor_return_vectorcall},
         {"hook_unwind", monitor_unwind_vectorcall}, {"hook_yield", monitor_yield_vectorcall},
         {"hook_resume", monitor_resume_vectorcall}, {"hook_throw", monitor_throw_vectorcall},
+        {"hook_nothing", nothing_vectorcall},
     };
     for (size_t i = 0; i < sizeof(hooks) / sizeof(hooks[0]); i++) {
         MonitorHook *hook = PyObject_New(MonitorHook, &MonitorHookType);
