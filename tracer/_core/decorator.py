@@ -80,6 +80,16 @@ def now() -> int:
     return _clock()
 
 
+#: The C accelerator's generator of sequence ids (ids.new_seq's layout, 25 ns against 170).
+_drawn_seq: Final = ids.new_seq if _accel.speedups is None else _accel.speedups.new_seq
+
+
+def new_seq() -> bytes:
+    """A new sequence id, from the same source as the traced calls' roots (tests may replace
+    it): a request or a task that starts a sequence."""
+    return _drawn_seq() if _new_seq is ids.new_seq else _new_seq()
+
+
 def _sync_sources() -> None:
     """Tell the C wrapper what the sources are now (None: its own, which are the defaults)."""
     speedups = _accel.speedups

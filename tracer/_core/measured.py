@@ -21,7 +21,7 @@ from invoseq.events import (
     TAG_ERROR,
     TAG_START,
 )
-from tracer._core import adoption, budget, context, decorator, forking, ids, recorder, stack
+from tracer._core import adoption, budget, context, decorator, forking, recorder, stack
 
 MAX_NAMES: Final = 4096
 _I64: Final = 2**63
@@ -171,7 +171,7 @@ def begin(start_from: context.Current | None = None) -> Measured | None:
             return None
         if current is None and adoption.loaded:
             current = adoption.adopt()
-        seq, parent, hid = (ids.new_seq(), 0, 0) if current is None else current
+        seq, parent, hid = (decorator.new_seq(), 0, 0) if current is None else current
         if not seq:  # the untraced marker of a call past the memory bound
             return None
         call = Measured(seq, parent, hid, decorator._next_iid(), decorator._clock())

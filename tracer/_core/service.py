@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from invoseq.events import SERVICE_MODULE
-from tracer._core import context, decorator, ids, measured, recorder, stack
+from tracer._core import context, decorator, measured, recorder, stack
 
 T = TypeVar("T")
 
@@ -73,7 +73,7 @@ def run_at_top(name: str, work: Callable[[], T]) -> T:
     try:
         if not decorator.recording() or stack.active():
             return work()
-        call = measured.Measured(ids.new_seq(), 0, 0, decorator.next_iid(), decorator.now())
+        call = measured.Measured(decorator.new_seq(), 0, 0, decorator.next_iid(), decorator.now())
     except Exception as exc:
         recorder.internal_error(exc)
         return work()

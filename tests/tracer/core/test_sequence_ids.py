@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import synthetic
 from tracer._core import accel, ids
+from tracer.testing import capture
 
 DRAWS: list[tuple[str, Callable[[], bytes]]] = [("python", ids.new_seq)]
 if accel.speedups is not None:
@@ -56,3 +57,25 @@ def test_synthetic_traffic_draws_its_ids_as_the_tracer_does() -> None:
     second = (synthetic.CLOCK_OFFSET_NS + clock_ns) // 10**9
     assert seq >> (128 - ids.SECOND_BITS) == second & 0xFFFF
     assert seq & ids.NONZERO_BIT
+
+
+def test_a_measured_request_draws_its_sequence_from_the_traced_calls_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request, a task or the service's start (``measured.begin``) draws a new sequence the way
+    a traced root does: the accelerator's generator when it is there, a test's replacement of
+    ``decorator._new_seq`` when there is one."""
+    from tracer._core import decorator, measured
+
+    with capture(sample_interval_ms=0):
+        call = measured.begin(None)
+        assert call is not None
+        call.finish(measured.method("tests", "request"))
+        assert int.from_bytes(call.seq[:2], "big") in {
+            second & 0xFFFF for second in range(int(time.time()) - 2, int(time.time()) + 1)
+        }
+        monkeypatch.setattr(decorator, "_new_seq", lambda: (7).to_bytes(16, "big"))
+        call = measured.begin(None)
+        assert call is not None
+        call.finish(measured.method("tests", "request"))
+        assert call.seq == (7).to_bytes(16, "big")

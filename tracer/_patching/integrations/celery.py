@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer import propagation
-from tracer._core import context, handoff, ids, lifecycle, measured, recorder, stack
+from tracer._core import context, decorator, handoff, lifecycle, measured, recorder, stack
 from tracer._patching.integrations import Hook, PatchSpec, _links
 
 #: The message header of a link (linked mode).
@@ -202,7 +202,7 @@ def _begin(
         return measured.begin(propagation.extract(incoming)), None
     kind, _, text = link.rpartition(":")
     attributes = _links.link_attributes(text, kind or LINK_KIND)
-    return measured.begin((ids.new_seq(), 0, 0)), attributes
+    return measured.begin((decorator.new_seq(), 0, 0)), attributes
 
 
 def _method(task: Any) -> int:
