@@ -97,7 +97,12 @@ static PyObject *g_adopt;         /* NULL: a root draws a new sequence; else a c
 static PyObject *g_adopt_var;     /* NULL: ask g_adopt at every root; else ask it only when ... */
 static PyObject *g_adopt_key;     /* ... this key is in the mapping this ContextVar holds */
 static int g_disabled;
-static PyObject *g_overflow;      /* recorder: counts a call run untraced inside an untraced root */
+/* budget.py's memory was given back (budget_changed()) this many times: a refusal remembered
+ * in an earlier epoch is asked again. */
+static uint64_t g_budget_epoch = 1;
+/* The calls run untraced past the memory bound that were counted here, not by budget.overflow:
+ * since the process started (budget.take_overflow reads the difference). */
+static unsigned long long g_overflowed;
 static PyObject *g_refill;        /* budget.refill(buffer, current): more allowance, or False
                                      (the call runs untraced, counted); NULL: no bound */
 static Py_ssize_t g_spare_records; /* the records of every buffer's spare array */
@@ -181,10 +186,14 @@ gc_phase(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef module_methods[] = {
-    {"set_refill", set_refill, METH_VARARGS,
-     "set_refill(callback, overflow=None): callback(buffer, current) when a Start finds its "
-     "buffer at its limit returns whether it may record (None: no limit); overflow() counts a "
-     "call run untraced inside an untraced root"},
+    {"set_refill", set_refill, METH_O,
+     "set_refill(callback): callback(buffer, current) when a Start finds its buffer at its "
+     "limit returns whether it may record (None: no limit): False also says that the same "
+     "sequence's next calls are refused too until budget_changed()"},
+    {"budget_changed", budget_changed, METH_NOARGS,
+     "The memory bound gave memory back: the refusals remembered since are asked again."},
+    {"overflowed", overflowed, METH_NOARGS,
+     "The calls run untraced past the memory bound that C counted, since the process started."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(context_var, internal_error, thread_events, encode, decode): what it uses."},
     {"set_enabled", set_enabled, METH_O, "Turn recording on or off (decorator.set_enabled)."},

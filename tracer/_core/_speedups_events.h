@@ -286,6 +286,11 @@ typedef struct {
     StackEntry *stack;
     Py_ssize_t depth, stack_capacity;
     Py_ssize_t limit; /* the allowance: a Start past it asks g_refill (budget.py writes it) */
+    /* The last refusal of g_refill (see within_allowance): in which g_budget_epoch (0: none to
+     * remember), and for which sequence (refused_named 0: a call with none, a root). */
+    uint64_t refused_epoch;
+    uint8_t refused_seq[16];
+    char refused_named;
 } EventBuffer;
 
 static PyTypeObject EventBufferType;

@@ -7,15 +7,24 @@
  */
 
 static PyObject *
-set_refill(PyObject *module, PyObject *args)
+set_refill(PyObject *module, PyObject *callback)
 {
-    PyObject *callback, *overflow = Py_None;
-    if (!PyArg_ParseTuple(args, "O|O:set_refill", &callback, &overflow)) {
-        return NULL;
-    }
     Py_XSETREF(g_refill, callback == Py_None ? NULL : Py_NewRef(callback));
-    Py_XSETREF(g_overflow, overflow == Py_None ? NULL : Py_NewRef(overflow));
+    g_budget_epoch++;
     Py_RETURN_NONE;
+}
+
+static PyObject *
+budget_changed(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    g_budget_epoch++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+overflowed(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromUnsignedLongLong(g_overflowed);
 }
 
 static PyObject *

@@ -358,9 +358,41 @@ stack_pop(EventBuffer *buffer, Py_ssize_t index, uint64_t iid)
     }
 }
 
+/* The 16-byte sequence of a context value (an open root's, or a (seq, ...) tuple's), or NULL. */
+static const uint8_t *
+sequence_of(PyObject *value)
+{
+    if (Py_IS_TYPE(value, &RootValueType)) {
+        return ((RootValue *)value)->seq;
+    }
+    if (PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) >= 1) {
+        PyObject *seq = PyTuple_GET_ITEM(value, 0);
+        if (PyBytes_CheckExact(seq) && PyBytes_GET_SIZE(seq) == 16) {
+            return (const uint8_t *)PyBytes_AS_STRING(seq);
+        }
+    }
+    return NULL;
+}
+
+/* Whether `seen` (None, or a context value) is the sequence of the buffer's last refusal. */
+static inline int
+refused_before(EventBuffer *buffer, PyObject *seen)
+{
+    if (seen == Py_None) {
+        return !buffer->refused_named;
+    }
+    const uint8_t *seq = buffer->refused_named ? sequence_of(seen) : NULL;
+    return seq != NULL && memcmp(seq, buffer->refused_seq, 16) == 0;
+}
+
 /* Whether the thread may record another Start: under its allowance, or budget.refill reserved
  * more (1). Past it, refill counts the call as overflow (dropped, its sequence, read from
- * `current`, lossy) and the call runs untraced, Start and End alike (0); -1: refill failed. */
+ * `current`, lossy) and the call runs untraced, Start and End alike (0); -1: refill failed.
+ * A refusal refill says holds (False: the bound is spent, and the call's sequence is named
+ * lossy already, or it has none) is remembered with its sequence: that sequence's next calls
+ * are counted here, with no Python call, until the bound gives memory back (budget_changed).
+ * A program the repository cannot keep up with would otherwise pay a Python call for every
+ * call it makes untraced, more than recording it costs. */
 static int
 within_allowance(EventBuffer *buffer, PyObject *current)
 {
@@ -368,8 +400,22 @@ within_allowance(EventBuffer *buffer, PyObject *current)
         return 1;
     }
     PyObject *seen = is_closed(current) ? Py_None : current;
+    if (buffer->refused_epoch == g_budget_epoch && refused_before(buffer, seen)) {
+        g_overflowed++;
+        return 0;
+    }
     PyObject *result = PyObject_CallFunctionObjArgs(g_refill, (PyObject *)buffer, seen, NULL);
     int granted = result == NULL ? -1 : PyObject_IsTrue(result);
+    if (granted == 0 && result == Py_False) {
+        const uint8_t *seq = seen == Py_None ? NULL : sequence_of(seen);
+        if (seen == Py_None || seq != NULL) {
+            buffer->refused_epoch = g_budget_epoch;
+            buffer->refused_named = seq != NULL;
+            if (seq != NULL) {
+                memcpy(buffer->refused_seq, seq, 16);
+            }
+        }
+    }
     Py_XDECREF(result);
     return granted;
 }
@@ -390,16 +436,13 @@ inside_untraced_root(EventBuffer *buffer, PyObject *current)
            && (current == Py_None || is_closed(current));
 }
 
-/* Count a call run untraced inside an untraced root (g_overflow). 0, or -1 with an error set. */
+/* Count a call run untraced inside an untraced root: it has no sequence to name, so it is
+ * counted here (budget.take_overflow adds these). Always 0. */
 static int
 count_untraced_root(void)
 {
-    if (g_overflow == NULL) {
-        return 0;
-    }
-    PyObject *result = PyObject_CallNoArgs(g_overflow);
-    Py_XDECREF(result);
-    return result == NULL ? -1 : 0;
+    g_overflowed++;
+    return 0;
 }
 
 /* The start of a synchronous invocation. 0: begun; 1: past the memory bound, run untraced;

@@ -47,6 +47,15 @@ def _no_op() -> None:
     pass
 
 
+#: Tells the C accelerator that memory came back (``_speedups.budget_changed``): the refusals it
+#: remembers (``refill``'s False) are asked again. Called wherever ``_free`` grows.
+_changed: Callable[[], None] = _no_op if _accel.speedups is None else _accel.speedups.budget_changed
+#: The calls the C accelerator counted past the bound, since the process started.
+_c_overflowed: Callable[[], int] = (
+    (lambda: 0) if _accel.speedups is None else _accel.speedups.overflowed
+)
+
+
 #: Called (outside the lock) when a thread reserved and the threads now hold more than a quarter
 #: of the bound: the sender sets it to wake its worker, so a busy program is drained early.
 on_threads_full: Callable[[], None] = _no_op
@@ -65,16 +74,24 @@ def configure(max_bytes: int) -> None:
         _total = max_bytes
         _chunk = max(1, min(MAX_CHUNK_EVENTS, max_bytes // EVENT_BYTES // 64))
         _busy = False
+    _changed()
 
 
-def refill(sink: Sink, current: Sequence[Any] | None) -> bool:
+def refill(sink: Sink, current: Sequence[Any] | None) -> bool | None:
     """The slow path of a Start whose thread reached its allowance: reserve another chunk and
-    return True, or count the call as overflow (it runs untraced) and return False."""
+    return True, or count the call as overflow (it runs untraced) and return False or None.
+    False: the bound is spent and the call's sequence is named lossy (or it has none), so the
+    next calls of that sequence would be refused and counted alike until memory comes back
+    (``_changed``): the C accelerator counts them itself meanwhile. None: ask again next time
+    (another thread held the lock, or the sequence is past the names kept: each call moves the
+    unnamed window's end)."""
     global _busy
-    granted = full = False
+    granted = full = busy = False
     if _free >= EVENT_BYTES:
         with _lock:
-            if not _busy:
+            if _busy:
+                busy = True
+            else:
                 _busy = True
                 try:
                     granted = _grant(sink, len(sink))
@@ -87,6 +104,8 @@ def refill(sink: Sink, current: Sequence[Any] | None) -> bool:
         on_reserved()
         return True
     overflow(current)
+    if busy or (current is not None and current[0] not in _overflow_seqs):
+        return None
     return False
 
 
@@ -121,6 +140,8 @@ def hand_over(sink: Sink) -> int:
         _held += count * EVENT_BYTES
         if count and _free >= EVENT_BYTES:
             _grant(sink, len(sink) - count)  # as it will hold once the sender took them
+    if unused > 0:
+        _changed()
     return count
 
 
@@ -140,6 +161,7 @@ def forget(sink: Sink) -> None:
     with _lock:
         _free += (sink.limit - len(sink)) * EVENT_BYTES
         sink.limit = len(sink)
+    _changed()
 
 
 def hold(size: int) -> None:
@@ -150,6 +172,8 @@ def hold(size: int) -> None:
     with _lock:
         _free -= size
         _held += size
+    if size < 0:
+        _changed()
 
 
 def in_use() -> int:
@@ -168,6 +192,10 @@ def held() -> int:
 # -- calls left untraced past the bound -------------------------------------------------------
 
 _overflow_calls = 0
+#: ``_c_overflowed()`` at the last take: the C accelerator's count goes on from there.
+_c_taken = 0
+#: Every call ``overflow`` counted since the process started (``overflowed``).
+_overflow_total = 0
 _overflow_seqs: set[bytes] = set()
 _MAX_OVERFLOW_SEQS: Final = 1024
 #: When the first and the last call past ``_MAX_OVERFLOW_SEQS`` named sequences ran (the
@@ -179,8 +207,9 @@ def overflow(current: Sequence[Any] | None) -> None:
     """A traced call ran untraced because the process's bound was reached (the sender cannot
     keep up): count its two events, and remember its sequence (when it had one) as lossy; past
     the names kept, the time of the call (only then is the clock read)."""
-    global _overflow_calls, _unnamed_first, _unnamed_last
+    global _overflow_calls, _overflow_total, _unnamed_first, _unnamed_last
     _overflow_calls += 1
+    _overflow_total += 1
     if current is not None:
         if len(_overflow_seqs) < _MAX_OVERFLOW_SEQS:
             _overflow_seqs.add(current[0])
@@ -197,13 +226,22 @@ def overflow_inside_untraced() -> None:
     overflow(None)
 
 
+def overflowed() -> int:
+    """Every call run untraced past the bound since the process started (``overflow``'s and
+    the C accelerator's own count)."""
+    return _overflow_total + _c_overflowed()
+
+
 def take_overflow() -> tuple[int, set[bytes], tuple[int, int] | None]:
     """The events of the calls left untraced since the last take, their sequences, and the
     time window of those whose sequences were past the names kept (None: there were none)."""
-    global _overflow_calls, _unnamed_first, _unnamed_last
-    calls, _overflow_calls = _overflow_calls, 0
+    global _overflow_calls, _c_taken, _unnamed_first, _unnamed_last
+    counted = _c_overflowed()
+    calls, _overflow_calls = _overflow_calls + counted - _c_taken, 0
+    _c_taken = counted
     seqs = set(_overflow_seqs)
     _overflow_seqs.difference_update(seqs)
+    _changed()  # the sequences the C accelerator counts alone are named again for the next take
     first, last = _unnamed_first, _unnamed_last
     _unnamed_first = _unnamed_last = 0
     return 2 * calls, seqs, ((first, last) if first else None)
@@ -211,10 +249,12 @@ def take_overflow() -> tuple[int, set[bytes], tuple[int, int] | None]:
 
 def _after_fork_in_child() -> None:
     """The child holds none of its parent's events: the whole bound is free again."""
-    global _lock, _busy, _free, _held
+    global _lock, _busy, _free, _held, _overflow_calls, _c_taken
     _lock = _thread.RLock()
     _busy = False
     _free, _held = _total, 0
+    _overflow_calls, _c_taken = 0, _c_overflowed()  # the parent's are the parent's to report
+    _changed()
 
 
 forking.on_fork("budget", in_child=_after_fork_in_child)

@@ -472,4 +472,4 @@ if _accel.speedups is not None:
         _encode,
         _decode,
     )
-    _speedups.set_refill(budget.refill, budget.overflow_inside_untraced)
+    _speedups.set_refill(budget.refill)

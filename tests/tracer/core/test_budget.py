@@ -16,7 +16,7 @@ import pytest
 
 import tracer
 from invoseq import wire
-from tracer._core import budget, hooks, recorder
+from tracer._core import accel, budget, hooks, recorder
 from tracer._shipping.delivery import Delivery, Outgoing
 from tracer._shipping.endpoints import Nodes
 from tracer._shipping.spool import Spool
@@ -74,18 +74,21 @@ async def delivering_async(n: int) -> int:
     return total
 
 
+class Untraced:
+    """``[0]``: the calls the bound turned away since the test began (``budget.overflowed``:
+    those ``budget.overflow`` counted and those the C accelerator counted itself)."""
+
+    def __init__(self) -> None:
+        self.before = budget.overflowed()
+
+    def __getitem__(self, index: int) -> int:
+        assert index == 0
+        return budget.overflowed() - self.before
+
+
 @pytest.fixture(name="untraced")
-def fixture_untraced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the calls the bound turned away (both hot paths call budget.overflow)."""
-    counted = [0]
-    original = budget.overflow
-
-    def counting(current: tuple[bytes, int, int] | None) -> None:
-        counted[0] += 1
-        original(current)
-
-    monkeypatch.setattr(budget, "overflow", counting)
-    return counted
+def fixture_untraced() -> Untraced:
+    return Untraced()
 
 
 def run_threads(count: int, target: Callable[[int], None]) -> None:
@@ -113,7 +116,7 @@ def calling(count: int) -> Callable[[int], None]:
 
 
 def test_many_threads_with_no_repository_stay_within_one_bound_and_every_call_is_counted(
-    tmp_path: Path, untraced: list[int]
+    tmp_path: Path, untraced: Untraced
 ) -> None:
     bound = 2000  # events, for the whole process
     calls = 3000  # per thread: 8 threads record 48,000 events
@@ -154,7 +157,7 @@ def test_many_threads_with_no_repository_stay_within_one_bound_and_every_call_is
 
 
 def test_tracing_resumes_once_the_sender_has_delivered(
-    untraced: list[int], monkeypatch: pytest.MonkeyPatch
+    untraced: Untraced, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bound = 1000
     quiet = {"flush_interval_ms": HOUR_MS, "heartbeat_ms": HOUR_MS, "sample_interval_ms": 0}
@@ -175,7 +178,7 @@ def test_tracing_resumes_once_the_sender_has_delivered(
 
 
 def test_coroutines_and_generators_are_bounded_too(
-    untraced: list[int], monkeypatch: pytest.MonkeyPatch
+    untraced: Untraced, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     quiet = {"flush_interval_ms": HOUR_MS, "heartbeat_ms": HOUR_MS, "sample_interval_ms": 0}
     with capture(max_buffered_bytes=40 * budget.EVENT_BYTES, **quiet) as trace:
@@ -197,7 +200,7 @@ def test_coroutines_and_generators_are_bounded_too(
 
 
 def test_the_calls_inside_a_root_past_the_bound_are_untraced_with_it_not_sequences_of_their_own(
-    untraced: list[int], monkeypatch: pytest.MonkeyPatch
+    untraced: Untraced, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     quiet = {"flush_interval_ms": HOUR_MS, "heartbeat_ms": HOUR_MS, "sample_interval_ms": 0}
     with capture(max_buffered_bytes=40 * budget.EVENT_BYTES, **quiet) as trace:
@@ -230,7 +233,7 @@ def resumed_elsewhere(steps: Iterator[int]) -> int:
 
 @pytest.mark.parametrize("kind", ["generator", "generator resumed elsewhere", "coroutine"])
 def test_the_calls_inside_a_generator_or_coroutine_root_past_the_bound_are_untraced_with_it(
-    untraced: list[int], monkeypatch: pytest.MonkeyPatch, kind: str
+    untraced: Untraced, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     quiet = {"flush_interval_ms": HOUR_MS, "heartbeat_ms": HOUR_MS, "sample_interval_ms": 0}
     with capture(max_buffered_bytes=40 * budget.EVENT_BYTES, **quiet) as trace:
@@ -323,3 +326,51 @@ def test_queued_batches_past_their_share_go_to_the_spool_and_every_byte_is_given
         assert max(memory) == 100  # replayed batches were counted too
     finally:
         delivery.close()
+
+
+@tracer.traced
+def calling_work(n: int) -> int:
+    return sum(work(i) for i in range(n))
+
+
+@pytest.mark.skipif(accel.speedups is None, reason="the C accelerator remembers refusals")
+def test_a_sequence_past_the_bound_asks_once_until_memory_comes_back_and_stays_named(
+    untraced: Untraced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the bound a call runs untraced and is counted; with the C accelerator the budget is
+    asked once for a sequence, and its next calls are counted without a Python call (a program
+    the repository cannot keep up with would pay more for each untraced call than for a traced
+    one), until memory comes back. Every call is still counted, and every take still names the
+    sequence lossy."""
+    speedups = accel.speedups
+    assert speedups is not None
+    refused: list[object] = []  # the refusals the budget was asked for
+
+    def refill(sink: object, current: object) -> bool | None:
+        granted = budget.refill(sink, current)  # type: ignore[arg-type]
+        if not granted:
+            refused.append(current)
+        return granted
+
+    quiet = {"flush_interval_ms": HOUR_MS, "heartbeat_ms": HOUR_MS, "sample_interval_ms": 0}
+    with capture(max_buffered_bytes=40 * budget.EVENT_BYTES, **quiet) as trace:
+        monkeypatch.setattr(budget, "on_threads_full", lambda: None)  # nothing drains early
+        speedups.set_refill(refill)
+        try:
+            results: list[int] = []
+            run_threads(1, lambda _: results.append(calling_work(1000)))
+            first_refused = len(refused)
+            trace.flush()  # memory comes back: the next refusal is asked again
+            run_threads(1, lambda _: results.append(calling_work(1000)))
+        finally:
+            speedups.set_refill(budget.refill)
+        recorded = [i for i in trace.invocations() if i.name == f"{__name__}.work"]
+        lost = {bytes(seq).hex() for batch in trace.batches for seq in batch.lost_seqs}
+    assert results == [2 * sum(range(1000))] * 2
+    assert untraced[0] == 2000 - len(recorded)
+    assert untraced[0] > 1000
+    assert 1 <= first_refused <= 3  # a refusal remembered, not a thousand asked for
+    assert first_refused < len(refused) <= 2 * first_refused + 2
+    roots = {i.seq for i in trace.invocations() if i.name == f"{__name__}.calling_work"}
+    assert len(roots) == 2
+    assert roots <= lost
