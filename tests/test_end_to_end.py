@@ -380,7 +380,9 @@ def test_a_request_that_starts_a_thread_it_does_not_wait_for_completes(tmp_path:
 
         shown = wait_for(writer_started, 60)
         assert shown["status"] == "complete"
-        thread, direct = shown["root"]["children"]
+        # in start order: the new thread's runner and the request's own call race to begin
+        by_name = {child["name"]: child for child in shown["root"]["children"]}
+        thread, direct = by_name["__main__.writer"], by_name["__main__.write"]
         assert (thread["name"], thread["status"], thread["detached"]) == (
             "__main__.writer",
             "running",
@@ -400,7 +402,7 @@ def test_a_request_that_starts_a_thread_it_does_not_wait_for_completes(tmp_path:
             4,
         )
         shown = cmr_json(db, "show", summary["seq"])
-        thread = shown["root"]["children"][0]
+        [thread] = [c for c in shown["root"]["children"] if c["name"] == "__main__.writer"]
         assert shape(thread) == {
             "name": "__main__.writer",
             "status": "ok",
