@@ -70,10 +70,6 @@ def traced_functions() -> list[types.FunctionType]:
     return list(functions.values())
 
 
-def traced_codes() -> set[types.CodeType]:
-    return {function.__code__ for function in traced_functions()}
-
-
 def _traced(function: types.FunctionType) -> bool:
     name = function.__name__
     dunder = name.startswith("__") and name.endswith("__")

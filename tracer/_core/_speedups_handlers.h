@@ -160,16 +160,11 @@ pop_strand(PyObject *frame)
 static int
 of_sequence(PyObject *current, const char *seq)
 {
-    if (Py_IS_TYPE(current, &RootValueType)) {
-        return !((RootValue *)current)->closed
-            && memcmp(((RootValue *)current)->seq, seq, 16) == 0;
-    }
-    if (!PyTuple_CheckExact(current) || PyTuple_GET_SIZE(current) < 3) {
+    if (is_closed(current) || (PyTuple_CheckExact(current) && PyTuple_GET_SIZE(current) < 3)) {
         return 0;
     }
-    PyObject *first = PyTuple_GET_ITEM(current, 0);
-    return PyBytes_CheckExact(first) && PyBytes_GET_SIZE(first) == 16
-        && memcmp(PyBytes_AS_STRING(first), seq, 16) == 0;
+    const uint8_t *own = sequence_of(current);
+    return own != NULL && memcmp(own, seq, 16) == 0;
 }
 
 /* The step of the strand whose state is `state` runs under `value`: the ContextVar set to it,
