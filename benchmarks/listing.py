@@ -162,9 +162,16 @@ def _postgres(server: str) -> Iterator[Store]:
 def _analyse(store: Store) -> None:
     """Statistics for PostgreSQL's planner, as autovacuum gathers them on a live repository."""
     import psycopg
+    from psycopg import sql
 
     from cmr.store.postgres.store import PostgresStore
 
     assert isinstance(store, PostgresStore)
     with psycopg.connect(store.url, autocommit=True) as conn:
-        conn.execute("ANALYZE")
+        # this store's tables only: a bare ANALYZE visits every schema of the database, and a
+        # table another run drops meanwhile fails it ("relation with OID ... does not exist")
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+        ).fetchall()
+        for (table,) in tables:
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
