@@ -31,8 +31,10 @@ speedups = Extension(
                 "sources",
                 "wrapper",
                 "functions",
+                "strands",
                 "handlers",
                 "stacks",
+                "send",
             )
         ),
     ],

@@ -40,7 +40,8 @@
  * (records, their encoding, the tracer's memory),
  * _speedups_events.h (EncodedEvents, EventBuffer), _speedups_sources.h (buffer, clock, iid and
  * sequence id; RootValue), _speedups_wrapper.h (TracedFunction), _speedups_functions.h (the
- * module's functions), _speedups_handlers.h (the instrumented code's handlers) and
+ * module's functions), _speedups_strands.h (the strands of instrumented code: generators,
+ * coroutines), _speedups_handlers.h (the instrumented code's handlers) and
  * _speedups_stacks.h (the sampler's stacks). The module's method table and init stay here, with
  * gc_phase (a collection runs on this thread: see g_collecting).
  */
@@ -146,6 +147,7 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 #include "_speedups_sources.h"
 #include "_speedups_wrapper.h"
 #include "_speedups_functions.h"
+#include "_speedups_strands.h"
 #include "_speedups_handlers.h"
 #include "_speedups_stacks.h"
 #include "_speedups_send.h"
@@ -299,7 +301,8 @@ PyInit__speedups(void)
     g_reuse_roots = layouts_known();
     if (PyType_Ready(&TracedFunctionType) < 0 || PyType_Ready(&EventBufferType) < 0
         || PyType_Ready(&RootValueType) < 0
-        || PyType_Ready(&EncodedEventsType) < 0 || PyType_Ready(&MonitorHookType) < 0) {
+        || PyType_Ready(&EncodedEventsType) < 0 || PyType_Ready(&MonitorHookType) < 0
+        || PyType_Ready(&StrandType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&speedups_module);

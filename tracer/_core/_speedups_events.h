@@ -15,11 +15,18 @@ typedef struct {
     size_t data_capacity, offsets_capacity;
     Py_ssize_t start, stop;
     /* This slice as one msgpack array, made at its first export (the buffer protocol), which is
-     * how the sender splices it into a batch (msgspec.Raw): a block of the pool, else NULL. */
+     * how the sender splices it into a batch (msgspec.Raw): `exported` (NULL until then) is
+     * in the owner's data, its header written in the room before the first event, when this
+     * slice starts there and the room is free; else the copy in `packed`, a block of the pool. */
+    char *exported;
+    Py_ssize_t exported_size;
     char *packed;
-    Py_ssize_t packed_size;
     size_t packed_capacity;
+    int room_taken; /* the owner's: a slice's header is in the room before its first event */
 } EncodedEvents;
+
+/* The room take() leaves before the first event: an array header's largest size. */
+#define HEADER_ROOM 5
 
 static PyTypeObject EncodedEventsType;
 
@@ -102,9 +109,10 @@ encoded_subscript(EncodedEvents *self, PyObject *item)
     view->data_capacity = view->offsets_capacity = 0;
     view->start = self->start + start;
     view->stop = self->start + stop;
-    view->packed = NULL;
-    view->packed_size = 0;
+    view->exported = view->packed = NULL;
+    view->exported_size = 0;
     view->packed_capacity = 0;
+    view->room_taken = 0;
     return (PyObject *)view;
 }
 
@@ -126,28 +134,44 @@ encoded_msgpack(EncodedEvents *self, PyObject *Py_UNUSED(ignored))
     return result;
 }
 
-/* The buffer protocol: the slice as one msgpack array (the bytes msgpack() returns), read-only,
- * copied into a block of the pool at the first export and kept until the slice is freed. */
+/* The buffer protocol: the slice as one msgpack array (the bytes msgpack() returns), read-only.
+ * A slice from the take's first event (the sender's usual one: a take of at most a batch) has
+ * its header written in the room take() left before that event, and exports the owner's data
+ * itself; any other is copied into a block of the pool at its first export, kept until the
+ * slice is freed. The room serves one slice: what it exported stays as it was. */
 static int
 encoded_getbuffer(EncodedEvents *self, Py_buffer *view, int flags)
 {
-    if (self->packed == NULL) {
-        Py_ssize_t length = self->offsets[self->stop] - self->offsets[self->start];
-        size_t capacity;
-        char *packed = pool_get((size_t)length + 5, &capacity);
-        if (packed == NULL) {
-            view->obj = NULL;
-            PyErr_NoMemory();
-            return -1;
-        }
-        Out out = {packed, 0, (Py_ssize_t)capacity, 1};
+    if (self->exported == NULL) {
+        Py_ssize_t first = self->offsets[self->start];
+        Py_ssize_t length = self->offsets[self->stop] - first;
+        EncodedEvents *owner = self->owner != NULL ? (EncodedEvents *)self->owner : self;
+        uint8_t header[HEADER_ROOM];
+        Out out = {(char *)header, 0, HEADER_ROOM, 0};
         put_array_header(&out, (uint64_t)encoded_length(self));
-        memcpy(packed + out.size, self->data + self->offsets[self->start], length);
-        self->packed = packed;
-        self->packed_size = out.size + length;
-        self->packed_capacity = capacity;
+        if (self->start == 0 && !owner->room_taken && first >= out.size) {
+            owner->room_taken = 1;
+            self->exported = self->data + first - out.size;
+            memcpy(self->exported, header, out.size);
+        }
+        else {
+            size_t capacity;
+            char *packed = pool_get((size_t)(out.size + length), &capacity);
+            if (packed == NULL) {
+                view->obj = NULL;
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(packed, header, out.size);
+            memcpy(packed + out.size, self->data + first, length);
+            self->packed = packed;
+            self->packed_capacity = capacity;
+            self->exported = packed;
+        }
+        self->exported_size = out.size + length;
     }
-    return PyBuffer_FillInfo(view, (PyObject *)self, self->packed, self->packed_size, 1, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->exported, self->exported_size, 1,
+                             flags);
 }
 
 static PyBufferProcs encoded_as_buffer = {
@@ -521,7 +545,8 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
      * here (the records were written on the owner thread's core; a second pass over a batch of
      * them read each line from memory again), the next ones asked for ahead of the reads. */
     Out out = {NULL, 0, 0, 1};
-    int failed = out_reserve(&out, count * 40) < 0;
+    int failed = out_reserve(&out, HEADER_ROOM + count * 40) < 0;
+    out.size = HEADER_ROOM; /* left for the header of the slice that begins here */
     Py_ssize_t done = 0;
     for (; !failed && done < count; done++) {
         Record *record = &taken[done];
@@ -558,9 +583,10 @@ buffer_take(EventBuffer *self, PyObject *const *args, Py_ssize_t nargs)
     result->offsets_capacity = offsets_capacity;
     result->start = 0;
     result->stop = count;
-    result->packed = NULL;
-    result->packed_size = 0;
+    result->exported = result->packed = NULL;
+    result->exported_size = 0;
     result->packed_capacity = 0;
+    result->room_taken = 0;
     return (PyObject *)result;
 }
 

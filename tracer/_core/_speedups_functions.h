@@ -231,6 +231,40 @@ start(PyObject *module, PyObject *method_object)
     return begin_strand(method);
 }
 
+/* The Start of a strand beginning now on this thread (`events`' own): its iid, and its
+ * beginning (b, which the caller clears) with its sequence. 0: begun; 1: past the memory bound
+ * (it runs untraced, counted); -1 with an error set. */
+static int
+begin_strand_start(EventBuffer *events, uint64_t method, uint64_t *iid, Beginning *b)
+{
+    PyObject *current = NULL;
+    memset(b, 0, sizeof(*b));
+    if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        return -1;
+    }
+    if (inside_untraced_root(events, current)) {
+        Py_DECREF(current);
+        return count_untraced_root() < 0 ? -1 : 1;
+    }
+    int granted = within_allowance(events, current);
+    if (granted <= 0) {
+        Py_DECREF(current);
+        return granted == 0 ? 1 : -1;
+    }
+    if (take_iid(iid) < 0) {
+        Py_DECREF(current);
+        return -1;
+    }
+    if (find_parent(events, current, b) < 0 || (b->strand == NULL && find_root(b) < 0)) {
+        return -1; /* find_parent took `current` */
+    }
+    int64_t t_ns = 0;
+    if (read_clock(&t_ns) < 0 || record_start((PyObject *)events, b, *iid, method, t_ns) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
 /* start()'s work: the strand's Start, and its context value (None past the bound). */
 static PyObject *
 begin_strand(uint64_t method)
@@ -239,38 +273,13 @@ begin_strand(uint64_t method)
     if (buffer == NULL) {
         return NULL;
     }
-    EventBuffer *events = (EventBuffer *)buffer;
-    PyObject *current = NULL, *value = NULL;
     Beginning b = {0};
-    uint64_t iid;
-    if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
-        goto done;
-    }
-    if (inside_untraced_root(events, current)) {
-        value = count_untraced_root() < 0 ? NULL : Py_NewRef(Py_None);
-        goto done;
-    }
-    int granted = within_allowance(events, current);
-    if (granted <= 0) {
-        value = granted == 0 ? Py_NewRef(Py_None) : NULL;
-        goto done;
-    }
-    if (take_iid(&iid) < 0) {
-        goto done;
-    }
-    int found = find_parent(events, current, &b);
-    current = NULL;
-    if (found < 0 || (b.strand == NULL && find_root(&b) < 0)) {
-        goto done;
-    }
-    int64_t t_ns = 0;
-    if (read_clock(&t_ns) < 0 || record_start(buffer, &b, iid, method, t_ns) < 0) {
-        goto done;
-    }
-    value = strand_value(beginning_seq(&b), iid, (long)PyThread_get_thread_ident());
-
-done:
-    Py_XDECREF(current);
+    uint64_t iid = 0;
+    int begun = begin_strand_start((EventBuffer *)buffer, method, &iid, &b);
+    PyObject *value = begun < 0   ? NULL
+                      : begun > 0 ? Py_NewRef(Py_None)
+                                  : strand_value(beginning_seq(&b), iid,
+                                                 (long)PyThread_get_thread_ident());
     beginning_clear(&b);
     Py_DECREF(buffer);
     return value;

@@ -23,10 +23,10 @@ _getframe: Final = sys._getframe
 _getrefcount: Final = sys.getrefcount
 _NOT_WRITTEN: Final = context.NOT_WRITTEN  # a write left out inside a collection
 
-#: A strand's state: [iid, context value, token of the running step or None, its Start's buffer,
-#: the value set inside its frame that was in effect when it last yielded or None, and (the C
-#: handlers') the value its last step kept on the thread's stack began under].
-_strands: dict[FrameType, list[Any]] = {}
+#: A strand's state. The pure-Python handlers': [iid, context value, token of the running step or
+#: None, its Start's buffer, the value set inside its frame that was in effect when it last
+#: yielded or None, None]; the C handlers' a ``_speedups.Strand`` (its ``iid`` and ``buffer``).
+_strands: dict[FrameType, Any] = {}
 _sweep_at = 64  # sweep when this many strands are open
 #: The strands turned away as roots past the memory bound (pure Python; the C handlers keep the
 #: same table): [the buffer of the step running, the top below its marker] (None: not running).
@@ -295,7 +295,10 @@ def sweep() -> None:
     for frame, state in _items(_strands):
         # the table's key, the items() list's tuple, the loop's name and getrefcount's argument
         if _getrefcount(frame) <= 4 and _strands.pop(frame, None) is state:
-            state[3].append((1, state[0], _d._clock()))
+            if state.__class__ is list:
+                state[3].append((1, state[0], _d._clock()))
+            else:
+                state.buffer.append((1, state.iid, _d._clock()))
     for frame, state in _items(_untraced_strands):
         if _getrefcount(frame) <= 4 and state[1] is None:  # nothing to record: forgotten
             _untraced_strands.pop(frame, None)

@@ -20,7 +20,7 @@ DETERMINISTIC_PROGRAM = (
 import asyncio, itertools, json, threading
 import msgspec
 import tracer
-from tracer._core import context, decorator, handoff, ids
+from tracer._core import context, decorator, handoff, hooks, ids
 from invoseq import wire
 from tracer import _runtime as runtime
 
@@ -142,9 +142,14 @@ def root():
     worker = threading.Thread(target=leaf, args=(5,), name="worker")
     worker.start()
     worker.join()
+    dropped = numbers(5)
+    next(dropped)
+    del dropped  # left suspended (3.13 closes it with no event): the sweep ends it
+    hooks.sweep()
     token = context.current.set((b"short", 99, 0))  # a context no record layout fits
     try:
         leaf(2)
+        list(numbers(2))  # a strand in it sets its own value, with that sequence, at each step
     finally:
         context.current.reset(token)
 
@@ -154,6 +159,7 @@ tracer.configure(
 )
 root()
 leaf(3)
+list(numbers(2))  # a strand that roots its sequence: it sets its own value at each step
 assert runtime.flush(30)
 tracer.shutdown(30)
 print(json.dumps({"implementation": decorator.IMPLEMENTATION, "bodies": bodies}))

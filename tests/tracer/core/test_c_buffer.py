@@ -108,6 +108,25 @@ def test_the_c_encoding_is_msgspecs_byte_for_byte(events: list[Any], cut: tuple[
 
 
 @needs_c_path
+def test_each_slice_from_the_first_event_exports_its_own_bytes() -> None:
+    """The first slice exported from a take's first event has its header written in the room the
+    take left before that event (the take's own memory, no copy); the room serves that one
+    slice: another from there, of another length, is a copy, and neither changes the other."""
+    buffer = _speedups.EventBuffer()
+    events = [(1, i, i) for i in range(40)]
+    for event in events:
+        buffer.append(event)
+    taken = buffer.take()
+    assert taken is not None
+    cuts = [(0, 40), (0, 3), (0, 20), (5, 40)]
+    views = [memoryview(taken[start:stop]) for start, stop in cuts] + [memoryview(taken)]
+    expected = [msgspec.msgpack.encode(events[start:stop]) for start, stop in cuts]
+    assert [bytes(view) for view in views] == [*expected, msgspec.msgpack.encode(events)]
+    for view in views:
+        view.release()
+
+
+@needs_c_path
 def test_a_taken_buffer_keeps_recording_into_its_spare_array() -> None:
     buffer = _speedups.EventBuffer()
     seq = bytes(range(16))

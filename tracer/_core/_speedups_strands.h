@@ -1,0 +1,619 @@
+/* tracer._core._speedups, one of its parts: the strands of instrumented code (a traced
+ * generator's or coroutine's invocation, from its start to its return or unwind).
+ * Included once, in order, by _speedups.c (one translation unit: the parts share its static
+ * state and helpers); see _speedups.c for the whole. */
+
+/* ---------------------------------------------------------------------------------------------
+ * A strand keeps its state by frame in the table tracer._core.hooks shares (its sweep ends those
+ * that end unseen): its start records the Start, each step (its first run, each resume or throw,
+ * to the next yield) runs as an entry on the thread's stack or under its own context value, and
+ * its return or unwind ends it. The state is a Strand, made with no other object: the context
+ * value (seq, iid, 0, origin) a step sets is made the first time one must (a strand that roots a
+ * sequence, or is resumed from another), and most strands, whose steps run inside their own
+ * sequence, never need it. (The pure-Python handlers keep a list instead: tracer._core.hooks.)
+ */
+
+static PyObject *g_strands; /* hooks._strands: frame -> its Strand */
+/* hooks._untraced_strands: frame -> [running, running] (True while a step runs: its marker is
+ * on the thread's stack; None between steps), the strands turned away as roots past the bound */
+static PyObject *g_untraced_strands;
+static PyObject *g_sweep;   /* hooks.sweep(): ends the strands that ended unseen */
+static Py_ssize_t g_sweep_at = 64; /* sweep when this many strands are open */
+
+/* What the strand's running step did when it began (none runs: STEP_NONE). */
+enum {
+    STEP_NONE,       /* no step runs */
+    STEP_ON_STACK,   /* an entry on the thread's stack (it began under a value of its sequence) */
+    STEP_INNER,      /* it runs under a value code inside the frame set (nothing to undo) */
+    STEP_COLLECTING, /* it began inside a collection on its thread, and set nothing */
+    STEP_TOKEN,      /* it set the ContextVar: `token` resets it */
+};
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t iid;
+    uint8_t seq[16];
+    long origin;       /* the thread it began on: its context value's fourth item */
+    int step;          /* STEP_* */
+    PyObject *seq_object; /* strong, or NULL: its sequence where it fits no record (exotic) */
+    PyObject *value;   /* strong, or NULL until a step needs it: (seq, iid, 0, origin) */
+    PyObject *token;   /* strong: the running step's ContextVar token (STEP_TOKEN), else NULL */
+    PyObject *buffer;  /* strong: the EventBuffer of its Start */
+    PyObject *inner;   /* strong, or NULL: the value its next step runs under (set in the frame) */
+    PyObject *last;    /* strong, or NULL: the value its last entry step began under */
+} Strand;
+
+static PyTypeObject StrandType;
+
+static void
+strand_dealloc(Strand *self)
+{
+    Py_XDECREF(self->seq_object);
+    Py_XDECREF(self->value);
+    Py_XDECREF(self->token);
+    Py_XDECREF(self->buffer);
+    Py_XDECREF(self->inner);
+    Py_XDECREF(self->last);
+    PyObject_Free(self);
+}
+
+static PyObject *
+strand_repr(Strand *self)
+{
+    return PyUnicode_FromFormat("<tracer strand %llu>", (unsigned long long)self->iid);
+}
+
+static PyMemberDef strand_members[] = {
+    {"iid", T_ULONGLONG, offsetof(Strand, iid), READONLY, "its invocation id"},
+    {"buffer", T_OBJECT, offsetof(Strand, buffer), READONLY, "the EventBuffer of its Start"},
+    {NULL},
+};
+
+/* Not collected: what a Strand holds (context values, a token, its thread's buffer) never
+ * refers back to it except through its entry on a thread's stack, which its step's end pops. */
+static PyTypeObject StrandType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.Strand",
+    .tp_doc = "A traced generator's or coroutine's invocation in flight (its frame's state).",
+    .tp_basicsize = sizeof(Strand),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)strand_dealloc,
+    .tp_repr = (reprfunc)strand_repr,
+    .tp_members = strand_members,
+};
+
+/* A strand's state in the table, borrowed, by its frame, or NULL (none: no error set). */
+static Strand *
+strand_of(PyObject **frame_out)
+{
+    PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the traced frame */
+    if (frame_out != NULL) {
+        *frame_out = frame;
+    }
+    if (frame == NULL || g_strands == NULL || PyDict_GET_SIZE(g_strands) == 0) {
+        return NULL;
+    }
+    PyObject *state = PyDict_GetItemWithError(g_strands, frame);
+    if (state == NULL || !Py_IS_TYPE(state, &StrandType)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return (Strand *)state;
+}
+
+/* The state of the strand of `frame`, taken out of the strands' table (its end): a new
+ * reference, or NULL when it has none (no error set). One lookup, where a get and a delete
+ * were two. */
+static Strand *
+pop_strand(PyObject *frame)
+{
+    if (frame == NULL || g_strands == NULL || PyDict_GET_SIZE(g_strands) == 0) {
+        return NULL;
+    }
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *state = NULL;
+    if (PyDict_Pop(g_strands, frame, &state) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+#else
+    PyObject *state = _PyDict_Pop(g_strands, frame, Py_None);
+    if (state == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+#endif
+    if (state != NULL && !Py_IS_TYPE(state, &StrandType)) {
+        Py_DECREF(state); /* None (not there), or not a state: the table holds nothing else */
+        state = NULL;
+    }
+    return (Strand *)state;
+}
+
+/* The strand's context value, made the first time a step needs it: borrowed, or NULL with an
+ * error set. */
+static PyObject *
+strand_context_value(Strand *strand)
+{
+    if (strand->value == NULL) {
+        PyObject *seq = strand->seq_object != NULL
+                            ? Py_NewRef(strand->seq_object)
+                            : PyBytes_FromStringAndSize((const char *)strand->seq, 16);
+        strand->value = strand_value(seq, strand->iid, strand->origin);
+    }
+    return strand->value;
+}
+
+/* Whether the ContextVar value `current` belongs to the sequence `seq` (16 bytes): an open
+ * root's value, or a (seq, parent, hid[, origin]) value. */
+static int
+of_sequence(PyObject *current, const uint8_t *seq)
+{
+    if (is_closed(current) || (PyTuple_CheckExact(current) && PyTuple_GET_SIZE(current) < 3)) {
+        return 0;
+    }
+    const uint8_t *own = sequence_of(current);
+    return own != NULL && memcmp(own, seq, 16) == 0;
+}
+
+/* The step of `strand` runs under `value`: the ContextVar set to it, its token kept; inside a
+ * collection on this thread nothing is set (see g_collecting). 0, or -1 with an error set. */
+static int
+step_set(Strand *strand, PyObject *value)
+{
+    if (collecting_here()) {
+        strand->step = STEP_COLLECTING;
+        return 0;
+    }
+    PyObject *token = PyContextVar_Set(g_context_var, value);
+    if (token == NULL) {
+        return -1;
+    }
+    Py_XSETREF(strand->token, token);
+    strand->step = STEP_TOKEN;
+    return 0;
+}
+
+/* A step of `strand` begins on this thread. When the ContextVar holds a value of the strand's
+ * own sequence, the step is an entry on the thread's stack (its iid and sequence, that value,
+ * its code): the calls it makes nest under it as under a synchronous call's, with no ContextVar
+ * write, and a context C code copies meanwhile carries the sequence (with an ancestor for
+ * parent). Otherwise (a strand that began a sequence, one resumed from another sequence or from
+ * none, one whose sequence fits no record) the step sets the strand's value in the ContextVar,
+ * so that copies carry the right sequence. 0, or -1 with an error set. */
+static int
+step_begin(Strand *strand, PyObject *code, PyObject *frame)
+{
+    PyObject *current = NULL;
+    if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        return -1;
+    }
+    if (strand->inner != NULL) {
+        /* code inside the frame set this value and had not reset it at the yield (a client
+         * call attached across an await): the step runs under it, claiming nothing */
+        int same = current == strand->inner; /* still in the task's context */
+        Py_DECREF(current);
+        if (same) {
+            strand->step = STEP_INNER;
+            return 0;
+        }
+        return step_set(strand, strand->inner);
+    }
+    if (strand->seq_object != NULL || !of_sequence(current, strand->seq)) {
+        Py_DECREF(current);
+        PyObject *value = strand_context_value(strand);
+        return value == NULL ? -1 : step_set(strand, value);
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        Py_DECREF(current);
+        return -1;
+    }
+    StackEntry *entry = stack_next((EventBuffer *)buffer);
+    if (entry == NULL) {
+        Py_DECREF(current);
+        Py_DECREF(buffer);
+        return -1;
+    }
+    entry->iid = strand->iid;
+    entry->strand = current; /* the reference PyContextVar_Get gave */
+    memcpy(entry->seq, strand->seq, 16);
+    entry->exotic = 0;
+    entry->step = 1;
+    entry->code = Py_NewRef(code);
+    entry->token = entry->root = NULL;
+    entry->state = Py_NewRef((PyObject *)strand);
+    entry->frame = frame;
+    Py_DECREF(buffer);
+    strand->step = STEP_ON_STACK;
+    return 0;
+}
+
+/* The value in effect at the end of a step (`now`), when code inside the frame set it and has
+ * not reset it (neither the strand's own value nor the one its last entry step began under), is
+ * the one its next step runs under (else none). */
+static void
+keep_inner(Strand *strand, PyObject *now)
+{
+    int normal = now == Py_None || now == strand->value || now == strand->last;
+    PyObject *inner = normal ? NULL : now;
+    if (strand->inner != inner) {
+        Py_XSETREF(strand->inner, Py_XNewRef(inner));
+    }
+}
+
+/* The entry of the running step of `strand` (of `code`) on this thread's stack, or -1. */
+static Py_ssize_t
+step_entry(EventBuffer *events, Strand *strand, PyObject *code)
+{
+    for (Py_ssize_t i = events->depth - 1; i >= 0; i--) {
+        StackEntry *entry = &events->stack[i];
+        if (entry->step && entry->code == code && entry->iid == strand->iid) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The step of `strand` ends (a yield, its return or unwind): the value in effect now, when code
+ * inside the frame set it, is the one its next step runs under (keep_inner); its entry leaves
+ * the thread's stack (the innermost of this code and invocation; any above it too), or its
+ * ContextVar token is reset. 0, or -1 with an error set. */
+static int
+step_end(Strand *strand, PyObject *code)
+{
+    int step = strand->step;
+    strand->step = STEP_NONE;
+    if (step == STEP_NONE || step == STEP_COLLECTING) {
+        return 0; /* none runs, or it began inside a collection and set nothing: as it was */
+    }
+    PyObject *now = NULL;
+    if (PyContextVar_Get(g_context_var, Py_None, &now) < 0) {
+        strand->step = step;
+        return -1;
+    }
+    PyObject *buffer = step == STEP_ON_STACK ? current_buffer() : NULL;
+    if (step == STEP_ON_STACK && buffer == NULL) {
+        Py_DECREF(now);
+        strand->step = step;
+        return -1;
+    }
+    Py_ssize_t index = buffer == NULL ? -1 : step_entry((EventBuffer *)buffer, strand, code);
+    if (index >= 0) {
+        StackEntry *entry = &((EventBuffer *)buffer)->stack[index];
+        if (strand->last != entry->strand) {
+            Py_XSETREF(strand->last, Py_NewRef(entry->strand));
+        }
+    }
+    keep_inner(strand, now);
+    Py_DECREF(now);
+    if (index >= 0) {
+        stack_pop((EventBuffer *)buffer, index, strand->iid);
+    }
+    Py_XDECREF(buffer);
+    if (step != STEP_TOKEN) {
+        return 0; /* on the stack (popped), or under a value set inside the frame */
+    }
+    PyObject *token = strand->token;
+    strand->token = NULL;
+    int reset = token == NULL ? 0 : PyContextVar_Reset(g_context_var, token);
+    Py_XDECREF(token);
+    return reset;
+}
+
+/* The common case of a step's end (a yield, a strand's return): the entry on top of the
+ * thread's stack is the step of `frame` (it began under a value of its own sequence), so it
+ * needs neither the strands' table nor a scan of the stack: step_end's work for an entry step,
+ * with the entry known. 1 when it ended the step, 0 when step_end must, -1 with an error set. */
+static int
+step_end_on_top(PyObject *code, PyObject *frame)
+{
+    EventBuffer *events = (EventBuffer *)t_cache.buffer;
+    if (events == NULL || t_cache.generation != g_generation || events->depth == 0) {
+        return 0;
+    }
+    StackEntry *top = &events->stack[events->depth - 1];
+    if (!top->step || top->code != code || top->state == NULL || top->frame != (void *)frame
+        || ((Strand *)top->state)->step != STEP_ON_STACK) {
+        return 0;
+    }
+    PyObject *now = NULL;
+    if (PyContextVar_Get(g_context_var, Py_None, &now) < 0) {
+        return -1;
+    }
+    Strand *strand = (Strand *)Py_NewRef(top->state); /* the pop below lets the entry's go */
+    if (strand->last != top->strand) {
+        Py_XSETREF(strand->last, Py_NewRef(top->strand));
+    }
+    keep_inner(strand, now);
+    Py_DECREF(now);
+    strand->step = STEP_NONE;
+    stack_pop(events, events->depth - 1, top->iid);
+    Py_DECREF(strand);
+    return 1;
+}
+
+/* A step of a strand turned away as a root begins (`running`: its marker goes on top of the
+ * thread's stack, with the strand's code, so the calls it makes run untraced too) or ends (the
+ * marker comes off). `state` is its [running, running] list. 0, or -1 with an error set. */
+static int
+untraced_step(PyObject *state, PyObject *code, int running)
+{
+    if ((PyList_GET_ITEM(state, 1) != Py_None) == running) {
+        return 0;
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        return -1;
+    }
+    EventBuffer *events = (EventBuffer *)buffer;
+    if (running) {
+        StackEntry *entry = stack_next(events);
+        if (entry == NULL) {
+            Py_DECREF(buffer);
+            return -1;
+        }
+        memset(entry, 0, sizeof(StackEntry));
+        entry->exotic = PAST_BOUND_MARKER;
+        entry->step = 1;
+        entry->code = Py_NewRef(code);
+    }
+    else {
+        for (Py_ssize_t i = events->depth - 1; i >= 0; i--) {
+            StackEntry *entry = &events->stack[i];
+            if (entry->step && entry->iid == 0 && entry->code == code
+                && entry->exotic == PAST_BOUND_MARKER) {
+                stack_pop(events, i, 0);
+                break;
+            }
+        }
+    }
+    Py_DECREF(buffer);
+    PyObject *flag = running ? Py_True : Py_None;
+    PyList_SetItem(state, 0, Py_NewRef(flag));
+    PyList_SetItem(state, 1, Py_NewRef(flag));
+    return 0;
+}
+
+/* The state of the strand of the running frame if the memory bound turned it away as a root
+ * (borrowed), or NULL: only looked for when the frame has no traced state. */
+static PyObject *
+untraced_state(void)
+{
+    if (g_untraced_strands == NULL || PyDict_GET_SIZE(g_untraced_strands) == 0) {
+        return NULL;
+    }
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    PyObject *state = frame == NULL ? NULL : PyDict_GetItemWithError(g_untraced_strands, frame);
+    if (state == NULL || !PyList_CheckExact(state) || PyList_GET_SIZE(state) != 2) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return state;
+}
+
+/* Sweep the strands' tables when this many are open (hooks.sweep): 0, or -1 with an error. */
+static int
+sweep_when_many(PyObject *table, Py_ssize_t floor)
+{
+    if (PyDict_GET_SIZE(table) < g_sweep_at || g_sweep == NULL) {
+        return 0;
+    }
+    PyObject *swept = PyObject_CallNoArgs(g_sweep);
+    if (swept == NULL) {
+        return -1;
+    }
+    Py_DECREF(swept);
+    Py_ssize_t open = PyDict_GET_SIZE(table);
+    g_sweep_at = open * 2 > floor ? open * 2 : floor;
+    return 0;
+}
+
+/* A strand the memory bound turned away (its start was refused, counted): when it would have
+ * rooted a sequence, it is kept apart and each of its steps is a marker on the thread's stack,
+ * so the calls it makes run untraced and counted too, as a synchronous root's do, rather than
+ * each root a sequence of one call once the bound lets go. 0, or -1 with an error set. */
+static int
+untraced_strand_begin(PyObject *frame, PyObject *code)
+{
+    PyObject *current = NULL;
+    if (g_untraced_strands == NULL || PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        return g_untraced_strands == NULL ? 0 : -1;
+    }
+    int root = current == Py_None || is_closed(current);
+    Py_DECREF(current);
+    if (!root) {
+        return 0;
+    }
+    if (sweep_when_many(g_untraced_strands, g_sweep_at) < 0) {
+        return -1;
+    }
+    PyObject *state = PyList_New(2);
+    if (state == NULL) {
+        return -1;
+    }
+    PyList_SET_ITEM(state, 0, Py_NewRef(Py_None));
+    PyList_SET_ITEM(state, 1, Py_NewRef(Py_None));
+    int stored = untraced_step(state, code, 1);
+    if (stored == 0) {
+        stored = PyDict_SetItem(g_untraced_strands, frame, state);
+        if (stored < 0) {
+            PyObject *type, *error, *traceback;
+            PyErr_Fetch(&type, &error, &traceback);
+            if (untraced_step(state, code, 0) < 0) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, error, traceback);
+        }
+    }
+    Py_DECREF(state);
+    return stored;
+}
+
+/* A new strand's state, from its beginning (begin_strand_start): a new reference, or NULL with
+ * an error set. */
+static Strand *
+strand_new(PyObject *buffer, const Beginning *b, uint64_t iid)
+{
+    Strand *strand = PyObject_New(Strand, &StrandType);
+    if (strand == NULL) {
+        return NULL;
+    }
+    strand->iid = iid;
+    memcpy(strand->seq, b->seq_bytes, 16); /* unless exotic: then seq_object is its sequence */
+    strand->origin = (long)PyThread_get_thread_ident();
+    strand->step = STEP_NONE;
+    strand->seq_object = b->exotic ? Py_NewRef(b->seq) : NULL;
+    strand->value = strand->token = strand->inner = strand->last = NULL;
+    strand->buffer = Py_NewRef(buffer);
+    return strand;
+}
+
+/* A strand begins (a generator's or coroutine's first run): its Start, its state kept by frame,
+ * its first step begun. 0, or -1 with an error set. */
+static int
+strand_begin(uint64_t method, PyObject *code)
+{
+    if (g_disabled || g_strands == NULL) {
+        return 0;
+    }
+    if (sweep_when_many(g_strands, 64) < 0) {
+        return -1;
+    }
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    if (frame == NULL) {
+        return 0;
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        return -1;
+    }
+    Beginning b = {0};
+    uint64_t iid = 0;
+    int begun = begin_strand_start((EventBuffer *)buffer, method, &iid, &b);
+    Strand *strand = begun == 0 ? strand_new(buffer, &b, iid) : NULL;
+    beginning_clear(&b);
+    Py_DECREF(buffer);
+    if (begun == 1) {
+        return untraced_strand_begin(frame, code);
+    }
+    if (strand == NULL) {
+        return -1;
+    }
+    int stored = step_begin(strand, code, frame);
+    if (stored == 0) {
+        stored = PyDict_SetItem(g_strands, frame, (PyObject *)strand);
+        if (stored < 0) {
+            PyObject *type, *error, *traceback;
+            PyErr_Fetch(&type, &error, &traceback);
+            if (step_end(strand, code) < 0) {
+                PyErr_Clear();
+            }
+            PyErr_Restore(type, error, traceback);
+        }
+    }
+    Py_DECREF(strand);
+    return stored;
+}
+
+/* A strand ends: its End (its Error; GeneratorExit ends a generator ok), and its step ended.
+ * 0, or -1 with an error set. */
+static int
+strand_end(long kind, PyObject *error, PyObject *code)
+{
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    Strand *strand = pop_strand(frame);
+    if (strand == NULL) {
+        PyObject *state = untraced_state();
+        if (state == NULL) {
+            return 0;
+        }
+        Py_INCREF(state);
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        int ended = untraced_step(state, code, 0) < 0
+                    || PyDict_DelItem(g_untraced_strands, frame) < 0;
+        Py_DECREF(state);
+        if (ended) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            return -1;
+        }
+        PyErr_Restore(type, value, traceback);
+        return 0;
+    }
+    int ok = error == NULL
+             || (kind == 1 && PyErr_GivenExceptionMatches(error, PyExc_GeneratorExit));
+    PyObject *buffer = current_buffer();
+    int result = buffer == NULL ? -1
+                                : record_end((EventBuffer *)buffer, strand->iid,
+                                             ok ? NULL : Py_TYPE(error));
+    Py_XDECREF(buffer);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    int ended = step_end_on_top(code, frame);
+    ended = ended == 0 ? step_end(strand, code) : ended < 0 ? -1 : 0;
+    if (result < 0 || ended == 0) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
+    else {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        result = -1;
+    }
+    Py_DECREF(strand);
+    return result;
+}
+
+/* PY_YIELD: the step ends, and with it its entry on the thread's stack (or its context value). */
+static PyObject *
+monitor_yield(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1) {
+        Py_RETURN_NONE;
+    }
+    int fast = step_end_on_top(args[0], (PyObject *)PyEval_GetFrame());
+    if (fast != 0) {
+        if (fast < 0 && !absorb_failure()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    Strand *strand = strand_of(NULL);
+    if (strand == NULL) { /* untraced, or turned away as a root past the bound */
+        PyObject *state = untraced_state();
+        if (state != NULL && untraced_step(state, args[0], 0) < 0 && !absorb_failure()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    if (step_end(strand, args[0]) < 0 && !absorb_failure()) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* PY_RESUME: a step begins. */
+static PyObject *
+monitor_resume(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *frame;
+    Strand *strand = strand_of(&frame);
+    if (nargs >= 1 && strand == NULL) { /* untraced, or turned away as a root past the bound */
+        PyObject *state = untraced_state();
+        if (state != NULL && untraced_step(state, args[0], 1) < 0 && !absorb_failure()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    if (nargs < 1 || strand == NULL || strand->step != STEP_NONE) {
+        Py_RETURN_NONE;
+    }
+    if (step_begin(strand, args[0], frame) < 0 && !absorb_failure()) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
