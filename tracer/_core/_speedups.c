@@ -60,6 +60,11 @@
 
 #include "_clock.h"
 
+/* The module's interface, as tracer._core.accel.INTERFACE expects it: raised (in both) with every
+ * change to what its functions and types take or give, so that a module built from older
+ * sources is not used by newer Python code (or the other way round). */
+#define SPEEDUPS_INTERFACE 2
+
 /* Event tags, as tracer.wire defines them. */
 #define TAG_START 0
 #define TAG_END 1
@@ -312,6 +317,7 @@ PyInit__speedups(void)
     if (PyModule_AddObjectRef(module, "TracedFunction", (PyObject *)&TracedFunctionType) < 0
         || PyModule_AddObjectRef(module, "EventBuffer", (PyObject *)&EventBufferType) < 0
         || PyModule_AddObjectRef(module, "EncodedEvents", (PyObject *)&EncodedEventsType) < 0
+        || PyModule_AddIntConstant(module, "INTERFACE", SPEEDUPS_INTERFACE) < 0
         || add_hooks(module) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -5,6 +5,8 @@ from contextvars import ContextVar
 from types import CodeType, FrameType
 from typing import Any, final, overload
 
+INTERFACE: int
+
 @final
 class TracedFunction:
     """The sync call wrapper: calls ``fn`` inside an invocation of the interned ``method``."""

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 ENV_PURE: Final = "INVOSEQ_PURE"
 
 
+#: The C accelerator's interface this source expects (``_speedups.INTERFACE``, from
+#: ``SPEEDUPS_INTERFACE`` in ``_speedups.c``): raised with every change to what the module's
+#: functions and types take or give, in both places at once. A module built from other sources
+#: (an editable checkout not rebuilt since) is then left unused, with a warning, rather than
+#: failing at import or recording wrongly.
+INTERFACE: Final = 2
+
 #: Why the hot path is pure Python (``tracer info`` says it), or None with the C accelerator.
 why_pure: str | None = None
 
@@ -34,6 +41,14 @@ def _load() -> ModuleType | None:
     except ImportError as exc:
         log.debug("invoseq: no C accelerator (%s): pure-Python hot path", exc)
         why_pure = f"the C accelerator did not import: {exc}"
+        return None
+    built = getattr(_speedups, "INTERFACE", None)
+    if built != INTERFACE:
+        why_pure = (
+            f"the C accelerator was built from other sources (its interface {built}, this code's"
+            f" {INTERFACE}): rebuild it (pip install -e ., or python setup.py build_ext --inplace)"
+        )
+        log.warning("invoseq: %s; the hot path is pure Python until then", why_pure)
         return None
     return _speedups
 

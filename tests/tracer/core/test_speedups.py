@@ -13,6 +13,7 @@ import gc
 import inspect
 import os
 import pickle
+import subprocess
 import sys
 import threading
 import time
@@ -79,15 +80,32 @@ def test_the_active_implementation_follows_invoseq_pure() -> None:
         assert wrapper_type == ("TracedFunction" if expected == "c" else "function")
 
 
+#: What a program puts in place of the C accelerator before ``import tracer``, by case.
+UNUSABLE_ACCELERATORS = {
+    # the import fails, as when the build failed
+    "not built": 'sys.modules["tracer._core._speedups"] = None',
+    # an editable checkout whose accelerator was built before its sources changed
+    "built from other sources": (
+        'sys.modules["tracer._core._speedups"] = types.ModuleType("tracer._core._speedups");'
+        ' sys.modules["tracer._core._speedups"].INTERFACE = 1'
+    ),
+}
+
+
 @pytest.mark.system
-def test_without_the_extension_the_pure_python_path_is_selected(tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted(UNUSABLE_ACCELERATORS))
+def test_without_a_usable_extension_the_pure_python_path_runs_and_says_why(
+    tmp_path: Path, case: str
+) -> None:
+    """An accelerator built from older sources once failed ``import tracer``
+    (``AttributeError``): it is left unused, with a warning that says how to rebuild it."""
     script = write_script(
-        tmp_path / "blocked.py",
-        """
-        import sys
-        sys.modules["tracer._core._speedups"] = None  # the import fails, as when the build failed
+        tmp_path / "unusable.py",
+        f"""
+        import sys, types
+        {UNUSABLE_ACCELERATORS[case]}
         import tracer
-        from tracer._core import codes, decorator
+        from tracer._core import accel, decorator
         from tracer.testing import capture
 
         @tracer.traced
@@ -97,9 +115,32 @@ def test_without_the_extension_the_pure_python_path_is_selected(tmp_path: Path) 
         with capture() as trace:
             f()
             print(decorator.IMPLEMENTATION, [i.status for i in trace.invocations()])
+        print(accel.why_pure)
         """,
     )
-    assert run(script, pure=False).split() == ["python", "['ok']"]
+    env = {k: v for k, v in os.environ.items() if k != "INVOSEQ_PURE"}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    first, why = done.stdout.splitlines()
+    assert first.split() == ["python", "['ok']"]
+    if case == "not built":
+        assert why.startswith("the C accelerator did not import")
+    else:
+        assert "its interface 1" in why
+        assert "rebuild it" in why
+        assert "rebuild it" in done.stderr
+
+
+@needs_c_build
+def test_the_built_c_accelerator_has_the_interface_the_python_code_expects() -> None:
+    assert _speedups.INTERFACE == accel.INTERFACE
 
 
 @needs_c_build
