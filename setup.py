@@ -31,6 +31,7 @@ speedups = Extension(
                 "sources",
                 "wrapper",
                 "functions",
+                "table",
                 "strands",
                 "handlers",
                 "stacks",

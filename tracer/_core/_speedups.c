@@ -40,8 +40,8 @@
  * (records, their encoding, the tracer's memory),
  * _speedups_events.h (EncodedEvents, EventBuffer), _speedups_sources.h (buffer, clock, iid and
  * sequence id; RootValue), _speedups_wrapper.h (TracedFunction), _speedups_functions.h (the
- * module's functions), _speedups_strands.h (the strands of instrumented code: generators,
- * coroutines), _speedups_handlers.h (the instrumented code's handlers) and
+ * module's functions), _speedups_table.h (StrandTable), _speedups_strands.h (the strands of
+ * instrumented code: generators, coroutines), _speedups_handlers.h (the instrumented code's handlers) and
  * _speedups_stacks.h (the sampler's stacks). The module's method table and init stay here, with
  * gc_phase (a collection runs on this thread: see g_collecting).
  */
@@ -63,7 +63,7 @@
 /* The module's interface, as tracer._core.accel.INTERFACE expects it: raised (in both) with every
  * change to what its functions and types take or give, so that a module built from older
  * sources is not used by newer Python code (or the other way round). */
-#define SPEEDUPS_INTERFACE 2
+#define SPEEDUPS_INTERFACE 3
 
 /* Event tags, as tracer.wire defines them. */
 #define TAG_START 0
@@ -152,6 +152,7 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 #include "_speedups_sources.h"
 #include "_speedups_wrapper.h"
 #include "_speedups_functions.h"
+#include "_speedups_table.h"
 #include "_speedups_strands.h"
 #include "_speedups_handlers.h"
 #include "_speedups_stacks.h"
@@ -307,7 +308,7 @@ PyInit__speedups(void)
     if (PyType_Ready(&TracedFunctionType) < 0 || PyType_Ready(&EventBufferType) < 0
         || PyType_Ready(&RootValueType) < 0
         || PyType_Ready(&EncodedEventsType) < 0 || PyType_Ready(&MonitorHookType) < 0
-        || PyType_Ready(&StrandType) < 0) {
+        || PyType_Ready(&StrandType) < 0 || PyType_Ready(&StrandTableType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&speedups_module);
@@ -317,6 +318,7 @@ PyInit__speedups(void)
     if (PyModule_AddObjectRef(module, "TracedFunction", (PyObject *)&TracedFunctionType) < 0
         || PyModule_AddObjectRef(module, "EventBuffer", (PyObject *)&EventBufferType) < 0
         || PyModule_AddObjectRef(module, "EncodedEvents", (PyObject *)&EncodedEventsType) < 0
+        || PyModule_AddObjectRef(module, "StrandTable", (PyObject *)&StrandTableType) < 0
         || PyModule_AddIntConstant(module, "INTERFACE", SPEEDUPS_INTERFACE) < 0
         || add_hooks(module) < 0) {
         Py_DECREF(module);

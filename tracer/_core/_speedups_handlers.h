@@ -32,7 +32,7 @@ static PyObject *
 set_handlers(PyObject *module, PyObject *args)
 {
     PyObject *strands, *sweep, *untraced = NULL;
-    if (!PyArg_ParseTuple(args, "O!O|O!:set_handlers", &PyDict_Type, &strands, &sweep,
+    if (!PyArg_ParseTuple(args, "O!O|O!:set_handlers", &StrandTableType, &strands, &sweep,
                           &PyDict_Type, &untraced)) {
         return NULL;
     }
@@ -44,7 +44,7 @@ set_handlers(PyObject *module, PyObject *args)
             return NULL;
         }
     }
-    Py_XSETREF(g_strands, Py_NewRef(strands));
+    Py_XSETREF(g_strands, (StrandTable *)Py_NewRef(strands));
     Py_XSETREF(g_sweep, Py_NewRef(sweep));
     Py_RETURN_NONE;
 }

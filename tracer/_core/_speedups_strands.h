@@ -4,8 +4,8 @@
  * state and helpers); see _speedups.c for the whole. */
 
 /* ---------------------------------------------------------------------------------------------
- * A strand keeps its state by frame in the table tracer._core.hooks shares (its sweep ends those
- * that end unseen): its start records the Start, each step (its first run, each resume or throw,
+ * A strand keeps its state by frame in the table tracer._core.hooks shares (a StrandTable; its
+ * sweep ends those that end unseen): its start records the Start, each step (its first run, each resume or throw,
  * to the next yield) runs as an entry on the thread's stack or under its own context value, and
  * its return or unwind ends it. The state is a Strand, made with no other object: the context
  * value (seq, iid, 0, origin) a step sets is made the first time one must (a strand that roots a
@@ -13,7 +13,7 @@
  * sequence, never need it. (The pure-Python handlers keep a list instead: tracer._core.hooks.)
  */
 
-static PyObject *g_strands; /* hooks._strands: frame -> its Strand */
+static StrandTable *g_strands; /* hooks._strands: frame -> its Strand */
 /* hooks._untraced_strands: frame -> [running, running] (True while a step runs: its marker is
  * on the thread's stack; None between steps), the strands turned away as roots past the bound */
 static PyObject *g_untraced_strands;
@@ -90,41 +90,24 @@ strand_of(PyObject **frame_out)
     if (frame_out != NULL) {
         *frame_out = frame;
     }
-    if (frame == NULL || g_strands == NULL || PyDict_GET_SIZE(g_strands) == 0) {
+    if (frame == NULL || g_strands == NULL) {
         return NULL;
     }
-    PyObject *state = PyDict_GetItemWithError(g_strands, frame);
-    if (state == NULL || !Py_IS_TYPE(state, &StrandType)) {
-        PyErr_Clear();
-        return NULL;
-    }
-    return (Strand *)state;
+    PyObject *state = table_get(g_strands, frame);
+    return state != NULL && Py_IS_TYPE(state, &StrandType) ? (Strand *)state : NULL;
 }
 
 /* The state of the strand of `frame`, taken out of the strands' table (its end): a new
- * reference, or NULL when it has none (no error set). One lookup, where a get and a delete
- * were two. */
+ * reference, or NULL when it has none (no error set). */
 static Strand *
 pop_strand(PyObject *frame)
 {
-    if (frame == NULL || g_strands == NULL || PyDict_GET_SIZE(g_strands) == 0) {
+    if (frame == NULL || g_strands == NULL) {
         return NULL;
     }
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *state = NULL;
-    if (PyDict_Pop(g_strands, frame, &state) < 0) {
-        PyErr_Clear();
-        return NULL;
-    }
-#else
-    PyObject *state = _PyDict_Pop(g_strands, frame, Py_None);
-    if (state == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-#endif
+    PyObject *state = table_pop(g_strands, frame);
     if (state != NULL && !Py_IS_TYPE(state, &StrandType)) {
-        Py_DECREF(state); /* None (not there), or not a state: the table holds nothing else */
+        Py_DECREF(state); /* not a state: the table holds nothing else */
         state = NULL;
     }
     return (Strand *)state;
@@ -392,11 +375,19 @@ untraced_state(void)
     return state;
 }
 
-/* Sweep the strands' tables when this many are open (hooks.sweep): 0, or -1 with an error. */
-static int
-sweep_when_many(PyObject *table, Py_ssize_t floor)
+/* The strands open in the table `traced` says (1: the traced ones, 0: those turned away). */
+static Py_ssize_t
+open_strands(int traced)
 {
-    if (PyDict_GET_SIZE(table) < g_sweep_at || g_sweep == NULL) {
+    return traced ? g_strands->used : PyDict_GET_SIZE(g_untraced_strands);
+}
+
+/* Sweep the strands' tables when this many are open in one of them (hooks.sweep): 0, or -1
+ * with an error. */
+static int
+sweep_when_many(int traced, Py_ssize_t floor)
+{
+    if (open_strands(traced) < g_sweep_at || g_sweep == NULL) {
         return 0;
     }
     PyObject *swept = PyObject_CallNoArgs(g_sweep);
@@ -404,7 +395,7 @@ sweep_when_many(PyObject *table, Py_ssize_t floor)
         return -1;
     }
     Py_DECREF(swept);
-    Py_ssize_t open = PyDict_GET_SIZE(table);
+    Py_ssize_t open = open_strands(traced);
     g_sweep_at = open * 2 > floor ? open * 2 : floor;
     return 0;
 }
@@ -425,7 +416,7 @@ untraced_strand_begin(PyObject *frame, PyObject *code)
     if (!root) {
         return 0;
     }
-    if (sweep_when_many(g_untraced_strands, g_sweep_at) < 0) {
+    if (sweep_when_many(0, g_sweep_at) < 0) {
         return -1;
     }
     PyObject *state = PyList_New(2);
@@ -477,7 +468,7 @@ strand_begin(uint64_t method, PyObject *code)
     if (g_disabled || g_strands == NULL) {
         return 0;
     }
-    if (sweep_when_many(g_strands, 64) < 0) {
+    if (sweep_when_many(1, 64) < 0) {
         return -1;
     }
     PyObject *frame = (PyObject *)PyEval_GetFrame();
@@ -502,7 +493,7 @@ strand_begin(uint64_t method, PyObject *code)
     }
     int stored = step_begin(strand, code, frame);
     if (stored == 0) {
-        stored = PyDict_SetItem(g_strands, frame, (PyObject *)strand);
+        stored = table_set(g_strands, frame, (PyObject *)strand);
         if (stored < 0) {
             PyObject *type, *error, *traceback;
             PyErr_Fetch(&type, &error, &traceback);

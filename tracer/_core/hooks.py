@@ -23,10 +23,12 @@ _getframe: Final = sys._getframe
 _getrefcount: Final = sys.getrefcount
 _NOT_WRITTEN: Final = context.NOT_WRITTEN  # a write left out inside a collection
 
-#: A strand's state. The pure-Python handlers': [iid, context value, token of the running step or
-#: None, its Start's buffer, the value set inside its frame that was in effect when it last
-#: yielded or None, None]; the C handlers' a ``_speedups.Strand`` (its ``iid`` and ``buffer``).
-_strands: dict[FrameType, Any] = {}
+#: A strand's state, by its frame. The pure-Python handlers' table is a dict of [iid, context
+#: value, token of the running step or None, its Start's buffer, the value set inside its frame
+#: that was in effect when it last yielded or None, None]; the C handlers' a
+#: ``_speedups.StrandTable`` (``CHandlers``) of ``_speedups.Strand`` (its ``iid`` and
+#: ``buffer``), which the sweep reads as it reads the dict.
+_strands: Any = {}
 _sweep_at = 64  # sweep when this many strands are open
 #: The strands turned away as roots past the memory bound (pure Python; the C handlers keep the
 #: same table): [the buffer of the step running, the top below its marker] (None: not running).
@@ -274,7 +276,7 @@ def throw(code: CodeType, offset: int, error: BaseException) -> None:
         resume(code, offset, 2)
 
 
-def _items(table: dict[FrameType, list[Any]]) -> list[tuple[FrameType, list[Any]]]:
+def _items(table: Any) -> list[tuple[FrameType, Any]]:
     """``table``'s items, listed. Before 3.12 a collection may start at any allocation while the
     list is made, and the finalizers it runs (a traced generator's close) take strands out of
     the table, which stops the listing: it is made again (at most a few times; else nothing is
@@ -316,6 +318,9 @@ class CHandlers:
     ``monitor_*`` builtin functions, which its specialised call instruction calls faster."""
 
     def __init__(self, speedups: Any, *, monitoring: bool) -> None:
+        global _strands
+        if not isinstance(_strands, speedups.StrandTable):
+            _strands = speedups.StrandTable()
         speedups.set_handlers(_strands, sweep, _untraced_strands)
         prefix = "hook_" if monitoring else "monitor_"
         self.mark = speedups.mark_code

@@ -1,0 +1,60 @@
+"""The C handlers' table of open strands (``_speedups.StrandTable``): every traced generator
+started and not finished is in it, by its frame, with a state of its own, through many starts
+and ends in any order (its entries probed for, and moved back as others leave); each one that
+finishes leaves it, its End recorded."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import tracer
+from tests.tracer.core.implementations import needs_c_path
+from tracer._core import hooks
+from tracer.testing import capture
+
+GENERATORS = 3_000
+
+
+@tracer.traced
+def pair(n: int) -> Iterator[int]:
+    yield n
+    yield n + 1
+
+
+def started(first: int, count: int) -> list[tuple[int, Iterator[int]]]:
+    generators = [(n, pair(n)) for n in range(first, first + count)]
+    for n, generator in generators:
+        assert next(generator) == n
+    return generators
+
+
+@needs_c_path
+def test_the_table_holds_exactly_the_open_strands_through_many_starts_and_ends() -> None:
+    rng = random.Random(69)
+    with capture(sample_interval_ms=0) as trace:
+        assert type(hooks._strands).__name__ == "StrandTable"
+        before = {id(frame) for frame, _ in hooks._strands.items()}
+        open_ = started(0, GENERATORS)
+        finished = 0
+        for round_ in range(1, 5):  # a third of those open finish, in any order; more start
+            rng.shuffle(open_)
+            cut = len(open_) // 3
+            for n, generator in open_[:cut]:
+                assert list(generator) == [n + 1]
+            finished += cut
+            open_ = open_[cut:] + started(round_ * GENERATORS, GENERATORS // 4)
+            mine = {
+                id(frame): state
+                for frame, state in hooks._strands.items()
+                if id(frame) not in before
+            }
+            assert set(mine) == {id(generator.gi_frame) for _, generator in open_}  # type: ignore[attr-defined]
+            assert len({state.iid for state in mine.values()}) == len(open_)
+        for n, generator in open_:
+            assert list(generator) == [n + 1]
+        assert not {id(frame) for frame, _ in hooks._strands.items()} - before
+        trace.flush()
+        ended = [i for i in trace.invocations() if i.name.endswith(".pair")]
+    assert len(ended) == finished + len(open_)
+    assert {i.status for i in ended} == {"ok"}

@@ -1,0 +1,245 @@
+/* tracer._core._speedups, one of its parts: StrandTable, the open strands by frame.
+ * Included once, in order, by _speedups.c (one translation unit: the parts share its static
+ * state and helpers); see _speedups.c for the whole. */
+
+/* ---------------------------------------------------------------------------------------------
+ * StrandTable: a traced generator's or coroutine's frame -> its Strand, for the C handlers
+ * (hooks._strands; the pure-Python handlers keep a dict). An open-addressing table keyed by the
+ * frame object's address, with linear probing and deletion by moving the entries after a
+ * removed one back (no tombstones): a dict that gains and loses one entry per strand fills with
+ * deleted slots and rebuilt its keys every few strands, a fifth of a one-item generator's cost
+ * in the handlers. It holds a reference to each frame and each state, as the dict did; what
+ * Python reads of it is what hooks.sweep and the tests read of the dict: len(), items() (a
+ * list), pop(frame, default) and popitem().
+ */
+
+typedef struct {
+    PyObject *frame; /* strong, or NULL: an empty slot */
+    PyObject *state; /* strong */
+} TableSlot;
+
+typedef struct {
+    PyObject_HEAD
+    TableSlot *slots;
+    Py_ssize_t capacity; /* a power of two, or 0 */
+    Py_ssize_t used;
+} StrandTable;
+
+static PyTypeObject StrandTableType;
+
+#define TABLE_MIN_CAPACITY 64
+
+static inline size_t
+table_home(const StrandTable *table, PyObject *frame)
+{
+    uint64_t key = (uint64_t)(uintptr_t)frame >> 4; /* objects are 16-byte aligned */
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & (size_t)(table->capacity - 1);
+}
+
+/* The slot of `frame`, or of the empty slot where it would go. */
+static inline size_t
+table_find(const StrandTable *table, PyObject *frame)
+{
+    size_t mask = (size_t)table->capacity - 1;
+    size_t i = table_home(table, frame);
+    while (table->slots[i].frame != NULL && table->slots[i].frame != frame) {
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+/* `frame`'s state, borrowed, or NULL. */
+static inline PyObject *
+table_get(const StrandTable *table, PyObject *frame)
+{
+    if (table->used == 0) {
+        return NULL;
+    }
+    return table->slots[table_find(table, frame)].state;
+}
+
+static int
+table_grow(StrandTable *table)
+{
+    Py_ssize_t capacity = table->capacity == 0 ? TABLE_MIN_CAPACITY : table->capacity * 2;
+    TableSlot *slots = PyMem_Calloc((size_t)capacity, sizeof(TableSlot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    TableSlot *old = table->slots;
+    Py_ssize_t old_capacity = table->capacity;
+    table->slots = slots;
+    table->capacity = capacity;
+    for (Py_ssize_t i = 0; i < old_capacity; i++) {
+        if (old[i].frame != NULL) {
+            table->slots[table_find(table, old[i].frame)] = old[i];
+        }
+    }
+    PyMem_Free(old);
+    return 0;
+}
+
+/* Keep `state` for `frame` (new references to both; one it had is let go). 0, or -1. */
+static int
+table_set(StrandTable *table, PyObject *frame, PyObject *state)
+{
+    if ((table->used + 1) * 2 > table->capacity && table_grow(table) < 0) {
+        return -1;
+    }
+    TableSlot *slot = &table->slots[table_find(table, frame)];
+    PyObject *old = slot->state;
+    if (slot->frame == NULL) {
+        slot->frame = Py_NewRef(frame);
+        table->used++;
+    }
+    slot->state = Py_NewRef(state);
+    Py_XDECREF(old);
+    return 0;
+}
+
+/* Take the entry at slot i out: the entries after it, up to an empty slot, that would not be
+ * found past the hole move back into it. Its references go to the caller. */
+static void
+table_remove_at(StrandTable *table, size_t i, PyObject **frame, PyObject **state)
+{
+    size_t mask = (size_t)table->capacity - 1;
+    *frame = table->slots[i].frame;
+    *state = table->slots[i].state;
+    size_t hole = i;
+    for (size_t j = (i + 1) & mask; table->slots[j].frame != NULL; j = (j + 1) & mask) {
+        size_t home = table_home(table, table->slots[j].frame);
+        /* j's entry stays unless its home lies cyclically outside (hole, j] */
+        int stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+        if (!stays) {
+            table->slots[hole] = table->slots[j];
+            hole = j;
+        }
+    }
+    table->slots[hole].frame = table->slots[hole].state = NULL;
+    table->used--;
+}
+
+/* `frame`'s state taken out of the table: a new reference, or NULL when it has none. */
+static PyObject *
+table_pop(StrandTable *table, PyObject *frame)
+{
+    if (table->used == 0) {
+        return NULL;
+    }
+    size_t i = table_find(table, frame);
+    if (table->slots[i].frame == NULL) {
+        return NULL;
+    }
+    PyObject *key, *state;
+    table_remove_at(table, i, &key, &state);
+    Py_DECREF(key);
+    return state;
+}
+
+static void
+table_dealloc(StrandTable *self)
+{
+    for (Py_ssize_t i = 0; i < self->capacity; i++) {
+        Py_XDECREF(self->slots[i].frame);
+        Py_XDECREF(self->slots[i].state);
+    }
+    PyMem_Free(self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+table_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "StrandTable() takes no arguments");
+        return NULL;
+    }
+    StrandTable *table = (StrandTable *)type->tp_alloc(type, 0);
+    if (table != NULL) {
+        table->slots = NULL;
+        table->capacity = table->used = 0;
+    }
+    return (PyObject *)table;
+}
+
+static Py_ssize_t
+table_length(StrandTable *self)
+{
+    return self->used;
+}
+
+/* items(): the (frame, state) pairs, listed (the table may change while the caller reads them). */
+static PyObject *
+table_items(StrandTable *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *items = PyList_New(0);
+    for (Py_ssize_t i = 0; items != NULL && i < self->capacity; i++) {
+        if (self->slots[i].frame == NULL) {
+            continue;
+        }
+        PyObject *pair = PyTuple_Pack(2, self->slots[i].frame, self->slots[i].state);
+        if (pair == NULL || PyList_Append(items, pair) < 0) {
+            Py_CLEAR(items);
+        }
+        Py_XDECREF(pair);
+    }
+    return items;
+}
+
+/* pop(frame, default=None) */
+static PyObject *
+table_pop_method(StrandTable *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "pop(frame, default=None)");
+        return NULL;
+    }
+    PyObject *state = table_pop(self, args[0]);
+    if (state != NULL) {
+        return state;
+    }
+    return Py_NewRef(nargs == 2 ? args[1] : Py_None);
+}
+
+/* popitem(): any (frame, state) pair, taken out; KeyError when empty. */
+static PyObject *
+table_popitem(StrandTable *self, PyObject *Py_UNUSED(ignored))
+{
+    for (Py_ssize_t i = 0; self->used > 0 && i < self->capacity; i++) {
+        if (self->slots[i].frame != NULL) {
+            PyObject *frame, *state;
+            table_remove_at(self, (size_t)i, &frame, &state);
+            PyObject *pair = PyTuple_Pack(2, frame, state);
+            Py_DECREF(frame);
+            Py_DECREF(state);
+            return pair;
+        }
+    }
+    PyErr_SetString(PyExc_KeyError, "popitem(): the strands' table is empty");
+    return NULL;
+}
+
+static PyMethodDef table_methods[] = {
+    {"items", (PyCFunction)table_items, METH_NOARGS, "The (frame, state) pairs, as a list."},
+    {"pop", (PyCFunction)(void (*)(void))table_pop_method, METH_FASTCALL,
+     "pop(frame, default=None): the frame's state, taken out."},
+    {"popitem", (PyCFunction)table_popitem, METH_NOARGS, "A (frame, state) pair, taken out."},
+    {NULL},
+};
+
+static PyMappingMethods table_as_mapping = {
+    .mp_length = (lenfunc)table_length,
+};
+
+static PyTypeObject StrandTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tracer._core._speedups.StrandTable",
+    .tp_doc = "The open strands of the C handlers: frame -> Strand.",
+    .tp_basicsize = sizeof(StrandTable),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = table_new,
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_as_mapping = &table_as_mapping,
+    .tp_methods = table_methods,
+};
