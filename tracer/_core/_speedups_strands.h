@@ -93,8 +93,7 @@ strand_of(PyObject **frame_out)
     if (frame == NULL || g_strands == NULL) {
         return NULL;
     }
-    PyObject *state = table_get(g_strands, frame);
-    return state != NULL && Py_IS_TYPE(state, &StrandType) ? (Strand *)state : NULL;
+    return (Strand *)table_get(g_strands, frame); /* it holds nothing but strands */
 }
 
 /* The state of the strand of `frame`, taken out of the strands' table (its end): a new
@@ -105,12 +104,7 @@ pop_strand(PyObject *frame)
     if (frame == NULL || g_strands == NULL) {
         return NULL;
     }
-    PyObject *state = table_pop(g_strands, frame);
-    if (state != NULL && !Py_IS_TYPE(state, &StrandType)) {
-        Py_DECREF(state); /* not a state: the table holds nothing else */
-        state = NULL;
-    }
-    return (Strand *)state;
+    return (Strand *)table_pop(g_strands, frame);
 }
 
 /* The strand's context value, made the first time a step needs it: borrowed, or NULL with an
@@ -157,20 +151,18 @@ step_set(Strand *strand, PyObject *value)
     return 0;
 }
 
-/* A step of `strand` begins on this thread. When the ContextVar holds a value of the strand's
- * own sequence, the step is an entry on the thread's stack (its iid and sequence, that value,
- * its code): the calls it makes nest under it as under a synchronous call's, with no ContextVar
- * write, and a context C code copies meanwhile carries the sequence (with an ancestor for
- * parent). Otherwise (a strand that began a sequence, one resumed from another sequence or from
- * none, one whose sequence fits no record) the step sets the strand's value in the ContextVar,
- * so that copies carry the right sequence. 0, or -1 with an error set. */
+/* A step of `strand` begins on this thread (`buffer`, borrowed), where the ContextVar holds
+ * `current` (a reference this takes). When that is a value of the strand's own sequence, the
+ * step is an entry on the thread's stack (its iid and sequence, that value, its code): the
+ * calls it makes nest under it as under a synchronous call's, with no ContextVar write, and a
+ * context C code copies meanwhile carries the sequence (with an ancestor for parent).
+ * Otherwise (a strand that began a sequence, one resumed from another sequence or from none,
+ * one whose sequence fits no record) the step sets the strand's value in the ContextVar, so
+ * that copies carry the right sequence. 0, or -1 with an error set. */
 static int
-step_begin(Strand *strand, PyObject *code, PyObject *frame)
+step_begin_under(Strand *strand, PyObject *code, PyObject *frame, PyObject *current,
+                 PyObject *buffer)
 {
-    PyObject *current = NULL;
-    if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
-        return -1;
-    }
     if (strand->inner != NULL) {
         /* code inside the frame set this value and had not reset it at the yield (a client
          * call attached across an await): the step runs under it, claiming nothing */
@@ -187,15 +179,9 @@ step_begin(Strand *strand, PyObject *code, PyObject *frame)
         PyObject *value = strand_context_value(strand);
         return value == NULL ? -1 : step_set(strand, value);
     }
-    PyObject *buffer = current_buffer();
-    if (buffer == NULL) {
-        Py_DECREF(current);
-        return -1;
-    }
     StackEntry *entry = stack_next((EventBuffer *)buffer);
     if (entry == NULL) {
         Py_DECREF(current);
-        Py_DECREF(buffer);
         return -1;
     }
     entry->iid = strand->iid;
@@ -207,9 +193,26 @@ step_begin(Strand *strand, PyObject *code, PyObject *frame)
     entry->token = entry->root = NULL;
     entry->state = Py_NewRef((PyObject *)strand);
     entry->frame = frame;
-    Py_DECREF(buffer);
     strand->step = STEP_ON_STACK;
     return 0;
+}
+
+/* step_begin_under() for a resume: the ContextVar and the thread's buffer read now. */
+static int
+step_begin(Strand *strand, PyObject *code, PyObject *frame)
+{
+    PyObject *current = NULL;
+    if (PyContextVar_Get(g_context_var, Py_None, &current) < 0) {
+        return -1;
+    }
+    PyObject *buffer = current_buffer();
+    if (buffer == NULL) {
+        Py_DECREF(current);
+        return -1;
+    }
+    int begun = step_begin_under(strand, code, frame, current, buffer);
+    Py_DECREF(buffer);
+    return begun;
 }
 
 /* The value in effect at the end of a step (`now`), when code inside the frame set it and has
@@ -483,15 +486,16 @@ strand_begin(uint64_t method, PyObject *code)
     uint64_t iid = 0;
     int begun = begin_strand_start((EventBuffer *)buffer, method, &iid, &b);
     Strand *strand = begun == 0 ? strand_new(buffer, &b, iid) : NULL;
+    /* the value the Start found its parent under (none for a root): the first step's too */
+    PyObject *current = Py_NewRef(b.strand != NULL ? b.strand : Py_None);
     beginning_clear(&b);
-    Py_DECREF(buffer);
-    if (begun == 1) {
-        return untraced_strand_begin(frame, code);
-    }
     if (strand == NULL) {
-        return -1;
+        Py_DECREF(current);
+        Py_DECREF(buffer);
+        return begun == 1 ? untraced_strand_begin(frame, code) : -1;
     }
-    int stored = step_begin(strand, code, frame);
+    int stored = step_begin_under(strand, code, frame, current, buffer);
+    Py_DECREF(buffer);
     if (stored == 0) {
         stored = table_set(g_strands, frame, (PyObject *)strand);
         if (stored < 0) {

@@ -24,7 +24,10 @@ needs_c_build = pytest.mark.skipif(_speedups is None, reason="the C accelerator 
 needs_c_path = pytest.mark.skipif(not C_ACTIVE, reason="the suite runs the pure-Python path")
 
 
-def run(script: Path, *, pure: bool, timeout: float = 120) -> str:
+def run_completed(
+    script: Path, *, pure: bool, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``script`` run on the implementation ``pure`` says, to a 0 exit: its output and errors."""
     env = {k: v for k, v in os.environ.items() if k != "INVOSEQ_PURE"}
     if pure:
         env["INVOSEQ_PURE"] = "1"
@@ -37,7 +40,11 @@ def run(script: Path, *, pure: bool, timeout: float = 120) -> str:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return done
+
+
+def run(script: Path, *, pure: bool, timeout: float = 120) -> str:
+    return run_completed(script, pure=pure, timeout=timeout).stdout
 
 
 #: Program text for a traced subprocess (after ``import msgspec`` and ``from tracer import

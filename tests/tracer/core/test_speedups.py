@@ -13,7 +13,6 @@ import gc
 import inspect
 import os
 import pickle
-import subprocess
 import sys
 import threading
 import time
@@ -26,7 +25,13 @@ import pytest
 import tracer
 from invoseq import wire
 from tests.support import write_script
-from tests.tracer.core.implementations import _speedups, needs_c_build, needs_c_path, run
+from tests.tracer.core.implementations import (
+    _speedups,
+    needs_c_build,
+    needs_c_path,
+    run,
+    run_completed,
+)
 from tracer._core import accel, clock, codes, context, decorator, recorder
 from tracer.testing import capture
 
@@ -118,16 +123,7 @@ def test_without_a_usable_extension_the_pure_python_path_runs_and_says_why(
         print(accel.why_pure)
         """,
     )
-    env = {k: v for k, v in os.environ.items() if k != "INVOSEQ_PURE"}
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_completed(script, pure=False)
     first, why = done.stdout.splitlines()
     assert first.split() == ["python", "['ok']"]
     if case == "not built":
