@@ -58,10 +58,10 @@ table_get(const StrandTable *table, PyObject *frame)
     return table->slots[table_find(table, frame)].state;
 }
 
+/* The entries rehashed into `capacity` slots (a power of two, at least twice `used`). */
 static int
-table_grow(StrandTable *table)
+table_resize(StrandTable *table, Py_ssize_t capacity)
 {
-    Py_ssize_t capacity = table->capacity == 0 ? TABLE_MIN_CAPACITY : table->capacity * 2;
     TableSlot *slots = PyMem_Calloc((size_t)capacity, sizeof(TableSlot));
     if (slots == NULL) {
         PyErr_NoMemory();
@@ -78,6 +78,24 @@ table_grow(StrandTable *table)
     }
     PyMem_Free(old);
     return 0;
+}
+
+static int
+table_grow(StrandTable *table)
+{
+    return table_resize(table, table->capacity == 0 ? TABLE_MIN_CAPACITY : table->capacity * 2);
+}
+
+/* After a removal: a table an eighth full or less halves (a burst of open strands leaves no
+ * table its size behind); it is then a quarter full, so neither the next start nor the next end
+ * resizes it again. Without the memory for the smaller one it stays as it is. */
+static void
+table_shrink(StrandTable *table)
+{
+    if (table->capacity > TABLE_MIN_CAPACITY && table->used * 8 <= table->capacity
+        && table_resize(table, table->capacity / 2) < 0) {
+        PyErr_Clear();
+    }
 }
 
 /* Keep `state` for `frame` (new references to both; one it had is let go). 0, or -1. */
@@ -118,6 +136,7 @@ table_remove_at(StrandTable *table, size_t i, PyObject **frame, PyObject **state
     }
     table->slots[hole].frame = table->slots[hole].state = NULL;
     table->used--;
+    table_shrink(table);
 }
 
 /* `frame`'s state taken out of the table: a new reference, or NULL when it has none. */
@@ -228,6 +247,12 @@ static PyMethodDef table_methods[] = {
     {NULL},
 };
 
+static PyMemberDef table_members[] = {
+    {"capacity", T_PYSSIZET, offsetof(StrandTable, capacity), READONLY,
+     "The slots the table has now: twice its entries at least, an eighth of them at most."},
+    {NULL},
+};
+
 static PyMappingMethods table_as_mapping = {
     .mp_length = (lenfunc)table_length,
 };
@@ -242,4 +267,5 @@ static PyTypeObject StrandTableType = {
     .tp_dealloc = (destructor)table_dealloc,
     .tp_as_mapping = &table_as_mapping,
     .tp_methods = table_methods,
+    .tp_members = table_members,
 };

@@ -58,3 +58,18 @@ def test_the_table_holds_exactly_the_open_strands_through_many_starts_and_ends()
         ended = [i for i in trace.invocations() if i.name.endswith(".pair")]
     assert len(ended) == finished + len(open_)
     assert {i.status for i in ended} == {"ok"}
+
+
+@needs_c_path
+def test_a_burst_of_open_strands_leaves_no_table_its_size_behind() -> None:
+    # A server that once held 20,000 suspended generators (a burst of slow streaming responses)
+    # and then finished them keeps a table for the strands it has open now, not for that peak.
+    with capture(sample_interval_ms=0) as trace:
+        open_ = started(0, 20_000)
+        assert hooks._strands.capacity >= 2 * len(open_)
+        for n, generator in open_:
+            assert list(generator) == [n + 1]
+        assert hooks._strands.capacity <= max(64, 8 * len(hooks._strands))
+        trace.flush()
+        ended = [i for i in trace.invocations() if i.name.endswith(".pair")]
+    assert len(ended) == len(open_)  # every End recorded, the table resized under them
