@@ -37,12 +37,15 @@
  * The source is in parts by concern, which this file includes in order after the process-wide
  * state (one translation unit: they share its static state, and the compiler sees the hot path
  * whole): _speedups_pool.h (the blocks takes encode into, reused), _speedups_records.h
- * (records, their encoding, the tracer's memory),
- * _speedups_events.h (EncodedEvents, EventBuffer), _speedups_sources.h (buffer, clock, iid and
- * sequence id; RootValue), _speedups_wrapper.h (TracedFunction), _speedups_functions.h (the
- * module's functions), _speedups_table.h (StrandTable), _speedups_strands.h (the strands of
- * instrumented code: generators, coroutines), _speedups_handlers.h (the instrumented code's handlers) and
- * _speedups_stacks.h (the sampler's stacks). The module's method table and init stay here, with
+ * (records, their encoding, the tracer's memory), _speedups_encoded.h (EncodedEvents),
+ * _speedups_events.h (EventBuffer), _speedups_sources.h (buffer, clock, iid and sequence id;
+ * RootValue), _speedups_parents.h (an invocation's parent, sequence, Start and stack entry),
+ * _speedups_begin.h (the allowance, begin() and the end), _speedups_wrapper.h
+ * (TracedFunction), _speedups_functions.h (the module's functions), _speedups_table.h
+ * (StrandTable), _speedups_strands.h and _speedups_strand_ends.h (the strands of instrumented
+ * code: generators, coroutines), _speedups_handlers.h (the instrumented code's handlers),
+ * _speedups_stacks.h (the sampler's stacks) and _speedups_send.h (bodies handed to libzmq).
+ * The module's method table and init stay here, with
  * gc_phase (a collection runs on this thread: see g_collecting).
  */
 
@@ -148,12 +151,16 @@ static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
 
 #include "_speedups_pool.h"
 #include "_speedups_records.h"
+#include "_speedups_encoded.h"
 #include "_speedups_events.h"
 #include "_speedups_sources.h"
+#include "_speedups_parents.h"
+#include "_speedups_begin.h"
 #include "_speedups_wrapper.h"
 #include "_speedups_functions.h"
 #include "_speedups_table.h"
 #include "_speedups_strands.h"
+#include "_speedups_strand_ends.h"
 #include "_speedups_handlers.h"
 #include "_speedups_stacks.h"
 #include "_speedups_send.h"

@@ -10,7 +10,8 @@
  * end finds the entry on top of its thread's stack (an entry of another code: the frame began
  * before its code was instrumented, and is left alone) and finishes it. A call that runs
  * untraced (recording off, past the bound, a failure) pushes a marker (iid 0), so that its end
- * pops its own entry. A strand's (generator, coroutine) events go to _speedups_strands.h.
+ * pops its own entry. A strand's (generator, coroutine) events go to _speedups_strands.h and
+ * _speedups_strand_ends.h.
  */
 
 /* A traced code object's (method, kind) lives in its own extra slot (PEP 523's co_extra):
