@@ -11,6 +11,10 @@ Each run writes a JUnit XML file; the outcome of every test id (passed, failed, 
 xfailed) under C and under pure must be the bare run's. A traced run also reports how many
 events its embedded repository stored (``cmr stats``), so a run that traced nothing shows.
 
+This module downloads, installs and runs the suites, and is the command line; the suites
+themselves are listed in ``benchmarks.suite_list``, and ``benchmarks.suite_outcomes`` parses,
+compares and reports their runs' outcomes.
+
 Everything lives outside the repository, under ``--cache`` (default ``~/.cache/invoseq-corpus``):
 ``sdists/`` (downloaded once with ``pip download --no-binary :all: --no-deps``), ``venvs/`` (one
 virtualenv per interpreter: this repository installed non-editable, the test requirements
@@ -34,280 +38,25 @@ import subprocess
 import sys
 import tarfile
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks.suite_list import MODES, SUITES, TEST_REQUIREMENTS, Suite
+from benchmarks.suite_outcomes import (
+    Run,
+    as_json,
+    describe_counts,
+    details,
+    failed,
+    first_line,
+    parse_junit,
+    table,
+)
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_CACHE: Final = Path.home() / ".cache" / "invoseq-corpus"
-MODES: Final = ("bare", "C", "pure")
-
-#: What the suites need beyond their own package, pinned so that a result can be reproduced.
-TEST_REQUIREMENTS: Final = (
-    "pytest==9.2.0",
-    "hypothesis==6.170.17",
-    "freezegun==1.5.5",  # itsdangerous
-    "pytest-asyncio==1.5.0",  # blinker
-)
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Suite:
-    """One package of the corpus: its sdist, what to trace and how to run its tests."""
-
-    name: str  # the distribution, as on PyPI
-    version: str
-    package: str  # the import package traced: --include 'PACKAGE.*'
-    args: tuple[str, ...]  # pytest's arguments, run in the unpacked sdist
-    checks: str  # what of Python's object model the suite leans on
-    #: Test ids left out (pytest --deselect), each with its reason: failing or flaky bare, or
-    #: too slow for the corpus's time budget.
-    deselect: Mapping[str, str] = field(default_factory=dict)
-    env: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def sdist_stems(self) -> tuple[str, ...]:
-        """The file names an sdist of this release may have (PEP 625 normalises to '_')."""
-        normal = self.name.lower().replace("-", "_")
-        return (f"{normal}-{self.version}", f"{self.name}-{self.version}")
-
-
-SLOW: Final = "slow bare"
-NO_ASYNCIO: Final = ("-p", "no:asyncio")  # pytest-asyncio is for blinker; it warns elsewhere
-
-SUITES: Final = (
-    Suite(
-        "pluggy",
-        "1.7.0",
-        "pluggy",
-        ("testing", "--ignore=testing/benchmark.py", *NO_ASYNCIO),
-        "introspection: hookspecs and hookimpls found with inspect; warnings' stacklevel",
-        # pytest itself runs on pluggy: traced, every pytest hook call goes through it
-    ),
-    Suite(
-        "attrs",
-        "26.1.0",
-        "attr",
-        ("tests", *NO_ASYNCIO),
-        "classes made by a factory (make_class: __module__ from the caller's frame), pickling",
-        deselect={
-            "tests/test_funcs.py": "slow bare: hypothesis (30 s of the suite's 45)",
-            "tests/test_converters.py::TestPipe::test_wrapped_annotation": "fails bare on 3.11",
-        },
-    ),
-    Suite(
-        "more-itertools",
-        "11.2.1",
-        "more_itertools",
-        ("tests", *NO_ASYNCIO),
-        "generators, itertools recipes, threads (concurrent tee)",
-        deselect={
-            "tests/test_recipes.py::PrimeFunctionTests::test_primes": "slow bare (50 s)",
-            "tests/test_recipes.py::PrimeFunctionTests::test_nth_prime_approximate": "slow bare",
-            "tests/test_more.py::DiscreteFourierTransformTests::test_roundtrip": "slow bare",
-            "tests/test_more.py::TestConcurrentTee::test_concurrent_consumers": "slow bare",
-            "tests/test_more.py::ExtractTests::test_all_orderings": "slow bare",
-            "tests/test_more.py::TestSerialize::test_concurrent_calls": "slow bare",
-            "tests/test_recipes.py::PolynomialFromRootsTests::test_large": "slow bare",
-            "tests/test_recipes.py::RunningMedianTests::test_vs_statistics_median": "slow bare",
-            "tests/test_more.py::TestRandomOrderedRange::test_lcg_mitigation": "slow bare",
-            "tests/test_recipes.py::PrimeFunctionTests::test_nth_prime_tightened_bound": SLOW,
-        },
-    ),
-    Suite(
-        "toolz",
-        "1.2.0",
-        "toolz",
-        ("toolz", *NO_ASYNCIO),
-        "introspection (curry reads signatures), pickling curried functions by reference",
-    ),
-    Suite(
-        "cachetools",
-        "8.0.2",
-        "cachetools",
-        ("tests", *NO_ASYNCIO),
-        "decorators wrapping functions and methods, cache keys, locks",
-    ),
-    Suite(
-        "blinker",
-        "1.9.0",
-        "blinker",
-        ("tests", "-o", "asyncio_default_fixture_loop_scope=function"),
-        "identity and weak references to receivers, gc",
-    ),
-    Suite(
-        "decorator",
-        "5.3.1",
-        "decorator",
-        ("tests/test.py", *NO_ASYNCIO),
-        "introspection: signatures, __wrapped__, generated functions",
-    ),
-    Suite(
-        "six",
-        "1.17.0",
-        "six",
-        ("test_six.py", *NO_ASYNCIO),
-        "module magic: lazy attributes, meta path importer, metaclasses",
-    ),
-    Suite(
-        "itsdangerous",
-        "2.2.0",
-        "itsdangerous",
-        ("tests", *NO_ASYNCIO),
-        "class hierarchies, time frozen by freezegun",
-    ),
-    Suite(
-        "boltons",
-        "26.2.0",
-        "boltons",
-        ("tests", *NO_ASYNCIO),
-        "frames and tracebacks (tbutils), function introspection and rewriting (funcutils)",
-    ),
-    Suite(
-        "wrapt",
-        "2.5.2",
-        "wrapt",
-        ("tests", *NO_ASYNCIO),
-        "proxies and descriptors, identity of wrapped functions (pure-Python mode)",
-        env={"WRAPT_DISABLE_EXTENSIONS": "true"},
-    ),
-    Suite(
-        "trio",
-        "0.35.0",
-        "trio",
-        (
-            "--pyargs",
-            "trio._tests.test_signals",
-            "trio._core._tests.test_ki",
-            "trio._core._tests.test_run",
-            *NO_ASYNCIO,
-        ),
-        "signals: the wakeup fd, KeyboardInterrupt delivery, frames of coroutines",
-    ),
-)
-
-
-# -- results ------------------------------------------------------------------------------------
-
-#: Outcomes, worst first: a test reported twice (a failure in the call, an error in teardown)
-#: keeps the worse.
-OUTCOMES: Final = ("error", "failed", "passed", "xfailed", "skipped")
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    outcome: str  # one of OUTCOMES
-    message: str = ""  # the first line of the failure, error or skip
-
-
-@dataclass(slots=True)
-class Run:
-    """One run of one suite: every test id's outcome, or why there are none."""
-
-    mode: str
-    outcomes: dict[str, Outcome]
-    seconds: float
-    returncode: int
-    events: int | None = None  # stored by the embedded repository (traced runs)
-    problem: str = ""  # the run produced no results: why
-
-
-@dataclass(frozen=True, slots=True)
-class Difference:
-    test: str
-    bare: Outcome | None  # None: the test was not there
-    traced: Outcome | None
-
-
-def first_line(text: str | None) -> str:
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()[:200]
-    return ""
-
-
-def parse_junit(xml: str) -> dict[str, Outcome]:
-    """Test id (``classname::name``) to outcome, from pytest's JUnit XML."""
-    outcomes: dict[str, Outcome] = {}
-    for case in ET.fromstring(xml).iter("testcase"):
-        # --pyargs with --import-mode=importlib (trio) leaves classname empty: the file then
-        # (xunit1's attribute, asked for on the command line) tells the modules apart
-        where = case.get("classname") or case.get("file", "")
-        test = f"{where}::{case.get('name', '')}"
-        found = Outcome("passed")
-        for child in case:
-            if child.tag in ("failure", "error"):
-                kind = "failed" if child.tag == "failure" else "error"
-                found = Outcome(kind, first_line(child.get("message")) or first_line(child.text))
-            elif child.tag == "skipped":
-                kind = "xfailed" if child.get("type") == "pytest.xfail" else "skipped"
-                found = Outcome(kind, first_line(child.get("message")))
-            else:
-                continue
-            break
-        previous = outcomes.get(test)
-        if previous is None or OUTCOMES.index(found.outcome) < OUTCOMES.index(previous.outcome):
-            outcomes[test] = found
-    return outcomes
-
-
-def compare(bare: Mapping[str, Outcome], traced: Mapping[str, Outcome]) -> list[Difference]:
-    """The tests whose outcome differs (or that one side lacks), in id order. Messages alone
-    never count: a failure's text may name an address or a temporary path."""
-    differences = []
-    for test in sorted(bare.keys() | traced.keys()):
-        one, other = bare.get(test), traced.get(test)
-        if one is None or other is None or one.outcome != other.outcome:
-            differences.append(Difference(test, one, other))
-    return differences
-
-
-def counts(outcomes: Mapping[str, Outcome]) -> dict[str, int]:
-    found = dict.fromkeys(OUTCOMES, 0)
-    for outcome in outcomes.values():
-        found[outcome.outcome] += 1
-    return found
-
-
-def describe_counts(outcomes: Mapping[str, Outcome]) -> str:
-    found = counts(outcomes)
-    failed = found["failed"] + found["error"]
-    skipped = found["skipped"] + found["xfailed"]
-    return f"{found['passed']} passed, {failed} failed" + (
-        f", {skipped} skipped" if skipped else ""
-    )
-
-
-#: Differences known and explained (docs/compatibility.md), by (package, mode, test id): they
-#: are reported, and do not fail the run. Each is an open problem, not an exception granted.
-KNOWN: Final[dict[tuple[str, str, str], str]] = {
-    (
-        "more-itertools",
-        "pure",
-        "tests.test_more.SeekableTest::test_repeated_zero_cache_peek_has_bounded_memory",
-    ): "tracemalloc counts the pure-Python path's events: tuples the program's thread builds and "
-    "keeps until the sender drains them; hiding them would cost a call per event (the C "
-    "accelerator's buffers and batches it does not see)",
-}
-
-
-def unexplained(suite: str, mode: str, differences: list[Difference]) -> list[Difference]:
-    return [d for d in differences if (suite, mode, d.test) not in KNOWN]
-
-
-def verdict(bare: Run, traced: Run, suite: str) -> str:
-    if traced.problem:
-        return f"no results ({traced.problem})"
-    differences = compare(bare.outcomes, traced.outcomes)
-    known = len(differences) - len(unexplained(suite, traced.mode, differences))
-    if not differences:
-        return "identical"
-    if known == len(differences):
-        return f"{known} known difference" + ("s" if known > 1 else "")
-    return f"{len(differences)} differ" + (f" ({known} known)" if known else "")
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -538,91 +287,6 @@ def run_suite(
             + (f" ({runs[mode].problem})" if runs[mode].problem else "")
         )
     return runs
-
-
-# -- reporting ----------------------------------------------------------------------------------
-
-
-def table(results: Mapping[Suite, Mapping[str, Run]]) -> str:
-    """The Markdown table docs/compatibility.md keeps."""
-    lines = [
-        "| package | version | tests | bare | C | pure | events stored (C / pure) "
-        "| seconds (bare / C / pure) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for suite, runs in results.items():
-        bare = runs["bare"]
-        events = " / ".join(f"{runs[m].events:,}" if runs[m].events else "—" for m in MODES[1:])
-        seconds = " / ".join(f"{runs[m].seconds:.0f}" for m in MODES)
-        lines.append(
-            f"| {suite.name} | {suite.version} | {len(bare.outcomes)} | "
-            f"{describe_counts(bare.outcomes)} | {verdict(bare, runs['C'], suite.name)} | "
-            f"{verdict(bare, runs['pure'], suite.name)} | {events} | {seconds} |"
-        )
-    return "\n".join(lines)
-
-
-#: Differing tests shown per suite and run; the rest are counted (--json keeps them all).
-SHOWN: Final = 20
-
-
-def details(results: Mapping[Suite, Mapping[str, Run]]) -> str:
-    """The differing tests: outcome bare and traced, and the first line of the failure."""
-    lines = []
-    for suite, runs in results.items():
-        for mode in MODES[1:]:
-            differences = compare(runs["bare"].outcomes, runs[mode].outcomes)
-            if runs[mode].problem:
-                lines.append(f"{suite.name} {mode}: {runs[mode].problem}")
-            if len(differences) > SHOWN:
-                lines.append(f"{suite.name} {mode}: {len(differences)} differ, the first {SHOWN}:")
-            for difference in differences[:SHOWN]:
-                one = difference.bare.outcome if difference.bare else "absent"
-                other = difference.traced.outcome if difference.traced else "absent"
-                message = difference.traced.message if difference.traced else ""
-                lines.append(f"{suite.name} {mode}: {difference.test}: {one} -> {other}: {message}")
-    return "\n".join(lines)
-
-
-def as_json(results: Mapping[Suite, Mapping[str, Run]], python: str) -> dict[str, Any]:
-    return {
-        "python": python,
-        "suites": {
-            suite.name: {
-                "version": suite.version,
-                "runs": {
-                    mode: {
-                        "seconds": round(run.seconds, 1),
-                        "returncode": run.returncode,
-                        "events": run.events,
-                        "problem": run.problem,
-                        "counts": counts(run.outcomes),
-                        "differences": [
-                            {
-                                "test": d.test,
-                                "bare": d.bare.outcome if d.bare else None,
-                                "traced": d.traced.outcome if d.traced else None,
-                                "message": d.traced.message if d.traced else "",
-                            }
-                            for d in compare(runs["bare"].outcomes, run.outcomes)
-                        ],
-                    }
-                    for mode, run in runs.items()
-                },
-            }
-            for suite, runs in results.items()
-        },
-    }
-
-
-def failed(results: Mapping[Suite, Mapping[str, Run]]) -> bool:
-    """Whether a run gave no results, or an outcome differs from the bare one unexplained."""
-    return any(
-        run.problem
-        or unexplained(suite.name, run.mode, compare(runs["bare"].outcomes, run.outcomes))
-        for suite, runs in results.items()
-        for run in runs.values()
-    )
 
 
 # -- command line -------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The compatibility corpus's runner (benchmarks/suites.py): its parsing and comparing, offline.
+"""The compatibility corpus's runner (benchmarks/suites.py, suite_list.py, suite_outcomes.py): its
+parsing and comparing, offline.
 
 The corpus itself downloads from PyPI and takes minutes: ``.ci/corpus.sh`` runs it.
 """
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import suites
-from benchmarks.suites import Outcome, Run, Suite, compare, parse_junit
+from benchmarks import suite_list, suite_outcomes, suites
+from benchmarks.suite_list import Suite
+from benchmarks.suite_outcomes import Outcome, Run, compare, parse_junit
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="1" failures="1" skipped="2" tests="6">
@@ -67,17 +69,17 @@ def test_the_table_and_the_details_name_each_difference() -> None:
             "pure": Run("pure", traced, 3.0, 1, events=1250),
         }
     }
-    row = suites.table(results).splitlines()[2]
+    row = suite_outcomes.table(results).splitlines()[2]
     assert row == (
         "| pkg | 1.0 | 6 | 2 passed, 2 failed, 2 skipped | identical | 1 differ "
         "| 1,234 / 1,250 | 1 / 2 / 3 |"
     )
-    assert suites.details(results) == (
+    assert suite_outcomes.details(results) == (
         "pkg pure: tests.test_a::test_passes: passed -> failed: assert f is g"
     )
-    assert suites.failed(results)
+    assert suite_outcomes.failed(results)
     results[suite]["pure"] = Run("pure", {}, 3.0, 2, problem="exit 2, no report")
-    assert "no results (exit 2, no report)" in suites.table(results)
+    assert "no results (exit 2, no report)" in suite_outcomes.table(results)
 
 
 def test_a_traced_run_includes_the_package_and_deselects_the_excluded(tmp_path: Path) -> None:
@@ -102,13 +104,13 @@ def test_a_traced_run_includes_the_package_and_deselects_the_excluded(tmp_path: 
 
 
 def test_the_corpus_is_pinned_and_every_exclusion_says_why() -> None:
-    assert len(suites.SUITES) >= 10
-    assert len({suite.name for suite in suites.SUITES}) == len(suites.SUITES)
-    for suite in suites.SUITES:
+    assert len(suite_list.SUITES) >= 10
+    assert len({suite.name for suite in suite_list.SUITES}) == len(suite_list.SUITES)
+    for suite in suite_list.SUITES:
         assert re.fullmatch(r"\d+(\.\d+)+", suite.version), suite.name
         assert suite.checks, suite.name
         assert all(reason.strip() for reason in suite.deselect.values()), suite.name
-    assert all("==" in requirement for requirement in suites.TEST_REQUIREMENTS)
+    assert all("==" in requirement for requirement in suite_list.TEST_REQUIREMENTS)
 
 
 def test_a_known_difference_is_reported_and_does_not_fail_the_run(
@@ -124,9 +126,9 @@ def test_a_known_difference_is_reported_and_does_not_fail_the_run(
             "pure": Run("pure", traced, 3.0, 1, events=1),
         }
     }
-    monkeypatch.setitem(suites.KNOWN, ("pkg", "pure", "tests.test_a::test_passes"), "why")
-    assert "| identical | 1 known difference |" in suites.table(results)
-    assert not suites.failed(results)
+    monkeypatch.setitem(suite_outcomes.KNOWN, ("pkg", "pure", "tests.test_a::test_passes"), "why")
+    assert "| identical | 1 known difference |" in suite_outcomes.table(results)
+    assert not suite_outcomes.failed(results)
     results[suite]["C"] = Run("C", traced, 2.0, 1, events=1)  # the same test, not known in C
-    assert "| 1 differ | 1 known difference |" in suites.table(results)
-    assert suites.failed(results)
+    assert "| 1 differ | 1 known difference |" in suite_outcomes.table(results)
+    assert suite_outcomes.failed(results)
