@@ -242,6 +242,21 @@ step_entry(EventBuffer *events, Strand *strand, PyObject *code)
     return -1;
 }
 
+/* The entry step of `strand` at `index` of the thread's stack ends, with `now` in effect: the
+ * value it began under is the strand's last, `now` its next step's when code inside the frame
+ * set it (keep_inner), and the entry (with any left above it) leaves the stack. The caller
+ * keeps `strand` alive through the pop, which lets the entry's reference go. */
+static inline void
+end_entry_step(Strand *strand, EventBuffer *events, Py_ssize_t index, PyObject *now)
+{
+    StackEntry *entry = &events->stack[index];
+    if (strand->last != entry->strand) {
+        Py_XSETREF(strand->last, Py_NewRef(entry->strand));
+    }
+    keep_inner(strand, now);
+    stack_pop(events, index, strand->iid);
+}
+
 /* The step of `strand` ends (a yield, its return or unwind): the value in effect now, when code
  * inside the frame set it, is the one its next step runs under (keep_inner); its entry leaves
  * the thread's stack (the innermost of this code and invocation; any above it too), or its
@@ -267,16 +282,12 @@ step_end(Strand *strand, PyObject *code)
     }
     Py_ssize_t index = buffer == NULL ? -1 : step_entry((EventBuffer *)buffer, strand, code);
     if (index >= 0) {
-        StackEntry *entry = &((EventBuffer *)buffer)->stack[index];
-        if (strand->last != entry->strand) {
-            Py_XSETREF(strand->last, Py_NewRef(entry->strand));
-        }
+        end_entry_step(strand, (EventBuffer *)buffer, index, now);
     }
-    keep_inner(strand, now);
+    else {
+        keep_inner(strand, now);
+    }
     Py_DECREF(now);
-    if (index >= 0) {
-        stack_pop((EventBuffer *)buffer, index, strand->iid);
-    }
     Py_XDECREF(buffer);
     if (step != STEP_TOKEN) {
         return 0; /* on the stack (popped), or under a value set inside the frame */
@@ -308,14 +319,10 @@ step_end_on_top(PyObject *code, PyObject *frame)
     if (PyContextVar_Get(g_context_var, Py_None, &now) < 0) {
         return -1;
     }
-    Strand *strand = (Strand *)Py_NewRef(top->state); /* the pop below lets the entry's go */
-    if (strand->last != top->strand) {
-        Py_XSETREF(strand->last, Py_NewRef(top->strand));
-    }
-    keep_inner(strand, now);
-    Py_DECREF(now);
+    Strand *strand = (Strand *)Py_NewRef(top->state); /* the pop lets the entry's go */
     strand->step = STEP_NONE;
-    stack_pop(events, events->depth - 1, top->iid);
+    end_entry_step(strand, events, events->depth - 1, now);
+    Py_DECREF(now);
     Py_DECREF(strand);
     return 1;
 }
