@@ -138,8 +138,12 @@ untraced_strand_begin(PyObject *frame, PyObject *code)
 static Strand *
 strand_new(PyObject *buffer, const Beginning *b, uint64_t iid)
 {
-    Strand *strand = PyObject_New(Strand, &StrandType);
-    if (strand == NULL) {
+    Strand *strand;
+    if (g_free_strand_count > 0) {
+        strand = g_free_strands[--g_free_strand_count];
+        PyObject_Init((PyObject *)strand, &StrandType);
+    }
+    else if ((strand = PyObject_New(Strand, &StrandType)) == NULL) {
         return NULL;
     }
     strand->iid = iid;
@@ -234,19 +238,21 @@ strand_end(long kind, PyObject *error, PyObject *code)
                                 : record_end((EventBuffer *)buffer, strand->iid,
                                              ok ? NULL : Py_TYPE(error));
     Py_XDECREF(buffer);
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
+    /* The step ends even when the End could not be recorded; then the End's error is the one
+     * reported (the common case, with none set, needs no saving: each save and restore reads
+     * the thread state, which 3.12's shared libpython reaches through __tls_get_addr). */
+    PyObject *type = NULL, *value = NULL, *traceback = NULL;
+    if (result < 0) {
+        PyErr_Fetch(&type, &value, &traceback);
+    }
     int ended = step_end_on_top(code, frame);
     ended = ended == 0 ? step_end(strand, code) : ended < 0 ? -1 : 0;
-    if (result < 0 || ended == 0) {
+    if (result < 0) {
         PyErr_Clear();
         PyErr_Restore(type, value, traceback);
     }
     else {
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        result = -1;
+        result = ended;
     }
     Py_DECREF(strand);
     return result;
