@@ -66,7 +66,7 @@
 /* The module's interface, as tracer._core.accel.INTERFACE expects it: raised (in both) with every
  * change to what its functions and types take or give, so that a module built from older
  * sources is not used by newer Python code (or the other way round). */
-#define SPEEDUPS_INTERFACE 3
+#define SPEEDUPS_INTERFACE 4
 
 /* Event tags, as tracer.wire defines them. */
 #define TAG_START 0
@@ -250,6 +250,8 @@ static PyMethodDef module_methods[] = {
      "stack_ids(frames, known, intern, max_depth): (frame ids, lines) of a sampled stack, "
      "outermost first, from a frame and its callers or a list of frames innermost first; ids by "
      "id(code) in known, else intern(code); 0 (the tracer's own) left out; max_depth kept."},
+    {"strand_key_of", strand_key_of, METH_O,
+     "strand_key_of(generator or coroutine): its strand's key in the C handlers' table."},
     {"set_handlers", set_handlers, METH_VARARGS,
      "set_handlers(strands, sweep, untraced=None): the strands' table by frame, what ends those "
      "unseen, and the table of strands turned away as roots past the memory bound."},

@@ -167,7 +167,7 @@ strand_begin(uint64_t method, PyObject *code)
     if (sweep_when_many(1, 64) < 0) {
         return -1;
     }
-    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    PyObject *frame = strand_key();
     if (frame == NULL) {
         return 0;
     }
@@ -185,7 +185,11 @@ strand_begin(uint64_t method, PyObject *code)
     if (strand == NULL) {
         Py_DECREF(current);
         Py_DECREF(buffer);
-        return begun == 1 ? untraced_strand_begin(frame, code) : -1;
+        return begun == 1 ? untraced_strand_begin((PyObject *)PyEval_GetFrame(), code) : -1;
+    }
+    Strand *unseen = (Strand *)table_get(g_strands, frame);
+    if (unseen != NULL && record_end((EventBuffer *)unseen->buffer, unseen->iid, NULL) < 0) {
+        PyErr_Clear(); /* an earlier strand's key, which it left ending unseen: it ends now */
     }
     int stored = step_begin_under(strand, code, frame, current, buffer);
     Py_DECREF(buffer);
@@ -209,7 +213,7 @@ strand_begin(uint64_t method, PyObject *code)
 static int
 strand_end(long kind, PyObject *error, PyObject *code)
 {
-    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    PyObject *frame = strand_key();
     Strand *strand = pop_strand(frame);
     if (strand == NULL) {
         PyObject *state = untraced_state();
@@ -220,7 +224,7 @@ strand_end(long kind, PyObject *error, PyObject *code)
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
         int ended = untraced_step(state, code, 0) < 0
-                    || PyDict_DelItem(g_untraced_strands, frame) < 0;
+                    || PyDict_DelItem(g_untraced_strands, (PyObject *)PyEval_GetFrame()) < 0;
         Py_DECREF(state);
         if (ended) {
             Py_XDECREF(type);
@@ -265,7 +269,7 @@ monitor_yield(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (nargs < 1) {
         Py_RETURN_NONE;
     }
-    int fast = step_end_on_top(args[0], (PyObject *)PyEval_GetFrame());
+    int fast = step_end_on_top(args[0], strand_key());
     if (fast != 0) {
         if (fast < 0 && !absorb_failure()) {
             return NULL;

@@ -95,11 +95,11 @@ static PyTypeObject StrandType = {
     .tp_members = strand_members,
 };
 
-/* A strand's state in the table, borrowed, by its frame, or NULL (none: no error set). */
+/* A strand's state in the table, borrowed, by its frame's key, or NULL (none: no error set). */
 static Strand *
 strand_of(PyObject **frame_out)
 {
-    PyObject *frame = (PyObject *)PyEval_GetFrame(); /* borrowed: the traced frame */
+    PyObject *frame = strand_key(); /* borrowed: the traced frame's key */
     if (frame_out != NULL) {
         *frame_out = frame;
     }

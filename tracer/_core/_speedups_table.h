@@ -13,8 +13,68 @@
  * list), pop(frame, default) and popitem().
  */
 
+/* A strand's key. From 3.12 a strand can end with no event the handlers see: 3.13 closes a
+ * generator dropped at a yield outside any handler silently, and sys.monitoring raises no event
+ * while one of its callbacks runs (a collection inside the tracer's own Python code, a thread's
+ * registration, closes generators unseen). Their End is the sweep's, which finds such strands by
+ * their frame object's reference count, so there the key is the frame object (a strong
+ * reference). On 3.11 every close runs the handler the instrumented code has, so the key is the
+ * strand's interpreter frame, which lives inside its generator or coroutine object, read from
+ * the thread state: no frame object is made for it (making and freeing one was a fifth of the
+ * instructions a one-item generator added). Such a key is an address, never dereferenced;
+ * Python reads it as an int. */
+#if PY_VERSION_HEX >= 0x030C0000
+#define STRAND_KEYS_OWNED 1
+#else
+#define STRAND_KEYS_OWNED 0
+#endif
+
+/* The running strand's key (borrowed), or NULL. */
+static inline PyObject *
+strand_key(void)
+{
+#if STRAND_KEYS_OWNED
+    return (PyObject *)PyEval_GetFrame();
+#else
+    return (PyObject *)PyThreadState_Get()->cframe->current_frame;
+#endif
+}
+
+/* A key as Python sees it (a new reference), and back (NULL: none, no error set). */
+static PyObject *
+key_object(PyObject *key)
+{
+#if STRAND_KEYS_OWNED
+    return Py_NewRef(key);
+#else
+    return PyLong_FromVoidPtr(key);
+#endif
+}
+
+static PyObject *
+key_from(PyObject *object)
+{
+#if STRAND_KEYS_OWNED
+    return object;
+#else
+    void *key = PyLong_Check(object) ? PyLong_AsVoidPtr(object) : NULL;
+    if (key == NULL) {
+        PyErr_Clear();
+    }
+    return (PyObject *)key;
+#endif
+}
+
+#if STRAND_KEYS_OWNED
+#define KEY_KEEP(key) Py_NewRef(key)
+#define KEY_DROP(key) Py_DECREF(key)
+#else
+#define KEY_KEEP(key) (key)
+#define KEY_DROP(key) ((void)0)
+#endif
+
 typedef struct {
-    PyObject *frame; /* strong, or NULL: an empty slot */
+    PyObject *frame; /* the key (see strand_key), or NULL: an empty slot */
     PyObject *state; /* strong */
 } TableSlot;
 
@@ -32,7 +92,7 @@ static PyTypeObject StrandTableType;
 static inline size_t
 table_home(const StrandTable *table, PyObject *frame)
 {
-    uint64_t key = (uint64_t)(uintptr_t)frame >> 4; /* objects are 16-byte aligned */
+    uint64_t key = (uint64_t)(uintptr_t)frame >> 3; /* keys are 8-byte aligned at least */
     return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & (size_t)(table->capacity - 1);
 }
 
@@ -108,7 +168,7 @@ table_set(StrandTable *table, PyObject *frame, PyObject *state)
     TableSlot *slot = &table->slots[table_find(table, frame)];
     PyObject *old = slot->state;
     if (slot->frame == NULL) {
-        slot->frame = Py_NewRef(frame);
+        slot->frame = KEY_KEEP(frame);
         table->used++;
     }
     slot->state = Py_NewRef(state);
@@ -152,7 +212,7 @@ table_pop(StrandTable *table, PyObject *frame)
     }
     PyObject *key, *state;
     table_remove_at(table, i, &key, &state);
-    Py_DECREF(key);
+    KEY_DROP(key);
     return state;
 }
 
@@ -160,7 +220,9 @@ static void
 table_dealloc(StrandTable *self)
 {
     for (Py_ssize_t i = 0; i < self->capacity; i++) {
-        Py_XDECREF(self->slots[i].frame);
+        if (self->slots[i].frame != NULL) {
+            KEY_DROP(self->slots[i].frame);
+        }
         Py_XDECREF(self->slots[i].state);
     }
     PyMem_Free(self->slots);
@@ -197,7 +259,9 @@ table_items(StrandTable *self, PyObject *Py_UNUSED(ignored))
         if (self->slots[i].frame == NULL) {
             continue;
         }
-        PyObject *pair = PyTuple_Pack(2, self->slots[i].frame, self->slots[i].state);
+        PyObject *key = key_object(self->slots[i].frame);
+        PyObject *pair = key == NULL ? NULL : PyTuple_Pack(2, key, self->slots[i].state);
+        Py_XDECREF(key);
         if (pair == NULL || PyList_Append(items, pair) < 0) {
             Py_CLEAR(items);
         }
@@ -214,7 +278,8 @@ table_pop_method(StrandTable *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "pop(frame, default=None)");
         return NULL;
     }
-    PyObject *state = table_pop(self, args[0]);
+    PyObject *key = key_from(args[0]);
+    PyObject *state = key == NULL ? NULL : table_pop(self, key);
     if (state != NULL) {
         return state;
     }
@@ -229,14 +294,33 @@ table_popitem(StrandTable *self, PyObject *Py_UNUSED(ignored))
         if (self->slots[i].frame != NULL) {
             PyObject *frame, *state;
             table_remove_at(self, (size_t)i, &frame, &state);
-            PyObject *pair = PyTuple_Pack(2, frame, state);
-            Py_DECREF(frame);
+            PyObject *key = key_object(frame);
+            PyObject *pair = key == NULL ? NULL : PyTuple_Pack(2, key, state);
+            Py_XDECREF(key);
+            KEY_DROP(frame);
             Py_DECREF(state);
             return pair;
         }
     }
     PyErr_SetString(PyExc_KeyError, "popitem(): the strands' table is empty");
     return NULL;
+}
+
+/* strand_key_of(generator or coroutine): the key its strand has in the table, as items() gives
+ * it (its frame object, or its interpreter frame's address): for tests. */
+static PyObject *
+strand_key_of(PyObject *module, PyObject *object)
+{
+#if STRAND_KEYS_OWNED
+    return PyObject_GetAttrString(object, PyCoro_CheckExact(object) ? "cr_frame" : "gi_frame");
+#else
+    if (!PyGen_CheckExact(object) && !PyCoro_CheckExact(object)) {
+        PyErr_SetString(PyExc_TypeError, "strand_key_of() takes a generator or a coroutine");
+        return NULL;
+    }
+    /* a generator's and a coroutine's heads are alike: the frame lives in the object */
+    return PyLong_FromVoidPtr((char *)object + offsetof(PyGenObject, gi_iframe));
+#endif
 }
 
 static PyMethodDef table_methods[] = {

@@ -24,7 +24,7 @@ ENV_PURE: Final = "INVOSEQ_PURE"
 #: functions and types take or give, in both places at once. A module built from other sources
 #: (an editable checkout not rebuilt since) is then left unused, with a warning, rather than
 #: failing at import or recording wrongly.
-INTERFACE: Final = 3
+INTERFACE: Final = 4
 
 #: Why the hot path is pure Python (``tracer info`` says it), or None with the C accelerator.
 why_pure: str | None = None

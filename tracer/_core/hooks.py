@@ -276,7 +276,7 @@ def throw(code: CodeType, offset: int, error: BaseException) -> None:
         resume(code, offset, 2)
 
 
-def _items(table: Any) -> list[tuple[FrameType, Any]]:
+def _items(table: Any) -> list[tuple[Any, Any]]:
     """``table``'s items, listed. Before 3.12 a collection may start at any allocation while the
     list is made, and the finalizers it runs (a traced generator's close) take strands out of
     the table, which stops the listing: it is made again (at most a few times; else nothing is
@@ -295,6 +295,8 @@ def sweep() -> None:
     Any thread may sweep (the sender does before each drain): appends are atomic."""
     global _sweep_at
     for frame, state in _items(_strands):
+        if frame.__class__ is int:  # the C table's key on 3.11: every close runs a handler
+            continue
         # the table's key, the items() list's tuple, the loop's name and getrefcount's argument
         if _getrefcount(frame) <= 4 and _strands.pop(frame, None) is state:
             if state.__class__ is list:

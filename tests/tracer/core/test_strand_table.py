@@ -1,7 +1,8 @@
 """The C handlers' table of open strands (``_speedups.StrandTable``): every traced generator
-started and not finished is in it, by its frame, with a state of its own, through many starts
-and ends in any order (its entries probed for, and moved back as others leave); each one that
-finishes leaves it, its End recorded."""
+started and not finished is in it, by its frame's key (its frame object on 3.12+, its
+interpreter frame's address on 3.11: ``_speedups.strand_key_of``), with a state of its own,
+through many starts and ends in any order (its entries probed for, and moved back as others
+leave); each one that finishes leaves it, its End recorded."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 
 import tracer
 from tests.tracer.core.implementations import needs_c_path
-from tracer._core import hooks
+from tracer._core import accel, hooks
 from tracer.testing import capture
 
 GENERATORS = 3_000
@@ -34,7 +35,8 @@ def test_the_table_holds_exactly_the_open_strands_through_many_starts_and_ends()
     rng = random.Random(69)
     with capture(sample_interval_ms=0) as trace:
         assert type(hooks._strands).__name__ == "StrandTable"
-        before = {id(frame) for frame, _ in hooks._strands.items()}
+        key_of = accel.speedups.strand_key_of  # type: ignore[union-attr]
+        before = {frame for frame, _ in hooks._strands.items()}
         open_ = started(0, GENERATORS)
         finished = 0
         for round_ in range(1, 5):  # a third of those open finish, in any order; more start
@@ -44,16 +46,12 @@ def test_the_table_holds_exactly_the_open_strands_through_many_starts_and_ends()
                 assert list(generator) == [n + 1]
             finished += cut
             open_ = open_[cut:] + started(round_ * GENERATORS, GENERATORS // 4)
-            mine = {
-                id(frame): state
-                for frame, state in hooks._strands.items()
-                if id(frame) not in before
-            }
-            assert set(mine) == {id(generator.gi_frame) for _, generator in open_}  # type: ignore[attr-defined]
+            mine = {frame: state for frame, state in hooks._strands.items() if frame not in before}
+            assert set(mine) == {key_of(generator) for _, generator in open_}
             assert len({state.iid for state in mine.values()}) == len(open_)
         for n, generator in open_:
             assert list(generator) == [n + 1]
-        assert not {id(frame) for frame, _ in hooks._strands.items()} - before
+        assert not {frame for frame, _ in hooks._strands.items()} - before
         trace.flush()
         ended = [i for i in trace.invocations() if i.name.endswith(".pair")]
     assert len(ended) == finished + len(open_)
