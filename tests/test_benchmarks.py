@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import real, real_floor, real_program, serve
+from benchmarks import instructions, real, real_floor, real_program, serve
 from benchmarks.harness import Row, Target
 from benchmarks.postgres import PG_ENV
 from tracer._core import accel
@@ -254,3 +255,14 @@ def test_the_real_floor_calls_its_hooks_at_every_traced_call_and_leaves_sqlparse
     assert all(function.__code__ is code for function, code in codes.items())
     if sys.version_info >= (3, 12):
         assert sys.monitoring.get_tool(real_floor.TOOL) is None
+
+
+@pytest.mark.system
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_the_instructions_probe_counts_an_item_alike_in_two_runs_and_the_tracer_adds_some() -> None:
+    # What it is for: telling a change of a few percent from a machine's drift. Its main
+    # thread's count, with the clock that needs no calibration, is the same run after run.
+    first = instructions.per_item("flat_root", 2_000)
+    again = instructions.per_item("flat_root", 2_000)
+    assert again == pytest.approx(first, rel=0.02)
+    assert first > instructions.per_item("loop_bare", 2_000) + 100  # the traced call's handlers
