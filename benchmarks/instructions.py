@@ -16,11 +16,17 @@ instructions, start-up and imports cancelled (recording only: the sender's work 
 thread's, left out). The rows: instructions an item, traced; the instructions the tracer adds
 (traced less the same shape bare); and that as a multiple of what it adds to the sync call
 (issue 33 goal 1 asks a generator or coroutine call to cost at most 1.5 times a sync call).
+
+``--real PASSES`` counts the real case's program instead (sqlparse, ``benchmarks.real_program``),
+bare and under ``tracer run --include 'sqlparse.*'`` sending to a ``cmr serve --memory`` of its
+own: its main thread's instructions, and what the tracer adds per recorded call (the sender's
+encoding, on its own thread, is left out). Three passes take about three minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -39,6 +45,7 @@ SHAPES: Final = {
 }
 WARM_UP: Final = 2_000
 TOTALS: Final = re.compile(r"^totals:\s*(\d+)", re.MULTILINE)
+ROOT: Final = Path(__file__).resolve().parent.parent
 
 
 def child(name: str, items: int) -> None:
@@ -55,34 +62,88 @@ def child(name: str, items: int) -> None:
         os._exit(0)  # no flush, shutdown or teardown counted: the same in every child
 
 
+def counted(command: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """The instructions ``command``'s main thread executes under callgrind, and its stdout."""
+    with tempfile.TemporaryDirectory() as out:
+        valgrind = ["valgrind", "--tool=callgrind", "--separate-threads=yes"]
+        valgrind.append(f"--callgrind-out-file={out}/callgrind.%p")
+        environment = {**env, "INVOSEQ_CLOCK": "monotonic", "PYTHONHASHSEED": "0"}
+        done = subprocess.run(
+            valgrind + command,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+            env=environment,
+            cwd=ROOT,
+        )
+        main_thread = sorted(Path(out).glob("callgrind.*-01"))
+        found = TOTALS.search(main_thread[0].read_text()) if main_thread else None
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind gave no count for {command[-2:]}: {done.stderr[-2000:]}")
+    return int(found.group(1)), done.stdout
+
+
 def instructions(name: str, items: int) -> int:
     """What the main thread of a child running ``name`` with ``items`` items executes. Only the
     main thread's: the sender's thread wakes on timers, and under valgrind, tens of times slower,
     it wakes more often the busier the machine is. The clock is ``clock_gettime`` (the TSC's
     calibration takes pairs of readings until two are close enough, which valgrind makes rare),
     and the hashes of strings are the same in every run (PYTHONHASHSEED)."""
-    with tempfile.TemporaryDirectory() as out:
-        command = ["valgrind", "--tool=callgrind", "--separate-threads=yes"]
-        command += [f"--callgrind-out-file={out}/callgrind.%p", sys.executable, "-m"]
-        command += ["benchmarks.instructions", "--child", name, str(items)]
-        environment = {**os.environ, "INVOSEQ_CLOCK": "monotonic", "PYTHONHASHSEED": "0"}
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=900, check=False, env=environment
-        )
-        main_thread = sorted(Path(out).glob("callgrind.*-01"))
-        found = TOTALS.search(main_thread[0].read_text()) if main_thread else None
-    if done.returncode != 0 or found is None:
-        raise RuntimeError(f"callgrind gave no count for {name}: {done.stderr[-2000:]}")
-    return int(found.group(1))
+    command = [sys.executable, "-m", "benchmarks.instructions", "--child", name, str(items)]
+    return counted(command, dict(os.environ))[0]
 
 
 def per_item(name: str, items: int) -> float:
     return (instructions(name, 2 * items) - instructions(name, items)) / items
 
 
+def writing_bytecode() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def real(passes: int) -> None:
+    """The real case's program (``benchmarks.real_program``, sqlparse) bare and under ``tracer
+    run --include 'sqlparse.*'`` sending to a ``cmr serve --memory`` of its own: its main
+    thread's instructions, and what the tracer adds per recorded call (events sent over two)."""
+    from benchmarks.processes import RESULT_PREFIX, clean_environment, start_reporting, stop
+    from cmr.defaults import READY_PREFIX
+
+    program = ["-m", "benchmarks.real_program", json.dumps({"passes": passes, "statements": 12})]
+    # Compiled once, as a user's first run leaves them: else every run compiles the tracer's
+    # modules again (PYTHONDONTWRITEBYTECODE, a checkout no one has run yet) and counts that.
+    compileall = [sys.executable, "-m", "compileall", "-q", "tracer", "cmr", "invoseq"]
+    subprocess.run([*compileall, "benchmarks"], cwd=ROOT, check=True, env=writing_bytecode())
+    with tempfile.TemporaryDirectory() as workdir:
+        serve = [sys.executable, "-m", "cmr", "serve", "--memory", "--bind"]
+        server, endpoint = start_reporting([*serve, f"ipc://{workdir}/cmr.sock"], READY_PREFIX)
+        try:
+            # Valgrind runs one thread at a time: the sender, starved, would leave the bound
+            # full and calls untraced (cheaper), which no two runs do alike. Room for them all.
+            room = str(1 << 31)
+            env = clean_environment(
+                INVOSEQ_ENDPOINT=endpoint, INVOSEQ_MAX_BUFFERED_BYTES=room, PYTHONPATH=str(ROOT)
+            )
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            bare, _ = counted([sys.executable, *program], env)
+            tracer = [sys.executable, "-m", "tracer", "run", "--no-report"]
+            traced, out = counted([*tracer, "--include", "sqlparse.*", *program], env)
+        finally:
+            stop(server)
+    result = json.loads(out[out.index(RESULT_PREFIX) + len(RESULT_PREFIX) :].splitlines()[0])
+    if result["dropped_events"]:
+        print(f"{result['dropped_events']:,} events dropped: the counts are not comparable")
+    calls = result["sent_events"] / 2
+    print(f"the real program, {passes} passes, its main thread: bare {bare:,} instructions,")
+    print(f"traced {traced:,} ({calls:,.0f} calls recorded): {(traced - bare) / calls:,.0f} a call")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__)
     parser.add_argument("--items", type=int, default=20_000, help="items a chunk (default 20,000)")
+    parser.add_argument(
+        "--real", type=int, metavar="PASSES", help="count the real case's program instead"
+    )
     parser.add_argument("--child", nargs=2, metavar=("CHUNK", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -91,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("benchmarks.instructions: valgrind is not installed", file=sys.stderr)
         return 2
+    if args.real:
+        real(args.real)
+        return 0
     from tracer._core import accel
 
     path = "C accelerator" if accel.speedups is not None else "pure Python"
