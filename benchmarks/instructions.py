@@ -84,14 +84,29 @@ def counted(command: list[str], env: dict[str, str]) -> tuple[int, str]:
     return int(found.group(1)), done.stdout
 
 
+_compiled = False
+
+
+def compiled() -> None:
+    """Compile the project's modules once, as a user's first run leaves them: else a child that
+    imports one not compiled yet (a fresh checkout, PYTHONDONTWRITEBYTECODE) counts compiling
+    it, and the first of two children counts it where the second does not."""
+    global _compiled
+    if not _compiled:
+        command = [sys.executable, "-m", "compileall", "-q", "tracer", "cmr", "invoseq"]
+        subprocess.run([*command, "benchmarks"], cwd=ROOT, check=True, env=writing_bytecode())
+        _compiled = True
+
+
 def instructions(name: str, items: int) -> int:
     """What the main thread of a child running ``name`` with ``items`` items executes. Only the
     main thread's: the sender's thread wakes on timers, and under valgrind, tens of times slower,
     it wakes more often the busier the machine is. The clock is ``clock_gettime`` (the TSC's
     calibration takes pairs of readings until two are close enough, which valgrind makes rare),
     and the hashes of strings are the same in every run (PYTHONHASHSEED)."""
+    compiled()
     command = [sys.executable, "-m", "benchmarks.instructions", "--child", name, str(items)]
-    return counted(command, dict(os.environ))[0]
+    return counted(command, writing_bytecode())[0]
 
 
 def per_item(name: str, items: int) -> float:
@@ -110,10 +125,7 @@ def real(passes: int) -> None:
     from cmr.defaults import READY_PREFIX
 
     program = ["-m", "benchmarks.real_program", json.dumps({"passes": passes, "statements": 12})]
-    # Compiled once, as a user's first run leaves them: else every run compiles the tracer's
-    # modules again (PYTHONDONTWRITEBYTECODE, a checkout no one has run yet) and counts that.
-    compileall = [sys.executable, "-m", "compileall", "-q", "tracer", "cmr", "invoseq"]
-    subprocess.run([*compileall, "benchmarks"], cwd=ROOT, check=True, env=writing_bytecode())
+    compiled()
     with tempfile.TemporaryDirectory() as workdir:
         serve = [sys.executable, "-m", "cmr", "serve", "--memory", "--bind"]
         server, endpoint = start_reporting([*serve, f"ipc://{workdir}/cmr.sock"], READY_PREFIX)
