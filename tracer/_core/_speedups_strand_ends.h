@@ -187,10 +187,14 @@ strand_begin(uint64_t method, PyObject *code)
         Py_DECREF(buffer);
         return begun == 1 ? untraced_strand_begin((PyObject *)PyEval_GetFrame(), code) : -1;
     }
+#if !STRAND_KEYS_OWNED
+    /* an address key an earlier strand left, ending unseen, ends it now (a frame object key
+     * stays alive in the table: no later strand can have it) */
     Strand *unseen = (Strand *)table_get(g_strands, frame);
     if (unseen != NULL && record_end((EventBuffer *)unseen->buffer, unseen->iid, NULL) < 0) {
-        PyErr_Clear(); /* an earlier strand's key, which it left ending unseen: it ends now */
+        PyErr_Clear();
     }
+#endif
     int stored = step_begin_under(strand, code, frame, current, buffer);
     Py_DECREF(buffer);
     if (stored == 0) {
