@@ -19,7 +19,7 @@ each other, with the C accelerator: on the main thread, which samples itself whe
 another, where the sampler thread takes the GIL from the loop at each tick rather than wait for the
 loop's select() to give it up (tracer/_sampling/_gil_turn.c). In pure Python the sampler thread sees
 the loop only there, when it gets the GIL at all (a test of the report's words for it:
-test_merge.py)."""
+tests/cmr/views/test_merge_tasks.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Whatever arrives on its socket, a running `cmr serve` stays up, stores or counts each message
 exactly once, and goes on storing valid batches.
 
-tests/cmr/server/test_server.py fuzzes the decoder in process; this goes through the socket to the
-real server process, which must answer a valid batch after every fuzzed message: a probe that proves
-it is alive and, since replies come back in order, tells whether the fuzzed message was stored
-(acknowledged before the probe) or refused (no reply)."""
+tests/cmr/server/test_refused_frames.py fuzzes the decoder in process; this goes through the
+socket to the real server process, which must answer a valid batch after every fuzzed message: a
+probe that proves it is alive and, since replies come back in order, tells whether the fuzzed
+message was stored (acknowledged before the probe) or refused (no reply)."""
 
 from __future__ import annotations
 

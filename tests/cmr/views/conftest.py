@@ -16,7 +16,7 @@ from cmr.store.base import (
     SequenceData,
     ThreadRecord,
 )
-from cmr.views.model import SequenceTree, walk
+from cmr.views.model import KIND_ESTIMATED, SequenceTree, walk
 
 SEQ = bytes.fromhex("0123456789abcdef0123456789abcdef")
 PUID = 0x1111
@@ -158,6 +158,16 @@ def fixture_builder() -> SequenceBuilder:
     return SequenceBuilder()
 
 
+def two_tasks(builder: SequenceBuilder) -> None:
+    """``app.main`` running two interleaved asyncio tasks on its thread."""
+    builder.call("app.main", 1, start=0, end=100, line=10)
+    builder.call("app.task_a", 2, 1, start=10, end=90, line=20)
+    builder.call("app.task_b", 3, 1, start=20, end=80, line=30)
+    builder.frame(1, "main", line=10)
+    builder.frame(2, "task_a", line=20)
+    builder.frame(3, "task_b", line=30)
+
+
 def outline(tree: SequenceTree) -> list[str]:
     """One line per node: indentation by depth, name, duration/self (or '-'), status."""
 
@@ -176,3 +186,17 @@ Outline = Callable[[SequenceTree], list[str]]
 @pytest.fixture(name="outline")
 def fixture_outline() -> Outline:
     return outline
+
+
+def merged(tree: SequenceTree, *, frames: bool = False) -> list[str]:
+    """Per node: ``~`` for estimated, name, duration/self, samples total/self, CPU time."""
+    lines = []
+    for node, depth in walk(tree.root):
+        mark = "~" if node.kind == KIND_ESTIMATED else ""
+        cpu = "-" if node.cpu_ns is None else node.cpu_ns
+        where = f" @{node.frame[2]}" if frames and node.frame is not None else ""
+        lines.append(
+            f"{'  ' * depth}{mark}{node.name}{where} {node.duration_ns}/{node.self_ns} "
+            f"n={node.samples}/{node.self_samples} cpu={cpu}"
+        )
+    return lines

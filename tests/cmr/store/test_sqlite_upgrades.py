@@ -1,37 +1,20 @@
-"""The SQLite repository as a file, and opening repositories: reopening, read-only use, schema
-versions and upgrades, refused files, the default location."""
+"""SQLite files of other schema versions: an older one is upgraded in place when opened for
+writing, keeping what it stored (calls and late ends, listing lines and keys, sampler reports,
+the methods its sequences ran), and is not read before; a newer one is refused."""
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from cmr.store import (
-    StoreError,
-    default_db_path,
-    open_store,
-)
-from cmr.store.base import SequenceQuery
-from cmr.store.listing import NEWEST
-from cmr.store.listing_sql import SQLITE, Plan, picked
-from cmr.store.sqlite.reader import SQLiteReader
+from cmr.store import StoreError, open_store
 from cmr.store.sqlite.schema import PACKED_SCHEMA, SCHEMA_VERSION
-from cmr.store.sqlite.statements import (
-    METHODS_BY_RECENT_SEQUENCE,
-    OPEN_CALL,
-    REMOTE_ENTRIES,
-    SEQUENCE_BATCHES,
-    SUMMARIES_OF_PICKED,
-    THREAD_COUNTS,
-)
 from invoseq import wire
 from tests.cmr.conftest import FakeClock
 from tests.cmr.store.records import (
     HANDED,
-    INDEXED_QUERIES,
     OTHER,
     RAN,
     BatchFactory,
@@ -43,84 +26,12 @@ from tests.cmr.store.records import (
     check_sampler_reports_kept_on_upgrade,
     handoff,
     older_schema,
-    page_statements,
     seq_id,
     start,
     user_version,
     without_sampler_drops,
     without_single_rows,
 )
-
-
-def test_sqlite_repository_survives_reopening(tmp_path: Path, make_batch: BatchFactory) -> None:
-    path = str(tmp_path / "cmr.sqlite")
-    batch = make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]})
-    store = open_store(path)
-    store.ingest(batch, 1)
-    store.record_rejected("garbage")
-    before = store.load_sequence(S)
-    store.close()
-
-    reopened = open_store(path)
-    try:
-        assert reopened.load_sequence(S) == before
-        assert reopened.ingest(batch, 2) is False  # still knows the batch after a restart
-        stats = reopened.stats()
-        assert (stats.batches, stats.duplicate_batches, stats.rejected) == (1, 1, {"garbage": 1})
-    finally:
-        reopened.close()
-
-
-def test_readonly_store_reads_while_a_writer_has_the_file_open(
-    tmp_path: Path, make_batch: BatchFactory
-) -> None:
-    path = str(tmp_path / "cmr.sqlite")
-    writer = open_store(path)
-    reader = open_store(path, readonly=True)
-    try:
-        writer.ingest(make_batch(7, 1, {1: [start(1, 100, S)]}), 1)
-        assert reader.resolve_sequence("5e") == S
-        writer.ingest(make_batch(7, 2, {1: [wire.End(1, 200)]}), 2)
-        assert reader.list_sequences(1)[0].status == "complete"
-        with pytest.raises(StoreError, match="readonly"):
-            reader.record_rejected("garbage")
-    finally:
-        reader.close()
-        writer.close()
-
-
-def test_a_readonly_store_is_the_read_side_alone_and_refuses_every_write(
-    tmp_path: Path, make_batch: BatchFactory
-) -> None:
-    """``open_store(readonly=True)`` opens a ``SQLiteReader``: the reads, without the ingest
-    machinery (``cmr ls`` loads none of it); a write is refused in one line."""
-    path = str(tmp_path / "cmr.sqlite")
-    writer = open_store(path)
-    writer.ingest(make_batch(7, 1, {1: [start(1, 100, S), wire.End(1, 200)]}), 1)
-    writer.close()
-    reader = open_store(path, readonly=True)
-    try:
-        assert type(reader) is SQLiteReader
-        assert [line.seq for line in reader.list_sequences(5)] == [S]
-        assert len(reader.load_sequence(S).invocations) == 1
-        refused = f"^the repository {path} is open readonly: nothing is written$"
-        with pytest.raises(StoreError, match=refused):
-            reader.ingest(make_batch(7, 2, {1: [start(2, 300, S)]}), 2)
-        with pytest.raises(StoreError, match=refused):
-            reader.record_rejected("garbage")
-        with pytest.raises(StoreError, match=refused):
-            reader.prune(10**18)
-        assert reader.stats().batches == 1
-    finally:
-        reader.close()
-
-
-def test_readonly_open_of_a_missing_repository_fails_clearly(tmp_path: Path) -> None:
-    path = tmp_path / "none" / "cmr.sqlite"
-
-    with pytest.raises(StoreError, match=r"^no repository at .*cmr\.sqlite \(run `cmr serve`"):
-        open_store(str(path), readonly=True)
-    assert not path.parent.exists()
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
@@ -300,108 +211,6 @@ def test_an_older_repository_is_not_read_before_it_is_upgraded(
     assert user_version(path) == version
 
 
-@pytest.mark.parametrize("query", [SEQUENCE_BATCHES, METHODS_BY_RECENT_SEQUENCE])
-def test_reading_a_sequence_looks_up_its_batches_by_index_and_never_scans_a_table(
-    tmp_path: Path, query: str
-) -> None:
-    # `cmr show` and `cmr ls` read a sequence's batches: the cost must not grow with the
-    # repository, only with the sequence.
-    path = str(tmp_path / "cmr.sqlite")
-    open_store(path).close()
-    params = {"since": 0} if query == METHODS_BY_RECENT_SEQUENCE else {"seq": S}
-    with sqlite3.connect(path) as conn:
-        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
-    conn.close()
-
-    assert plan
-    assert not [step for step in plan if step.startswith("SCAN")], plan
-
-
-def test_a_sequences_batches_are_read_in_key_order_without_sorting_their_blobs(
-    tmp_path: Path,
-) -> None:
-    # The batches come out of the primary keys in (puid, batch_no) order already; a sort of the
-    # rows would copy every blob of a big sequence through a temporary b-tree (a file, once it
-    # outgrows the cache): 49 MB written and read back for `cmr show` of a million calls.
-    # A single row's arm (at most one row, one batch: found by the unique index on the id) may
-    # be sorted; the side tables' arm, where a big sequence's batches are, may not.
-    path = str(tmp_path / "cmr.sqlite")
-    open_store(path).close()
-    with sqlite3.connect(path) as conn:
-        plan = list(conn.execute(f"EXPLAIN QUERY PLAN {SEQUENCE_BATCHES}", {"seq": S}))
-    conn.close()
-    arms = {node for node, parent, _, _ in plan if parent == plan[0][0]}  # LEFT, RIGHT
-    steps = {arm: " | ".join(d for _, parent, _, d in plan if parent == arm) for arm in arms}
-    side_tables = [arm for arm in arms if "batch_seqs" in steps[arm]]
-    single_row = [arm for arm in arms if "sequences_by_seq" in steps[arm]]
-
-    assert side_tables, plan
-    assert not [d for _, parent, _, d in plan if parent == 0 and "TEMP B-TREE" in d], plan
-    assert "TEMP B-TREE" not in steps[side_tables[0]], plan
-    assert all("TEMP B-TREE" not in steps[arm] for arm in arms - {*single_row}), plan
-
-
-RECENT_SUMMARIES = SUMMARIES_OF_PICKED.format(
-    picked=picked(NEWEST, None, Plan(None, few_durations=False), SQLITE)[0]
-)
-
-
-@pytest.mark.parametrize("query", [RECENT_SUMMARIES, THREAD_COUNTS, REMOTE_ENTRIES, OPEN_CALL])
-def test_a_listing_line_is_read_by_index_whatever_the_size_of_its_sequence(
-    tmp_path: Path, query: str
-) -> None:
-    # `cmr ls` must not grow with the sequences it lists: the only scan allowed is the walk down
-    # the start-time index that LIMIT stops.
-    path = str(tmp_path / "cmr.sqlite")
-    open_store(path).close()
-    page = {
-        "limit": 5,
-        "start": 2**62,
-        "seq": b"\xff" * 17,
-        "since": 0,
-        "until": 2**62,
-        "host": "h",
-    }
-    params = (
-        page
-        if query == RECENT_SUMMARIES
-        else {"puid": 1, "iid": 2, "seq": S}
-        if query == OPEN_CALL
-        else (S, 1, 2)[: query.count("?") or 3]
-    )
-    with sqlite3.connect(path) as conn:
-        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", params)]
-    conn.close()
-
-    # (b0, b1: the two arms of a page newest first, each read by index: decided and undecided)
-    allowed = {"SCAN sequences USING INDEX sequences_by_start", "SCAN s", "SCAN CONSTANT ROW"}
-    allowed |= {"SCAN b0", "SCAN b1"}
-    assert plan
-    assert not [step for step in plan if step.startswith("SCAN") and step not in allowed], plan
-
-
-@pytest.mark.parametrize(("query", "index"), INDEXED_QUERIES)
-def test_each_listing_query_is_served_by_its_index(
-    tmp_path: Path, query: SequenceQuery, index: str
-) -> None:
-    # Every page a query reads searches an index (the start, the root name, the duration or
-    # the errors), never the table; the field the query asks for has its own.
-    path = str(tmp_path / "cmr.sqlite")
-    open_store(path).close()
-    plans: list[list[str]] = []
-    with sqlite3.connect(path) as conn:
-        for sql, params in page_statements(query, SQLITE):
-            plans.append([row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)])
-    conn.close()
-
-    reads = [step for plan in plans for step in plan if " sequences " in f"{step} "]
-    assert reads
-    assert all("USING INDEX" in step or "USING PRIMARY KEY" in step for step in reads), plans
-    assert [step for plan in plans for step in plan if index in step], plans
-    if query.status == "complete":  # the row's own end decides: no lookup per row
-        assert not [step for plan in plans for step in plan if "open_calls" in step], plans
-
-
 def test_a_version_6_repository_gets_the_listing_lines_its_batches_give(
     tmp_path: Path, make_batch: BatchFactory, clock: FakeClock
 ) -> None:
@@ -462,65 +271,3 @@ def test_an_upgrade_moves_every_stored_call_and_late_end(
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
     conn.close()
     assert not tables & {"starts", "ends"}
-
-
-def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
-    path = str(tmp_path / "other.sqlite")
-    with sqlite3.connect(path) as conn:
-        conn.execute("CREATE TABLE notes (text TEXT)")
-    conn.close()
-
-    with pytest.raises(StoreError, match="is not an invoseq repository"):
-        open_store(path)
-
-
-def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "notes.txt"
-    path.write_text("hello, this is not SQLite\n" * 100)
-
-    with pytest.raises(StoreError, match="is not an invoseq repository"):
-        open_store(str(path))
-
-
-@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
-def test_an_unreachable_postgresql_server_fails_in_one_line_without_the_password(
-    scheme: str,
-) -> None:
-    with socket.socket() as probe:  # a loopback port nothing listens on once it is closed
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-
-    with pytest.raises(StoreError) as failure:
-        open_store(f"{scheme}://invoseq:s3cret@127.0.0.1:{port}/invoseq")
-
-    message = str(failure.value)
-    assert message.startswith(f"cannot connect to postgresql://invoseq@127.0.0.1:{port}/invoseq")
-    assert "\n" not in message
-    assert "s3cret" not in message
-
-
-def test_an_unknown_url_scheme_is_refused() -> None:
-    with pytest.raises(StoreError, match="unsupported repository 'mysql://db': give a file path"):
-        open_store("mysql://db")
-
-
-def test_default_repository_is_under_the_working_directory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("INVOSEQ_DB", raising=False)
-    monkeypatch.chdir(tmp_path)
-    assert default_db_path() == "./.invoseq/cmr.sqlite"
-
-    open_store().close()
-
-    assert (tmp_path / ".invoseq" / "cmr.sqlite").is_file()
-
-
-def test_invoseq_db_names_the_default_repository(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "elsewhere.sqlite"
-    monkeypatch.setenv("INVOSEQ_DB", str(path))
-    assert default_db_path() == str(path)
-
-    open_store().close()

@@ -1,34 +1,26 @@
-"""What only the PostgreSQL store does: nodes ingesting at once, schema migrations, day
-partitions and their retention, surviving a dropped connection, and the CLI on a URL.
-
-Runs against the server INVOSEQ_TEST_PG names (see conftest.py), each test in its own schema.
-"""
+"""The PostgreSQL store's schema: a fresh database gets every migration once however many nodes
+start at once; an older schema is upgraded by a writer, keeping what it stored (rows, listing
+keys, sampler reports, the methods its sequences ran), and refused by a reader; a newer one is
+refused, and a database without a repository read clearly; each listing query is served by its
+index.
+Runs against the server INVOSEQ_TEST_PG names (see conftest.py), each test in its own schema."""
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Callable
-
 import msgspec
-import psycopg
 import pytest
 
-from cmr.cli import main
 from cmr.store import Store, StoreError, open_store
 from cmr.store.base import SequenceQuery
 from cmr.store.listing_sql import POSTGRES
 from cmr.store.postgres.connect import connect
 from cmr.store.postgres.migrate import SCHEMA_VERSION, migrate
-from cmr.store.postgres.partitions import (
-    DAY_NS,
-    FUTURE,
-    PAST_DAYS,
-    create_partitions,
-    partition_name,
-)
+from cmr.store.postgres.partitions import create_partitions
 from invoseq import wire
 from tests.cmr.conftest import CLOCK_OFFSET_NS, FakeClock
+from tests.cmr.store.postgres_support import TODAY
+from tests.cmr.store.postgres_support import run_together as _run_together
+from tests.cmr.store.postgres_support import tables as _tables
 from tests.cmr.store.records import (
     INDEXED_QUERIES,
     BatchFactory,
@@ -36,7 +28,6 @@ from tests.cmr.store.records import (
     check_methods_kept_on_upgrade,
     check_sampler_drops_kept_on_upgrade,
     check_sampler_reports_kept_on_upgrade,
-    handoff,
     page_statements,
     postgres_without_single_rows,
     seq_id,
@@ -44,96 +35,6 @@ from tests.cmr.store.records import (
 )
 
 pytestmark = pytest.mark.postgres
-
-TODAY = CLOCK_OFFSET_NS // DAY_NS
-JOIN_TIMEOUT_S = 60
-
-
-def _run_together(*work: Callable[[], None]) -> None:
-    """Run each callable in a thread of its own, released at once; re-raise the first error."""
-    barrier = threading.Barrier(len(work))
-    failures: list[BaseException] = []
-
-    def run(job: Callable[[], None]) -> None:
-        try:
-            barrier.wait(timeout=JOIN_TIMEOUT_S)
-            job()
-        except BaseException as exc:  # reported below, in the test's thread
-            failures.append(exc)
-
-    threads = [threading.Thread(target=run, args=(job,)) for job in work]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(JOIN_TIMEOUT_S)
-    assert not any(thread.is_alive() for thread in threads)
-    if failures:
-        raise failures[0]
-
-
-def _tables(url: str) -> set[str]:
-    with connect(url) as conn:
-        rows = conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
-        ).fetchall()
-    return {str(name) for (name,) in rows}
-
-
-# -- nodes sharing one database -------------------------------------------------------------
-
-
-def test_two_nodes_ingesting_the_same_batches_at_once_store_each_exactly_once(
-    pg_url: str, make_batch: BatchFactory, clock: FakeClock
-) -> None:
-    shared = [seq_id(f"5{n}") for n in range(4)]
-    batches = [
-        make_batch(
-            puid,
-            number,
-            # Every batch touches the same process row and the same sequence rows.
-            {1: [start(number * 10 + k, number * 100 + k, seq) for k, seq in enumerate(shared)]},
-        )
-        for puid in (7, 8)
-        for number in range(1, 21)
-    ]
-    nodes = [open_store(pg_url, clock=clock) for _ in range(2)]
-    stored: list[list[bool]] = [[], []]
-    try:
-        _run_together(
-            lambda: stored[0].extend(nodes[0].ingest(b, 1) for b in batches),
-            lambda: stored[1].extend(nodes[1].ingest(b, 1) for b in reversed(batches)),
-        )
-        stats = nodes[0].stats()
-        invocations = [len(nodes[1].load_sequence(seq).invocations) for seq in shared]
-    finally:
-        for node in nodes:
-            node.close()
-
-    # Each batch was stored by exactly one node; the other saw a duplicate.
-    assert sum(stored[0]) + sum(stored[1]) == len(batches)
-    assert (stats.batches, stats.duplicate_batches) == (len(batches), len(batches))
-    assert stats.events == 4 * len(batches)
-    assert invocations == [len(batches)] * len(shared)
-
-
-def test_a_node_survives_the_server_dropping_its_connection(
-    pg_url: str, make_batch: BatchFactory, clock: FakeClock
-) -> None:
-    url = f"{pg_url}&application_name=dropped_node"
-    store = open_store(url, clock=clock)
-    try:
-        with connect(pg_url) as admin:
-            admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = 'dropped_node'"
-            )
-        assert store.ingest(make_batch(7, 1, {1: [start(1, 100, seq_id("5e"))]}), 1)
-        assert len(store.list_sequences(10)) == 1
-    finally:
-        store.close()
-
-
-# -- schema migrations ----------------------------------------------------------------------
 
 
 def _versions(url: str) -> list[int]:
@@ -377,121 +278,3 @@ def test_reading_a_database_without_a_repository_fails_clearly(pg_url: str) -> N
     with pytest.raises(StoreError, match=r"^no invoseq repository in postgresql://"):
         open_store(pg_url, readonly=True)
     assert _tables(pg_url) == set()  # a reader created nothing
-
-
-# -- day partitions and retention -----------------------------------------------------------
-
-
-def test_prune_drops_whole_old_day_partitions_and_deletes_only_the_rest(
-    pg_url: str, make_batch: BatchFactory, clock: FakeClock
-) -> None:
-    # One sequence per day, ten, nine and zero days ago (event times are relative to the
-    # process's clock offset, which make_batch sets to the repository's clock), each with a
-    # hand-off (partitioned by day).
-    days = {10: seq_id("a10"), 9: seq_id("a09"), 0: seq_id("a00")}
-    store = open_store(pg_url, clock=clock)
-    try:
-        for number, (ago, seq) in enumerate(sorted(days.items()), start=1):
-            t = -ago * DAY_NS + 1_000
-            events = [start(number, t, seq), handoff(number, number, t + 100, seq)]
-            events.append(wire.End(number, t + 500))
-            store.ingest(make_batch(7, number, {1: events}), CLOCK_OFFSET_NS + t)
-        partitions = _tables(pg_url)
-        assert {partition_name("handoffs", TODAY - ago) for ago in days} <= partitions
-
-        # The cutoff falls inside the day nine days ago, after that day's sequence started.
-        result = store.prune(CLOCK_OFFSET_NS - 9 * DAY_NS + 2_000)
-        left = [s.seq for s in store.list_sequences(10)]
-        kept = store.load_sequence(days[0])
-    finally:
-        store.close()
-
-    assert result.sequences == 2
-    assert left == [days[0]]
-    assert set(kept.handoffs) == {1}  # today's sequence is the first batch's
-    after = _tables(pg_url)
-    assert partition_name("handoffs", TODAY - 10) not in after
-    assert partition_name("handoffs", TODAY - 9) in after  # partly newer: only rows deleted
-    assert partition_name("handoffs", TODAY) in after
-    with connect(pg_url) as conn:
-        (batches,) = conn.execute("SELECT count(*) FROM batches").fetchone() or (None,)
-    assert batches == 1  # the batches received before the cutoff went with their sequences
-
-
-def test_times_far_from_the_repository_clock_do_not_make_a_partition_each(
-    pg_url: str, make_batch: BatchFactory, clock: FakeClock
-) -> None:
-    far_past = -5_000 * DAY_NS  # years before the repository's clock
-    far_future = 400 * DAY_NS
-    events = [start(1, far_past, seq_id("01d")), start(2, far_future, seq_id("f07"))]
-    store = open_store(pg_url, clock=clock)
-    try:
-        store.ingest(make_batch(7, 1, {1: events}), CLOCK_OFFSET_NS)
-        moved = [handoff(1, 1, far_past, seq_id("01d")), handoff(2, 2, far_future, seq_id("f07"))]
-        store.ingest(make_batch(7, 2, {1: moved}), CLOCK_OFFSET_NS)
-        handoffs = {name for name in _tables(pg_url) if name.startswith("handoffs_")}
-        assert handoffs == {
-            partition_name("handoffs", TODAY - PAST_DAYS),
-            partition_name("handoffs", FUTURE),
-        }
-        # Retention still sees their own times.
-        result = store.prune(CLOCK_OFFSET_NS)
-        assert [s.seq for s in store.list_sequences(10)] == [seq_id("f07")]
-    finally:
-        store.close()
-    assert result.sequences == 1
-
-
-# -- the command line on a URL --------------------------------------------------------------
-
-
-def test_read_commands_and_prune_take_a_postgresql_url(
-    pg_url: str, make_batch: BatchFactory, capsys: pytest.CaptureFixture[str]
-) -> None:
-    seq = seq_id("5e")
-    store = open_store(pg_url)
-    try:
-        store.ingest(make_batch(7, 1, {1: [start(1, 100, seq), wire.End(1, 300)]}), 1)
-    finally:
-        store.close()
-
-    assert main(["--db", pg_url, "ls", "--json"]) == 0
-    (listed,) = json.loads(capsys.readouterr().out)
-    assert listed["seq"] == seq.hex()
-    assert main(["show", "5e", "--db", pg_url]) == 0
-    assert "app.m1" in capsys.readouterr().out
-    assert main(["stats", "--db", pg_url]) == 0
-    assert main(["profile", "5e", "--db", pg_url]) == 0
-    assert main(["export", "5e", "--format", "chrome", "--db", pg_url]) == 0
-    capsys.readouterr()
-    # The commands that query many sequences, or follow one's critical path, read it too.
-    assert main(["ls", "--root", "app.*", "--status", "complete", "--json", "--db", pg_url]) == 0
-    assert [line["seq"] for line in json.loads(capsys.readouterr().out)] == [seq.hex()]
-    assert main(["top", "--json", "--db", pg_url]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["count"] == 1
-    assert main(["show", "5e", "--critical-path", "--json", "--db", pg_url]) == 0
-    assert [step["name"] for step in json.loads(capsys.readouterr().out)["path"]] == ["app.m1"]
-    assert main(["diff", "5e", "5e", "--json", "--db", pg_url]) == 0
-    assert json.loads(capsys.readouterr().out) == [
-        {"path": "app.m1", "a_ns": 200, "b_ns": 200, "delta_ns": 0}
-    ]
-
-    # The sequence started at the test clock's epoch, long before now.
-    assert main(["prune", "--older-than", "1d", "--json", "--db", pg_url]) == 0
-    assert json.loads(capsys.readouterr().out)["sequences"] == 1
-    assert main(["ls", "--db", pg_url]) == 0
-
-
-def test_a_wrong_password_is_one_line_on_the_command_line(
-    pg_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    info = psycopg.conninfo.conninfo_to_dict(pg_url)
-    wrong = pg_url.replace(f":{info['password']}@", ":not-the-password@", 1)
-    assert wrong != pg_url
-
-    assert main(["ls", "--db", wrong]) == 1
-
-    err = capsys.readouterr().err
-    assert err.startswith("cmr: cannot connect to postgresql://")
-    assert err.count("\n") == 1
-    assert "not-the-password" not in err
