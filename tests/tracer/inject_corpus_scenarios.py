@@ -1,17 +1,17 @@
-"""A corpus of functions and the scenarios that drive them, for tests/tracer/test_inject.py.
+"""The scenarios that drive the corpus of tests/tracer/test_inject_*.py, and its recorder on 3.12.
 
-The same file runs on Python 3.11 (imported by the test: its functions instrumented with
-``tracer._core.inject``, hooks recording) and as a script on Python 3.12, where it records
-what ``sys.monitoring`` reports for the same functions and scenarios and prints it as JSON: the
-test compares the two sequences. It imports nothing from the tracer, so that a bare 3.12 runs it.
-(3.13 reports fewer events: it closes a generator suspended outside any try without resuming it.)
-Its code is what ruff flags (returns in finally, a lambda assigned...): the noqa below.
+The corpus is the functions of ``inject_corpus_functions.py`` and ``inject_corpus_generators.py``:
+this module lists those that are traced (TRACED) and the scenarios that call them (SCENARIOS).
+The same files run on Python 3.11 (imported by the tests: their functions instrumented with
+``tracer._core.inject``, hooks recording) and, this one as a script, on Python 3.12, where it
+records what ``sys.monitoring`` reports for the same functions and scenarios and prints it as JSON
+(tests/data/inject-events-3.12.json holds it): the tests compare the two sequences. The corpus
+imports nothing from the tracer, so that a bare 3.12 runs it. (3.13 reports fewer events: it
+closes a generator suspended outside any try without resuming it.)
 
 Each event is ``[event, qualname, detail]``: for yield and return a summary of the value, for
 throw and unwind the exception's type and args.
 """
-
-# ruff: noqa: B012, E731, TRY301, RET504, SIM107, PLR0912, PLR1708
 
 from __future__ import annotations
 
@@ -21,411 +21,62 @@ import json
 import sys
 import warnings
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
-# -- plain functions ----------------------------------------------------------------------------
-
-
-def plain(a, b=2, *args, k=3, **kw):
-    return a + b + k + len(args) + len(kw)
-
-
-def early(x):
-    if x > 0:
-        return "pos"
-    if x < 0:
-        return "neg"
-    return "zero"
-
-
-def caught(x):
-    try:
-        raise KeyError(x)
-    except KeyError as e:
-        return ("caught", e.args[0])
-
-
-def escapes(x):
-    y = x + 1
-    raise ValueError(y)
-
-
-def passes_through(x):
-    z = escapes(x)
-    return z
-
-
-def finally_return(x):
-    try:
-        return x
-    finally:
-        return "finally"
-
-
-def finally_swallows(x):
-    try:
-        raise ValueError(x)
-    finally:
-        return "swallowed"
-
-
-def finally_reraises(x):
-    done = []
-    try:
-        return 1 // x
-    finally:
-        done.append(x)
-
-
-class Manager:
-    def __init__(self, suppress):
-        self.suppress = suppress
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        return self.suppress
-
-
-def with_statement(suppress):
-    with Manager(suppress) as manager:
-        raise KeyError(manager.suppress)
-    return "after"
-
-
-def loops(n):
-    total = 0
-    for i in range(n):
-        if i % 2:
-            continue
-        if i > 6:
-            break
-        total += i
-    else:
-        total = -1
-    while n:
-        n -= 1
-        if n == 2:
-            break
-    return total, n
-
-
-def make_closure(x):
-    cell = [x]
-
-    def inner(y):
-        cell[0] += y
-        return cell[0] + x
-
-    return len(cell)
-
-
-def _closure_factory(x):
-    cell = [x]
-
-    def closure(y):
-        return cell[0] + x + y
-
-    return closure
-
-
-closure = _closure_factory(10)  # free vars: cell and x
-
-
-def fact(n):
-    return 1 if n <= 1 else n * fact(n - 1)
-
-
-def is_even(n):
-    return True if n == 0 else is_odd(n - 1)
-
-
-def is_odd(n):
-    return False if n == 0 else is_even(n - 1)
-
-
-square = lambda v: v * v
-
-
-class Methods:
-    def method(self, x):
-        return (self.__class__.__name__, x)
-
-    @classmethod
-    def klass(cls, x):
-        return (cls.__name__, x)
-
-    @staticmethod
-    def static(x):
-        return x + 1
-
-
-class Sub(Methods):
-    def method(self, x):
-        return ("sub", super().method(x))
-
-
-def matches(value):
-    match value:
-        case {"kind": "point", "x": int(x), "y": int(y)}:
-            return ("point", x + y)
-        case [first, *rest] if rest:
-            return ("list", first, len(rest))
-        case str() | bytes():
-            return "text"
-        case _:
-            return sum(v for v in range(3))
-
-
-def warns(message):
-    warnings.warn(message, UserWarning, stacklevel=2)
-    return "warned"
-
-
-def caller_name():
-    return sys._getframe(1).f_code.co_name
-
-
-def many_jumps(x):
-    total = 0
-    for step in range(3):
-        if x == 0:
-            total += x * 0 + step - (x // 1) * 0
-        elif x == 1:
-            total += x * 1 + step - (x // 2) * 1
-        elif x == 2:
-            total += x * 2 + step - (x // 3) * 2
-        elif x == 3:
-            total += x * 3 + step - (x // 4) * 3
-        elif x == 4:
-            total += x * 4 + step - (x // 5) * 4
-        elif x == 5:
-            total += x * 5 + step - (x // 6) * 5
-        elif x == 6:
-            total += x * 6 + step - (x // 7) * 6
-        elif x == 7:
-            total += x * 7 + step - (x // 8) * 0
-        elif x == 8:
-            total += x * 8 + step - (x // 9) * 1
-        elif x == 9:
-            total += x * 9 + step - (x // 10) * 2
-        elif x == 10:
-            total += x * 10 + step - (x // 11) * 3
-        elif x == 11:
-            total += x * 11 + step - (x // 12) * 4
-        elif x == 12:
-            total += x * 12 + step - (x // 13) * 5
-        elif x == 13:
-            total += x * 13 + step - (x // 14) * 6
-        elif x == 14:
-            total += x * 14 + step - (x // 15) * 0
-        elif x == 15:
-            total += x * 15 + step - (x // 16) * 1
-        elif x == 16:
-            total += x * 16 + step - (x // 17) * 2
-        elif x == 17:
-            total += x * 17 + step - (x // 18) * 3
-        elif x == 18:
-            total += x * 18 + step - (x // 19) * 4
-        elif x == 19:
-            total += x * 19 + step - (x // 20) * 5
-        elif x == 20:
-            total += x * 20 + step - (x // 21) * 6
-        elif x == 21:
-            total += x * 21 + step - (x // 22) * 0
-        elif x == 22:
-            total += x * 22 + step - (x // 23) * 1
-        elif x == 23:
-            total += x * 23 + step - (x // 24) * 2
-        elif x == 24:
-            total += x * 24 + step - (x // 25) * 3
-        elif x == 25:
-            total += x * 25 + step - (x // 26) * 4
-        elif x == 26:
-            total += x * 26 + step - (x // 27) * 5
-        elif x == 27:
-            total += x * 27 + step - (x // 28) * 6
-        elif x == 28:
-            total += x * 28 + step - (x // 29) * 0
-        elif x == 29:
-            total += x * 29 + step - (x // 30) * 1
-        elif x == 30:
-            total += x * 30 + step - (x // 31) * 2
-        elif x == 31:
-            total += x * 31 + step - (x // 32) * 3
-        elif x == 32:
-            total += x * 32 + step - (x // 33) * 4
-        elif x == 33:
-            total += x * 33 + step - (x // 34) * 5
-        elif x == 34:
-            total += x * 34 + step - (x // 35) * 6
-        elif x == 35:
-            total += x * 35 + step - (x // 36) * 0
-        elif x == 36:
-            total += x * 36 + step - (x // 37) * 1
-        elif x == 37:
-            total += x * 37 + step - (x // 38) * 2
-        elif x == 38:
-            total += x * 38 + step - (x // 39) * 3
-        elif x == 39:
-            total += x * 39 + step - (x // 40) * 4
-        else:
-            total -= step
-        x = (x + step) % 41
-    return total
-
-
-# -- generators ---------------------------------------------------------------------------------
-
-
-def gen_simple(n):
-    for i in range(n):
-        sent = yield i
-        if sent is not None:
-            yield ("got", sent)
-    return "done"
-
-
-def gen_try():
-    try:
-        yield 1
-        yield 2
-    except KeyError:
-        yield "handled"
-    finally:
-        FINALLY_RAN.append("gen_try")
-
-
-FINALLY_RAN: list[str] = []
-
-
-def gen_raises():
-    yield 1
-    raise ValueError("from gen")
-
-
-def gen_stop_iteration():
-    yield 1
-    raise StopIteration("inside")
-
-
-def gen_catches_and_returns():
-    try:
-        yield "inner"
-    except KeyError:
-        return "returned"
-
-
-def gen_delegates():
-    first = yield from gen_simple(2)
-    yield first
-    second = yield from gen_catches_and_returns()
-    yield second
-    yield from [7, 8]
-    return "outer done"
-
-
-def gen_with(suppress):
-    with Manager(suppress):
-        yield "in with"
-        raise KeyError("w")
-    yield "after with"
-
-
-# -- coroutines and async generators ------------------------------------------------------------
-
-
-class FutureLike:
-    """Awaiting it yields it to the driver, which sets ``result`` and sends."""
-
-    def __init__(self):
-        self.result = None
-
-    def __await__(self):
-        yield self
-        return self.result
-
-
-async def co_leaf(x):
-    return x * 2
-
-
-async def co_awaits(x):
-    doubled = await co_leaf(x)
-    future = FutureLike()
-    got = await future
-    return doubled, got
-
-
-async def co_raises():
-    await FutureLike()
-    raise KeyError("co")
-
-
-async def co_catches():
-    try:
-        await FutureLike()
-    except ValueError as e:
-        return ("caught", e.args)
-    return "not thrown"
-
-
-async def co_calls_raiser():
-    try:
-        await co_raises()
-    except KeyError:
-        return "caught below"
-
-
-async def agen(n):
-    try:
-        for i in range(n):
-            sent = yield i
-            if sent == "await":
-                await FutureLike()
-    except KeyError:
-        yield "handled"
-    finally:
-        FINALLY_RAN.append("agen")
-
-
-async def asyncio_main():
-    await asyncio.sleep(0)
-    results = [await co_leaf(1)]
-    task = asyncio.ensure_future(co_sleeps_forever())
-    await asyncio.sleep(0)
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        results.append("cancelled")
-    async for value in agen(2):
-        results.append(value)
-    return results
-
-
-async def co_sleeps_forever():
-    await asyncio.sleep(3600)
-
-
-class AsyncManager:
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc_info):
-        return False
-
-
-async def co_async_for_with(n):
-    got = []
-    async with AsyncManager():
-        async for value in agen(n):
-            got.append(value)
-            if value == 1:
-                await FutureLike()
-    return got
-
+if __name__ == "__main__":  # run as a script (by Python 3.12): the corpus is tests.tracer's
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.tracer import inject_corpus_functions, inject_corpus_generators
+from tests.tracer.inject_corpus_functions import (
+    Methods,
+    Sub,
+    caller_name,
+    caught,
+    closure,
+    early,
+    escapes,
+    fact,
+    finally_reraises,
+    finally_return,
+    finally_swallows,
+    is_even,
+    is_odd,
+    loops,
+    make_closure,
+    many_jumps,
+    matches,
+    passes_through,
+    plain,
+    square,
+    warns,
+    with_statement,
+)
+from tests.tracer.inject_corpus_generators import (
+    FINALLY_RAN,
+    AsyncManager,
+    agen,
+    asyncio_main,
+    co_async_for_with,
+    co_awaits,
+    co_calls_raiser,
+    co_catches,
+    co_leaf,
+    co_raises,
+    co_sleeps_forever,
+    gen_catches_and_returns,
+    gen_delegates,
+    gen_raises,
+    gen_simple,
+    gen_stop_iteration,
+    gen_try,
+    gen_with,
+)
+
+# The files whose frames an outcome lists (and the tests' settrace sees): the corpus's and this.
+CORPUS_FILES = frozenset(
+    {__file__, inject_corpus_functions.__file__, inject_corpus_generators.__file__}
+)
 
 # -- what is traced and how it is driven ---------------------------------------------------------
 
@@ -451,7 +102,7 @@ def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def _frames(e: BaseException) -> list[Any]:
     tb, frames = e.__traceback__, []
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == __file__:
+        if tb.tb_frame.f_code.co_filename in CORPUS_FILES:
             frames.append([tb.tb_frame.f_code.co_name, tb.tb_lineno])
         tb = tb.tb_next
     return frames
