@@ -1,7 +1,7 @@
 """Synthetic batches, laid out exactly as a traced process's sender encodes them.
 
 Events are the tuples of ``tracer._core.recorder`` and a batch is the tuple the sender encodes (see
-``tracer._shipping.sender.Sender._send_batch``), so the repository decodes them with its typed
+``tracer._shipping.batching.Batching._send_batch``), so the repository decodes them with its typed
 decoder as it would real traffic. Two shapes:
 
 - ``requests``: many sequences of 111 invocations each (a root calling 10 children calling 10

@@ -1,5 +1,5 @@
 """A request no route names is named by its path with the ids folded, and a process gives a
-bounded number of such names (``_http.unrouted_name``)."""
+bounded number of such names (``_http_served.unrouted_name``)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from tracer._patching.integrations import _http
+from tracer._patching.integrations import _http_served
 
 
 @pytest.fixture(autouse=True)
 def _no_names_yet() -> Iterator[None]:
-    saved = set(_http._templates)
-    _http._templates.clear()
+    saved = set(_http_served._templates)
+    _http_served._templates.clear()
     yield
-    _http._templates.clear()
-    _http._templates.update(saved)
+    _http_served._templates.clear()
+    _http_served._templates.update(saved)
 
 
 @pytest.mark.parametrize(
@@ -34,16 +34,21 @@ def _no_names_yet() -> Iterator[None]:
     ],
 )
 def test_ids_in_a_path_are_folded(path: str, template: str) -> None:
-    assert _http.path_template(path) == template
+    assert _http_served.path_template(path) == template
 
 
 def test_requests_of_one_shape_share_one_name() -> None:
-    assert _http.unrouted_name("GET", "/orders/1") == _http.unrouted_name("GET", "/orders/2")
-    assert _http.unrouted_name("POST", "/orders/1") == "POST /orders/{int}"
+    assert _http_served.unrouted_name("GET", "/orders/1") == _http_served.unrouted_name(
+        "GET", "/orders/2"
+    )
+    assert _http_served.unrouted_name("POST", "/orders/1") == "POST /orders/{int}"
 
 
 def test_past_the_bound_a_new_path_is_named_by_its_verb_alone() -> None:
-    names = {_http.unrouted_name("GET", f"/scan/word{n}x") for n in range(_http.MAX_TEMPLATES)}
-    assert len(names) == _http.MAX_TEMPLATES
-    assert _http.unrouted_name("GET", "/scan/another") == "GET"
-    assert _http.unrouted_name("GET", "/scan/word0x") == "GET /scan/word0x"  # known: kept
+    names = {
+        _http_served.unrouted_name("GET", f"/scan/word{n}x")
+        for n in range(_http_served.MAX_TEMPLATES)
+    }
+    assert len(names) == _http_served.MAX_TEMPLATES
+    assert _http_served.unrouted_name("GET", "/scan/another") == "GET"
+    assert _http_served.unrouted_name("GET", "/scan/word0x") == "GET /scan/word0x"  # known: kept

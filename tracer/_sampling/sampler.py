@@ -1,7 +1,8 @@
 """The stack sampler: a daemon thread that periodically records the stacks of the traced threads.
 
 Instrumenting every function costs too much, so the tree stops at the last traced call; samples
-fill in what ran below it (the repository merges them in as *estimated* nodes).
+fill in what ran below it (the repository merges them in as *estimated* nodes). The main thread
+samples itself where it can: ``main_thread``, a part of ``Sampler``.
 
 More in docs/architecture.md, "tracer/_sampling/sampler.py".
 """
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import Any, Final
 
 from invoseq import wire
@@ -27,6 +28,8 @@ from tracer._sampling.active import (
     open_async_work,
     worth_sampling,
 )
+from tracer._sampling.c_helpers import _gil_turn
+from tracer._sampling.main_thread import MainThreadTicks
 from tracer._sampling.output import SampleQueue, SampleTuple, record_of
 from tracer._sampling.pacing import Pacer
 from tracer._sampling.readings import Pending, Readings, cpu_clock
@@ -34,35 +37,11 @@ from tracer._sampling.stacks import stack_of
 
 log = logging.getLogger("tracer")
 
-#: The main thread samples itself at the sampler's request (``tracer/_sampling/_main_ticks.c``):
-#: with the C accelerator, on Linux; otherwise the sampler thread reads it as it reads the others.
-_main_ticks: ModuleType | None = None
-#: The sampler thread takes its turn at the GIL when its tick is due
-#: (``tracer/_sampling/_gil_turn.c``), rather than wait for a holder that releases it only for
-#: moments; likewise with the accelerator.
-_gil_turn: ModuleType | None = None
-if accel.speedups is not None:
-    try:
-        from tracer._sampling import _main_ticks
-    except ImportError:  # pragma: no cover - built with the accelerator
-        _main_ticks = None
-    try:
-        from tracer._sampling import _gil_turn
-    except ImportError:  # pragma: no cover - built with the accelerator
-        _gil_turn = None
-
-
 #: While only the main thread records (and samples itself), the sampler thread ticks this many
 #: times less often: it only looks for other threads then, and each of its ticks takes the GIL
 #: from the main thread (which, waiting, had that wait credited to the stack it resumed in: one
 #: of two asyncio tasks was estimated 13 % long for it).
 MAIN_ONLY_SPACING: Final = 10
-
-#: The main thread answered a tick this much after it was asked, or later: it was blocked where
-#: it is (in a call, or waiting for the GIL), not running there (it answers within microseconds
-#: where it runs Python). Ticks that fell meanwhile say so too, but a ticker thread kept off
-#: the CPU may have asked only once.
-MAIN_ANSWER_NS: Final = 1_000_000
 
 #: A tick this many intervals late leaves a gap (``Sampler._late``), sent as a sample of
 #: ``wire.GAP_TID``.
@@ -111,7 +90,11 @@ else:
         return sys._current_frames(), []
 
 
-class Sampler:
+class Sampler(MainThreadTicks):
+    """The sampler thread (``_run``): it ticks, reads the other threads (``_tick``), and rests
+    while no thread is in a traced call (``_park``); the main thread samples itself
+    (``MainThreadTicks``)."""
+
     def __init__(
         self,
         *,
@@ -190,18 +173,6 @@ class Sampler:
         for work, it ticks again. Cheap when it does not: reservations are rare."""
         if self.parked:
             self._wakeup.set()
-
-    def _start_ticks(self, interval_ns: int) -> None:
-        """The main thread samples itself from now on (``tracer/_sampling/_main_ticks.c``), when it
-        can."""
-        if _main_ticks is None:
-            return
-        try:
-            ticks = _main_ticks.Ticks(self._main_tick)
-            ticks.start(interval_ns)
-            self._ticks = ticks
-        except Exception as exc:  # the sampler thread reads the main thread then
-            recorder.internal_error(exc)
 
     def _park(self, busy: bool) -> bool:
         """Wait for work when no thread is inside a traced call (``busy``: the tick sampled one,
@@ -338,59 +309,6 @@ class Sampler:
         if self._turn is not None:
             return bool(self._turn.wait(timeout_ns)) or self._stop.is_set()
         return self._stop.wait(timeout_ns / 1e9)
-
-    def _main_tick(self, top: FrameType, skipped: int) -> None:
-        """In the main thread, at the request of ``tracer/_sampling/_main_ticks.c``: sample the
-        frame ``top`` it was in. The ``skipped`` ticks fell while it could not answer (it was
-        blocked there): they are that stack's too."""
-        if self._stop.is_set() or os.getpid() != self._pid:
-            return
-        self._main_lock.acquire()  # uncontended but when the sampler finishes
-        try:
-            if self._stop.is_set():
-                return
-            now, now_cpu = time.perf_counter_ns(), time.thread_time_ns()
-            ident = self._main_ident
-            sampled = recorder.sampled_thread(ident)
-            if sampled is None:  # it has recorded nothing yet
-                self._main_busy = False
-                return
-            readings = self._main_readings
-            readings.watch(ident, sampled[1])
-            self._main_busy = True
-            frames: list[FrameType] | None = None  # the stack, when deciding walked it (once)
-            worth = ident not in self._exclude()  # not waiting in the tracer's flush
-            if worth and self._only_active and not recorder.in_c_call():
-                frames = []
-                worth = worth_sampling(top, frames)
-            if not worth:
-                readings.left(ident, now, running=not skipped)
-                self._main_busy = bool(readings.pending)
-            elif self.mode == "cpu" and not readings.ran(ident):
-                readings.idle(ident, now)
-            else:
-                # It answers at once where it runs Python; later, where it was blocked (in a
-                # call, or waiting for the GIL). Blocked past the next tick, it was where it is
-                # since it was asked (but for the innermost frame perhaps, entered as it took
-                # the GIL back: a wait for the GIL past a tick is rarer than one in a call).
-                ticks = self._ticks
-                asked = now if ticks is None else ticks.asked_ns
-                blocked = skipped > 0 or now - asked > MAIN_ANSWER_NS
-                stack = stack_of(top if frames is None else frames)
-                readings.sample(
-                    ident,
-                    sampled[0],
-                    stack,
-                    now,
-                    weight=1 + skipped,
-                    running=not blocked,
-                    since=asked if skipped else None,
-                )
-            self._main_cpu_ns += time.thread_time_ns() - now_cpu
-        except Exception as exc:
-            recorder.internal_error(exc)
-        finally:
-            self._main_lock.release()
 
     def _tick(self, now: int) -> bool | None:
         """Sample the threads this thread reads: whether any was inside a traced call (or is

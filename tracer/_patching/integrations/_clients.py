@@ -1,6 +1,6 @@
-"""What the client integrations share beyond ``_http``: the URL a request is named after, copies
-of the caller's headers, a fresh hand-off for a request object sent again, and running the
-library's call between ``begin`` and ``finish``.
+"""What the client integrations share beyond ``_http`` and ``_http_sent``: the URL a request is
+named after, copies of the caller's headers, a fresh hand-off for a request object sent again, and
+running the library's call between ``begin`` and ``finish``.
 
 More in docs/architecture.md, "tracer/_patching/integrations/_clients.py".
 """
@@ -16,8 +16,8 @@ from opentelemetry import context as otel_context
 
 from tracer import propagation
 from tracer._core import recorder
-from tracer._patching.integrations import _http, _options
-from tracer._patching.integrations._http import ClientRequest
+from tracer._patching.integrations import _http, _http_sent, _options
+from tracer._patching.integrations._http_sent import ClientRequest
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ def target_url(scheme: str, host: str, port: int | None, target: str) -> str:
 def begin(
     library: str, describe: Callable[[], tuple[str, str]], *, attach: bool = True
 ) -> ClientRequest | None:
-    """``_http.begin_client`` for the ``(verb, url)`` that ``describe`` returns; None inside
+    """``_http_sent.begin_client`` for the ``(verb, url)`` that ``describe`` returns; None inside
     another client's call, when not recording, while OpenTelemetry suppresses instrumentation, or
     when the request cannot be described (counted; never raises)."""
     try:
@@ -63,7 +63,7 @@ def begin(
     except Exception as exc:
         recorder.internal_error(exc)
         return None
-    return _http.begin_client(library, verb, url, attach=attach)
+    return _http_sent.begin_client(library, verb, url, attach=attach)
 
 
 def copy_headers(headers: Mapping[str, Any] | None) -> MutableMapping[str, Any]:

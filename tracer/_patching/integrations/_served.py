@@ -16,7 +16,7 @@ from typing import Any, Final
 from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context, decorator, handoff, recorder
-from tracer._patching.integrations import _http
+from tracer._patching.integrations import _http_served
 from tracer._patching.integrations._http import sending_get as _sending_get
 from tracer._patching.integrations._http import sending_reset as _sending_reset
 from tracer._patching.integrations._http import sending_set as _sending_set
@@ -36,7 +36,7 @@ class Served:
 
     __slots__ = ("request", "status", "unfinished", "value")
 
-    def __init__(self, request: _http.ServerRequest) -> None:
+    def __init__(self, request: _http_served.ServerRequest) -> None:
         self.request = request
         self.status: int | None = None
         self.unfinished = [True]  # popped by the one finish that counts (atomic, any thread)
@@ -88,7 +88,7 @@ class attached:  # noqa: N801 - used as the function it was: ``with attached(ser
 
     def __enter__(self) -> None:
         self._token = _set(self._served.value)
-        self._serving = _http.serving()
+        self._serving = _http_served.serving()
 
     def __exit__(
         self,
@@ -100,7 +100,7 @@ class attached:  # noqa: N801 - used as the function it was: ``with attached(ser
             if exc is not None:
                 self._served.finish(exc)
         finally:
-            _http.done_serving(self._serving)
+            _http_served.done_serving(self._serving)
             _reset(self._token)
 
 
@@ -135,7 +135,7 @@ def begin(
     ``traceparent`` False: the holder has no ``traceparent`` header (the caller looked)."""
     if KEY in holder:
         return None
-    request = _http.begin_server(
+    request = _http_served.begin_server(
         framework, verb, path, holder, getter, url=url, traceparent=traceparent
     )
     if request is None:

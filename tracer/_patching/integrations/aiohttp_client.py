@@ -14,8 +14,8 @@ from typing import Any, Final
 
 from tracer import propagation
 from tracer._core import recorder
-from tracer._patching.integrations import Hook, PatchSpec, _clients, _http
-from tracer._patching.integrations._http import ClientRequest
+from tracer._patching.integrations import Hook, PatchSpec, _clients, _http_sent
+from tracer._patching.integrations._http_sent import ClientRequest
 
 LIBRARY: Final = "aiohttp"
 
@@ -62,7 +62,7 @@ def patch_request(original: Request, multidict: type[Any]) -> Request:
 def patch_send(original: Request) -> Request:
     @functools.wraps(original)
     async def send(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _http.attempt(self.headers)  # a redirect: a hand-off of its own
+        _http_sent.attempt(self.headers)  # a redirect: a hand-off of its own
         return await original(self, *args, **kwargs)
 
     return send

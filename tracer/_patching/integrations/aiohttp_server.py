@@ -13,12 +13,20 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import context, recorder
-from tracer._patching.integrations import Hook, PatchSpec, _endpoints, _http, installed, mark
+from tracer._patching.integrations import (
+    Hook,
+    PatchSpec,
+    _endpoints,
+    _http,
+    _http_served,
+    installed,
+    mark,
+)
 
 FRAMEWORK: Final = "aiohttp"
 
 #: The request ``Application._handle`` is serving in this context.
-_serving: contextvars.ContextVar[_http.ServerRequest | None] = contextvars.ContextVar(
+_serving: contextvars.ContextVar[_http_served.ServerRequest | None] = contextvars.ContextVar(
     "invoseq_aiohttp_serving", default=None
 )
 _serving_set, _serving_reset = context.guarded(_serving)
@@ -37,7 +45,7 @@ def patch_handle(http_exception: type[BaseException], owner: type) -> Callable[[
         async def _handle(self: Any, request: Any) -> Any:
             if not installed(owner, "_handle"):  # uninstrumented since
                 return await original(self, request)
-            served = _http.begin_server(
+            served = _http_served.begin_server(
                 FRAMEWORK,
                 str(request.method),
                 str(request.path),
@@ -47,7 +55,7 @@ def patch_handle(http_exception: type[BaseException], owner: type) -> Callable[[
             if served is None:
                 return await original(self, request)
             token = _set(served.value)
-            serving = _http.serving()
+            serving = _http_served.serving()
             current = _serving_set(served)
             try:
                 response = await original(self, request)
@@ -67,7 +75,7 @@ def patch_handle(http_exception: type[BaseException], owner: type) -> Callable[[
                 raise
             finally:
                 _serving_reset(current)
-                _http.done_serving(serving)
+                _http_served.done_serving(serving)
                 _reset(token)
             served.response_headers(getattr(response, "headers", {}).items())
             served.finish(_http.status_of(response))

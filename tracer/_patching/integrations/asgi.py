@@ -23,6 +23,7 @@ from tracer._patching.integrations import (
     Hook,
     PatchSpec,
     _http,
+    _http_served,
     _options,
 )
 from tracer._patching.integrations._http import sending_get as _sending_get
@@ -49,7 +50,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 FRAMEWORK: Final = "asgi"
-#: The scope key holding the request's ``_http.ServerRequest``.
+#: The scope key holding the request's ``_http_served.ServerRequest``.
 REQUEST_KEY: Final = "invoseq.request"
 #: The scope key marking a lifespan measured already (by an outer middleware).
 SERVICE_KEY: Final = "invoseq.service"
@@ -105,14 +106,14 @@ def request_url(scope: Scope) -> str:
     path = str(scope.get("root_path") or "") + str(scope.get("path") or "")
     query = scope.get("query_string") or b""
     query_text = query.decode("latin-1") if isinstance(query, bytes) else str(query)
-    return _http.full_url(str(scope.get("scheme") or "http"), host, path, query_text)
+    return _http_served.full_url(str(scope.get("scheme") or "http"), host, path, query_text)
 
 
 def name_route(scope: Scope, route: str | None) -> None:
     """Name the scope's request by ``route`` (a template, ``"/price/{item}"``), after the mounts it
     went through; the first name wins. Nothing without a request, never raises."""
     request = scope.get(REQUEST_KEY)
-    if not isinstance(request, _http.ServerRequest) or not route or request.call.opened:
+    if not isinstance(request, _http_served.ServerRequest) or not route or request.call.opened:
         return
     try:
         request.name(str(scope.get(PREFIX_KEY, "")) + route)
@@ -149,8 +150,8 @@ class InvoseqMiddleware:
         ):
             await self._unmeasured(scope, receive, send)
             return
-        # Every request comes this way: what _http.begin_server does, with the options read once
-        # and the headers scanned once for a traceparent (extracted only when there is one).
+        # Every request comes this way: what _http_served.begin_server does, with the options read
+        # once and the headers scanned once for a traceparent (extracted only when there is one).
         options = _options.current()
         patterns = options.excluded
         pattern = patterns.get(self.framework, patterns["*"])
@@ -161,7 +162,7 @@ class InvoseqMiddleware:
             finally:
                 _http.excluding_reset(excluding)
             return
-        request = _http.begin_request(
+        request = _http_served.begin_request(
             self.framework,
             str(scope.get("method", "")).upper(),
             str(scope.get("path", "")),
@@ -249,7 +250,7 @@ def refine(scope: Scope, framework: str) -> None:
     one added by hand): the request becomes the framework's (its module), unless it is named
     already."""
     request = scope.get(REQUEST_KEY)
-    if isinstance(request, _http.ServerRequest) and request.framework == FRAMEWORK:
+    if isinstance(request, _http_served.ServerRequest) and request.framework == FRAMEWORK:
         request.refine(framework)
 
 
@@ -295,7 +296,7 @@ def _uvicorn(module: ModuleType) -> list[PatchSpec]:
 
 
 def _finish(
-    request: _http.ServerRequest, scope: Scope, status: int | None, exc: BaseException | None
+    request: _http_served.ServerRequest, scope: Scope, status: int | None, exc: BaseException | None
 ) -> None:
     try:
         fallback = scope.get(FALLBACK_KEY)

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 from tracer._core import handoff
-from tracer._patching.integrations import Hook, PatchSpec, _http, _served, asgi, wsgi
+from tracer._patching.integrations import Hook, PatchSpec, _http_served, _served, asgi, wsgi
 
 if TYPE_CHECKING:
     pass
@@ -74,7 +74,7 @@ def _begin_asgi(scope: asgi.Scope) -> _served.Served | None:
     if scope.get("type") != "http" or _served.KEY in scope:
         return None
     outer = scope.get(asgi.REQUEST_KEY)
-    if isinstance(outer, _http.ServerRequest):
+    if isinstance(outer, _http_served.ServerRequest):
         scope[_served.KEY] = _served.Served(outer)  # named here, finished by its middleware
         return None
     verb = str(scope.get("method") or "GET")

@@ -12,8 +12,8 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import recorder
-from tracer._patching.integrations import Hook, PatchSpec, _clients, _http
-from tracer._patching.integrations._http import ClientRequest
+from tracer._patching.integrations import Hook, PatchSpec, _clients, _http_sent
+from tracer._patching.integrations._http_sent import ClientRequest
 
 LIBRARY: Final = "http.client"
 #: The attribute of a connection holding its request in flight.
@@ -109,7 +109,7 @@ def patch_close(original: Callable[..., Any]) -> Callable[..., Any]:
 def patch_putheader(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def putheader(self: Any, header: Any, *values: Any) -> Any:
-        return original(self, header, *_http.attempt_header(header, values))
+        return original(self, header, *_http_sent.attempt_header(header, values))
 
     return putheader
 

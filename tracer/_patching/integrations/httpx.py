@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any, Final
 
-from tracer._patching.integrations import Hook, PatchSpec, _clients, _http
+from tracer._patching.integrations import Hook, PatchSpec, _clients, _http_sent
 
 LIBRARY: Final = "httpx"
 
@@ -49,7 +49,7 @@ def patch_async_send(
 def patch_send_single(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def _send_single_request(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        _http.attempt(request.headers)
+        _http_sent.attempt(request.headers)
         return original(self, request, *args, **kwargs)
 
     return _send_single_request
@@ -60,7 +60,7 @@ def patch_async_send_single(
 ) -> Callable[..., Coroutine[Any, Any, Any]]:
     @functools.wraps(original)
     async def _send_single_request(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        _http.attempt(request.headers)
+        _http_sent.attempt(request.headers)
         return await original(self, request, *args, **kwargs)
 
     return _send_single_request

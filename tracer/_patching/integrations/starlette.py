@@ -12,7 +12,15 @@ from types import ModuleType
 from typing import Any, Final
 
 from tracer._core import recorder
-from tracer._patching.integrations import PATCH_MARK, Hook, PatchSpec, _endpoints, _http, asgi, mark
+from tracer._patching.integrations import (
+    PATCH_MARK,
+    Hook,
+    PatchSpec,
+    _endpoints,
+    _http_served,
+    asgi,
+    mark,
+)
 
 FRAMEWORK: Final = "starlette"
 _UNTRACED: Final = object()
@@ -65,7 +73,7 @@ class _Installed(asgi.InvoseqMiddleware):
         if request is not None and scope.get("type") == "http":
             # asgi.refine(), inline: a server's layer began it
             if (
-                isinstance(request, _http.ServerRequest)
+                isinstance(request, _http_served.ServerRequest)
                 and request.framework == asgi.FRAMEWORK
                 and not request.call.opened
             ):
@@ -133,7 +141,7 @@ def patch_route_handle(request_response: Callable[[Any], Any]) -> Callable[[Hand
         ) -> None:
             request = scope.get(asgi.REQUEST_KEY)
             if request is not None and scope.get("type") == "http":
-                if not (isinstance(request, _http.ServerRequest) and request.call.opened):
+                if not (isinstance(request, _http_served.ServerRequest) and request.call.opened):
                     asgi.name_route(scope, getattr(self, "path_format", None))
                 # traced_app's first check, inline: FastAPI's routes are not for it
                 route_app = getattr(self, "app", None)

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from tracer._core import recorder
 from tracer._patching.integrations import Hook, PatchSpec, _clients
-from tracer._patching.integrations._http import ClientRequest
+from tracer._patching.integrations._http_sent import ClientRequest
 
 LIBRARY: Final = "urllib3"
 #: ``HTTPConnectionPool.urlopen(method, url, body, headers, ...)``: where ``headers`` is in the

@@ -16,7 +16,7 @@ from opentelemetry.propagators.textmap import Getter
 
 from tracer._core import context
 from tracer._core import service as _service
-from tracer._patching.integrations import Hook, PatchSpec, _http, _served
+from tracer._patching.integrations import Hook, PatchSpec, _http_served, _served
 from tracer._patching.integrations._http import sending_get as _sending_get
 from tracer._patching.integrations._http import sending_reset as _sending_reset
 from tracer._patching.integrations._http import sending_set as _sending_set
@@ -77,7 +77,7 @@ def request_url(environ: WSGIEnvironment) -> str:
         if port and port != ("443" if scheme == "https" else "80"):
             host += ":" + port
     path = str(environ.get("SCRIPT_NAME") or "") + str(environ.get("PATH_INFO") or "")
-    return _http.full_url(scheme, str(host), path, str(environ.get("QUERY_STRING") or ""))
+    return _http_served.full_url(scheme, str(host), path, str(environ.get("QUERY_STRING") or ""))
 
 
 ENVIRON: Final = EnvironHeaders()
