@@ -74,15 +74,19 @@ class Bodies:
         has room; with the C accelerator tracemalloc does not count it as the program's. The
         caller counts its length as the batch's (until the batch is done with)."""
         _reap_sent()  # bodies ZeroMQ is done with: free again
-        free = self._free()
+        in_use = self._in_use()  # read once: nothing else runs until the encoding is counted
+        free = in_use.index(False) if False in in_use else -1
         buffer = bytearray() if free < 0 else self._kept[free]
         recorder.untracked_into(self._encode_into, batch, buffer)
         if buffer.__alloc__() > self._keep_one:
             if free >= 0:
-                del self._kept[free]
-        elif free < 0 and self.kept_bytes() + buffer.__alloc__() <= self._keep:
+                del self._kept[free], in_use[free]
+        elif free >= 0:
+            in_use[free] = True  # the caller's batch now
+        elif self.kept_bytes() + buffer.__alloc__() <= self._keep:
             self._kept.append(buffer)
-        self._hold_unused()
+            in_use.append(True)
+        self._hold_unused(in_use)
         return buffer
 
     def _in_use(self) -> list[bool]:
@@ -96,13 +100,14 @@ class Bodies:
                 return index
         return -1
 
-    def _hold_unused(self) -> None:
-        """Hold what the kept buffers take beyond the length of those in use: what the batches
-        count. Brought up to date at each encoding (a batch done with since still counts as in
-        use until then: its length was counted, and let go, by the delivery)."""
+    def _hold_unused(self, in_use: list[bool]) -> None:
+        """Hold what the kept buffers take beyond the length of those in use (``in_use``, one
+        flag a kept buffer): what the batches count. Brought up to date at each encoding (a
+        batch done with since still counts as in use until then: its length was counted, and
+        let go, by the delivery)."""
         unused = sum(
             buffer.__alloc__() - (len(buffer) if used else 0)
-            for buffer, used in zip(self._kept, self._in_use(), strict=True)
+            for buffer, used in zip(self._kept, in_use, strict=True)
         )
         if unused != self._held:
             self._hold(unused - self._held)
