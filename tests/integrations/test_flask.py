@@ -26,6 +26,7 @@ from tests.integrations.wsgi_servers import (
     one,
 )
 from tracer import traced
+from tracer._core import measured
 from tracer._patching import integrations
 from tracer._patching.integrations import flask as flask_integration
 from tracer._patching.integrations import wsgi
@@ -295,9 +296,14 @@ def test_a_hook_that_fails_skips_flask_with_one_warning(
 
 
 def test_the_test_client_is_measured_too(trace: Capture) -> None:
-    assert APP.test_client().get("/added").data == b"added"
+    # A request ends when its response is closed (PEP 3333's close(), which a server calls):
+    # the test client's response, left open, would leave it in flight for good.
+    with APP.test_client().get("/added") as response:
+        assert response.data == b"added"
     assert [i.name for i in trace.invocations()] == [
         "flask.GET /added",
         MODULE + "work",
         MODULE + "added",
     ]
+    assert all(i.end_ns is not None for i in trace.invocations())
+    assert not measured.OPEN  # no request left in flight for an event loop's sampler to serve
