@@ -19,8 +19,10 @@ thread's, left out). The rows: instructions an item, traced; the instructions th
 
 ``--real PASSES`` counts the real case's program instead (sqlparse, ``benchmarks.real_program``),
 bare and under ``tracer run --include 'sqlparse.*'`` sending to a ``cmr serve --memory`` of its
-own: its main thread's instructions, and what the tracer adds per recorded call (the sender's
-encoding, on its own thread, is left out). Three passes take about three minutes.
+own, with one pass and with ``1 + PASSES``: its main thread's instructions, and what the tracer
+adds per recorded call in the passes after the first (start-up and the first pass cancel; the
+sender's encoding, on its own thread, is left out; the sampler is off, its ticks being by the
+clock, which valgrind slows fifty times). Two passes take about five minutes.
 """
 
 from __future__ import annotations
@@ -119,12 +121,15 @@ def writing_bytecode() -> dict[str, str]:
 
 def real(passes: int) -> None:
     """The real case's program (``benchmarks.real_program``, sqlparse) bare and under ``tracer
-    run --include 'sqlparse.*'`` sending to a ``cmr serve --memory`` of its own: its main
-    thread's instructions, and what the tracer adds per recorded call (events sent over two)."""
-    from benchmarks.processes import RESULT_PREFIX, clean_environment, start_reporting, stop
+    run --include 'sqlparse.*'`` sending to a ``cmr serve --memory`` of its own, with one pass
+    and with ``1 + passes``: its main thread's instructions, and what the tracer adds per
+    recorded call in the passes after the first (events sent over two). The first pass and the
+    runs' start and end (``tracer run``'s imports, each code object's instrumentation, the
+    methods interned) are the same in both runs and cancel: a pass of 146 k calls would
+    otherwise carry them, about 80 % more on 3.12."""
+    from benchmarks.processes import clean_environment, start_reporting, stop
     from cmr.defaults import READY_PREFIX
 
-    program = ["-m", "benchmarks.real_program", json.dumps({"passes": passes, "statements": 12})]
     compiled()
     with tempfile.TemporaryDirectory() as workdir:
         serve = [sys.executable, "-m", "cmr", "serve", "--memory", "--bind"]
@@ -132,22 +137,46 @@ def real(passes: int) -> None:
         try:
             # Valgrind runs one thread at a time: the sender, starved, would leave the bound
             # full and calls untraced (cheaper), which no two runs do alike. Room for them all.
+            # The sampler ticks by the clock, and valgrind runs the program some fifty times
+            # slower: ticks a call would be fifty times a real run's, and differ run to run.
             room = str(1 << 31)
             env = clean_environment(
-                INVOSEQ_ENDPOINT=endpoint, INVOSEQ_MAX_BUFFERED_BYTES=room, PYTHONPATH=str(ROOT)
+                INVOSEQ_ENDPOINT=endpoint,
+                INVOSEQ_MAX_BUFFERED_BYTES=room,
+                INVOSEQ_SAMPLE_INTERVAL_MS="0",
+                PYTHONPATH=str(ROOT),
             )
             env.pop("PYTHONDONTWRITEBYTECODE", None)
-            bare, _ = counted([sys.executable, *program], env)
-            tracer = [sys.executable, "-m", "tracer", "run", "--no-report"]
-            traced, out = counted([*tracer, "--include", "sqlparse.*", *program], env)
+            one, more = (_real_run(count, env) for count in (1, 1 + passes))
         finally:
             stop(server)
+    for result in (one, more):
+        if result["dropped_events"]:
+            print(f"{result['dropped_events']:,} events dropped: the counts are not comparable")
+    calls = (more["sent_events"] - one["sent_events"]) / 2
+    bare = more["bare"] - one["bare"]
+    traced = more["traced"] - one["traced"]
+    print(f"the real program, {passes} passes after the first, its main thread: bare {bare:,}")
+    print(f"instructions, traced {traced:,} ({calls:,.0f} calls recorded): ", end="")
+    print(f"{(traced - bare) / calls:,.0f} a call")
+
+
+def _real_run(passes: int, env: dict[str, str]) -> dict[str, int]:
+    """The main thread's instructions of the real program with ``passes`` passes, bare and
+    traced, and the events the traced run sent and dropped."""
+    from benchmarks.processes import RESULT_PREFIX
+
+    program = ["-m", "benchmarks.real_program", json.dumps({"passes": passes, "statements": 12})]
+    bare, _ = counted([sys.executable, *program], env)
+    tracer = [sys.executable, "-m", "tracer", "run", "--no-report"]
+    traced, out = counted([*tracer, "--include", "sqlparse.*", *program], env)
     result = json.loads(out[out.index(RESULT_PREFIX) + len(RESULT_PREFIX) :].splitlines()[0])
-    if result["dropped_events"]:
-        print(f"{result['dropped_events']:,} events dropped: the counts are not comparable")
-    calls = result["sent_events"] / 2
-    print(f"the real program, {passes} passes, its main thread: bare {bare:,} instructions,")
-    print(f"traced {traced:,} ({calls:,.0f} calls recorded): {(traced - bare) / calls:,.0f} a call")
+    return {
+        "bare": bare,
+        "traced": traced,
+        "sent_events": result["sent_events"],
+        "dropped_events": result["dropped_events"],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
