@@ -146,8 +146,12 @@ def trees(invocations: list[CapturedInvocation], strip: str = "") -> list[dict[s
 
 @contextmanager
 def capture(**settings: Unpack[Settings]) -> Iterator[Capture]:
-    """Trace into memory for the duration of the block; the tracer is shut down afterwards."""
+    """Trace into memory for the duration of the block; the tracer is shut down afterwards.
+    Nothing is spooled unless ``spool_bytes`` is given: a capture neither writes a spool file
+    nor replays the ones other processes of the same program left (their events are not the
+    block's)."""
     captured = Capture()
+    settings.setdefault("spool_bytes", 0)
 
     def factory(config: Config) -> MemoryTransport:
         return captured.transport
