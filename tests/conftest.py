@@ -29,6 +29,26 @@ from tracer._patching import processes, tasks, threads
 os.environ.setdefault("INVOSEQ_SPOOL_DIR", tempfile.mkdtemp(prefix="invoseq-test-spool-"))
 
 
+def _forget_spools_of_the_dead() -> None:
+    """The spool files a test's programs left as they ended (a repository that was away): the
+    next test's tracer of the same program would adopt and send them (every ``python -c`` child
+    and every pytest-xdist worker is the program ``-c``), a test's events in another's."""
+    for path in Path(os.environ["INVOSEQ_SPOOL_DIR"]).glob("*.spool"):
+        pid = path.name.partition("-")[2].partition(".")[0]  # <program>-<pid>[.<n>].spool
+        if pid.isdigit() and not _running(int(pid)):
+            path.unlink(missing_ok=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _stored(owner: Any, name: str) -> Any:
     """The attribute as its owner stores it (a class's own function, not a bound method), as
     the patches read and restore it."""
@@ -102,6 +122,7 @@ def _no_tracer_leaks() -> Iterator[None]:
     # stays in its thread's buffer, and the next test's tracer would send it into its capture.
     left = recorder.drain()
     budget.hold(-left.events * budget.EVENT_BYTES)
+    _forget_spools_of_the_dead()
     leaked = [t for t in threading.enumerate() if t.name.startswith("invoseq-")]
     assert not leaked, f"tracer threads left running: {_where(leaked)}"
     # The SIGTERM watchdog is a _thread thread, which threading.enumerate() does not list.
