@@ -33,20 +33,12 @@ def _forget_spools_of_the_dead() -> None:
     """The spool files a test's programs left as they ended (a repository that was away): the
     next test's tracer of the same program would adopt and send them (every ``python -c`` child
     and every pytest-xdist worker is the program ``-c``), a test's events in another's."""
+    from tracer._shipping.spool import _alive  # the spool's own test of a writer still running
+
     for path in Path(os.environ["INVOSEQ_SPOOL_DIR"]).glob("*.spool"):
         pid = path.name.partition("-")[2].partition(".")[0]  # <program>-<pid>[.<n>].spool
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isdigit() and not _alive(int(pid)):
             path.unlink(missing_ok=True)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _stored(owner: Any, name: str) -> Any:
